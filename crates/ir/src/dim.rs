@@ -1,0 +1,302 @@
+//! Dimensions that are numbers, named symbols, or window arithmetic over a symbol.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Values bound to the symbols of a graph's input shapes, e.g. `W=1031`.
+pub type Bindings = BTreeMap<String, u64>;
+
+/// Parses `W=1031,H=320` into bindings; the error says which item is malformed.
+pub fn parse_bindings(text: &str) -> Result<Bindings, String> {
+    let mut out = Bindings::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("binding `{item}` is not of the form NAME=VALUE"))?;
+        let name = name.trim();
+        if !is_symbol(name) {
+            return Err(format!("`{name}` is not a valid symbol name"));
+        }
+        let value: u64 = value.trim().parse().map_err(|_| {
+            format!(
+                "the value of `{name}` is not a non-negative integer: `{}`",
+                value.trim()
+            )
+        })?;
+        if value == 0 {
+            return Err(format!("`{name}` must be at least 1"));
+        }
+        if out.insert(name.to_string(), value).is_some() {
+            return Err(format!("`{name}` is bound twice"));
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn is_symbol(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// One dimension of a shape.
+///
+/// Shape inference keeps a dimension symbolic as long as a symbol it depends on is unbound,
+/// so `check` without bindings still prints shapes such as `[1, 64, 160, (W - 1) / 2 + 1]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    Known(u64),
+    Sym(String),
+    /// The number of positions of a sliding window over `input`:
+    /// `floor((input + offset) / stride) + 1` where `offset` is the total padding less the
+    /// window's extent; with `ceil` the ceiling, less one when the last window would start in
+    /// the end padding (which is where `pad_begin` matters; it is 0 otherwise). Windows that
+    /// differ only in how they split the same offset compare equal, so that a 3x3/2 conv with
+    /// padding 1 and a 1x1/2 downsample give the same symbolic width.
+    Window {
+        input: Box<Dim>,
+        offset: i64,
+        stride: u64,
+        ceil: bool,
+        pad_begin: u64,
+    },
+}
+
+impl Dim {
+    pub fn known(&self) -> Option<u64> {
+        match self {
+            Dim::Known(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The extent of a window over this dimension, folded when the input is known.
+    pub fn window(
+        &self,
+        pad_begin: u64,
+        pad_end: u64,
+        extent: u64,
+        stride: u64,
+        ceil: bool,
+    ) -> Result<Dim, WindowError> {
+        if let Dim::Known(n) = self {
+            return window_extent(*n, pad_begin, pad_end, extent, stride, ceil).map(Dim::Known);
+        }
+        let offset = (pad_begin + pad_end) as i64 - extent as i64;
+        if offset == -1 && stride == 1 {
+            // "same" windows keep the extent.
+            return Ok(self.clone());
+        }
+        Ok(Dim::Window {
+            input: Box::new(self.clone()),
+            offset,
+            stride,
+            ceil,
+            pad_begin: if ceil { pad_begin } else { 0 },
+        })
+    }
+
+    /// Whether two dimensions are certainly different (both known and unequal).
+    pub fn provably_differs(&self, other: &Dim) -> bool {
+        matches!((self, other), (Dim::Known(a), Dim::Known(b)) if a != b)
+    }
+
+    pub(crate) fn collect_symbols(&self, out: &mut Vec<String>) {
+        match self {
+            Dim::Known(_) => {}
+            Dim::Sym(s) => {
+                if !out.contains(s) {
+                    out.push(s.clone());
+                }
+            }
+            Dim::Window { input, .. } => input.collect_symbols(out),
+        }
+    }
+}
+
+/// A window that does not fit in its padded input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowError {
+    pub padded_input: u64,
+    pub extent: u64,
+}
+
+/// The number of window positions along one axis; see [`Dim::Window`].
+pub(crate) fn window_extent(
+    input: u64,
+    pad_begin: u64,
+    pad_end: u64,
+    extent: u64,
+    stride: u64,
+    ceil: bool,
+) -> Result<u64, WindowError> {
+    let padded = input.saturating_add(pad_begin).saturating_add(pad_end);
+    if padded < extent || stride == 0 {
+        return Err(WindowError {
+            padded_input: padded,
+            extent,
+        });
+    }
+    let span = padded - extent;
+    let mut out = if ceil {
+        span.div_ceil(stride) + 1
+    } else {
+        span / stride + 1
+    };
+    // The last window must start inside the input or the begin padding.
+    if ceil && (out - 1) * stride >= input + pad_begin {
+        out -= 1;
+    }
+    Ok(out)
+}
+
+/// Evaluates a window over a known input given its normalized offset.
+fn eval_window(
+    input: u64,
+    offset: i64,
+    stride: u64,
+    ceil: bool,
+    pad_begin: u64,
+) -> Result<u64, WindowError> {
+    let padded = input as i64 + offset;
+    if padded < 0 {
+        return Err(WindowError {
+            padded_input: input,
+            extent: (-offset) as u64,
+        });
+    }
+    let span = padded as u64;
+    let mut out = if ceil {
+        span.div_ceil(stride) + 1
+    } else {
+        span / stride + 1
+    };
+    if ceil && (out - 1) * stride >= input + pad_begin {
+        out -= 1;
+    }
+    Ok(out)
+}
+
+impl Dim {
+    /// Replaces bound symbols by their values and folds windows over known extents.
+    pub fn resolve(&self, bindings: &Bindings) -> Result<Dim, WindowError> {
+        Ok(match self {
+            Dim::Known(n) => Dim::Known(*n),
+            Dim::Sym(s) => match bindings.get(s) {
+                Some(v) => Dim::Known(*v),
+                None => Dim::Sym(s.clone()),
+            },
+            Dim::Window {
+                input,
+                offset,
+                stride,
+                ceil,
+                pad_begin,
+            } => match input.resolve(bindings)? {
+                Dim::Known(n) => Dim::Known(eval_window(n, *offset, *stride, *ceil, *pad_begin)?),
+                input => Dim::Window {
+                    input: Box::new(input),
+                    offset: *offset,
+                    stride: *stride,
+                    ceil: *ceil,
+                    pad_begin: *pad_begin,
+                },
+            },
+        })
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Known(n) => write!(f, "{n}"),
+            Dim::Sym(s) => f.write_str(s),
+            Dim::Window {
+                input,
+                offset,
+                stride,
+                ceil,
+                ..
+            } => {
+                let mut expr = match **input {
+                    Dim::Window { .. } => format!("({input})"),
+                    _ => input.to_string(),
+                };
+                if *offset > 0 {
+                    expr = format!("{expr} + {offset}");
+                } else if *offset < 0 {
+                    expr = format!("{expr} - {}", -offset);
+                }
+                match (*stride, *ceil) {
+                    (1, _) => write!(f, "{expr} + 1"),
+                    (s, false) => write!(f, "({expr}) / {s} + 1"),
+                    (s, true) => write!(f, "ceil(({expr}) / {s}) + 1"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_extent_matches_onnx() {
+        // 7x7/2 pad 3 on 320 -> 160; 3x3/2 pad 1 on 160 -> 80.
+        assert_eq!(window_extent(320, 3, 3, 7, 2, false), Ok(160));
+        assert_eq!(window_extent(160, 1, 1, 3, 2, false), Ok(80));
+        // ceil mode: 5 wide, kernel 2, stride 2 -> 3 windows; floor -> 2.
+        assert_eq!(window_extent(5, 0, 0, 2, 2, true), Ok(3));
+        assert_eq!(window_extent(5, 0, 0, 2, 2, false), Ok(2));
+        // ceil mode never starts a window in the end padding: 4 wide, pad 1 each side,
+        // kernel 2, stride 2: ceil((6 - 2) / 2) + 1 = 3 windows, starting at -1, 1, 3.
+        assert_eq!(window_extent(4, 1, 1, 2, 2, true), Ok(3));
+        // 3 wide, pad 0/1, kernel 2, stride 2: ceil(2/2)+1 = 2; the second starts at 2 < 3.
+        assert_eq!(window_extent(3, 0, 1, 2, 2, true), Ok(2));
+        // 2 wide, pad 0/1, kernel 1, stride 2: ceil(2/2)+1 = 2, but the second starts at 2,
+        // in the end padding, so it is dropped.
+        assert_eq!(window_extent(2, 0, 1, 1, 2, true), Ok(1));
+        assert_eq!(
+            window_extent(2, 0, 0, 3, 1, false),
+            Err(WindowError {
+                padded_input: 2,
+                extent: 3
+            })
+        );
+    }
+
+    #[test]
+    fn bindings_parse_and_reject() {
+        let b = parse_bindings("W=1031, H=320").unwrap();
+        assert_eq!(b["W"], 1031);
+        assert_eq!(b["H"], 320);
+        assert!(parse_bindings("W").unwrap_err().contains("NAME=VALUE"));
+        assert!(
+            parse_bindings("W=x")
+                .unwrap_err()
+                .contains("not a non-negative integer")
+        );
+        assert!(parse_bindings("W=0").unwrap_err().contains("at least 1"));
+        assert!(parse_bindings("W=1,W=2").unwrap_err().contains("twice"));
+        assert!(
+            parse_bindings("1W=3")
+                .unwrap_err()
+                .contains("not a valid symbol")
+        );
+    }
+
+    #[test]
+    fn symbolic_window_prints_and_resolves() {
+        let d = Dim::Sym("W".into()).window(3, 3, 7, 2, false).unwrap();
+        assert_eq!(d.to_string(), "(W - 1) / 2 + 1");
+        let down = Dim::Sym("W".into()).window(0, 0, 1, 2, false).unwrap();
+        assert_eq!(d, down, "3x3/2 pad 1 and 1x1/2 give the same width");
+        assert_eq!(
+            Dim::Sym("W".into()).window(1, 1, 3, 1, false).unwrap(),
+            Dim::Sym("W".into())
+        );
+        let b = parse_bindings("W=1031").unwrap();
+        assert_eq!(d.resolve(&b), Ok(Dim::Known(516)));
+    }
+}

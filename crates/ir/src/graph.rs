@@ -1,0 +1,497 @@
+//! The graph data structure: typed entity indices with their data stored beside them.
+//!
+//! As in Cranelift, `Value`, `Param` and `Node` are small copyable indices into the graph's
+//! tables; there is no borrowed graph and no shared ownership. A graph is in SSA form: each
+//! value is defined once (by an input or a node) and nodes appear in an order where every
+//! operand is defined before its use.
+
+use std::fmt;
+
+use crate::error::SourceLoc;
+
+macro_rules! entity {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(u32);
+
+        impl $name {
+            /// The index of this entity in its table.
+            pub fn index(self) -> usize {
+                self.0 as usize
+            }
+
+            pub(crate) fn new(index: usize) -> Self {
+                Self(u32::try_from(index).expect("fewer than 2^32 entities"))
+            }
+        }
+    };
+}
+
+entity!(
+    /// An SSA value: a graph input or the result of a node.
+    Value
+);
+entity!(
+    /// A named parameter (weights, biases, batch-norm statistics).
+    Param
+);
+entity!(
+    /// A node, in program order.
+    Node
+);
+
+/// Padding in the ONNX order of its attribute: top, left, bottom, right.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Pads {
+    pub top: usize,
+    pub left: usize,
+    pub bottom: usize,
+    pub right: usize,
+}
+
+impl Pads {
+    pub fn is_zero(&self) -> bool {
+        *self == Pads::default()
+    }
+}
+
+/// An element-wise operation applied to a convolution's output before it is stored.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PostOp {
+    Relu,
+    /// Adds a value of the output's shape (a residual connection).
+    Add(Value),
+    /// Clamps to `[lo, hi]`.
+    Clip {
+        lo: f32,
+        hi: f32,
+    },
+}
+
+/// A 2-D convolution with ONNX `Conv` semantics; weights are OIHW (`[O, I / groups, KH, KW]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conv2d {
+    pub input: Value,
+    pub weight: Param,
+    pub bias: Option<Param>,
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub pads: Pads,
+    pub groups: usize,
+    pub post_ops: Vec<PostOp>,
+}
+
+/// Which reduction a windowed pooling op applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    Max,
+    Avg,
+}
+
+/// A windowed pooling op with ONNX `MaxPool` / `AveragePool` semantics.
+///
+/// With `ceil_mode`, a last window that would start inside the bottom or right padding is
+/// dropped (the rule of PyTorch and of ONNX since opset 19). `count_include_pad` only applies to
+/// average pooling: the divisor then counts padded cells, but never cells past the padding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool2d {
+    pub kind: PoolKind,
+    pub input: Value,
+    pub kernel: [usize; 2],
+    pub strides: [usize; 2],
+    pub pads: Pads,
+    pub dilations: [usize; 2],
+    pub ceil_mode: bool,
+    pub count_include_pad: bool,
+}
+
+/// Inference batch normalization: `(x - mean) / sqrt(var + epsilon) * scale + bias`, per channel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchNorm {
+    pub input: Value,
+    pub scale: Param,
+    pub bias: Param,
+    pub mean: Param,
+    pub var: Param,
+    pub epsilon: f32,
+}
+
+/// An operation of the graph.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Conv2d(Conv2d),
+    Pool2d(Pool2d),
+    GlobalPool {
+        kind: PoolKind,
+        input: Value,
+    },
+    Relu {
+        input: Value,
+    },
+    /// Element-wise sum of two values of the same shape (no broadcasting).
+    Add {
+        lhs: Value,
+        rhs: Value,
+    },
+    BatchNorm(BatchNorm),
+}
+
+/// The kind of an [`Op`], without its operands: what the text format calls the op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Conv2d,
+    MaxPool2d,
+    AvgPool2d,
+    GlobalAvgPool,
+    GlobalMaxPool,
+    Relu,
+    Add,
+    BatchNorm,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 8] = [
+        OpKind::Conv2d,
+        OpKind::MaxPool2d,
+        OpKind::AvgPool2d,
+        OpKind::GlobalAvgPool,
+        OpKind::GlobalMaxPool,
+        OpKind::Relu,
+        OpKind::Add,
+        OpKind::BatchNorm,
+    ];
+
+    /// The op's name in the text format.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Conv2d => "conv2d",
+            OpKind::MaxPool2d => "maxpool2d",
+            OpKind::AvgPool2d => "avgpool2d",
+            OpKind::GlobalAvgPool => "global_avgpool",
+            OpKind::GlobalMaxPool => "global_maxpool",
+            OpKind::Relu => "relu",
+            OpKind::Add => "add",
+            OpKind::BatchNorm => "batchnorm",
+        }
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Op {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Conv2d(_) => OpKind::Conv2d,
+            Op::Pool2d(p) => match p.kind {
+                PoolKind::Max => OpKind::MaxPool2d,
+                PoolKind::Avg => OpKind::AvgPool2d,
+            },
+            Op::GlobalPool {
+                kind: PoolKind::Max,
+                ..
+            } => OpKind::GlobalMaxPool,
+            Op::GlobalPool {
+                kind: PoolKind::Avg,
+                ..
+            } => OpKind::GlobalAvgPool,
+            Op::Relu { .. } => OpKind::Relu,
+            Op::Add { .. } => OpKind::Add,
+            Op::BatchNorm(_) => OpKind::BatchNorm,
+        }
+    }
+
+    /// The values this op reads, in operand order (a conv's residual post-ops included).
+    pub fn value_operands(&self) -> Vec<Value> {
+        match self {
+            Op::Conv2d(c) => {
+                let mut v = vec![c.input];
+                v.extend(c.post_ops.iter().filter_map(|p| match p {
+                    PostOp::Add(r) => Some(*r),
+                    _ => None,
+                }));
+                v
+            }
+            Op::Pool2d(p) => vec![p.input],
+            Op::GlobalPool { input, .. } | Op::Relu { input } => vec![*input],
+            Op::Add { lhs, rhs } => vec![*lhs, *rhs],
+            Op::BatchNorm(b) => vec![b.input],
+        }
+    }
+
+    /// Calls `f` on every value operand, allowing it to be replaced.
+    pub fn for_each_value_mut(&mut self, mut f: impl FnMut(&mut Value)) {
+        match self {
+            Op::Conv2d(c) => {
+                f(&mut c.input);
+                for p in &mut c.post_ops {
+                    if let PostOp::Add(r) = p {
+                        f(r);
+                    }
+                }
+            }
+            Op::Pool2d(p) => f(&mut p.input),
+            Op::GlobalPool { input, .. } | Op::Relu { input } => f(input),
+            Op::Add { lhs, rhs } => {
+                f(lhs);
+                f(rhs);
+            }
+            Op::BatchNorm(b) => f(&mut b.input),
+        }
+    }
+
+    /// The parameters this op reads.
+    pub fn param_operands(&self) -> Vec<Param> {
+        match self {
+            Op::Conv2d(c) => std::iter::once(c.weight).chain(c.bias).collect(),
+            Op::BatchNorm(b) => vec![b.scale, b.bias, b.mean, b.var],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A node: one op and the value it defines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeData {
+    pub op: Op,
+    pub result: Value,
+    /// Where the node was written, when it came from text.
+    pub loc: Option<SourceLoc>,
+}
+
+/// A parameter computed from other parameters, as the batch-norm folding pass creates them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DerivedParam {
+    /// `weight[o, ...] * scale[o] / sqrt(var[o] + epsilon)`.
+    BnFoldWeight {
+        weight: Param,
+        scale: Param,
+        var: Param,
+        epsilon: f32,
+    },
+    /// `(conv_bias[o] - mean[o]) * scale[o] / sqrt(var[o] + epsilon) + bias[o]`, with a
+    /// missing `conv_bias` read as zeros.
+    BnFoldBias {
+        conv_bias: Option<Param>,
+        scale: Param,
+        bias: Param,
+        mean: Param,
+        var: Param,
+        epsilon: f32,
+    },
+}
+
+impl DerivedParam {
+    /// The parameters this one is computed from.
+    pub fn sources(&self) -> Vec<Param> {
+        match self {
+            DerivedParam::BnFoldWeight {
+                weight, scale, var, ..
+            } => vec![*weight, *scale, *var],
+            DerivedParam::BnFoldBias {
+                conv_bias,
+                scale,
+                bias,
+                mean,
+                var,
+                ..
+            } => conv_bias
+                .iter()
+                .copied()
+                .chain([*scale, *bias, *mean, *var])
+                .collect(),
+        }
+    }
+}
+
+/// A declared parameter: its name, its concrete shape, and how it is computed when derived.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamData {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub derived: Option<DerivedParam>,
+    pub loc: Option<SourceLoc>,
+}
+
+/// A graph input: a value with a possibly symbolic shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputData {
+    pub value: Value,
+    pub shape: Vec<crate::Dim>,
+    pub loc: Option<SourceLoc>,
+}
+
+/// A graph: inputs, parameters, nodes in program order, and named outputs.
+///
+/// Fields are private so that the invariants checked by [`Graph::verify`] (unique names,
+/// definitions before uses) can only be broken through the methods that re-check them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    pub(crate) name: String,
+    pub(crate) value_names: Vec<String>,
+    pub(crate) inputs: Vec<InputData>,
+    pub(crate) params: Vec<ParamData>,
+    pub(crate) nodes: Vec<NodeData>,
+    pub(crate) outputs: Vec<(String, Value)>,
+}
+
+impl Graph {
+    /// An empty graph with the given name.
+    pub fn new(name: impl Into<String>) -> Self {
+        Graph {
+            name: name.into(),
+            value_names: Vec::new(),
+            inputs: Vec::new(),
+            params: Vec::new(),
+            nodes: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The value's name, without the `%` sigil.
+    pub fn value_name(&self, v: Value) -> &str {
+        &self.value_names[v.index()]
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = Value> + '_ {
+        (0..self.value_names.len()).map(Value::new)
+    }
+
+    pub fn value_by_name(&self, name: &str) -> Option<Value> {
+        self.value_names
+            .iter()
+            .position(|n| n == name)
+            .map(Value::new)
+    }
+
+    pub fn inputs(&self) -> &[InputData] {
+        &self.inputs
+    }
+
+    pub fn params(&self) -> impl Iterator<Item = (Param, &ParamData)> + '_ {
+        self.params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (Param::new(i), p))
+    }
+
+    pub fn param(&self, p: Param) -> &ParamData {
+        &self.params[p.index()]
+    }
+
+    pub fn param_by_name(&self, name: &str) -> Option<Param> {
+        self.params
+            .iter()
+            .position(|p| p.name == name)
+            .map(Param::new)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = (Node, &NodeData)> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (Node::new(i), n))
+    }
+
+    pub fn node(&self, n: Node) -> &NodeData {
+        &self.nodes[n.index()]
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The node whose result is named `name` (without the `%`).
+    pub fn node_by_name(&self, name: &str) -> Option<Node> {
+        let v = self.value_by_name(name)?;
+        self.nodes.iter().position(|n| n.result == v).map(Node::new)
+    }
+
+    pub fn outputs(&self) -> &[(String, Value)] {
+        &self.outputs
+    }
+
+    /// Adds a value with a fresh name; fails if the name is taken.
+    pub fn add_value(&mut self, name: impl Into<String>) -> Option<Value> {
+        let name = name.into();
+        if self.value_names.contains(&name) {
+            return None;
+        }
+        self.value_names.push(name);
+        Some(Value::new(self.value_names.len() - 1))
+    }
+
+    /// Declares a graph input; fails if the name is taken.
+    pub fn add_input(&mut self, name: impl Into<String>, shape: Vec<crate::Dim>) -> Option<Value> {
+        let value = self.add_value(name)?;
+        self.inputs.push(InputData {
+            value,
+            shape,
+            loc: None,
+        });
+        Some(value)
+    }
+
+    /// Declares a parameter; fails if the name is taken.
+    pub fn add_param(&mut self, data: ParamData) -> Option<Param> {
+        if self.param_by_name(&data.name).is_some() {
+            return None;
+        }
+        self.params.push(data);
+        Some(Param::new(self.params.len() - 1))
+    }
+
+    /// Appends a node defining a new value named `name`; fails if the name is taken.
+    pub fn add_node(&mut self, name: impl Into<String>, op: Op) -> Option<Value> {
+        let result = self.add_value(name)?;
+        self.nodes.push(NodeData {
+            op,
+            result,
+            loc: None,
+        });
+        Some(result)
+    }
+
+    /// Declares a named output; fails if the name is taken.
+    pub fn add_output(&mut self, name: impl Into<String>, value: Value) -> bool {
+        let name = name.into();
+        if self.outputs.iter().any(|(n, _)| *n == name) {
+            return false;
+        }
+        self.outputs.push((name, value));
+        true
+    }
+
+    /// The symbols that appear in input shapes, in order of first appearance.
+    pub fn symbols(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for input in &self.inputs {
+            for d in &input.shape {
+                d.collect_symbols(&mut out);
+            }
+        }
+        out
+    }
+
+    /// How many times each value is read, by nodes and by outputs.
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut uses = vec![0; self.value_names.len()];
+        for node in &self.nodes {
+            for v in node.op.value_operands() {
+                uses[v.index()] += 1;
+            }
+        }
+        for (_, v) in &self.outputs {
+            uses[v.index()] += 1;
+        }
+        uses
+    }
+}

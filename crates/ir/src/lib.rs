@@ -1,0 +1,47 @@
+//! primjit's tensor IR: a small typed graph of CNN inference ops in f32, NCHW at the interface.
+//!
+//! The crate knows nothing of code generation: it parses and prints the text format
+//! ([`parse`], `Display` for [`Graph`]), verifies graphs and infers their shapes
+//! ([`infer_shapes`]), rewrites them ([`passes`]), and holds parameter values ([`Params`]).
+//!
+//! # The text format
+//!
+//! ```text
+//! # a comment runs to the end of the line
+//! graph tiny {
+//!   input %x: f32[1, 3, H, W]
+//!   param @w: f32[8, 3, 3, 3]
+//!   param @b: f32[8]
+//!   %c = conv2d(%x, @w, bias=@b, pads=[1, 1, 1, 1], post=[relu])
+//!   %p = maxpool2d(%c, kernel=[2, 2], strides=[2, 2])
+//!   output y = %p
+//! }
+//! ```
+//!
+//! Values are `%name`, parameters `@name`, symbolic dimensions bare identifiers. Every
+//! value is defined once, before it is used. Attributes are `key=value`; those left out take
+//! the ONNX defaults, and the printer leaves out exactly those, so printing is canonical.
+#![forbid(unsafe_code)]
+
+mod dim;
+mod error;
+mod graph;
+mod params;
+mod parser;
+pub mod passes;
+mod shape;
+mod write;
+
+pub use dim::WindowError;
+pub use dim::{Bindings, Dim, parse_bindings};
+pub use error::{IrError, ParseError, SourceLoc, VerifyError};
+pub use graph::InputData;
+pub use graph::{
+    BatchNorm, Conv2d, DerivedParam, Graph, Node, NodeData, Op, OpKind, Pads, Param, ParamData,
+    Pool2d, PoolKind, PostOp, Value,
+};
+pub use params::{ParamError, Params, Tensor, random_tensor};
+pub use parser::parse;
+pub use shape::{
+    MAX_TENSOR_ELEMENTS, Shapes, conv_output_extent, infer_shapes, pool_output_extent,
+};

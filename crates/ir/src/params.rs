@@ -1,0 +1,306 @@
+//! Parameter values: dense f32 tensors by name, drawn from a seed or loaded, and derived ones.
+
+use std::collections::BTreeMap;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::graph::{DerivedParam, Graph, Op, Param};
+
+/// A dense row-major f32 tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl Tensor {
+    /// A tensor of the given shape; fails when `data` has the wrong length.
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Self, ParamError> {
+        let expected: usize = shape.iter().product();
+        if expected != data.len() {
+            return Err(ParamError::Length {
+                shape,
+                expected,
+                found: data.len(),
+            });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    pub fn zeros(shape: Vec<usize>) -> Self {
+        let n = shape.iter().product();
+        Tensor {
+            shape,
+            data: vec![0.0; n],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+/// Errors about parameter values.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    #[error("parameter @{name} is missing (expected shape {expected:?})")]
+    Missing { name: String, expected: Vec<usize> },
+    #[error("parameter @{name} has shape {found:?} but the graph declares {expected:?}")]
+    Shape {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error("tensor data has {found} elements but shape {shape:?} needs {expected}")]
+    Length {
+        shape: Vec<usize>,
+        expected: usize,
+        found: usize,
+    },
+}
+
+/// Parameter values by name (without the `@`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Params {
+    tensors: BTreeMap<String, Tensor>,
+}
+
+/// FNV-1a, so that each parameter's random stream depends only on the seed and its name.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// `n` values uniform in `[lo, hi)`, from a stream keyed by `seed` and `name`.
+///
+/// Each value is the top 24 bits of one `u32` of ChaCha8 scaled into the range: exactly
+/// representable, stable across platforms, and independent of the `rand` crate's
+/// distribution algorithms.
+pub fn random_tensor(seed: u64, name: &str, shape: Vec<usize>, lo: f32, hi: f32) -> Tensor {
+    use rand::Rng;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ name_hash(name));
+    let n = shape.iter().product();
+    let data = (0..n)
+        .map(|_| {
+            let unit = (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32;
+            lo + (hi - lo) * unit
+        })
+        .collect();
+    Tensor { shape, data }
+}
+
+/// How a parameter is used, which decides the range it is drawn from.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Role {
+    ConvWeight { fan_in: usize },
+    Scale,
+    Variance,
+    Other,
+}
+
+impl Params {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, name: impl Into<String>, tensor: Tensor) {
+        self.tensors.insert(name.into(), tensor);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.get(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.tensors.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Draws every non-derived parameter of `graph` from `seed`, then computes the derived ones.
+    ///
+    /// The distribution keeps activations of deep residual stacks in a sane range:
+    /// conv weights uniform in `±sqrt(3 / fan_in)` (unit gain); batch-norm scales in
+    /// `[0.5, 1)`, variances in `[0.5, 1.5)`; biases, shifts and means in `[-0.1, 0.1)`.
+    pub fn random(graph: &Graph, seed: u64) -> Self {
+        let mut roles = vec![Role::Other; graph.params.len()];
+        for (_, node) in graph.nodes() {
+            match &node.op {
+                Op::Conv2d(c) => {
+                    let s = &graph.param(c.weight).shape;
+                    roles[c.weight.index()] = Role::ConvWeight {
+                        fan_in: s.iter().skip(1).product::<usize>().max(1),
+                    };
+                }
+                Op::BatchNorm(b) => {
+                    roles[b.scale.index()] = Role::Scale;
+                    roles[b.var.index()] = Role::Variance;
+                }
+                _ => {}
+            }
+        }
+        for (_, data) in graph.params() {
+            match &data.derived {
+                Some(DerivedParam::BnFoldWeight { scale, var, .. })
+                | Some(DerivedParam::BnFoldBias { scale, var, .. }) => {
+                    roles[scale.index()] = Role::Scale;
+                    roles[var.index()] = Role::Variance;
+                }
+                None => {}
+            }
+        }
+        let mut params = Params::new();
+        for (p, data) in graph.params() {
+            if data.derived.is_some() {
+                continue;
+            }
+            let (lo, hi) = match roles[p.index()] {
+                Role::ConvWeight { fan_in } => {
+                    let b = (3.0 / fan_in as f32).sqrt();
+                    (-b, b)
+                }
+                Role::Scale => (0.5, 1.0),
+                Role::Variance => (0.5, 1.5),
+                Role::Other => (-0.1, 0.1),
+            };
+            params.insert(
+                data.name.clone(),
+                random_tensor(seed, &data.name, data.shape.clone(), lo, hi),
+            );
+        }
+        params
+            .materialize(graph)
+            .expect("random parameters have the declared shapes");
+        params
+    }
+
+    /// Checks every non-derived parameter against the graph's declarations, then computes the
+    /// derived parameters (replacing any stale values of theirs).
+    pub fn materialize(&mut self, graph: &Graph) -> Result<(), ParamError> {
+        for (_, data) in graph.params() {
+            if data.derived.is_some() {
+                continue;
+            }
+            match self.tensors.get(&data.name) {
+                None => {
+                    return Err(ParamError::Missing {
+                        name: data.name.clone(),
+                        expected: data.shape.clone(),
+                    });
+                }
+                Some(t) if t.shape != data.shape => {
+                    return Err(ParamError::Shape {
+                        name: data.name.clone(),
+                        expected: data.shape.clone(),
+                        found: t.shape.clone(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        // Derived parameters only read declared ones, which come first in any valid order.
+        for (_, data) in graph.params() {
+            if let Some(d) = &data.derived {
+                let t = self.derive(graph, d, &data.shape);
+                self.tensors.insert(data.name.clone(), t);
+            }
+        }
+        Ok(())
+    }
+
+    fn data(&self, graph: &Graph, p: Param) -> &[f32] {
+        &self.tensors[&graph.param(p).name].data
+    }
+
+    fn derive(&self, graph: &Graph, d: &DerivedParam, shape: &[usize]) -> Tensor {
+        let inv_std = |var: Param, eps: f32| -> Vec<f64> {
+            self.data(graph, var)
+                .iter()
+                .map(|&v| 1.0 / (v as f64 + eps as f64).sqrt())
+                .collect()
+        };
+        match d {
+            DerivedParam::BnFoldWeight {
+                weight,
+                scale,
+                var,
+                epsilon,
+            } => {
+                let w = self.data(graph, *weight);
+                let s = self.data(graph, *scale);
+                let inv = inv_std(*var, *epsilon);
+                let per_out = w.len() / shape[0];
+                let data = w
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| {
+                        let o = i / per_out;
+                        (x as f64 * s[o] as f64 * inv[o]) as f32
+                    })
+                    .collect();
+                Tensor {
+                    shape: shape.to_vec(),
+                    data,
+                }
+            }
+            DerivedParam::BnFoldBias {
+                conv_bias,
+                scale,
+                bias,
+                mean,
+                var,
+                epsilon,
+            } => {
+                let s = self.data(graph, *scale);
+                let b = self.data(graph, *bias);
+                let m = self.data(graph, *mean);
+                let inv = inv_std(*var, *epsilon);
+                let cb = conv_bias.map(|p| self.data(graph, p));
+                let data = (0..shape[0])
+                    .map(|o| {
+                        let c = cb.map_or(0.0, |cb| cb[o] as f64);
+                        ((c - m[o] as f64) * s[o] as f64 * inv[o] + b[o] as f64) as f32
+                    })
+                    .collect();
+                Tensor {
+                    shape: shape.to_vec(),
+                    data,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_tensor_is_deterministic_and_in_range() {
+        let a = random_tensor(7, "w", vec![1000], -0.5, 0.5);
+        let b = random_tensor(7, "w", vec![1000], -0.5, 0.5);
+        let c = random_tensor(7, "v", vec![1000], -0.5, 0.5);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert!(a.data.iter().all(|&x| (-0.5..0.5).contains(&x)));
+        let mean: f32 = a.data.iter().sum::<f32>() / 1000.0;
+        assert!(mean.abs() < 0.05, "mean {mean}");
+    }
+
+    #[test]
+    fn tensor_new_checks_length() {
+        assert!(Tensor::new(vec![2, 3], vec![0.0; 6]).is_ok());
+        assert_eq!(
+            Tensor::new(vec![2, 3], vec![0.0; 5]),
+            Err(ParamError::Length {
+                shape: vec![2, 3],
+                expected: 6,
+                found: 5
+            })
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! Graph rewrites: folding batch-norm into convolutions and fusing element-wise ops into them.
+//!
+//! Both passes are structural: they need no parameter values. Folding declares derived
+//! parameters (`bnfold_weight`, `bnfold_bias`) whose values [`crate::Params::materialize`]
+//! computes, so the rewritten graph prints as a valid IR file that runs with the original
+//! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it.
+
+use crate::graph::{DerivedParam, Graph, NodeData, Op, ParamData, PostOp, Value};
+
+/// What the passes changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassReport {
+    pub folded_batchnorms: usize,
+    pub fused_relus: usize,
+    pub fused_adds: usize,
+}
+
+/// Folds batch-norm into the preceding conv, then fuses relu and residual adds into convs.
+pub fn optimize(graph: &mut Graph) -> PassReport {
+    let folded_batchnorms = fold_batchnorm(graph);
+    let (fused_relus, fused_adds) = fuse_post_ops(graph);
+    PassReport {
+        folded_batchnorms,
+        fused_relus,
+        fused_adds,
+    }
+}
+
+/// The node that is the only reader of `v`, if `v` has exactly one use and is not an output.
+fn sole_user(graph: &Graph, v: Value) -> Option<usize> {
+    if graph.use_counts()[v.index()] != 1 || graph.outputs.iter().any(|(_, o)| *o == v) {
+        return None;
+    }
+    graph
+        .nodes
+        .iter()
+        .position(|n| n.op.value_operands().contains(&v))
+}
+
+/// Replaces node `user` by `conv` (keeping the conv's value), removes the conv's old
+/// position, and redirects every later read of the user's result to the conv's value.
+fn merge_into(graph: &mut Graph, conv_idx: usize, user_idx: usize, conv: NodeData) {
+    let old = graph.nodes[user_idx].result;
+    let new = conv.result;
+    graph.nodes[user_idx] = conv;
+    graph.nodes.remove(conv_idx);
+    for node in &mut graph.nodes {
+        node.op.for_each_value_mut(|v| {
+            if *v == old {
+                *v = new;
+            }
+        });
+    }
+    for (_, v) in &mut graph.outputs {
+        if *v == old {
+            *v = new;
+        }
+    }
+}
+
+fn fresh_param_name(graph: &Graph, base: &str) -> String {
+    let mut name = base.to_string();
+    let mut n = 1;
+    while graph.param_by_name(&name).is_some() {
+        n += 1;
+        name = format!("{base}{n}");
+    }
+    name
+}
+
+/// Folds every `batchnorm` whose input is a post-op-free conv read by nothing else.
+/// Returns how many were folded.
+pub fn fold_batchnorm(graph: &mut Graph) -> usize {
+    let mut folded = 0;
+    'search: loop {
+        for conv_idx in 0..graph.nodes.len() {
+            let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
+                continue;
+            };
+            if !conv.post_ops.is_empty() {
+                continue;
+            }
+            let Some(user_idx) = sole_user(graph, graph.nodes[conv_idx].result) else {
+                continue;
+            };
+            let Op::BatchNorm(bn) = &graph.nodes[user_idx].op else {
+                continue;
+            };
+            let (bn, mut conv) = (bn.clone(), conv.clone());
+            let w = graph.param(conv.weight).clone();
+            let weight_name = fresh_param_name(graph, &format!("{}.bnfold", w.name));
+            let new_weight = graph
+                .add_param(ParamData {
+                    name: weight_name,
+                    shape: w.shape.clone(),
+                    derived: Some(DerivedParam::BnFoldWeight {
+                        weight: conv.weight,
+                        scale: bn.scale,
+                        var: bn.var,
+                        epsilon: bn.epsilon,
+                    }),
+                    loc: None,
+                })
+                .expect("fresh name");
+            let bias_name = fresh_param_name(graph, &format!("{}.bnfold_bias", w.name));
+            let new_bias = graph
+                .add_param(ParamData {
+                    name: bias_name,
+                    shape: vec![w.shape[0]],
+                    derived: Some(DerivedParam::BnFoldBias {
+                        conv_bias: conv.bias,
+                        scale: bn.scale,
+                        bias: bn.bias,
+                        mean: bn.mean,
+                        var: bn.var,
+                        epsilon: bn.epsilon,
+                    }),
+                    loc: None,
+                })
+                .expect("fresh name");
+            conv.weight = new_weight;
+            conv.bias = Some(new_bias);
+            let node = NodeData {
+                op: Op::Conv2d(conv),
+                ..graph.nodes[conv_idx].clone()
+            };
+            merge_into(graph, conv_idx, user_idx, node);
+            folded += 1;
+            continue 'search;
+        }
+        return folded;
+    }
+}
+
+/// Fuses a `relu` or a residual `add` that is the only reader of a conv's output into the
+/// conv's post-ops, repeatedly, so `relu(add(conv(x), r))` becomes one conv with
+/// `post=[add(r), relu]`. Returns how many relus and adds were fused.
+pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
+    let (mut relus, mut adds) = (0, 0);
+    'search: loop {
+        for conv_idx in 0..graph.nodes.len() {
+            let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
+                continue;
+            };
+            let v = graph.nodes[conv_idx].result;
+            let Some(user_idx) = sole_user(graph, v) else {
+                continue;
+            };
+            let post = match graph.nodes[user_idx].op {
+                Op::Relu { .. } => PostOp::Relu,
+                Op::Add { lhs, rhs } if lhs == v && rhs != v => PostOp::Add(rhs),
+                Op::Add { lhs, rhs } if rhs == v && lhs != v => PostOp::Add(lhs),
+                _ => continue,
+            };
+            let mut conv = conv.clone();
+            match post {
+                PostOp::Relu => relus += 1,
+                _ => adds += 1,
+            }
+            conv.post_ops.push(post);
+            let node = NodeData {
+                op: Op::Conv2d(conv),
+                ..graph.nodes[conv_idx].clone()
+            };
+            merge_into(graph, conv_idx, user_idx, node);
+            continue 'search;
+        }
+        return (relus, adds);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Bindings, Params, infer_shapes, parse};
+
+    const BLOCK: &str = "graph block {
+  input %x: f32[1, 4, 5, W]
+  param @c1.weight: f32[4, 4, 3, 3]
+  param @bn.weight: f32[4]
+  param @bn.bias: f32[4]
+  param @bn.running_mean: f32[4]
+  param @bn.running_var: f32[4]
+  %c1 = conv2d(%x, @c1.weight, pads=[1, 1, 1, 1])
+  %bn = batchnorm(%c1, @bn.weight, @bn.bias, @bn.running_mean, @bn.running_var, epsilon=1e-5)
+  %sum = add(%bn, %x)
+  %out = relu(%sum)
+  output y = %out
+}
+";
+
+    #[test]
+    fn folds_and_fuses_a_residual_block() {
+        let mut g = parse(BLOCK).unwrap();
+        let report = optimize(&mut g);
+        assert_eq!(
+            report,
+            PassReport {
+                folded_batchnorms: 1,
+                fused_relus: 1,
+                fused_adds: 1
+            }
+        );
+        assert_eq!(g.node_count(), 1);
+        let text = g.to_string();
+        assert!(
+            text.contains("%c1 = conv2d(%x, @c1.weight.bnfold, bias=@c1.weight.bnfold_bias, pads=[1, 1, 1, 1], post=[add(%x), relu])"),
+            "{text}"
+        );
+        assert!(text.contains("output y = %c1"), "{text}");
+        // The rewritten graph is valid IR and reads back identically.
+        let again = parse(&text).unwrap();
+        assert_eq!(again.to_string(), text);
+        infer_shapes(&again, &Bindings::new()).unwrap();
+    }
+
+    #[test]
+    fn does_not_fuse_a_value_with_two_readers() {
+        let src = BLOCK.replace("output y = %out", "output y = %out\n  output z = %bn");
+        let mut g = parse(&src).unwrap();
+        let report = optimize(&mut g);
+        // %c1 -> %bn is foldable (single use), but %bn is an output and read by the add.
+        assert_eq!(report.folded_batchnorms, 1);
+        assert_eq!(report.fused_adds, 0);
+        assert_eq!(report.fused_relus, 0);
+    }
+
+    #[test]
+    fn folded_parameters_match_batchnorm_arithmetic() {
+        let mut g = parse(BLOCK).unwrap();
+        let params = Params::random(&g, 3);
+        optimize(&mut g);
+        let mut folded = params.clone();
+        folded.materialize(&g).unwrap();
+        let w = &params.get("c1.weight").unwrap().data;
+        let s = &params.get("bn.weight").unwrap().data;
+        let var = &params.get("bn.running_var").unwrap().data;
+        let fw = &folded.get("c1.weight.bnfold").unwrap().data;
+        for o in 0..4 {
+            let k = 1.0 / (var[o] as f64 + 1e-5).sqrt() * s[o] as f64;
+            for i in 0..36 {
+                let idx = o * 36 + i;
+                assert!((fw[idx] as f64 - w[idx] as f64 * k).abs() < 1e-6);
+            }
+        }
+        let b = &params.get("bn.bias").unwrap().data;
+        let m = &params.get("bn.running_mean").unwrap().data;
+        let fb = &folded.get("c1.weight.bnfold_bias").unwrap().data;
+        for o in 0..4 {
+            let expect = -(m[o] as f64) * s[o] as f64 / (var[o] as f64 + 1e-5).sqrt() + b[o] as f64;
+            assert!((fb[o] as f64 - expect).abs() < 1e-6);
+        }
+    }
+}

@@ -1,0 +1,525 @@
+//! Verification and shape inference: ranks, channel counts, attributes, and every value's shape.
+
+use crate::dim::{Bindings, Dim, WindowError};
+use crate::error::{SourceLoc, VerifyError};
+use crate::graph::{DerivedParam, Graph, Op, Pads, PoolKind, PostOp, Value};
+
+/// The largest number of elements any tensor may have: 2^31, so that every byte offset a
+/// kernel forms fits in a signed 32-bit displacement times four and no count overflows.
+pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 31;
+
+/// The inferred shape of every value of a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shapes {
+    shapes: Vec<Option<Vec<Dim>>>,
+}
+
+impl Shapes {
+    /// The shape of `v`, or `None` for a value no live node defines (after a rewrite).
+    pub fn get(&self, v: Value) -> Option<&[Dim]> {
+        self.shapes[v.index()].as_deref()
+    }
+
+    /// The shape of `v` when every dimension is known.
+    pub fn concrete(&self, v: Value) -> Option<Vec<usize>> {
+        self.get(v)?
+            .iter()
+            .map(|d| d.known().map(|n| n as usize))
+            .collect()
+    }
+
+    /// The shape of `v` as text, e.g. `[1, 64, 80, W]`.
+    pub fn describe(&self, v: Value) -> String {
+        match self.get(v) {
+            Some(dims) => describe(dims),
+            None => "[?]".to_string(),
+        }
+    }
+}
+
+fn describe(dims: &[Dim]) -> String {
+    format!(
+        "[{}]",
+        dims.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// The output extent of a convolution along one axis, or `None` when the window does not fit.
+pub fn conv_output_extent(
+    input: usize,
+    pad_begin: usize,
+    pad_end: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+) -> Option<usize> {
+    let extent = dilation * (kernel - 1) + 1;
+    crate::dim::window_extent(
+        input as u64,
+        pad_begin as u64,
+        pad_end as u64,
+        extent as u64,
+        stride as u64,
+        false,
+    )
+    .ok()
+    .map(|n| n as usize)
+}
+
+/// The output extent of a pooling window along one axis, or `None` when it does not fit.
+pub fn pool_output_extent(
+    input: usize,
+    pad_begin: usize,
+    pad_end: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+    ceil: bool,
+) -> Option<usize> {
+    let extent = dilation * (kernel - 1) + 1;
+    crate::dim::window_extent(
+        input as u64,
+        pad_begin as u64,
+        pad_end as u64,
+        extent as u64,
+        stride as u64,
+        ceil,
+    )
+    .ok()
+    .map(|n| n as usize)
+}
+
+struct Ctx<'g> {
+    graph: &'g Graph,
+    subject: String,
+    loc: Option<SourceLoc>,
+}
+
+impl Ctx<'_> {
+    fn fail<T>(&self, message: impl Into<String>) -> Result<T, VerifyError> {
+        Err(VerifyError {
+            loc: self.loc,
+            subject: self.subject.clone(),
+            message: message.into(),
+        })
+    }
+
+    fn positive(&self, what: &str, values: &[usize]) -> Result<(), VerifyError> {
+        if values.contains(&0) {
+            return self.fail(format!("{what} must be at least 1, found {values:?}"));
+        }
+        Ok(())
+    }
+
+    fn rank4<'s>(
+        &self,
+        shapes: &'s [Option<Vec<Dim>>],
+        v: Value,
+        role: &str,
+    ) -> Result<&'s [Dim], VerifyError> {
+        let dims = shapes[v.index()]
+            .as_deref()
+            .expect("operands are defined before use");
+        if dims.len() != 4 {
+            return self.fail(format!(
+                "{role} %{} must have rank 4 (NCHW), found {}",
+                self.graph.value_name(v),
+                describe(dims)
+            ));
+        }
+        Ok(dims)
+    }
+
+    fn channels(&self, dims: &[Dim], v: Value) -> Result<u64, VerifyError> {
+        match dims[1].known() {
+            Some(c) => Ok(c),
+            None => self.fail(format!(
+                "the channel dimension of %{} must be a number, found `{}`",
+                self.graph.value_name(v),
+                dims[1]
+            )),
+        }
+    }
+
+    fn window(
+        &self,
+        axis: &str,
+        input: &Dim,
+        pad_begin: usize,
+        pad_end: usize,
+        kernel: usize,
+        dilation: usize,
+        stride: usize,
+        ceil: bool,
+    ) -> Result<Dim, VerifyError> {
+        let extent = (dilation as u64)
+            .checked_mul(kernel as u64 - 1)
+            .and_then(|e| e.checked_add(1));
+        let Some(extent) = extent else {
+            return self.fail(format!("the {axis} window extent overflows"));
+        };
+        input.window(pad_begin as u64, pad_end as u64, extent, stride as u64, ceil).or_else(|WindowError { padded_input, extent }| {
+            self.fail(format!(
+                "output {axis} would be less than 1: the padded input {axis} is {padded_input} but the window spans {extent}"
+            ))
+        })
+    }
+
+    fn same_shape(&self, a: &[Dim], b: &[Dim], what: &str) -> Result<(), VerifyError> {
+        if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.provably_differs(y)) {
+            return self.fail(format!(
+                "{what}: {} and {} differ",
+                describe(a),
+                describe(b)
+            ));
+        }
+        Ok(())
+    }
+
+    fn param_shape(
+        &self,
+        p: crate::Param,
+        expected: &[usize],
+        role: &str,
+    ) -> Result<(), VerifyError> {
+        let data = self.graph.param(p);
+        if data.shape != expected {
+            return self.fail(format!(
+                "{role} @{} must have shape {expected:?}, found {:?}",
+                data.name, data.shape
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Every window position along an axis must cover at least one input cell, or a pooling
+/// output would reduce over padding only.
+fn check_windows_touch_input(
+    ctx: &Ctx<'_>,
+    axis: &str,
+    input: u64,
+    out: u64,
+    pad_begin: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+) -> Result<(), VerifyError> {
+    for o in 0..out {
+        let start = (o * stride as u64) as i64 - pad_begin as i64;
+        let touches = (0..kernel).any(|k| {
+            let i = start + (k * dilation) as i64;
+            i >= 0 && (i as u64) < input
+        });
+        if !touches {
+            return ctx.fail(format!(
+                "pooling window at output {axis} {o} covers only padding"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn element_count(dims: &[Dim]) -> Option<u64> {
+    dims.iter()
+        .try_fold(1u64, |acc, d| acc.checked_mul(d.known().unwrap_or(1)))
+}
+
+/// Verifies the graph and infers every value's shape, resolving the given symbol bindings.
+///
+/// Symbols left unbound stay symbolic; checks that need their values (extents, residual
+/// shapes) are made again once they are bound. An empty `bindings` still validates ranks,
+/// channel counts and attributes.
+pub fn infer_shapes(graph: &Graph, bindings: &Bindings) -> Result<Shapes, VerifyError> {
+    let mut shapes: Vec<Option<Vec<Dim>>> = vec![None; graph.value_names.len()];
+
+    for (_, param) in graph.params() {
+        let ctx = Ctx {
+            graph,
+            subject: format!("@{}", param.name),
+            loc: param.loc,
+        };
+        let count = param
+            .shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        if count.is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
+            return ctx.fail(format!(
+                "{:?} has more than {MAX_TENSOR_ELEMENTS} elements",
+                param.shape
+            ));
+        }
+        if let Some(d) = &param.derived {
+            let out_channels = param.shape.first().copied().unwrap_or(0);
+            let per_channel = [out_channels];
+            match d {
+                DerivedParam::BnFoldWeight {
+                    weight, scale, var, ..
+                } => {
+                    ctx.param_shape(*weight, &param.shape, "the folded weight")?;
+                    ctx.param_shape(*scale, &per_channel, "the scale")?;
+                    ctx.param_shape(*var, &per_channel, "the variance")?;
+                }
+                DerivedParam::BnFoldBias {
+                    conv_bias,
+                    scale,
+                    bias,
+                    mean,
+                    var,
+                    ..
+                } => {
+                    if param.shape.len() != 1 {
+                        return ctx.fail(format!(
+                            "a folded bias must have rank 1, found {:?}",
+                            param.shape
+                        ));
+                    }
+                    for (p, role) in [
+                        (*scale, "the scale"),
+                        (*bias, "the bias"),
+                        (*mean, "the mean"),
+                        (*var, "the variance"),
+                    ] {
+                        ctx.param_shape(p, &per_channel, role)?;
+                    }
+                    if let Some(b) = conv_bias {
+                        ctx.param_shape(*b, &per_channel, "the conv bias")?;
+                    }
+                }
+            }
+        }
+    }
+
+    for input in &graph.inputs {
+        let ctx = Ctx {
+            graph,
+            subject: format!("%{}", graph.value_name(input.value)),
+            loc: input.loc,
+        };
+        let dims = input
+            .shape
+            .iter()
+            .map(|d| d.resolve(bindings).expect("inputs hold no windows"))
+            .collect::<Vec<_>>();
+        if element_count(&dims).is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
+            return ctx.fail(format!(
+                "{} has more than {MAX_TENSOR_ELEMENTS} elements",
+                describe(&dims)
+            ));
+        }
+        shapes[input.value.index()] = Some(dims);
+    }
+
+    for (_, node) in graph.nodes() {
+        let ctx = Ctx {
+            graph,
+            subject: format!("%{}", graph.value_name(node.result)),
+            loc: node.loc,
+        };
+        let out = infer_node(&ctx, &shapes, &node.op)?;
+        if element_count(&out).is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
+            return ctx.fail(format!(
+                "output {} has more than {MAX_TENSOR_ELEMENTS} elements",
+                describe(&out)
+            ));
+        }
+        shapes[node.result.index()] = Some(out);
+    }
+    Ok(Shapes { shapes })
+}
+
+fn infer_node(
+    ctx: &Ctx<'_>,
+    shapes: &[Option<Vec<Dim>>],
+    op: &Op,
+) -> Result<Vec<Dim>, VerifyError> {
+    let graph = ctx.graph;
+    Ok(match op {
+        Op::Conv2d(c) => {
+            let x = ctx.rank4(shapes, c.input, "the input")?;
+            let channels = ctx.channels(x, c.input)?;
+            let w = graph.param(c.weight);
+            if w.shape.len() != 4 {
+                return ctx.fail(format!(
+                    "the weight @{} must have rank 4 (OIHW), found {:?}",
+                    w.name, w.shape
+                ));
+            }
+            let [o, i, kh, kw] = [w.shape[0], w.shape[1], w.shape[2], w.shape[3]];
+            ctx.positive("groups", &[c.groups])?;
+            ctx.positive("strides", &c.strides)?;
+            ctx.positive("dilations", &c.dilations)?;
+            let g = c.groups as u64;
+            if channels % g != 0 {
+                return ctx.fail(format!(
+                    "groups ({g}) must divide the input channels ({channels})"
+                ));
+            }
+            if o as u64 % g != 0 {
+                return ctx.fail(format!(
+                    "groups ({g}) must divide the output channels ({o}) of @{}",
+                    w.name
+                ));
+            }
+            if i as u64 * g != channels {
+                return ctx.fail(format!(
+                    "channel mismatch: the input has {channels} channels but @{} expects {} ({i} per group x {g} groups)",
+                    w.name,
+                    i as u64 * g
+                ));
+            }
+            if let Some(b) = c.bias {
+                ctx.param_shape(b, &[o], "the bias")?;
+            }
+            let Pads {
+                top,
+                left,
+                bottom,
+                right,
+            } = c.pads;
+            let oh = ctx.window(
+                "height",
+                &x[2],
+                top,
+                bottom,
+                kh,
+                c.dilations[0],
+                c.strides[0],
+                false,
+            )?;
+            let ow = ctx.window(
+                "width",
+                &x[3],
+                left,
+                right,
+                kw,
+                c.dilations[1],
+                c.strides[1],
+                false,
+            )?;
+            let out = vec![x[0].clone(), Dim::Known(o as u64), oh, ow];
+            for post in &c.post_ops {
+                match post {
+                    PostOp::Add(r) => {
+                        let rs = ctx.rank4(shapes, *r, "the residual")?;
+                        ctx.same_shape(
+                            &out,
+                            rs,
+                            &format!(
+                                "the residual %{} must have the output's shape",
+                                graph.value_name(*r)
+                            ),
+                        )?;
+                    }
+                    PostOp::Clip { lo, hi } if lo > hi => {
+                        return ctx.fail(format!("clip needs lo <= hi, found clip({lo:?}, {hi:?})"));
+                    }
+                    _ => {}
+                }
+            }
+            out
+        }
+        Op::Pool2d(p) => {
+            let x = ctx.rank4(shapes, p.input, "the input")?;
+            ctx.channels(x, p.input)?;
+            ctx.positive("kernel", &p.kernel)?;
+            ctx.positive("strides", &p.strides)?;
+            ctx.positive("dilations", &p.dilations)?;
+            if p.kind == PoolKind::Avg && p.dilations != [1, 1] {
+                return ctx.fail("avgpool2d does not support dilations");
+            }
+            let Pads {
+                top,
+                left,
+                bottom,
+                right,
+            } = p.pads;
+            let oh = ctx.window(
+                "height",
+                &x[2],
+                top,
+                bottom,
+                p.kernel[0],
+                p.dilations[0],
+                p.strides[0],
+                p.ceil_mode,
+            )?;
+            let ow = ctx.window(
+                "width",
+                &x[3],
+                left,
+                right,
+                p.kernel[1],
+                p.dilations[1],
+                p.strides[1],
+                p.ceil_mode,
+            )?;
+            if let (Some(h), Some(oh)) = (x[2].known(), oh.known()) {
+                check_windows_touch_input(
+                    ctx,
+                    "row",
+                    h,
+                    oh,
+                    top,
+                    p.kernel[0],
+                    p.strides[0],
+                    p.dilations[0],
+                )?;
+            }
+            if let (Some(w), Some(ow)) = (x[3].known(), ow.known()) {
+                check_windows_touch_input(
+                    ctx,
+                    "column",
+                    w,
+                    ow,
+                    left,
+                    p.kernel[1],
+                    p.strides[1],
+                    p.dilations[1],
+                )?;
+            }
+            vec![x[0].clone(), x[1].clone(), oh, ow]
+        }
+        Op::GlobalPool { input, .. } => {
+            let x = ctx.rank4(shapes, *input, "the input")?;
+            ctx.channels(x, *input)?;
+            vec![x[0].clone(), x[1].clone(), Dim::Known(1), Dim::Known(1)]
+        }
+        Op::Relu { input } => ctx.rank4(shapes, *input, "the input")?.to_vec(),
+        Op::Add { lhs, rhs } => {
+            let a = ctx.rank4(shapes, *lhs, "the left operand")?;
+            let b = ctx.rank4(shapes, *rhs, "the right operand")?;
+            ctx.same_shape(a, b, "add needs operands of one shape")?;
+            a.to_vec()
+        }
+        Op::BatchNorm(b) => {
+            let x = ctx.rank4(shapes, b.input, "the input")?;
+            let c = ctx.channels(x, b.input)? as usize;
+            for (p, role) in [
+                (b.scale, "the scale"),
+                (b.bias, "the bias"),
+                (b.mean, "the mean"),
+                (b.var, "the variance"),
+            ] {
+                ctx.param_shape(p, &[c], role)?;
+            }
+            if !(b.epsilon >= 0.0) {
+                return ctx.fail(format!(
+                    "epsilon must be non-negative, found {:?}",
+                    b.epsilon
+                ));
+            }
+            x.to_vec()
+        }
+    })
+}
+
+impl Graph {
+    /// Verifies the graph without bindings: ranks, channels, attributes.
+    pub fn verify(&self) -> Result<Shapes, VerifyError> {
+        infer_shapes(self, &Bindings::new())
+    }
+}

@@ -1,0 +1,176 @@
+//! The canonical printer: `Display` for [`Graph`], the inverse of [`crate::parse`].
+//!
+//! Attributes equal to their defaults are left out and the rest are printed in one fixed
+//! order, so that printing a parsed graph and parsing it again gives the same text. Floats use
+//! Rust's shortest representation that reads back to the same `f32`.
+
+use std::fmt::{self, Write};
+
+use crate::graph::{DerivedParam, Graph, Op, Pads, PoolKind, PostOp};
+
+fn join<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
+    items.iter().map(f).collect::<Vec<_>>().join(", ")
+}
+
+impl Graph {
+    fn fmt_op(&self, op: &Op) -> String {
+        let v = |v: &crate::Value| format!("%{}", self.value_name(*v));
+        let p = |p: &crate::Param| format!("@{}", self.param(*p).name);
+        let mut args: Vec<String> = Vec::new();
+        let pair = |args: &mut Vec<String>, key: &str, x: [usize; 2], default: [usize; 2]| {
+            if x != default {
+                args.push(format!("{key}=[{}, {}]", x[0], x[1]));
+            }
+        };
+        let pads = |args: &mut Vec<String>, pads: &Pads| {
+            if !pads.is_zero() {
+                args.push(format!(
+                    "pads=[{}, {}, {}, {}]",
+                    pads.top, pads.left, pads.bottom, pads.right
+                ));
+            }
+        };
+        match op {
+            Op::Conv2d(c) => {
+                args.push(v(&c.input));
+                args.push(p(&c.weight));
+                if let Some(b) = &c.bias {
+                    args.push(format!("bias={}", p(b)));
+                }
+                pair(&mut args, "strides", c.strides, [1, 1]);
+                pair(&mut args, "dilations", c.dilations, [1, 1]);
+                pads(&mut args, &c.pads);
+                if c.groups != 1 {
+                    args.push(format!("groups={}", c.groups));
+                }
+                if !c.post_ops.is_empty() {
+                    let posts = join(&c.post_ops, |po| match po {
+                        PostOp::Relu => "relu".to_string(),
+                        PostOp::Add(r) => format!("add({})", v(r)),
+                        PostOp::Clip { lo, hi } => format!("clip({lo:?}, {hi:?})"),
+                    });
+                    args.push(format!("post=[{posts}]"));
+                }
+            }
+            Op::Pool2d(pool) => {
+                args.push(v(&pool.input));
+                args.push(format!("kernel=[{}, {}]", pool.kernel[0], pool.kernel[1]));
+                pair(&mut args, "strides", pool.strides, [1, 1]);
+                pads(&mut args, &pool.pads);
+                pair(&mut args, "dilations", pool.dilations, [1, 1]);
+                if pool.ceil_mode {
+                    args.push("ceil_mode=true".to_string());
+                }
+                if pool.kind == PoolKind::Avg && pool.count_include_pad {
+                    args.push("count_include_pad=true".to_string());
+                }
+            }
+            Op::GlobalPool { input, .. } | Op::Relu { input } => args.push(v(input)),
+            Op::Add { lhs, rhs } => {
+                args.push(v(lhs));
+                args.push(v(rhs));
+            }
+            Op::BatchNorm(b) => {
+                args.extend([v(&b.input), p(&b.scale), p(&b.bias), p(&b.mean), p(&b.var)]);
+                args.push(format!("epsilon={:?}", b.epsilon));
+            }
+        }
+        format!("{}({})", op.kind(), args.join(", "))
+    }
+
+    fn fmt_derived(&self, d: &DerivedParam) -> String {
+        let p = |p: &crate::Param| format!("@{}", self.param(*p).name);
+        match d {
+            DerivedParam::BnFoldWeight {
+                weight,
+                scale,
+                var,
+                epsilon,
+            } => {
+                format!(
+                    "bnfold_weight({}, {}, {}, epsilon={epsilon:?})",
+                    p(weight),
+                    p(scale),
+                    p(var)
+                )
+            }
+            DerivedParam::BnFoldBias {
+                conv_bias,
+                scale,
+                bias,
+                mean,
+                var,
+                epsilon,
+            } => {
+                let mut s = format!(
+                    "bnfold_bias({}, {}, {}, {}, epsilon={epsilon:?}",
+                    p(scale),
+                    p(bias),
+                    p(mean),
+                    p(var)
+                );
+                if let Some(b) = conv_bias {
+                    let _ = write!(s, ", conv_bias={}", p(b));
+                }
+                s.push(')');
+                s
+            }
+        }
+    }
+
+    /// Prints the graph with a trailing comment on each node, e.g. the node's output shape.
+    pub fn display_annotated<'a>(
+        &'a self,
+        note: impl Fn(crate::Node) -> Option<String> + 'a,
+    ) -> impl fmt::Display + 'a {
+        struct Annotated<'a, F>(&'a Graph, F);
+        impl<F: Fn(crate::Node) -> Option<String>> fmt::Display for Annotated<'_, F> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.write(f, &self.1)
+            }
+        }
+        Annotated(self, note)
+    }
+
+    fn write(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        note: &dyn Fn(crate::Node) -> Option<String>,
+    ) -> fmt::Result {
+        writeln!(f, "graph {} {{", self.name)?;
+        for input in &self.inputs {
+            let dims = join(&input.shape, |d| d.to_string());
+            writeln!(f, "  input %{}: f32[{dims}]", self.value_name(input.value))?;
+        }
+        for (_, param) in self.params() {
+            let dims = join(&param.shape, |d| d.to_string());
+            write!(f, "  param @{}: f32[{dims}]", param.name)?;
+            if let Some(d) = &param.derived {
+                write!(f, " = {}", self.fmt_derived(d))?;
+            }
+            writeln!(f)?;
+        }
+        for (id, node) in self.nodes() {
+            write!(
+                f,
+                "  %{} = {}",
+                self.value_name(node.result),
+                self.fmt_op(&node.op)
+            )?;
+            match note(id) {
+                Some(n) => writeln!(f, "  # {n}")?,
+                None => writeln!(f)?,
+            }
+        }
+        for (name, value) in &self.outputs {
+            writeln!(f, "  output {name} = %{}", self.value_name(*value))?;
+        }
+        writeln!(f, "}}")
+    }
+}
+
+impl fmt::Display for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write(f, &|_| None)
+    }
+}
