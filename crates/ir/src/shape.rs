@@ -523,3 +523,46 @@ impl Graph {
         infer_shapes(self, &Bindings::new())
     }
 }
+
+impl Graph {
+    /// Derives symbol bindings from the concrete shapes of the graph's inputs, given by input
+    /// name (without `%`), merged over `explicit` bindings. Fails, naming the input, when an
+    /// input is missing or unknown, has the wrong rank or a wrong fixed dimension, or when a
+    /// symbol would take two values.
+    pub fn bind_inputs(&self, given: &[(&str, &[usize])], explicit: &Bindings) -> Result<Bindings, VerifyError> {
+        let mut bindings = explicit.clone();
+        for (name, _) in given {
+            if !self.inputs.iter().any(|i| self.value_name(i.value) == *name) {
+                return Err(VerifyError { loc: None, subject: format!("%{name}"), message: "the graph has no such input".into() });
+            }
+        }
+        for input in &self.inputs {
+            let name = self.value_name(input.value);
+            let fail = |message: String| Err(VerifyError { loc: input.loc, subject: format!("%{name}"), message });
+            let Some((_, shape)) = given.iter().find(|(n, _)| *n == name) else {
+                return fail(format!("no tensor was given for this input (expected shape {})", describe(&input.shape)));
+            };
+            if shape.len() != input.shape.len() {
+                return fail(format!("the tensor has shape {shape:?} but the input is declared {}", describe(&input.shape)));
+            }
+            for (dim, &n) in input.shape.iter().zip(shape.iter()) {
+                let n = n as u64;
+                match dim {
+                    Dim::Known(k) if *k != n => {
+                        return fail(format!("the tensor has shape {shape:?} but the input is declared {}", describe(&input.shape)));
+                    }
+                    Dim::Sym(s) => match bindings.get(s) {
+                        Some(&b) if b != n => {
+                            return fail(format!("the tensor has shape {shape:?}, binding {s}={n}, but {s}={b} already"));
+                        }
+                        _ => {
+                            bindings.insert(s.clone(), n);
+                        }
+                    },
+                    _ => {}
+                }
+            }
+        }
+        Ok(bindings)
+    }
+}
