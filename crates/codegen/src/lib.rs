@@ -1,1 +1,24 @@
 //! Lowers primitive keys to shape-specialized x86-64 machine code through Cranelift.
+//!
+//! A [`PrimitiveKey`] fixes one op with every shape; [`plan`] derives its tiling and border
+//! runs; the `lower_*` modules emit a Cranelift function from the plan; [`compile`] turns it
+//! into relocation-free machine code. This crate holds no `unsafe` and maps no memory: placing
+//! the code in executable pages and calling it is the runtime's job.
+#![forbid(unsafe_code)]
+
+mod compile;
+mod emit;
+pub mod key;
+mod lower_conv;
+mod lower_pool;
+pub mod plan;
+
+pub use compile::{
+    CodegenError, CodegenOptions, CompiledKernel, Dumps, HostIsa, compile, describe_plan, host_isa,
+    lower,
+};
+pub use key::{
+    BufferSpec, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout, PoolDesc,
+    PostOpDesc, PrimitiveKey,
+};
+pub use plan::{ConvPlan, PoolPlan};

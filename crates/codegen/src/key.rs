@@ -1,0 +1,665 @@
+//! Primitive keys: validated, hashable descriptions of one kernel with every shape fixed.
+//!
+//! A key plays the role of oneDNN's op descriptor: two calls with equal keys can share one
+//! compiled kernel. Keys print as benchdnn-style one-liners (`Display`), which the cache's
+//! verbose lines and `dump` use.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
+
+/// The memory layout of an activation tensor.
+///
+/// `Nchw` is the public layout. `Nchw4c` (oneDNN's `nChw4c`) groups channels by four, the
+/// width of an f32x4 vector: element `(n, c, h, w)` lives at
+/// `(((n * C4 + c / 4) * H + h) * W + w) * 4 + c % 4` where `C4 = ceil(C / 4)`. The lanes of a
+/// last, partial block are padding; kernels write them and read them only against zero weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    Nchw,
+    Nchw4c,
+}
+
+impl Layout {
+    /// The number of f32 elements a buffer of this layout holds for the given shape.
+    pub fn buffer_len(self, [n, c, h, w]: [usize; 4]) -> usize {
+        match self {
+            Layout::Nchw => n * c * h * w,
+            Layout::Nchw4c => n * c.div_ceil(4) * 4 * h * w,
+        }
+    }
+
+    /// The element offset of `(n, c, h, w)`.
+    pub fn offset(
+        self,
+        [_, c_total, h_total, w_total]: [usize; 4],
+        [n, c, h, w]: [usize; 4],
+    ) -> usize {
+        match self {
+            Layout::Nchw => ((n * c_total + c) * h_total + h) * w_total + w,
+            Layout::Nchw4c => {
+                (((n * c_total.div_ceil(4) + c / 4) * h_total + h) * w_total + w) * 4 + c % 4
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Nchw => "nchw",
+            Layout::Nchw4c => "nChw4c",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A post-op of a convolution key. `Add` reads one extra buffer of the output's shape and
+/// layout; the kernel reads the residual buffers in the order of the `Add`s.
+#[derive(Clone, Copy, Debug)]
+pub enum PostOpDesc {
+    Relu,
+    Add,
+    Clip { lo: f32, hi: f32 },
+}
+
+impl PartialEq for PostOpDesc {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (PostOpDesc::Relu, PostOpDesc::Relu) | (PostOpDesc::Add, PostOpDesc::Add) => true,
+            (PostOpDesc::Clip { lo: a, hi: b }, PostOpDesc::Clip { lo: c, hi: d }) => {
+                a.to_bits() == c.to_bits() && b.to_bits() == d.to_bits()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for PostOpDesc {}
+
+impl Hash for PostOpDesc {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        std::mem::discriminant(self).hash(state);
+        if let PostOpDesc::Clip { lo, hi } = self {
+            lo.to_bits().hash(state);
+            hi.to_bits().hash(state);
+        }
+    }
+}
+
+impl fmt::Display for PostOpDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PostOpDesc::Relu => f.write_str("relu"),
+            PostOpDesc::Add => f.write_str("add"),
+            PostOpDesc::Clip { lo, hi } => write!(f, "clip:{lo:?}:{hi:?}"),
+        }
+    }
+}
+
+/// A 2-D convolution with all shapes fixed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvDesc {
+    pub mb: usize,
+    pub ic: usize,
+    pub ih: usize,
+    pub iw: usize,
+    pub oc: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub pads: Pads,
+    pub groups: usize,
+    pub bias: bool,
+    pub post_ops: Vec<PostOpDesc>,
+    pub src_layout: Layout,
+    pub dst_layout: Layout,
+}
+
+impl ConvDesc {
+    /// A dense convolution with unit strides and dilations, no padding, NCHW in and out.
+    pub fn new(
+        mb: usize,
+        ic: usize,
+        [ih, iw]: [usize; 2],
+        oc: usize,
+        [kh, kw]: [usize; 2],
+    ) -> Self {
+        ConvDesc {
+            mb,
+            ic,
+            ih,
+            iw,
+            oc,
+            kh,
+            kw,
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: Pads::default(),
+            groups: 1,
+            bias: false,
+            post_ops: Vec::new(),
+            src_layout: Layout::Nchw,
+            dst_layout: Layout::Nchw,
+        }
+    }
+
+    pub fn oh(&self) -> usize {
+        conv_output_extent(
+            self.ih,
+            self.pads.top,
+            self.pads.bottom,
+            self.kh,
+            self.strides[0],
+            self.dilations[0],
+        )
+        .unwrap_or(0)
+    }
+
+    pub fn ow(&self) -> usize {
+        conv_output_extent(
+            self.iw,
+            self.pads.left,
+            self.pads.right,
+            self.kw,
+            self.strides[1],
+            self.dilations[1],
+        )
+        .unwrap_or(0)
+    }
+
+    pub fn src_shape(&self) -> [usize; 4] {
+        [self.mb, self.ic, self.ih, self.iw]
+    }
+
+    pub fn dst_shape(&self) -> [usize; 4] {
+        [self.mb, self.oc, self.oh(), self.ow()]
+    }
+
+    pub fn weight_shape(&self) -> [usize; 4] {
+        [self.oc, self.ic / self.groups.max(1), self.kh, self.kw]
+    }
+
+    /// Multiply-adds times two: the flop count benchdnn reports.
+    pub fn flops(&self) -> u64 {
+        let [oc, icg, kh, kw] = self.weight_shape();
+        2 * (self.mb * oc * self.oh() * self.ow()) as u64 * (icg * kh * kw) as u64
+    }
+
+    pub fn residuals(&self) -> usize {
+        self.post_ops
+            .iter()
+            .filter(|p| matches!(p, PostOpDesc::Add))
+            .count()
+    }
+}
+
+/// A windowed pooling op with all shapes fixed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolDesc {
+    pub kind: PoolKind,
+    pub mb: usize,
+    pub c: usize,
+    pub ih: usize,
+    pub iw: usize,
+    pub kernel: [usize; 2],
+    pub strides: [usize; 2],
+    pub pads: Pads,
+    pub dilations: [usize; 2],
+    pub ceil_mode: bool,
+    pub count_include_pad: bool,
+    pub src_layout: Layout,
+    pub dst_layout: Layout,
+}
+
+impl PoolDesc {
+    pub fn oh(&self) -> usize {
+        pool_output_extent(
+            self.ih,
+            self.pads.top,
+            self.pads.bottom,
+            self.kernel[0],
+            self.strides[0],
+            self.dilations[0],
+            self.ceil_mode,
+        )
+        .unwrap_or(0)
+    }
+
+    pub fn ow(&self) -> usize {
+        pool_output_extent(
+            self.iw,
+            self.pads.left,
+            self.pads.right,
+            self.kernel[1],
+            self.strides[1],
+            self.dilations[1],
+            self.ceil_mode,
+        )
+        .unwrap_or(0)
+    }
+
+    pub fn src_shape(&self) -> [usize; 4] {
+        [self.mb, self.c, self.ih, self.iw]
+    }
+
+    pub fn dst_shape(&self) -> [usize; 4] {
+        [self.mb, self.c, self.oh(), self.ow()]
+    }
+}
+
+/// A global pooling op: one output per image and channel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GlobalPoolDesc {
+    pub kind: PoolKind,
+    pub mb: usize,
+    pub c: usize,
+    pub ih: usize,
+    pub iw: usize,
+    pub src_layout: Layout,
+    pub dst_layout: Layout,
+}
+
+/// An element-wise op that was not fused into a convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EltwiseKind {
+    Relu,
+    /// Two sources of one shape; the second is the kernel's first extra buffer.
+    Add,
+}
+
+/// An element-wise op over one shape; all operands share `layout`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EltwiseDesc {
+    pub kind: EltwiseKind,
+    pub shape: [usize; 4],
+    pub layout: Layout,
+}
+
+/// Everything that identifies one compiled kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PrimitiveKey {
+    Conv(ConvDesc),
+    Pool(PoolDesc),
+    GlobalPool(GlobalPoolDesc),
+    Eltwise(EltwiseDesc),
+}
+
+/// A key that describes no valid kernel.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid primitive {key}: {reason}")]
+pub struct KeyError {
+    pub key: String,
+    pub reason: String,
+}
+
+/// One buffer a kernel reads or writes: its role, logical shape and layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BufferSpec {
+    pub role: &'static str,
+    pub shape: Vec<usize>,
+    pub layout: Option<Layout>,
+    /// The number of f32 elements the buffer must hold exactly.
+    pub len: usize,
+}
+
+impl PrimitiveKey {
+    /// Checks that the key describes a kernel that can exist, with checked arithmetic on every
+    /// extent, so that code generation may assume in-bounds addressing.
+    pub fn validate(&self) -> Result<(), KeyError> {
+        let fail = |reason: String| {
+            Err(KeyError {
+                key: self.to_string(),
+                reason,
+            })
+        };
+        let check_count = |what: &str, shape: [usize; 4]| -> Result<(), KeyError> {
+            let padded = [shape[0], shape[1].div_ceil(4) * 4, shape[2], shape[3]];
+            let count = padded
+                .iter()
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+            match count {
+                Some(c) if c <= MAX_TENSOR_ELEMENTS => Ok(()),
+                _ => fail(format!(
+                    "the {what} {shape:?} has more than {MAX_TENSOR_ELEMENTS} elements"
+                )),
+            }
+        };
+        let positive = |what: &str, values: &[usize]| -> Result<(), KeyError> {
+            if values.contains(&0) {
+                fail(format!("{what} must be at least 1, found {values:?}"))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            PrimitiveKey::Conv(d) => {
+                positive(
+                    "extents",
+                    &[d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.groups],
+                )?;
+                positive("strides", &d.strides)?;
+                positive("dilations", &d.dilations)?;
+                if d.ic % d.groups != 0 || d.oc % d.groups != 0 {
+                    return fail(format!(
+                        "groups ({}) must divide the input ({}) and output ({}) channels",
+                        d.groups, d.ic, d.oc
+                    ));
+                }
+                let ext =
+                    |k: usize, dil: usize| dil.checked_mul(k - 1).and_then(|e| e.checked_add(1));
+                let (Some(eh), Some(ew)) = (ext(d.kh, d.dilations[0]), ext(d.kw, d.dilations[1]))
+                else {
+                    return fail("the window extent overflows".into());
+                };
+                if d.ih + d.pads.top + d.pads.bottom < eh || d.iw + d.pads.left + d.pads.right < ew
+                {
+                    return fail(
+                        "the output would be empty: the window does not fit in the padded input"
+                            .into(),
+                    );
+                }
+                check_count("input", d.src_shape())?;
+                check_count("output", d.dst_shape())?;
+                check_count("weights", [d.oc.div_ceil(4) * 4, d.ic, d.kh, d.kw])?;
+                for p in &d.post_ops {
+                    if let PostOpDesc::Clip { lo, hi } = p
+                        && !(lo <= hi)
+                    {
+                        return fail(format!("clip needs lo <= hi, found {lo:?} > {hi:?}"));
+                    }
+                }
+            }
+            PrimitiveKey::Pool(d) => {
+                positive("extents", &[d.mb, d.c, d.ih, d.iw])?;
+                positive("kernel", &d.kernel)?;
+                positive("strides", &d.strides)?;
+                positive("dilations", &d.dilations)?;
+                if d.kind == PoolKind::Avg && d.dilations != [1, 1] {
+                    return fail("average pooling does not support dilations".into());
+                }
+                if d.oh() == 0 || d.ow() == 0 {
+                    return fail(
+                        "the output would be empty: the window does not fit in the padded input"
+                            .into(),
+                    );
+                }
+                for (axis, (input, out, pad, k, s, dil)) in [
+                    (
+                        "row",
+                        (
+                            d.ih,
+                            d.oh(),
+                            d.pads.top,
+                            d.kernel[0],
+                            d.strides[0],
+                            d.dilations[0],
+                        ),
+                    ),
+                    (
+                        "column",
+                        (
+                            d.iw,
+                            d.ow(),
+                            d.pads.left,
+                            d.kernel[1],
+                            d.strides[1],
+                            d.dilations[1],
+                        ),
+                    ),
+                ] {
+                    if let Some(o) = (0..out)
+                        .find(|&o| crate::plan::tap_interval(o, input, pad, k, s, dil).is_empty())
+                    {
+                        return fail(format!(
+                            "the window at output {axis} {o} covers only padding"
+                        ));
+                    }
+                }
+                check_count("input", d.src_shape())?;
+                check_count("output", d.dst_shape())?;
+            }
+            PrimitiveKey::GlobalPool(d) => {
+                positive("extents", &[d.mb, d.c, d.ih, d.iw])?;
+                check_count("input", [d.mb, d.c, d.ih, d.iw])?;
+            }
+            PrimitiveKey::Eltwise(d) => {
+                positive("extents", &d.shape)?;
+                check_count("tensor", d.shape)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The buffers the kernel takes, in argument order after the fixed source / weights /
+    /// destination: for a conv its residuals, for an add its second source.
+    pub fn buffers(&self) -> Vec<BufferSpec> {
+        let act = |role: &'static str, shape: [usize; 4], layout: Layout| BufferSpec {
+            role,
+            shape: shape.to_vec(),
+            layout: Some(layout),
+            len: layout.buffer_len(shape),
+        };
+        match self {
+            PrimitiveKey::Conv(d) => {
+                let mut v = vec![act("src", d.src_shape(), d.src_layout)];
+                v.push(BufferSpec {
+                    role: "weights",
+                    shape: d.weight_shape().to_vec(),
+                    layout: None,
+                    len: crate::plan::ConvPlan::new(d).packed_weights_len(),
+                });
+                v.push(act("dst", d.dst_shape(), d.dst_layout));
+                for _ in 0..d.residuals() {
+                    v.push(act("residual", d.dst_shape(), d.dst_layout));
+                }
+                v
+            }
+            PrimitiveKey::Pool(d) => vec![
+                act("src", d.src_shape(), d.src_layout),
+                act("dst", d.dst_shape(), d.dst_layout),
+            ],
+            PrimitiveKey::GlobalPool(d) => {
+                vec![
+                    act("src", [d.mb, d.c, d.ih, d.iw], d.src_layout),
+                    act("dst", [d.mb, d.c, 1, 1], d.dst_layout),
+                ]
+            }
+            PrimitiveKey::Eltwise(d) => {
+                let mut v = vec![act("src", d.shape, d.layout), act("dst", d.shape, d.layout)];
+                if d.kind == EltwiseKind::Add {
+                    v.push(act("src2", d.shape, d.layout));
+                }
+                v
+            }
+        }
+    }
+
+    /// The floating-point operations of one execution (multiply-adds count two).
+    pub fn flops(&self) -> u64 {
+        match self {
+            PrimitiveKey::Conv(d) => d.flops(),
+            PrimitiveKey::Pool(d) => {
+                (d.mb * d.c * d.oh() * d.ow() * d.kernel[0] * d.kernel[1]) as u64
+            }
+            PrimitiveKey::GlobalPool(d) => (d.mb * d.c * d.ih * d.iw) as u64,
+            PrimitiveKey::Eltwise(d) => d.shape.iter().product::<usize>() as u64,
+        }
+    }
+
+    /// The bytes of activations one execution reads and writes (not weights).
+    pub fn activation_bytes(&self) -> u64 {
+        self.buffers()
+            .iter()
+            .filter(|b| b.role != "weights")
+            .map(|b| 4 * b.len as u64)
+            .sum()
+    }
+
+    /// The extent that executions split across threads: output rows.
+    pub fn work_items(&self) -> usize {
+        match self {
+            PrimitiveKey::Conv(d) => d.oh(),
+            PrimitiveKey::Pool(d) => d.oh(),
+            PrimitiveKey::GlobalPool(_) => 1,
+            PrimitiveKey::Eltwise(d) => d.shape[2],
+        }
+    }
+}
+
+impl fmt::Display for PrimitiveKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let layouts =
+            |f: &mut fmt::Formatter<'_>, src: Layout, dst: Layout| write!(f, " {src}>{dst}");
+        match self {
+            PrimitiveKey::Conv(d) => {
+                write!(f, "conv mb{}", d.mb)?;
+                if d.groups != 1 {
+                    write!(f, "g{}", d.groups)?;
+                }
+                write!(f, "ic{}ih{}iw{}oc{}", d.ic, d.ih, d.iw, d.oc)?;
+                // benchdnn writes dilation as the gap between taps (0 = dense) and only the top
+                // and left padding: the bottom and right follow from the output extents.
+                write!(f, "oh{}ow{}", d.oh(), d.ow())?;
+                write!(
+                    f,
+                    "kh{}kw{}sh{}sw{}",
+                    d.kh, d.kw, d.strides[0], d.strides[1]
+                )?;
+                if d.dilations != [1, 1] {
+                    write!(f, "dh{}dw{}", d.dilations[0] - 1, d.dilations[1] - 1)?;
+                }
+                write!(f, "ph{}pw{}", d.pads.top, d.pads.left)?;
+                if d.bias {
+                    f.write_str(" bias")?;
+                }
+                if !d.post_ops.is_empty() {
+                    let posts: Vec<String> = d.post_ops.iter().map(|p| p.to_string()).collect();
+                    write!(f, " post={}", posts.join("+"))?;
+                }
+                layouts(f, d.src_layout, d.dst_layout)
+            }
+            PrimitiveKey::Pool(d) => {
+                let alg = match (d.kind, d.count_include_pad) {
+                    (PoolKind::Max, _) => "max",
+                    (PoolKind::Avg, false) => "avg_np",
+                    (PoolKind::Avg, true) => "avg_p",
+                };
+                write!(f, "pool_{alg} mb{}ic{}ih{}iw{}", d.mb, d.c, d.ih, d.iw)?;
+                write!(
+                    f,
+                    "oh{}ow{}kh{}kw{}sh{}sw{}",
+                    d.oh(),
+                    d.ow(),
+                    d.kernel[0],
+                    d.kernel[1],
+                    d.strides[0],
+                    d.strides[1]
+                )?;
+                if d.dilations != [1, 1] {
+                    write!(f, "dh{}dw{}", d.dilations[0] - 1, d.dilations[1] - 1)?;
+                }
+                write!(f, "ph{}pw{}", d.pads.top, d.pads.left)?;
+                if d.ceil_mode {
+                    f.write_str(" ceil")?;
+                }
+                layouts(f, d.src_layout, d.dst_layout)
+            }
+            PrimitiveKey::GlobalPool(d) => {
+                let alg = if d.kind == PoolKind::Max {
+                    "max"
+                } else {
+                    "avg"
+                };
+                write!(
+                    f,
+                    "global_pool_{alg} mb{}ic{}ih{}iw{}",
+                    d.mb, d.c, d.ih, d.iw
+                )?;
+                layouts(f, d.src_layout, d.dst_layout)
+            }
+            PrimitiveKey::Eltwise(d) => {
+                let kind = if d.kind == EltwiseKind::Relu {
+                    "relu"
+                } else {
+                    "add"
+                };
+                let [n, c, h, w] = d.shape;
+                write!(f, "eltwise_{kind} mb{n}ic{c}ih{h}iw{w} {}", d.layout)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conv_one_liner_is_benchdnn_style() {
+        let mut d = ConvDesc::new(1, 64, [80, 80], 64, [3, 3]);
+        d.pads = Pads {
+            top: 1,
+            left: 1,
+            bottom: 1,
+            right: 1,
+        };
+        let key = PrimitiveKey::Conv(d.clone());
+        assert_eq!(
+            key.to_string(),
+            "conv mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1 nchw>nchw"
+        );
+        d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
+        d.bias = true;
+        d.dilations = [2, 1];
+        d.groups = 2;
+        assert_eq!(
+            PrimitiveKey::Conv(d).to_string(),
+            "conv mb1g2ic64ih80iw80oc64oh78ow80kh3kw3sh1sw1dh1dw0ph1pw1 bias post=add+relu nchw>nchw"
+        );
+    }
+
+    #[test]
+    fn layout_offsets_and_lengths() {
+        let shape = [2, 5, 3, 7];
+        assert_eq!(Layout::Nchw.buffer_len(shape), 2 * 5 * 3 * 7);
+        assert_eq!(Layout::Nchw4c.buffer_len(shape), 2 * 8 * 3 * 7);
+        assert_eq!(
+            Layout::Nchw4c.offset(shape, [1, 5 - 1, 2, 6]),
+            (((2 + 1) * 3 + 2) * 7 + 6) * 4
+        );
+        assert_eq!(
+            Layout::Nchw.offset(shape, [1, 4, 2, 6]),
+            Layout::Nchw.buffer_len(shape) - 1
+        );
+    }
+
+    #[test]
+    fn validation_rejects_impossible_keys() {
+        let mut d = ConvDesc::new(1, 6, [4, 4], 4, [5, 5]);
+        let err = PrimitiveKey::Conv(d.clone()).validate().unwrap_err();
+        assert!(err.reason.contains("does not fit"), "{err}");
+        d.pads = Pads {
+            top: 1,
+            left: 1,
+            bottom: 0,
+            right: 0,
+        };
+        d.groups = 4;
+        let err = PrimitiveKey::Conv(d).validate().unwrap_err();
+        assert!(err.reason.contains("groups (4) must divide"), "{err}");
+        let huge = ConvDesc::new(1 << 20, 1 << 10, [1 << 10, 1], 4, [1, 1]);
+        assert!(
+            PrimitiveKey::Conv(huge)
+                .validate()
+                .unwrap_err()
+                .reason
+                .contains("more than")
+        );
+    }
+}

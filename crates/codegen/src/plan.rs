@@ -1,0 +1,524 @@
+//! Tiling plans: every choice the lowering makes, in one printable struct per op.
+//!
+//! A plan is derived from a key alone. It splits each spatial axis into *runs*: maximal ranges
+//! of output coordinates whose windows cover the same taps (the interior, and each border
+//! position that padding clips differently). Code is emitted once per run, with that run's
+//! taps as constants, so no tap is ever tested at run time.
+
+use std::fmt;
+use std::ops::Range;
+
+use primjit_ir::PoolKind;
+
+use crate::key::{ConvDesc, Layout, PoolDesc};
+
+/// f32 lanes in one vector: Cranelift's x64 backend lowers 128-bit vectors.
+pub const LANES: usize = 4;
+
+/// The taps `k` of a window at output coordinate `o` that land inside the input:
+/// `0 <= o * stride - pad_begin + k * dilation < input`.
+pub fn tap_interval(
+    o: usize,
+    input: usize,
+    pad_begin: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+) -> Range<usize> {
+    let start = (o * stride) as i64 - pad_begin as i64;
+    let d = dilation as i64;
+    let lo = if start >= 0 { 0 } else { (-start + d - 1) / d };
+    let last = input as i64 - 1 - start;
+    let hi = if last < 0 {
+        0
+    } else {
+        (last / d + 1).min(kernel as i64)
+    };
+    let lo = lo.min(kernel as i64) as usize;
+    lo..(hi as usize).max(lo)
+}
+
+/// How pooling counts the cells of a window for its divisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountMode {
+    /// Convolutions and max pooling: no divisor.
+    None,
+    /// Cells inside the input.
+    Valid,
+    /// Cells inside the padded input (`count_include_pad`).
+    Padded,
+}
+
+/// A maximal range of output coordinates along one axis whose windows cover the same taps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AxisRun {
+    pub outputs: Range<usize>,
+    pub taps: Range<usize>,
+    /// This axis's factor of an average pool's divisor (0 when there is none).
+    pub count: usize,
+}
+
+/// The geometry of one spatial axis of a window op.
+#[derive(Clone, Copy, Debug)]
+pub struct Axis {
+    pub input: usize,
+    pub output: usize,
+    pub pad_begin: usize,
+    pub pad_end: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub dilation: usize,
+}
+
+impl Axis {
+    /// Splits the output coordinates into runs with identical taps (and divisor factor).
+    pub fn runs(&self, count: CountMode) -> Vec<AxisRun> {
+        let mut runs: Vec<AxisRun> = Vec::new();
+        for o in 0..self.output {
+            let taps = tap_interval(
+                o,
+                self.input,
+                self.pad_begin,
+                self.kernel,
+                self.stride,
+                self.dilation,
+            );
+            let count = match count {
+                CountMode::None => 0,
+                CountMode::Valid => taps.len(),
+                CountMode::Padded => {
+                    let start = (o * self.stride) as i64 - self.pad_begin as i64;
+                    let end = (self.input + self.pad_end) as i64;
+                    (0..self.kernel as i64)
+                        .filter(|k| {
+                            start + k * self.dilation as i64 >= -(self.pad_begin as i64)
+                                && start + k * (self.dilation as i64) < end
+                        })
+                        .count()
+                }
+            };
+            match runs.last_mut() {
+                Some(r) if r.taps == taps && r.count == count => r.outputs.end = o + 1,
+                _ => runs.push(AxisRun {
+                    outputs: o..o + 1,
+                    taps,
+                    count,
+                }),
+            }
+        }
+        runs
+    }
+}
+
+/// Strides of an activation buffer, in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strides {
+    pub image: usize,
+    /// From one channel to the next within a block of four (1 in `nChw4c`, a plane in NCHW).
+    pub channel: usize,
+    /// From one block of four channels to the next.
+    pub block: usize,
+    pub row: usize,
+    pub pixel: usize,
+}
+
+impl Strides {
+    pub fn new(layout: Layout, [_, c, h, w]: [usize; 4]) -> Self {
+        match layout {
+            Layout::Nchw => Strides {
+                image: c * h * w,
+                channel: h * w,
+                block: 4 * h * w,
+                row: w,
+                pixel: 1,
+            },
+            Layout::Nchw4c => Strides {
+                image: c.div_ceil(4) * 4 * h * w,
+                channel: 1,
+                block: 4 * h * w,
+                row: 4 * w,
+                pixel: 4,
+            },
+        }
+    }
+}
+
+/// The input-channel range one output-channel tile reduces over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IcRange {
+    /// First input channel of tile 0.
+    pub begin: usize,
+    /// Input channels per tile (a multiple of `ic_step`).
+    pub len: usize,
+    /// How far the range moves from one tile to the next.
+    pub step: usize,
+}
+
+/// The tiling plan of a convolution.
+///
+/// Output channels are tiled by `vecs` vectors of four; output pixels of a row by
+/// `pixel_tile`; each (pixel, vector) pair holds one accumulator, `vecs * pixel_tile <= 12` so
+/// that the accumulators, the weight vectors and one broadcast fit in the 16 xmm registers.
+/// The reduction walks the tile's input channels `ic_step` at a time (a block of four in
+/// `nChw4c`) with the kernel rows in an inner loop and the kernel columns unrolled.
+///
+/// Packed weights are `[tile][ic in range][kh][kw][vecs * 4]`, zero for padding lanes, for
+/// input channels outside an output channel's group, and for channels past the input's; the
+/// padded bias (`ceil(oc / 4) * 4` values) follows when the key has one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvPlan {
+    pub desc: ConvDesc,
+    pub vecs: usize,
+    pub oc_tiles: usize,
+    pub pixel_tile: usize,
+    pub ic_step: usize,
+    pub ic: IcRange,
+    pub rows: Vec<AxisRun>,
+    pub cols: Vec<AxisRun>,
+    pub src: Strides,
+    pub dst: Strides,
+}
+
+impl ConvPlan {
+    pub fn new(d: &ConvDesc) -> Self {
+        let oc_blocks = d.oc.div_ceil(LANES);
+        let vecs = if oc_blocks.is_multiple_of(2) { 2 } else { 1 };
+        let tile_oc = vecs * LANES;
+        let oc_tiles = oc_blocks / vecs;
+        let pixel_tile = 12 / vecs;
+        let ic_step = match d.src_layout {
+            Layout::Nchw => 1,
+            Layout::Nchw4c => LANES,
+        };
+        let ic_padded = d.ic.div_ceil(ic_step) * ic_step;
+        let (icg, ocg) = (d.ic / d.groups, d.oc / d.groups);
+        let tile_range = |t: usize| {
+            let first = (t * tile_oc).min(d.oc - 1) / ocg;
+            let last = ((t + 1) * tile_oc).min(d.oc).saturating_sub(1) / ocg;
+            let begin = first * icg / ic_step * ic_step;
+            let end = ((last + 1) * icg).div_ceil(ic_step) * ic_step;
+            (begin, end - begin)
+        };
+        let (b0, len0) = tile_range(0);
+        let step = if oc_tiles > 1 {
+            tile_range(1).0 - b0
+        } else {
+            0
+        };
+        let regular = (0..oc_tiles).all(|t| tile_range(t) == (b0 + t * step, len0));
+        // Irregular groupings reduce over every channel: zero weights make that exact.
+        let ic = if regular {
+            IcRange {
+                begin: b0,
+                len: len0,
+                step,
+            }
+        } else {
+            IcRange {
+                begin: 0,
+                len: ic_padded,
+                step: 0,
+            }
+        };
+        let rows = Axis {
+            input: d.ih,
+            output: d.oh(),
+            pad_begin: d.pads.top,
+            pad_end: d.pads.bottom,
+            kernel: d.kh,
+            stride: d.strides[0],
+            dilation: d.dilations[0],
+        }
+        .runs(CountMode::None);
+        let cols = Axis {
+            input: d.iw,
+            output: d.ow(),
+            pad_begin: d.pads.left,
+            pad_end: d.pads.right,
+            kernel: d.kw,
+            stride: d.strides[1],
+            dilation: d.dilations[1],
+        }
+        .runs(CountMode::None);
+        ConvPlan {
+            desc: d.clone(),
+            vecs,
+            oc_tiles,
+            pixel_tile,
+            ic_step,
+            ic,
+            rows,
+            cols,
+            src: Strides::new(d.src_layout, d.src_shape()),
+            dst: Strides::new(d.dst_layout, d.dst_shape()),
+        }
+    }
+
+    /// Floats per output-channel tile of packed weights.
+    pub fn tile_weights_len(&self) -> usize {
+        self.ic.len * self.desc.kh * self.desc.kw * self.vecs * LANES
+    }
+
+    /// Where the padded bias starts in the packed weights.
+    pub fn bias_offset(&self) -> usize {
+        self.oc_tiles * self.tile_weights_len()
+    }
+
+    pub fn packed_weights_len(&self) -> usize {
+        self.bias_offset()
+            + if self.desc.bias {
+                self.desc.oc.div_ceil(LANES) * LANES
+            } else {
+                0
+            }
+    }
+
+    /// Packs OIHW weights (and the bias) into the kernel's layout.
+    ///
+    /// Panics if `weights` or `bias` have the wrong length; callers check lengths first.
+    pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        let d = &self.desc;
+        let [oc, icg, kh, kw] = d.weight_shape();
+        assert_eq!(
+            weights.len(),
+            oc * icg * kh * kw,
+            "weights must be OIHW {:?}",
+            d.weight_shape()
+        );
+        let ocg = oc / d.groups;
+        let tile_oc = self.vecs * LANES;
+        let mut out = vec![0.0; self.packed_weights_len()];
+        for t in 0..self.oc_tiles {
+            let ic_begin = self.ic.begin + t * self.ic.step;
+            for ic_rel in 0..self.ic.len {
+                let ic = ic_begin + ic_rel;
+                for y in 0..kh {
+                    for x in 0..kw {
+                        for lane in 0..tile_oc {
+                            let o = t * tile_oc + lane;
+                            if o >= oc || ic >= d.ic {
+                                continue;
+                            }
+                            let g = o / ocg;
+                            let Some(i) = ic.checked_sub(g * icg).filter(|&i| i < icg) else {
+                                continue;
+                            };
+                            let dst = t * self.tile_weights_len()
+                                + ((ic_rel * kh + y) * kw + x) * tile_oc
+                                + lane;
+                            out[dst] = weights[((o * icg + i) * kh + y) * kw + x];
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(b) = bias {
+            assert_eq!(b.len(), oc, "bias must have {oc} values");
+            out[self.bias_offset()..self.bias_offset() + oc].copy_from_slice(b);
+        }
+        out
+    }
+}
+
+fn fmt_runs(f: &mut fmt::Formatter<'_>, name: &str, runs: &[AxisRun]) -> fmt::Result {
+    write!(f, "  {name} runs:")?;
+    for r in runs {
+        write!(
+            f,
+            " [{}..{}) taps {}..{}",
+            r.outputs.start, r.outputs.end, r.taps.start, r.taps.end
+        )?;
+        if r.count > 0 {
+            write!(f, " count {}", r.count)?;
+        }
+        write!(f, ";")?;
+    }
+    writeln!(f)
+}
+
+impl fmt::Display for ConvPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "  conv tile: {} pixels x {} oc vectors ({} accumulators), {} oc tiles",
+            self.pixel_tile,
+            self.vecs,
+            self.pixel_tile * self.vecs,
+            self.oc_tiles
+        )?;
+        writeln!(
+            f,
+            "  reduction: {} input channels per tile from {} (+{} per tile), {} per step, kh loop, kw unrolled",
+            self.ic.len, self.ic.begin, self.ic.step, self.ic_step
+        )?;
+        writeln!(
+            f,
+            "  packed weights: {} floats ({} per tile)",
+            self.packed_weights_len(),
+            self.tile_weights_len()
+        )?;
+        fmt_runs(f, "row", &self.rows)?;
+        fmt_runs(f, "column", &self.cols)
+    }
+}
+
+/// The tiling plan of a windowed pooling op: one vector of four channels per pixel, tiles of
+/// `pixel_tile` pixels along a row, taps fully unrolled per run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolPlan {
+    pub desc: PoolDesc,
+    pub pixel_tile: usize,
+    pub rows: Vec<AxisRun>,
+    pub cols: Vec<AxisRun>,
+    pub src: Strides,
+    pub dst: Strides,
+}
+
+impl PoolPlan {
+    pub fn new(d: &PoolDesc) -> Self {
+        let count = match (d.kind, d.count_include_pad) {
+            (PoolKind::Max, _) => CountMode::None,
+            (PoolKind::Avg, false) => CountMode::Valid,
+            (PoolKind::Avg, true) => CountMode::Padded,
+        };
+        let axis = |input, output, pad_begin, pad_end, kernel, stride, dilation| Axis {
+            input,
+            output,
+            pad_begin,
+            pad_end,
+            kernel,
+            stride,
+            dilation,
+        };
+        PoolPlan {
+            desc: d.clone(),
+            pixel_tile: 4,
+            rows: axis(
+                d.ih,
+                d.oh(),
+                d.pads.top,
+                d.pads.bottom,
+                d.kernel[0],
+                d.strides[0],
+                d.dilations[0],
+            )
+            .runs(count),
+            cols: axis(
+                d.iw,
+                d.ow(),
+                d.pads.left,
+                d.pads.right,
+                d.kernel[1],
+                d.strides[1],
+                d.dilations[1],
+            )
+            .runs(count),
+            src: Strides::new(d.src_layout, d.src_shape()),
+            dst: Strides::new(d.dst_layout, d.dst_shape()),
+        }
+    }
+}
+
+impl fmt::Display for PoolPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "  pool tile: {} pixels x 1 channel vector, taps unrolled",
+            self.pixel_tile
+        )?;
+        fmt_runs(f, "row", &self.rows)?;
+        fmt_runs(f, "column", &self.cols)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tap_intervals_clip_at_borders() {
+        // 3 taps, pad 1, stride 1 over 5 inputs.
+        assert_eq!(tap_interval(0, 5, 1, 3, 1, 1), 1..3);
+        assert_eq!(tap_interval(2, 5, 1, 3, 1, 1), 0..3);
+        assert_eq!(tap_interval(4, 5, 1, 3, 1, 1), 0..2);
+        // Dilation 2, pad 2: taps at -2, 0, 2 for o = 0.
+        assert_eq!(tap_interval(0, 3, 2, 3, 1, 2), 1..3);
+        // Kernel larger than the input: only the middle tap lands for a 1-wide input.
+        assert_eq!(tap_interval(0, 1, 2, 5, 1, 1), 2..3);
+        // A window entirely in padding is empty.
+        assert!(tap_interval(0, 1, 3, 2, 1, 1).is_empty());
+    }
+
+    #[test]
+    fn runs_group_the_interior() {
+        let axis = Axis {
+            input: 80,
+            output: 80,
+            pad_begin: 1,
+            pad_end: 1,
+            kernel: 3,
+            stride: 1,
+            dilation: 1,
+        };
+        let runs = axis.runs(CountMode::None);
+        assert_eq!(runs.len(), 3);
+        assert_eq!(
+            runs[1],
+            AxisRun {
+                outputs: 1..79,
+                taps: 0..3,
+                count: 0
+            }
+        );
+        let avg = Axis {
+            input: 5,
+            output: 3,
+            pad_begin: 1,
+            pad_end: 1,
+            kernel: 3,
+            stride: 2,
+            dilation: 1,
+        };
+        let counts: Vec<usize> = avg
+            .runs(CountMode::Padded)
+            .iter()
+            .map(|r| r.count)
+            .collect();
+        assert_eq!(
+            counts,
+            vec![3, 3, 3],
+            "padded cells count; the taps still differ"
+        );
+        let counts: Vec<usize> = avg.runs(CountMode::Valid).iter().map(|r| r.count).collect();
+        assert_eq!(counts, vec![2, 3, 2]);
+    }
+
+    #[test]
+    fn depthwise_tiles_reduce_over_their_own_channels() {
+        let mut d = ConvDesc::new(1, 16, [5, 5], 16, [3, 3]);
+        d.groups = 16;
+        d.src_layout = Layout::Nchw4c;
+        let plan = ConvPlan::new(&d);
+        assert_eq!(
+            plan.ic,
+            IcRange {
+                begin: 0,
+                len: 8,
+                step: 8
+            }
+        );
+        // Tiles of 8 output channels over groups of 3 straddle groups irregularly: the
+        // reduction falls back to every channel.
+        let mut d = ConvDesc::new(1, 16, [5, 5], 24, [1, 1]);
+        d.groups = 8;
+        let plan = ConvPlan::new(&d);
+        assert_eq!(
+            plan.ic,
+            IcRange {
+                begin: 0,
+                len: 16,
+                step: 0
+            }
+        );
+    }
+}

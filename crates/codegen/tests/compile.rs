@@ -1,0 +1,114 @@
+//! Every kind of key compiles with the verifier on, to relocation-free code.
+
+use primjit_codegen::{
+    CodegenOptions, ConvDesc, Dumps, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc,
+    PostOpDesc, PrimitiveKey, compile,
+};
+use primjit_ir::{Pads, PoolKind};
+
+fn verified() -> CodegenOptions {
+    CodegenOptions { verify: true }
+}
+
+fn keys() -> Vec<PrimitiveKey> {
+    let mut conv = ConvDesc::new(1, 64, [20, 21], 64, [3, 3]);
+    conv.pads = Pads {
+        top: 1,
+        left: 1,
+        bottom: 1,
+        right: 1,
+    };
+    conv.bias = true;
+    conv.post_ops = vec![
+        PostOpDesc::Add,
+        PostOpDesc::Relu,
+        PostOpDesc::Clip { lo: -1.0, hi: 6.0 },
+    ];
+    conv.src_layout = Layout::Nchw4c;
+    conv.dst_layout = Layout::Nchw4c;
+    let mut nchw = ConvDesc::new(2, 3, [9, 7], 5, [7, 7]);
+    nchw.strides = [2, 2];
+    nchw.dilations = [1, 2];
+    nchw.pads = Pads {
+        top: 3,
+        left: 3,
+        bottom: 2,
+        right: 4,
+    };
+    let mut grouped = ConvDesc::new(1, 16, [5, 5], 24, [1, 1]);
+    grouped.groups = 8;
+    let pool = PoolDesc {
+        kind: PoolKind::Avg,
+        mb: 1,
+        c: 6,
+        ih: 7,
+        iw: 9,
+        kernel: [3, 3],
+        strides: [2, 2],
+        pads: Pads {
+            top: 1,
+            left: 1,
+            bottom: 1,
+            right: 1,
+        },
+        dilations: [1, 1],
+        ceil_mode: true,
+        count_include_pad: true,
+        src_layout: Layout::Nchw,
+        dst_layout: Layout::Nchw4c,
+    };
+    vec![
+        PrimitiveKey::Conv(conv),
+        PrimitiveKey::Conv(nchw),
+        PrimitiveKey::Conv(grouped),
+        PrimitiveKey::Pool(pool.clone()),
+        PrimitiveKey::Pool(PoolDesc {
+            kind: PoolKind::Max,
+            ..pool
+        }),
+        PrimitiveKey::GlobalPool(GlobalPoolDesc {
+            kind: PoolKind::Avg,
+            mb: 1,
+            c: 5,
+            ih: 3,
+            iw: 3,
+            src_layout: Layout::Nchw,
+            dst_layout: Layout::Nchw,
+        }),
+        PrimitiveKey::Eltwise(EltwiseDesc {
+            kind: EltwiseKind::Add,
+            shape: [1, 3, 5, 7],
+            layout: Layout::Nchw,
+        }),
+        PrimitiveKey::Eltwise(EltwiseDesc {
+            kind: EltwiseKind::Relu,
+            shape: [1, 3, 5, 7],
+            layout: Layout::Nchw4c,
+        }),
+    ]
+}
+
+#[test]
+fn every_kind_of_key_compiles_with_the_verifier() {
+    for key in keys() {
+        let k = compile(
+            &key,
+            verified(),
+            Dumps {
+                clif: true,
+                disasm: true,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert!(!k.code.is_empty(), "{key}");
+        assert!(k.clif.as_deref().unwrap().contains("function"), "{key}");
+        assert!(k.disasm.as_deref().unwrap().contains("ret"), "{key}");
+    }
+}
+
+#[test]
+fn invalid_keys_are_errors_not_panics() {
+    let bad = PrimitiveKey::Conv(ConvDesc::new(1, 3, [2, 2], 4, [3, 3]));
+    let err = compile(&bad, verified(), Dumps::default()).unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+}
