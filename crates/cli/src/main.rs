@@ -1,1 +1,63 @@
-fn main() {}
+//! The `primjit` command-line tool: check, dump and run IR graphs.
+//!
+//! Each verb lives in its own module with its clap arguments and a `run` function; errors
+//! propagate as `anyhow::Error` to [`main`], which prints them and exits with status 1 (clap's
+//! own usage errors exit with status 2).
+#![forbid(unsafe_code)]
+
+mod check;
+mod dump;
+mod executor;
+mod io;
+mod run;
+mod source;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "primjit", version, about = "A JIT compiler for CNN primitives")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Parse and verify an IR file and print every node's output shape
+    Check(check::Args),
+    /// Print a graph at a stage of compilation
+    Dump(dump::Args),
+    /// Run a graph on inputs from .npy files and write its outputs as .npy files
+    Run(run::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Check(args) => check::run(args),
+        Command::Dump(args) => dump::run(args),
+        Command::Run(args) => run::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`primjit dump ... | head`): not an error.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            match e.downcast_ref::<source::Diagnostic>() {
+                Some(diagnostic) => eprintln!("{diagnostic}"),
+                None => eprintln!("error: {e:#}"),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

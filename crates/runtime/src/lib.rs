@@ -1,1 +1,17 @@
-//! Primitives that own their executable pages, the primitive cache, and the graph executor.
+//! Primitives that own their executable pages, the byte-budgeted primitive cache, the engine,
+//! and the graph executor.
+//!
+//! All `unsafe` code of primjit lives in [`exec`]: mapping pages, flipping them to
+//! read+execute, and calling kernels.
+
+mod cache;
+mod engine;
+mod error;
+pub mod exec;
+pub mod layout;
+mod primitive;
+
+pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
+pub use engine::{Engine, EngineConfig};
+pub use error::{ConfigError, ExecError, RuntimeError};
+pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};

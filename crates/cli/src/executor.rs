@@ -1,0 +1,37 @@
+//! Executors: the engines that run an optimized graph with materialized parameters.
+//!
+//! `run` picks one from its flags; a new engine is a new variant here and a flag there.
+
+use anyhow::{Result, anyhow};
+use primjit_ir::{Graph, Params, Tensor};
+
+/// Which engine runs a graph.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Executor {
+    /// The reference interpreter: slow, straightforward loops; the oracle.
+    #[default]
+    Reference,
+}
+
+impl Executor {
+    /// The engine's name, as messages refer to it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Executor::Reference => "reference interpreter",
+        }
+    }
+
+    /// Runs `graph` (its parameters materialized in `params`) on `inputs`, named without `%`,
+    /// and returns every output by name.
+    pub fn run(
+        self,
+        graph: &Graph,
+        params: &Params,
+        inputs: &[(&str, &Tensor)],
+    ) -> Result<Vec<(String, Tensor)>> {
+        match self {
+            Executor::Reference => primjit_reference::run_graph(graph, params, inputs)
+                .map_err(|e| anyhow!("{}: {e}", self.name())),
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Tensor files: .npy inputs and outputs (f32, C order) and .safetensors parameters (F32).
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use npyz::WriterBuilder;
+use primjit_ir::{Graph, Params, Tensor};
+use safetensors::{Dtype, SafeTensors};
+
+/// Reads a .npy file holding f32 values in C order.
+pub fn read_npy(path: &Path) -> Result<Tensor> {
+    let file = File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let npy = npyz::NpyFile::new(BufReader::new(file))
+        .with_context(|| format!("`{}` is not a .npy file", path.display()))?;
+    if npy.order() != npyz::Order::C {
+        bail!(
+            "`{}` is in Fortran order; only C order is supported",
+            path.display()
+        );
+    }
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    match npy.dtype() {
+        npyz::DType::Plain(t) if t.type_char() == npyz::TypeChar::Float && t.size_field() == 4 => {}
+        npyz::DType::Plain(t) => bail!(
+            "`{}` holds values of dtype {t}; only f32 is supported",
+            path.display()
+        ),
+        other => bail!(
+            "`{}` holds values of dtype {}; only f32 is supported",
+            path.display(),
+            other.descr()
+        ),
+    }
+    let data = npy
+        .into_vec::<f32>()
+        .with_context(|| format!("cannot read the data of `{}`", path.display()))?;
+    Tensor::new(shape, data).with_context(|| format!("`{}` is truncated", path.display()))
+}
+
+/// Writes a tensor as a .npy file of f32 values in C order.
+pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<()> {
+    let context = || format!("cannot write `{}`", path.display());
+    let file = File::create(path).with_context(context)?;
+    let shape: Vec<u64> = tensor.shape.iter().map(|&d| d as u64).collect();
+    let mut out = BufWriter::new(file);
+    let mut writer = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&shape)
+        .writer(&mut out)
+        .begin_nd()
+        .with_context(context)?;
+    writer
+        .extend(tensor.data.iter().copied())
+        .with_context(context)?;
+    writer.finish().with_context(context)?;
+    out.flush().with_context(context)?;
+    Ok(())
+}
+
+/// Reads the values of `graph`'s declared (non-derived) parameters from a safetensors file.
+///
+/// Tensors are named as the parameters without the `@`; the file may hold others (a full
+/// model's state dict for a graph of part of it), which are ignored, whatever their dtype.
+pub fn read_safetensors_params(path: &Path, graph: &Graph) -> Result<Params> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let file = SafeTensors::deserialize(&bytes)
+        .with_context(|| format!("`{}` is not a safetensors file", path.display()))?;
+    let mut params = Params::new();
+    for (_, param) in graph.params() {
+        if param.derived.is_some() {
+            continue;
+        }
+        let name = &param.name;
+        let Ok(view) = file.tensor(name) else {
+            bail!(
+                "parameter @{name} is missing from `{}` (expected shape {:?})",
+                path.display(),
+                param.shape
+            );
+        };
+        if view.dtype() != Dtype::F32 {
+            bail!(
+                "parameter @{name} in `{}` has dtype {:?}; only F32 is supported",
+                path.display(),
+                view.dtype()
+            );
+        }
+        if view.shape() != param.shape.as_slice() {
+            bail!(
+                "parameter @{name} has shape {:?} in `{}` but the graph declares {:?}",
+                view.shape(),
+                path.display(),
+                param.shape
+            );
+        }
+        let data = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let tensor = Tensor::new(view.shape().to_vec(), data)
+            .with_context(|| format!("parameter @{name} in `{}`", path.display()))?;
+        params.insert(name.clone(), tensor);
+    }
+    Ok(params)
+}

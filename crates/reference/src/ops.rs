@@ -1,0 +1,354 @@
+//! The ops, one plain loop nest each: sums in f64, one rounding to f32 per output element.
+//!
+//! See the crate documentation for their preconditions and rounding.
+
+use primjit_ir::{Conv2d, Pads, Pool2d, PoolKind, Tensor, conv_output_extent, pool_output_extent};
+
+/// An element-wise operation applied to a convolution's output, in f64, before rounding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Post<'a> {
+    Relu,
+    /// Adds a tensor of the output's shape (a residual connection).
+    Add(&'a Tensor),
+    /// Clamps to `[lo, hi]`.
+    Clip {
+        lo: f32,
+        hi: f32,
+    },
+}
+
+/// The attributes of [`conv2d`], as in [`primjit_ir::Conv2d`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvAttrs {
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub pads: Pads,
+    pub groups: usize,
+}
+
+impl Default for ConvAttrs {
+    /// The ONNX defaults: stride 1, dilation 1, no padding, one group.
+    fn default() -> Self {
+        ConvAttrs {
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: Pads::default(),
+            groups: 1,
+        }
+    }
+}
+
+impl From<&Conv2d> for ConvAttrs {
+    fn from(c: &Conv2d) -> Self {
+        ConvAttrs {
+            strides: c.strides,
+            dilations: c.dilations,
+            pads: c.pads,
+            groups: c.groups,
+        }
+    }
+}
+
+/// The attributes of [`pool2d`], as in [`primjit_ir::Pool2d`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolAttrs {
+    pub kind: PoolKind,
+    pub kernel: [usize; 2],
+    pub strides: [usize; 2],
+    pub pads: Pads,
+    pub dilations: [usize; 2],
+    pub ceil_mode: bool,
+    pub count_include_pad: bool,
+}
+
+impl From<&Pool2d> for PoolAttrs {
+    fn from(p: &Pool2d) -> Self {
+        PoolAttrs {
+            kind: p.kind,
+            kernel: p.kernel,
+            strides: p.strides,
+            pads: p.pads,
+            dilations: p.dilations,
+            ceil_mode: p.ceil_mode,
+            count_include_pad: p.count_include_pad,
+        }
+    }
+}
+
+/// The `[N, C, H, W]` of a rank-4 tensor.
+fn dims4(t: &Tensor) -> [usize; 4] {
+    assert_eq!(
+        t.shape.len(),
+        4,
+        "expected an NCHW tensor, found shape {:?}",
+        t.shape
+    );
+    debug_assert_eq!(t.data.len(), t.shape.iter().product::<usize>());
+    [t.shape[0], t.shape[1], t.shape[2], t.shape[3]]
+}
+
+/// The input coordinate of tap `k` of the window at output position `o`, if it lies in
+/// `0..len`; padding is what lies outside.
+fn tap(
+    o: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad_begin: usize,
+    len: usize,
+) -> Option<usize> {
+    (o * stride + k * dilation)
+        .checked_sub(pad_begin)
+        .filter(|&i| i < len)
+}
+
+/// A 2-D convolution with ONNX `Conv` semantics, followed by `post_ops` in order.
+///
+/// `x` is `[N, C, H, W]`, `weight` `[O, C / groups, KH, KW]`, `bias` `[O]`, and every
+/// [`Post::Add`] tensor has the output's shape `[N, O, OH, OW]`, where
+/// `OH = floor((H + top + bottom - dilation * (KH - 1) - 1) / stride) + 1` and likewise `OW`.
+///
+/// # Panics
+///
+/// On shapes the IR rejects (see the crate documentation).
+pub fn conv2d(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    attrs: &ConvAttrs,
+    post_ops: &[Post<'_>],
+) -> Tensor {
+    let [n, c, h, w] = dims4(x);
+    let [o, cpg, kh, kw] = dims4(weight);
+    let ConvAttrs {
+        strides: [sh, sw],
+        dilations: [dh, dw],
+        pads,
+        groups,
+    } = *attrs;
+    assert!(
+        groups >= 1 && c == cpg * groups && o % groups == 0,
+        "bad channels or groups"
+    );
+    let oh =
+        conv_output_extent(h, pads.top, pads.bottom, kh, sh, dh).expect("window fits the height");
+    let ow =
+        conv_output_extent(w, pads.left, pads.right, kw, sw, dw).expect("window fits the width");
+    let out_shape = vec![n, o, oh, ow];
+    if let Some(b) = bias {
+        debug_assert_eq!(b.shape, [o]);
+    }
+    for post in post_ops {
+        if let Post::Add(r) = post {
+            assert_eq!(
+                r.shape, out_shape,
+                "a residual must have the output's shape"
+            );
+        }
+    }
+    let opg = o / groups;
+
+    let mut out = Vec::with_capacity(n * o * oh * ow);
+    for b in 0..n {
+        for oc in 0..o {
+            let group = oc / opg;
+            for y in 0..oh {
+                for x_ in 0..ow {
+                    let mut acc = bias.map_or(0.0, |t| t.data[oc] as f64);
+                    for icg in 0..cpg {
+                        let ic = group * cpg + icg;
+                        for ky in 0..kh {
+                            let Some(iy) = tap(y, ky, sh, dh, pads.top, h) else {
+                                continue;
+                            };
+                            for kx in 0..kw {
+                                let Some(ix) = tap(x_, kx, sw, dw, pads.left, w) else {
+                                    continue;
+                                };
+                                let xv = x.data[((b * c + ic) * h + iy) * w + ix] as f64;
+                                let wv = weight.data[((oc * cpg + icg) * kh + ky) * kw + kx] as f64;
+                                acc += xv * wv;
+                            }
+                        }
+                    }
+                    let idx = out.len();
+                    for post in post_ops {
+                        acc = match *post {
+                            Post::Relu => relu64(acc),
+                            Post::Add(r) => acc + r.data[idx] as f64,
+                            Post::Clip { lo, hi } => acc.clamp(lo as f64, hi as f64),
+                        };
+                    }
+                    out.push(acc as f32);
+                }
+            }
+        }
+    }
+    Tensor {
+        shape: out_shape,
+        data: out,
+    }
+}
+
+/// The larger of `m` and `v`, NaN if either is.
+fn max_nan(m: f64, v: f64) -> f64 {
+    if v > m || v.is_nan() { v } else { m }
+}
+
+/// `max(v, 0)`, keeping NaN.
+fn relu64(v: f64) -> f64 {
+    if v < 0.0 { 0.0 } else { v }
+}
+
+/// A windowed max or average pool with ONNX `MaxPool` / `AveragePool` semantics.
+///
+/// Output extents are [`primjit_ir::pool_output_extent`]'s: with `ceil_mode` the ceiling,
+/// less a last window that would start in the end padding. Max pooling takes the maximum over
+/// the taps inside the input (padding never wins). Average pooling sums the taps inside the
+/// input and divides by their number, or with `count_include_pad` by the number of taps inside
+/// the padded input `[-pad_begin, len + pad_end)` on both axes, so that taps a ceil-mode window
+/// hangs past the end padding are never counted (PyTorch's rule).
+///
+/// # Panics
+///
+/// On shapes or attributes the IR rejects, in particular a window that covers only padding.
+pub fn pool2d(x: &Tensor, attrs: &PoolAttrs) -> Tensor {
+    let [n, c, h, w] = dims4(x);
+    let PoolAttrs {
+        kind,
+        kernel: [kh, kw],
+        strides: [sh, sw],
+        pads,
+        dilations: [dh, dw],
+        ceil_mode,
+        count_include_pad,
+    } = *attrs;
+    let oh = pool_output_extent(h, pads.top, pads.bottom, kh, sh, dh, ceil_mode)
+        .expect("window fits the height");
+    let ow = pool_output_extent(w, pads.left, pads.right, kw, sw, dw, ceil_mode)
+        .expect("window fits the width");
+    // In padded coordinates (where the window at `o` starts at `o * stride`), the padded
+    // input ends at `h_padded` and `w_padded`.
+    let (h_padded, w_padded) = (pads.top + h + pads.bottom, pads.left + w + pads.right);
+
+    let mut out = Vec::with_capacity(n * c * oh * ow);
+    for p in 0..n * c {
+        let plane = &x.data[p * h * w..(p + 1) * h * w];
+        for y in 0..oh {
+            for x_ in 0..ow {
+                let (mut max, mut sum, mut valid, mut padded) =
+                    (f64::NEG_INFINITY, 0.0, 0usize, 0usize);
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        if y * sh + ky * dh < h_padded && x_ * sw + kx * dw < w_padded {
+                            padded += 1;
+                        }
+                        let (Some(iy), Some(ix)) = (
+                            tap(y, ky, sh, dh, pads.top, h),
+                            tap(x_, kx, sw, dw, pads.left, w),
+                        ) else {
+                            continue;
+                        };
+                        let v = plane[iy * w + ix] as f64;
+                        max = max_nan(max, v);
+                        sum += v;
+                        valid += 1;
+                    }
+                }
+                assert!(valid > 0, "a pooling window covers only padding");
+                out.push(match kind {
+                    PoolKind::Max => max as f32,
+                    PoolKind::Avg if count_include_pad => (sum / padded as f64) as f32,
+                    PoolKind::Avg => (sum / valid as f64) as f32,
+                });
+            }
+        }
+    }
+    Tensor {
+        shape: vec![n, c, oh, ow],
+        data: out,
+    }
+}
+
+/// The max or mean of each `[H, W]` plane: `[N, C, H, W]` to `[N, C, 1, 1]`.
+///
+/// # Panics
+///
+/// When `H` or `W` is 0.
+pub fn global_pool(x: &Tensor, kind: PoolKind) -> Tensor {
+    let [n, c, h, w] = dims4(x);
+    assert!(h * w > 0, "global pooling over an empty plane");
+    let data = x
+        .data
+        .chunks_exact(h * w)
+        .map(|plane| match kind {
+            PoolKind::Max => plane
+                .iter()
+                .fold(f64::NEG_INFINITY, |m, &v| max_nan(m, v as f64))
+                as f32,
+            PoolKind::Avg => {
+                (plane.iter().map(|&v| v as f64).sum::<f64>() / plane.len() as f64) as f32
+            }
+        })
+        .collect();
+    Tensor {
+        shape: vec![n, c, 1, 1],
+        data,
+    }
+}
+
+/// `max(x, 0)` element-wise (NaN stays NaN).
+pub fn relu(x: &Tensor) -> Tensor {
+    Tensor {
+        shape: x.shape.clone(),
+        data: x.data.iter().map(|&v| relu64(v as f64) as f32).collect(),
+    }
+}
+
+/// The element-wise sum of two tensors of one shape.
+pub fn add(a: &Tensor, b: &Tensor) -> Tensor {
+    assert_eq!(a.shape, b.shape, "add needs operands of one shape");
+    Tensor {
+        shape: a.shape.clone(),
+        data: a
+            .data
+            .iter()
+            .zip(&b.data)
+            .map(|(&x, &y)| (x as f64 + y as f64) as f32)
+            .collect(),
+    }
+}
+
+/// Inference batch normalization of `[N, C, H, W]` with per-channel `[C]` parameters:
+/// `(x - mean) / sqrt(var + epsilon) * scale + bias`.
+pub fn batchnorm(
+    x: &Tensor,
+    scale: &Tensor,
+    bias: &Tensor,
+    mean: &Tensor,
+    var: &Tensor,
+    epsilon: f32,
+) -> Tensor {
+    let [_, c, h, w] = dims4(x);
+    for p in [scale, bias, mean, var] {
+        assert_eq!(p.shape, [c], "batch-norm parameters must have shape [C]");
+    }
+    let data = x
+        .data
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let ch = i / (h * w) % c;
+            let inv_std = 1.0 / (var.data[ch] as f64 + epsilon as f64).sqrt();
+            ((v as f64 - mean.data[ch] as f64) * inv_std * scale.data[ch] as f64
+                + bias.data[ch] as f64) as f32
+        })
+        .collect();
+    Tensor {
+        shape: x.shape.clone(),
+        data,
+    }
+}
+
+#[cfg(test)]
+mod tests;

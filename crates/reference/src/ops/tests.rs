@@ -1,0 +1,332 @@
+//! Hand-computed cases for every op, and properties that tie the loops to each other.
+
+use primjit_ir::{Pads, PoolKind, Tensor};
+use proptest::prelude::*;
+
+use super::*;
+
+fn t(shape: &[usize], data: &[f32]) -> Tensor {
+    Tensor::new(shape.to_vec(), data.to_vec()).unwrap()
+}
+
+/// `1, 2, 3, ...` in row-major order.
+fn seq(shape: &[usize]) -> Tensor {
+    let n = shape.iter().product::<usize>();
+    t(shape, &(1..=n).map(|v| v as f32).collect::<Vec<_>>())
+}
+
+fn pads(top: usize, left: usize, bottom: usize, right: usize) -> Pads {
+    Pads {
+        top,
+        left,
+        bottom,
+        right,
+    }
+}
+
+fn conv(x: &Tensor, w: &Tensor, attrs: ConvAttrs) -> Tensor {
+    conv2d(x, w, None, &attrs, &[])
+}
+
+#[test]
+fn conv_asymmetric_padding_and_bias() {
+    // x = [[1 2 3] [4 5 6] [7 8 9]], w = [[1 2] [3 4]], one row of padding on top and one
+    // column on the right: row 0 of the output sees only the kernel's bottom row.
+    let (x, w) = (seq(&[1, 1, 3, 3]), seq(&[1, 1, 2, 2]));
+    let attrs = ConvAttrs {
+        pads: pads(1, 0, 0, 1),
+        ..ConvAttrs::default()
+    };
+    let y = conv(&x, &w, attrs);
+    assert_eq!(y.shape, [1, 1, 3, 3]);
+    assert_eq!(y.data, [11., 18., 9., 37., 47., 21., 67., 77., 33.]);
+    let y = conv2d(&x, &w, Some(&t(&[1], &[0.5])), &attrs, &[]);
+    assert_eq!(
+        y.data,
+        [11.5, 18.5, 9.5, 37.5, 47.5, 21.5, 67.5, 77.5, 33.5]
+    );
+}
+
+#[test]
+fn conv_dilation_2_stride_2() {
+    // Taps at (0, 0), (0, 2), (2, 0), (2, 2), weighted 1, 10, 100, 1000, so each decimal
+    // digit group of the result names one input cell: x[r][c] = 5r + c + 1.
+    let x = seq(&[1, 1, 5, 5]);
+    let w = t(&[1, 1, 2, 2], &[1., 10., 100., 1000.]);
+    let attrs = ConvAttrs {
+        strides: [2, 2],
+        dilations: [2, 2],
+        ..ConvAttrs::default()
+    };
+    let y = conv(&x, &w, attrs);
+    assert_eq!(y.shape, [1, 1, 2, 2]);
+    assert_eq!(y.data, [14131., 16353., 25241., 27463.]);
+}
+
+#[test]
+fn conv_stride_2_with_padding() {
+    // A 3x3 box filter, stride 2, padding 1 on a 4x4 input: windows start at -1 and 1.
+    let y = conv(
+        &seq(&[1, 1, 4, 4]),
+        &t(&[1, 1, 3, 3], &[1.; 9]),
+        ConvAttrs {
+            strides: [2, 2],
+            pads: pads(1, 1, 1, 1),
+            ..ConvAttrs::default()
+        },
+    );
+    assert_eq!(y.shape, [1, 1, 2, 2]);
+    assert_eq!(y.data, [14., 30., 57., 99.]);
+}
+
+#[test]
+fn conv_two_groups_two_batches() {
+    // 4 input channels, 4 outputs in 2 groups: outputs 0 and 1 read channels 0 and 1,
+    // outputs 2 and 3 read channels 2 and 3.
+    let x = seq(&[2, 4, 1, 1]);
+    let w = t(&[4, 2, 1, 1], &[1., 10., 2., 20., 100., 1000., 3., 30.]);
+    let y = conv(
+        &x,
+        &w,
+        ConvAttrs {
+            groups: 2,
+            ..ConvAttrs::default()
+        },
+    );
+    assert_eq!(y.shape, [2, 4, 1, 1]);
+    assert_eq!(y.data, [21., 42., 4300., 129., 65., 130., 8700., 261.]);
+}
+
+#[test]
+fn conv_depthwise() {
+    // Channel 0 (1..9) through a 2x2 box, channel 1 (10..18) through [[1 0] [0 -1]].
+    let x = seq(&[1, 2, 3, 3]);
+    let w = t(&[2, 1, 2, 2], &[1., 1., 1., 1., 1., 0., 0., -1.]);
+    let y = conv(
+        &x,
+        &w,
+        ConvAttrs {
+            groups: 2,
+            ..ConvAttrs::default()
+        },
+    );
+    assert_eq!(y.shape, [1, 2, 2, 2]);
+    assert_eq!(y.data, [12., 16., 24., 28., -4., -4., -4., -4.]);
+}
+
+#[test]
+fn conv_post_ops_apply_in_order() {
+    // An identity 1x1 conv, so the post-ops act on x itself.
+    let x = t(&[1, 1, 1, 4], &[-2., -0.5, 0.5, 3.]);
+    let w = t(&[1, 1, 1, 1], &[1.]);
+    let r = t(&[1, 1, 1, 4], &[1., 1., -1., -1.]);
+    let run = |bias: Option<f32>, post: &[Post<'_>]| {
+        let bias = bias.map(|b| t(&[1], &[b]));
+        conv2d(&x, &w, bias.as_ref(), &ConvAttrs::default(), post).data
+    };
+    assert_eq!(run(None, &[]), [-2., -0.5, 0.5, 3.]);
+    assert_eq!(run(None, &[Post::Relu]), [0., 0., 0.5, 3.]);
+    assert_eq!(run(None, &[Post::Add(&r)]), [-1., 0.5, -0.5, 2.]);
+    assert_eq!(run(None, &[Post::Add(&r), Post::Relu]), [0., 0.5, 0., 2.]);
+    assert_eq!(run(None, &[Post::Relu, Post::Add(&r)]), [1., 1., -0.5, 2.]);
+    assert_eq!(
+        run(None, &[Post::Clip { lo: -1., hi: 1. }]),
+        [-1., -0.5, 0.5, 1.]
+    );
+    assert_eq!(
+        run(None, &[Post::Relu, Post::Clip { lo: 0.25, hi: 2. }]),
+        [0.25, 0.25, 0.5, 2.]
+    );
+    // The bias comes before every post-op.
+    assert_eq!(run(Some(-1.), &[Post::Relu]), [0., 0., 0., 2.]);
+}
+
+#[test]
+fn conv_accumulates_in_f64_and_rounds_once() {
+    // In f32, 1e8 + 1 rounds back to 1e8, so any intermediate rounding loses the 1.
+    let w = t(&[1, 1, 1, 3], &[1.; 3]);
+    let y = conv(
+        &t(&[1, 1, 1, 3], &[1e8, 1., -1e8]),
+        &w,
+        ConvAttrs::default(),
+    );
+    assert_eq!(y.data, [1.]);
+    // The bias and a residual add too: 1e8 + 1 - 1e8 with one rounding at the end.
+    let r = t(&[1, 1, 1, 1], &[-1e8]);
+    let y = conv2d(
+        &t(&[1, 1, 1, 1], &[1e8]),
+        &t(&[1, 1, 1, 1], &[1.]),
+        Some(&t(&[1], &[1.])),
+        &ConvAttrs::default(),
+        &[Post::Add(&r)],
+    );
+    assert_eq!(y.data, [1.]);
+}
+
+fn pool(kind: PoolKind, kernel: [usize; 2], strides: [usize; 2], pads: Pads) -> PoolAttrs {
+    PoolAttrs {
+        kind,
+        kernel,
+        strides,
+        pads,
+        dilations: [1, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+    }
+}
+
+#[test]
+fn maxpool_ignores_padding() {
+    let x = seq(&[1, 1, 4, 4]);
+    let y = pool2d(&x, &pool(PoolKind::Max, [2, 2], [2, 2], Pads::default()));
+    assert_eq!(y.data, [6., 8., 14., 16.]);
+    // All inputs negative: a padded cell read as 0 would win every window.
+    let neg = Tensor {
+        data: x.data.iter().map(|v| -v).collect(),
+        ..x
+    };
+    let y = pool2d(&neg, &pool(PoolKind::Max, [3, 3], [2, 2], pads(1, 1, 1, 1)));
+    assert_eq!(y.shape, [1, 1, 2, 2]);
+    assert_eq!(y.data, [-1., -2., -5., -6.]);
+}
+
+#[test]
+fn maxpool_ceil_mode_keeps_the_hanging_window() {
+    // 5x5, 2x2 windows, stride 2: floor gives 2 windows per axis, ceil a third one over the
+    // last row or column alone.
+    let x = seq(&[1, 1, 5, 5]);
+    let mut attrs = pool(PoolKind::Max, [2, 2], [2, 2], Pads::default());
+    assert_eq!(pool2d(&x, &attrs).data, [7., 9., 17., 19.]);
+    attrs.ceil_mode = true;
+    let y = pool2d(&x, &attrs);
+    assert_eq!(y.shape, [1, 1, 3, 3]);
+    assert_eq!(y.data, [7., 9., 10., 17., 19., 20., 22., 24., 25.]);
+}
+
+#[test]
+fn maxpool_dilated() {
+    // 2x2 taps at distance 2; a plain 3x3 window would find the 16 every time.
+    let x = t(
+        &[1, 1, 4, 4],
+        &[
+            5., 1., 7., 2., 3., 16., 4., 15., 8., 0., 6., 9., 14., 11., 13., 10.,
+        ],
+    );
+    let attrs = PoolAttrs {
+        dilations: [2, 2],
+        ..pool(PoolKind::Max, [2, 2], [1, 1], Pads::default())
+    };
+    let y = pool2d(&x, &attrs);
+    assert_eq!(y.shape, [1, 1, 2, 2]);
+    assert_eq!(y.data, [8., 9., 14., 16.]);
+}
+
+#[test]
+fn maxpool_propagates_nan() {
+    let x = t(&[1, 1, 1, 3], &[1., f32::NAN, 2.]);
+    let y = pool2d(&x, &pool(PoolKind::Max, [1, 2], [1, 1], Pads::default()));
+    assert!(y.data.iter().all(|v| v.is_nan()), "{:?}", y.data);
+    assert!(global_pool(&x, PoolKind::Max).data[0].is_nan());
+}
+
+#[test]
+fn avgpool_count_include_pad_both_ways() {
+    // x = [[1 2] [3 4]], 2x2 windows, padding only on top and left.
+    let x = seq(&[1, 1, 2, 2]);
+    let mut attrs = pool(PoolKind::Avg, [2, 2], [1, 1], pads(1, 1, 0, 0));
+    assert_eq!(pool2d(&x, &attrs).data, [1., 1.5, 2., 2.5]);
+    attrs.count_include_pad = true;
+    assert_eq!(pool2d(&x, &attrs).data, [0.25, 0.75, 1., 2.5]);
+}
+
+#[test]
+fn avgpool_ceil_mode_never_counts_taps_past_the_padding() {
+    // Without padding, a ceil-mode window hanging off the end averages what it covers,
+    // whether or not padding counts.
+    let x = seq(&[1, 1, 5, 5]);
+    let mut attrs = PoolAttrs {
+        ceil_mode: true,
+        ..pool(PoolKind::Avg, [2, 2], [2, 2], Pads::default())
+    };
+    let expected = [4., 6., 7.5, 14., 16., 17.5, 21.5, 23.5, 25.];
+    assert_eq!(pool2d(&x, &attrs).data, expected);
+    attrs.count_include_pad = true;
+    assert_eq!(pool2d(&x, &attrs).data, expected);
+
+    // x = [1 2 3 4 5], kernel 3, stride 2, padding 1 on the left, ceil mode: windows over
+    // [-1, 1], [1, 3], [3, 5]. The padded row is [-1, 5), so the last window has 2 counted
+    // taps either way; the first has 3 with count_include_pad and 2 without.
+    let x = seq(&[1, 1, 1, 5]);
+    let mut attrs = PoolAttrs {
+        ceil_mode: true,
+        ..pool(PoolKind::Avg, [1, 3], [1, 2], pads(0, 1, 0, 0))
+    };
+    assert_eq!(pool2d(&x, &attrs).data, [1.5, 3., 4.5]);
+    attrs.count_include_pad = true;
+    assert_eq!(pool2d(&x, &attrs).data, [1., 3., 4.5]);
+    // With one column of end padding, cell 5 is padding and counts: 9 / 3.
+    attrs.pads.right = 1;
+    assert_eq!(pool2d(&x, &attrs).data, [1., 3., 3.]);
+    attrs.count_include_pad = false;
+    assert_eq!(pool2d(&x, &attrs).data, [1.5, 3., 4.5]);
+}
+
+#[test]
+fn global_pools() {
+    let x = t(&[1, 2, 2, 2], &[1., 2., 3., 4., -1., -5., -3., -2.]);
+    let y = global_pool(&x, PoolKind::Max);
+    assert_eq!(y.shape, [1, 2, 1, 1]);
+    assert_eq!(y.data, [4., -1.]);
+    let y = global_pool(&x, PoolKind::Avg);
+    assert_eq!(y.shape, [1, 2, 1, 1]);
+    assert_eq!(y.data, [2.5, -2.75]);
+}
+
+#[test]
+fn batchnorm_per_channel() {
+    // epsilon 1 and variance 3 give 1 / sqrt(4) = 0.5 on both channels.
+    let x = t(&[2, 2, 1, 2], &[1., 3., 10., 20., 3., 1., 20., 10.]);
+    let scale = t(&[2], &[2., 0.5]);
+    let bias = t(&[2], &[1., -1.]);
+    let mean = t(&[2], &[1., 10.]);
+    let var = t(&[2], &[3., 3.]);
+    let y = batchnorm(&x, &scale, &bias, &mean, &var, 1.0);
+    assert_eq!(y.shape, x.shape);
+    assert_eq!(y.data, [1., 3., -1., 1.5, 3., 1., 1.5, -1.]);
+}
+
+#[test]
+fn add_and_relu() {
+    let a = t(&[1, 1, 1, 3], &[1.5, -2., 0.1]);
+    let b = t(&[1, 1, 1, 3], &[0.25, 2., 0.2]);
+    assert_eq!(add(&a, &b).data, [1.75, 0., 0.1f32 + 0.2f32]);
+    let y = relu(&t(&[1, 1, 1, 4], &[-1., 0., 2., f32::NAN]));
+    assert_eq!(y.data[..3], [0., 0., 2.]);
+    assert!(y.data[3].is_nan());
+}
+
+proptest! {
+    /// A grouped conv is the channel-wise concatenation of one conv per group.
+    #[test]
+    fn grouped_conv_is_per_group_convs(
+        groups in 1usize..4, cpg in 1usize..3, opg in 1usize..3,
+        h in 3usize..7, w in 3usize..7, k in 1usize..4, stride in 1usize..3, dilation in 1usize..3,
+        pad in 0usize..2, seed in any::<u64>(),
+    ) {
+        prop_assume!(dilation * (k - 1) < h && dilation * (k - 1) < w);
+        let (c, o) = (groups * cpg, groups * opg);
+        let x = primjit_ir::random_tensor(seed, "x", vec![1, c, h, w], -1., 1.);
+        let wt = primjit_ir::random_tensor(seed, "w", vec![o, cpg, k, k], -1., 1.);
+        let attrs = ConvAttrs { strides: [stride; 2], dilations: [dilation; 2], pads: pads(pad, 0, 0, pad), groups };
+        let y = conv2d(&x, &wt, None, &attrs, &[]);
+        let plane = x.data.len() / c;
+        let mut expected = Vec::new();
+        for g in 0..groups {
+            let xg = t(&[1, cpg, h, w], &x.data[g * cpg * plane..(g + 1) * cpg * plane]);
+            let per_out = wt.data.len() / o;
+            let wg = t(&[opg, cpg, k, k], &wt.data[g * opg * per_out..(g + 1) * opg * per_out]);
+            expected.extend(conv2d(&xg, &wg, None, &ConvAttrs { groups: 1, ..attrs }, &[]).data);
+        }
+        prop_assert_eq!(y.data, expected);
+    }
+}

@@ -1,0 +1,399 @@
+//! The primitive cache: least-recently-used, bounded in bytes (and optionally in entries),
+//! shared by all threads, with single-flight compilation and statistics.
+//!
+//! Every peer bounds its cache by a count of entries; this one counts what each primitive
+//! really costs ([`crate::PrimitiveMemory::total`]), so the bound holds in bytes. Evicting
+//! drops the cache's `Arc`: the pages are unmapped as soon as no execution still holds the
+//! primitive, never under running code.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+use primjit_codegen::{CodegenOptions, PrimitiveKey};
+
+use crate::error::{ConfigError, RuntimeError};
+use crate::primitive::{Primitive, PrimitiveMemory};
+
+/// A byte budget: a number of bytes or no limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    Bytes(usize),
+    Unlimited,
+}
+
+impl Budget {
+    /// 64 MiB: room for several thousand primitives of the ResNet34 trunk (each costs a few
+    /// KiB) and so for hundreds of distinct widths, while staying a hundredth of what the
+    /// original report saw oneDNN grow to.
+    pub const DEFAULT: Budget = Budget::Bytes(64 << 20);
+
+    fn allows(self, bytes: usize) -> bool {
+        match self {
+            Budget::Bytes(b) => bytes <= b,
+            Budget::Unlimited => true,
+        }
+    }
+
+    /// Parses `64MiB`, `512KiB`, `1GiB`, `4096` (bytes), `0` or `unlimited`.
+    pub fn parse(text: &str) -> Result<Budget, String> {
+        let t = text.trim();
+        if t.eq_ignore_ascii_case("unlimited") {
+            return Ok(Budget::Unlimited);
+        }
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (number, unit) = t.split_at(split);
+        let n: usize = number.parse().map_err(|_| {
+            "expected a number of bytes such as 64MiB, 512KiB, 0 or unlimited".to_string()
+        })?;
+        let scale: usize = match unit.trim() {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            other => return Err(format!("unknown unit `{other}` (use B, KiB, MiB or GiB)")),
+        };
+        n.checked_mul(scale)
+            .map(Budget::Bytes)
+            .ok_or_else(|| "the budget overflows".to_string())
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Budget::Unlimited => f.write_str("unlimited"),
+            Budget::Bytes(b) if *b >= 1 << 20 && b % (1 << 20) == 0 => write!(f, "{}MiB", b >> 20),
+            Budget::Bytes(b) if *b >= 1 << 10 && b % (1 << 10) == 0 => write!(f, "{}KiB", b >> 10),
+            Budget::Bytes(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+/// How the cache is bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    pub budget: Budget,
+    /// An optional bound on the number of entries, applied with the byte budget, as oneDNN's
+    /// `ONEDNN_PRIMITIVE_CACHE_CAPACITY` does alone.
+    pub capacity: Option<usize>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            budget: Budget::DEFAULT,
+            capacity: None,
+        }
+    }
+}
+
+impl CacheConfig {
+    /// Reads `PRIMJIT_CACHE_BUDGET` and `PRIMJIT_CACHE_CAPACITY`, defaulting what is unset.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// As [`CacheConfig::from_env`], reading variables through `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut config = CacheConfig::default();
+        if let Some(v) = var("PRIMJIT_CACHE_BUDGET") {
+            config.budget = Budget::parse(&v).map_err(|reason| ConfigError::Invalid {
+                name: "PRIMJIT_CACHE_BUDGET",
+                value: v,
+                reason,
+            })?;
+        }
+        if let Some(v) = var("PRIMJIT_CACHE_CAPACITY") {
+            let n = v
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| ConfigError::Invalid {
+                    name: "PRIMJIT_CACHE_CAPACITY",
+                    value: v.clone(),
+                    reason: "expected a whole number of entries".into(),
+                })?;
+            config.capacity = Some(n);
+        }
+        Ok(config)
+    }
+}
+
+/// What makes two compiled kernels interchangeable: the key, the ISA flags and the options.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    pub key: PrimitiveKey,
+    pub isa: &'static str,
+    pub options: CodegenOptions,
+}
+
+/// Counters of the cache since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub entries: usize,
+    pub bytes: usize,
+    pub peak_bytes: usize,
+    /// The mapped pages of the entries (a part of `bytes`).
+    pub mapped_bytes: usize,
+    pub budget: Option<usize>,
+    pub capacity: Option<usize>,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub compiles: u64,
+    pub failed_compiles: u64,
+    pub compile_time: Duration,
+    pub max_compile_time: Duration,
+}
+
+/// One entry, as [`PrimitiveCache::entries`] lists it.
+#[derive(Clone, Debug)]
+pub struct EntryInfo {
+    pub key: String,
+    pub memory: PrimitiveMemory,
+    pub hits: u64,
+    pub idle: Duration,
+    pub compile_time: Duration,
+}
+
+struct Entry {
+    primitive: Arc<Primitive>,
+    hits: u64,
+    last_used: Instant,
+}
+
+/// A compile in progress that other callers of the same key wait for.
+#[derive(Default)]
+struct Flight {
+    result: Mutex<Option<Result<Arc<Primitive>, RuntimeError>>>,
+    done: Condvar,
+}
+
+struct State {
+    lru: LruCache<CacheKey, Entry>,
+    in_flight: HashMap<CacheKey, Arc<Flight>>,
+    config: CacheConfig,
+    stats: CacheStats,
+}
+
+/// How a lookup was served, for tracing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Hit,
+    /// Another caller was compiling the key; this one waited for its result.
+    Joined,
+    Compiled,
+}
+
+/// A thread-safe LRU cache of primitives bounded in bytes.
+pub struct PrimitiveCache {
+    state: Mutex<State>,
+    trace: Option<fn(&str)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves consistent data here (every update is a few
+    // assignments), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl PrimitiveCache {
+    pub fn new(config: CacheConfig) -> Self {
+        let stats = CacheStats {
+            budget: budget_bytes(config.budget),
+            capacity: config.capacity,
+            ..CacheStats::default()
+        };
+        PrimitiveCache {
+            state: Mutex::new(State {
+                lru: LruCache::unbounded(),
+                in_flight: HashMap::new(),
+                config,
+                stats,
+            }),
+            trace: None,
+        }
+    }
+
+    /// Sends one line per eviction to `trace` (the engine's verbose output).
+    pub(crate) fn with_trace(mut self, trace: Option<fn(&str)>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// Returns the cached primitive of `key`, or compiles it with `compile` (once, however
+    /// many threads ask at the same time) and keeps it if it fits the budget.
+    pub fn get_or_compile(
+        &self,
+        key: &CacheKey,
+        compile: impl FnOnce() -> Result<Primitive, RuntimeError>,
+    ) -> (Result<Arc<Primitive>, RuntimeError>, Lookup) {
+        let flight = {
+            let mut state = lock(&self.state);
+            if let Some(entry) = state.lru.get_mut(key) {
+                entry.hits += 1;
+                entry.last_used = Instant::now();
+                let p = entry.primitive.clone();
+                state.stats.hits += 1;
+                return (Ok(p), Lookup::Hit);
+            }
+            state.stats.misses += 1;
+            if let Some(f) = state.in_flight.get(key) {
+                let f = f.clone();
+                drop(state);
+                let mut result = lock(&f.result);
+                while result.is_none() {
+                    result = f.done.wait(result).unwrap_or_else(|p| p.into_inner());
+                }
+                return (result.clone().expect("set before notify"), Lookup::Joined);
+            }
+            let f = Arc::new(Flight::default());
+            state.in_flight.insert(key.clone(), f.clone());
+            f
+        };
+
+        let result = compile().map(Arc::new);
+
+        let mut evicted = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            state.in_flight.remove(key);
+            match &result {
+                Ok(p) => {
+                    state.stats.compiles += 1;
+                    state.stats.compile_time += p.compile_time();
+                    state.stats.max_compile_time =
+                        state.stats.max_compile_time.max(p.compile_time());
+                    let cost = p.memory().total();
+                    let fits = state.config.budget.allows(cost) && state.config.capacity != Some(0);
+                    if fits {
+                        state.lru.put(
+                            key.clone(),
+                            Entry {
+                                primitive: p.clone(),
+                                hits: 0,
+                                last_used: Instant::now(),
+                            },
+                        );
+                        state.stats.bytes += cost;
+                        state.stats.mapped_bytes += p.memory().mapped;
+                        state.stats.peak_bytes = state.stats.peak_bytes.max(state.stats.bytes);
+                        evicted = Self::shrink(&mut state);
+                    }
+                    state.stats.entries = state.lru.len();
+                }
+                Err(_) => state.stats.failed_compiles += 1,
+            }
+        }
+        *lock(&flight.result) = Some(result.clone());
+        flight.done.notify_all();
+        self.trace_evictions(&evicted);
+        // The evicted primitives are dropped here, outside the lock: their pages are unmapped
+        // now, or later by whoever still executes them.
+        drop(evicted);
+        (result, Lookup::Compiled)
+    }
+
+    /// Evicts least-recently-used entries until the cache is within its bounds.
+    fn shrink(state: &mut State) -> Vec<Arc<Primitive>> {
+        let mut evicted = Vec::new();
+        while !state.config.budget.allows(state.stats.bytes)
+            || state.config.capacity.is_some_and(|c| state.lru.len() > c)
+        {
+            let Some((_, entry)) = state.lru.pop_lru() else {
+                break;
+            };
+            let mem = entry.primitive.memory();
+            state.stats.bytes -= mem.total();
+            state.stats.mapped_bytes -= mem.mapped;
+            state.stats.evictions += 1;
+            state.stats.evicted_bytes += mem.total() as u64;
+            evicted.push(entry.primitive);
+        }
+        state.stats.entries = state.lru.len();
+        evicted
+    }
+
+    fn trace_evictions(&self, evicted: &[Arc<Primitive>]) {
+        if let Some(trace) = self.trace {
+            for p in evicted {
+                trace(&format!(
+                    "evict,{},{},{:.3}",
+                    p.key(),
+                    p.memory().total(),
+                    0.0
+                ));
+            }
+        }
+    }
+
+    /// Changes the byte budget, evicting at once what no longer fits.
+    pub fn set_budget(&self, budget: Budget) {
+        let evicted = {
+            let mut state = lock(&self.state);
+            state.config.budget = budget;
+            state.stats.budget = budget_bytes(budget);
+            Self::shrink(&mut state)
+        };
+        self.trace_evictions(&evicted);
+    }
+
+    /// Changes the entry-count capacity, evicting at once what no longer fits.
+    pub fn set_capacity(&self, capacity: Option<usize>) {
+        let evicted = {
+            let mut state = lock(&self.state);
+            state.config.capacity = capacity;
+            state.stats.capacity = capacity;
+            Self::shrink(&mut state)
+        };
+        self.trace_evictions(&evicted);
+    }
+
+    /// Drops every entry (not counted as evictions).
+    pub fn clear(&self) {
+        let dropped: Vec<Entry> = {
+            let mut state = lock(&self.state);
+            let dropped = std::iter::from_fn(|| state.lru.pop_lru().map(|(_, e)| e)).collect();
+            state.stats.bytes = 0;
+            state.stats.mapped_bytes = 0;
+            state.stats.entries = 0;
+            dropped
+        };
+        drop(dropped);
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        lock(&self.state).stats
+    }
+
+    pub fn config(&self) -> CacheConfig {
+        lock(&self.state).config
+    }
+
+    /// The entries, most recently used first.
+    pub fn entries(&self) -> Vec<EntryInfo> {
+        let state = lock(&self.state);
+        let now = Instant::now();
+        state
+            .lru
+            .iter()
+            .map(|(_, e)| EntryInfo {
+                key: e.primitive.key().to_string(),
+                memory: e.primitive.memory(),
+                hits: e.hits,
+                idle: now.duration_since(e.last_used),
+                compile_time: e.primitive.compile_time(),
+            })
+            .collect()
+    }
+}
+
+fn budget_bytes(b: Budget) -> Option<usize> {
+    match b {
+        Budget::Bytes(n) => Some(n),
+        Budget::Unlimited => None,
+    }
+}

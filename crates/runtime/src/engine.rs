@@ -1,0 +1,197 @@
+//! The engine: compiles keys through its cache, owns the thread pool, and traces.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use primjit_codegen::{CodegenOptions, Dumps, PrimitiveKey, compile, host_isa};
+
+use crate::cache::{CacheConfig, CacheKey, Lookup, PrimitiveCache};
+use crate::error::{ConfigError, RuntimeError};
+use crate::exec::{PageSource, SystemPages};
+use crate::primitive::{ExecArgs, Primitive};
+
+/// Everything an [`Engine`] is configured with.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub cache: CacheConfig,
+    /// Threads per execution; 0 means one per available core.
+    pub threads: usize,
+    pub codegen: CodegenOptions,
+    /// `PRIMJIT_VERBOSE`: 0 silent, 1 a line per primitive creation and eviction, 2 also a
+    /// line per execution.
+    pub verbose: u8,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cache: CacheConfig::default(),
+            threads: 0,
+            codegen: CodegenOptions::default(),
+            verbose: 0,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// The defaults, overridden by `PRIMJIT_CACHE_BUDGET`, `PRIMJIT_CACHE_CAPACITY`,
+    /// `PRIMJIT_VERBOSE` and `PRIMJIT_THREADS`; a malformed value is an error.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut config = EngineConfig {
+            cache: CacheConfig::from_vars(&var)?,
+            ..EngineConfig::default()
+        };
+        if let Some(v) = var("PRIMJIT_VERBOSE") {
+            config.verbose = match v.trim() {
+                "" | "0" => 0,
+                "1" => 1,
+                "2" => 2,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        name: "PRIMJIT_VERBOSE",
+                        value: v,
+                        reason: "expected 0, 1 or 2".into(),
+                    });
+                }
+            };
+        }
+        if let Some(v) = var("PRIMJIT_THREADS") {
+            config.threads = v.trim().parse().map_err(|_| ConfigError::Invalid {
+                name: "PRIMJIT_THREADS",
+                value: v.clone(),
+                reason: "expected a whole number of threads (0 for all cores)".into(),
+            })?;
+        }
+        Ok(config)
+    }
+}
+
+fn trace_line(line: &str) {
+    eprintln!("primjit_verbose,{line}");
+}
+
+/// Compiles primitives through a byte-budgeted cache and runs them on a thread pool.
+///
+/// An engine is `Send + Sync`: share one (in an `Arc`) between all the threads of a server.
+pub struct Engine {
+    cache: PrimitiveCache,
+    pool: rayon::ThreadPool,
+    codegen: CodegenOptions,
+    pages: Box<dyn PageSource>,
+    verbose: u8,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Result<Self, RuntimeError> {
+        Self::with_pages(config, Box::new(SystemPages))
+    }
+
+    /// An engine whose executable pages come from `pages` (for fault injection).
+    pub fn with_pages(
+        config: EngineConfig,
+        pages: Box<dyn PageSource>,
+    ) -> Result<Self, RuntimeError> {
+        let threads = if config.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            config.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("primjit-{i}"))
+            .build()
+            .map_err(|e| ConfigError::ThreadPool(e.to_string()))?;
+        let trace = (config.verbose >= 1).then_some(trace_line as fn(&str));
+        Ok(Engine {
+            cache: PrimitiveCache::new(config.cache).with_trace(trace),
+            pool,
+            codegen: config.codegen,
+            pages,
+            verbose: config.verbose,
+        })
+    }
+
+    pub fn cache(&self) -> &PrimitiveCache {
+        &self.cache
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    pub fn codegen_options(&self) -> CodegenOptions {
+        self.codegen
+    }
+
+    /// Returns the primitive of `key`, from the cache or freshly compiled.
+    pub fn compile(&self, key: &PrimitiveKey) -> Result<Arc<Primitive>, RuntimeError> {
+        let start = Instant::now();
+        let host = host_isa(self.codegen.verify)?;
+        let cache_key = CacheKey {
+            key: key.clone(),
+            isa: host.description.as_str(),
+            options: self.codegen,
+        };
+        let (result, lookup) = self.cache.get_or_compile(&cache_key, || self.build(key));
+        if self.verbose >= 1
+            && let Ok(p) = &result
+        {
+            let event = match lookup {
+                Lookup::Hit | Lookup::Joined => "create:cache_hit",
+                Lookup::Compiled => "create:cache_miss",
+            };
+            trace_line(&format!(
+                "{event},{key},{},{:.3}",
+                p.memory().total(),
+                start.elapsed().as_secs_f64() * 1e3
+            ));
+        }
+        result
+    }
+
+    /// Compiles `key` and places it in fresh pages; when mapping fails (for example at
+    /// `vm.max_map_count`), frees the cache's pages and tries once more.
+    fn build(&self, key: &PrimitiveKey) -> Result<Primitive, RuntimeError> {
+        let kernel = compile(key, self.codegen, Dumps::default())?;
+        match Primitive::new(key.clone(), &kernel, &*self.pages) {
+            Ok(p) => Ok(p),
+            Err(_) => {
+                self.cache.clear();
+                Primitive::new(key.clone(), &kernel, &*self.pages).map_err(|e| RuntimeError::Map {
+                    key: key.to_string(),
+                    message: e.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Runs `primitive` with its rows split across the engine's threads.
+    pub fn execute(&self, primitive: &Primitive, args: ExecArgs<'_>) -> Result<(), RuntimeError> {
+        let start = Instant::now();
+        if self.pool.current_num_threads() > 1 && primitive.key().work_items() > 1 {
+            primitive.execute_parallel(args, &self.pool)?;
+        } else {
+            primitive.execute(args)?;
+        }
+        if self.verbose >= 2 {
+            trace_line(&format!(
+                "exec,{},{},{:.3}",
+                primitive.key(),
+                primitive.memory().total(),
+                start.elapsed().as_secs_f64() * 1e3
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `Engine` must be shareable between threads; this fails to compile if it stops being so.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+    assert_send_sync::<Primitive>();
+};

@@ -1,0 +1,230 @@
+//! The one module with `unsafe` code: executable pages and calls into generated kernels.
+//!
+//! Code is published once: mapped read+write, filled, then flipped to read+execute, never
+//! writable and executable at once (W^X). The mapping lives exactly as long as its
+//! [`ExecutableCode`] and is unmapped on drop (memmap2's `Mmap`).
+//!
+//! Kernels are called with pointers to buffers whose lengths the caller has checked against
+//! the key; code generation guarantees that a kernel touches nothing outside them.
+
+use std::io;
+use std::ops::Range;
+
+use memmap2::{Mmap, MmapMut};
+
+/// The signature of every generated kernel; see `primjit_codegen` (`emit.rs`).
+type KernelFn = unsafe extern "C" fn(buffers: *const *mut f32, begin: i64, end: i64);
+
+/// Where page mappings come from; a seam for fault injection in tests.
+pub trait PageSource: Send + Sync {
+    /// Maps `len` bytes of fresh, private, zeroed read+write memory.
+    fn map(&self, len: usize) -> io::Result<MmapMut>;
+}
+
+/// Anonymous private mappings from the operating system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemPages;
+
+impl PageSource for SystemPages {
+    fn map(&self, len: usize) -> io::Result<MmapMut> {
+        MmapMut::map_anon(len)
+    }
+}
+
+/// The host's page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions and only reads configuration.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(4096)
+}
+
+/// Machine code in pages this value alone owns, mapped read+execute.
+#[derive(Debug)]
+pub struct ExecutableCode {
+    map: Mmap,
+    code_len: usize,
+}
+
+impl ExecutableCode {
+    /// Copies `code` into fresh pages from `pages` and makes them read+execute.
+    ///
+    /// `code` must be a complete, relocation-free kernel with the [`KernelFn`] signature,
+    /// as `primjit_codegen::compile` produces; it is placed at the start of a page, which
+    /// satisfies any alignment Cranelift asks for.
+    pub fn publish(code: &[u8], pages: &dyn PageSource) -> io::Result<Self> {
+        if code.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no code to publish",
+            ));
+        }
+        let len = code.len().div_ceil(page_size()) * page_size();
+        let mut map = pages.map(len)?;
+        map[..code.len()].copy_from_slice(code);
+        // mprotect to read+execute: from here on the pages are never writable again.
+        let map = map.make_exec()?;
+        Ok(ExecutableCode {
+            map,
+            code_len: code.len(),
+        })
+    }
+
+    pub fn code_len(&self) -> usize {
+        self.code_len
+    }
+
+    pub fn mapped_len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The address range of the mapping, to match against `/proc/self/maps`.
+    pub fn address_range(&self) -> Range<usize> {
+        let start = self.map.as_ptr() as usize;
+        start..start + self.map.len()
+    }
+
+    /// Calls the kernel for work items `rows` with the given buffers.
+    ///
+    /// # Safety
+    ///
+    /// `buffers` must hold, in the order of the kernel's key, pointers to live, non-overlapping
+    /// (except read-only ones among themselves) f32 buffers of exactly the lengths the key
+    /// requires, valid for the whole call, with no other thread writing to them; the rows of
+    /// concurrent calls on the same destination must be disjoint.
+    pub unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>) {
+        // SAFETY: the mapping holds a complete kernel with the `KernelFn` ABI, published
+        // read+execute by `publish` and alive as long as `self`.
+        let entry: KernelFn =
+            unsafe { std::mem::transmute::<*const u8, KernelFn>(self.map.as_ptr()) };
+        // SAFETY: the caller guarantees the buffers match the key; the kernel reads and writes
+        // only inside them, for rows in `rows`.
+        unsafe { entry(buffers.as_ptr(), rows.start as i64, rows.end as i64) }
+    }
+}
+
+/// Buffer pointers that may be sent to the threads of one call.
+#[derive(Clone, Copy)]
+struct SharedBuffers<'a>(&'a [*mut f32]);
+
+// SAFETY: the pointers are only dereferenced by kernels that write disjoint rows of the
+// destination and read the other buffers; `ExecutableCode::call`'s contract is upheld by the
+// caller of `call_parallel`.
+unsafe impl Send for SharedBuffers<'_> {}
+// SAFETY: as above; the slice of pointers itself is never written.
+unsafe impl Sync for SharedBuffers<'_> {}
+
+/// Splits `rows` into `chunks` contiguous ranges and runs them on `pool`.
+///
+/// # Safety
+///
+/// As [`ExecutableCode::call`], for the whole of `rows`.
+pub unsafe fn call_parallel(
+    code: &ExecutableCode,
+    buffers: &[*mut f32],
+    rows: Range<usize>,
+    pool: &rayon::ThreadPool,
+    chunks: usize,
+) {
+    let n = rows.len();
+    let chunks = chunks.clamp(1, n.max(1));
+    if chunks == 1 {
+        // SAFETY: forwarded from the caller.
+        unsafe { code.call(buffers, rows) };
+        return;
+    }
+    let shared = SharedBuffers(buffers);
+    pool.scope(|s| {
+        for i in 0..chunks {
+            let range = rows.start + n * i / chunks..rows.start + n * (i + 1) / chunks;
+            s.spawn(move |_| {
+                let shared = shared;
+                // SAFETY: chunks cover disjoint rows; the caller guarantees the rest.
+                unsafe { code.call(shared.0, range) };
+            });
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_pages_are_not_writable() {
+        let code = [0xc3u8]; // ret
+        let exec = ExecutableCode::publish(&code, &SystemPages).unwrap();
+        assert_eq!(exec.code_len(), 1);
+        assert_eq!(exec.mapped_len(), page_size());
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let start = format!("{:x}-", exec.address_range().start);
+        let line = maps
+            .lines()
+            .find(|l| l.starts_with(&start))
+            .expect("mapping listed");
+        assert!(
+            line.split_whitespace().nth(1).unwrap().starts_with("r-x"),
+            "{line}"
+        );
+        // SAFETY: `ret` ignores its arguments.
+        unsafe { exec.call(&[], 0..0) };
+    }
+}
+
+/// An f32 buffer whose last element ends exactly at an inaccessible (`PROT_NONE`) page, so
+/// that any read or write past its end faults at once. Tests and fuzzers run kernels on these.
+pub struct GuardedBuffer {
+    map: MmapMut,
+    offset: usize,
+    len: usize,
+}
+
+impl GuardedBuffer {
+    /// A zeroed buffer of `len` floats followed by a guard page.
+    pub fn new(len: usize) -> io::Result<Self> {
+        let page = page_size();
+        let bytes = len * std::mem::size_of::<f32>();
+        let data_pages = bytes.div_ceil(page).max(1);
+        let mut map = MmapMut::map_anon((data_pages + 1) * page)?;
+        let guard = map.as_mut_ptr().wrapping_add(data_pages * page);
+        // SAFETY: `guard` is the page-aligned start of the mapping's last page, which this
+        // value owns; making it inaccessible affects nothing else.
+        let rc = unsafe { libc::mprotect(guard.cast(), page, libc::PROT_NONE) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(GuardedBuffer {
+            map,
+            offset: data_pages * page - bytes,
+            len,
+        })
+    }
+
+    /// A guarded copy of `data`.
+    pub fn from_slice(data: &[f32]) -> io::Result<Self> {
+        let mut b = Self::new(data.len())?;
+        b.as_mut_slice().copy_from_slice(data);
+        Ok(b)
+    }
+
+    pub fn as_slice(&self) -> &[f32] {
+        // SAFETY: the range lies in the readable part of the mapping, which `self` owns; the
+        // offset keeps f32 alignment (page start plus a multiple of 4); zeroed bytes are
+        // valid f32s.
+        unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().add(self.offset).cast::<f32>(), self.len)
+        }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [f32] {
+        // SAFETY: as in `as_slice`, with unique access through `&mut self`.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.map.as_mut_ptr().add(self.offset).cast::<f32>(),
+                self.len,
+            )
+        }
+    }
+}
