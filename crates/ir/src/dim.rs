@@ -82,7 +82,9 @@ impl Dim {
         if let Dim::Known(n) = self {
             return window_extent(*n, pad_begin, pad_end, extent, stride, ceil).map(Dim::Known);
         }
-        let offset = (pad_begin + pad_end) as i64 - extent as i64;
+        // Clamped rather than overflowing; shape inference rejects such windows first.
+        let offset = (pad_begin as i128 + pad_end as i128 - extent as i128)
+            .clamp(i64::MIN as i128, i64::MAX as i128) as i64;
         if offset == -1 && stride == 1 {
             // "same" windows keep the extent.
             return Ok(self.clone());
@@ -144,7 +146,7 @@ pub(crate) fn window_extent(
         span / stride + 1
     };
     // The last window must start inside the input or the begin padding.
-    if ceil && (out - 1) * stride >= input + pad_begin {
+    if ceil && (out - 1) as u128 * stride as u128 >= input as u128 + pad_begin as u128 {
         out -= 1;
     }
     Ok(out)
@@ -158,20 +160,20 @@ fn eval_window(
     ceil: bool,
     pad_begin: u64,
 ) -> Result<u64, WindowError> {
-    let padded = input as i64 + offset;
+    let padded = input as i128 + offset as i128;
     if padded < 0 {
         return Err(WindowError {
             padded_input: input,
-            extent: (-offset) as u64,
+            extent: offset.unsigned_abs(),
         });
     }
-    let span = padded as u64;
+    let span = u64::try_from(padded).unwrap_or(u64::MAX);
     let mut out = if ceil {
-        span.div_ceil(stride) + 1
+        span.div_ceil(stride).saturating_add(1)
     } else {
-        span / stride + 1
+        (span / stride).saturating_add(1)
     };
-    if ceil && (out - 1) * stride >= input + pad_begin {
+    if ceil && (out - 1) as u128 * stride as u128 >= input as u128 + pad_begin as u128 {
         out -= 1;
     }
     Ok(out)

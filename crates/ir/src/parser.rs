@@ -19,6 +19,7 @@ pub fn parse(source: &str) -> Result<Graph, ParseError> {
         tokens,
         pos: 0,
         graph: Graph::new(""),
+        depth: 0,
     }
     .file()
 }
@@ -156,7 +157,13 @@ struct Parser {
     tokens: Vec<(Tok, SourceLoc)>,
     pos: usize,
     graph: Graph,
+    /// How many operands enclose the one being parsed, bounded by [`MAX_NESTING`].
+    depth: usize,
 }
+
+/// The deepest nesting of lists and calls in operands; the format needs 3 (`post=[add(%r)]`),
+/// and the bound keeps the recursive parser's stack small on hostile input.
+const MAX_NESTING: usize = 32;
 
 fn err<T>(loc: SourceLoc, message: impl Into<String>) -> Result<T, ParseError> {
     Err(ParseError {
@@ -424,6 +431,16 @@ impl Parser {
     }
 
     fn arg(&mut self) -> Result<Arg, ParseError> {
+        if self.depth >= MAX_NESTING {
+            return err(self.loc(), "operands are nested too deeply");
+        }
+        self.depth += 1;
+        let arg = self.arg_unbounded();
+        self.depth -= 1;
+        arg
+    }
+
+    fn arg_unbounded(&mut self) -> Result<Arg, ParseError> {
         let (tok, loc) = self.next();
         Ok(match tok {
             Tok::ValueRef(v) => Arg::Value(v),

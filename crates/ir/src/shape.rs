@@ -120,9 +120,12 @@ impl Ctx<'_> {
         v: Value,
         role: &str,
     ) -> Result<&'s [Dim], VerifyError> {
-        let dims = shapes[v.index()]
-            .as_deref()
-            .expect("operands are defined before use");
+        let Some(dims) = shapes[v.index()].as_deref() else {
+            return self.fail(format!(
+                "{role} %{} is used before it is defined",
+                self.graph.value_name(v)
+            ));
+        };
         if dims.len() != 4 {
             return self.fail(format!(
                 "{role} %{} must have rank 4 (NCHW), found {}",
@@ -157,10 +160,14 @@ impl Ctx<'_> {
     ) -> Result<Dim, VerifyError> {
         let extent = (dilation as u64)
             .checked_mul(kernel as u64 - 1)
-            .and_then(|e| e.checked_add(1));
+            .and_then(|e| e.checked_add(1))
+            .filter(|&e| e <= i64::MAX as u64);
         let Some(extent) = extent else {
             return self.fail(format!("the {axis} window extent overflows"));
         };
+        if pad_begin as u128 + pad_end as u128 > i64::MAX as u128 {
+            return self.fail(format!("the {axis} padding overflows"));
+        }
         input.window(pad_begin as u64, pad_end as u64, extent, stride as u64, ceil).or_else(|WindowError { padded_input, extent }| {
             self.fail(format!(
                 "output {axis} would be less than 1: the padded input {axis} is {padded_input} but the window spans {extent}"
@@ -209,11 +216,16 @@ fn check_windows_touch_input(
     dilation: usize,
 ) -> Result<(), VerifyError> {
     for o in 0..out {
-        let start = (o * stride as u64) as i64 - pad_begin as i64;
-        let touches = (0..kernel).any(|k| {
-            let i = start + (k * dilation) as i64;
-            i >= 0 && (i as u64) < input
-        });
+        // The window's cells are `start + k * dilation` for k in 0..kernel; the first one at
+        // or after 0 is the only candidate inside the input.
+        let start = o as i128 * stride as i128 - pad_begin as i128;
+        let dilation = dilation.max(1) as i128;
+        let first = if start >= 0 {
+            0
+        } else {
+            (-start + dilation - 1) / dilation
+        };
+        let touches = first < kernel as i128 && start + first * dilation < input as i128;
         if !touches {
             return ctx.fail(format!(
                 "pooling window at output {axis} {o} covers only padding"
@@ -349,6 +361,7 @@ fn infer_node(
                 ));
             }
             let [o, i, kh, kw] = [w.shape[0], w.shape[1], w.shape[2], w.shape[3]];
+            ctx.positive("kernel", &[kh, kw])?;
             ctx.positive("groups", &[c.groups])?;
             ctx.positive("strides", &c.strides)?;
             ctx.positive("dilations", &c.dilations)?;
@@ -415,7 +428,8 @@ fn infer_node(
                         )?;
                     }
                     PostOp::Clip { lo, hi } if lo > hi => {
-                        return ctx.fail(format!("clip needs lo <= hi, found clip({lo:?}, {hi:?})"));
+                        return ctx
+                            .fail(format!("clip needs lo <= hi, found clip({lo:?}, {hi:?})"));
                     }
                     _ => {}
                 }
@@ -529,31 +543,65 @@ impl Graph {
     /// name (without `%`), merged over `explicit` bindings. Fails, naming the input, when an
     /// input is missing or unknown, has the wrong rank or a wrong fixed dimension, or when a
     /// symbol would take two values.
-    pub fn bind_inputs(&self, given: &[(&str, &[usize])], explicit: &Bindings) -> Result<Bindings, VerifyError> {
+    pub fn bind_inputs(
+        &self,
+        given: &[(&str, &[usize])],
+        explicit: &Bindings,
+    ) -> Result<Bindings, VerifyError> {
         let mut bindings = explicit.clone();
         for (name, _) in given {
-            if !self.inputs.iter().any(|i| self.value_name(i.value) == *name) {
-                return Err(VerifyError { loc: None, subject: format!("%{name}"), message: "the graph has no such input".into() });
+            if !self
+                .inputs
+                .iter()
+                .any(|i| self.value_name(i.value) == *name)
+            {
+                return Err(VerifyError {
+                    loc: None,
+                    subject: format!("%{name}"),
+                    message: "the graph has no such input".into(),
+                });
             }
         }
         for input in &self.inputs {
             let name = self.value_name(input.value);
-            let fail = |message: String| Err(VerifyError { loc: input.loc, subject: format!("%{name}"), message });
+            let fail = |message: String| {
+                Err(VerifyError {
+                    loc: input.loc,
+                    subject: format!("%{name}"),
+                    message,
+                })
+            };
             let Some((_, shape)) = given.iter().find(|(n, _)| *n == name) else {
-                return fail(format!("no tensor was given for this input (expected shape {})", describe(&input.shape)));
+                return fail(format!(
+                    "no tensor was given for this input (expected shape {})",
+                    describe(&input.shape)
+                ));
             };
             if shape.len() != input.shape.len() {
-                return fail(format!("the tensor has shape {shape:?} but the input is declared {}", describe(&input.shape)));
+                return fail(format!(
+                    "the tensor has shape {shape:?} but the input is declared {}",
+                    describe(&input.shape)
+                ));
+            }
+            if shape.contains(&0) {
+                return fail(format!(
+                    "the tensor has shape {shape:?}: every dimension must be at least 1"
+                ));
             }
             for (dim, &n) in input.shape.iter().zip(shape.iter()) {
                 let n = n as u64;
                 match dim {
                     Dim::Known(k) if *k != n => {
-                        return fail(format!("the tensor has shape {shape:?} but the input is declared {}", describe(&input.shape)));
+                        return fail(format!(
+                            "the tensor has shape {shape:?} but the input is declared {}",
+                            describe(&input.shape)
+                        ));
                     }
                     Dim::Sym(s) => match bindings.get(s) {
                         Some(&b) if b != n => {
-                            return fail(format!("the tensor has shape {shape:?}, binding {s}={n}, but {s}={b} already"));
+                            return fail(format!(
+                                "the tensor has shape {shape:?}, binding {s}={n}, but {s}={b} already"
+                            ));
                         }
                         _ => {
                             bindings.insert(s.clone(), n);

@@ -1,0 +1,170 @@
+//! The example graphs in `ir/examples` together show every op, every attribute away from its
+//! default, every post-op, both derived parameters and symbolic dimensions, so that tests
+//! which run them (here and in the kernel crates) cover the whole IR; and they stay small.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use primjit_ir::{DerivedParam, Op, OpKind, PoolKind, PostOp, parse};
+
+#[test]
+fn examples_cover_every_op_and_attribute() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ir/examples");
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "ir") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let g = parse(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        if text.lines().any(|l| l.starts_with("# dims:")) {
+            seen.insert("dims header".to_string());
+        } else if !g.symbols().is_empty() {
+            seen.insert("unbound symbols".to_string());
+        }
+        if g.inputs().len() > 1 {
+            seen.insert("several inputs".to_string());
+        }
+        if g.outputs().len() > 1 {
+            seen.insert("several outputs".to_string());
+        }
+        for input in g.inputs() {
+            assert!(
+                input.shape.len() == 4 && input.shape[1].known().is_some_and(|c| c <= 8),
+                "{path:?}: inputs are NCHW with at most 8 channels"
+            );
+            for d in &input.shape[2..] {
+                assert!(
+                    d.known().is_none_or(|n| n <= 12),
+                    "{path:?}: spatial extents are at most 12"
+                );
+            }
+        }
+        for (_, p) in g.params() {
+            assert!(
+                p.shape.first().is_some_and(|&o| o <= 8),
+                "{path:?}: @{} has at most 8 output channels",
+                p.name
+            );
+            match p.derived {
+                Some(DerivedParam::BnFoldWeight { .. }) => {
+                    seen.insert("bnfold_weight".to_string());
+                }
+                Some(DerivedParam::BnFoldBias { conv_bias, .. }) => {
+                    seen.insert(
+                        if conv_bias.is_some() {
+                            "bnfold_bias with conv_bias"
+                        } else {
+                            "bnfold_bias"
+                        }
+                        .to_string(),
+                    );
+                }
+                None => {}
+            }
+        }
+        for (_, node) in g.nodes() {
+            seen.insert(node.op.kind().name().to_string());
+            match &node.op {
+                Op::Conv2d(c) => {
+                    let in_channels = g.param(c.weight).shape[1] * c.groups;
+                    let flags = [
+                        (c.bias.is_some(), "conv bias"),
+                        (c.strides[0] != c.strides[1], "conv rectangular strides"),
+                        (c.strides != [1, 1], "conv strides"),
+                        (c.dilations != [1, 1], "conv dilations"),
+                        (
+                            c.pads.top != c.pads.bottom || c.pads.left != c.pads.right,
+                            "conv asymmetric pads",
+                        ),
+                        (c.groups > 1 && c.groups < in_channels, "conv groups"),
+                        (c.groups > 1 && c.groups == in_channels, "conv depthwise"),
+                        (
+                            c.groups == in_channels && g.param(c.weight).shape[0] > in_channels,
+                            "conv depthwise multiplier",
+                        ),
+                    ];
+                    for (on, name) in flags {
+                        if on {
+                            seen.insert(name.to_string());
+                        }
+                    }
+                    for post in &c.post_ops {
+                        let name = match post {
+                            PostOp::Relu => "post relu",
+                            PostOp::Add(_) => "post add",
+                            PostOp::Clip { .. } => "post clip",
+                        };
+                        seen.insert(name.to_string());
+                    }
+                    if c.post_ops.len() > 1 {
+                        seen.insert("several post-ops".to_string());
+                    }
+                }
+                Op::Pool2d(p) => {
+                    let kind = if p.kind == PoolKind::Max {
+                        "max"
+                    } else {
+                        "avg"
+                    };
+                    let flags = [
+                        (p.strides != [1, 1], "strides"),
+                        (!p.pads.is_zero(), "pads"),
+                        (
+                            p.pads.top != p.pads.bottom || p.pads.left != p.pads.right,
+                            "asymmetric pads",
+                        ),
+                        (p.ceil_mode, "ceil_mode"),
+                        (p.count_include_pad, "count_include_pad"),
+                        (p.dilations != [1, 1], "dilations"),
+                        (p.kernel[0] != p.kernel[1], "rectangular kernel"),
+                    ];
+                    for (on, name) in flags {
+                        if on {
+                            seen.insert(format!("{kind}pool {name}"));
+                        }
+                    }
+                }
+                Op::BatchNorm(_) | Op::GlobalPool { .. } | Op::Relu { .. } | Op::Add { .. } => {}
+            }
+        }
+    }
+    assert!(files >= 5, "expected the example files in {dir:?}");
+    let mut wanted: Vec<&str> = OpKind::ALL.iter().map(|k| k.name()).collect();
+    wanted.extend([
+        "conv bias",
+        "conv strides",
+        "conv rectangular strides",
+        "conv dilations",
+        "conv asymmetric pads",
+        "conv groups",
+        "conv depthwise",
+        "conv depthwise multiplier",
+        "post relu",
+        "post add",
+        "post clip",
+        "several post-ops",
+        "maxpool strides",
+        "maxpool pads",
+        "maxpool ceil_mode",
+        "maxpool dilations",
+        "avgpool strides",
+        "avgpool pads",
+        "avgpool asymmetric pads",
+        "avgpool ceil_mode",
+        "avgpool count_include_pad",
+        "avgpool rectangular kernel",
+        "bnfold_weight",
+        "bnfold_bias",
+        "bnfold_bias with conv_bias",
+        "dims header",
+        "unbound symbols",
+        "several inputs",
+        "several outputs",
+    ]);
+    let missing: Vec<&str> = wanted.into_iter().filter(|w| !seen.contains(*w)).collect();
+    assert!(missing.is_empty(), "no example shows: {missing:?}");
+}
