@@ -8,8 +8,10 @@ use primjit_ir::{Graph, Params, Tensor};
 /// Which engine runs a graph.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Executor {
-    /// The reference interpreter: slow, straightforward loops; the oracle.
+    /// JIT primitives through an engine configured from the environment (the default).
     #[default]
+    Jit,
+    /// The reference interpreter: slow, straightforward loops; the oracle.
     Reference,
 }
 
@@ -17,6 +19,7 @@ impl Executor {
     /// The engine's name, as messages refer to it.
     pub fn name(self) -> &'static str {
         match self {
+            Executor::Jit => "jit engine",
             Executor::Reference => "reference interpreter",
         }
     }
@@ -30,6 +33,12 @@ impl Executor {
         inputs: &[(&str, &Tensor)],
     ) -> Result<Vec<(String, Tensor)>> {
         match self {
+            Executor::Jit => {
+                let engine = primjit::Engine::new(primjit::EngineConfig::from_env()?)?;
+                let model = primjit::CompiledGraph::new(graph, params)?;
+                let (outputs, _) = model.run(&engine, inputs, &mut primjit::Workspace::new())?;
+                Ok(outputs)
+            }
             Executor::Reference => primjit_reference::run_graph(graph, params, inputs)
                 .map_err(|e| anyhow!("{}: {e}", self.name())),
         }

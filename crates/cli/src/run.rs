@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long, value_name = "SEED")]
     pub random_params: Option<u64>,
 
-    /// Run on the reference interpreter
+    /// Run on the reference interpreter instead of JIT primitives
     #[arg(long)]
     pub reference: bool,
 }

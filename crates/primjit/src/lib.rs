@@ -1,1 +1,36 @@
 //! primjit: compile CNN primitives to machine code and run graphs of them within a byte budget.
+//!
+//! ```no_run
+//! use primjit::{CompiledGraph, Engine, EngineConfig, Params, Tensor, Workspace};
+//!
+//! let graph = primjit::ir::parse(&std::fs::read_to_string("ir/resnet34_trunk.ir")?)?;
+//! let params = Params::random(&graph, 0);
+//! let model = CompiledGraph::new(&graph, &params)?;
+//! let engine = Engine::new(EngineConfig::from_env()?)?;
+//! let x = Tensor::zeros(vec![1, 3, 320, 1031]);
+//! let (outputs, _stats) = model.run(&engine, &[("x", &x)], &mut Workspace::new())?;
+//! println!("{:?} -> {} cached bytes", outputs[0].1.shape, engine.cache().stats().bytes);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The pieces, in the order data flows through them:
+//! - [`ir`]: the graph IR, its text format, shape inference and passes;
+//! - [`codegen`]: primitive keys ([`PrimitiveKey`]) and their lowering to machine code;
+//! - the runtime: [`Primitive`]s that own their executable pages, the [`Engine`] with its
+//!   byte-budgeted [`PrimitiveCache`], and the [`CompiledGraph`] executor;
+//! - [`reference`]: the reference interpreter that every kernel is tested against.
+
+pub use primjit_codegen as codegen;
+pub use primjit_ir as ir;
+pub use primjit_reference as reference;
+
+pub use primjit_codegen::{
+    CodegenError, CodegenOptions, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError,
+    Layout, PoolDesc, PostOpDesc, PrimitiveKey,
+};
+pub use primjit_ir::{Graph, IrError, Params, Tensor};
+pub use primjit_runtime::{
+    Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
+    ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
+    RuntimeError, Workspace, exec::GuardedBuffer, layout,
+};

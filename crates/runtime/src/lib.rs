@@ -8,10 +8,12 @@ mod cache;
 mod engine;
 mod error;
 pub mod exec;
+mod graph;
 pub mod layout;
 mod primitive;
 
 pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
 pub use engine::{Engine, EngineConfig};
 pub use error::{ConfigError, ExecError, RuntimeError};
+pub use graph::{CompiledGraph, GraphError, NodeRun, RunStats, Workspace};
 pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};

@@ -1,0 +1,530 @@
+//! The graph executor: runs an IR graph with one JIT primitive per node.
+//!
+//! A [`CompiledGraph`] is a model made ready once: batch-norms folded and element-wise ops
+//! fused into convolutions, parameters materialized, and convolution weights packed (packing
+//! depends on channels and kernel only, never on the spatial shape). Each [`CompiledGraph::run`]
+//! derives the concrete shapes from its inputs, asks the engine (and so its cache) for the
+//! primitive of every node at those shapes, and executes them in order.
+//!
+//! Activations between nodes live in `nChw4c`; graph inputs stay NCHW (convolutions and
+//! pooling read them directly) and outputs are reordered to NCHW at the end. Activation
+//! buffers come from a [`Workspace`] and return to it after their value's last use.
+
+use std::sync::Arc;
+
+use primjit_codegen::{
+    ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc, PostOpDesc,
+    PrimitiveKey,
+};
+use primjit_ir::{
+    Bindings, Graph, Op, ParamError, Params, PostOp, Tensor, Value, VerifyError, infer_shapes,
+    passes,
+};
+
+use crate::engine::Engine;
+use crate::error::RuntimeError;
+use crate::layout;
+use crate::primitive::{ExecArgs, Primitive};
+
+/// Why a graph could not be prepared or run.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum GraphError {
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    #[error(transparent)]
+    Param(#[from] ParamError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(
+        "input %{name}: the tensor has {found} values but its shape {shape:?} needs {expected}"
+    )]
+    InputData {
+        name: String,
+        shape: Vec<usize>,
+        expected: usize,
+        found: usize,
+    },
+    #[error("%{value}: symbol values are missing, the shape is {shape}")]
+    Unbound { value: String, shape: String },
+}
+
+/// What a node needs besides its primitive.
+#[derive(Clone, Debug)]
+enum Prepared {
+    /// Packed weights of a convolution (or of a batch-norm run as a depthwise 1x1 conv).
+    Conv {
+        packed: Vec<f32>,
+    },
+    Other,
+}
+
+/// Activation buffers kept between runs, so that a server's steady state allocates nothing.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    free: Vec<Vec<f32>>,
+    allocated_bytes: usize,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A buffer of exactly `len` floats, reusing the smallest free one that is large enough.
+    fn take(&mut self, len: usize) -> Vec<f32> {
+        let best = (0..self.free.len())
+            .filter(|&i| self.free[i].capacity() >= len)
+            .min_by_key(|&i| self.free[i].capacity());
+        let mut buf = match best {
+            Some(i) => self.free.swap_remove(i),
+            None => {
+                self.allocated_bytes += len * 4;
+                Vec::with_capacity(len)
+            }
+        };
+        buf.clear();
+        buf.resize(len, 0.0);
+        buf
+    }
+
+    fn give(&mut self, buf: Vec<f32>) {
+        self.free.push(buf);
+    }
+
+    /// Bytes of activation buffers this workspace has allocated.
+    pub fn allocated_bytes(&self) -> usize {
+        self.allocated_bytes
+    }
+}
+
+/// What one run did, besides its outputs.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    /// The largest sum of live activation buffers during the run, in bytes.
+    pub peak_activation_bytes: usize,
+    /// Per node: its name, its primitive (if it ran one) and its execution time.
+    pub nodes: Vec<NodeRun>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeRun {
+    pub name: String,
+    pub primitive: Arc<Primitive>,
+    pub seconds: f64,
+}
+
+/// A graph made ready to run with JIT primitives.
+#[derive(Clone, Debug)]
+pub struct CompiledGraph {
+    graph: Graph,
+    params: Params,
+    prepared: Vec<Prepared>,
+    last_use: Vec<usize>,
+}
+
+fn layout_of(graph: &Graph, v: Value) -> Layout {
+    if graph.inputs().iter().any(|i| i.value == v) {
+        Layout::Nchw
+    } else {
+        Layout::Nchw4c
+    }
+}
+
+fn per_channel_bn(
+    params: &Params,
+    graph: &Graph,
+    bn: &primjit_ir::BatchNorm,
+) -> (Vec<f32>, Vec<f32>) {
+    let get = |p| &params.get(&graph.param(p).name).expect("materialized").data;
+    let (s, b, m, v) = (get(bn.scale), get(bn.bias), get(bn.mean), get(bn.var));
+    let mut w = Vec::with_capacity(s.len());
+    let mut bias = Vec::with_capacity(s.len());
+    for c in 0..s.len() {
+        let k = s[c] as f64 / (v[c] as f64 + bn.epsilon as f64).sqrt();
+        w.push(k as f32);
+        bias.push((b[c] as f64 - m[c] as f64 * k) as f32);
+    }
+    (w, bias)
+}
+
+impl CompiledGraph {
+    /// Optimizes `graph`, materializes `params` for it, and packs every convolution's weights.
+    pub fn new(graph: &Graph, params: &Params) -> Result<Self, GraphError> {
+        graph.verify()?;
+        let mut graph = graph.clone();
+        passes::optimize(&mut graph);
+        let shapes = graph.verify()?;
+        let mut params = params.clone();
+        params.materialize(&graph)?;
+        let mut prepared = Vec::with_capacity(graph.node_count());
+        for (_, node) in graph.nodes() {
+            let p = match &node.op {
+                Op::Conv2d(c) => {
+                    let w = params
+                        .get(&graph.param(c.weight).name)
+                        .expect("materialized");
+                    let b = c.bias.map(|b| {
+                        params
+                            .get(&graph.param(b).name)
+                            .expect("materialized")
+                            .data
+                            .as_slice()
+                    });
+                    let mut desc = conv_desc_shell(&graph, c, &shapes);
+                    desc.bias = b.is_some();
+                    Prepared::Conv {
+                        packed: ConvPlan::new(&desc).pack_weights(&w.data, b),
+                    }
+                }
+                Op::BatchNorm(bn) => {
+                    let (w, b) = per_channel_bn(&params, &graph, bn);
+                    let desc = bn_desc_shell(w.len(), layout_of(&graph, bn.input));
+                    Prepared::Conv {
+                        packed: ConvPlan::new(&desc).pack_weights(&w, Some(&b)),
+                    }
+                }
+                _ => Prepared::Other,
+            };
+            prepared.push(p);
+        }
+        let mut last_use = vec![0; graph.values().count()];
+        for (i, (_, node)) in graph.nodes().enumerate() {
+            for v in node.op.value_operands() {
+                last_use[v.index()] = i;
+            }
+        }
+        for (_, v) in graph.outputs() {
+            last_use[v.index()] = usize::MAX;
+        }
+        Ok(CompiledGraph {
+            graph,
+            params,
+            prepared,
+            last_use,
+        })
+    }
+
+    /// The optimized graph this runs.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The primitive key of every node at the shapes that `bindings` give.
+    pub fn keys(&self, bindings: &Bindings) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
+        let shapes = infer_shapes(&self.graph, bindings)?;
+        let concrete = |v: Value| {
+            shapes
+                .concrete(v)
+                .map(|s| [s[0], s[1], s[2], s[3]])
+                .ok_or_else(|| GraphError::Unbound {
+                    value: self.graph.value_name(v).to_string(),
+                    shape: shapes.describe(v),
+                })
+        };
+        let mut out = Vec::new();
+        for (_, node) in self.graph.nodes() {
+            let name = self.graph.value_name(node.result).to_string();
+            let src_layout = |v| layout_of(&self.graph, v);
+            let key = match &node.op {
+                Op::Conv2d(c) => {
+                    let [n, ic, ih, iw] = concrete(c.input)?;
+                    let w = &self.graph.param(c.weight).shape;
+                    PrimitiveKey::Conv(ConvDesc {
+                        mb: n,
+                        ic,
+                        ih,
+                        iw,
+                        oc: w[0],
+                        kh: w[2],
+                        kw: w[3],
+                        strides: c.strides,
+                        dilations: c.dilations,
+                        pads: c.pads,
+                        groups: c.groups,
+                        bias: c.bias.is_some(),
+                        post_ops: c
+                            .post_ops
+                            .iter()
+                            .map(|p| match p {
+                                PostOp::Relu => PostOpDesc::Relu,
+                                PostOp::Add(_) => PostOpDesc::Add,
+                                PostOp::Clip { lo, hi } => PostOpDesc::Clip { lo: *lo, hi: *hi },
+                            })
+                            .collect(),
+                        src_layout: src_layout(c.input),
+                        dst_layout: Layout::Nchw4c,
+                    })
+                }
+                Op::Pool2d(p) => {
+                    let [n, c, ih, iw] = concrete(p.input)?;
+                    PrimitiveKey::Pool(PoolDesc {
+                        kind: p.kind,
+                        mb: n,
+                        c,
+                        ih,
+                        iw,
+                        kernel: p.kernel,
+                        strides: p.strides,
+                        pads: p.pads,
+                        dilations: p.dilations,
+                        ceil_mode: p.ceil_mode,
+                        count_include_pad: p.count_include_pad,
+                        src_layout: src_layout(p.input),
+                        dst_layout: Layout::Nchw4c,
+                    })
+                }
+                Op::GlobalPool { kind, input } => {
+                    let [n, c, ih, iw] = concrete(*input)?;
+                    PrimitiveKey::GlobalPool(GlobalPoolDesc {
+                        kind: *kind,
+                        mb: n,
+                        c,
+                        ih,
+                        iw,
+                        src_layout: src_layout(*input),
+                        dst_layout: Layout::Nchw4c,
+                    })
+                }
+                Op::Relu { input } => PrimitiveKey::Eltwise(EltwiseDesc {
+                    kind: EltwiseKind::Relu,
+                    shape: concrete(*input)?,
+                    layout: Layout::Nchw4c,
+                }),
+                Op::Add { lhs, .. } => PrimitiveKey::Eltwise(EltwiseDesc {
+                    kind: EltwiseKind::Add,
+                    shape: concrete(*lhs)?,
+                    layout: Layout::Nchw4c,
+                }),
+                Op::BatchNorm(bn) => {
+                    let [n, c, ih, iw] = concrete(bn.input)?;
+                    let mut d = bn_desc_shell(c, src_layout(bn.input));
+                    d.mb = n;
+                    d.ih = ih;
+                    d.iw = iw;
+                    PrimitiveKey::Conv(d)
+                }
+            };
+            out.push((name, key));
+        }
+        Ok(out)
+    }
+
+    /// Runs the graph on `inputs` (by input name, NCHW), returning its outputs in NCHW.
+    pub fn run(
+        &self,
+        engine: &Engine,
+        inputs: &[(&str, &Tensor)],
+        workspace: &mut Workspace,
+    ) -> Result<(Vec<(String, Tensor)>, RunStats), GraphError> {
+        let given: Vec<(&str, &[usize])> = inputs
+            .iter()
+            .map(|(n, t)| (*n, t.shape.as_slice()))
+            .collect();
+        let bindings = self.graph.bind_inputs(&given, &Bindings::new())?;
+        for (name, t) in inputs {
+            let expected: usize = t.shape.iter().product();
+            if t.data.len() != expected {
+                return Err(GraphError::InputData {
+                    name: name.to_string(),
+                    shape: t.shape.clone(),
+                    expected,
+                    found: t.data.len(),
+                });
+            }
+        }
+        let keys = self.keys(&bindings)?;
+        let shapes = infer_shapes(&self.graph, &bindings)?;
+        let shape4 = |v: Value| -> [usize; 4] {
+            let s = shapes.concrete(v).expect("bound above");
+            [s[0], s[1], s[2], s[3]]
+        };
+
+        // Values in nChw4c buffers; graph inputs are read from the caller's tensors, and get a
+        // blocked copy only where an op needs one (element-wise operands, residuals).
+        let mut blocked: Vec<Option<Vec<f32>>> = vec![None; self.graph.values().count()];
+        let mut live_bytes = 0usize;
+        let mut stats = RunStats::default();
+        let input_tensor = |v: Value| -> Option<&Tensor> {
+            let name = self.graph.value_name(v);
+            inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+        };
+        for input in self.graph.inputs() {
+            let needs_blocked = self.graph.nodes().any(|(_, n)| match &n.op {
+                Op::Relu { input: x } => *x == input.value,
+                Op::Add { lhs, rhs } => *lhs == input.value || *rhs == input.value,
+                Op::Conv2d(c) => c.post_ops.iter().any(|p| *p == PostOp::Add(input.value)),
+                _ => false,
+            }) || self.graph.outputs().iter().any(|(_, v)| *v == input.value);
+            if needs_blocked {
+                let t = input_tensor(input.value).expect("bound inputs are present");
+                let s = shape4(input.value);
+                let mut buf = workspace.take(Layout::Nchw4c.buffer_len(s));
+                layout::reorder(&t.data, Layout::Nchw, &mut buf, Layout::Nchw4c, s);
+                live_bytes += buf.len() * 4;
+                blocked[input.value.index()] = Some(buf);
+            }
+        }
+        stats.peak_activation_bytes = live_bytes;
+
+        for (i, ((_, node), (name, key))) in self.graph.nodes().zip(&keys).enumerate() {
+            let primitive = engine.compile(key)?;
+            let out_len = Layout::Nchw4c.buffer_len(shape4(node.result));
+            let mut dst = workspace.take(out_len);
+            live_bytes += out_len * 4;
+            stats.peak_activation_bytes = stats.peak_activation_bytes.max(live_bytes);
+            let src_of = |v: Value| -> &[f32] {
+                match (&blocked[v.index()], layout_of(&self.graph, v)) {
+                    (_, Layout::Nchw) => &input_tensor(v).expect("bound inputs are present").data,
+                    (Some(b), _) => b,
+                    (None, _) => unreachable!("values are computed before use"),
+                }
+            };
+            let blocked_of =
+                |v: Value| -> &[f32] { blocked[v.index()].as_deref().expect("blocked before use") };
+            let start = std::time::Instant::now();
+            match (&node.op, &self.prepared[i]) {
+                (Op::Conv2d(c), Prepared::Conv { packed }) => {
+                    let residuals: Vec<&[f32]> = c
+                        .post_ops
+                        .iter()
+                        .filter_map(|p| match p {
+                            PostOp::Add(r) => Some(blocked_of(*r)),
+                            _ => None,
+                        })
+                        .collect();
+                    engine.execute(
+                        &primitive,
+                        ExecArgs {
+                            src: src_of(c.input),
+                            weights: Some(packed),
+                            dst: &mut dst,
+                            extra: &residuals,
+                        },
+                    )?;
+                }
+                (Op::BatchNorm(bn), Prepared::Conv { packed }) => {
+                    engine.execute(
+                        &primitive,
+                        ExecArgs {
+                            src: src_of(bn.input),
+                            weights: Some(packed),
+                            dst: &mut dst,
+                            extra: &[],
+                        },
+                    )?;
+                }
+                (Op::Pool2d(p), _) => engine.execute(
+                    &primitive,
+                    ExecArgs {
+                        src: src_of(p.input),
+                        weights: None,
+                        dst: &mut dst,
+                        extra: &[],
+                    },
+                )?,
+                (Op::GlobalPool { input, .. }, _) => engine.execute(
+                    &primitive,
+                    ExecArgs {
+                        src: src_of(*input),
+                        weights: None,
+                        dst: &mut dst,
+                        extra: &[],
+                    },
+                )?,
+                (Op::Relu { input }, _) => engine.execute(
+                    &primitive,
+                    ExecArgs {
+                        src: blocked_of(*input),
+                        weights: None,
+                        dst: &mut dst,
+                        extra: &[],
+                    },
+                )?,
+                (Op::Add { lhs, rhs }, _) => engine.execute(
+                    &primitive,
+                    ExecArgs {
+                        src: blocked_of(*lhs),
+                        weights: None,
+                        dst: &mut dst,
+                        extra: &[blocked_of(*rhs)],
+                    },
+                )?,
+                (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Other) => {
+                    unreachable!("convs are prepared")
+                }
+            }
+            stats.nodes.push(NodeRun {
+                name: name.clone(),
+                primitive,
+                seconds: start.elapsed().as_secs_f64(),
+            });
+            blocked[node.result.index()] = Some(dst);
+            // Buffers whose value is read for the last time by this node go back.
+            for v in node.op.value_operands() {
+                if self.last_use[v.index()] == i
+                    && let Some(buf) = blocked[v.index()].take()
+                {
+                    live_bytes -= buf.len() * 4;
+                    workspace.give(buf);
+                }
+            }
+        }
+
+        let mut outputs = Vec::new();
+        for (name, v) in self.graph.outputs() {
+            let s = shape4(*v);
+            let data = layout::to_nchw(
+                blocked[v.index()].as_deref().expect("outputs are computed"),
+                s,
+            );
+            outputs.push((
+                name.clone(),
+                Tensor {
+                    shape: s.to_vec(),
+                    data,
+                },
+            ));
+        }
+        for buf in blocked.into_iter().flatten() {
+            workspace.give(buf);
+        }
+        Ok((outputs, stats))
+    }
+}
+
+/// A conv descriptor with the node's channels, kernel and layouts, at a placeholder spatial
+/// size: enough for packing, which does not depend on the spatial shape.
+fn conv_desc_shell(graph: &Graph, c: &primjit_ir::Conv2d, shapes: &primjit_ir::Shapes) -> ConvDesc {
+    let w = &graph.param(c.weight).shape;
+    let ic = shapes
+        .get(c.input)
+        .and_then(|s| s[1].known())
+        .expect("verified channels") as usize;
+    let ext = |k: usize, d: usize| d * (k - 1) + 1;
+    let mut d = ConvDesc::new(
+        1,
+        ic,
+        [ext(w[2], c.dilations[0]), ext(w[3], c.dilations[1])],
+        w[0],
+        [w[2], w[3]],
+    );
+    d.dilations = c.dilations;
+    d.groups = c.groups;
+    d.src_layout = layout_of(graph, c.input);
+    d.dst_layout = Layout::Nchw4c;
+    d
+}
+
+/// A batch-norm as a depthwise 1x1 convolution with bias.
+fn bn_desc_shell(channels: usize, src_layout: Layout) -> ConvDesc {
+    let mut d = ConvDesc::new(1, channels, [1, 1], channels, [1, 1]);
+    d.groups = channels;
+    d.bias = true;
+    d.src_layout = src_layout;
+    d.dst_layout = Layout::Nchw4c;
+    d
+}
