@@ -2,7 +2,9 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
+use primjit::codegen::{CodegenOptions, Dumps, compile, describe_plan};
+use primjit::{Budget, CacheConfig, Engine, EngineConfig};
 use primjit_ir::{Graph, Shapes, passes};
 
 use crate::source::GraphArgs;
@@ -16,6 +18,14 @@ pub enum Stage {
     Shapes,
     /// The graph after batch-norm folding and post-op fusion (with shapes when --dims is given)
     Folded,
+    /// Per node: the primitive key and its tiling plan (needs every symbol bound)
+    Plan,
+    /// Per node: the key and its Cranelift IR
+    Clif,
+    /// Per node: the key and its machine code, disassembled
+    Asm,
+    /// Per node: the key, its memory (code, mapped, heap bytes) and compile time, then totals
+    Memory,
 }
 
 #[derive(Debug, clap::Args)]
@@ -26,6 +36,10 @@ pub struct Args {
     /// What to print
     #[arg(long, value_enum)]
     pub stage: Stage,
+
+    /// Only this node (its value name without `%`), for the per-node stages
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -53,6 +67,7 @@ pub fn run(args: &Args) -> Result<()> {
             ));
             text
         }
+        Stage::Plan | Stage::Clif | Stage::Asm | Stage::Memory => per_node(&loaded, args)?,
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
@@ -65,4 +80,104 @@ fn annotated(graph: &Graph, shapes: &Shapes) -> String {
     graph
         .display_annotated(|node| Some(shapes.describe(graph.node(node).result)))
         .to_string()
+}
+
+/// The per-node stages: every node's primitive key at the bound shapes, and what the stage
+/// shows of it.
+fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
+    loaded.shapes(&loaded.graph, &loaded.bindings)?;
+    let mut graph = loaded.graph.clone();
+    passes::optimize(&mut graph);
+    let unbound: Vec<String> = graph
+        .symbols()
+        .into_iter()
+        .filter(|s| !loaded.bindings.contains_key(s))
+        .collect();
+    if !unbound.is_empty() {
+        bail!(
+            "stage {:?} needs concrete shapes: bind {} with --dims",
+            args.stage,
+            unbound.join(", ")
+        );
+    }
+    let mut keys = primjit::node_keys(&graph, &loaded.bindings)?;
+    if let Some(name) = &args.node {
+        let name = name.trim_start_matches('%');
+        keys.retain(|(n, _)| n == name);
+        if keys.is_empty() {
+            let names: Vec<String> = primjit::node_keys(&graph, &loaded.bindings)?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            bail!(
+                "no node %{name} after folding and fusion (nodes: {})",
+                names.join(", ")
+            );
+        }
+    }
+    let mut text = String::new();
+    match args.stage {
+        Stage::Plan | Stage::Clif | Stage::Asm => {
+            let dumps = Dumps {
+                clif: args.stage == Stage::Clif,
+                disasm: args.stage == Stage::Asm,
+            };
+            for (name, key) in &keys {
+                text.push_str(&format!("%{name}: {key}\n"));
+                match args.stage {
+                    Stage::Plan => text.push_str(&describe_plan(key)),
+                    _ => {
+                        let kernel = compile(key, CodegenOptions::default(), dumps)?;
+                        text.push_str(
+                            kernel
+                                .clif
+                                .as_deref()
+                                .or(kernel.disasm.as_deref())
+                                .unwrap_or_default(),
+                        );
+                        text.push_str(&format!("; {} bytes of code\n", kernel.code.len()));
+                    }
+                }
+                text.push('\n');
+            }
+        }
+        _ => {
+            // An engine of its own with no budget limit: every distinct primitive once.
+            let config = EngineConfig {
+                cache: CacheConfig {
+                    budget: Budget::Unlimited,
+                    capacity: None,
+                },
+                ..EngineConfig::default()
+            };
+            let engine = Engine::new(config)?;
+            text.push_str(&format!(
+                "{:<28} {:>7} {:>7} {:>6} {:>8} {:>9}  key\n",
+                "node", "code", "mapped", "heap", "total", "compile"
+            ));
+            for (name, key) in &keys {
+                let p = engine.compile(key)?;
+                let m = p.memory();
+                text.push_str(&format!(
+                    "{:<28} {:>7} {:>7} {:>6} {:>8} {:>7.3}ms  {key}\n",
+                    format!("%{name}"),
+                    m.code,
+                    m.mapped,
+                    m.heap,
+                    m.total(),
+                    p.compile_time().as_secs_f64() * 1e3
+                ));
+            }
+            let stats = engine.cache().stats();
+            text.push_str(&format!(
+                "# {} nodes, {} distinct primitives, {} bytes ({} mapped), compiled in {:.1} ms\n",
+                keys.len(),
+                stats.entries,
+                stats.bytes,
+                stats.mapped_bytes,
+                stats.compile_time.as_secs_f64() * 1e3
+            ));
+        }
+    }
+    Ok(text)
 }

@@ -32,5 +32,5 @@ pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{
     Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
     ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
-    RuntimeError, Workspace, exec::GuardedBuffer, layout,
+    RuntimeError, Workspace, exec::GuardedBuffer, layout, node_keys,
 };

@@ -215,102 +215,7 @@ impl CompiledGraph {
 
     /// The primitive key of every node at the shapes that `bindings` give.
     pub fn keys(&self, bindings: &Bindings) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-        let shapes = infer_shapes(&self.graph, bindings)?;
-        let concrete = |v: Value| {
-            shapes
-                .concrete(v)
-                .map(|s| [s[0], s[1], s[2], s[3]])
-                .ok_or_else(|| GraphError::Unbound {
-                    value: self.graph.value_name(v).to_string(),
-                    shape: shapes.describe(v),
-                })
-        };
-        let mut out = Vec::new();
-        for (_, node) in self.graph.nodes() {
-            let name = self.graph.value_name(node.result).to_string();
-            let src_layout = |v| layout_of(&self.graph, v);
-            let key = match &node.op {
-                Op::Conv2d(c) => {
-                    let [n, ic, ih, iw] = concrete(c.input)?;
-                    let w = &self.graph.param(c.weight).shape;
-                    PrimitiveKey::Conv(ConvDesc {
-                        mb: n,
-                        ic,
-                        ih,
-                        iw,
-                        oc: w[0],
-                        kh: w[2],
-                        kw: w[3],
-                        strides: c.strides,
-                        dilations: c.dilations,
-                        pads: c.pads,
-                        groups: c.groups,
-                        bias: c.bias.is_some(),
-                        post_ops: c
-                            .post_ops
-                            .iter()
-                            .map(|p| match p {
-                                PostOp::Relu => PostOpDesc::Relu,
-                                PostOp::Add(_) => PostOpDesc::Add,
-                                PostOp::Clip { lo, hi } => PostOpDesc::Clip { lo: *lo, hi: *hi },
-                            })
-                            .collect(),
-                        src_layout: src_layout(c.input),
-                        dst_layout: Layout::Nchw4c,
-                    })
-                }
-                Op::Pool2d(p) => {
-                    let [n, c, ih, iw] = concrete(p.input)?;
-                    PrimitiveKey::Pool(PoolDesc {
-                        kind: p.kind,
-                        mb: n,
-                        c,
-                        ih,
-                        iw,
-                        kernel: p.kernel,
-                        strides: p.strides,
-                        pads: p.pads,
-                        dilations: p.dilations,
-                        ceil_mode: p.ceil_mode,
-                        count_include_pad: p.count_include_pad,
-                        src_layout: src_layout(p.input),
-                        dst_layout: Layout::Nchw4c,
-                    })
-                }
-                Op::GlobalPool { kind, input } => {
-                    let [n, c, ih, iw] = concrete(*input)?;
-                    PrimitiveKey::GlobalPool(GlobalPoolDesc {
-                        kind: *kind,
-                        mb: n,
-                        c,
-                        ih,
-                        iw,
-                        src_layout: src_layout(*input),
-                        dst_layout: Layout::Nchw4c,
-                    })
-                }
-                Op::Relu { input } => PrimitiveKey::Eltwise(EltwiseDesc {
-                    kind: EltwiseKind::Relu,
-                    shape: concrete(*input)?,
-                    layout: Layout::Nchw4c,
-                }),
-                Op::Add { lhs, .. } => PrimitiveKey::Eltwise(EltwiseDesc {
-                    kind: EltwiseKind::Add,
-                    shape: concrete(*lhs)?,
-                    layout: Layout::Nchw4c,
-                }),
-                Op::BatchNorm(bn) => {
-                    let [n, c, ih, iw] = concrete(bn.input)?;
-                    let mut d = bn_desc_shell(c, src_layout(bn.input));
-                    d.mb = n;
-                    d.ih = ih;
-                    d.iw = iw;
-                    PrimitiveKey::Conv(d)
-                }
-            };
-            out.push((name, key));
-        }
-        Ok(out)
+        node_keys(&self.graph, bindings)
     }
 
     /// Runs the graph on `inputs` (by input name, NCHW), returning its outputs in NCHW.
@@ -527,4 +432,108 @@ fn bn_desc_shell(channels: usize, src_layout: Layout) -> ConvDesc {
     d.src_layout = src_layout;
     d.dst_layout = Layout::Nchw4c;
     d
+}
+
+/// The primitive key of every node of an optimized graph at the shapes that `bindings` give,
+/// with the layouts the executor uses.
+pub fn node_keys(
+    graph: &Graph,
+    bindings: &Bindings,
+) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
+    let shapes = infer_shapes(&graph, bindings)?;
+    let concrete = |v: Value| {
+        shapes
+            .concrete(v)
+            .map(|s| [s[0], s[1], s[2], s[3]])
+            .ok_or_else(|| GraphError::Unbound {
+                value: graph.value_name(v).to_string(),
+                shape: shapes.describe(v),
+            })
+    };
+    let mut out = Vec::new();
+    for (_, node) in graph.nodes() {
+        let name = graph.value_name(node.result).to_string();
+        let src_layout = |v| layout_of(&graph, v);
+        let key = match &node.op {
+            Op::Conv2d(c) => {
+                let [n, ic, ih, iw] = concrete(c.input)?;
+                let w = &graph.param(c.weight).shape;
+                PrimitiveKey::Conv(ConvDesc {
+                    mb: n,
+                    ic,
+                    ih,
+                    iw,
+                    oc: w[0],
+                    kh: w[2],
+                    kw: w[3],
+                    strides: c.strides,
+                    dilations: c.dilations,
+                    pads: c.pads,
+                    groups: c.groups,
+                    bias: c.bias.is_some(),
+                    post_ops: c
+                        .post_ops
+                        .iter()
+                        .map(|p| match p {
+                            PostOp::Relu => PostOpDesc::Relu,
+                            PostOp::Add(_) => PostOpDesc::Add,
+                            PostOp::Clip { lo, hi } => PostOpDesc::Clip { lo: *lo, hi: *hi },
+                        })
+                        .collect(),
+                    src_layout: src_layout(c.input),
+                    dst_layout: Layout::Nchw4c,
+                })
+            }
+            Op::Pool2d(p) => {
+                let [n, c, ih, iw] = concrete(p.input)?;
+                PrimitiveKey::Pool(PoolDesc {
+                    kind: p.kind,
+                    mb: n,
+                    c,
+                    ih,
+                    iw,
+                    kernel: p.kernel,
+                    strides: p.strides,
+                    pads: p.pads,
+                    dilations: p.dilations,
+                    ceil_mode: p.ceil_mode,
+                    count_include_pad: p.count_include_pad,
+                    src_layout: src_layout(p.input),
+                    dst_layout: Layout::Nchw4c,
+                })
+            }
+            Op::GlobalPool { kind, input } => {
+                let [n, c, ih, iw] = concrete(*input)?;
+                PrimitiveKey::GlobalPool(GlobalPoolDesc {
+                    kind: *kind,
+                    mb: n,
+                    c,
+                    ih,
+                    iw,
+                    src_layout: src_layout(*input),
+                    dst_layout: Layout::Nchw4c,
+                })
+            }
+            Op::Relu { input } => PrimitiveKey::Eltwise(EltwiseDesc {
+                kind: EltwiseKind::Relu,
+                shape: concrete(*input)?,
+                layout: Layout::Nchw4c,
+            }),
+            Op::Add { lhs, .. } => PrimitiveKey::Eltwise(EltwiseDesc {
+                kind: EltwiseKind::Add,
+                shape: concrete(*lhs)?,
+                layout: Layout::Nchw4c,
+            }),
+            Op::BatchNorm(bn) => {
+                let [n, c, ih, iw] = concrete(bn.input)?;
+                let mut d = bn_desc_shell(c, src_layout(bn.input));
+                d.mb = n;
+                d.ih = ih;
+                d.iw = iw;
+                PrimitiveKey::Conv(d)
+            }
+        };
+        out.push((name, key));
+    }
+    Ok(out)
 }

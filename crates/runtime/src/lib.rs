@@ -15,5 +15,5 @@ mod primitive;
 pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
 pub use engine::{Engine, EngineConfig};
 pub use error::{ConfigError, ExecError, RuntimeError};
-pub use graph::{CompiledGraph, GraphError, NodeRun, RunStats, Workspace};
+pub use graph::{CompiledGraph, GraphError, NodeRun, RunStats, Workspace, node_keys};
 pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};

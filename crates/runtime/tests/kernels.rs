@@ -1,0 +1,1343 @@
+//! Kernel correctness: every JIT kernel against the reference interpreter, on buffers that end exactly at a guard page.
+//!
+//! The properties follow tract's `ConvProblem`: a problem is a key plus a seed for its data, a
+//! proptest strategy generates valid problems (filtered with `PrimitiveKey::validate`),
+//! `reference()` runs `primjit_reference` on NCHW tensors and `run()` runs the JIT kernel.
+//!
+//! Every buffer a kernel sees (source, packed weights, destination, residuals, second source)
+//! is a [`GuardedBuffer`] whose last float ends at a `PROT_NONE` page, so reading or writing
+//! one element past any buffer kills the test with SIGSEGV. Destinations start filled with a
+//! NaN sentinel, so an element the kernel forgets to write fails the comparison.
+//!
+//! Every problem runs once on one thread and again with `execute_parallel` on rayon pools of
+//! two and three threads; the results must be bit-identical (each output element is computed
+//! by exactly one thread, with the same instruction sequence, whatever the split). The
+//! partial-rows properties call a kernel for rows `[a, b)` only and check that exactly those
+//! rows are written, bit-identical to the full run.
+//!
+//! # Tolerances
+//!
+//! The reference computes every output in f64 from the exact f32 inputs and rounds once; the
+//! kernels accumulate in f32. Let `u = 2^-24` be the unit roundoff of f32.
+//!
+//! * Convolution: the kernel starts from the bias and adds `K0 = ic / groups * kh * kw`
+//!   products one at a time (an FMA rounds once per step; without FMA the product and the sum
+//!   round once each). The classic bound for recursive summation gives
+//!   `|computed - exact| <= gamma_n * sum |terms|` with `gamma_n = n u / (1 - n u)` and `n` at
+//!   most `2 (K0 + 1)`. `relu` and `clip` are 1-Lipschitz, so they never grow an error (and
+//!   once clip clamps, its value is exact); each residual `add` rounds once more, by at most
+//!   `u` times the magnitude of its result. The reference's final rounding adds `u |ref|`.
+//!   All those magnitudes are bounded by
+//!   `m = conv2d(|x|, |w|, |b|, [add |r| for each residual]) + max over clips of max(|lo|, |hi|)`
+//!   (computed with the reference interpreter itself): before any clip, an intermediate value
+//!   is at most the magnitude sum plus the residuals added so far; after a clip it is at most
+//!   the clip bound plus the residuals added after it. With `K = K0 + 1 (bias) + adds` the total
+//!   error is therefore below `(2 K + 2) u m (1 + small)`, and we allow
+//!   `|jit - ref| <= (K + 4) * 2^-23 * m + 1e-30` per element: the bound with a little slack.
+//!   The `1e-30` absolute term only matters where `m` is 0 (every tap in padding, no bias).
+//! * Average pooling: the kernel sums the `n <= kh * kw` valid taps in f32 (`(n - 1)` roundings
+//!   of partial sums bounded by `sum |x|`) and multiplies by `1 / count` rounded to f32 (two
+//!   more roundings): with `m = pool2d(|x|)` (the same average of magnitudes) the error is
+//!   below `(n + 2) u m`, and we allow `(K + 4) * 2^-23 * m + 1e-30` with `K = kh * kw`.
+//!   Global average pooling is the same with `K = ih * iw`.
+//! * Max pooling, global max pooling and relu select one input exactly: results must be
+//!   equal. An element-wise add rounds once, like the reference (rounding the exact f64 sum of
+//!   two f32s to f32 is correctly rounded): equal as well.
+
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
+use primjit_codegen::{
+    CodegenOptions, ConvDesc, ConvPlan, Dumps, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout,
+    PoolDesc, PostOpDesc, PrimitiveKey,
+};
+use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
+use primjit_runtime::exec::{ExecutableCode, GuardedBuffer, SystemPages};
+use primjit_runtime::layout::{to_blocked, to_nchw};
+use primjit_runtime::{Engine, EngineConfig, ExecArgs, ExecError, Primitive, RuntimeError};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::TestCaseError;
+
+// ---------------------------------------------------------------------------------------------
+// Shared machinery: engine, thread pools, data, guarded buffers, execution and comparison.
+// ---------------------------------------------------------------------------------------------
+
+/// The unit in the last place of 1.0 in f32, `2^-23 = 2u`.
+const EPS: f64 = f32::EPSILON as f64;
+
+/// What an unwritten destination element holds: a NaN with a recognizable payload.
+const SENTINEL: u32 = 0x7fc0_dead;
+
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        Engine::new(EngineConfig {
+            threads: 1,
+            codegen: CodegenOptions { verify: true },
+            ..EngineConfig::default()
+        })
+        .expect("engine")
+    })
+}
+
+/// Rayon pools of two and three threads for the partitioning checks.
+fn pools() -> &'static [rayon::ThreadPool; 2] {
+    static POOLS: OnceLock<[rayon::ThreadPool; 2]> = OnceLock::new();
+    POOLS.get_or_init(|| {
+        let pool = |n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .expect("thread pool")
+        };
+        [pool(2), pool(3)]
+    })
+}
+
+fn compile(key: &PrimitiveKey) -> Result<Arc<Primitive>, TestCaseError> {
+    engine()
+        .compile(key)
+        .map_err(|e| TestCaseError::fail(format!("{key} does not compile: {e}")))
+}
+
+/// SplitMix64: deterministic test data from a proptest-chosen seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Mostly uniform in `[-1, 1)` with all 24 bits of mantissa random (so that sums really
+    /// round), sometimes an exact zero or a small integer (ties for max, exact cancellations).
+    fn value(&mut self) -> f32 {
+        let r = self.next_u64();
+        match r % 16 {
+            0 => 0.0,
+            1 => ((r >> 8) % 5) as f32 - 2.0,
+            _ => (r >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0,
+        }
+    }
+
+    fn tensor(&mut self, shape: &[usize]) -> Tensor {
+        let n = shape.iter().product();
+        Tensor {
+            shape: shape.to_vec(),
+            data: (0..n).map(|_| self.value()).collect(),
+        }
+    }
+}
+
+fn abs(t: &Tensor) -> Tensor {
+    Tensor {
+        shape: t.shape.clone(),
+        data: t.data.iter().map(|v| v.abs()).collect(),
+    }
+}
+
+fn shape4(t: &Tensor) -> [usize; 4] {
+    t.shape.clone().try_into().expect("rank 4")
+}
+
+/// An NCHW tensor in `layout` (nChw4c padding lanes zero).
+fn to_layout(t: &Tensor, layout: Layout) -> Vec<f32> {
+    match layout {
+        Layout::Nchw => t.data.clone(),
+        Layout::Nchw4c => to_blocked(&t.data, shape4(t)),
+    }
+}
+
+/// A buffer of `layout` back in NCHW.
+fn from_layout(buf: &[f32], layout: Layout, shape: [usize; 4]) -> Vec<f32> {
+    match layout {
+        Layout::Nchw => buf.to_vec(),
+        Layout::Nchw4c => to_nchw(buf, shape),
+    }
+}
+
+fn guarded(data: &[f32]) -> GuardedBuffer {
+    GuardedBuffer::from_slice(data).expect("map a guarded buffer")
+}
+
+fn sentinel_dst(len: usize) -> GuardedBuffer {
+    let mut dst = GuardedBuffer::new(len).expect("map a guarded buffer");
+    dst.as_mut_slice().fill(f32::from_bits(SENTINEL));
+    dst
+}
+
+/// The inputs of one execution, each in its own guarded buffer.
+struct Buffers {
+    src: GuardedBuffer,
+    weights: Option<GuardedBuffer>,
+    extra: Vec<GuardedBuffer>,
+    /// The destination's layout and logical shape.
+    dst_layout: Layout,
+    dst_shape: [usize; 4],
+}
+
+impl Buffers {
+    fn dst_len(&self) -> usize {
+        self.dst_layout.buffer_len(self.dst_shape)
+    }
+
+    /// Runs `p` into a fresh sentinel-filled guarded destination (on `pool` if given) and
+    /// returns the raw destination.
+    fn execute(
+        &self,
+        p: &Primitive,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<Vec<f32>, TestCaseError> {
+        let mut dst = sentinel_dst(self.dst_len());
+        let extra: Vec<&[f32]> = self.extra.iter().map(|b| b.as_slice()).collect();
+        let args = ExecArgs {
+            src: self.src.as_slice(),
+            weights: self.weights.as_ref().map(|w| w.as_slice()),
+            dst: dst.as_mut_slice(),
+            extra: &extra,
+        };
+        let result = match pool {
+            Some(pool) => p.execute_parallel(args, pool),
+            None => p.execute(args),
+        };
+        result.map_err(|e| TestCaseError::fail(format!("execution failed: {e}")))?;
+        Ok(dst.as_slice().to_vec())
+    }
+
+    /// Runs on one thread, then on pools of two and three threads, requires the three raw
+    /// destinations to be bit-identical, and returns the destination in NCHW.
+    fn run_all(&self, p: &Primitive) -> Result<Vec<f32>, TestCaseError> {
+        let single = self.execute(p, None)?;
+        for pool in pools() {
+            let parallel = self.execute(p, Some(pool))?;
+            assert_bit_identical(
+                &single,
+                &parallel,
+                &format!("{} on {} threads", p.key(), pool.current_num_threads()),
+            )?;
+        }
+        Ok(from_layout(&single, self.dst_layout, self.dst_shape))
+    }
+
+    /// Compiles `key` outside the engine and calls the kernel for work items `rows` only,
+    /// returning the raw destination (sentinel wherever the call wrote nothing).
+    fn execute_rows(
+        &self,
+        key: &PrimitiveKey,
+        rows: Range<usize>,
+    ) -> Result<Vec<f32>, TestCaseError> {
+        let kernel =
+            primjit_codegen::compile(key, CodegenOptions { verify: true }, Dumps::default())
+                .map_err(|e| TestCaseError::fail(format!("{key} does not compile: {e}")))?;
+        let code = ExecutableCode::publish(&kernel.code, &SystemPages).expect("map code pages");
+        let mut dst = sentinel_dst(self.dst_len());
+        let mut lens = vec![self.src.as_slice().len()];
+        lens.extend(self.weights.as_ref().map(|w| w.as_slice().len()));
+        lens.push(dst.as_slice().len());
+        lens.extend(self.extra.iter().map(|b| b.as_slice().len()));
+        let expected: Vec<usize> = key.buffers().iter().map(|b| b.len).collect();
+        assert_eq!(lens, expected, "{key}: buffer lengths");
+        let mut ptrs: Vec<*mut f32> = vec![self.src.as_slice().as_ptr().cast_mut()];
+        ptrs.push(
+            self.weights
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |w| w.as_slice().as_ptr().cast_mut()),
+        );
+        ptrs.push(dst.as_mut_slice().as_mut_ptr());
+        ptrs.extend(self.extra.iter().map(|b| b.as_slice().as_ptr().cast_mut()));
+        // SAFETY: `code` is a complete kernel for `key`; the pointers are in the kernel's order
+        // and their lengths were just matched to `key.buffers()`; every buffer outlives the
+        // call, and only `dst` (uniquely borrowed here) is written.
+        unsafe { code.call(&ptrs, rows) };
+        Ok(dst.as_slice().to_vec())
+    }
+
+    /// Runs rows `[a, b)` alone and checks that exactly the destination elements of those
+    /// rows are written, bit-identical to `full` (the raw destination of a complete run).
+    fn check_rows(
+        &self,
+        key: &PrimitiveKey,
+        full: &[f32],
+        rows: Range<usize>,
+    ) -> Result<(), TestCaseError> {
+        let part = self.execute_rows(key, rows.clone())?;
+        let [_, _, h, w] = self.dst_shape;
+        let row_len = match self.dst_layout {
+            Layout::Nchw => w,
+            Layout::Nchw4c => 4 * w,
+        };
+        for (i, (&p, &f)) in part.iter().zip(full).enumerate() {
+            let row = i / row_len % h;
+            let expected = if rows.contains(&row) {
+                f.to_bits()
+            } else {
+                SENTINEL
+            };
+            prop_assert!(
+                p.to_bits() == expected,
+                "{key}, rows {rows:?}: element {i} (row {row}) is {p:?}, expected {:?}",
+                f32::from_bits(expected)
+            );
+        }
+        Ok(())
+    }
+}
+
+fn assert_bit_identical(a: &[f32], b: &[f32], what: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(a.len(), b.len());
+    if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+        return Err(TestCaseError::fail(format!(
+            "{what}: element {i} is {:?}, on one thread {:?}",
+            b[i], a[i]
+        )));
+    }
+    Ok(())
+}
+
+/// Compares NCHW results element-wise: exactly (value equality) where `tol` is `None`,
+/// else `|got - want| <= tol(i)` computed in f64. NaN never passes.
+fn compare(
+    key: &PrimitiveKey,
+    shape: [usize; 4],
+    got: &[f32],
+    want: &[f32],
+    tol: Option<&dyn Fn(usize) -> f64>,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{}: output length", key);
+    let ok = |i: usize| match tol {
+        None => got[i] == want[i],
+        Some(t) => (got[i] as f64 - want[i] as f64).abs() <= t(i),
+    };
+    let bad: Vec<usize> = (0..got.len()).filter(|&i| !ok(i)).collect();
+    if let Some(&i) = bad.first() {
+        let [_, c, h, w] = shape;
+        let at = [i / (c * h * w), i / (h * w) % c, i / w % h, i % w];
+        return Err(TestCaseError::fail(format!(
+            "{key}: {} of {} elements differ; first at [n, c, h, w] = {at:?}: jit {:?}, \
+             reference {:?}, tolerance {:?}",
+            bad.len(),
+            got.len(),
+            got[i],
+            want[i],
+            tol.map(|t| t(i)),
+        )));
+    }
+    Ok(())
+}
+
+fn layout() -> impl Strategy<Value = Layout> {
+    prop_oneof![Just(Layout::Nchw), Just(Layout::Nchw4c)]
+}
+
+/// Awkward channel counts: 1, odd, one block, a block and one, multiples of 8.
+const CHANNELS: &[usize] = &[1, 3, 4, 5, 8, 16, 17, 24];
+
+fn channels() -> impl Strategy<Value = usize> {
+    prop::sample::select(CHANNELS)
+}
+
+/// Spatial extents 1..=9, with 1 (a single row or column) drawn often.
+fn extent() -> impl Strategy<Value = usize> {
+    prop_oneof![1 => Just(1usize), 4 => 1..=9usize]
+}
+
+fn dilation() -> impl Strategy<Value = usize> {
+    prop_oneof![3 => Just(1usize), 1 => 2..=3usize]
+}
+
+fn pads(max: usize) -> impl Strategy<Value = Pads> {
+    (0..=max, 0..=max, 0..=max, 0..=max).prop_map(|(top, left, bottom, right)| Pads {
+        top,
+        left,
+        bottom,
+        right,
+    })
+}
+
+/// `cases` per property, unless `PROPTEST_CASES` asks for more (or fewer) on a deep run.
+fn config(cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    ProptestConfig {
+        cases,
+        // Failures become named regression tests below instead of files next to this one.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Convolution.
+// ---------------------------------------------------------------------------------------------
+
+/// A convolution key and the seed of its data (input, weights, bias, residuals).
+#[derive(Clone, Debug)]
+struct ConvProblem {
+    desc: ConvDesc,
+    seed: u64,
+}
+
+struct ConvData {
+    x: Tensor,
+    w: Tensor,
+    b: Option<Tensor>,
+    residuals: Vec<Tensor>,
+}
+
+impl ConvProblem {
+    fn key(&self) -> PrimitiveKey {
+        PrimitiveKey::Conv(self.desc.clone())
+    }
+
+    fn data(&self) -> ConvData {
+        let d = &self.desc;
+        let mut rng = Rng(self.seed);
+        ConvData {
+            x: rng.tensor(&d.src_shape()),
+            w: rng.tensor(&d.weight_shape()),
+            b: d.bias.then(|| rng.tensor(&[d.oc])),
+            residuals: (0..d.residuals())
+                .map(|_| rng.tensor(&d.dst_shape()))
+                .collect(),
+        }
+    }
+
+    fn attrs(&self) -> ConvAttrs {
+        ConvAttrs {
+            strides: self.desc.strides,
+            dilations: self.desc.dilations,
+            pads: self.desc.pads,
+            groups: self.desc.groups,
+        }
+    }
+
+    /// The reference interpreter's result (NCHW), post-ops in key order.
+    fn reference(&self) -> Tensor {
+        let data = self.data();
+        let mut residuals = data.residuals.iter();
+        let posts: Vec<Post<'_>> = self
+            .desc
+            .post_ops
+            .iter()
+            .map(|p| match *p {
+                PostOpDesc::Relu => Post::Relu,
+                PostOpDesc::Add => Post::Add(residuals.next().expect("one residual per add")),
+                PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
+            })
+            .collect();
+        primjit_reference::conv2d(&data.x, &data.w, data.b.as_ref(), &self.attrs(), &posts)
+    }
+
+    /// The per-element magnitude `m` of the tolerance (see the module documentation).
+    fn magnitude(&self) -> Tensor {
+        let data = self.data();
+        let abs_res: Vec<Tensor> = data.residuals.iter().map(abs).collect();
+        let posts: Vec<Post<'_>> = abs_res.iter().map(Post::Add).collect();
+        let mut m = primjit_reference::conv2d(
+            &abs(&data.x),
+            &abs(&data.w),
+            data.b.as_ref().map(abs).as_ref(),
+            &self.attrs(),
+            &posts,
+        );
+        let clip = self
+            .desc
+            .post_ops
+            .iter()
+            .map(|p| match *p {
+                PostOpDesc::Clip { lo, hi } => lo.abs().max(hi.abs()),
+                _ => 0.0,
+            })
+            .fold(0.0f32, f32::max);
+        m.data.iter_mut().for_each(|v| *v += clip);
+        m
+    }
+
+    /// The reduction length `K` of the tolerance: products, bias and residual adds.
+    fn reduction_len(&self) -> usize {
+        let [_, icg, kh, kw] = self.desc.weight_shape();
+        icg * kh * kw + usize::from(self.desc.bias) + self.desc.residuals()
+    }
+
+    fn buffers(&self) -> Buffers {
+        let d = &self.desc;
+        let data = self.data();
+        let packed =
+            ConvPlan::new(d).pack_weights(&data.w.data, data.b.as_ref().map(|b| &b.data[..]));
+        Buffers {
+            src: guarded(&to_layout(&data.x, d.src_layout)),
+            weights: Some(guarded(&packed)),
+            extra: data
+                .residuals
+                .iter()
+                .map(|r| guarded(&to_layout(r, d.dst_layout)))
+                .collect(),
+            dst_layout: d.dst_layout,
+            dst_shape: d.dst_shape(),
+        }
+    }
+
+    /// The JIT result in NCHW, checked bit-identical across thread partitionings.
+    fn run(&self) -> Result<Vec<f32>, TestCaseError> {
+        let p = compile(&self.key())?;
+        self.buffers().run_all(&p)
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        let got = self.run()?;
+        let want = self.reference();
+        let m = self.magnitude();
+        let k = self.reduction_len() as f64;
+        let tol = |i: usize| (k + 4.0) * EPS * m.data[i] as f64 + 1e-30;
+        compare(
+            &self.key(),
+            self.desc.dst_shape(),
+            &got,
+            &want.data,
+            Some(&tol),
+        )
+    }
+
+    /// Rows `[a, b)` alone write exactly their rows, as the full run does.
+    fn check_rows(&self, rows: Range<usize>) -> Result<(), TestCaseError> {
+        let key = self.key();
+        let p = compile(&key)?;
+        let bufs = self.buffers();
+        let full = bufs.execute(&p, None)?;
+        bufs.check_rows(&key, &full, rows)
+    }
+}
+
+fn divisors(n: usize) -> Vec<usize> {
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// `(ic, oc, groups)`: any channel pair with a divisor of both, depthwise, or a grouping
+/// whose groups straddle output-channel tiles (e.g. ic 16, oc 24, groups 8).
+fn channel_config() -> impl Strategy<Value = (usize, usize, usize)> {
+    prop_oneof![
+        4 => (channels(), channels(), any::<Index>()).prop_map(|(ic, oc, i)| {
+            let g = divisors(gcd(ic, oc));
+            (ic, oc, g[i.index(g.len())])
+        }),
+        1 => channels().prop_map(|c| (c, c, c)),
+        1 => (prop::sample::select(&[2usize, 4, 8][..]), 1..=3usize, 1..=3usize)
+            .prop_map(|(g, a, b)| (g * a, g * b, g)),
+    ]
+}
+
+fn post_op() -> impl Strategy<Value = PostOpDesc> {
+    prop_oneof![
+        Just(PostOpDesc::Relu),
+        Just(PostOpDesc::Add),
+        // Quarter steps; hi - lo from 0 (a constant) to 3.75.
+        (-12i32..12, 0i32..16).prop_map(|(lo, w)| PostOpDesc::Clip {
+            lo: lo as f32 / 4.0,
+            hi: (lo + w) as f32 / 4.0,
+        }),
+    ]
+}
+
+fn conv_problem() -> impl Strategy<Value = ConvProblem> {
+    let shape = (
+        1..=2usize,
+        channel_config(),
+        (extent(), extent()),
+        (1..=5usize, 1..=5usize),
+        (1..=3usize, 1..=3usize),
+        (dilation(), dilation()),
+        pads(3),
+    );
+    let rest = (
+        any::<bool>(),
+        prop::collection::vec(post_op(), 0..=3),
+        (layout(), layout()),
+        any::<u64>(),
+    );
+    (shape, rest)
+        .prop_map(
+            |(
+                (mb, (ic, oc, groups), (ih, iw), (kh, kw), (sh, sw), (dh, dw), pads),
+                (bias, post_ops, (src_layout, dst_layout), seed),
+            )| ConvProblem {
+                desc: ConvDesc {
+                    mb,
+                    ic,
+                    ih,
+                    iw,
+                    oc,
+                    kh,
+                    kw,
+                    strides: [sh, sw],
+                    dilations: [dh, dw],
+                    pads,
+                    groups,
+                    bias,
+                    post_ops,
+                    src_layout,
+                    dst_layout,
+                },
+                seed,
+            },
+        )
+        .prop_filter("valid conv key", |p| p.key().validate().is_ok())
+}
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn conv_matches_reference(p in conv_problem()) {
+        p.check()?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(48))]
+
+    #[test]
+    fn conv_partial_rows_write_only_their_rows(
+        p in conv_problem(),
+        a in any::<Index>(),
+        b in any::<Index>(),
+    ) {
+        let oh = p.desc.oh();
+        let (a, b) = (a.index(oh + 1), b.index(oh + 1));
+        p.check_rows(a.min(b)..a.max(b))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Windowed pooling.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct PoolProblem {
+    desc: PoolDesc,
+    seed: u64,
+}
+
+impl PoolProblem {
+    fn key(&self) -> PrimitiveKey {
+        PrimitiveKey::Pool(self.desc.clone())
+    }
+
+    fn input(&self) -> Tensor {
+        Rng(self.seed).tensor(&self.desc.src_shape())
+    }
+
+    fn attrs(&self) -> PoolAttrs {
+        let d = &self.desc;
+        PoolAttrs {
+            kind: d.kind,
+            kernel: d.kernel,
+            strides: d.strides,
+            pads: d.pads,
+            dilations: d.dilations,
+            ceil_mode: d.ceil_mode,
+            count_include_pad: d.count_include_pad,
+        }
+    }
+
+    fn reference(&self) -> Tensor {
+        primjit_reference::pool2d(&self.input(), &self.attrs())
+    }
+
+    fn buffers(&self) -> Buffers {
+        Buffers {
+            src: guarded(&to_layout(&self.input(), self.desc.src_layout)),
+            weights: None,
+            extra: Vec::new(),
+            dst_layout: self.desc.dst_layout,
+            dst_shape: self.desc.dst_shape(),
+        }
+    }
+
+    fn run(&self) -> Result<Vec<f32>, TestCaseError> {
+        let p = compile(&self.key())?;
+        self.buffers().run_all(&p)
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        let got = self.run()?;
+        let want = self.reference();
+        let shape = self.desc.dst_shape();
+        match self.desc.kind {
+            PoolKind::Max => compare(&self.key(), shape, &got, &want.data, None),
+            PoolKind::Avg => {
+                let m = primjit_reference::pool2d(&abs(&self.input()), &self.attrs());
+                let k = (self.desc.kernel[0] * self.desc.kernel[1]) as f64;
+                let tol = |i: usize| (k + 4.0) * EPS * m.data[i] as f64 + 1e-30;
+                compare(&self.key(), shape, &got, &want.data, Some(&tol))
+            }
+        }
+    }
+
+    fn check_rows(&self, rows: Range<usize>) -> Result<(), TestCaseError> {
+        let key = self.key();
+        let p = compile(&key)?;
+        let bufs = self.buffers();
+        let full = bufs.execute(&p, None)?;
+        bufs.check_rows(&key, &full, rows)
+    }
+}
+
+fn pool_problem() -> impl Strategy<Value = PoolProblem> {
+    let shape = (
+        prop_oneof![Just(PoolKind::Max), Just(PoolKind::Avg)],
+        1..=2usize,
+        channels(),
+        (extent(), extent()),
+        (1..=4usize, 1..=4usize),
+        (1..=3usize, 1..=3usize),
+        (dilation(), dilation()),
+        pads(2),
+    );
+    let rest = (
+        any::<bool>(),
+        any::<bool>(),
+        (layout(), layout()),
+        any::<u64>(),
+    );
+    (shape, rest)
+        .prop_map(
+            |(
+                (kind, mb, c, (ih, iw), (kh, kw), (sh, sw), (dh, dw), pads),
+                (ceil_mode, count_include_pad, (src_layout, dst_layout), seed),
+            )| PoolProblem {
+                desc: PoolDesc {
+                    kind,
+                    mb,
+                    c,
+                    ih,
+                    iw,
+                    kernel: [kh, kw],
+                    strides: [sh, sw],
+                    pads,
+                    // Average pooling has no dilations.
+                    dilations: if kind == PoolKind::Max {
+                        [dh, dw]
+                    } else {
+                        [1, 1]
+                    },
+                    ceil_mode,
+                    count_include_pad,
+                    src_layout,
+                    dst_layout,
+                },
+                seed,
+            },
+        )
+        .prop_filter("valid pool key", |p| p.key().validate().is_ok())
+}
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn pool_matches_reference(p in pool_problem()) {
+        p.check()?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(32))]
+
+    #[test]
+    fn pool_partial_rows_write_only_their_rows(
+        p in pool_problem(),
+        a in any::<Index>(),
+        b in any::<Index>(),
+    ) {
+        let oh = p.desc.oh();
+        let (a, b) = (a.index(oh + 1), b.index(oh + 1));
+        p.check_rows(a.min(b)..a.max(b))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Global pooling and standalone element-wise ops.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct GlobalPoolProblem {
+    desc: GlobalPoolDesc,
+    seed: u64,
+}
+
+impl GlobalPoolProblem {
+    fn key(&self) -> PrimitiveKey {
+        PrimitiveKey::GlobalPool(self.desc.clone())
+    }
+
+    fn input(&self) -> Tensor {
+        let d = &self.desc;
+        Rng(self.seed).tensor(&[d.mb, d.c, d.ih, d.iw])
+    }
+
+    fn reference(&self) -> Tensor {
+        primjit_reference::global_pool(&self.input(), self.desc.kind)
+    }
+
+    fn buffers(&self) -> Buffers {
+        let d = &self.desc;
+        Buffers {
+            src: guarded(&to_layout(&self.input(), d.src_layout)),
+            weights: None,
+            extra: Vec::new(),
+            dst_layout: d.dst_layout,
+            dst_shape: [d.mb, d.c, 1, 1],
+        }
+    }
+
+    fn run(&self) -> Result<Vec<f32>, TestCaseError> {
+        let p = compile(&self.key())?;
+        self.buffers().run_all(&p)
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        let d = &self.desc;
+        let got = self.run()?;
+        let want = self.reference();
+        let shape = [d.mb, d.c, 1, 1];
+        match d.kind {
+            PoolKind::Max => compare(&self.key(), shape, &got, &want.data, None),
+            PoolKind::Avg => {
+                let m = primjit_reference::global_pool(&abs(&self.input()), PoolKind::Avg);
+                let k = (d.ih * d.iw) as f64;
+                let tol = |i: usize| (k + 4.0) * EPS * m.data[i] as f64 + 1e-30;
+                compare(&self.key(), shape, &got, &want.data, Some(&tol))
+            }
+        }
+    }
+}
+
+fn global_pool_problem() -> impl Strategy<Value = GlobalPoolProblem> {
+    (
+        prop_oneof![Just(PoolKind::Max), Just(PoolKind::Avg)],
+        1..=2usize,
+        channels(),
+        (extent(), extent()),
+        (layout(), layout()),
+        any::<u64>(),
+    )
+        .prop_map(|(kind, mb, c, (ih, iw), (src_layout, dst_layout), seed)| {
+            GlobalPoolProblem {
+                desc: GlobalPoolDesc {
+                    kind,
+                    mb,
+                    c,
+                    ih,
+                    iw,
+                    src_layout,
+                    dst_layout,
+                },
+                seed,
+            }
+        })
+}
+
+#[derive(Clone, Debug)]
+struct EltwiseProblem {
+    desc: EltwiseDesc,
+    seed: u64,
+}
+
+impl EltwiseProblem {
+    fn key(&self) -> PrimitiveKey {
+        PrimitiveKey::Eltwise(self.desc.clone())
+    }
+
+    fn inputs(&self) -> (Tensor, Tensor) {
+        let mut rng = Rng(self.seed);
+        let a = rng.tensor(&self.desc.shape);
+        let b = rng.tensor(&self.desc.shape);
+        (a, b)
+    }
+
+    fn reference(&self) -> Tensor {
+        let (a, b) = self.inputs();
+        match self.desc.kind {
+            EltwiseKind::Relu => primjit_reference::relu(&a),
+            EltwiseKind::Add => primjit_reference::add(&a, &b),
+        }
+    }
+
+    fn buffers(&self) -> Buffers {
+        let d = &self.desc;
+        let (a, b) = self.inputs();
+        Buffers {
+            src: guarded(&to_layout(&a, d.layout)),
+            weights: None,
+            extra: match d.kind {
+                EltwiseKind::Relu => Vec::new(),
+                EltwiseKind::Add => vec![guarded(&to_layout(&b, d.layout))],
+            },
+            dst_layout: d.layout,
+            dst_shape: d.shape,
+        }
+    }
+
+    fn run(&self) -> Result<Vec<f32>, TestCaseError> {
+        let p = compile(&self.key())?;
+        self.buffers().run_all(&p)
+    }
+
+    /// Both ops round at most once, exactly like the reference: results must be equal.
+    fn check(&self) -> Result<(), TestCaseError> {
+        let got = self.run()?;
+        let want = self.reference();
+        compare(&self.key(), self.desc.shape, &got, &want.data, None)
+    }
+}
+
+fn eltwise_problem() -> impl Strategy<Value = EltwiseProblem> {
+    (
+        prop_oneof![Just(EltwiseKind::Relu), Just(EltwiseKind::Add)],
+        (1..=2usize, channels(), extent(), extent()),
+        layout(),
+        any::<u64>(),
+    )
+        .prop_map(|(kind, (n, c, h, w), layout, seed)| EltwiseProblem {
+            desc: EltwiseDesc {
+                kind,
+                shape: [n, c, h, w],
+                layout,
+            },
+            seed,
+        })
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    #[test]
+    fn global_pool_matches_reference(p in global_pool_problem()) {
+        p.check()?;
+    }
+
+    #[test]
+    fn eltwise_matches_reference(p in eltwise_problem()) {
+        p.check()?;
+    }
+
+    #[test]
+    fn eltwise_partial_rows_write_only_their_rows(
+        p in eltwise_problem(),
+        a in any::<Index>(),
+        b in any::<Index>(),
+    ) {
+        let key = p.key();
+        let h = p.desc.shape[2];
+        let (a, b) = (a.index(h + 1), b.index(h + 1));
+        let bufs = p.buffers();
+        let p = compile(&key)?;
+        let full = bufs.execute(&p, None)?;
+        bufs.check_rows(&key, &full, a.min(b)..a.max(b))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Named regression tests.
+// ---------------------------------------------------------------------------------------------
+
+fn same_pads(p: usize) -> Pads {
+    Pads {
+        top: p,
+        left: p,
+        bottom: p,
+        right: p,
+    }
+}
+
+/// Checks a conv problem against the reference, plus a few row splits run alone.
+fn check_conv(desc: ConvDesc, seed: u64) {
+    let p = ConvProblem { desc, seed };
+    p.check().unwrap();
+    let oh = p.desc.oh();
+    for rows in [0..oh / 2, oh / 2..oh, 1.min(oh)..oh] {
+        p.check_rows(rows).unwrap();
+    }
+}
+
+#[test]
+fn resnet34_3x3_pad1_64_channels_nchw4c_add_relu() {
+    let mut d = ConvDesc::new(1, 64, [10, 13], 64, [3, 3]);
+    d.pads = same_pads(1);
+    d.bias = true;
+    d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
+    d.src_layout = Layout::Nchw4c;
+    d.dst_layout = Layout::Nchw4c;
+    check_conv(d, 34);
+}
+
+#[test]
+fn stem_7x7_stride2_pad3_3_to_64_nchw_to_nchw4c() {
+    let mut d = ConvDesc::new(1, 3, [17, 22], 64, [7, 7]);
+    d.strides = [2, 2];
+    d.pads = same_pads(3);
+    d.bias = true;
+    d.post_ops = vec![PostOpDesc::Relu];
+    d.dst_layout = Layout::Nchw4c;
+    check_conv(d, 7);
+}
+
+#[test]
+fn downsample_1x1_stride2() {
+    let mut d = ConvDesc::new(2, 64, [10, 13], 128, [1, 1]);
+    d.strides = [2, 2];
+    d.bias = true;
+    d.src_layout = Layout::Nchw4c;
+    d.dst_layout = Layout::Nchw4c;
+    check_conv(d.clone(), 1);
+    d.src_layout = Layout::Nchw;
+    d.dst_layout = Layout::Nchw;
+    check_conv(d, 2);
+}
+
+#[test]
+fn conv_1x1_width_1() {
+    let mut d = ConvDesc::new(2, 17, [5, 1], 5, [1, 1]);
+    d.bias = true;
+    check_conv(d.clone(), 11);
+    d.src_layout = Layout::Nchw4c;
+    d.dst_layout = Layout::Nchw4c;
+    d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Clip { lo: -0.5, hi: 0.5 }];
+    check_conv(d, 12);
+}
+
+#[test]
+fn depthwise_and_straddling_groups() {
+    let mut d = ConvDesc::new(1, 24, [6, 5], 24, [3, 3]);
+    d.groups = 24;
+    d.pads = same_pads(1);
+    d.src_layout = Layout::Nchw4c;
+    check_conv(d, 3);
+    // Tiles of 8 output channels over groups of 3 cross group boundaries irregularly.
+    let mut d = ConvDesc::new(1, 16, [5, 5], 24, [3, 1]);
+    d.groups = 8;
+    d.pads = Pads {
+        top: 2,
+        left: 0,
+        bottom: 0,
+        right: 1,
+    };
+    d.dst_layout = Layout::Nchw4c;
+    check_conv(d, 4);
+}
+
+#[test]
+fn kernel_larger_than_input_with_asymmetric_pads() {
+    let mut d = ConvDesc::new(1, 5, [2, 1], 17, [5, 4]);
+    d.pads = Pads {
+        top: 3,
+        left: 2,
+        bottom: 1,
+        right: 4,
+    };
+    d.dilations = [1, 2];
+    d.bias = true;
+    d.post_ops = vec![
+        PostOpDesc::Add,
+        PostOpDesc::Clip { lo: 0.0, hi: 0.0 },
+        PostOpDesc::Add,
+    ];
+    check_conv(d, 5);
+}
+
+#[test]
+fn maxpool_3x3_stride2_pad1() {
+    for (layouts, seed) in [
+        ((Layout::Nchw4c, Layout::Nchw4c), 1),
+        ((Layout::Nchw, Layout::Nchw), 2),
+    ] {
+        let p = PoolProblem {
+            desc: PoolDesc {
+                kind: PoolKind::Max,
+                mb: 1,
+                c: 64,
+                ih: 20,
+                iw: 25,
+                kernel: [3, 3],
+                strides: [2, 2],
+                pads: same_pads(1),
+                dilations: [1, 1],
+                ceil_mode: false,
+                count_include_pad: false,
+                src_layout: layouts.0,
+                dst_layout: layouts.1,
+            },
+            seed,
+        };
+        p.check().unwrap();
+        let oh = p.desc.oh();
+        p.check_rows(1..oh - 1).unwrap();
+    }
+}
+
+#[test]
+fn avgpool_ceil_mode_window_past_the_end_padding() {
+    // 5 wide, kernel 3, stride 2, pad 1/0, ceil: the last window hangs past the input and the
+    // end padding; with count_include_pad it still only counts cells inside the padded input.
+    for count_include_pad in [false, true] {
+        let p = PoolProblem {
+            desc: PoolDesc {
+                kind: PoolKind::Avg,
+                mb: 1,
+                c: 5,
+                ih: 6,
+                iw: 5,
+                kernel: [3, 3],
+                strides: [2, 2],
+                pads: Pads {
+                    top: 1,
+                    left: 1,
+                    bottom: 0,
+                    right: 0,
+                },
+                dilations: [1, 1],
+                ceil_mode: true,
+                count_include_pad,
+                src_layout: Layout::Nchw,
+                dst_layout: Layout::Nchw4c,
+            },
+            seed: 9,
+        };
+        p.check().unwrap();
+    }
+}
+
+/// `nChw4c` padding lanes are the kernels' scratch: a kernel reads them only against zero
+/// weights (conv) or into padding lanes (pooling), so finite garbage there changes nothing.
+#[test]
+fn nchw4c_padding_lanes_do_not_leak_into_results() {
+    fn garbage(buf: &mut [f32], [_, c, h, w]: [usize; 4]) {
+        for (i, v) in buf.iter_mut().enumerate() {
+            let channel = i / (4 * h * w) % c.div_ceil(4) * 4 + i % 4;
+            if channel >= c {
+                *v = 1000.0 + (i % 7) as f32;
+            }
+        }
+    }
+    let mut d = ConvDesc::new(2, 5, [4, 6], 6, [3, 3]);
+    d.pads = same_pads(1);
+    d.src_layout = Layout::Nchw4c;
+    d.dst_layout = Layout::Nchw4c;
+    let conv = ConvProblem { desc: d, seed: 21 };
+    let pool = PoolProblem {
+        desc: PoolDesc {
+            kind: PoolKind::Avg,
+            mb: 2,
+            c: 5,
+            ih: 4,
+            iw: 6,
+            kernel: [2, 2],
+            strides: [1, 2],
+            pads: same_pads(0),
+            dilations: [1, 1],
+            ceil_mode: false,
+            count_include_pad: false,
+            src_layout: Layout::Nchw4c,
+            dst_layout: Layout::Nchw,
+        },
+        seed: 22,
+    };
+    for (key, mut bufs) in [(conv.key(), conv.buffers()), (pool.key(), pool.buffers())] {
+        let p = compile(&key).unwrap();
+        let clean = bufs.execute(&p, None).unwrap();
+        let mut src = bufs.src.as_slice().to_vec();
+        garbage(&mut src, [2, 5, 4, 6]);
+        assert_ne!(src, bufs.src.as_slice(), "garbage written");
+        bufs.src = guarded(&src);
+        let dirty = bufs.execute(&p, None).unwrap();
+        let (clean, dirty) = (
+            from_layout(&clean, bufs.dst_layout, bufs.dst_shape),
+            from_layout(&dirty, bufs.dst_layout, bufs.dst_shape),
+        );
+        assert_eq!(clean, dirty, "{key}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Execution errors: typed, naming the role and shapes, never a panic.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn wrong_buffers_are_typed_errors() {
+    let mut d = ConvDesc::new(1, 5, [6, 7], 6, [3, 3]);
+    d.bias = true;
+    d.post_ops = vec![PostOpDesc::Add];
+    d.dst_layout = Layout::Nchw4c;
+    let key = PrimitiveKey::Conv(d.clone());
+    let p = compile(&key).unwrap();
+    let specs = key.buffers();
+    let len = |role: &str| specs.iter().find(|s| s.role == role).unwrap().len;
+    let src = vec![0.0; len("src")];
+    let weights = vec![0.0; len("weights")];
+    let residual = vec![0.0; len("residual")];
+    let short = |n: usize| vec![0.0f32; n - 1];
+
+    // Runs with the given buffers and returns the error; the destination must be untouched.
+    let run = |src: &[f32], w: Option<&[f32]>, dst_len: usize, extra: &[&[f32]]| -> ExecError {
+        let mut dst = sentinel_dst(dst_len);
+        let err = p
+            .execute(ExecArgs {
+                src,
+                weights: w,
+                dst: dst.as_mut_slice(),
+                extra,
+            })
+            .expect_err("must be rejected");
+        assert!(
+            dst.as_slice().iter().all(|v| v.to_bits() == SENTINEL),
+            "a rejected execution wrote its destination"
+        );
+        err
+    };
+    let check_length = |err: ExecError, role: &str, shape: Vec<usize>, expected: usize| {
+        let msg = err.to_string();
+        match err {
+            ExecError::BufferLength {
+                role: r,
+                expected: e,
+                found,
+                shape: s,
+                ..
+            } => {
+                assert_eq!(
+                    (r, e, found, s.clone()),
+                    (role, expected, expected - 1, shape)
+                );
+                assert!(
+                    msg.contains(role) && msg.contains(&format!("{s:?}")),
+                    "{msg}"
+                );
+                assert!(msg.contains(&key.to_string()), "{msg}");
+            }
+            other => panic!("expected a length error for {role}, got {other:?}"),
+        }
+    };
+    let dst_len = len("dst");
+    let src_shape = d.src_shape().to_vec();
+    let dst_shape = d.dst_shape().to_vec();
+
+    let e = run(&short(len("src")), Some(&weights), dst_len, &[&residual]);
+    check_length(e, "src", src_shape, len("src"));
+    let e = run(&src, Some(&short(len("weights"))), dst_len, &[&residual]);
+    check_length(e, "weights", d.weight_shape().to_vec(), len("weights"));
+    let e = run(&src, Some(&weights), dst_len - 1, &[&residual]);
+    check_length(e, "dst", dst_shape.clone(), dst_len);
+    let e = run(&src, Some(&weights), dst_len, &[&short(len("residual"))]);
+    check_length(e, "residual", dst_shape, len("residual"));
+
+    let e = run(&src, None, dst_len, &[&residual]);
+    assert!(
+        matches!(
+            e,
+            ExecError::MissingBuffer {
+                role: "weights",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("weights"), "{e}");
+
+    for extra in [&[][..], &[&residual[..], &residual[..]][..]] {
+        let e = run(&src, Some(&weights), dst_len, extra);
+        assert_eq!(
+            e,
+            ExecError::ExtraCount {
+                key: key.to_string(),
+                expected: 1,
+                found: extra.len()
+            }
+        );
+        assert!(e.to_string().contains("expected 1 extra"), "{e}");
+    }
+
+    // A pool takes no weights; an add names its second source.
+    let pool = PrimitiveKey::Pool(PoolDesc {
+        kind: PoolKind::Max,
+        mb: 1,
+        c: 3,
+        ih: 4,
+        iw: 4,
+        kernel: [2, 2],
+        strides: [2, 2],
+        pads: same_pads(0),
+        dilations: [1, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+        src_layout: Layout::Nchw,
+        dst_layout: Layout::Nchw,
+    });
+    let pp = compile(&pool).unwrap();
+    let mut dst = vec![0.0; 12];
+    let e = pp
+        .execute(ExecArgs {
+            src: &[0.0; 48],
+            weights: Some(&[0.0]),
+            dst: &mut dst,
+            extra: &[],
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ExecError::UnexpectedBuffer {
+                role: "weights",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    let add = PrimitiveKey::Eltwise(EltwiseDesc {
+        kind: EltwiseKind::Add,
+        shape: [1, 3, 2, 2],
+        layout: Layout::Nchw4c,
+    });
+    let ap = compile(&add).unwrap();
+    let mut dst = vec![0.0; 16];
+    let e = ap
+        .execute(ExecArgs {
+            src: &[0.0; 16],
+            weights: None,
+            dst: &mut dst,
+            extra: &[&[0.0; 12]],
+        })
+        .unwrap_err();
+    match &e {
+        ExecError::BufferLength {
+            role,
+            expected,
+            found,
+            shape,
+            ..
+        } => assert_eq!(
+            (*role, *expected, *found, shape.clone()),
+            ("src2", 16, 12, vec![1, 3, 2, 2])
+        ),
+        other => panic!("expected a length error for src2, got {other:?}"),
+    }
+}
+
+#[test]
+fn invalid_keys_are_compile_errors() {
+    let mut d = ConvDesc::new(1, 6, [4, 4], 4, [3, 3]);
+    d.groups = 4;
+    let err = engine().compile(&PrimitiveKey::Conv(d)).unwrap_err();
+    assert!(matches!(err, RuntimeError::Codegen(_)), "{err:?}");
+    assert!(err.to_string().contains("groups (4) must divide"), "{err}");
+}
