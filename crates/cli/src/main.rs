@@ -5,12 +5,14 @@
 //! own usage errors exit with status 2).
 #![forbid(unsafe_code)]
 
+mod bench;
 mod check;
 mod dump;
 mod executor;
 mod io;
 mod run;
 mod source;
+mod workload;
 
 use std::process::ExitCode;
 
@@ -31,6 +33,8 @@ enum Command {
     Dump(dump::Args),
     /// Run a graph on inputs from .npy files and write its outputs as .npy files
     Run(run::Args),
+    /// Run the variable-width benchmark (the original report's workload) and measure memory
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Dump(args) => dump::run(args),
         Command::Run(args) => run::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

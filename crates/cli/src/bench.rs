@@ -1,0 +1,393 @@
+//! `primjit bench`: the variable-width benchmark of the original report, on JIT primitives.
+//!
+//! Each call runs the model at batch 1 on a `1x3x320xW` input with the call's width from the
+//! workload, under a shape policy, through one engine whose cache is bounded as asked. Memory is
+//! measured as the report did: `VmRSS` after each call minus `VmRSS` after the first call.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use primjit::{
+    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, Tensor, Workspace,
+};
+use serde::Serialize;
+
+use crate::source::Source;
+use crate::workload::{
+    self, Policy, crop_width, input_for_call, pad_width, percentile, rss_kb, thousands,
+};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The model (default: the shipped ResNet34 trunk, ir/resnet34_trunk.ir)
+    #[arg(value_name = "FILE.ir")]
+    pub file: Option<PathBuf>,
+
+    /// Widths, one per line (default: the shipped workload, benches/data/widths.txt)
+    #[arg(long, value_name = "PATH")]
+    pub widths: Option<PathBuf>,
+
+    /// How many calls, from the start of the widths (the full workload is 1000)
+    #[arg(long, default_value_t = 100)]
+    pub n: usize,
+
+    /// How a call's width becomes the width the model runs at
+    #[arg(long, value_enum, default_value_t = Policy::Exact)]
+    pub policy: Policy,
+
+    /// The cache's byte budget: 64MiB, 512KiB, 0 (no caching) or unlimited (default 64MiB, or
+    /// PRIMJIT_CACHE_BUDGET)
+    #[arg(long, value_parser = Budget::parse)]
+    pub budget: Option<Budget>,
+
+    /// An entry-count bound applied with the budget, as oneDNN's cache capacity
+    #[arg(long)]
+    pub capacity: Option<usize>,
+
+    /// Threads per primitive (default: all cores)
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+
+    /// Write the summary and every call's record as JSON (see README.md)
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+
+    /// No progress bar
+    #[arg(long)]
+    pub quiet: bool,
+
+    /// Seed of the parameters and inputs
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// With a bucket policy, how many of the first calls to compare against `exact` after the
+    /// timed run
+    #[arg(long, default_value_t = 2)]
+    pub check_calls: usize,
+}
+
+/// One call of the benchmark.
+#[derive(Debug, Serialize)]
+pub struct CallRecord {
+    pub call: usize,
+    pub width: usize,
+    pub run_width: usize,
+    pub seconds: f64,
+    pub cache_bytes: usize,
+    pub rss_kb: u64,
+    pub compiles: u64,
+}
+
+/// How far a bucket policy's cropped outputs are from `exact`: the largest absolute
+/// difference, and that difference relative to the largest magnitude of the exact output.
+#[derive(Debug, Serialize)]
+pub struct BucketError {
+    pub calls_checked: usize,
+    pub max_abs: f64,
+    pub max_rel: f64,
+}
+
+/// Everything `bench` measures; the JSON output is this struct.
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub model: String,
+    pub policy: Policy,
+    pub budget: String,
+    pub capacity: Option<usize>,
+    pub threads: usize,
+    pub calls: usize,
+    pub time_mean_s: f64,
+    pub time_p50_s: f64,
+    pub time_p95_s: f64,
+    pub rss_initial_kb: u64,
+    pub rss_growth_kb: i64,
+    /// `(calls, growth kB)` every 100 calls.
+    pub growth_every_100: Vec<(usize, i64)>,
+    pub compiles: u64,
+    pub failed_compiles: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub cache_entries: usize,
+    pub cache_bytes: usize,
+    pub cache_peak_bytes: usize,
+    pub peak_activation_bytes: usize,
+    pub compile_time_s: f64,
+    pub max_compile_time_s: f64,
+    pub bucket_error: Option<BucketError>,
+    pub per_call: Vec<CallRecord>,
+}
+
+/// The model's text and the name it is reported under.
+pub fn model_source(file: Option<&PathBuf>) -> Result<Source> {
+    match file {
+        Some(p) => Source::read(p),
+        None => Ok(Source {
+            path: "ir/resnet34_trunk.ir".into(),
+            text: workload::TRUNK_IR.into(),
+        }),
+    }
+}
+
+/// The graph's single input and its fixed dimensions; its width must be a symbol.
+fn width_symbol(graph: &primjit_ir::Graph) -> Result<(String, [usize; 3])> {
+    let [input] = graph.inputs() else {
+        bail!("the benchmark needs a graph with exactly one input")
+    };
+    let name = graph.value_name(input.value).to_string();
+    let dims = &input.shape;
+    let fixed: Option<Vec<usize>> = dims[..dims.len().saturating_sub(1)]
+        .iter()
+        .map(|d| d.known().map(|n| n as usize))
+        .collect();
+    match (dims.len(), dims.last(), fixed) {
+        (4, Some(primjit_ir::Dim::Sym(_)), Some(f)) => Ok((name, [f[0], f[1], f[2]])),
+        _ => bail!(
+            "the benchmark varies the width: the input must be f32[N, C, H, W] with only W symbolic"
+        ),
+    }
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let report = bench(args)?;
+    if let Some(path) = &args.json {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)?;
+    }
+    Ok(())
+}
+
+pub fn bench(args: &Args) -> Result<BenchReport> {
+    let source = model_source(args.file.as_ref())?;
+    let graph = source.parse()?;
+    let (input_name, [n, c, h]) = width_symbol(&graph)?;
+    let widths = workload::load_widths(args.widths.as_deref())?;
+    if args.n == 0 || args.n > widths.len() {
+        bail!(
+            "--n must be between 1 and the {} widths of the workload, found {}",
+            widths.len(),
+            args.n
+        );
+    }
+    let widths = &widths[..args.n];
+
+    let mut config = EngineConfig::from_env()?;
+    config.cache = CacheConfig {
+        budget: args.budget.unwrap_or(config.cache.budget),
+        capacity: args.capacity.or(config.cache.capacity),
+    };
+    config.threads = args.threads;
+    let engine = Engine::new(config.clone())?;
+    let params = Params::random(&graph, args.seed);
+    let model =
+        CompiledGraph::new(&graph, &params).map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;
+
+    let mut out = std::io::stdout().lock();
+    let sorted = {
+        let mut s: Vec<f64> = widths.iter().map(|&w| w as f64).collect();
+        s.sort_by(f64::total_cmp);
+        s
+    };
+    writeln!(
+        out,
+        "widths: mean={:.0}, p50={} p95={} max={}",
+        sorted.iter().sum::<f64>() / sorted.len() as f64,
+        percentile(&sorted, 50.0),
+        percentile(&sorted, 95.0),
+        sorted.last().copied().unwrap_or(0.0)
+    )?;
+    writeln!(
+        out,
+        "model={} policy={} budget={} capacity={} threads={}",
+        source.path,
+        args.policy.name(),
+        config.cache.budget,
+        config
+            .cache
+            .capacity
+            .map_or("none".to_string(), |c| c.to_string()),
+        engine.threads()
+    )?;
+
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::with_draw_target(Some(widths.len() as u64), ProgressDrawTarget::stderr())
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} calls  {msg}").expect("valid template"),
+    );
+
+    let mut workspace = Workspace::new();
+    let mut records = Vec::with_capacity(widths.len());
+    let mut growth = Vec::new();
+    let mut rss_first = 0;
+    let mut peak_activation = 0;
+    let mut total_seconds = 0.0;
+    for (i, &w) in widths.iter().enumerate() {
+        let run_width = args.policy.padded_width(w);
+        let x = input_for_call(args.seed, i, [n, c, h, w]);
+        let x = pad_width(&x, run_width);
+        let start = Instant::now();
+        let (_outputs, stats) = model.run(&engine, &[(&input_name, &x)], &mut workspace)?;
+        let seconds = start.elapsed().as_secs_f64();
+        drop(_outputs);
+        total_seconds += seconds;
+        peak_activation = peak_activation.max(stats.peak_activation_bytes);
+        let rss = rss_kb()?;
+        if i == 0 {
+            rss_first = rss;
+        }
+        let cache = engine.cache().stats();
+        records.push(CallRecord {
+            call: i + 1,
+            width: w,
+            run_width,
+            seconds,
+            cache_bytes: cache.bytes,
+            rss_kb: rss,
+            compiles: cache.compiles,
+        });
+        bar.set_message(format!(
+            "mean {:.3} s, cache {} KiB",
+            total_seconds / (i + 1) as f64,
+            cache.bytes >> 10
+        ));
+        bar.inc(1);
+        if (i + 1) % 100 == 0 {
+            let g = rss as i64 - rss_first as i64;
+            growth.push((i + 1, g));
+            bar.suspend(|| writeln!(out, "n={} memory growth (kb): {}", i + 1, thousands(g)))?;
+        }
+    }
+    bar.finish_and_clear();
+
+    let mut times: Vec<f64> = records.iter().map(|r| r.seconds).collect();
+    times.sort_by(f64::total_cmp);
+    let rss_last = records.last().map_or(0, |r| r.rss_kb);
+    let stats = engine.cache().stats();
+    let bucket_error = if args.policy != Policy::Exact && args.check_calls > 0 {
+        Some(bucket_error(&model, &input_name, args, widths, [n, c, h])?)
+    } else {
+        None
+    };
+    let report = BenchReport {
+        model: source.path.clone(),
+        policy: args.policy,
+        budget: config.cache.budget.to_string(),
+        capacity: config.cache.capacity,
+        threads: engine.threads(),
+        calls: widths.len(),
+        time_mean_s: total_seconds / widths.len() as f64,
+        time_p50_s: percentile(&times, 50.0),
+        time_p95_s: percentile(&times, 95.0),
+        rss_initial_kb: rss_first,
+        rss_growth_kb: rss_last as i64 - rss_first as i64,
+        growth_every_100: growth,
+        compiles: stats.compiles,
+        failed_compiles: stats.failed_compiles,
+        hits: stats.hits,
+        misses: stats.misses,
+        evictions: stats.evictions,
+        evicted_bytes: stats.evicted_bytes,
+        cache_entries: stats.entries,
+        cache_bytes: stats.bytes,
+        cache_peak_bytes: stats.peak_bytes,
+        peak_activation_bytes: peak_activation,
+        compile_time_s: stats.compile_time.as_secs_f64(),
+        max_compile_time_s: stats.max_compile_time.as_secs_f64(),
+        bucket_error,
+        per_call: records,
+    };
+
+    writeln!(
+        out,
+        "time: mean={:.3} s, p50={:.3} s, p95={:.3} s",
+        report.time_mean_s, report.time_p50_s, report.time_p95_s
+    )?;
+    writeln!(
+        out,
+        "memory (kb): {} initial, {} growth",
+        thousands(report.rss_initial_kb as i64),
+        thousands(report.rss_growth_kb)
+    )?;
+    writeln!(
+        out,
+        "primitives: {} compiles ({} failed), {} hits, {} misses, {} evictions ({} bytes freed)",
+        report.compiles,
+        report.failed_compiles,
+        report.hits,
+        report.misses,
+        report.evictions,
+        report.evicted_bytes
+    )?;
+    writeln!(
+        out,
+        "cache: {} entries, {} bytes now, {} bytes peak",
+        report.cache_entries, report.cache_bytes, report.cache_peak_bytes
+    )?;
+    writeln!(
+        out,
+        "peak activation bytes: {}",
+        report.peak_activation_bytes
+    )?;
+    writeln!(
+        out,
+        "compile time: {:.3} s total, {:.2} ms max",
+        report.compile_time_s,
+        report.max_compile_time_s * 1e3
+    )?;
+    if let Some(e) = &report.bucket_error {
+        writeln!(
+            out,
+            "bucket error vs exact over the first {} calls: max abs {:.3e}, max rel {:.3e}",
+            e.calls_checked, e.max_abs, e.max_rel
+        )?;
+    }
+    Ok(report)
+}
+
+/// Runs the first calls again both bucketed and exact, on an engine of their own so that the
+/// timed run's cache and memory are untouched, and compares the cropped outputs.
+fn bucket_error(
+    model: &CompiledGraph,
+    input: &str,
+    args: &Args,
+    widths: &[usize],
+    [n, c, h]: [usize; 3],
+) -> Result<BucketError> {
+    let engine = Engine::new(EngineConfig {
+        threads: args.threads,
+        ..EngineConfig::default()
+    })?;
+    let mut ws = Workspace::new();
+    let (mut max_abs, mut max_ref) = (0.0f64, 0.0f64);
+    let checked = args.check_calls.min(widths.len());
+    for (i, &w) in widths.iter().take(checked).enumerate() {
+        let x = input_for_call(args.seed, i, [n, c, h, w]);
+        let (exact, _) = model.run(&engine, &[(input, &x)], &mut ws)?;
+        let padded = pad_width(&x, args.policy.padded_width(w));
+        let (bucketed, _) = model.run(&engine, &[(input, &padded)], &mut ws)?;
+        for ((_, e), (_, b)) in exact.iter().zip(&bucketed) {
+            let b: Tensor = crop_width(b, *e.shape.last().expect("rank 4"));
+            for (&x, &y) in e.data.iter().zip(&b.data) {
+                max_abs = max_abs.max((x as f64 - y as f64).abs());
+                max_ref = max_ref.max((x as f64).abs());
+            }
+        }
+    }
+    Ok(BucketError {
+        calls_checked: checked,
+        max_abs,
+        max_rel: if max_ref > 0.0 {
+            max_abs / max_ref
+        } else {
+            0.0
+        },
+    })
+}

@@ -1,0 +1,206 @@
+//! The variable-width workload: the shipped widths, shape policies, deterministic inputs, and
+//! the process's resident memory.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use primjit_ir::{Tensor, random_tensor};
+
+/// The benchmark widths, copied unchanged from the workload that the peers were measured on.
+pub const SHIPPED_WIDTHS: &str = include_str!("../../../benches/data/widths.txt");
+/// The default model: the ResNet34 trunk of the original report.
+pub const TRUNK_IR: &str = include_str!("../../../ir/resnet34_trunk.ir");
+
+/// Reads widths, one per line (blank lines and `#` comments ignored).
+pub fn parse_widths(text: &str, origin: &str) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        match line.parse::<usize>() {
+            Ok(w) if w > 0 => out.push(w),
+            _ => bail!(
+                "{origin}:{}: error: expected a positive width, found `{line}`",
+                i + 1
+            ),
+        }
+    }
+    if out.is_empty() {
+        bail!("{origin}: error: no widths");
+    }
+    Ok(out)
+}
+
+pub fn load_widths(path: Option<&Path>) -> Result<Vec<usize>> {
+    match path {
+        None => parse_widths(SHIPPED_WIDTHS, "benches/data/widths.txt"),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            parse_widths(&text, &p.display().to_string())
+        }
+    }
+}
+
+/// How a call's width becomes the width the model runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Specialize on every width (the report's "no binning")
+    Exact,
+    /// Pad the width with zeros up to a multiple of 320
+    Bucket320,
+    /// Pad to a multiple of 40 below 640, 80 below 1280, 160 below 2560, else 320 (the report's
+    /// "flexible binning")
+    Bucketflex,
+}
+
+impl Policy {
+    pub fn padded_width(self, w: usize) -> usize {
+        let step = match self {
+            Policy::Exact => return w,
+            Policy::Bucket320 => 320,
+            Policy::Bucketflex if w < 640 => 40,
+            Policy::Bucketflex if w < 1280 => 80,
+            Policy::Bucketflex if w < 2560 => 160,
+            Policy::Bucketflex => 320,
+        };
+        w.div_ceil(step) * step
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Exact => "exact",
+            Policy::Bucket320 => "bucket320",
+            Policy::Bucketflex => "bucketflex",
+        }
+    }
+}
+
+/// The input of call `call`: `[1, 3, 320, w]`, uniform in [-1, 1), from a stream keyed by the
+/// seed and the call's index, so every run and every policy sees the same images.
+pub fn input_for_call(seed: u64, call: usize, shape: [usize; 4]) -> Tensor {
+    random_tensor(
+        seed.wrapping_add(call as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        "x",
+        shape.to_vec(),
+        -1.0,
+        1.0,
+    )
+}
+
+/// Pads the last dimension with zeros up to `width`.
+pub fn pad_width(t: &Tensor, width: usize) -> Tensor {
+    let w = *t.shape.last().expect("rank 4");
+    if w == width {
+        return t.clone();
+    }
+    let rows = t.data.len() / w;
+    let mut data = vec![0.0; rows * width];
+    for r in 0..rows {
+        data[r * width..r * width + w].copy_from_slice(&t.data[r * w..(r + 1) * w]);
+    }
+    let mut shape = t.shape.clone();
+    *shape.last_mut().expect("rank 4") = width;
+    Tensor { shape, data }
+}
+
+/// Keeps the first `width` columns of the last dimension.
+pub fn crop_width(t: &Tensor, width: usize) -> Tensor {
+    let w = *t.shape.last().expect("rank 4");
+    let rows = t.data.len() / w;
+    let mut data = Vec::with_capacity(rows * width);
+    for r in 0..rows {
+        data.extend_from_slice(&t.data[r * w..r * w + width]);
+    }
+    let mut shape = t.shape.clone();
+    *shape.last_mut().expect("rank 4") = width;
+    Tensor { shape, data }
+}
+
+/// The process's resident set size in kB (`VmRSS` of `/proc/self/status`).
+pub fn rss_kb() -> Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("cannot read /proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS in /proc/self/status")
+}
+
+/// The `p`-th percentile (0..=100) of sorted values, by the nearest-rank method.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// `1234567` as `1,234,567`, as the original report prints kilobytes.
+pub fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_pad_as_the_report() {
+        assert_eq!(Policy::Exact.padded_width(285), 285);
+        assert_eq!(Policy::Bucket320.padded_width(285), 320);
+        assert_eq!(Policy::Bucket320.padded_width(321), 640);
+        assert_eq!(Policy::Bucketflex.padded_width(285), 320);
+        assert_eq!(Policy::Bucketflex.padded_width(601), 640);
+        assert_eq!(Policy::Bucketflex.padded_width(641), 720);
+        assert_eq!(Policy::Bucketflex.padded_width(1281), 1440);
+        assert_eq!(Policy::Bucketflex.padded_width(2561), 2880);
+    }
+
+    #[test]
+    fn shipped_widths_match_their_readme() {
+        let w = parse_widths(SHIPPED_WIDTHS, "shipped").unwrap();
+        assert_eq!(w.len(), 1000);
+        assert_eq!(*w.iter().min().unwrap(), 200);
+        assert_eq!(*w.iter().max().unwrap(), 7680);
+        let mean = w.iter().sum::<usize>() as f64 / 1000.0;
+        assert!((mean - 1031.0).abs() < 1.0, "{mean}");
+    }
+
+    #[test]
+    fn pad_then_crop_is_identity() {
+        let t = random_tensor(1, "x", vec![1, 2, 3, 5], -1.0, 1.0);
+        let p = pad_width(&t, 8);
+        assert_eq!(p.shape, vec![1, 2, 3, 8]);
+        assert_eq!(p.data[5..8], [0.0; 3]);
+        assert_eq!(crop_width(&p, 5), t);
+    }
+
+    #[test]
+    fn formats_like_the_report() {
+        assert_eq!(thousands(2336028), "2,336,028");
+        assert_eq!(thousands(-1000), "-1,000");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), 2.0);
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 95.0), 4.0);
+        assert!(
+            parse_widths("12\nx\n", "f")
+                .unwrap_err()
+                .to_string()
+                .contains("f:2: error")
+        );
+    }
+}
