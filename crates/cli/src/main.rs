@@ -12,6 +12,7 @@ mod executor;
 mod io;
 mod run;
 mod source;
+mod sweep;
 mod workload;
 
 use std::process::ExitCode;
@@ -35,6 +36,8 @@ enum Command {
     Run(run::Args),
     /// Run the variable-width benchmark (the original report's workload) and measure memory
     Bench(bench::Args),
+    /// Run `bench` once per cache configuration, each in a fresh process, and tabulate and plot
+    Sweep(sweep::Args),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Dump(args) => dump::run(args),
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Sweep(args) => sweep::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
