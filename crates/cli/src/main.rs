@@ -7,9 +7,11 @@
 
 mod bench;
 mod check;
+mod descriptor;
 mod dump;
 mod executor;
 mod io;
+mod perf;
 mod run;
 mod source;
 mod sweep;
@@ -38,6 +40,10 @@ enum Command {
     Bench(bench::Args),
     /// Run `bench` once per cache configuration, each in a fresh process, and tabulate and plot
     Sweep(sweep::Args),
+    /// Measure this core's 128-bit f32 FMA peak with a generated loop
+    Peak(perf::PeakArgs),
+    /// Time one primitive (a benchdnn descriptor) or every node of a graph against the peak
+    BenchOp(perf::BenchOpArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +54,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Sweep(args) => sweep::run(args),
+        Command::Peak(args) => perf::run_peak(args),
+        Command::BenchOp(args) => perf::run_bench_op(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

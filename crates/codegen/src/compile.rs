@@ -114,6 +114,9 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
         PrimitiveKey::Eltwise(_) => {
             "  element-wise: four floats at a time over each plane's span of rows\n".to_string()
         }
+        PrimitiveKey::FmaPeak => {
+            "  12 independent f32x4 FMA chains, 8 steps per loop trip\n".to_string()
+        }
     }
 }
 
@@ -127,6 +130,7 @@ pub fn lower(key: &PrimitiveKey, host: &HostIsa) -> Function {
         PrimitiveKey::Pool(d) => lower_pool::lower_pool(&mut e, &PoolPlan::new(d)),
         PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(&mut e, d),
         PrimitiveKey::Eltwise(d) => lower_pool::lower_eltwise(&mut e, d),
+        PrimitiveKey::FmaPeak => lower_pool::lower_fma_peak(&mut e),
     }
     e.finish(host.isa.frontend_config());
     func

@@ -281,6 +281,12 @@ pub struct EltwiseDesc {
     pub layout: Layout,
 }
 
+/// Accumulators of the FMA peak kernel: enough independent chains to cover the FMA latency
+/// on two pipes.
+pub const FMA_PEAK_ACCUMULATORS: usize = 12;
+/// Flops of one work item of the FMA peak kernel: 8 unrolled steps of 12 f32x4 FMAs.
+pub const FMA_PEAK_FLOPS_PER_ITEM: u64 = 8 * FMA_PEAK_ACCUMULATORS as u64 * 8;
+
 /// Everything that identifies one compiled kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PrimitiveKey {
@@ -288,6 +294,10 @@ pub enum PrimitiveKey {
     Pool(PoolDesc),
     GlobalPool(GlobalPoolDesc),
     Eltwise(EltwiseDesc),
+    /// Not an op: a loop of independent f32x4 FMAs that measures the machine's peak. Its work
+    /// items are loop trips of 8 x 12 FMAs (768 flops); it reads `a` and `b` (8 floats) from
+    /// the source and keeps its 12 accumulators (48 floats) in the destination.
+    FmaPeak,
 }
 
 /// A key that describes no valid kernel.
@@ -432,6 +442,7 @@ impl PrimitiveKey {
                 positive("extents", &d.shape)?;
                 check_count("tensor", d.shape)?;
             }
+            PrimitiveKey::FmaPeak => {}
         }
         Ok(())
     }
@@ -477,6 +488,15 @@ impl PrimitiveKey {
                 }
                 v
             }
+            PrimitiveKey::FmaPeak => {
+                let raw = |role, len: usize| BufferSpec {
+                    role,
+                    shape: vec![len],
+                    layout: None,
+                    len,
+                };
+                vec![raw("src", 8), raw("dst", FMA_PEAK_ACCUMULATORS * 4)]
+            }
         }
     }
 
@@ -489,6 +509,7 @@ impl PrimitiveKey {
             }
             PrimitiveKey::GlobalPool(d) => (d.mb * d.c * d.ih * d.iw) as u64,
             PrimitiveKey::Eltwise(d) => d.shape.iter().product::<usize>() as u64,
+            PrimitiveKey::FmaPeak => FMA_PEAK_FLOPS_PER_ITEM,
         }
     }
 
@@ -508,6 +529,8 @@ impl PrimitiveKey {
             PrimitiveKey::Pool(d) => d.oh(),
             PrimitiveKey::GlobalPool(_) => 1,
             PrimitiveKey::Eltwise(d) => d.shape[2],
+            // The caller chooses the trip count through the range of work items.
+            PrimitiveKey::FmaPeak => 1,
         }
     }
 }
@@ -592,6 +615,7 @@ impl fmt::Display for PrimitiveKey {
                 let [n, c, h, w] = d.shape;
                 write!(f, "eltwise_{kind} mb{n}ic{c}ih{h}iw{w} {}", d.layout)
             }
+            PrimitiveKey::FmaPeak => f.write_str("fma_peak 8x12 f32x4"),
         }
     }
 }

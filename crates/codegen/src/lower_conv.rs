@@ -298,8 +298,11 @@ fn pixel_tile(
                             let x_off = c * chan_in_step
                                 + (kw as i64 * d.dilations[1] as i64 + p * d.strides[1] as i64)
                                     * src_px;
-                            let x = e.splat_load(src_kh, x_off);
                             for (v, &w) in wv.iter().enumerate() {
+                                // A broadcast per FMA: the FMA overwrites its first factor,
+                                // so a shared broadcast would cost a register copy, while a
+                                // fresh one folds into `vbroadcastss m32`.
+                                let x = e.splat_load(src_kh, x_off);
                                 let a = &mut acc[p as usize * vecs + v];
                                 *a = e.fma(x, w, *a);
                             }

@@ -309,3 +309,27 @@ pub fn lower_eltwise(e: &mut Emit<'_>, d: &EltwiseDesc) {
         }
     });
 }
+
+/// The FMA peak loop: `[begin, end)` trips of 8 x 12 independent `vfmadd`s on registers.
+pub fn lower_fma_peak(e: &mut Emit<'_>) {
+    let src = e.buffer(SRC);
+    let dst = e.buffer(DST);
+    let a = e.load_vec(src, 0);
+    let b = e.load_vec(src, 16);
+    let acc: Vec<Value> = (0..crate::key::FMA_PEAK_ACCUMULATORS)
+        .map(|k| e.load_vec(dst, 16 * k as i64))
+        .collect();
+    let (begin, end) = (e.begin, e.end);
+    let out = e.for_range(begin, end, &acc, |e, _, acc| {
+        let mut acc = acc.to_vec();
+        for _ in 0..8 {
+            for x in acc.iter_mut() {
+                *x = e.fma(a, b, *x);
+            }
+        }
+        acc
+    });
+    for (k, &x) in out.iter().enumerate() {
+        e.store_vec(x, dst, 16 * k as i64);
+    }
+}

@@ -25,8 +25,8 @@ pub use primjit_ir as ir;
 pub use primjit_reference as reference;
 
 pub use primjit_codegen::{
-    CodegenError, CodegenOptions, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError,
-    Layout, PoolDesc, PostOpDesc, PrimitiveKey,
+    CodegenError, CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc,
+    KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey,
 };
 pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{

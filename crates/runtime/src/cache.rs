@@ -280,8 +280,10 @@ impl PrimitiveCache {
                         );
                         state.stats.bytes += cost;
                         state.stats.mapped_bytes += p.memory().mapped;
-                        state.stats.peak_bytes = state.stats.peak_bytes.max(state.stats.bytes);
                         evicted = Self::shrink(&mut state);
+                        // After shrinking: the peak is the most the cache ever held, which
+                        // never exceeds a budget that was in force all along.
+                        state.stats.peak_bytes = state.stats.peak_bytes.max(state.stats.bytes);
                     }
                     state.stats.entries = state.lru.len();
                 }

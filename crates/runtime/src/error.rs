@@ -17,6 +17,13 @@ pub enum ExecError {
     MissingBuffer { key: String, role: &'static str },
     #[error("{key}: this primitive takes no {role} buffer")]
     UnexpectedBuffer { key: String, role: &'static str },
+    #[error("{key}: work items {start}..{end} are not within 0..{limit}")]
+    WorkItems {
+        key: String,
+        start: usize,
+        end: usize,
+        limit: usize,
+    },
     #[error("{key}: expected {expected} extra buffers (residuals or second source), found {found}")]
     ExtraCount {
         key: String,

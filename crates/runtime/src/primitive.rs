@@ -127,6 +127,28 @@ impl Primitive {
         self.execute_on(args, Some(pool))
     }
 
+    /// Runs the kernel on one thread for the work items (output rows) in `items` only; the
+    /// FMA peak kernel takes any number of loop trips this way.
+    pub fn execute_range(&self, args: ExecArgs<'_>, items: Range<usize>) -> Result<(), ExecError> {
+        let limit = match self.key {
+            PrimitiveKey::FmaPeak => usize::MAX >> 1,
+            _ => self.key.work_items(),
+        };
+        if items.start > items.end || items.end > limit {
+            return Err(ExecError::WorkItems {
+                key: self.key.to_string(),
+                start: items.start,
+                end: items.end,
+                limit,
+            });
+        }
+        let pointers = self.check(args)?;
+        // SAFETY: `check` matched every buffer's length to the key and the borrows keep them
+        // alive and unaliased for the call; the range is within the kernel's work items.
+        unsafe { self.code.call(&pointers, items) };
+        Ok(())
+    }
+
     fn execute_on(
         &self,
         args: ExecArgs<'_>,

@@ -1,0 +1,378 @@
+//! `primjit peak` and `primjit bench-op`: kernel speed as a fraction of this machine's
+//! 128-bit FMA peak, measured in the same process and run.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use primjit::ir::{PoolKind, Tensor, random_tensor};
+use primjit::{
+    Budget, CacheConfig, CompiledGraph, ConvPlan, Engine, EngineConfig, ExecArgs, Layout, Params,
+    Primitive, PrimitiveKey, Workspace,
+};
+
+use crate::descriptor;
+use crate::source::GraphArgs;
+
+/// Median of a non-empty slice (sorts it).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The measured single-core f32x4 FMA peak.
+#[derive(Clone, Copy, Debug)]
+pub struct Peak {
+    pub gflops: f64,
+    pub best_gflops: f64,
+}
+
+impl Peak {
+    /// Implied clock at two 128-bit FMA pipes: 16 flops per cycle.
+    pub fn ghz(&self) -> f64 {
+        self.gflops / 16.0
+    }
+}
+
+/// Runs the FMA peak kernel (12 independent chains) on this thread: 9 runs of ~40 ms each,
+/// the median and best of their rates.
+pub fn measure_peak(engine: &Engine) -> Result<Peak> {
+    let p = engine.compile(&PrimitiveKey::FmaPeak)?;
+    let src = [1e-7f32; 8];
+    let mut acc = vec![0.0f32; primjit::codegen::key::FMA_PEAK_ACCUMULATORS * 4];
+    let flops = PrimitiveKey::FmaPeak.flops() as f64;
+    // Calibrate the trip count to ~40 ms.
+    let mut trips = 10_000usize;
+    loop {
+        let t = Instant::now();
+        p.execute_range(
+            ExecArgs {
+                src: &src,
+                weights: None,
+                dst: &mut acc,
+                extra: &[],
+            },
+            0..trips,
+        )?;
+        let s = t.elapsed().as_secs_f64();
+        if s > 0.02 || trips > 1 << 28 {
+            trips = ((trips as f64) * 0.04 / s.max(1e-6)) as usize;
+            break;
+        }
+        trips *= 4;
+    }
+    let mut rates: Vec<f64> = (0..9)
+        .map(|_| {
+            let t = Instant::now();
+            p.execute_range(
+                ExecArgs {
+                    src: &src,
+                    weights: None,
+                    dst: &mut acc,
+                    extra: &[],
+                },
+                0..trips,
+            )
+            .map(|()| flops * trips as f64 / t.elapsed().as_secs_f64() / 1e9)
+        })
+        .collect::<Result<_, _>>()?;
+    let best = rates.iter().copied().fold(0.0, f64::max);
+    Ok(Peak {
+        gflops: median(&mut rates),
+        best_gflops: best,
+    })
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PeakArgs {}
+
+pub fn run_peak(_: &PeakArgs) -> Result<()> {
+    let engine = Engine::new(EngineConfig {
+        threads: 1,
+        ..EngineConfig::default()
+    })?;
+    let peak = measure_peak(&engine)?;
+    println!(
+        "peak: {:.1} GFLOP/s f32x4 FMA on one core (median of 9; best {:.1}), implied clock {:.2} GHz at 16 flop/cycle",
+        peak.gflops,
+        peak.best_gflops,
+        peak.ghz()
+    );
+    Ok(())
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchOpArgs {
+    /// A benchdnn problem descriptor, e.g. mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1
+    #[arg(value_name = "DESCRIPTOR", required_unless_present = "model")]
+    pub descriptor: Option<String>,
+
+    /// Time every node of a graph instead (with --dims for its symbols)
+    #[arg(long, value_name = "FILE.ir", conflicts_with = "descriptor")]
+    pub model: Option<PathBuf>,
+
+    /// Values for the model's symbols, e.g. W=1031
+    #[arg(long, value_name = "NAME=N,...", requires = "model")]
+    pub dims: Option<String>,
+
+    /// The descriptor is a pooling problem
+    #[arg(long)]
+    pub pool: bool,
+
+    /// Pooling algorithm: max, avg_np (padding excluded) or avg_p (padding counted)
+    #[arg(long = "alg", default_value = "max", value_parser = ["max", "avg_np", "avg_p"])]
+    pub alg: String,
+
+    /// Activation layout of the single-op problem
+    #[arg(long, default_value = "nchw4c", value_parser = ["nchw", "nchw4c"])]
+    pub layout: String,
+
+    /// Threads per execution
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+
+    /// Timed executions (after one warm-up)
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+}
+
+fn guarded_random(len: usize, seed: u64) -> Vec<f32> {
+    random_tensor(seed, "bench", vec![len], -1.0, 1.0).data
+}
+
+/// Times `runs` executions after a warm-up; returns the sorted seconds.
+fn time_runs(
+    engine: &Engine,
+    p: &Primitive,
+    src: &[f32],
+    weights: Option<&[f32]>,
+    dst: &mut [f32],
+    extra: &[&[f32]],
+    runs: usize,
+) -> Result<Vec<f64>> {
+    engine.execute(
+        p,
+        ExecArgs {
+            src,
+            weights,
+            dst,
+            extra,
+        },
+    )?;
+    let mut t = Vec::with_capacity(runs);
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        engine.execute(
+            p,
+            ExecArgs {
+                src,
+                weights,
+                dst,
+                extra,
+            },
+        )?;
+        t.push(start.elapsed().as_secs_f64());
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t)
+}
+
+pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
+    let engine = Engine::new(EngineConfig {
+        threads: args.threads,
+        cache: CacheConfig {
+            budget: Budget::Unlimited,
+            capacity: None,
+        },
+        ..EngineConfig::default()
+    })?;
+    let peak = measure_peak(&Engine::new(EngineConfig {
+        threads: 1,
+        ..EngineConfig::default()
+    })?)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "peak: {:.1} GFLOP/s per core (implied {:.2} GHz), threads {}",
+        peak.gflops,
+        peak.ghz(),
+        engine.threads()
+    )?;
+    let machine_peak = peak.gflops * engine.threads() as f64;
+    if let Some(model) = &args.model {
+        return bench_model(&engine, model, args, machine_peak, &mut out);
+    }
+    let text = args
+        .descriptor
+        .as_deref()
+        .expect("clap requires a descriptor without --model");
+    let desc = descriptor::parse(text)?;
+    let layout = if args.layout == "nchw" {
+        Layout::Nchw
+    } else {
+        Layout::Nchw4c
+    };
+    let key = if args.pool {
+        let (kind, include) = match args.alg.as_str() {
+            "max" => (PoolKind::Max, false),
+            "avg_np" => (PoolKind::Avg, false),
+            _ => (PoolKind::Avg, true),
+        };
+        PrimitiveKey::Pool(desc.pool(kind, include, layout)?)
+    } else {
+        PrimitiveKey::Conv(desc.conv(layout)?)
+    };
+    key.validate()?;
+    let p = engine.compile(&key)?;
+    let bufs = key.buffers();
+    let src = guarded_random(bufs[0].len, 1);
+    let (weights, mut dst) = match &key {
+        PrimitiveKey::Conv(d) => {
+            let plan = ConvPlan::new(d);
+            let w = guarded_random(d.weight_shape().iter().product(), 2);
+            let b = guarded_random(d.oc, 3);
+            (
+                Some(plan.pack_weights(&w, Some(&b))),
+                vec![0.0; bufs[2].len],
+            )
+        }
+        _ => (None, vec![0.0; bufs[1].len]),
+    };
+    let times = time_runs(
+        &engine,
+        &p,
+        &src,
+        weights.as_deref(),
+        &mut dst,
+        &[],
+        args.runs,
+    )?;
+    let (med, min) = (times[times.len() / 2], times[0]);
+    let label = desc
+        .name
+        .as_deref()
+        .map(|n| format!(" ({n})"))
+        .unwrap_or_default();
+    writeln!(out, "{key}{label}")?;
+    writeln!(
+        out,
+        "compile {:.3} ms, {} bytes of code; median {:.3} ms, min {:.3} ms",
+        p.compile_time().as_secs_f64() * 1e3,
+        p.memory().code,
+        med * 1e3,
+        min * 1e3
+    )?;
+    match &key {
+        PrimitiveKey::Conv(_) => {
+            let gflops = key.flops() as f64 / med / 1e9;
+            writeln!(
+                out,
+                "{gflops:.1} GFLOP/s, {:.1}% of peak",
+                100.0 * gflops / machine_peak
+            )?;
+        }
+        _ => {
+            // Pooling is bound by memory: compare with a plain copy of the same bytes.
+            let bytes = key.activation_bytes() as f64;
+            let mut a = vec![0.0f32; src.len() + dst.len()];
+            let b = guarded_random(a.len(), 4);
+            let mut copies: Vec<f64> = (0..args.runs.max(1))
+                .map(|_| {
+                    let t = Instant::now();
+                    a.copy_from_slice(std::hint::black_box(&b));
+                    t.elapsed().as_secs_f64()
+                })
+                .collect();
+            let copy = median(&mut copies);
+            let (bw, copy_bw) = (bytes / med / 1e9, 2.0 * bytes / copy / 1e9);
+            writeln!(
+                out,
+                "{bw:.1} GB/s; a copy of the same bytes: {copy_bw:.1} GB/s; {:.1}% of copy",
+                100.0 * bw / copy_bw
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn bench_model(
+    engine: &Engine,
+    path: &PathBuf,
+    args: &BenchOpArgs,
+    machine_peak: f64,
+    out: &mut impl Write,
+) -> Result<()> {
+    let dims = args
+        .dims
+        .as_deref()
+        .map(primjit::ir::parse_bindings)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let loaded = GraphArgs {
+        file: path.clone(),
+        dims,
+    }
+    .load()?;
+    let graph = &loaded.graph;
+    let [input] = graph.inputs() else {
+        bail!("bench-op --model needs a graph with one input")
+    };
+    let shapes = loaded.shapes(graph, &loaded.bindings)?;
+    let Some(shape) = shapes.concrete(input.value) else {
+        bail!("bind every symbol of the input with --dims")
+    };
+    let model = CompiledGraph::new(graph, &Params::random(graph, 0))?;
+    let x: Tensor = random_tensor(1, "x", shape, -1.0, 1.0);
+    let name = graph.value_name(input.value).to_string();
+    let mut ws = Workspace::new();
+    let (_, first) = model.run(engine, &[(&name, &x)], &mut ws)?;
+    let runs = args.runs.clamp(1, 1000);
+    let mut per_node: Vec<Vec<f64>> = vec![Vec::new(); first.nodes.len()];
+    let mut totals = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let (_, stats) = model.run(engine, &[(&name, &x)], &mut ws)?;
+        totals.push(t.elapsed().as_secs_f64());
+        for (i, n) in stats.nodes.iter().enumerate() {
+            per_node[i].push(n.seconds);
+        }
+    }
+    writeln!(
+        out,
+        "{:<22} {:>9} {:>9} {:>7} {:>10}  key",
+        "node", "ms", "GFLOP/s", "% peak", "compile ms"
+    )?;
+    let mut conv_time = 0.0;
+    for (node, times) in first.nodes.iter().zip(per_node.iter_mut()) {
+        let med = median(times);
+        let key = node.primitive.key();
+        let gflops = key.flops() as f64 / med / 1e9;
+        let pct = if matches!(key, PrimitiveKey::Conv(_)) {
+            conv_time += med;
+            format!("{:.1}", 100.0 * gflops / machine_peak)
+        } else {
+            "-".into()
+        };
+        writeln!(
+            out,
+            "{:<22} {:>9.3} {:>9.1} {:>7} {:>10.3}  {key}",
+            node.name,
+            med * 1e3,
+            gflops,
+            pct,
+            node.primitive.compile_time().as_secs_f64() * 1e3
+        )?;
+    }
+    let total = median(&mut totals);
+    let flops: u64 = first.nodes.iter().map(|n| n.primitive.key().flops()).sum();
+    writeln!(
+        out,
+        "graph: median {:.3} ms over {runs} runs ({:.1} GFLOP/s, {:.1}% of peak); convolutions {:.3} ms",
+        total * 1e3,
+        flops as f64 / total / 1e9,
+        100.0 * flops as f64 / total / 1e9 / machine_peak,
+        conv_time * 1e3
+    )?;
+    Ok(())
+}
