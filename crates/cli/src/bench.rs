@@ -153,7 +153,7 @@ fn width_symbol(graph: &primjit_ir::Graph) -> Result<(String, [usize; 3])> {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let report = bench(args)?;
+    let (report, _) = bench(args)?;
     if let Some(path) = &args.json {
         let file = std::fs::File::create(path)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -162,7 +162,8 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-pub fn bench(args: &Args) -> Result<BenchReport> {
+/// Runs the benchmark; returns its report and the engine, whose cache holds what the run left.
+pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let source = model_source(args.file.as_ref())?;
     let graph = source.parse()?;
     let (input_name, [n, c, h]) = width_symbol(&graph)?;
@@ -349,7 +350,7 @@ pub fn bench(args: &Args) -> Result<BenchReport> {
             e.calls_checked, e.max_abs, e.max_rel
         )?;
     }
-    Ok(report)
+    Ok((report, engine))
 }
 
 /// Runs the first calls again both bucketed and exact, on an engine of their own so that the

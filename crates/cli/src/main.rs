@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod cache;
 mod check;
 mod descriptor;
 mod dump;
@@ -38,6 +39,8 @@ enum Command {
     Run(run::Args),
     /// Run the variable-width benchmark (the original report's workload) and measure memory
     Bench(bench::Args),
+    /// Run a model over the first widths of a workload and print the cache's stats and entries
+    Cache(cache::Args),
     /// Run `bench` once per cache configuration, each in a fresh process, and tabulate and plot
     Sweep(sweep::Args),
     /// Measure this core's 128-bit f32 FMA peak with a generated loop
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Sweep(args) => sweep::run(args),
+        Command::Cache(args) => cache::run(args),
         Command::Peak(args) => perf::run_peak(args),
         Command::BenchOp(args) => perf::run_bench_op(args),
     };
