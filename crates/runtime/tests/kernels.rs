@@ -11,9 +11,10 @@
 //!
 //! Every problem runs once on one thread and again with `execute_parallel` on rayon pools of
 //! two and three threads; the results must be bit-identical (each output element is computed
-//! by exactly one thread, with the same instruction sequence, whatever the split). The
-//! partial-rows properties call a kernel for rows `[a, b)` only and check that exactly those
-//! rows are written, bit-identical to the full run.
+//! by exactly one thread, with the same instruction sequence, whatever the split). Since
+//! threads writing identical values would hide a kernel that strays outside its rows, the
+//! partial-rows properties also run rows `[a, b)` alone (`Primitive::execute_range`) and check
+//! that exactly those rows are written, bit-identical to the full run.
 //!
 //! # Tolerances
 //!
@@ -48,11 +49,11 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use primjit_codegen::{
-    CodegenOptions, ConvDesc, ConvPlan, Dumps, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout,
-    PoolDesc, PostOpDesc, PrimitiveKey,
+    CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc,
+    PostOpDesc, PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
-use primjit_runtime::exec::{ExecutableCode, GuardedBuffer, SystemPages};
+use primjit_runtime::exec::GuardedBuffer;
 use primjit_runtime::layout::{to_blocked, to_nchw};
 use primjit_runtime::{Engine, EngineConfig, ExecArgs, ExecError, Primitive, RuntimeError};
 use proptest::prelude::*;
@@ -223,36 +224,19 @@ impl Buffers {
         Ok(from_layout(&single, self.dst_layout, self.dst_shape))
     }
 
-    /// Compiles `key` outside the engine and calls the kernel for work items `rows` only,
-    /// returning the raw destination (sentinel wherever the call wrote nothing).
-    fn execute_rows(
-        &self,
-        key: &PrimitiveKey,
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>, TestCaseError> {
-        let kernel =
-            primjit_codegen::compile(key, CodegenOptions { verify: true }, Dumps::default())
-                .map_err(|e| TestCaseError::fail(format!("{key} does not compile: {e}")))?;
-        let code = ExecutableCode::publish(&kernel.code, &SystemPages).expect("map code pages");
+    /// Runs `p` for work items `rows` only (`Primitive::execute_range`) into a fresh
+    /// sentinel-filled guarded destination and returns it raw.
+    fn execute_rows(&self, p: &Primitive, rows: Range<usize>) -> Result<Vec<f32>, TestCaseError> {
         let mut dst = sentinel_dst(self.dst_len());
-        let mut lens = vec![self.src.as_slice().len()];
-        lens.extend(self.weights.as_ref().map(|w| w.as_slice().len()));
-        lens.push(dst.as_slice().len());
-        lens.extend(self.extra.iter().map(|b| b.as_slice().len()));
-        let expected: Vec<usize> = key.buffers().iter().map(|b| b.len).collect();
-        assert_eq!(lens, expected, "{key}: buffer lengths");
-        let mut ptrs: Vec<*mut f32> = vec![self.src.as_slice().as_ptr().cast_mut()];
-        ptrs.push(
-            self.weights
-                .as_ref()
-                .map_or(std::ptr::null_mut(), |w| w.as_slice().as_ptr().cast_mut()),
-        );
-        ptrs.push(dst.as_mut_slice().as_mut_ptr());
-        ptrs.extend(self.extra.iter().map(|b| b.as_slice().as_ptr().cast_mut()));
-        // SAFETY: `code` is a complete kernel for `key`; the pointers are in the kernel's order
-        // and their lengths were just matched to `key.buffers()`; every buffer outlives the
-        // call, and only `dst` (uniquely borrowed here) is written.
-        unsafe { code.call(&ptrs, rows) };
+        let extra: Vec<&[f32]> = self.extra.iter().map(|b| b.as_slice()).collect();
+        let args = ExecArgs {
+            src: self.src.as_slice(),
+            weights: self.weights.as_ref().map(|w| w.as_slice()),
+            dst: dst.as_mut_slice(),
+            extra: &extra,
+        };
+        p.execute_range(args, rows.clone())
+            .map_err(|e| TestCaseError::fail(format!("rows {rows:?} failed: {e}")))?;
         Ok(dst.as_slice().to_vec())
     }
 
@@ -260,11 +244,12 @@ impl Buffers {
     /// rows are written, bit-identical to `full` (the raw destination of a complete run).
     fn check_rows(
         &self,
-        key: &PrimitiveKey,
+        p: &Primitive,
         full: &[f32],
         rows: Range<usize>,
     ) -> Result<(), TestCaseError> {
-        let part = self.execute_rows(key, rows.clone())?;
+        let key = p.key();
+        let part = self.execute_rows(p, rows.clone())?;
         let [_, _, h, w] = self.dst_shape;
         let row_len = match self.dst_layout {
             Layout::Nchw => w,
@@ -345,17 +330,33 @@ fn extent() -> impl Strategy<Value = usize> {
     prop_oneof![1 => Just(1usize), 4 => 1..=9usize]
 }
 
+/// Conv widths: mostly [`extent`], sometimes wide enough for whole register tiles (6 or 12
+/// pixels) plus a remainder in one run of columns, which widths up to 9 rarely reach.
+fn conv_width() -> impl Strategy<Value = usize> {
+    prop_oneof![4 => extent(), 1 => 10..=28usize]
+}
+
 fn dilation() -> impl Strategy<Value = usize> {
     prop_oneof![3 => Just(1usize), 1 => 2..=3usize]
 }
 
+/// No padding, the same padding on every side, or each side drawn on its own.
 fn pads(max: usize) -> impl Strategy<Value = Pads> {
-    (0..=max, 0..=max, 0..=max, 0..=max).prop_map(|(top, left, bottom, right)| Pads {
-        top,
-        left,
-        bottom,
-        right,
-    })
+    prop_oneof![
+        1 => Just(Pads::default()),
+        1 => (1..=max).prop_map(|p| Pads {
+            top: p,
+            left: p,
+            bottom: p,
+            right: p,
+        }),
+        3 => (0..=max, 0..=max, 0..=max, 0..=max).prop_map(|(top, left, bottom, right)| Pads {
+            top,
+            left,
+            bottom,
+            right,
+        }),
+    ]
 }
 
 /// `cases` per property, unless `PROPTEST_CASES` asks for more (or fewer) on a deep run.
@@ -510,7 +511,7 @@ impl ConvProblem {
         let p = compile(&key)?;
         let bufs = self.buffers();
         let full = bufs.execute(&p, None)?;
-        bufs.check_rows(&key, &full, rows)
+        bufs.check_rows(&p, &full, rows)
     }
 }
 
@@ -552,7 +553,7 @@ fn conv_problem() -> impl Strategy<Value = ConvProblem> {
     let shape = (
         1..=2usize,
         channel_config(),
-        (extent(), extent()),
+        (extent(), conv_width()),
         (1..=5usize, 1..=5usize),
         (1..=3usize, 1..=3usize),
         (dilation(), dilation()),
@@ -688,7 +689,7 @@ impl PoolProblem {
         let p = compile(&key)?;
         let bufs = self.buffers();
         let full = bufs.execute(&p, None)?;
-        bufs.check_rows(&key, &full, rows)
+        bufs.check_rows(&p, &full, rows)
     }
 }
 
@@ -943,7 +944,7 @@ proptest! {
         let bufs = p.buffers();
         let p = compile(&key)?;
         let full = bufs.execute(&p, None)?;
-        bufs.check_rows(&key, &full, a.min(b)..a.max(b))?;
+        bufs.check_rows(&p, &full, a.min(b)..a.max(b))?;
     }
 }
 
@@ -1340,4 +1341,49 @@ fn invalid_keys_are_compile_errors() {
     let err = engine().compile(&PrimitiveKey::Conv(d)).unwrap_err();
     assert!(matches!(err, RuntimeError::Codegen(_)), "{err:?}");
     assert!(err.to_string().contains("groups (4) must divide"), "{err}");
+}
+
+#[test]
+fn work_item_ranges_outside_the_rows_are_typed_errors() {
+    let mut d = ConvDesc::new(1, 3, [4, 5], 4, [1, 1]);
+    d.bias = true;
+    let p = ConvProblem { desc: d, seed: 8 };
+    let prim = compile(&p.key()).unwrap();
+    let bufs = p.buffers();
+    let run = |rows: Range<usize>| {
+        let mut dst = sentinel_dst(bufs.dst_len());
+        let result = prim.execute_range(
+            ExecArgs {
+                src: bufs.src.as_slice(),
+                weights: bufs.weights.as_ref().map(|w| w.as_slice()),
+                dst: dst.as_mut_slice(),
+                extra: &[],
+            },
+            rows,
+        );
+        let untouched = dst.as_slice().iter().all(|v| v.to_bits() == SENTINEL);
+        (result, untouched)
+    };
+    for (start, end) in [(0, 5), (4, 5), (3, 2)] {
+        let (result, untouched) = run(start..end);
+        let err = result.expect_err("out-of-range work items must be rejected");
+        assert_eq!(
+            err,
+            ExecError::WorkItems {
+                key: p.key().to_string(),
+                start,
+                end,
+                limit: 4
+            }
+        );
+        assert!(
+            err.to_string().contains(&format!("{start}..{end}")),
+            "{err}"
+        );
+        assert!(untouched, "a rejected execution wrote its destination");
+    }
+    // An empty range within the rows is valid and writes nothing.
+    let (result, untouched) = run(4..4);
+    assert_eq!(result, Ok(()));
+    assert!(untouched);
 }
