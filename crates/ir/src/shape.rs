@@ -56,17 +56,7 @@ pub fn conv_output_extent(
     stride: usize,
     dilation: usize,
 ) -> Option<usize> {
-    let extent = dilation * (kernel - 1) + 1;
-    crate::dim::window_extent(
-        input as u64,
-        pad_begin as u64,
-        pad_end as u64,
-        extent as u64,
-        stride as u64,
-        false,
-    )
-    .ok()
-    .map(|n| n as usize)
+    pool_output_extent(input, pad_begin, pad_end, kernel, stride, dilation, false)
 }
 
 /// The output extent of a pooling window along one axis, or `None` when it does not fit.
@@ -79,7 +69,7 @@ pub fn pool_output_extent(
     dilation: usize,
     ceil: bool,
 ) -> Option<usize> {
-    let extent = dilation * (kernel - 1) + 1;
+    let extent = kernel.checked_sub(1)?.checked_mul(dilation)?.checked_add(1)?;
     crate::dim::window_extent(
         input as u64,
         pad_begin as u64,
