@@ -69,7 +69,10 @@ pub fn pool_output_extent(
     dilation: usize,
     ceil: bool,
 ) -> Option<usize> {
-    let extent = kernel.checked_sub(1)?.checked_mul(dilation)?.checked_add(1)?;
+    let extent = kernel
+        .checked_sub(1)?
+        .checked_mul(dilation)?
+        .checked_add(1)?;
     crate::dim::window_extent(
         input as u64,
         pad_begin as u64,
