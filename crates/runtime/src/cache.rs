@@ -165,11 +165,36 @@ struct Entry {
     last_used: Instant,
 }
 
+/// How a flight ended: its result, or `None` if the compiling thread panicked.
+type Outcome = Option<Result<Arc<Primitive>, RuntimeError>>;
+
 /// A compile in progress that other callers of the same key wait for.
 #[derive(Default)]
 struct Flight {
-    result: Mutex<Option<Result<Arc<Primitive>, RuntimeError>>>,
+    /// `None` while compiling; `Some(None)` if the compiling thread panicked (waiters then
+    /// look the key up again).
+    result: Mutex<Option<Outcome>>,
     done: Condvar,
+}
+
+/// Withdraws a flight whose compile panicked, so that neither its waiters nor later callers
+/// of the key wait forever; defused with `mem::forget` when the compile returns.
+struct Abandon<'a> {
+    cache: &'a PrimitiveCache,
+    key: &'a CacheKey,
+    flight: &'a Flight,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        {
+            let mut state = lock(&self.cache.state);
+            state.in_flight.remove(self.key);
+            state.stats.failed_compiles += 1;
+        }
+        *lock(&self.flight.result) = Some(None);
+        self.flight.done.notify_all();
+    }
 }
 
 struct State {
@@ -231,7 +256,7 @@ impl PrimitiveCache {
         key: &CacheKey,
         compile: impl FnOnce() -> Result<Primitive, RuntimeError>,
     ) -> (Result<Arc<Primitive>, RuntimeError>, Lookup) {
-        let flight = {
+        let flight = loop {
             let mut state = lock(&self.state);
             if let Some(entry) = state.lru.get_mut(key) {
                 entry.hits += 1;
@@ -248,14 +273,24 @@ impl PrimitiveCache {
                 while result.is_none() {
                     result = f.done.wait(result).unwrap_or_else(|p| p.into_inner());
                 }
-                return (result.clone().expect("set before notify"), Lookup::Joined);
+                match result.clone().expect("set before notify") {
+                    Some(result) => return (result, Lookup::Joined),
+                    // The compiling thread panicked: look again (and compile if need be).
+                    None => continue,
+                }
             }
             let f = Arc::new(Flight::default());
             state.in_flight.insert(key.clone(), f.clone());
-            f
+            break f;
         };
 
+        let abandon = Abandon {
+            cache: self,
+            key,
+            flight: &flight,
+        };
         let result = compile().map(Arc::new);
+        std::mem::forget(abandon);
 
         let mut evicted = Vec::new();
         {
@@ -290,7 +325,7 @@ impl PrimitiveCache {
                 Err(_) => state.stats.failed_compiles += 1,
             }
         }
-        *lock(&flight.result) = Some(result.clone());
+        *lock(&flight.result) = Some(Some(result.clone()));
         flight.done.notify_all();
         self.trace_evictions(&evicted);
         // The evicted primitives are dropped here, outside the lock: their pages are unmapped
