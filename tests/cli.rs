@@ -423,7 +423,10 @@ fn run_trunk_with_random_params_writes_the_output_shape() {
     );
     assert!(values.iter().any(|v| *v > 0.0));
 
-    // Unnamed --input for the graph's only input, --reference, and the same seed agree.
+    // Unnamed --input for the graph's only input, a named --output and the same seed give the
+    // same values, bit for bit: the JIT engine is deterministic (every output element is
+    // computed by one thread in a fixed order). The reference interpreter accumulates in f64
+    // and agrees only within a tolerance: see `run_trunk_jit_agrees_with_the_reference`.
     let again = dir.path().join("y2.npy");
     success(&primjit(&[
         "run",
@@ -434,7 +437,6 @@ fn run_trunk_with_random_params_writes_the_output_shape() {
         &format!("out={}", again.display()),
         "--random-params",
         "7",
-        "--reference",
     ]));
     assert_eq!(read_npy(&again), (shape, values));
 }
@@ -929,4 +931,740 @@ fn run_checks_input_and_output_names() {
         2,
         &["cannot be used with"],
     );
+}
+
+// ---- dump: the per-node stages ----
+
+/// The lines of a per-node dump that open a node: `%name: key`.
+fn node_lines(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.starts_with('%')).collect()
+}
+
+#[test]
+fn dump_plan_shows_tiles_and_border_runs_of_every_node() {
+    let out = success(&primjit(&[
+        "dump", TRUNK, "--stage", "plan", "--dims", "W=37",
+    ]));
+    let nodes = node_lines(&out);
+    // After folding and fusion: 29 convolutions and the max-pool.
+    assert_eq!(nodes.len(), 30, "{out}");
+    assert!(
+        nodes[0].starts_with("%conv1: conv mb1ic3ih320iw37oc64"),
+        "{out}"
+    );
+    assert!(nodes[1].starts_with("%maxpool: pool_max mb1ic64"), "{out}");
+    assert!(out.contains("conv tile"), "{out}");
+    assert!(out.contains("row runs"), "{out}");
+    assert!(out.contains("column runs"), "{out}");
+
+    // --node restricts the dump to that node; a leading `%` is accepted.
+    for node in ["layer1.0.conv1", "%layer1.0.conv1"] {
+        let one = success(&primjit(&[
+            "dump", TRUNK, "--stage", "plan", "--dims", "W=37", "--node", node,
+        ]));
+        let nodes = node_lines(&one);
+        assert_eq!(nodes.len(), 1, "{one}");
+        assert!(
+            nodes[0].starts_with("%layer1.0.conv1: conv mb1ic64"),
+            "{one}"
+        );
+        assert!(one.starts_with(nodes[0]), "{one}");
+        assert!(
+            one.contains("conv tile") && one.contains("row runs"),
+            "{one}"
+        );
+        // The plan of this node is the one the full dump shows.
+        let start = out.find("%layer1.0.conv1:").unwrap();
+        assert!(
+            out[start..].starts_with(one.trim_end()),
+            "{one}\n---\n{out}"
+        );
+    }
+}
+
+#[test]
+fn dump_asm_and_clif_of_one_node() {
+    let asm = success(&primjit(&[
+        "dump",
+        TRUNK,
+        "--stage",
+        "asm",
+        "--dims",
+        "W=37",
+        "--node",
+        "layer1.0.conv1",
+    ]));
+    assert_eq!(node_lines(&asm).len(), 1, "{asm}");
+    assert!(asm.starts_with("%layer1.0.conv1: conv mb1ic64"), "{asm}");
+    // An FMA with avx+fma, a multiply and an add without.
+    assert!(asm.contains("vfmadd") || asm.contains("mulps"), "{asm}");
+    assert!(
+        asm.lines().any(|l| l.trim_start().starts_with("ret")),
+        "{asm}"
+    );
+    assert!(asm.contains(" bytes of code"), "{asm}");
+
+    let clif = success(&primjit(&[
+        "dump",
+        TRUNK,
+        "--stage",
+        "clif",
+        "--dims",
+        "W=37",
+        "--node",
+        "layer1.0.conv1",
+    ]));
+    assert_eq!(node_lines(&clif).len(), 1, "{clif}");
+    assert!(clif.starts_with("%layer1.0.conv1: conv mb1ic64"), "{clif}");
+    assert!(clif.contains("function"), "{clif}");
+    assert!(
+        !clif.contains("vfmadd"),
+        "Cranelift IR, not machine code:\n{clif}"
+    );
+}
+
+#[test]
+fn dump_memory_lists_every_primitive_and_totals() {
+    let out = success(&primjit(&[
+        "dump", TRUNK, "--stage", "memory", "--dims", "W=37",
+    ]));
+    let header = out.lines().next().unwrap();
+    for column in ["node", "code", "mapped", "heap", "total", "compile", "key"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with('%')).collect();
+    assert_eq!(rows.len(), 30, "{out}");
+    // Every row's total is its mapped pages plus its heap, and code fits in the pages.
+    for row in &rows {
+        let f: Vec<&str> = row.split_whitespace().collect();
+        let n = |i: usize| -> usize { f[i].parse().unwrap_or_else(|_| panic!("{row}")) };
+        let (code, mapped, heap, total) = (n(1), n(2), n(3), n(4));
+        assert!(code > 0 && code <= mapped, "{row}");
+        assert_eq!(mapped % 4096, 0, "{row}");
+        assert_eq!(total, mapped + heap, "{row}");
+        assert!(f[5].ends_with("ms"), "{row}");
+    }
+    let totals = out.lines().last().unwrap();
+    assert!(totals.starts_with("# 30 nodes, "), "{totals}");
+    assert!(totals.contains("distinct primitives"), "{totals}");
+    let distinct: usize = totals
+        .trim_start_matches("# 30 nodes, ")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // layer1.1.conv1 has layer1.0.conv1's key, and so on: fewer primitives than nodes.
+    assert!((2..30).contains(&distinct), "{totals}");
+
+    let one = success(&primjit(&[
+        "dump", TRUNK, "--stage", "memory", "--dims", "W=37", "--node", "maxpool",
+    ]));
+    let rows: Vec<&str> = one.lines().filter(|l| l.starts_with('%')).collect();
+    assert_eq!(rows.len(), 1, "{one}");
+    assert!(rows[0].starts_with("%maxpool "), "{one}");
+    assert!(
+        one.lines()
+            .last()
+            .unwrap()
+            .starts_with("# 1 nodes, 1 distinct primitives"),
+        "{one}"
+    );
+}
+
+#[test]
+fn dump_per_node_stages_report_unknown_nodes_and_unbound_symbols() {
+    for stage in ["plan", "clif", "asm", "memory"] {
+        let err = failure(
+            &primjit(&[
+                "dump", TRUNK, "--stage", stage, "--dims", "W=37", "--node", "nope",
+            ]),
+            1,
+            &["error: ", "%nope"],
+        );
+        // The message lists the nodes there are.
+        assert!(err.contains("layer1.0.conv1"), "{err}");
+        let err = failure(
+            &primjit(&["dump", TRUNK, "--stage", stage]),
+            1,
+            &["error: ", "--dims"],
+        );
+        assert!(
+            err.split(|c: char| !c.is_alphanumeric()).any(|w| w == "W"),
+            "the message names the unbound symbol: {err}"
+        );
+    }
+    // A node folded away by the passes is no longer there.
+    failure(
+        &primjit(&[
+            "dump",
+            TRUNK,
+            "--stage",
+            "plan",
+            "--dims",
+            "W=37",
+            "--node",
+            "layer1.0.bn1",
+        ]),
+        1,
+        &["%layer1.0.bn1", "folding"],
+    );
+}
+
+// ---- run: JIT against the reference ----
+
+#[test]
+fn run_trunk_jit_agrees_with_the_reference() {
+    let dir = temp_dir();
+    let jit = dir.path().join("jit.npy");
+    let reference = dir.path().join("ref.npy");
+    let common = [
+        "--dims",
+        "W=37",
+        "--random-input",
+        "3",
+        "--random-params",
+        "5",
+    ];
+    let mut args = vec!["run", TRUNK, "--output", s(&jit)];
+    args.extend_from_slice(&common);
+    let out = success(&primjit(&args));
+    assert!(out.contains("out: [1, 256, 20, 3]"), "{out}");
+    let mut args = vec![
+        "run",
+        TRUNK,
+        "--reference",
+        "--output",
+        // The output by name this time.
+        &format!("out={}", reference.display()),
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect::<Vec<_>>();
+    args.extend(common.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    success(&primjit(&args));
+
+    let (shape, got) = read_npy(&jit);
+    let (ref_shape, want) = read_npy(&reference);
+    assert_eq!(shape, [1, 256, 20, 3]);
+    assert_eq!(shape, ref_shape);
+    assert!(got.iter().all(|v| v.is_finite()));
+    let max_ref = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(
+        max_ref > 0.1,
+        "a degenerate output proves nothing: {max_ref}"
+    );
+    let max_diff = got
+        .iter()
+        .zip(&want)
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    // The reference accumulates in f64, the kernels in f32 (with FMA where the host has it).
+    // A sum of n terms in f32 is off by at most ~n * 2^-24 relative to the sum of magnitudes;
+    // the longest reductions here have 256 * 3 * 3 = 2304 terms, and the error of each of the
+    // 29 convolutions propagates through the ones after it (residual adds keep activations of
+    // the order of 1, batch-norm folding keeps the weights at unit gain). Errors of random
+    // sign grow like sqrt(n) rather than n in practice: about 1e-6 relative per layer, a few
+    // 1e-6 after the trunk (3.5e-6 observed). 1e-4 of the output's magnitude leaves a margin of
+    // over 10x while still catching a wrong tap, a missed bias or a lost residual, which are
+    // off by 1e-2 or more.
+    let tolerance = 1e-4 * max_ref.max(1.0);
+    assert!(
+        max_diff <= tolerance,
+        "JIT and reference differ by {max_diff} (tolerance {tolerance}, max |ref| {max_ref})"
+    );
+}
+
+// ---- bench and sweep ----
+
+/// A small model for the benchmark verbs: a 3x3 conv with bias (relu fused into it) and a
+/// 2x2 max-pool, on a 16-row input of symbolic width.
+const SMALL: &str = "graph small {
+  input %x: f32[1, 3, 16, W]
+  param @w: f32[8, 3, 3, 3]
+  param @b: f32[8]
+  %c = conv2d(%x, @w, bias=@b, pads=[1, 1, 1, 1])
+  %r = relu(%c)
+  %p = maxpool2d(%r, kernel=[2, 2], strides=[2, 2])
+  output y = %p
+}
+";
+
+/// A temp dir holding the small model and a widths file of 32, 40 and 33.
+struct BenchFiles {
+    dir: tempfile::TempDir,
+    model: PathBuf,
+    widths: PathBuf,
+}
+
+impl BenchFiles {
+    fn new() -> Self {
+        let dir = temp_dir();
+        let model = write(dir.path(), "small.ir", SMALL);
+        let widths = write(
+            dir.path(),
+            "widths.txt",
+            "# three tiny widths\n32\n40\n\n33\n",
+        );
+        BenchFiles { dir, model, widths }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"))
+}
+
+/// Checks the parts of a `bench` JSON report that do not depend on timing.
+#[track_caller]
+fn check_report(json: &serde_json::Value, widths: &[u64], run_widths: &[u64]) {
+    assert_eq!(json["calls"], widths.len() as u64, "{json}");
+    let per_call = json["per_call"].as_array().expect("per_call is an array");
+    assert_eq!(per_call.len(), widths.len(), "{json}");
+    for (i, call) in per_call.iter().enumerate() {
+        assert_eq!(call["call"], i as u64 + 1, "{call}");
+        assert_eq!(call["width"], widths[i], "{call}");
+        assert_eq!(call["run_width"], run_widths[i], "{call}");
+        assert!(call["seconds"].as_f64().unwrap() >= 0.0, "{call}");
+        assert!(call["rss_kb"].as_u64().unwrap() > 0, "{call}");
+    }
+    for field in ["time_mean_s", "time_p50_s", "time_p95_s", "compile_time_s"] {
+        assert!(json[field].as_f64().is_some(), "{field}: {json}");
+    }
+    assert_eq!(json["threads"], 1, "{json}");
+    assert_eq!(json["failed_compiles"], 0, "{json}");
+    assert_eq!(json["compiles"], json["misses"], "{json}");
+    assert!(json["growth_every_100"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn bench_small_model_prints_summary_and_writes_json() {
+    let f = BenchFiles::new();
+    let json_path = f.path("report.json");
+    let out = success(&primjit(&[
+        "bench",
+        s(&f.model),
+        "--widths",
+        s(&f.widths),
+        "--n",
+        "3",
+        "--quiet",
+        "--json",
+        s(&json_path),
+        "--threads",
+        "1",
+    ]));
+    assert!(out.contains("time: mean="), "{out}");
+    assert!(out.contains("memory (kb):"), "{out}");
+    assert!(out.contains("policy=exact"), "{out}");
+    assert!(!out.contains("bucket error"), "{out}");
+    let json = read_json(&json_path);
+    check_report(&json, &[32, 40, 33], &[32, 40, 33]);
+    assert_eq!(json["policy"], "exact");
+    assert_eq!(json["model"], s(&f.model));
+    assert!(json["bucket_error"].is_null(), "{json}");
+    // Two primitives per width (the conv with its relu, the pool), three distinct widths,
+    // and the default 64 MiB budget keeps them all.
+    assert_eq!(json["compiles"], 6, "{json}");
+    assert_eq!(json["hits"], 0, "{json}");
+    assert_eq!(json["evictions"], 0, "{json}");
+    assert_eq!(json["cache_entries"], 6, "{json}");
+    let compiles: Vec<u64> = json["per_call"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["compiles"].as_u64().unwrap())
+        .collect();
+    assert_eq!(compiles, [2, 4, 6]);
+}
+
+#[test]
+fn bench_bucket_policy_reports_its_error_against_exact() {
+    let f = BenchFiles::new();
+    let json_path = f.path("bucket.json");
+    let out = success(&primjit(&[
+        "bench",
+        s(&f.model),
+        "--widths",
+        s(&f.widths),
+        "--n",
+        "3",
+        "--quiet",
+        "--json",
+        s(&json_path),
+        "--threads",
+        "1",
+        "--policy",
+        "bucket320",
+    ]));
+    assert!(out.contains("bucket error vs exact"), "{out}");
+    let json = read_json(&json_path);
+    check_report(&json, &[32, 40, 33], &[320, 320, 320]);
+    assert_eq!(json["policy"], "bucket320");
+    // One padded width: two primitives, reused by the later calls.
+    assert_eq!(json["compiles"], 2, "{json}");
+    assert_eq!(json["hits"], 4, "{json}");
+    let e = &json["bucket_error"];
+    assert_eq!(e["calls_checked"], 2, "{json}");
+    let (abs, rel) = (
+        e["max_abs"].as_f64().unwrap(),
+        e["max_rel"].as_f64().unwrap(),
+    );
+    // Zero columns to the right change no output of this model that the crop keeps.
+    assert!((0.0..1e-5).contains(&abs), "{json}");
+    assert!((0.0..1e-5).contains(&rel), "{json}");
+}
+
+#[test]
+fn bench_default_trunk_on_three_tiny_widths() {
+    let f = BenchFiles::new();
+    let json_path = f.path("trunk.json");
+    let out = success(&primjit(&[
+        "bench",
+        "--widths",
+        s(&f.widths),
+        "--n",
+        "3",
+        "--quiet",
+        "--json",
+        s(&json_path),
+        "--threads",
+        "1",
+    ]));
+    assert!(out.contains("model=ir/resnet34_trunk.ir"), "{out}");
+    assert!(out.contains("time: mean="), "{out}");
+    assert!(out.contains("memory (kb):"), "{out}");
+    let json = read_json(&json_path);
+    check_report(&json, &[32, 40, 33], &[32, 40, 33]);
+    assert_eq!(json["model"], "ir/resnet34_trunk.ir");
+    assert!(json["compiles"].as_u64().unwrap() > 0, "{json}");
+    assert_eq!(json["evictions"], 0, "{json}");
+    assert_eq!(json["cache_entries"], json["compiles"], "{json}");
+    assert!(
+        json["peak_activation_bytes"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+}
+
+#[test]
+fn bench_rejects_bad_widths_and_counts() {
+    let f = BenchFiles::new();
+    let bad = write(f.dir.path(), "bad.txt", "32\n40\nforty\n");
+    failure(
+        &primjit(&[
+            "bench",
+            s(&f.model),
+            "--widths",
+            s(&bad),
+            "--n",
+            "1",
+            "--quiet",
+        ]),
+        1,
+        &[&format!("{}:3:", bad.display()), "`forty`"],
+    );
+    let zero = write(f.dir.path(), "zero.txt", "32\n0\n");
+    failure(
+        &primjit(&[
+            "bench",
+            s(&f.model),
+            "--widths",
+            s(&zero),
+            "--n",
+            "1",
+            "--quiet",
+        ]),
+        1,
+        &[&format!("{}:2:", zero.display()), "positive width"],
+    );
+    failure(
+        &primjit(&[
+            "bench",
+            s(&f.model),
+            "--widths",
+            "/nonexistent/widths.txt",
+            "--quiet",
+        ]),
+        1,
+        &["/nonexistent/widths.txt"],
+    );
+    for n in ["0", "4"] {
+        failure(
+            &primjit(&[
+                "bench",
+                s(&f.model),
+                "--widths",
+                s(&f.widths),
+                "--n",
+                n,
+                "--quiet",
+            ]),
+            1,
+            &["--n", "3 widths", &format!("found {n}")],
+        );
+    }
+    // The benchmark varies the last dimension only.
+    let fixed = write(
+        f.dir.path(),
+        "fixed.ir",
+        &SMALL.replace("f32[1, 3, 16, W]", "f32[1, 3, 16, 16]"),
+    );
+    failure(
+        &primjit(&[
+            "bench",
+            s(&fixed),
+            "--widths",
+            s(&f.widths),
+            "--n",
+            "1",
+            "--quiet",
+        ]),
+        1,
+        &["only W symbolic"],
+    );
+}
+
+#[test]
+fn sweep_small_model_tabulates_and_plots() {
+    let f = BenchFiles::new();
+    let out_dir = f.path("sweep");
+    let out = success(&primjit(&[
+        "sweep",
+        "--n",
+        "2",
+        "--widths",
+        s(&f.widths),
+        "--config",
+        "exact:unlimited",
+        "--config",
+        "exact:0",
+        "--threads",
+        "1",
+        "--out-dir",
+        s(&out_dir),
+        s(&f.model),
+    ]));
+    let lines: Vec<&str> = out.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with("policy"))
+        .unwrap_or_else(|| panic!("no table header:\n{out}"));
+    assert!(lines[header].contains("hit rate"), "{out}");
+    let rows: Vec<Vec<&str>> = lines[header + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("figures:"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(rows[0][..3], ["exact", "unlimited", "-"], "{out}");
+    assert_eq!(rows[1][..3], ["exact", "0", "-"], "{out}");
+    for row in &rows {
+        assert!(row.iter().any(|c| c.ends_with('%')), "{out}");
+        // Two distinct widths, two primitives each, whatever the budget.
+        assert_eq!(row[7], "4", "compiles:\n{out}");
+    }
+    // Nothing is cached with no budget.
+    assert_eq!(*rows[1].last().unwrap(), "0", "{out}");
+    for name in ["memory_growth.svg", "latency_vs_budget.svg"] {
+        let svg =
+            std::fs::read_to_string(out_dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            svg.starts_with("<svg") || svg.starts_with("<?xml"),
+            "{name}: {}",
+            &svg[..svg.len().min(100)]
+        );
+        assert!(svg.trim_end().ends_with("</svg>"), "{name}");
+    }
+    for run in ["run0.json", "run1.json"] {
+        assert_eq!(read_json(&out_dir.join(run))["calls"], 2);
+    }
+
+    failure(
+        &primjit(&[
+            "sweep",
+            "--n",
+            "1",
+            "--widths",
+            s(&f.widths),
+            "--config",
+            "fastest:0",
+            "--out-dir",
+            s(&out_dir),
+            s(&f.model),
+        ]),
+        1,
+        &["`fastest:0`", "unknown policy"],
+    );
+}
+
+// ---- peak and bench-op ----
+
+#[test]
+fn peak_reports_a_rate_and_a_clock() {
+    let out = success(&primjit(&["peak"]));
+    assert!(out.contains("GFLOP/s"), "{out}");
+    assert!(out.contains("GHz"), "{out}");
+}
+
+#[test]
+fn bench_op_times_one_primitive() {
+    let desc = "mb1ic8ih10iw10oc8oh10ow10kh3kw3sh1sw1ph1pw1";
+    let conv = success(&primjit(&["bench-op", desc, "--runs", "2"]));
+    assert!(conv.contains(&format!("conv {desc} bias")), "{conv}");
+    assert!(conv.contains("GFLOP/s"), "{conv}");
+    assert!(conv.contains("% of peak"), "{conv}");
+
+    let pool = success(&primjit(&[
+        "bench-op", desc, "--runs", "2", "--pool", "--alg", "avg_p",
+    ]));
+    assert!(pool.contains("pool_avg_p mb1ic8ih10iw10"), "{pool}");
+    assert!(pool.contains("% of copy"), "{pool}");
+
+    let err = failure(
+        &primjit(&["bench-op", "ic8x3", "--runs", "1"]),
+        1,
+        &["ic8x3", "`x`"],
+    );
+    assert!(err.contains("unknown entry"), "{err}");
+    // clap rejects an unknown algorithm.
+    failure(
+        &primjit(&["bench-op", desc, "--pool", "--alg", "median"]),
+        2,
+        &["median"],
+    );
+}
+
+#[test]
+fn bench_op_times_every_node_of_a_model() {
+    let out = success(&primjit(&[
+        "bench-op", "--model", TRUNK, "--dims", "W=37", "--runs", "1",
+    ]));
+    assert!(out.contains("graph: median"), "{out}");
+    for node in ["conv1 ", "maxpool ", "layer3.5.conv2 "] {
+        assert!(
+            out.lines().any(|l| l.starts_with(node)),
+            "no row for {node}:\n{out}"
+        );
+    }
+}
+
+// ---- PRIMJIT_* variables ----
+
+/// Runs the small model at W=9 with `vars` set (and every other PRIMJIT_ variable unset).
+fn run_small_with_env(vars: &[(&str, &str)]) -> Output {
+    let f = BenchFiles::new();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_primjit"));
+    cmd.args([
+        "run",
+        s(&f.model),
+        "--dims",
+        "W=9",
+        "--random-input",
+        "1",
+        "--random-params",
+        "1",
+        "--output",
+        s(&f.path("y.npy")),
+    ]);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("PRIMJIT_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.envs(vars.iter().copied());
+    cmd.output().expect("the primjit binary runs")
+}
+
+/// The verbose lines of stderr, split into fields; checks that each has the documented five
+/// and that the last two are bytes and milliseconds.
+#[track_caller]
+fn verbose_lines(err: &str) -> Vec<Vec<String>> {
+    err.lines()
+        .filter(|l| l.starts_with("primjit_verbose,"))
+        .map(|l| {
+            let f: Vec<String> = l.split(',').map(str::to_string).collect();
+            assert_eq!(f.len(), 5, "{l}");
+            let bytes: u64 = f[3].parse().unwrap_or_else(|_| panic!("bytes: {l}"));
+            assert!(bytes > 0, "{l}");
+            let ms: f64 = f[4].parse().unwrap_or_else(|_| panic!("milliseconds: {l}"));
+            assert!(ms >= 0.0, "{l}");
+            f
+        })
+        .collect()
+}
+
+#[test]
+fn verbose_lines_follow_the_documented_format() {
+    let quiet = run_small_with_env(&[]);
+    success(&quiet);
+    assert!(
+        !stderr(&quiet).contains("primjit_verbose"),
+        "{}",
+        stderr(&quiet)
+    );
+
+    let out = run_small_with_env(&[("PRIMJIT_VERBOSE", "1")]);
+    success(&out);
+    let lines = verbose_lines(&stderr(&out));
+    let events: Vec<&str> = lines.iter().map(|f| f[1].as_str()).collect();
+    // One creation per node (the conv with its fused relu, the pool), no executions.
+    assert_eq!(
+        events,
+        ["create:cache_miss", "create:cache_miss"],
+        "{lines:?}"
+    );
+    assert!(
+        lines[0][2].starts_with("conv mb1ic3ih16iw9oc8"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1][2].starts_with("pool_max mb1ic8ih16iw9"),
+        "{lines:?}"
+    );
+
+    let out = run_small_with_env(&[("PRIMJIT_VERBOSE", "2")]);
+    success(&out);
+    let lines = verbose_lines(&stderr(&out));
+    let execs: Vec<&Vec<String>> = lines.iter().filter(|f| f[1] == "exec").collect();
+    assert_eq!(execs.len(), 2, "{lines:?}");
+    assert!(
+        lines.iter().filter(|f| f[1] == "create:cache_miss").count() == 2,
+        "{lines:?}"
+    );
+    // Each execution follows its primitive's creation and names the same key and bytes.
+    for exec in execs {
+        let created = lines
+            .iter()
+            .find(|f| f[1] == "create:cache_miss" && f[2] == exec[2])
+            .unwrap_or_else(|| panic!("no creation of {}", exec[2]));
+        assert_eq!(created[3], exec[3]);
+    }
+}
+
+#[test]
+fn malformed_primjit_variables_are_errors() {
+    failure(
+        &run_small_with_env(&[("PRIMJIT_VERBOSE", "7")]),
+        1,
+        &["PRIMJIT_VERBOSE", "7"],
+    );
+    failure(
+        &run_small_with_env(&[("PRIMJIT_CACHE_BUDGET", "lots")]),
+        1,
+        &["PRIMJIT_CACHE_BUDGET", "lots"],
+    );
+    failure(
+        &run_small_with_env(&[("PRIMJIT_THREADS", "many")]),
+        1,
+        &["PRIMJIT_THREADS", "many"],
+    );
+    // Well-formed values run.
+    success(&run_small_with_env(&[
+        ("PRIMJIT_CACHE_BUDGET", "0"),
+        ("PRIMJIT_THREADS", "1"),
+    ]));
 }

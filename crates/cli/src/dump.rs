@@ -95,8 +95,10 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
         .collect();
     if !unbound.is_empty() {
         bail!(
-            "stage {:?} needs concrete shapes: bind {} with --dims",
-            args.stage,
+            "stage {} needs concrete shapes: bind {} with --dims",
+            clap::ValueEnum::to_possible_value(&args.stage)
+                .expect("no skipped stages")
+                .get_name(),
             unbound.join(", ")
         );
     }

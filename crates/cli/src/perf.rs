@@ -200,28 +200,8 @@ fn time_runs(
     Ok(t)
 }
 
-pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
-    let engine = Engine::new(EngineConfig {
-        threads: args.threads,
-        cache: CacheConfig {
-            budget: Budget::Unlimited,
-            capacity: None,
-        },
-        ..EngineConfig::default()
-    })?;
-    // The peak of as many threads as the engine runs, all running at once.
-    let peak = measure_peak(&engine, engine.threads())?;
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "peak: {:.1} GFLOP/s with {} thread(s) at once",
-        peak.gflops,
-        engine.threads()
-    )?;
-    let machine_peak = peak.gflops;
-    if let Some(model) = &args.model {
-        return bench_model(&engine, model, args, machine_peak, &mut out);
-    }
+/// The key of a `bench-op` descriptor, validated, and the descriptor's label.
+fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, Option<String>)> {
     let text = args
         .descriptor
         .as_deref()
@@ -243,6 +223,37 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         PrimitiveKey::Conv(desc.conv(layout)?)
     };
     key.validate()?;
+    Ok((key, desc.name))
+}
+
+pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
+    let engine = Engine::new(EngineConfig {
+        threads: args.threads,
+        cache: CacheConfig {
+            budget: Budget::Unlimited,
+            capacity: None,
+        },
+        ..EngineConfig::default()
+    })?;
+    // The problem first, so that a bad descriptor fails before anything is measured.
+    let problem = match &args.model {
+        Some(_) => None,
+        None => Some(descriptor_key(args)?),
+    };
+    // The peak of as many threads as the engine runs, all running at once.
+    let peak = measure_peak(&engine, engine.threads())?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "peak: {:.1} GFLOP/s with {} thread(s) at once",
+        peak.gflops,
+        engine.threads()
+    )?;
+    let machine_peak = peak.gflops;
+    let Some((key, name)) = problem else {
+        let model = args.model.as_ref().expect("no descriptor means a model");
+        return bench_model(&engine, model, args, machine_peak, &mut out);
+    };
     let p = engine.compile(&key)?;
     let bufs = key.buffers();
     let src = guarded_random(bufs[0].len, 1);
@@ -268,11 +279,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         args.runs,
     )?;
     let (med, min) = (times[times.len() / 2], times[0]);
-    let label = desc
-        .name
-        .as_deref()
-        .map(|n| format!(" ({n})"))
-        .unwrap_or_default();
+    let label = name.map(|n| format!(" ({n})")).unwrap_or_default();
     writeln!(out, "{key}{label}")?;
     writeln!(
         out,

@@ -22,13 +22,13 @@ pub fn parse_widths(text: &str, origin: &str) -> Result<Vec<usize>> {
         match line.parse::<usize>() {
             Ok(w) if w > 0 => out.push(w),
             _ => bail!(
-                "{origin}:{}: error: expected a positive width, found `{line}`",
+                "{origin}:{}: expected a positive width, found `{line}`",
                 i + 1
             ),
         }
     }
     if out.is_empty() {
-        bail!("{origin}: error: no widths");
+        bail!("{origin}: no widths");
     }
     Ok(out)
 }
@@ -200,7 +200,7 @@ mod tests {
             parse_widths("12\nx\n", "f")
                 .unwrap_err()
                 .to_string()
-                .contains("f:2: error")
+                .contains("f:2: expected a positive width")
         );
     }
 }
