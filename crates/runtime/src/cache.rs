@@ -334,8 +334,9 @@ impl PrimitiveCache {
         (result, Lookup::Compiled)
     }
 
-    /// Evicts least-recently-used entries until the cache is within its bounds.
-    fn shrink(state: &mut State) -> Vec<Arc<Primitive>> {
+    /// Evicts least-recently-used entries until the cache is within its bounds; returns them
+    /// with how long each had been idle.
+    fn shrink(state: &mut State) -> Vec<(Arc<Primitive>, Duration)> {
         let mut evicted = Vec::new();
         while !state.config.budget.allows(state.stats.bytes)
             || state.config.capacity.is_some_and(|c| state.lru.len() > c)
@@ -348,20 +349,21 @@ impl PrimitiveCache {
             state.stats.mapped_bytes -= mem.mapped;
             state.stats.evictions += 1;
             state.stats.evicted_bytes += mem.total() as u64;
-            evicted.push(entry.primitive);
+            evicted.push((entry.primitive, entry.last_used.elapsed()));
         }
         state.stats.entries = state.lru.len();
         evicted
     }
 
-    fn trace_evictions(&self, evicted: &[Arc<Primitive>]) {
+    /// One `evict` line per evicted primitive; its milliseconds are how long it had been idle.
+    fn trace_evictions(&self, evicted: &[(Arc<Primitive>, Duration)]) {
         if let Some(trace) = self.trace {
-            for p in evicted {
+            for (p, idle) in evicted {
                 trace(&format!(
                     "evict,{},{},{:.3}",
                     p.key(),
                     p.memory().total(),
-                    0.0
+                    idle.as_secs_f64() * 1e3
                 ));
             }
         }
