@@ -20,8 +20,9 @@ use crate::workload::{
     self, Policy, crop_width, input_for_call, pad_width, percentile, rss_kb, thousands,
 };
 
+/// What `bench` and `sweep` run: a model over the first widths of a workload.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct Workload {
     /// The model (default: the shipped ResNet34 trunk, ir/resnet34_trunk.ir)
     #[arg(value_name = "FILE.ir")]
     pub file: Option<PathBuf>,
@@ -33,6 +34,16 @@ pub struct Args {
     /// How many calls, from the start of the widths (the full workload is 1000)
     #[arg(long, default_value_t = 100)]
     pub n: usize,
+
+    /// Threads per primitive (default: all cores)
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub workload: Workload,
 
     /// How a call's width becomes the width the model runs at
     #[arg(long, value_enum, default_value_t = Policy::Exact)]
@@ -46,10 +57,6 @@ pub struct Args {
     /// An entry-count bound applied with the budget, as oneDNN's cache capacity
     #[arg(long)]
     pub capacity: Option<usize>,
-
-    /// Threads per primitive (default: all cores)
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
 
     /// Write the summary and every call's record as JSON (see README.md)
     #[arg(long, value_name = "PATH")]
@@ -164,25 +171,25 @@ pub fn run(args: &Args) -> Result<()> {
 
 /// Runs the benchmark; returns its report and the engine, whose cache holds what the run left.
 pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
-    let source = model_source(args.file.as_ref())?;
+    let source = model_source(args.workload.file.as_ref())?;
     let graph = source.parse()?;
     let (input_name, [n, c, h]) = width_symbol(&graph)?;
-    let widths = workload::load_widths(args.widths.as_deref())?;
-    if args.n == 0 || args.n > widths.len() {
+    let widths = workload::load_widths(args.workload.widths.as_deref())?;
+    if args.workload.n == 0 || args.workload.n > widths.len() {
         bail!(
             "--n must be between 1 and the {} widths of the workload, found {}",
             widths.len(),
-            args.n
+            args.workload.n
         );
     }
-    let widths = &widths[..args.n];
+    let widths = &widths[..args.workload.n];
 
     let mut config = EngineConfig::from_env()?;
     config.cache = CacheConfig {
         budget: args.budget.unwrap_or(config.cache.budget),
         capacity: args.capacity.or(config.cache.capacity),
     };
-    config.threads = args.threads;
+    config.threads = args.workload.threads;
     let engine = Engine::new(config.clone())?;
     let params = Params::random(&graph, args.seed);
     let model =
@@ -363,7 +370,7 @@ fn bucket_error(
     [n, c, h]: [usize; 3],
 ) -> Result<BucketError> {
     let engine = Engine::new(EngineConfig {
-        threads: args.threads,
+        threads: args.workload.threads,
         ..EngineConfig::default()
     })?;
     let mut ws = Workspace::new();

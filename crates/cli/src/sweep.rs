@@ -13,21 +13,8 @@ use crate::workload::{Policy, thousands};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The model (default: the shipped ResNet34 trunk)
-    #[arg(value_name = "FILE.ir")]
-    pub file: Option<PathBuf>,
-
-    /// Widths, one per line (default: the shipped workload)
-    #[arg(long, value_name = "PATH")]
-    pub widths: Option<PathBuf>,
-
-    /// Calls per configuration
-    #[arg(long, default_value_t = 100)]
-    pub n: usize,
-
-    /// Threads per primitive (default: all cores)
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workload: crate::bench::Workload,
 
     /// Configurations as POLICY[:BUDGET[:CAPACITY]], e.g. exact:8MiB or exact:unlimited:128
     /// (default: exact with unlimited, 64MiB, 8MiB, 1MiB and 0; exact with capacity 128;
@@ -160,17 +147,17 @@ pub fn run(args: &Args) -> Result<()> {
         cmd.arg("bench")
             .arg("--quiet")
             .arg("--n")
-            .arg(args.n.to_string())
+            .arg(args.workload.n.to_string())
             .arg("--threads")
-            .arg(args.threads.to_string());
+            .arg(args.workload.threads.to_string());
         cmd.arg("--policy")
             .arg(config.policy.name())
             .arg("--json")
             .arg(&json);
-        if let Some(f) = &args.file {
+        if let Some(f) = &args.workload.file {
             cmd.arg(f);
         }
-        if let Some(w) = &args.widths {
+        if let Some(w) = &args.workload.widths {
             cmd.arg("--widths").arg(w);
         }
         if let Some(b) = &config.budget {
@@ -179,7 +166,7 @@ pub fn run(args: &Args) -> Result<()> {
         if let Some(c) = config.capacity {
             cmd.arg("--capacity").arg(c.to_string());
         }
-        writeln!(out, "# {}: {} calls...", config.label(), args.n)?;
+        writeln!(out, "# {}: {} calls...", config.label(), args.workload.n)?;
         out.flush()?;
         let output = cmd.output().context("cannot run primjit bench")?;
         if !output.status.success() {
