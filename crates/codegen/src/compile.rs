@@ -7,7 +7,7 @@ use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_codegen::{Context, isa};
+use cranelift_codegen::Context;
 
 use crate::emit::{Emit, new_context};
 use crate::key::{KeyError, PrimitiveKey};
@@ -184,5 +184,3 @@ pub fn compile(
     })
 }
 
-/// The ISA module is re-exported for callers that print the host description.
-pub use isa::TargetIsa;
