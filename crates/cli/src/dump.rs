@@ -130,14 +130,8 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                     Stage::Plan => text.push_str(&describe_plan(key)),
                     _ => {
                         let kernel = compile(key, CodegenOptions::default(), dumps)?;
-                        text.push_str(
-                            kernel
-                                .clif
-                                .as_deref()
-                                .or(kernel.disasm.as_deref())
-                                .unwrap_or_default(),
-                        );
-                        text.push_str(&format!("; {} bytes of code\n", kernel.code.len()));
+                        text.push_str(kernel.clif().or(kernel.disasm()).unwrap_or_default());
+                        text.push_str(&format!("; {} bytes of code\n", kernel.code().len()));
                     }
                 }
                 text.push('\n');

@@ -324,7 +324,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
 
 fn bench_model(
     engine: &Engine,
-    path: &PathBuf,
+    path: &std::path::Path,
     args: &BenchOpArgs,
     machine_peak: f64,
     out: &mut impl Write,
@@ -336,7 +336,7 @@ fn bench_model(
         .transpose()
         .map_err(anyhow::Error::msg)?;
     let loaded = GraphArgs {
-        file: path.clone(),
+        file: path.to_path_buf(),
         dims,
     }
     .load()?;

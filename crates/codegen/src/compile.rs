@@ -3,11 +3,11 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use cranelift_codegen::Context;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_codegen::Context;
 
 use crate::emit::{Emit, new_context};
 use crate::key::{KeyError, PrimitiveKey};
@@ -28,15 +28,40 @@ pub struct Dumps {
     pub disasm: bool,
 }
 
-/// A compiled kernel: position-independent machine code with no relocations.
+/// A compiled kernel: position-independent machine code with no relocations, and the key it
+/// was compiled from. Only [`compile`] makes one, so the code always implements its key.
 #[derive(Clone, Debug)]
 pub struct CompiledKernel {
-    pub code: Vec<u8>,
-    /// The alignment the code must be placed at.
-    pub alignment: u64,
-    pub compile_time: Duration,
-    pub clif: Option<String>,
-    pub disasm: Option<String>,
+    key: PrimitiveKey,
+    code: Vec<u8>,
+    compile_time: Duration,
+    clif: Option<String>,
+    disasm: Option<String>,
+}
+
+impl CompiledKernel {
+    pub fn key(&self) -> &PrimitiveKey {
+        &self.key
+    }
+
+    /// The machine code; it may be placed at any page-aligned address.
+    pub fn code(&self) -> &[u8] {
+        &self.code
+    }
+
+    pub fn compile_time(&self) -> Duration {
+        self.compile_time
+    }
+
+    /// The Cranelift IR, when [`Dumps::clif`] asked for it.
+    pub fn clif(&self) -> Option<&str> {
+        self.clif.as_deref()
+    }
+
+    /// The disassembly, when [`Dumps::disasm`] asked for it.
+    pub fn disasm(&self) -> Option<&str> {
+        self.disasm.as_deref()
+    }
 }
 
 /// Why a kernel could not be compiled.
@@ -158,7 +183,6 @@ pub fn compile(
         return Err(CodegenError::Relocations(key.to_string()));
     }
     let code = compiled.code_buffer().to_vec();
-    let alignment = compiled.buffer.alignment as u64;
     let disasm = if dumps.disasm {
         let cs = host
             .isa
@@ -176,11 +200,10 @@ pub fn compile(
         None
     };
     Ok(CompiledKernel {
+        key: key.clone(),
         code,
-        alignment,
         compile_time: start.elapsed(),
         clif,
         disasm,
     })
 }
-

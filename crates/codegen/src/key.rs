@@ -378,6 +378,8 @@ impl PrimitiveKey {
                 check_count("output", d.dst_shape())?;
                 check_count("weights", [d.oc.div_ceil(4) * 4, d.ic, d.kh, d.kw])?;
                 for p in &d.post_ops {
+                    // Written so that NaN bounds are rejected too.
+                    #[allow(clippy::neg_cmp_op_on_partial_ord)]
                     if let PostOpDesc::Clip { lo, hi } = p
                         && !(lo <= hi)
                     {

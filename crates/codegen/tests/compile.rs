@@ -100,9 +100,10 @@ fn every_kind_of_key_compiles_with_the_verifier() {
             },
         )
         .unwrap_or_else(|e| panic!("{key}: {e}"));
-        assert!(!k.code.is_empty(), "{key}");
-        assert!(k.clif.as_deref().unwrap().contains("function"), "{key}");
-        assert!(k.disasm.as_deref().unwrap().contains("ret"), "{key}");
+        assert!(!k.code().is_empty(), "{key}");
+        assert_eq!(k.key(), &key);
+        assert!(k.clif().unwrap().contains("function"), "{key}");
+        assert!(k.disasm().unwrap().contains("ret"), "{key}");
     }
 }
 

@@ -140,6 +140,7 @@ impl Ctx<'_> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // one axis of a window, as the IR spells it
     fn window(
         &self,
         axis: &str,
@@ -198,6 +199,7 @@ impl Ctx<'_> {
 
 /// Every window position along an axis must cover at least one input cell, or a pooling
 /// output would reduce over padding only.
+#[allow(clippy::too_many_arguments)] // one axis of a window, as the IR spells it
 fn check_windows_touch_input(
     ctx: &Ctx<'_>,
     axis: &str,
@@ -364,7 +366,7 @@ fn infer_node(
                     "groups ({g}) must divide the input channels ({channels})"
                 ));
             }
-            if o as u64 % g != 0 {
+            if !(o as u64).is_multiple_of(g) {
                 return ctx.fail(format!(
                     "groups ({g}) must divide the output channels ({o}) of @{}",
                     w.name
@@ -513,6 +515,8 @@ fn infer_node(
             ] {
                 ctx.param_shape(p, &[c], role)?;
             }
+            // Written so that a NaN epsilon is rejected too.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
             if !(b.epsilon >= 0.0) {
                 return ctx.fail(format!(
                     "epsilon must be non-negative, found {:?}",

@@ -11,7 +11,7 @@ use crate::exec::{PageSource, SystemPages};
 use crate::primitive::{ExecArgs, Primitive};
 
 /// Everything an [`Engine`] is configured with.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct EngineConfig {
     pub cache: CacheConfig,
     /// Threads per execution; 0 means one per available core.
@@ -20,17 +20,6 @@ pub struct EngineConfig {
     /// `PRIMJIT_VERBOSE`: 0 silent, 1 a line per primitive creation and eviction, 2 also a
     /// line per execution.
     pub verbose: u8,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            cache: CacheConfig::default(),
-            threads: 0,
-            codegen: CodegenOptions::default(),
-            verbose: 0,
-        }
-    }
 }
 
 impl EngineConfig {
@@ -157,11 +146,11 @@ impl Engine {
     /// `vm.max_map_count`), frees the cache's pages and tries once more.
     fn build(&self, key: &PrimitiveKey) -> Result<Primitive, RuntimeError> {
         let kernel = compile(key, self.codegen, Dumps::default())?;
-        match Primitive::new(key.clone(), &kernel, &*self.pages) {
+        match Primitive::new(&kernel, &*self.pages) {
             Ok(p) => Ok(p),
             Err(_) => {
                 self.cache.clear();
-                Primitive::new(key.clone(), &kernel, &*self.pages).map_err(|e| RuntimeError::Map {
+                Primitive::new(&kernel, &*self.pages).map_err(|e| RuntimeError::Map {
                     key: key.to_string(),
                     message: e.to_string(),
                 })

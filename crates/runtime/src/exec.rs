@@ -11,6 +11,10 @@ use std::io;
 use std::ops::Range;
 
 use memmap2::{Mmap, MmapMut};
+use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
+
+use crate::error::ExecError;
+use crate::primitive::ExecArgs;
 
 /// The signature of every generated kernel; see `primjit_codegen` (`emit.rs`).
 type KernelFn = unsafe extern "C" fn(buffers: *const *mut f32, begin: i64, end: i64);
@@ -94,7 +98,7 @@ impl ExecutableCode {
     /// (except read-only ones among themselves) f32 buffers of exactly the lengths the key
     /// requires, valid for the whole call, with no other thread writing to them; the rows of
     /// concurrent calls on the same destination must be disjoint.
-    pub unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>) {
+    unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>) {
         // SAFETY: the mapping holds a complete kernel with the `KernelFn` ABI, published
         // read+execute by `publish` and alive as long as `self`.
         let entry: KernelFn =
@@ -102,6 +106,160 @@ impl ExecutableCode {
         // SAFETY: the caller guarantees the buffers match the key; the kernel reads and writes
         // only inside them, for rows in `rows`.
         unsafe { entry(buffers.as_ptr(), rows.start as i64, rows.end as i64) }
+    }
+}
+
+/// A published kernel bound to the key it implements: the only way to run generated code.
+///
+/// It is made from a [`CompiledKernel`], which only `primjit_codegen::compile` produces and
+/// which carries its key, so the code and the buffer checks always agree.
+#[derive(Debug)]
+pub struct Kernel {
+    code: ExecutableCode,
+    key: PrimitiveKey,
+    buffers: Vec<BufferSpec>,
+}
+
+impl Kernel {
+    /// Places the compiled code in fresh read+execute pages from `pages`.
+    pub fn publish(compiled: &CompiledKernel, pages: &dyn PageSource) -> io::Result<Self> {
+        let code = ExecutableCode::publish(compiled.code(), pages)?;
+        let key = compiled.key().clone();
+        let buffers = key.buffers();
+        Ok(Kernel { code, key, buffers })
+    }
+
+    pub fn key(&self) -> &PrimitiveKey {
+        &self.key
+    }
+
+    pub fn code(&self) -> &ExecutableCode {
+        &self.code
+    }
+
+    /// The buffers the kernel takes, in order: src, weights (conv only), dst, extras.
+    pub fn buffers(&self) -> &[BufferSpec] {
+        &self.buffers
+    }
+
+    /// Bytes of the heap this kernel owns (its vectors, by capacity), not counting itself.
+    pub fn heap_bytes(&self) -> usize {
+        let key = match &self.key {
+            PrimitiveKey::Conv(d) => {
+                d.post_ops.capacity() * std::mem::size_of::<primjit_codegen::PostOpDesc>()
+            }
+            _ => 0,
+        };
+        let buffers = self.buffers.capacity() * std::mem::size_of::<BufferSpec>()
+            + self
+                .buffers
+                .iter()
+                .map(|b| b.shape.capacity() * std::mem::size_of::<usize>())
+                .sum::<usize>();
+        key + buffers
+    }
+
+    /// Checks `args` against the key, then runs work items `items`, split across the threads of
+    /// `pool` when one is given.
+    pub fn run(
+        &self,
+        args: ExecArgs<'_>,
+        items: Range<usize>,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<(), ExecError> {
+        let limit = match self.key {
+            // The FMA peak kernel takes any number of loop trips.
+            PrimitiveKey::FmaPeak => usize::MAX >> 1,
+            _ => self.key.work_items(),
+        };
+        if items.start > items.end || items.end > limit {
+            return Err(ExecError::WorkItems {
+                key: self.key.to_string(),
+                start: items.start,
+                end: items.end,
+                limit,
+            });
+        }
+        let pointers = self.pointers(args)?;
+        match pool {
+            // SAFETY: `pointers` matched every buffer's length to the key this code implements;
+            // the borrows in `args` keep the buffers alive, and unaliased except for the shared
+            // read-only ones, for the call; the chunks of rows are disjoint and within the key's
+            // work items.
+            Some(pool) => unsafe {
+                call_parallel(
+                    &self.code,
+                    &pointers,
+                    items,
+                    pool,
+                    pool.current_num_threads(),
+                )
+            },
+            // SAFETY: as above, on one thread.
+            None => unsafe { self.code.call(&pointers, items) },
+        }
+        Ok(())
+    }
+
+    /// Checks the buffers against the key and lists their pointers in kernel order.
+    fn pointers(&self, args: ExecArgs<'_>) -> Result<Vec<*mut f32>, ExecError> {
+        let key = self.key.to_string();
+        let mismatch = |spec: &BufferSpec, found: usize| ExecError::BufferLength {
+            key: key.clone(),
+            role: spec.role,
+            expected: spec.len,
+            found,
+            shape: spec.shape.clone(),
+        };
+        let mut specs = self.buffers.iter();
+        let mut pointers = Vec::with_capacity(self.buffers.len() + 1);
+        let src = specs.next().expect("every key has a source");
+        if args.src.len() != src.len {
+            return Err(mismatch(src, args.src.len()));
+        }
+        pointers.push(args.src.as_ptr().cast_mut());
+        if let PrimitiveKey::Conv(_) = self.key {
+            let spec = specs.next().expect("convs take weights");
+            let Some(w) = args.weights else {
+                return Err(ExecError::MissingBuffer {
+                    key,
+                    role: "weights",
+                });
+            };
+            if w.len() != spec.len {
+                return Err(mismatch(spec, w.len()));
+            }
+            pointers.push(w.as_ptr().cast_mut());
+        } else {
+            if args.weights.is_some() {
+                return Err(ExecError::UnexpectedBuffer {
+                    key,
+                    role: "weights",
+                });
+            }
+            // The kernel ABI keeps slot 1 for weights.
+            pointers.push(std::ptr::null_mut());
+        }
+        let dst = specs.next().expect("every key has a destination");
+        if args.dst.len() != dst.len {
+            return Err(mismatch(dst, args.dst.len()));
+        }
+        pointers.push(args.dst.as_mut_ptr());
+        let extras: Vec<&BufferSpec> = specs.collect();
+        if args.extra.len() != extras.len() {
+            return Err(ExecError::ExtraCount {
+                key,
+                expected: extras.len(),
+                found: args.extra.len(),
+            });
+        }
+        for (spec, buf) in extras.iter().zip(args.extra) {
+            if buf.len() != spec.len {
+                return Err(mismatch(spec, buf.len()));
+            }
+            pointers.push(buf.as_ptr().cast_mut());
+        }
+        Ok(pointers)
     }
 }
 
@@ -121,7 +279,7 @@ unsafe impl Sync for SharedBuffers<'_> {}
 /// # Safety
 ///
 /// As [`ExecutableCode::call`], for the whole of `rows`.
-pub unsafe fn call_parallel(
+unsafe fn call_parallel(
     code: &ExecutableCode,
     buffers: &[*mut f32],
     rows: Range<usize>,
@@ -146,31 +304,6 @@ pub unsafe fn call_parallel(
             });
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn published_pages_are_not_writable() {
-        let code = [0xc3u8]; // ret
-        let exec = ExecutableCode::publish(&code, &SystemPages).unwrap();
-        assert_eq!(exec.code_len(), 1);
-        assert_eq!(exec.mapped_len(), page_size());
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let start = format!("{:x}-", exec.address_range().start);
-        let line = maps
-            .lines()
-            .find(|l| l.starts_with(&start))
-            .expect("mapping listed");
-        assert!(
-            line.split_whitespace().nth(1).unwrap().starts_with("r-x"),
-            "{line}"
-        );
-        // SAFETY: `ret` ignores its arguments.
-        unsafe { exec.call(&[], 0..0) };
-    }
 }
 
 /// An f32 buffer whose last element ends exactly at an inaccessible (`PROT_NONE`) page, so
@@ -226,5 +359,30 @@ impl GuardedBuffer {
                 self.len,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_pages_are_not_writable() {
+        let code = [0xc3u8]; // ret
+        let exec = ExecutableCode::publish(&code, &SystemPages).unwrap();
+        assert_eq!(exec.code_len(), 1);
+        assert_eq!(exec.mapped_len(), page_size());
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let start = format!("{:x}-", exec.address_range().start);
+        let line = maps
+            .lines()
+            .find(|l| l.starts_with(&start))
+            .expect("mapping listed");
+        assert!(
+            line.split_whitespace().nth(1).unwrap().starts_with("r-x"),
+            "{line}"
+        );
+        // SAFETY: `ret` ignores its arguments.
+        unsafe { exec.call(&[], 0..0) };
     }
 }

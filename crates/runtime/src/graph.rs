@@ -261,7 +261,7 @@ impl CompiledGraph {
             let needs_blocked = self.graph.nodes().any(|(_, n)| match &n.op {
                 Op::Relu { input: x } => *x == input.value,
                 Op::Add { lhs, rhs } => *lhs == input.value || *rhs == input.value,
-                Op::Conv2d(c) => c.post_ops.iter().any(|p| *p == PostOp::Add(input.value)),
+                Op::Conv2d(c) => c.post_ops.contains(&PostOp::Add(input.value)),
                 _ => false,
             }) || self.graph.outputs().iter().any(|(_, v)| *v == input.value);
             if needs_blocked {
@@ -440,7 +440,7 @@ pub fn node_keys(
     graph: &Graph,
     bindings: &Bindings,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-    let shapes = infer_shapes(&graph, bindings)?;
+    let shapes = infer_shapes(graph, bindings)?;
     let concrete = |v: Value| {
         shapes
             .concrete(v)
@@ -453,7 +453,7 @@ pub fn node_keys(
     let mut out = Vec::new();
     for (_, node) in graph.nodes() {
         let name = graph.value_name(node.result).to_string();
-        let src_layout = |v| layout_of(&graph, v);
+        let src_layout = |v| layout_of(graph, v);
         let key = match &node.op {
             Op::Conv2d(c) => {
                 let [n, ic, ih, iw] = concrete(c.input)?;

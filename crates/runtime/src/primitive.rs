@@ -6,7 +6,7 @@ use std::time::Duration;
 use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
-use crate::exec::{ExecutableCode, PageSource};
+use crate::exec::{Kernel, PageSource};
 
 /// The memory a primitive holds, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -39,35 +39,26 @@ pub struct ExecArgs<'a> {
     pub extra: &'a [&'a [f32]],
 }
 
-/// One compiled kernel.
+/// One compiled kernel, its cost and its compile time.
 #[derive(Debug)]
 pub struct Primitive {
-    key: PrimitiveKey,
-    code: ExecutableCode,
-    buffers: Vec<BufferSpec>,
+    kernel: Kernel,
     compile_time: Duration,
     memory: PrimitiveMemory,
 }
 
 impl Primitive {
     /// Places a compiled kernel in executable pages.
-    pub(crate) fn new(
-        key: PrimitiveKey,
-        kernel: &CompiledKernel,
-        pages: &dyn PageSource,
-    ) -> std::io::Result<Self> {
-        let code = ExecutableCode::publish(&kernel.code, pages)?;
-        let buffers = key.buffers();
+    pub(crate) fn new(compiled: &CompiledKernel, pages: &dyn PageSource) -> std::io::Result<Self> {
+        let kernel = Kernel::publish(compiled, pages)?;
         let mut primitive = Primitive {
-            key,
-            code,
-            buffers,
-            compile_time: kernel.compile_time,
+            kernel,
+            compile_time: compiled.compile_time(),
             memory: PrimitiveMemory::default(),
         };
         primitive.memory = PrimitiveMemory {
-            code: primitive.code.code_len(),
-            mapped: primitive.code.mapped_len(),
+            code: primitive.kernel.code().code_len(),
+            mapped: primitive.kernel.code().mapped_len(),
             heap: primitive.heap_bytes(),
         };
         Ok(primitive)
@@ -75,24 +66,11 @@ impl Primitive {
 
     fn heap_bytes(&self) -> usize {
         // The struct lives inside an `Arc` next to its two reference counts.
-        let arc = std::mem::size_of::<Self>() + 2 * std::mem::size_of::<usize>();
-        let key = match &self.key {
-            PrimitiveKey::Conv(d) => {
-                d.post_ops.capacity() * std::mem::size_of::<primjit_codegen::PostOpDesc>()
-            }
-            _ => 0,
-        };
-        let buffers = self.buffers.capacity() * std::mem::size_of::<BufferSpec>()
-            + self
-                .buffers
-                .iter()
-                .map(|b| b.shape.capacity() * std::mem::size_of::<usize>())
-                .sum::<usize>();
-        arc + key + buffers
+        std::mem::size_of::<Self>() + 2 * std::mem::size_of::<usize>() + self.kernel.heap_bytes()
     }
 
     pub fn key(&self) -> &PrimitiveKey {
-        &self.key
+        self.kernel.key()
     }
 
     pub fn memory(&self) -> PrimitiveMemory {
@@ -105,17 +83,17 @@ impl Primitive {
 
     /// The address range of the primitive's executable pages.
     pub fn code_range(&self) -> Range<usize> {
-        self.code.address_range()
+        self.kernel.code().address_range()
     }
 
     /// The buffers `execute` expects, in order: src, weights (conv only), dst, extras.
     pub fn buffers(&self) -> &[BufferSpec] {
-        &self.buffers
+        self.kernel.buffers()
     }
 
     /// Runs the kernel on one thread.
     pub fn execute(&self, args: ExecArgs<'_>) -> Result<(), ExecError> {
-        self.execute_on(args, None)
+        self.kernel.run(args, 0..self.key().work_items(), None)
     }
 
     /// Runs the kernel with its output rows split across the threads of `pool`.
@@ -124,115 +102,13 @@ impl Primitive {
         args: ExecArgs<'_>,
         pool: &rayon::ThreadPool,
     ) -> Result<(), ExecError> {
-        self.execute_on(args, Some(pool))
+        self.kernel
+            .run(args, 0..self.key().work_items(), Some(pool))
     }
 
     /// Runs the kernel on one thread for the work items (output rows) in `items` only; the
     /// FMA peak kernel takes any number of loop trips this way.
     pub fn execute_range(&self, args: ExecArgs<'_>, items: Range<usize>) -> Result<(), ExecError> {
-        let limit = match self.key {
-            PrimitiveKey::FmaPeak => usize::MAX >> 1,
-            _ => self.key.work_items(),
-        };
-        if items.start > items.end || items.end > limit {
-            return Err(ExecError::WorkItems {
-                key: self.key.to_string(),
-                start: items.start,
-                end: items.end,
-                limit,
-            });
-        }
-        let pointers = self.check(args)?;
-        // SAFETY: `check` matched every buffer's length to the key and the borrows keep them
-        // alive and unaliased for the call; the range is within the kernel's work items.
-        unsafe { self.code.call(&pointers, items) };
-        Ok(())
-    }
-
-    fn execute_on(
-        &self,
-        args: ExecArgs<'_>,
-        pool: Option<&rayon::ThreadPool>,
-    ) -> Result<(), ExecError> {
-        let pointers = self.check(args)?;
-        let rows = 0..self.key.work_items();
-        match pool {
-            // SAFETY: `check` matched every buffer's length to the key, the borrows keep them
-            // alive and unaliased (only `dst` is mutable) for the call, and the chunks of rows
-            // are disjoint.
-            Some(pool) => unsafe {
-                crate::exec::call_parallel(
-                    &self.code,
-                    &pointers,
-                    rows,
-                    pool,
-                    pool.current_num_threads(),
-                )
-            },
-            // SAFETY: as above, on one thread.
-            None => unsafe { self.code.call(&pointers, rows) },
-        }
-        Ok(())
-    }
-
-    /// Checks the buffers against the key and lists their pointers in kernel order.
-    fn check(&self, args: ExecArgs<'_>) -> Result<Vec<*mut f32>, ExecError> {
-        let key = self.key.to_string();
-        let mismatch = |spec: &BufferSpec, found: usize| ExecError::BufferLength {
-            key: key.clone(),
-            role: spec.role,
-            expected: spec.len,
-            found,
-            shape: spec.shape.clone(),
-        };
-        let mut specs = self.buffers.iter();
-        let mut pointers = Vec::with_capacity(self.buffers.len());
-        let src = specs.next().expect("every key has a source");
-        if args.src.len() != src.len {
-            return Err(mismatch(src, args.src.len()));
-        }
-        pointers.push(args.src.as_ptr().cast_mut());
-        if let PrimitiveKey::Conv(_) = self.key {
-            let spec = specs.next().expect("convs take weights");
-            let Some(w) = args.weights else {
-                return Err(ExecError::MissingBuffer {
-                    key,
-                    role: "weights",
-                });
-            };
-            if w.len() != spec.len {
-                return Err(mismatch(spec, w.len()));
-            }
-            pointers.push(w.as_ptr().cast_mut());
-        } else {
-            if args.weights.is_some() {
-                return Err(ExecError::UnexpectedBuffer {
-                    key,
-                    role: "weights",
-                });
-            }
-            // The kernel ABI keeps slot 1 for weights.
-            pointers.push(std::ptr::null_mut());
-        }
-        let dst = specs.next().expect("every key has a destination");
-        if args.dst.len() != dst.len {
-            return Err(mismatch(dst, args.dst.len()));
-        }
-        pointers.push(args.dst.as_mut_ptr());
-        let extras: Vec<&BufferSpec> = specs.collect();
-        if args.extra.len() != extras.len() {
-            return Err(ExecError::ExtraCount {
-                key,
-                expected: extras.len(),
-                found: args.extra.len(),
-            });
-        }
-        for (spec, buf) in extras.iter().zip(args.extra) {
-            if buf.len() != spec.len {
-                return Err(mismatch(spec, buf.len()));
-            }
-            pointers.push(buf.as_ptr().cast_mut());
-        }
-        Ok(pointers)
+        self.kernel.run(args, items, None)
     }
 }
