@@ -70,7 +70,8 @@ impl Workspace {
         Self::default()
     }
 
-    /// A buffer of exactly `len` floats, reusing the smallest free one that is large enough.
+    /// A buffer of exactly `len` floats, reusing the smallest free one that is large enough;
+    /// its contents are unspecified.
     fn take(&mut self, len: usize) -> Vec<f32> {
         let best = (0..self.free.len())
             .filter(|&i| self.free[i].capacity() >= len)
@@ -82,7 +83,9 @@ impl Workspace {
                 Vec::with_capacity(len)
             }
         };
-        buf.clear();
+        // Kernels write every element of their destination (padding lanes included), so a
+        // reused buffer keeps its stale contents instead of being cleared: only growth is zeroed.
+        buf.truncate(len);
         buf.resize(len, 0.0);
         buf
     }
@@ -268,6 +271,8 @@ impl CompiledGraph {
                 let t = input_tensor(input.value).expect("bound inputs are present");
                 let s = shape4(input.value);
                 let mut buf = workspace.take(Layout::Nchw4c.buffer_len(s));
+                // The reorder writes real channels only: the padding lanes must be zeros.
+                buf.fill(0.0);
                 layout::reorder(&t.data, Layout::Nchw, &mut buf, Layout::Nchw4c, s);
                 live_bytes += buf.len() * 4;
                 blocked[input.value.index()] = Some(buf);
