@@ -244,8 +244,8 @@ impl CompiledGraph {
                 });
             }
         }
-        let keys = self.keys(&bindings)?;
         let shapes = infer_shapes(&self.graph, &bindings)?;
+        let keys = keys_at(&self.graph, &shapes)?;
         let shape4 = |v: Value| -> [usize; 4] {
             let s = shapes.concrete(v).expect("bound above");
             [s[0], s[1], s[2], s[3]]
@@ -445,7 +445,14 @@ pub fn node_keys(
     graph: &Graph,
     bindings: &Bindings,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-    let shapes = infer_shapes(graph, bindings)?;
+    keys_at(graph, &infer_shapes(graph, bindings)?)
+}
+
+/// The primitive key of every node, given the graph's inferred shapes.
+fn keys_at(
+    graph: &Graph,
+    shapes: &primjit_ir::Shapes,
+) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
     let concrete = |v: Value| {
         shapes
             .concrete(v)
