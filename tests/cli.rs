@@ -1283,6 +1283,83 @@ fn bench_small_model_prints_summary_and_writes_json() {
 }
 
 #[test]
+fn bench_dynamic_policy_compiles_one_primitive_per_node_for_every_width() {
+    let f = BenchFiles::new();
+    let json_path = f.path("dynamic.json");
+    let out = success(&primjit(&[
+        "bench",
+        s(&f.model),
+        "--widths",
+        s(&f.widths),
+        "--n",
+        "3",
+        "--quiet",
+        "--json",
+        s(&json_path),
+        "--threads",
+        "1",
+        "--policy",
+        "dynamic",
+    ]));
+    // conv (with relu fused) and maxpool: two node configurations for three widths.
+    assert!(
+        out.contains("dynamic: 2 distinct node configurations, 2 primitives compiled"),
+        "{out}"
+    );
+    let json = read_json(&json_path);
+    check_report(&json, &[32, 40, 33], &[32, 40, 33]);
+    assert_eq!(json["policy"], "dynamic");
+    assert_eq!(json["compiles"], 2, "{json}");
+    assert_eq!(json["hits"], 4, "{json}");
+    assert_eq!(json["node_configurations"], 2, "{json}");
+    // The runtime-width kernels tile like the exact ones: equal to the last bit.
+    let e = &json["bucket_error"];
+    assert_eq!(e["calls_checked"], 2, "{json}");
+    assert_eq!(e["max_abs"].as_f64(), Some(0.0), "{json}");
+}
+
+#[test]
+fn dump_dynamic_marks_runtime_fields_and_the_remainder_dispatch() {
+    let f = BenchFiles::new();
+    let out = success(&primjit(&[
+        "dump",
+        s(&f.model),
+        "--dims",
+        "W=37",
+        "--stage",
+        "plan",
+        "--dynamic",
+    ]));
+    assert!(
+        out.contains(
+            "%c: conv mb1ic3ih16iw*oc8oh16ow*kh3kw3sh1sw1ph1pw1 bias post=relu nchw>nChw4c"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("runtime extents: w"), "{out}");
+    assert!(out.contains("remainder 1..5 by jump table"), "{out}");
+    assert!(
+        out.contains("%p: pool_max mb1ic8ih16iw*oh8ow*kh2kw2sh2sw2ph0pw0"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bench_op_runs_a_runtime_width_descriptor() {
+    let out = success(&primjit(&[
+        "bench-op",
+        "mb1ic8ih6iw37*oc8kh3ph1",
+        "--runs",
+        "1",
+    ]));
+    assert!(
+        out.contains("conv mb1ic8ih6iw*oc8oh6ow*kh3kw3sh1sw1ph1pw1 bias nChw4c>nChw4c"),
+        "{out}"
+    );
+    assert!(out.contains("runtime extents, run at ih=6 iw=37"), "{out}");
+}
+
+#[test]
 fn bench_bucket_policy_reports_its_error_against_exact() {
     let f = BenchFiles::new();
     let json_path = f.path("bucket.json");
@@ -1301,7 +1378,7 @@ fn bench_bucket_policy_reports_its_error_against_exact() {
         "--policy",
         "bucket320",
     ]));
-    assert!(out.contains("bucket error vs exact"), "{out}");
+    assert!(out.contains("bucket320 error vs exact"), "{out}");
     let json = read_json(&json_path);
     check_report(&json, &[32, 40, 33], &[320, 320, 320]);
     assert_eq!(json["policy"], "bucket320");

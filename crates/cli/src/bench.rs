@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, Tensor, Workspace,
+    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, ShapeMode, Tensor, Workspace,
 };
 use serde::Serialize;
 
@@ -70,8 +70,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 
-    /// With a bucket policy, how many of the first calls to compare against `exact` after the
-    /// timed run
+    /// With a bucket or the dynamic policy, how many of the first calls to compare against
+    /// `exact` after the timed run
     #[arg(long, default_value_t = 2)]
     pub check_calls: usize,
 }
@@ -88,8 +88,9 @@ pub struct CallRecord {
     pub compiles: u64,
 }
 
-/// How far a bucket policy's cropped outputs are from `exact`: the largest absolute
-/// difference, and that difference relative to the largest magnitude of the exact output.
+/// How far a bucket policy's cropped outputs (or the dynamic policy's outputs) are from
+/// `exact`: the largest absolute difference, and that difference relative to the largest
+/// magnitude of the exact output.
 #[derive(Debug, Serialize)]
 pub struct BucketError {
     pub calls_checked: usize,
@@ -126,6 +127,9 @@ pub struct BenchReport {
     pub compile_time_s: f64,
     pub max_compile_time_s: f64,
     pub bucket_error: Option<BucketError>,
+    /// Distinct primitive keys over the graph's nodes for the widths run (after the policy's
+    /// padding): for `dynamic`, its node configurations.
+    pub node_configurations: usize,
     pub per_call: Vec<CallRecord>,
 }
 
@@ -194,6 +198,10 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let params = Params::random(&graph, args.seed);
     let model =
         CompiledGraph::new(&graph, &params).map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;
+    let model = match args.policy {
+        Policy::Dynamic => model.with_mode(ShapeMode::Runtime),
+        _ => model,
+    };
 
     let mut out = std::io::stdout().lock();
     let sorted = {
@@ -232,6 +240,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     );
 
     let mut workspace = Workspace::new();
+    let mut configurations = std::collections::HashSet::new();
     let mut records = Vec::with_capacity(widths.len());
     let mut growth = Vec::new();
     let mut rss_first = 0;
@@ -245,6 +254,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         let (_outputs, stats) = model.run(&engine, &[(&input_name, &x)], &mut workspace)?;
         let seconds = start.elapsed().as_secs_f64();
         drop(_outputs);
+        configurations.extend(stats.nodes.iter().map(|n| n.primitive.key().clone()));
         total_seconds += seconds;
         peak_activation = peak_activation.max(stats.peak_activation_bytes);
         let rss = rss_kb()?;
@@ -310,6 +320,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         compile_time_s: stats.compile_time.as_secs_f64(),
         max_compile_time_s: stats.max_compile_time.as_secs_f64(),
         bucket_error,
+        node_configurations: configurations.len(),
         per_call: records,
     };
 
@@ -350,18 +361,28 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         report.compile_time_s,
         report.max_compile_time_s * 1e3
     )?;
+    if args.policy == Policy::Dynamic {
+        writeln!(
+            out,
+            "dynamic: {} distinct node configurations, {} primitives compiled",
+            report.node_configurations, report.compiles
+        )?;
+    }
     if let Some(e) = &report.bucket_error {
         writeln!(
             out,
-            "bucket error vs exact over the first {} calls: max abs {:.3e}, max rel {:.3e}",
-            e.calls_checked, e.max_abs, e.max_rel
+            "{} error vs exact over the first {} calls: max abs {:.3e}, max rel {:.3e}",
+            args.policy.name(),
+            e.calls_checked,
+            e.max_abs,
+            e.max_rel
         )?;
     }
     Ok((report, engine))
 }
 
-/// Runs the first calls again both bucketed and exact, on an engine of their own so that the
-/// timed run's cache and memory are untouched, and compares the cropped outputs.
+/// Runs the first calls again both under the policy and exact, on an engine of their own so
+/// that the timed run's cache and memory are untouched, and compares the cropped outputs.
 fn bucket_error(
     model: &CompiledGraph,
     input: &str,
@@ -374,11 +395,12 @@ fn bucket_error(
         ..EngineConfig::default()
     })?;
     let mut ws = Workspace::new();
+    let exact_model = model.clone().with_mode(ShapeMode::Exact);
     let (mut max_abs, mut max_ref) = (0.0f64, 0.0f64);
     let checked = args.check_calls.min(widths.len());
     for (i, &w) in widths.iter().take(checked).enumerate() {
         let x = input_for_call(args.seed, i, [n, c, h, w]);
-        let (exact, _) = model.run(&engine, &[(input, &x)], &mut ws)?;
+        let (exact, _) = exact_model.run(&engine, &[(input, &x)], &mut ws)?;
         let padded = pad_width(&x, args.policy.padded_width(w));
         let (bucketed, _) = model.run(&engine, &[(input, &padded)], &mut ws)?;
         for ((_, e), (_, b)) in exact.iter().zip(&bucketed) {

@@ -6,18 +6,24 @@
 //! height's; a missing output extent follows from the padding (0 when omitted), and a given
 //! output extent with omitted padding gets the symmetric padding that produces it. The bottom
 //! and right padding are whatever makes the output extent come out.
+//!
+//! primjit's one extension: a `*` after `ih` or `iw` (`iw1031*`) makes that extent a runtime
+//! value of the key (one kernel for every extent, see `RuntimeDims`); the number is the extent
+//! the problem runs at.
 
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
 use primjit::ir::{Pads, PoolKind};
-use primjit::{ConvDesc, Layout, PoolDesc};
+use primjit::{ConvDesc, Layout, PoolDesc, RuntimeDims};
 
 /// A parsed descriptor: its entries and its label.
 #[derive(Debug, Default)]
 pub struct Descriptor {
     entries: BTreeMap<String, usize>,
     pub name: Option<String>,
+    /// The extents marked `*`.
+    pub runtime: RuntimeDims,
 }
 
 const KNOWN: [&str; 20] = [
@@ -50,6 +56,19 @@ pub fn parse(text: &str) -> Result<Descriptor> {
         if key.is_empty() || num.is_empty() {
             bail!("descriptor `{text}`: expected an entry such as `ic64` at `{rest}`");
         }
+        let r = match r.strip_prefix('*') {
+            Some(r) => {
+                match key {
+                    "ih" => d.runtime.h = true,
+                    "iw" => d.runtime.w = true,
+                    _ => bail!(
+                        "descriptor `{text}`: only `ih` and `iw` can be runtime extents (`*`), not `{key}`"
+                    ),
+                }
+                r
+            }
+            None => r,
+        };
         if !KNOWN.contains(&key) {
             bail!("descriptor `{text}`: unknown entry `{key}`");
         }
@@ -175,6 +194,7 @@ impl Descriptor {
             count_include_pad,
             src_layout: layout,
             dst_layout: layout,
+            runtime: RuntimeDims::NONE,
         })
     }
 }
@@ -217,6 +237,20 @@ mod tests {
             .conv(Layout::Nchw)
             .unwrap();
         assert_eq!((d.dilations, d.oh(), d.ow()), ([2, 2], 8, 8));
+    }
+
+    #[test]
+    fn a_star_marks_a_runtime_extent() {
+        let p = parse("mb1ic64ih80iw1031*oc64kh3ph1").unwrap();
+        assert_eq!(p.runtime, RuntimeDims { h: false, w: true });
+        let d = p.conv(Layout::Nchw4c).unwrap();
+        assert_eq!((d.iw, d.ow()), (1031, 1031));
+        assert!(
+            parse("mb1ic64*ih8oc8kh3")
+                .unwrap_err()
+                .to_string()
+                .contains("only `ih` and `iw`")
+        );
     }
 
     #[test]

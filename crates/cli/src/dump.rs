@@ -40,6 +40,11 @@ pub struct Args {
     /// Only this node (its value name without `%`), for the per-node stages
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
+
+    /// Per-node stages: the keys of the `dynamic` policy, whose convolutions and pooling take
+    /// the extents that depend on a symbol (`*` in the key) at run time
+    #[arg(long)]
+    pub dynamic: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -102,7 +107,12 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
             unbound.join(", ")
         );
     }
-    let mut keys = primjit::node_keys(&graph, &loaded.bindings)?;
+    let mode = if args.dynamic {
+        primjit::ShapeMode::Runtime
+    } else {
+        primjit::ShapeMode::Exact
+    };
+    let mut keys = primjit::node_keys_in(&graph, &loaded.bindings, mode)?;
     if let Some(name) = &args.node {
         let name = name.trim_start_matches('%');
         keys.retain(|(n, _)| n == name);
@@ -126,6 +136,12 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
             };
             for (name, key) in &keys {
                 text.push_str(&format!("%{name}: {key}\n"));
+                let runtime = key.runtime_dims();
+                if runtime.any() {
+                    text.push_str(&format!(
+                        "  runtime extents: {runtime} (`*` fields; the kernel reads [ih, iw, oh, ow] from its extents argument)\n"
+                    ));
+                }
                 match args.stage {
                     Stage::Plan => text.push_str(&describe_plan(key)),
                     _ => {

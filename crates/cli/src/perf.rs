@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use primjit::ir::{PoolKind, Tensor, random_tensor};
 use primjit::{
     Budget, CacheConfig, CompiledGraph, ConvPlan, Engine, EngineConfig, ExecArgs, Layout, Params,
-    Primitive, PrimitiveKey, Workspace,
+    Primitive, PrimitiveKey, ShapeMode, Workspace,
 };
 
 use crate::descriptor;
@@ -58,6 +58,7 @@ pub fn measure_peak(engine: &Engine, threads: usize) -> Result<Peak> {
                                 dst: &mut acc,
                                 extra: &[],
                             },
+                            None,
                             0..trips,
                         )
                     })
@@ -157,6 +158,11 @@ pub struct BenchOpArgs {
     /// Timed executions (after one warm-up)
     #[arg(long, default_value_t = 20)]
     pub runs: usize,
+
+    /// With --model: also run the graph with runtime extents for its symbols (the `dynamic`
+    /// policy), alternating with exact runs, and print both side by side
+    #[arg(long, requires = "model")]
+    pub dynamic: bool,
 }
 
 fn guarded_random(len: usize, seed: u64) -> Vec<f32> {
@@ -164,44 +170,44 @@ fn guarded_random(len: usize, seed: u64) -> Vec<f32> {
 }
 
 /// Times `runs` executions after a warm-up; returns the sorted seconds.
+#[allow(clippy::too_many_arguments)]
 fn time_runs(
     engine: &Engine,
     p: &Primitive,
+    extents: Option<[usize; 2]>,
     src: &[f32],
     weights: Option<&[f32]>,
     dst: &mut [f32],
     extra: &[&[f32]],
     runs: usize,
 ) -> Result<Vec<f64>> {
-    engine.execute(
-        p,
-        ExecArgs {
+    let once = |dst: &mut [f32]| -> Result<()> {
+        let args = ExecArgs {
             src,
             weights,
             dst,
             extra,
-        },
-    )?;
+        };
+        match extents {
+            Some(e) => engine.execute_at(p, args, e)?,
+            None => engine.execute(p, args)?,
+        }
+        Ok(())
+    };
+    once(dst)?;
     let mut t = Vec::with_capacity(runs);
     for _ in 0..runs.max(1) {
         let start = Instant::now();
-        engine.execute(
-            p,
-            ExecArgs {
-                src,
-                weights,
-                dst,
-                extra,
-            },
-        )?;
+        once(dst)?;
         t.push(start.elapsed().as_secs_f64());
     }
     t.sort_by(f64::total_cmp);
     Ok(t)
 }
 
-/// The key of a `bench-op` descriptor, validated, and the descriptor's label.
-fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, Option<String>)> {
+/// The key of a `bench-op` descriptor at its extents (validated), the key to compile (with
+/// the extents the descriptor marks `*` left to run time), and the descriptor's label.
+fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, PrimitiveKey, Option<String>)> {
     let text = args
         .descriptor
         .as_deref()
@@ -223,7 +229,13 @@ fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, Option<String>)> 
         PrimitiveKey::Conv(desc.conv(layout)?)
     };
     key.validate()?;
-    Ok((key, desc.name))
+    let compiled = match &key {
+        PrimitiveKey::Conv(d) => PrimitiveKey::Conv(d.clone().with_runtime(desc.runtime)),
+        PrimitiveKey::Pool(d) => PrimitiveKey::Pool(d.clone().with_runtime(desc.runtime)),
+        _ => key.clone(),
+    };
+    compiled.validate()?;
+    Ok((key, compiled, desc.name))
 }
 
 pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
@@ -250,11 +262,15 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         engine.threads()
     )?;
     let machine_peak = peak.gflops;
-    let Some((key, name)) = problem else {
+    let Some((key, compiled_key, name)) = problem else {
         let model = args.model.as_ref().expect("no descriptor means a model");
         return bench_model(&engine, model, args, machine_peak, &mut out);
     };
-    let p = engine.compile(&key)?;
+    let p = engine.compile(&compiled_key)?;
+    let extents = compiled_key
+        .runtime_dims()
+        .any()
+        .then(|| key.input_extents());
     let bufs = key.buffers();
     let src = guarded_random(bufs[0].len, 1);
     let (weights, mut dst) = match &key {
@@ -272,6 +288,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
     let times = time_runs(
         &engine,
         &p,
+        extents,
         &src,
         weights.as_deref(),
         &mut dst,
@@ -280,7 +297,10 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
     )?;
     let (med, min) = (times[times.len() / 2], times[0]);
     let label = name.map(|n| format!(" ({n})")).unwrap_or_default();
-    writeln!(out, "{key}{label}")?;
+    writeln!(out, "{compiled_key}{label}")?;
+    if let Some([ih, iw]) = extents {
+        writeln!(out, "runtime extents, run at ih={ih} iw={iw}: {key}")?;
+    }
     writeln!(
         out,
         "compile {:.3} ms, {} bytes of code; median {:.3} ms, min {:.3} ms",
@@ -348,57 +368,99 @@ fn bench_model(
     let Some(shape) = shapes.concrete(input.value) else {
         bail!("bind every symbol of the input with --dims")
     };
-    let model = CompiledGraph::new(graph, &Params::random(graph, 0))?;
+    let exact = CompiledGraph::new(graph, &Params::random(graph, 0))?;
+    let mut models = vec![exact.clone()];
+    if args.dynamic {
+        models.push(exact.with_mode(ShapeMode::Runtime));
+    }
     let x: Tensor = random_tensor(1, "x", shape, -1.0, 1.0);
     let name = graph.value_name(input.value).to_string();
     let mut ws = Workspace::new();
-    let (_, first) = model.run(engine, &[(&name, &x)], &mut ws)?;
+    let mut firsts = Vec::new();
+    for model in &models {
+        firsts.push(model.run(engine, &[(&name, &x)], &mut ws)?.1);
+    }
     let runs = args.runs.clamp(1, 1000);
-    let mut per_node: Vec<Vec<f64>> = vec![Vec::new(); first.nodes.len()];
-    let mut totals = Vec::new();
+    // [model][node][run]; the models alternate run by run, so they see the same machine.
+    let mut per_node: Vec<Vec<Vec<f64>>> =
+        vec![vec![Vec::new(); firsts[0].nodes.len()]; models.len()];
+    let mut totals: Vec<Vec<f64>> = vec![Vec::new(); models.len()];
     for _ in 0..runs {
-        let t = Instant::now();
-        let (_, stats) = model.run(engine, &[(&name, &x)], &mut ws)?;
-        totals.push(t.elapsed().as_secs_f64());
-        for (i, n) in stats.nodes.iter().enumerate() {
-            per_node[i].push(n.seconds);
+        for (m, model) in models.iter().enumerate() {
+            let t = Instant::now();
+            let (_, stats) = model.run(engine, &[(&name, &x)], &mut ws)?;
+            totals[m].push(t.elapsed().as_secs_f64());
+            for (i, n) in stats.nodes.iter().enumerate() {
+                per_node[m][i].push(n.seconds);
+            }
         }
     }
-    writeln!(
-        out,
-        "{:<22} {:>9} {:>9} {:>7} {:>10}  key",
-        "node", "ms", "GFLOP/s", "% peak", "compile ms"
-    )?;
-    let mut conv_time = 0.0;
-    for (node, times) in first.nodes.iter().zip(per_node.iter_mut()) {
-        let med = median(times);
-        let key = node.primitive.key();
-        let gflops = key.flops() as f64 / med / 1e9;
+    if args.dynamic {
+        writeln!(
+            out,
+            "{:<22} {:>9} {:>9} {:>7} {:>7} {:>10}  key (dynamic)",
+            "node", "exact ms", "dyn ms", "dyn/ex", "% peak", "compile ms"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{:<22} {:>9} {:>9} {:>7} {:>10}  key",
+            "node", "ms", "GFLOP/s", "% peak", "compile ms"
+        )?;
+    }
+    let mut conv_time = vec![0.0; models.len()];
+    for (i, node) in firsts[0].nodes.iter().enumerate() {
+        let meds: Vec<f64> = per_node.iter_mut().map(|m| median(&mut m[i])).collect();
+        let key = &node.call_key;
+        let gflops = key.flops() as f64 / meds[0] / 1e9;
         let pct = if matches!(key, PrimitiveKey::Conv(_)) {
-            conv_time += med;
+            for (t, m) in conv_time.iter_mut().zip(&meds) {
+                *t += m;
+            }
             format!("{:.1}", 100.0 * gflops / machine_peak)
         } else {
             "-".into()
         };
+        if args.dynamic {
+            let dynamic = &firsts[1].nodes[i];
+            writeln!(
+                out,
+                "{:<22} {:>9.3} {:>9.3} {:>7.3} {:>7} {:>10.3}  {}",
+                node.name,
+                meds[0] * 1e3,
+                meds[1] * 1e3,
+                meds[1] / meds[0],
+                pct,
+                dynamic.primitive.compile_time().as_secs_f64() * 1e3,
+                dynamic.primitive.key()
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{:<22} {:>9.3} {:>9.1} {:>7} {:>10.3}  {key}",
+                node.name,
+                meds[0] * 1e3,
+                gflops,
+                pct,
+                node.primitive.compile_time().as_secs_f64() * 1e3
+            )?;
+        }
+    }
+    let flops: u64 = firsts[0].nodes.iter().map(|n| n.call_key.flops()).sum();
+    for (m, label) in ["graph", "graph (dynamic)"]
+        .iter()
+        .enumerate()
+        .take(models.len())
+    {
+        let total = median(&mut totals[m]);
         writeln!(
             out,
-            "{:<22} {:>9.3} {:>9.1} {:>7} {:>10.3}  {key}",
-            node.name,
-            med * 1e3,
-            gflops,
-            pct,
-            node.primitive.compile_time().as_secs_f64() * 1e3
+            "{label}: median {:.3} ms over {runs} runs ({:.1} GFLOP/s, {:.1}% of peak); convolutions {:.3} ms",
+            total * 1e3,
+            flops as f64 / total / 1e9,
+            100.0 * flops as f64 / total / 1e9 / machine_peak,
+            conv_time[m] * 1e3
         )?;
     }
-    let total = median(&mut totals);
-    let flops: u64 = first.nodes.iter().map(|n| n.primitive.key().flops()).sum();
-    writeln!(
-        out,
-        "graph: median {:.3} ms over {runs} runs ({:.1} GFLOP/s, {:.1}% of peak); convolutions {:.3} ms",
-        total * 1e3,
-        flops as f64 / total / 1e9,
-        100.0 * flops as f64 / total / 1e9 / machine_peak,
-        conv_time * 1e3
-    )?;
     Ok(())
 }

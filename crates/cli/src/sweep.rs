@@ -74,7 +74,9 @@ fn parse_config(spec: &str) -> Result<Config> {
     let mut parts = spec.split(':');
     let policy = parts.next().unwrap_or("");
     let policy = <Policy as clap::ValueEnum>::from_str(policy, true).map_err(|_| {
-        anyhow::anyhow!("config `{spec}`: unknown policy `{policy}` (exact, bucket320, bucketflex)")
+        anyhow::anyhow!(
+            "config `{spec}`: unknown policy `{policy}` (exact, bucket320, bucketflex, dynamic)"
+        )
     })?;
     let budget = parts.next().filter(|s| !s.is_empty()).map(str::to_string);
     if let Some(b) = &budget {
@@ -121,6 +123,11 @@ fn default_configs() -> Vec<Config> {
         },
         Config {
             policy: Policy::Bucketflex,
+            budget: None,
+            capacity: None,
+        },
+        Config {
+            policy: Policy::Dynamic,
             budget: None,
             capacity: None,
         },

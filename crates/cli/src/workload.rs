@@ -55,12 +55,15 @@ pub enum Policy {
     /// Pad to a multiple of 40 below 640, 80 below 1280, 160 below 2560, else 320 (the report's
     /// "flexible binning")
     Bucketflex,
+    /// Run every width exactly with one primitive per node configuration: convolutions and
+    /// pooling take the width at run time
+    Dynamic,
 }
 
 impl Policy {
     pub fn padded_width(self, w: usize) -> usize {
         let step = match self {
-            Policy::Exact => return w,
+            Policy::Exact | Policy::Dynamic => return w,
             Policy::Bucket320 => 320,
             Policy::Bucketflex if w < 640 => 40,
             Policy::Bucketflex if w < 1280 => 80,
@@ -75,6 +78,7 @@ impl Policy {
             Policy::Exact => "exact",
             Policy::Bucket320 => "bucket320",
             Policy::Bucketflex => "bucketflex",
+            Policy::Dynamic => "dynamic",
         }
     }
 }

@@ -1,9 +1,11 @@
 //! A thin layer over Cranelift's `FunctionBuilder`: addressing, vector helpers and loops.
 //!
-//! Every kernel has the signature `fn(buffers: *const *mut f32, begin: i64, end: i64)` in the
-//! System V convention: `buffers` lists the source, weights, destination and extra buffers in
-//! the order of [`crate::PrimitiveKey::buffers`]; `[begin, end)` is the range of work items
-//! (output rows) this call computes, so that threads can split one execution.
+//! Every kernel has the signature
+//! `fn(buffers: *const *mut f32, begin: i64, end: i64, extents: *const i64)` in the System V
+//! convention: `buffers` lists the source, weights, destination and extra buffers in the order
+//! of [`crate::PrimitiveKey::buffers`]; `[begin, end)` is the range of work items (output rows)
+//! this call computes, so that threads can split one execution; `extents` points to the
+//! call's spatial extents `[ih, iw, oh, ow]`, which only kernels with runtime extents read.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
@@ -21,8 +23,22 @@ pub fn kernel_signature() -> Signature {
         AbiParam::new(types::I64),
         AbiParam::new(types::I64),
         AbiParam::new(types::I64),
+        AbiParam::new(types::I64),
     ]);
     sig
+}
+
+/// Strides of an activation buffer in elements, each known at code generation or only at
+/// run time (when its extents are runtime values).
+#[derive(Clone, Copy, Debug)]
+pub struct ActStrides {
+    pub image: Scalar,
+    /// From one channel to the next within a block of four (1 in `nChw4c`, a plane in NCHW).
+    pub channel: Scalar,
+    /// From one block of four channels to the next.
+    pub block: Scalar,
+    pub row: Scalar,
+    pub pixel: i64,
 }
 
 /// The emitter: a function builder plus the kernel's entry values.
@@ -33,6 +49,23 @@ pub struct Emit<'a> {
     pub buffers: Value,
     pub begin: Value,
     pub end: Value,
+    extents: Value,
+}
+
+/// Index of each extent in the kernel's `extents` argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExtentArg {
+    InputH = 0,
+    InputW = 1,
+    OutputH = 2,
+    OutputW = 3,
+}
+
+/// An integer known either when the code is generated or only when it runs.
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar {
+    Const(i64),
+    Dyn(Value),
 }
 
 impl<'a> Emit<'a> {
@@ -54,6 +87,7 @@ impl<'a> Emit<'a> {
             buffers: params[0],
             begin: params[1],
             end: params[2],
+            extents: params[3],
         }
     }
 
@@ -67,6 +101,177 @@ impl<'a> Emit<'a> {
     pub fn buffer(&mut self, index: usize) -> Value {
         let off = i32::try_from(index * 8).expect("few buffers");
         self.b.ins().load(types::I64, self.flags, self.buffers, off)
+    }
+
+    /// One of the call's spatial extents, as passed by the runtime.
+    pub fn extent(&mut self, which: ExtentArg) -> Value {
+        self.b
+            .ins()
+            .load(types::I64, self.flags, self.extents, which as i32 * 8)
+    }
+
+    /// `s * k`, folded when `s` is a constant.
+    pub fn mul(&mut self, s: Scalar, k: i64) -> Scalar {
+        match (s, k) {
+            (Scalar::Const(c), _) => Scalar::Const(c * k),
+            (_, 0) => Scalar::Const(0),
+            (Scalar::Dyn(v), 1) => Scalar::Dyn(v),
+            (Scalar::Dyn(v), _) => Scalar::Dyn(self.b.ins().imul_imm_s(v, k)),
+        }
+    }
+
+    /// `s + k`, folded when `s` is a constant.
+    pub fn add(&mut self, s: Scalar, k: i64) -> Scalar {
+        match s {
+            Scalar::Const(c) => Scalar::Const(c + k),
+            Scalar::Dyn(v) => Scalar::Dyn(self.offset(v, k)),
+        }
+    }
+
+    /// The value of `s` in a register.
+    pub fn value(&mut self, s: Scalar) -> Value {
+        match s {
+            Scalar::Const(c) => self.iconst(c),
+            Scalar::Dyn(v) => v,
+        }
+    }
+
+    /// `base + s * k` bytes.
+    pub fn offset_by(&mut self, base: Value, s: Scalar, k: i64) -> Value {
+        if k == 0 {
+            return base;
+        }
+        match s {
+            Scalar::Const(c) => self.offset(base, c * k),
+            Scalar::Dyn(v) => {
+                let scaled = if k == 1 {
+                    v
+                } else {
+                    self.b.ins().imul_imm_s(v, k)
+                };
+                self.b.ins().iadd(base, scaled)
+            }
+        }
+    }
+
+    /// `base + index * s * k + offset` bytes.
+    pub fn scaled_by(
+        &mut self,
+        base: Value,
+        index: Value,
+        s: Scalar,
+        k: i64,
+        offset: i64,
+    ) -> Value {
+        match s {
+            Scalar::Const(c) => self.scaled(base, index, c * k, offset),
+            Scalar::Dyn(v) => {
+                let scale = self.b.ins().imul_imm_s(v, k);
+                let scaled = self.b.ins().imul(index, scale);
+                let sum = self.b.ins().iadd(base, scaled);
+                self.offset(sum, offset)
+            }
+        }
+    }
+
+    /// The strides of a `layout` buffer with `channels` channels and `h` x `w` pixels.
+    pub fn act_strides(
+        &mut self,
+        layout: crate::key::Layout,
+        channels: usize,
+        h: Scalar,
+        w: Scalar,
+    ) -> ActStrides {
+        use crate::key::Layout;
+        let plane = match (h, w) {
+            (Scalar::Const(h), Scalar::Const(w)) => Scalar::Const(h * w),
+            _ => {
+                let (h, w) = (self.value(h), self.value(w));
+                Scalar::Dyn(self.b.ins().imul(h, w))
+            }
+        };
+        match layout {
+            Layout::Nchw => ActStrides {
+                image: self.mul(plane, channels as i64),
+                channel: plane,
+                block: self.mul(plane, 4),
+                row: w,
+                pixel: 1,
+            },
+            Layout::Nchw4c => ActStrides {
+                image: self.mul(plane, channels.div_ceil(4) as i64 * 4),
+                channel: Scalar::Const(1),
+                block: self.mul(plane, 4),
+                row: self.mul(w, 4),
+                pixel: 4,
+            },
+        }
+    }
+
+    /// Runs `then` when `cond` is true and `otherwise` when it is false.
+    pub fn if_else(
+        &mut self,
+        cond: Value,
+        then: impl FnOnce(&mut Self),
+        otherwise: impl FnOnce(&mut Self),
+    ) {
+        let (t, f, done) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(cond, t, &[], f, &[]);
+        self.b.switch_to_block(t);
+        then(self);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(f);
+        otherwise(self);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(done);
+    }
+
+    /// The taps `k` in `0..kernel` of the window at runtime output coordinate `o` that land
+    /// in `0..input`, as `(first, count)`: the runtime twin of [`crate::plan::tap_interval`].
+    pub fn runtime_taps(
+        &mut self,
+        o: Value,
+        input: Value,
+        pad_begin: usize,
+        kernel: usize,
+        stride: usize,
+        dilation: usize,
+    ) -> (Value, Value) {
+        let d = dilation as i64;
+        // start = o * stride - pad_begin; taps k with 0 <= start + k * d < input.
+        let start = self.b.ins().imul_imm_s(o, stride as i64);
+        let start = self.offset(start, -(pad_begin as i64));
+        let zero = self.iconst(0);
+        let neg = self.b.ins().ineg(start);
+        let neg = self.imax(neg, zero);
+        // first = ceil(max(-start, 0) / d)
+        let first = if d == 1 {
+            neg
+        } else {
+            let n = self.offset(neg, d - 1);
+            self.b.ins().udiv_imm_u(n, d)
+        };
+        let k = self.iconst(kernel as i64);
+        let first = self.imin(first, k);
+        // end = floor((input - 1 - start) / d) + 1, which is 0 when input - 1 - start = -1.
+        let last = self.b.ins().isub(input, start);
+        let last = self.offset(last, -1);
+        let minus_one = self.iconst(-1);
+        let last = self.imax(last, minus_one);
+        let end = if d == 1 {
+            self.offset(last, 1)
+        } else {
+            let n = self.offset(last, d);
+            self.b.ins().udiv_imm_u(n, d)
+        };
+        let end = self.imin(end, k);
+        let count = self.b.ins().isub(end, first);
+        let count = self.imax(count, zero);
+        (first, count)
     }
 
     pub fn iconst(&mut self, v: i64) -> Value {
@@ -129,24 +334,48 @@ impl<'a> Emit<'a> {
         &mut self,
         base: Value,
         offset: i64,
-        lane_stride: i64,
+        lane_stride: Scalar,
         lanes: usize,
         fill: Value,
     ) -> Value {
         let mut v = fill;
+        let mut lane_base = base;
         for l in 0..lanes {
-            let x = self.load_f32(base, offset + l as i64 * lane_stride);
+            let x = match lane_stride {
+                Scalar::Const(s) => self.load_f32(base, offset + l as i64 * s),
+                Scalar::Dyn(_) => {
+                    if l > 0 {
+                        lane_base = self.offset_by(lane_base, lane_stride, 1);
+                    }
+                    self.load_f32(lane_base, offset)
+                }
+            };
             v = self.b.ins().insertlane(v, x, l as u8);
         }
         v
     }
 
     /// Stores the low `lanes` lanes of `v`, `lane_stride` bytes apart.
-    pub fn scatter(&mut self, v: Value, base: Value, offset: i64, lane_stride: i64, lanes: usize) {
+    pub fn scatter(
+        &mut self,
+        v: Value,
+        base: Value,
+        offset: i64,
+        lane_stride: Scalar,
+        lanes: usize,
+    ) {
+        let mut lane_base = base;
         for l in 0..lanes {
             let x = self.b.ins().extractlane(v, l as u8);
-            let (base, imm) = self.address(base, offset + l as i64 * lane_stride);
-            self.b.ins().store(self.flags, x, base, imm);
+            match lane_stride {
+                Scalar::Const(s) => self.store_f32(x, base, offset + l as i64 * s),
+                Scalar::Dyn(_) => {
+                    if l > 0 {
+                        lane_base = self.offset_by(lane_base, lane_stride, 1);
+                    }
+                    self.store_f32(x, lane_base, offset);
+                }
+            }
         }
     }
 
@@ -258,22 +487,70 @@ impl<'a> Emit<'a> {
         count: usize,
         ptrs: &[Value],
         steps: &[i64],
-        mut body: impl FnMut(&mut Self, &[Value]),
+        body: impl FnMut(&mut Self, &[Value]),
     ) {
-        self.for_count(count, ptrs, |e, _, p| {
-            body(e, p);
-            p.iter().zip(steps).map(|(&p, &s)| e.offset(p, s)).collect()
-        });
+        let steps: Vec<Scalar> = steps.iter().map(|&s| Scalar::Const(s)).collect();
+        self.for_ptrs(Scalar::Const(count as i64), ptrs, &steps, body);
     }
 
-    /// Runs `body` only when `begin < end` for the runtime range of work items clamped to
-    /// `[lo, hi)`, with the clamped bounds.
+    /// Pointers that advance by `steps` bytes per iteration of a loop of `count` trips, where
+    /// both may be known only at run time.
+    pub fn for_ptrs(
+        &mut self,
+        count: Scalar,
+        ptrs: &[Value],
+        steps: &[Scalar],
+        mut body: impl FnMut(&mut Self, &[Value]),
+    ) {
+        let mut step = |e: &mut Self, p: &[Value]| -> Vec<Value> {
+            body(e, p);
+            p.iter()
+                .zip(steps)
+                .map(|(&p, &s)| e.offset_by(p, s, 1))
+                .collect()
+        };
+        match count {
+            Scalar::Const(n) => {
+                self.for_count(n as usize, ptrs, |e, _, p| step(e, p));
+            }
+            Scalar::Dyn(n) => {
+                let zero = self.iconst(0);
+                self.for_range(zero, n, ptrs, |e, _, p| step(e, p));
+            }
+        }
+    }
+
+    /// The runtime range of work items clamped to `[lo, hi)`; the range is empty when
+    /// `begin >= end` after clamping.
     pub fn clamp_items(&mut self, lo: usize, hi: usize) -> (Value, Value) {
-        let lo_c = self.iconst(lo as i64);
-        let hi_c = self.iconst(hi as i64);
+        self.clamp_items_to(Scalar::Const(lo as i64), Scalar::Const(hi as i64))
+    }
+
+    /// [`Self::clamp_items`] with bounds that may be known only at run time.
+    pub fn clamp_items_to(&mut self, lo: Scalar, hi: Scalar) -> (Value, Value) {
+        let lo_c = self.value(lo);
+        let hi_c = self.value(hi);
         let start = self.imax(self.begin, lo_c);
         let end = self.imin(self.end, hi_c);
         (start, end)
+    }
+
+    /// Emits `case(e, i)` for the runtime `index` in `0..cases`, through a jump table; indices
+    /// past the last case do nothing.
+    pub fn switch(&mut self, index: Value, cases: usize, mut case: impl FnMut(&mut Self, usize)) {
+        let done = self.b.create_block();
+        let mut switch = cranelift_frontend::Switch::new();
+        let blocks: Vec<_> = (0..cases).map(|_| self.b.create_block()).collect();
+        for (i, &block) in blocks.iter().enumerate() {
+            switch.set_entry(i as u128, block);
+        }
+        switch.emit(&mut self.b, index, done);
+        for (i, block) in blocks.into_iter().enumerate() {
+            self.b.switch_to_block(block);
+            case(self, i);
+            self.b.ins().jump(done, &[]);
+        }
+        self.b.switch_to_block(done);
     }
 }
 

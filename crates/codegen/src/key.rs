@@ -101,7 +101,42 @@ impl fmt::Display for PostOpDesc {
     }
 }
 
-/// A 2-D convolution with all shapes fixed.
+/// Which spatial extents of a conv or pooling key are runtime values.
+///
+/// A runtime extent is not part of the key: its field holds 0, the kernel reads the call's
+/// extent from its `extents` argument, and one compiled kernel serves every extent. The other
+/// axis, channels, window, strides, pads, dilations, post-ops and tiles stay specialized.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RuntimeDims {
+    pub h: bool,
+    pub w: bool,
+}
+
+impl RuntimeDims {
+    pub const NONE: RuntimeDims = RuntimeDims { h: false, w: false };
+
+    pub fn any(self) -> bool {
+        self.h || self.w
+    }
+
+    /// `[ih, iw]` with each runtime extent replaced by 0, as keys hold them.
+    fn erase(self, [ih, iw]: [usize; 2]) -> [usize; 2] {
+        [if self.h { 0 } else { ih }, if self.w { 0 } else { iw }]
+    }
+}
+
+impl fmt::Display for RuntimeDims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match (self.h, self.w) {
+            (false, false) => "none",
+            (true, false) => "h",
+            (false, true) => "w",
+            (true, true) => "hw",
+        })
+    }
+}
+
+/// A 2-D convolution. Every extent is fixed except those `runtime` names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvDesc {
     pub mb: usize,
@@ -119,6 +154,7 @@ pub struct ConvDesc {
     pub post_ops: Vec<PostOpDesc>,
     pub src_layout: Layout,
     pub dst_layout: Layout,
+    pub runtime: RuntimeDims,
 }
 
 impl ConvDesc {
@@ -146,7 +182,29 @@ impl ConvDesc {
             post_ops: Vec::new(),
             src_layout: Layout::Nchw,
             dst_layout: Layout::Nchw,
+            runtime: RuntimeDims::NONE,
         }
+    }
+
+    /// The same convolution with the extents `runtime` names left to run time.
+    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
+        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
+        self.runtime = runtime;
+        self
+    }
+
+    /// The fixed-shape convolution one call of this key computes: the runtime extents take
+    /// `[ih, iw]`'s values (other entries are ignored).
+    pub fn at(&self, [ih, iw]: [usize; 2]) -> ConvDesc {
+        let mut d = self.clone();
+        if d.runtime.h {
+            d.ih = ih;
+        }
+        if d.runtime.w {
+            d.iw = iw;
+        }
+        d.runtime = RuntimeDims::NONE;
+        d
     }
 
     pub fn oh(&self) -> usize {
@@ -199,7 +257,7 @@ impl ConvDesc {
     }
 }
 
-/// A windowed pooling op with all shapes fixed.
+/// A windowed pooling op. Every extent is fixed except those `runtime` names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PoolDesc {
     pub kind: PoolKind,
@@ -215,9 +273,30 @@ pub struct PoolDesc {
     pub count_include_pad: bool,
     pub src_layout: Layout,
     pub dst_layout: Layout,
+    pub runtime: RuntimeDims,
 }
 
 impl PoolDesc {
+    /// The same pooling with the extents `runtime` names left to run time.
+    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
+        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
+        self.runtime = runtime;
+        self
+    }
+
+    /// The fixed-shape pooling one call of this key computes (see [`ConvDesc::at`]).
+    pub fn at(&self, [ih, iw]: [usize; 2]) -> PoolDesc {
+        let mut d = self.clone();
+        if d.runtime.h {
+            d.ih = ih;
+        }
+        if d.runtime.w {
+            d.iw = iw;
+        }
+        d.runtime = RuntimeDims::NONE;
+        d
+    }
+
     pub fn oh(&self) -> usize {
         pool_output_extent(
             self.ih,
@@ -319,9 +398,76 @@ pub struct BufferSpec {
 }
 
 impl PrimitiveKey {
+    /// The extents this key leaves to run time.
+    pub fn runtime_dims(&self) -> RuntimeDims {
+        match self {
+            PrimitiveKey::Conv(d) => d.runtime,
+            PrimitiveKey::Pool(d) => d.runtime,
+            _ => RuntimeDims::NONE,
+        }
+    }
+
+    /// The fixed-shape key of one call with input extents `[ih, iw]`: runtime extents take
+    /// these values, fixed ones keep theirs. A key without runtime extents is returned as is.
+    pub fn at(&self, extents: [usize; 2]) -> PrimitiveKey {
+        match self {
+            PrimitiveKey::Conv(d) if d.runtime.any() => PrimitiveKey::Conv(d.at(extents)),
+            PrimitiveKey::Pool(d) if d.runtime.any() => PrimitiveKey::Pool(d.at(extents)),
+            _ => self.clone(),
+        }
+    }
+
+    /// The `[ih, iw]` input extents of a conv or pooling key (0 where runtime).
+    pub fn input_extents(&self) -> [usize; 2] {
+        match self {
+            PrimitiveKey::Conv(d) => [d.ih, d.iw],
+            PrimitiveKey::Pool(d) => [d.ih, d.iw],
+            PrimitiveKey::GlobalPool(d) => [d.ih, d.iw],
+            PrimitiveKey::Eltwise(d) => [d.shape[2], d.shape[3]],
+            PrimitiveKey::FmaPeak => [1, 1],
+        }
+    }
+
+    /// The `extents` argument of a call of this key's kernel, `[ih, iw, oh, ow]`, for a key
+    /// without runtime extents (so call it on [`Self::at`]'s result).
+    pub fn extent_args(&self) -> [i64; 4] {
+        let [ih, iw] = self.input_extents();
+        let [oh, ow] = match self {
+            PrimitiveKey::Conv(d) => [d.oh(), d.ow()],
+            PrimitiveKey::Pool(d) => [d.oh(), d.ow()],
+            _ => [1, 1],
+        };
+        [ih as i64, iw as i64, oh as i64, ow as i64]
+    }
+
     /// Checks that the key describes a kernel that can exist, with checked arithmetic on every
     /// extent, so that code generation may assume in-bounds addressing.
+    ///
+    /// A key with runtime extents is checked at a representative extent and for canonical
+    /// form (runtime fields hold 0); each call's extents are checked by validating
+    /// [`Self::at`] before the call.
     pub fn validate(&self) -> Result<(), KeyError> {
+        self.check(true)
+    }
+
+    /// [`Self::validate`]; `windows` also requires every pooling window to cover some input,
+    /// which for runtime extents depends on the call's extents and is checked per call.
+    fn check(&self, windows: bool) -> Result<(), KeyError> {
+        let runtime = self.runtime_dims();
+        if runtime.any() {
+            let [ih, iw] = self.input_extents();
+            if (runtime.h && ih != 0) || (runtime.w && iw != 0) {
+                return Err(KeyError {
+                    key: self.to_string(),
+                    reason: "a runtime extent must hold 0 in the key".into(),
+                });
+            }
+            let [rh, rw] = crate::plan::representative_extents(self);
+            return self.at([rh, rw]).check(false).map_err(|e| KeyError {
+                key: self.to_string(),
+                reason: e.reason,
+            });
+        }
         let fail = |reason: String| {
             Err(KeyError {
                 key: self.to_string(),
@@ -401,6 +547,7 @@ impl PrimitiveKey {
                             .into(),
                     );
                 }
+                let axes = if windows { 2 } else { 0 };
                 for (axis, (input, out, pad, k, s, dil)) in [
                     (
                         "row",
@@ -424,7 +571,10 @@ impl PrimitiveKey {
                             d.dilations[1],
                         ),
                     ),
-                ] {
+                ]
+                .into_iter()
+                .take(axes)
+                {
                     if let Some(o) = (0..out)
                         .find(|&o| crate::plan::tap_interval(o, input, pad, k, s, dil).is_empty())
                     {
@@ -547,10 +697,11 @@ impl fmt::Display for PrimitiveKey {
                 if d.groups != 1 {
                     write!(f, "g{}", d.groups)?;
                 }
-                write!(f, "ic{}ih{}iw{}oc{}", d.ic, d.ih, d.iw, d.oc)?;
+                let [ih, iw, oh, ow] = extent_fields(d.runtime, [d.ih, d.iw, d.oh(), d.ow()]);
+                write!(f, "ic{}ih{ih}iw{iw}oc{}", d.ic, d.oc)?;
                 // benchdnn writes dilation as the gap between taps (0 = dense) and only the top
                 // and left padding: the bottom and right follow from the output extents.
-                write!(f, "oh{}ow{}", d.oh(), d.ow())?;
+                write!(f, "oh{oh}ow{ow}")?;
                 write!(
                     f,
                     "kh{}kw{}sh{}sw{}",
@@ -575,16 +726,12 @@ impl fmt::Display for PrimitiveKey {
                     (PoolKind::Avg, false) => "avg_np",
                     (PoolKind::Avg, true) => "avg_p",
                 };
-                write!(f, "pool_{alg} mb{}ic{}ih{}iw{}", d.mb, d.c, d.ih, d.iw)?;
+                let [ih, iw, oh, ow] = extent_fields(d.runtime, [d.ih, d.iw, d.oh(), d.ow()]);
+                write!(f, "pool_{alg} mb{}ic{}ih{ih}iw{iw}", d.mb, d.c)?;
                 write!(
                     f,
-                    "oh{}ow{}kh{}kw{}sh{}sw{}",
-                    d.oh(),
-                    d.ow(),
-                    d.kernel[0],
-                    d.kernel[1],
-                    d.strides[0],
-                    d.strides[1]
+                    "oh{oh}ow{ow}kh{}kw{}sh{}sw{}",
+                    d.kernel[0], d.kernel[1], d.strides[0], d.strides[1]
                 )?;
                 if d.dilations != [1, 1] {
                     write!(f, "dh{}dw{}", d.dilations[0] - 1, d.dilations[1] - 1)?;
@@ -620,6 +767,23 @@ impl fmt::Display for PrimitiveKey {
             PrimitiveKey::FmaPeak => f.write_str("fma_peak 8x12 f32x4"),
         }
     }
+}
+
+/// The `ih iw oh ow` fields of a one-liner: a runtime extent prints as `*`.
+fn extent_fields(runtime: RuntimeDims, [ih, iw, oh, ow]: [usize; 4]) -> [String; 4] {
+    let field = |runtime: bool, v: usize| {
+        if runtime {
+            "*".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    [
+        field(runtime.h, ih),
+        field(runtime.w, iw),
+        field(runtime.h, oh),
+        field(runtime.w, ow),
+    ]
 }
 
 #[cfg(test)]

@@ -4,12 +4,19 @@
 //! tile; inside a tile the reduction loop over input channels carries the accumulators, with
 //! an inner loop over the run's kernel rows and the kernel columns unrolled. Each FMA reads its
 //! input pixel with its own broadcast load, so x64 folds it into `vbroadcastss m32`.
+//!
+//! Runtime extents (see [`crate::key::RuntimeDims`]) change only the outer structure: strides
+//! become registers, a runtime height computes each row's kernel-row range at run time, and a
+//! runtime width walks its column template (specialized head and tail runs, a body of full
+//! tiles in a loop and a jump table over the remainder tiles), or, below the template's
+//! smallest width, one pixel at a time with runtime kernel-column bounds.
 
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
-use crate::emit::{Emit, F32_BYTES};
+use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::{Layout, PostOpDesc};
-use crate::plan::{AxisRun, ConvPlan, LANES, Strides};
+use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, LANES};
 
 /// Buffer indices in the argument list.
 const SRC: usize = 0;
@@ -34,8 +41,127 @@ struct TilePtrs {
     dst: Value,
 }
 
+/// The kernel taps of one axis for the outputs at hand.
+#[derive(Clone)]
+enum Taps {
+    Fixed(std::ops::Range<usize>),
+    /// Computed at run time: the first tap and how many there are.
+    Runtime {
+        first: Value,
+        count: Value,
+    },
+}
+
+/// Everything about the call's geometry the loops need, computed once at entry.
+struct Geometry {
+    src: ActStrides,
+    dst: ActStrides,
+    ih: Value,
+    iw: Value,
+    oh: Scalar,
+    ow: Scalar,
+    cols: Option<ColumnSplit>,
+}
+
+/// The runtime split of a row into the column template's parts.
+pub(crate) struct ColumnSplit {
+    /// Whether the template applies: the width is at least its smallest width.
+    pub(crate) template: Value,
+    /// `iw % stride`, when the tails differ between residue classes.
+    pub(crate) class: Option<Value>,
+    /// Where the tail starts, `ow - tail_len(class)`.
+    pub(crate) tail_start: Value,
+    pub(crate) full_tiles: Value,
+    pub(crate) remainder: Value,
+}
+
+impl Geometry {
+    fn new(e: &mut Emit<'_>, plan: &ConvPlan) -> Self {
+        let d = &plan.desc;
+        let rt = d.runtime;
+        let ih = e.extent(ExtentArg::InputH);
+        let iw = e.extent(ExtentArg::InputW);
+        let scalar = |e: &mut Emit<'_>, runtime: bool, which: ExtentArg, fixed: usize| {
+            if runtime {
+                Scalar::Dyn(e.extent(which))
+            } else {
+                Scalar::Const(fixed as i64)
+            }
+        };
+        let sih = if rt.h {
+            Scalar::Dyn(ih)
+        } else {
+            Scalar::Const(d.ih as i64)
+        };
+        let siw = if rt.w {
+            Scalar::Dyn(iw)
+        } else {
+            Scalar::Const(d.iw as i64)
+        };
+        let oh = scalar(e, rt.h, ExtentArg::OutputH, d.oh());
+        let ow = scalar(e, rt.w, ExtentArg::OutputW, d.ow());
+        let src = e.act_strides(d.src_layout, d.ic, sih, siw);
+        let dst = e.act_strides(d.dst_layout, d.oc, oh, ow);
+        let cols = match (&plan.cols, ow) {
+            (AxisPlan::Template(t), Scalar::Dyn(ow)) => {
+                Some(ColumnSplit::new(e, t, iw, ow, plan.pixel_tile))
+            }
+            _ => None,
+        };
+        Geometry {
+            src,
+            dst,
+            ih,
+            iw,
+            oh,
+            ow,
+            cols,
+        }
+    }
+}
+
+impl ColumnSplit {
+    pub(crate) fn new(
+        e: &mut Emit<'_>,
+        t: &AxisTemplate,
+        iw: Value,
+        ow: Value,
+        tile: usize,
+    ) -> Self {
+        let template =
+            e.b.ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, iw, t.min_input as i64);
+        let classes = t.tails.len();
+        let class = (classes > 1 && t.tails.iter().any(|c| c != &t.tails[0]))
+            .then(|| e.b.ins().urem_imm_u(iw, classes as i64));
+        let mut tail_len = e.iconst(t.tail_len(0) as i64);
+        if let Some(class) = class {
+            for c in 1..classes {
+                let is_c = e.b.ins().icmp_imm_s(IntCC::Equal, class, c as i64);
+                let len = e.iconst(t.tail_len(c) as i64);
+                tail_len = e.b.ins().select(is_c, len, tail_len);
+            }
+        }
+        let tail_start = e.b.ins().isub(ow, tail_len);
+        // Below the template's width the body may be negative; it is only used above it.
+        let body = e.offset(tail_start, -(t.head_len() as i64));
+        let zero = e.iconst(0);
+        let body = e.imax(body, zero);
+        let full_tiles = e.b.ins().udiv_imm_u(body, tile as i64);
+        let remainder = e.b.ins().urem_imm_u(body, tile as i64);
+        ColumnSplit {
+            template,
+            class,
+            tail_start,
+            full_tiles,
+            remainder,
+        }
+    }
+}
+
 pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
     let d = &plan.desc;
+    let geo = Geometry::new(e, plan);
     let src = e.buffer(SRC);
     let weights = e.buffer(WEIGHTS);
     let dst = e.buffer(DST);
@@ -65,24 +191,28 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
         ];
     }
 
-    let src_chan_bytes = |ch: usize| -> i64 {
-        // Channel offsets of tile ranges are multiples of the reduction step.
+    // Channel offsets of tile ranges are multiples of the reduction step.
+    let src_chan_bytes = |e: &mut Emit<'_>, ch: usize| -> Scalar {
         let elems = match d.src_layout {
-            Layout::Nchw => ch * plan.src.channel,
-            Layout::Nchw4c => ch / LANES * plan.src.block + ch % LANES,
+            Layout::Nchw => e.mul(geo.src.channel, ch as i64),
+            Layout::Nchw4c => {
+                let blocks = e.mul(geo.src.block, (ch / LANES) as i64);
+                e.add(blocks, (ch % LANES) as i64)
+            }
         };
-        elems as i64 * F32_BYTES
+        e.mul(elems, F32_BYTES)
     };
     let tile_w_bytes = plan.tile_weights_len() as i64 * F32_BYTES;
-    let tile_dst_bytes = (plan.vecs * plan.dst.block) as i64 * F32_BYTES;
+    let tile_dst_bytes = e.mul(geo.dst.block, plan.vecs as i64 * F32_BYTES);
+    let image_steps = [
+        e.mul(geo.src.image, F32_BYTES),
+        e.mul(geo.dst.image, F32_BYTES),
+    ];
 
-    e.for_count_ptrs(
-        d.mb,
+    e.for_ptrs(
+        Scalar::Const(d.mb as i64),
         &[src, dst],
-        &[
-            plan.src.image as i64 * F32_BYTES,
-            plan.dst.image as i64 * F32_BYTES,
-        ],
+        &image_steps,
         |e, p| {
             let (src_n, dst_n) = (p[0], p[1]);
             let res_n: Vec<Value> = residuals
@@ -95,141 +225,315 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
                 .collect();
             for class in &classes {
                 let first = class.tiles.start;
-                let src_t0 = e.offset(src_n, src_chan_bytes(plan.ic.begin + first * plan.ic.step));
+                let first_ch = src_chan_bytes(e, plan.ic.begin + first * plan.ic.step);
+                let src_t0 = e.offset_by(src_n, first_ch, 1);
                 let w_t0 = e.offset(weights, first as i64 * tile_w_bytes);
                 let bias_t0 = d
                     .bias
                     .then(|| (plan.bias_offset() + first * tile_oc) as i64 * F32_BYTES);
                 let bias_t0 = bias_t0.map(|off| e.offset(weights, off));
-                let dst_t0 = e.offset(dst_n, first as i64 * tile_dst_bytes);
+                let dst_t0 = e.offset_by(dst_n, tile_dst_bytes, first as i64);
                 let res_t0: Vec<Value> = res_n
                     .iter()
-                    .map(|&r| e.offset(r, first as i64 * tile_dst_bytes))
+                    .map(|&r| e.offset_by(r, tile_dst_bytes, first as i64))
                     .collect();
 
                 let mut ptrs = vec![src_t0, w_t0, dst_t0];
-                let mut steps = vec![src_chan_bytes(plan.ic.step), tile_w_bytes, tile_dst_bytes];
+                let mut steps = vec![
+                    src_chan_bytes(e, plan.ic.step),
+                    Scalar::Const(tile_w_bytes),
+                    tile_dst_bytes,
+                ];
                 if let Some(b) = bias_t0 {
                     ptrs.push(b);
-                    steps.push(tile_oc as i64 * F32_BYTES);
+                    steps.push(Scalar::Const(tile_oc as i64 * F32_BYTES));
                 }
                 ptrs.extend(&res_t0);
                 steps.extend(std::iter::repeat_n(tile_dst_bytes, res_t0.len()));
                 let has_bias = d.bias;
-                e.for_count_ptrs(class.tiles.len(), &ptrs, &steps, |e, p| {
-                    let (bias, res) = if has_bias {
-                        (Some(p[3]), &p[4..])
-                    } else {
-                        (None, &p[3..])
-                    };
-                    let tile = TilePtrs {
-                        src: p[0],
-                        weights: p[1],
-                        bias,
-                        dst: p[2],
-                    };
-                    rows(e, plan, tile, res, class.lanes);
-                });
+                e.for_ptrs(
+                    Scalar::Const(class.tiles.len() as i64),
+                    &ptrs,
+                    &steps,
+                    |e, p| {
+                        let (bias, res) = if has_bias {
+                            (Some(p[3]), &p[4..])
+                        } else {
+                            (None, &p[3..])
+                        };
+                        let tile = TilePtrs {
+                            src: p[0],
+                            weights: p[1],
+                            bias,
+                            dst: p[2],
+                        };
+                        rows(e, plan, &geo, tile, res, class.lanes);
+                    },
+                );
             }
         },
     );
 }
 
-/// All row runs of one output-channel tile, restricted to the call's range of rows.
-fn rows(e: &mut Emit<'_>, plan: &ConvPlan, tile: TilePtrs, residuals: &[Value], lanes: LaneCounts) {
-    let d = &plan.desc;
-    for run in &plan.rows {
-        let (start, end) = e.clamp_items(run.outputs.start, run.outputs.end);
-        e.for_range(start, end, &[], |e, oh, _| {
-            // The input row of tap 0; valid taps of this run keep every access in bounds.
-            let row_bytes = plan.src.row as i64 * F32_BYTES;
-            let src_row = e.scaled(
-                tile.src,
-                oh,
-                d.strides[0] as i64 * row_bytes,
-                -(d.pads.top as i64) * row_bytes,
-            );
-            let dst_row_bytes = plan.dst.row as i64 * F32_BYTES;
-            let dst_row = e.scaled(tile.dst, oh, dst_row_bytes, 0);
-            let res_rows: Vec<Value> = residuals
-                .iter()
-                .map(|&r| e.scaled(r, oh, dst_row_bytes, 0))
-                .collect();
-            let row_tile = TilePtrs {
-                src: src_row,
-                dst: dst_row,
-                ..tile
-            };
-            columns(e, plan, run, row_tile, &res_rows, lanes);
-            vec![]
-        });
-    }
-}
-
-fn columns(
+/// All rows of one output-channel tile, restricted to the call's range of rows.
+fn rows(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
-    row: &AxisRun,
+    geo: &Geometry,
     tile: TilePtrs,
     residuals: &[Value],
     lanes: LaneCounts,
 ) {
     let d = &plan.desc;
-    let src_px = plan.src.pixel as i64 * F32_BYTES;
-    let dst_px = plan.dst.pixel as i64 * F32_BYTES;
-    for col in &plan.cols {
-        let len = col.outputs.len();
-        let (full, rem) = (len / plan.pixel_tile, len % plan.pixel_tile);
-        let ow0 = col.outputs.start as i64;
-        let src0 = e.offset(
+    let row = |e: &mut Emit<'_>, oh: Value, taps: Taps| {
+        // The input row of tap 0; valid taps keep every access in bounds.
+        let src_row = e.scaled_by(
             tile.src,
-            (ow0 * d.strides[1] as i64 - d.pads.left as i64) * src_px,
+            oh,
+            geo.src.row,
+            d.strides[0] as i64 * F32_BYTES,
+            0,
         );
-        let dst0 = e.offset(tile.dst, ow0 * dst_px);
-        let res0: Vec<Value> = residuals
+        let top = e.mul(geo.src.row, -(d.pads.top as i64) * F32_BYTES);
+        let src_row = e.offset_by(src_row, top, 1);
+        let dst_row = e.scaled_by(tile.dst, oh, geo.dst.row, F32_BYTES, 0);
+        let res_rows: Vec<Value> = residuals
             .iter()
-            .map(|&r| e.offset(r, ow0 * dst_px))
+            .map(|&r| e.scaled_by(r, oh, geo.dst.row, F32_BYTES, 0))
             .collect();
-        let p = plan.pixel_tile as i64;
-        let mut ptrs = vec![src0, dst0];
-        ptrs.extend(&res0);
-        let mut steps = vec![p * d.strides[1] as i64 * src_px, p * dst_px];
-        steps.extend(std::iter::repeat_n(p * dst_px, res0.len()));
-        e.for_count_ptrs(full, &ptrs, &steps, |e, q| {
-            pixel_tile(
-                e,
-                plan,
-                plan.pixel_tile,
-                row,
-                col,
-                TilePtrs {
-                    src: q[0],
-                    dst: q[1],
-                    ..tile
+        let row_tile = TilePtrs {
+            src: src_row,
+            dst: dst_row,
+            ..tile
+        };
+        columns(e, plan, geo, &taps, row_tile, &res_rows, lanes);
+    };
+    match &plan.rows {
+        AxisPlan::Fixed(runs) => {
+            for run in runs {
+                let (start, end) = e.clamp_items(run.outputs.start, run.outputs.end);
+                e.for_range(start, end, &[], |e, oh, _| {
+                    row(e, oh, Taps::Fixed(run.taps.clone()));
+                    vec![]
+                });
+            }
+        }
+        AxisPlan::PerOutput | AxisPlan::Template(_) => {
+            let (start, end) = e.clamp_items_to(Scalar::Const(0), geo.oh);
+            e.for_range(start, end, &[], |e, oh, _| {
+                let (first, count) =
+                    e.runtime_taps(oh, geo.ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
+                row(e, oh, Taps::Runtime { first, count });
+                vec![]
+            });
+        }
+    }
+}
+
+/// The length of a run of output columns.
+enum RunLen {
+    Fixed(usize),
+    /// A runtime body: full tiles in a loop, then one remainder tile picked by a jump table.
+    Runtime {
+        full_tiles: Value,
+        remainder: Value,
+    },
+}
+
+fn columns(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    geo: &Geometry,
+    row_taps: &Taps,
+    tile: TilePtrs,
+    residuals: &[Value],
+    lanes: LaneCounts,
+) {
+    let d = &plan.desc;
+    let run = |e: &mut Emit<'_>, start: Scalar, len: RunLen, taps: std::ops::Range<usize>| {
+        column_run(
+            e,
+            plan,
+            geo,
+            row_taps,
+            &Taps::Fixed(taps),
+            start,
+            len,
+            tile,
+            residuals,
+            lanes,
+        );
+    };
+    match &plan.cols {
+        AxisPlan::Fixed(runs) => {
+            for col in runs {
+                let start = Scalar::Const(col.outputs.start as i64);
+                run(e, start, RunLen::Fixed(col.outputs.len()), col.taps.clone());
+            }
+        }
+        AxisPlan::Template(t) => {
+            let split = geo.cols.as_ref().expect("a column template has its split");
+            e.if_else(
+                split.template,
+                |e| {
+                    for col in &t.head {
+                        let start = Scalar::Const(col.outputs.start as i64);
+                        run(e, start, RunLen::Fixed(col.outputs.len()), col.taps.clone());
+                    }
+                    let body = RunLen::Runtime {
+                        full_tiles: split.full_tiles,
+                        remainder: split.remainder,
+                    };
+                    run(
+                        e,
+                        Scalar::Const(t.head_len() as i64),
+                        body,
+                        t.body_taps.clone(),
+                    );
+                    let tail = |e: &mut Emit<'_>, class: usize| {
+                        let total = t.tail_len(class) as i64;
+                        for r in &t.tails[class] {
+                            let start = e.offset(split.tail_start, total - r.back as i64);
+                            run(e, Scalar::Dyn(start), RunLen::Fixed(r.len), r.taps.clone());
+                        }
+                    };
+                    match split.class {
+                        None => tail(e, 0),
+                        Some(class) => e.switch(class, t.tails.len(), tail),
+                    }
                 },
-                &q[2..],
-                lanes,
-            );
-        });
-        if rem > 0 {
-            let skip = full as i64 * p;
-            let src_r = e.offset(src0, skip * d.strides[1] as i64 * src_px);
-            let dst_r = e.offset(dst0, skip * dst_px);
-            let res_r: Vec<Value> = res0.iter().map(|&r| e.offset(r, skip * dst_px)).collect();
-            pixel_tile(
-                e,
-                plan,
-                rem,
-                row,
-                col,
-                TilePtrs {
-                    src: src_r,
-                    dst: dst_r,
-                    ..tile
+                |e| {
+                    // Narrow inputs, where borders meet: one pixel at a time.
+                    let zero = e.iconst(0);
+                    let ow = e.value(geo.ow);
+                    e.for_range(zero, ow, &[], |e, o, _| {
+                        let (first, count) = e.runtime_taps(
+                            o,
+                            geo.iw,
+                            d.pads.left,
+                            d.kw,
+                            d.strides[1],
+                            d.dilations[1],
+                        );
+                        let cols = Taps::Runtime { first, count };
+                        column_run(
+                            e,
+                            plan,
+                            geo,
+                            row_taps,
+                            &cols,
+                            Scalar::Dyn(o),
+                            RunLen::Fixed(1),
+                            tile,
+                            residuals,
+                            lanes,
+                        );
+                        vec![]
+                    });
                 },
-                &res_r,
-                lanes,
             );
+        }
+        AxisPlan::PerOutput => unreachable!("columns use a template"),
+    }
+}
+
+/// The output columns `[start, start + len)` of one row, whose windows share `col_taps`.
+#[allow(clippy::too_many_arguments)]
+fn column_run(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    geo: &Geometry,
+    row_taps: &Taps,
+    col_taps: &Taps,
+    start: Scalar,
+    len: RunLen,
+    tile: TilePtrs,
+    residuals: &[Value],
+    lanes: LaneCounts,
+) {
+    let d = &plan.desc;
+    let src_px = geo.src.pixel * F32_BYTES;
+    let dst_px = geo.dst.pixel * F32_BYTES;
+    let src0 = e.offset_by(tile.src, start, d.strides[1] as i64 * src_px);
+    let src0 = e.offset(src0, -(d.pads.left as i64) * src_px);
+    let dst0 = e.offset_by(tile.dst, start, dst_px);
+    let res0: Vec<Value> = residuals
+        .iter()
+        .map(|&r| e.offset_by(r, start, dst_px))
+        .collect();
+    let p = plan.pixel_tile as i64;
+    let mut ptrs = vec![src0, dst0];
+    ptrs.extend(&res0);
+    let mut steps = vec![
+        Scalar::Const(p * d.strides[1] as i64 * src_px),
+        Scalar::Const(p * dst_px),
+    ];
+    steps.extend(std::iter::repeat_n(Scalar::Const(p * dst_px), res0.len()));
+    let at = |q: &[Value]| {
+        (
+            TilePtrs {
+                src: q[0],
+                dst: q[1],
+                ..tile
+            },
+            q[2..].to_vec(),
+        )
+    };
+    let (full, rem) = match len {
+        RunLen::Fixed(len) if matches!(col_taps, Taps::Runtime { .. }) => {
+            debug_assert_eq!(len, 1, "runtime column taps take one pixel at a time");
+            let (t, r) = at(&ptrs);
+            pixel_tile(e, plan, geo, 1, row_taps, col_taps, t, &r, lanes);
+            return;
+        }
+        RunLen::Fixed(len) => (
+            Scalar::Const((len / plan.pixel_tile) as i64),
+            Scalar::Const((len % plan.pixel_tile) as i64),
+        ),
+        RunLen::Runtime {
+            full_tiles,
+            remainder,
+        } => (Scalar::Dyn(full_tiles), Scalar::Dyn(remainder)),
+    };
+    e.for_ptrs(full, &ptrs, &steps, |e, q| {
+        let (t, r) = at(q);
+        pixel_tile(
+            e,
+            plan,
+            geo,
+            plan.pixel_tile,
+            row_taps,
+            col_taps,
+            t,
+            &r,
+            lanes,
+        );
+    });
+    let skip = |e: &mut Emit<'_>| -> Vec<Value> {
+        ptrs.iter()
+            .zip(&steps)
+            .map(|(&ptr, &step)| match (full, step) {
+                (Scalar::Const(n), Scalar::Const(s)) => e.offset(ptr, n * s),
+                (n, Scalar::Const(s)) => e.offset_by(ptr, n, s),
+                (_, Scalar::Dyn(_)) => unreachable!("column steps are constant"),
+            })
+            .collect()
+    };
+    match rem {
+        Scalar::Const(0) => {}
+        Scalar::Const(r) => {
+            let q = skip(e);
+            let (t, res) = at(&q);
+            pixel_tile(e, plan, geo, r as usize, row_taps, col_taps, t, &res, lanes);
+        }
+        Scalar::Dyn(r) => {
+            let q = skip(e);
+            e.switch(r, plan.pixel_tile, |e, pixels| {
+                if pixels > 0 {
+                    let (t, res) = at(&q);
+                    pixel_tile(e, plan, geo, pixels, row_taps, col_taps, t, &res, lanes);
+                }
+            });
         }
     }
 }
@@ -239,9 +543,10 @@ fn columns(
 fn pixel_tile(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
+    geo: &Geometry,
     pixels: usize,
-    row: &AxisRun,
-    col: &AxisRun,
+    row_taps: &Taps,
+    col_taps: &Taps,
     tile: TilePtrs,
     residuals: &[Value],
     lanes: LaneCounts,
@@ -261,63 +566,108 @@ fn pixel_tile(
         }
     }
 
-    let src_row = plan.src.row as i64 * f;
-    let src_px = plan.src.pixel as i64 * f;
-    let (kh_taps, kw_taps) = (row.taps.clone(), col.taps.clone());
+    let src_px = geo.src.pixel * f;
+    // Bytes from one kernel row's input row to the next.
+    let kh_src_step = e.mul(geo.src.row, d.dilations[0] as i64 * f);
     let per_kh = d.kw as i64 * tile_oc * f;
     let per_ic = (d.kh * d.kw) as i64 * tile_oc * f;
     let ic_src_step = match d.src_layout {
-        Layout::Nchw => plan.src.channel as i64 * f,
-        Layout::Nchw4c => plan.src.block as i64 * f,
+        Layout::Nchw => e.mul(geo.src.channel, f),
+        Layout::Nchw4c => e.mul(geo.src.block, f),
     };
-    let chan_in_step = plan.src.channel as i64 * f;
+    // Channels within a step of the reduction: a block of four sits in one pixel's vector in
+    // nChw4c; NCHW steps one channel at a time.
+    let chan_in_step = match d.src_layout {
+        Layout::Nchw => 0,
+        Layout::Nchw4c => f,
+    };
     let steps = plan.ic.len / plan.ic_step;
 
-    if !kh_taps.is_empty() && !kw_taps.is_empty() {
+    let empty = matches!((row_taps, col_taps), (Taps::Fixed(r), _) if r.is_empty())
+        || matches!(col_taps, Taps::Fixed(c) if c.is_empty());
+    if !empty {
+        // Where the first kernel row starts, relative to the tile's input row.
+        let (kh_first, kh_count) = match row_taps {
+            Taps::Fixed(r) => (Scalar::Const(r.start as i64), Scalar::Const(r.len() as i64)),
+            Taps::Runtime { first, count } => (Scalar::Dyn(*first), Scalar::Dyn(*count)),
+        };
+        let kh_src_off = match (kh_first, kh_src_step) {
+            (Scalar::Const(k), Scalar::Const(s)) => Scalar::Const(k * s),
+            (k, s) => {
+                let (k, s) = (e.value(k), e.value(s));
+                Scalar::Dyn(e.b.ins().imul(k, s))
+            }
+        };
+        let kh_w_off = e.mul(kh_first, per_kh);
         let mut state = vec![tile.src, tile.weights];
         state.extend(&acc);
         let out = e.for_count(steps, &state, |e, _, s| {
             let (src_ic, w_ic) = (s[0], s[1]);
-            let src_kh0 = e.offset(
-                src_ic,
-                kh_taps.start as i64 * d.dilations[0] as i64 * src_row,
-            );
-            let w_kh0 = e.offset(w_ic, kh_taps.start as i64 * per_kh);
+            let src_kh0 = e.offset_by(src_ic, kh_src_off, 1);
+            let w_kh0 = e.offset_by(w_ic, kh_w_off, 1);
             let mut inner = vec![src_kh0, w_kh0];
             inner.extend(&s[2..]);
-            let acc_out = e.for_count(kh_taps.len(), &inner, |e, _, k| {
+            let kh_body = |e: &mut Emit<'_>, _: Value, k: &[Value]| -> Vec<Value> {
                 let (src_kh, w_kh) = (k[0], k[1]);
                 let mut acc = k[2..].to_vec();
-                for c in 0..plan.ic_step as i64 {
-                    for kw in kw_taps.clone() {
-                        let w_off = c * per_ic + kw as i64 * tile_oc * f;
-                        let wv: Vec<Value> = (0..vecs)
-                            .map(|v| e.load_vec(w_kh, w_off + v as i64 * LANES as i64 * f))
-                            .collect();
-                        for p in 0..pixels as i64 {
-                            let x_off = c * chan_in_step
-                                + (kw as i64 * d.dilations[1] as i64 + p * d.strides[1] as i64)
-                                    * src_px;
-                            for (v, &w) in wv.iter().enumerate() {
-                                // A broadcast per FMA: the FMA overwrites its first factor,
-                                // so a shared broadcast would cost a register copy, while a
-                                // fresh one folds into `vbroadcastss m32`.
-                                let x = e.splat_load(src_kh, x_off);
-                                let a = &mut acc[p as usize * vecs + v];
-                                *a = e.fma(x, w, *a);
+                match col_taps {
+                    Taps::Fixed(kw_taps) => {
+                        for c in 0..plan.ic_step as i64 {
+                            for kw in kw_taps.clone() {
+                                let w_off = c * per_ic + kw as i64 * tile_oc * f;
+                                let x_offs: Vec<i64> = (0..pixels as i64)
+                                    .map(|p| {
+                                        c * chan_in_step
+                                            + (kw as i64 * d.dilations[1] as i64
+                                                + p * d.strides[1] as i64)
+                                                * src_px
+                                    })
+                                    .collect();
+                                fma_step(e, vecs, w_kh, w_off, src_kh, &x_offs, &mut acc);
                             }
                         }
                     }
+                    Taps::Runtime { first, count } => {
+                        // Channel outer, tap inner: the order of the fixed path, so that both
+                        // round alike.
+                        for c in 0..plan.ic_step as i64 {
+                            let src_kw0 =
+                                e.scaled(src_kh, *first, d.dilations[1] as i64 * src_px, 0);
+                            let w_kw0 = e.scaled(w_kh, *first, tile_oc * f, 0);
+                            let mut kw_state = vec![src_kw0, w_kw0];
+                            kw_state.extend(&acc);
+                            let zero = e.iconst(0);
+                            let out = e.for_range(zero, *count, &kw_state, |e, _, q| {
+                                let (src_kw, w_kw) = (q[0], q[1]);
+                                let mut acc = q[2..].to_vec();
+                                let x_offs: Vec<i64> = (0..pixels as i64)
+                                    .map(|p| c * chan_in_step + p * d.strides[1] as i64 * src_px)
+                                    .collect();
+                                fma_step(e, vecs, w_kw, c * per_ic, src_kw, &x_offs, &mut acc);
+                                let mut next = vec![
+                                    e.offset(src_kw, d.dilations[1] as i64 * src_px),
+                                    e.offset(w_kw, tile_oc * f),
+                                ];
+                                next.extend(acc);
+                                next
+                            });
+                            acc = out[2..].to_vec();
+                        }
+                    }
                 }
-                let mut next = vec![
-                    e.offset(src_kh, d.dilations[0] as i64 * src_row),
-                    e.offset(w_kh, per_kh),
-                ];
+                let mut next = vec![e.offset_by(src_kh, kh_src_step, 1), e.offset(w_kh, per_kh)];
                 next.extend(acc);
                 next
-            });
+            };
+            let acc_out = match kh_count {
+                Scalar::Const(n) => e.for_count(n as usize, &inner, kh_body),
+                Scalar::Dyn(n) => {
+                    let zero = e.iconst(0);
+                    e.for_range(zero, n, &inner, kh_body)
+                }
+            };
             let mut next = vec![
-                e.offset(src_ic, ic_src_step),
+                e.offset_by(src_ic, ic_src_step, 1),
                 e.offset(w_ic, plan.ic_step as i64 * per_ic),
             ];
             next.extend(&acc_out[2..]);
@@ -326,13 +676,40 @@ fn pixel_tile(
         acc = out[2..].to_vec();
     }
 
-    epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes);
+    epilogue(e, plan, geo, pixels, &acc, tile.dst, residuals, lanes);
+}
+
+/// One kernel tap of one input channel: `vecs` weight vectors at `w + w_off`, and for each
+/// pixel an input at `src + x_offs[p]`, multiplied and added into the tile's accumulators.
+fn fma_step(
+    e: &mut Emit<'_>,
+    vecs: usize,
+    w: Value,
+    w_off: i64,
+    src: Value,
+    x_offs: &[i64],
+    acc: &mut [Value],
+) {
+    let wv: Vec<Value> = (0..vecs)
+        .map(|v| e.load_vec(w, w_off + (v * LANES) as i64 * F32_BYTES))
+        .collect();
+    for (p, &x_off) in x_offs.iter().enumerate() {
+        for (v, &wv) in wv.iter().enumerate() {
+            // A broadcast per FMA: the FMA overwrites its first factor, so a shared broadcast
+            // would cost a register copy, while a fresh one folds into `vbroadcastss m32`.
+            let x = e.splat_load(src, x_off);
+            let a = &mut acc[p * vecs + v];
+            *a = e.fma(x, wv, *a);
+        }
+    }
 }
 
 /// Applies the post-ops in registers and stores each accumulator once.
+#[allow(clippy::too_many_arguments)]
 fn epilogue(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
+    geo: &Geometry,
     pixels: usize,
     acc: &[Value],
     dst: Value,
@@ -341,15 +718,26 @@ fn epilogue(
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let dst_strides: Strides = plan.dst;
+    let strides = geo.dst;
+    let lane_stride = e.mul(strides.channel, f);
     let zero = d
         .post_ops
         .iter()
         .any(|p| matches!(p, PostOpDesc::Relu))
         .then(|| e.splat_const(0.0));
-    for p in 0..pixels {
-        for v in 0..plan.vecs {
-            let off = (v * dst_strides.block + p * dst_strides.pixel) as i64 * f;
+    // The base and immediate offset of vector `v` of a buffer in the destination's layout:
+    // a runtime block stride moves the base, a fixed one folds into the offset.
+    let vec_base = |e: &mut Emit<'_>, base: Value, v: usize| -> (Value, i64) {
+        match strides.block {
+            Scalar::Const(b) => (base, v as i64 * b * f),
+            block => (e.offset_by(base, block, v as i64 * f), 0),
+        }
+    };
+    for v in 0..plan.vecs {
+        let (dst_v, dst_off) = vec_base(e, dst, v);
+        let res_v: Vec<(Value, i64)> = residuals.iter().map(|&r| vec_base(e, r, v)).collect();
+        for p in 0..pixels {
+            let px = p as i64 * strides.pixel * f;
             let mut x = acc[p * plan.vecs + v];
             let mut residual = 0;
             for post in &d.post_ops {
@@ -362,13 +750,13 @@ fn epilogue(
                         e.pmin(x, hi)
                     }
                     PostOpDesc::Add => {
-                        let r = residuals[residual];
+                        let (r, r_off) = res_v[residual];
                         residual += 1;
                         let y = match d.dst_layout {
-                            Layout::Nchw4c => e.load_vec(r, off),
+                            Layout::Nchw4c => e.load_vec(r, r_off + px),
                             Layout::Nchw => {
                                 let fill = e.splat_const(0.0);
-                                e.gather(r, off, dst_strides.channel as i64 * f, lanes[v], fill)
+                                e.gather(r, r_off + px, lane_stride, lanes[v], fill)
                             }
                         };
                         e.b.ins().fadd(x, y)
@@ -376,8 +764,8 @@ fn epilogue(
                 };
             }
             match d.dst_layout {
-                Layout::Nchw4c => e.store_vec(x, dst, off),
-                Layout::Nchw => e.scatter(x, dst, off, dst_strides.channel as i64 * f, lanes[v]),
+                Layout::Nchw4c => e.store_vec(x, dst_v, dst_off + px),
+                Layout::Nchw => e.scatter(x, dst_v, dst_off + px, lane_stride, lanes[v]),
             }
         }
     }

@@ -5,12 +5,15 @@
 //! that no lane past the last channel is read or written).
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{InstBuilder, Value};
+use std::ops::Range;
+
+use cranelift_codegen::ir::{InstBuilder, Value, types};
 use primjit_ir::PoolKind;
 
-use crate::emit::{Emit, F32_BYTES};
+use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::{EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout};
-use crate::plan::{AxisRun, LANES, PoolPlan, Strides};
+use crate::lower_conv::ColumnSplit;
+use crate::plan::{AxisPlan, LANES, PoolPlan, Strides};
 
 const SRC: usize = 0;
 const DST: usize = 2;
@@ -34,7 +37,7 @@ fn block_classes(
 fn load(
     e: &mut Emit<'_>,
     layout: Layout,
-    strides: &Strides,
+    channel_stride: Scalar,
     base: Value,
     off: i64,
     lanes: usize,
@@ -42,14 +45,18 @@ fn load(
 ) -> Value {
     match layout {
         Layout::Nchw4c => e.load_vec(base, off),
-        Layout::Nchw => e.gather(base, off, strides.channel as i64 * F32_BYTES, lanes, fill),
+        Layout::Nchw => {
+            let stride = e.mul(channel_stride, F32_BYTES);
+            e.gather(base, off, stride, lanes, fill)
+        }
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn store(
     e: &mut Emit<'_>,
     layout: Layout,
-    strides: &Strides,
+    channel_stride: Scalar,
     v: Value,
     base: Value,
     off: i64,
@@ -57,44 +64,173 @@ fn store(
 ) {
     match layout {
         Layout::Nchw4c => e.store_vec(v, base, off),
-        Layout::Nchw => e.scatter(v, base, off, strides.channel as i64 * F32_BYTES, lanes),
+        Layout::Nchw => {
+            let stride = e.mul(channel_stride, F32_BYTES);
+            e.scatter(v, base, off, stride, lanes)
+        }
     }
+}
+
+/// The taps of one axis for the outputs at hand, with the axis's factor of an average pool's
+/// divisor.
+#[derive(Clone)]
+enum Taps {
+    Fixed {
+        taps: Range<usize>,
+        count: usize,
+    },
+    /// Computed at run time: first tap, number of taps, divisor factor.
+    Runtime {
+        first: Value,
+        taps: Value,
+        count: Value,
+    },
+}
+
+/// The call's geometry, computed once at entry.
+struct Geometry {
+    src: ActStrides,
+    dst: ActStrides,
+    ih: Value,
+    iw: Value,
+    oh: Scalar,
+    ow: Scalar,
+    cols: Option<ColumnSplit>,
+}
+
+impl Geometry {
+    fn new(e: &mut Emit<'_>, plan: &PoolPlan) -> Self {
+        let d = &plan.desc;
+        let rt = d.runtime;
+        let ih = e.extent(ExtentArg::InputH);
+        let iw = e.extent(ExtentArg::InputW);
+        let sih = if rt.h {
+            Scalar::Dyn(ih)
+        } else {
+            Scalar::Const(d.ih as i64)
+        };
+        let siw = if rt.w {
+            Scalar::Dyn(iw)
+        } else {
+            Scalar::Const(d.iw as i64)
+        };
+        let oh = if rt.h {
+            Scalar::Dyn(e.extent(ExtentArg::OutputH))
+        } else {
+            Scalar::Const(d.oh() as i64)
+        };
+        let ow = if rt.w {
+            Scalar::Dyn(e.extent(ExtentArg::OutputW))
+        } else {
+            Scalar::Const(d.ow() as i64)
+        };
+        let src = e.act_strides(d.src_layout, d.c, sih, siw);
+        let dst = e.act_strides(d.dst_layout, d.c, oh, ow);
+        let cols = match (&plan.cols, ow) {
+            (AxisPlan::Template(t), Scalar::Dyn(ow)) => {
+                Some(ColumnSplit::new(e, t, iw, ow, plan.pixel_tile))
+            }
+            _ => None,
+        };
+        Geometry {
+            src,
+            dst,
+            ih,
+            iw,
+            oh,
+            ow,
+            cols,
+        }
+    }
+}
+
+/// The taps of the window at runtime output `o` along an axis, and its divisor factor.
+#[allow(clippy::too_many_arguments)]
+fn runtime_taps(
+    e: &mut Emit<'_>,
+    o: Value,
+    input: Value,
+    pad_begin: usize,
+    pad_end: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+    count_include_pad: bool,
+) -> Taps {
+    let (first, taps) = e.runtime_taps(o, input, pad_begin, kernel, stride, dilation);
+    let count = if count_include_pad {
+        // Cells inside the padded input: the taps of the same window over an input that
+        // includes both pads.
+        let padded = e.offset(input, (pad_begin + pad_end) as i64);
+        e.runtime_taps(o, padded, 0, kernel, stride, dilation).1
+    } else {
+        taps
+    };
+    Taps::Runtime { first, taps, count }
 }
 
 pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
     let d = &plan.desc;
     let f = F32_BYTES;
+    let geo = Geometry::new(e, plan);
     let src = e.buffer(SRC);
     let dst = e.buffer(DST);
-    e.for_count_ptrs(
-        d.mb,
+    let image_steps = [e.mul(geo.src.image, f), e.mul(geo.dst.image, f)];
+    let block_steps = [e.mul(geo.src.block, f), e.mul(geo.dst.block, f)];
+    e.for_ptrs(
+        Scalar::Const(d.mb as i64),
         &[src, dst],
-        &[plan.src.image as i64 * f, plan.dst.image as i64 * f],
+        &image_steps,
         |e, p| {
             for (blocks, lanes) in block_classes(d.c, d.src_layout, d.dst_layout) {
-                let src_b = e.offset(p[0], (blocks.start * plan.src.block) as i64 * f);
-                let dst_b = e.offset(p[1], (blocks.start * plan.dst.block) as i64 * f);
-                e.for_count_ptrs(
-                    blocks.len(),
+                let src_b = e.offset_by(p[0], block_steps[0], blocks.start as i64);
+                let dst_b = e.offset_by(p[1], block_steps[1], blocks.start as i64);
+                e.for_ptrs(
+                    Scalar::Const(blocks.len() as i64),
                     &[src_b, dst_b],
-                    &[plan.src.block as i64 * f, plan.dst.block as i64 * f],
+                    &block_steps,
                     |e, q| {
-                        for row in &plan.rows {
-                            let (start, end) = e.clamp_items(row.outputs.start, row.outputs.end);
-                            e.for_range(start, end, &[], |e, oh, _| {
-                                let src_row_bytes = plan.src.row as i64 * f;
-                                let src_row = e.scaled(
-                                    q[0],
-                                    oh,
-                                    d.strides[0] as i64 * src_row_bytes,
-                                    -(d.pads.top as i64) * src_row_bytes,
-                                );
-                                let dst_row = e.scaled(q[1], oh, plan.dst.row as i64 * f, 0);
-                                for col in &plan.cols {
-                                    pool_columns(e, plan, row, col, src_row, dst_row, lanes);
+                        let row = |e: &mut Emit<'_>, oh: Value, taps: Taps| {
+                            let src_row =
+                                e.scaled_by(q[0], oh, geo.src.row, d.strides[0] as i64 * f, 0);
+                            let top = e.mul(geo.src.row, -(d.pads.top as i64) * f);
+                            let src_row = e.offset_by(src_row, top, 1);
+                            let dst_row = e.scaled_by(q[1], oh, geo.dst.row, f, 0);
+                            pool_columns(e, plan, &geo, &taps, src_row, dst_row, lanes);
+                        };
+                        match &plan.rows {
+                            AxisPlan::Fixed(runs) => {
+                                for run in runs {
+                                    let (start, end) =
+                                        e.clamp_items(run.outputs.start, run.outputs.end);
+                                    e.for_range(start, end, &[], |e, oh, _| {
+                                        let taps = Taps::Fixed {
+                                            taps: run.taps.clone(),
+                                            count: run.count,
+                                        };
+                                        row(e, oh, taps);
+                                        vec![]
+                                    });
                                 }
-                                vec![]
-                            });
+                            }
+                            AxisPlan::PerOutput | AxisPlan::Template(_) => {
+                                let (start, end) = e.clamp_items_to(Scalar::Const(0), geo.oh);
+                                e.for_range(start, end, &[], |e, oh, _| {
+                                    let taps = runtime_taps(
+                                        e,
+                                        oh,
+                                        geo.ih,
+                                        d.pads.top,
+                                        d.pads.bottom,
+                                        d.kernel[0],
+                                        d.strides[0],
+                                        d.dilations[0],
+                                        d.count_include_pad,
+                                    );
+                                    row(e, oh, taps);
+                                    vec![]
+                                });
+                            }
                         }
                     },
                 );
@@ -103,51 +239,198 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
     );
 }
 
+/// One row's columns: fixed runs, or the runtime template (or one pixel at a time below it).
 fn pool_columns(
     e: &mut Emit<'_>,
     plan: &PoolPlan,
-    row: &AxisRun,
-    col: &AxisRun,
+    geo: &Geometry,
+    row: &Taps,
+    src_row: Value,
+    dst_row: Value,
+    lanes: usize,
+) {
+    let d = &plan.desc;
+    let run = |e: &mut Emit<'_>, start: Scalar, len: RunLen, taps: Range<usize>, count: usize| {
+        let col = Taps::Fixed { taps, count };
+        pool_run(e, plan, geo, row, &col, start, len, src_row, dst_row, lanes);
+    };
+    match &plan.cols {
+        AxisPlan::Fixed(runs) => {
+            for c in runs {
+                let start = Scalar::Const(c.outputs.start as i64);
+                run(
+                    e,
+                    start,
+                    RunLen::Fixed(c.outputs.len()),
+                    c.taps.clone(),
+                    c.count,
+                );
+            }
+        }
+        AxisPlan::Template(t) => {
+            let split = geo.cols.as_ref().expect("a column template has its split");
+            e.if_else(
+                split.template,
+                |e| {
+                    for c in &t.head {
+                        let start = Scalar::Const(c.outputs.start as i64);
+                        run(
+                            e,
+                            start,
+                            RunLen::Fixed(c.outputs.len()),
+                            c.taps.clone(),
+                            c.count,
+                        );
+                    }
+                    let body = RunLen::Runtime {
+                        full_tiles: split.full_tiles,
+                        remainder: split.remainder,
+                    };
+                    let head = Scalar::Const(t.head_len() as i64);
+                    run(e, head, body, t.body_taps.clone(), t.body_count);
+                    let tail = |e: &mut Emit<'_>, class: usize| {
+                        let total = t.tail_len(class) as i64;
+                        for r in &t.tails[class] {
+                            let start = e.offset(split.tail_start, total - r.back as i64);
+                            let len = RunLen::Fixed(r.len);
+                            run(e, Scalar::Dyn(start), len, r.taps.clone(), r.count);
+                        }
+                    };
+                    match split.class {
+                        None => tail(e, 0),
+                        Some(class) => e.switch(class, t.tails.len(), tail),
+                    }
+                },
+                |e| {
+                    let zero = e.iconst(0);
+                    let ow = e.value(geo.ow);
+                    e.for_range(zero, ow, &[], |e, o, _| {
+                        let col = runtime_taps(
+                            e,
+                            o,
+                            geo.iw,
+                            d.pads.left,
+                            d.pads.right,
+                            d.kernel[1],
+                            d.strides[1],
+                            d.dilations[1],
+                            d.count_include_pad,
+                        );
+                        pool_run(
+                            e,
+                            plan,
+                            geo,
+                            row,
+                            &col,
+                            Scalar::Dyn(o),
+                            RunLen::Fixed(1),
+                            src_row,
+                            dst_row,
+                            lanes,
+                        );
+                        vec![]
+                    });
+                },
+            );
+        }
+        AxisPlan::PerOutput => unreachable!("columns use a template"),
+    }
+}
+
+/// The length of a run of output columns.
+enum RunLen {
+    Fixed(usize),
+    /// A runtime body: full tiles in a loop, then one remainder tile picked by a jump table.
+    Runtime {
+        full_tiles: Value,
+        remainder: Value,
+    },
+}
+
+/// The output columns `[start, start + len)` of one row, whose windows share `col`'s taps.
+#[allow(clippy::too_many_arguments)]
+fn pool_run(
+    e: &mut Emit<'_>,
+    plan: &PoolPlan,
+    geo: &Geometry,
+    row: &Taps,
+    col: &Taps,
+    start: Scalar,
+    len: RunLen,
     src_row: Value,
     dst_row: Value,
     lanes: usize,
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let src_px = plan.src.pixel as i64 * f;
-    let dst_px = plan.dst.pixel as i64 * f;
-    let ow0 = col.outputs.start as i64;
-    let src0 = e.offset(
-        src_row,
-        (ow0 * d.strides[1] as i64 - d.pads.left as i64) * src_px,
-    );
-    let dst0 = e.offset(dst_row, ow0 * dst_px);
-    let len = col.outputs.len();
+    let src_px = geo.src.pixel * f;
+    let dst_px = geo.dst.pixel * f;
+    let src0 = e.offset_by(src_row, start, d.strides[1] as i64 * src_px);
+    let src0 = e.offset(src0, -(d.pads.left as i64) * src_px);
+    let dst0 = e.offset_by(dst_row, start, dst_px);
     let tile = plan.pixel_tile;
-    let (full, rem) = (len / tile, len % tile);
     let t = tile as i64;
-    e.for_count_ptrs(
+    let steps = [t * d.strides[1] as i64 * src_px, t * dst_px];
+    let (full, rem) = match len {
+        RunLen::Fixed(len) => (
+            Scalar::Const((len / tile) as i64),
+            Scalar::Const((len % tile) as i64),
+        ),
+        RunLen::Runtime {
+            full_tiles,
+            remainder,
+        } => (Scalar::Dyn(full_tiles), Scalar::Dyn(remainder)),
+    };
+    let pixels_per_tile = if matches!(col, Taps::Runtime { .. }) {
+        debug_assert!(matches!(len, RunLen::Fixed(1)));
+        1
+    } else {
+        tile
+    };
+    if pixels_per_tile == 1 && matches!(col, Taps::Runtime { .. }) {
+        pool_tile(e, plan, geo, 1, row, col, src0, dst0, lanes);
+        return;
+    }
+    e.for_ptrs(
         full,
         &[src0, dst0],
-        &[t * d.strides[1] as i64 * src_px, t * dst_px],
+        &[Scalar::Const(steps[0]), Scalar::Const(steps[1])],
         |e, q| {
-            pool_tile(e, plan, tile, row, col, q[0], q[1], lanes);
+            pool_tile(e, plan, geo, tile, row, col, q[0], q[1], lanes);
         },
     );
-    if rem > 0 {
-        let s = e.offset(src0, full as i64 * t * d.strides[1] as i64 * src_px);
-        let o = e.offset(dst0, full as i64 * t * dst_px);
-        pool_tile(e, plan, rem, row, col, s, o, lanes);
+    let skip = |e: &mut Emit<'_>| -> [Value; 2] {
+        [
+            e.offset_by(src0, full, steps[0]),
+            e.offset_by(dst0, full, steps[1]),
+        ]
+    };
+    match rem {
+        Scalar::Const(0) => {}
+        Scalar::Const(r) => {
+            let [s, o] = skip(e);
+            pool_tile(e, plan, geo, r as usize, row, col, s, o, lanes);
+        }
+        Scalar::Dyn(r) => {
+            let [s, o] = skip(e);
+            e.switch(r, tile, |e, pixels| {
+                if pixels > 0 {
+                    pool_tile(e, plan, geo, pixels, row, col, s, o, lanes);
+                }
+            });
+        }
     }
 }
 
+/// `pixels` output pixels of one channel vector: every tap loaded and reduced in registers.
 #[allow(clippy::too_many_arguments)]
 fn pool_tile(
     e: &mut Emit<'_>,
     plan: &PoolPlan,
+    geo: &Geometry,
     pixels: usize,
-    row: &AxisRun,
-    col: &AxisRun,
+    row: &Taps,
+    col: &Taps,
     src: Value,
     dst: Value,
     lanes: usize,
@@ -159,38 +442,98 @@ fn pool_tile(
         PoolKind::Avg => 0.0,
     };
     let fill = e.splat_const(0.0);
-    let mut acc: Vec<Value> = (0..pixels).map(|_| e.splat_const(init)).collect();
-    for kh in row.taps.clone() {
-        for kw in col.taps.clone() {
-            for (p, a) in acc.iter_mut().enumerate() {
-                let off = (kh * d.dilations[0]) as i64 * plan.src.row as i64 * f
-                    + ((kw * d.dilations[1]) as i64 + (p * d.strides[1]) as i64)
-                        * plan.src.pixel as i64
-                        * f;
-                let x = load(e, d.src_layout, &plan.src, src, off, lanes, fill);
-                *a = match d.kind {
-                    PoolKind::Max => e.pmax(x, *a),
-                    PoolKind::Avg => e.b.ins().fadd(*a, x),
-                };
+    let acc: Vec<Value> = (0..pixels).map(|_| e.splat_const(init)).collect();
+    let src_px = geo.src.pixel * f;
+    let kh_step = e.mul(geo.src.row, d.dilations[0] as i64 * f);
+    let kw_step = d.dilations[1] as i64 * src_px;
+    let channel = geo.src.channel;
+    let reduce = |e: &mut Emit<'_>, src: Value, off: i64, a: Value| {
+        let x = load(e, d.src_layout, channel, src, off, lanes, fill);
+        match d.kind {
+            PoolKind::Max => e.pmax(x, a),
+            PoolKind::Avg => e.b.ins().fadd(a, x),
+        }
+    };
+    // One kernel row at `src_kh`: its column taps, for every pixel.
+    let kernel_row = |e: &mut Emit<'_>, src_kh: Value, acc: &[Value]| -> Vec<Value> {
+        let mut acc = acc.to_vec();
+        match col {
+            Taps::Fixed { taps, .. } => {
+                for kw in taps.clone() {
+                    for (p, a) in acc.iter_mut().enumerate() {
+                        let off = kw as i64 * kw_step + (p * d.strides[1]) as i64 * src_px;
+                        *a = reduce(e, src_kh, off, *a);
+                    }
+                }
+                acc
+            }
+            Taps::Runtime { first, taps, .. } => {
+                let src_kw0 = e.scaled(src_kh, *first, kw_step, 0);
+                let mut state = vec![src_kw0];
+                state.extend(&acc);
+                let zero = e.iconst(0);
+                let out = e.for_range(zero, *taps, &state, |e, _, s| {
+                    let mut next = vec![e.offset(s[0], kw_step)];
+                    for (p, &a) in s[1..].iter().enumerate() {
+                        next.push(reduce(e, s[0], (p * d.strides[1]) as i64 * src_px, a));
+                    }
+                    next
+                });
+                out[1..].to_vec()
             }
         }
-    }
-    let scale =
-        (d.kind == PoolKind::Avg).then(|| e.splat_const(1.0 / (row.count * col.count) as f32));
+    };
+    let acc = match row {
+        Taps::Fixed { taps, .. } => {
+            let mut acc = acc;
+            for kh in taps.clone() {
+                let src_kh = e.offset_by(src, kh_step, kh as i64);
+                acc = kernel_row(e, src_kh, &acc);
+            }
+            acc
+        }
+        Taps::Runtime { first, taps, .. } => {
+            let first_off = match kh_step {
+                Scalar::Const(s) => e.b.ins().imul_imm_s(*first, s),
+                Scalar::Dyn(s) => e.b.ins().imul(*first, s),
+            };
+            let src_kh0 = e.b.ins().iadd(src, first_off);
+            let mut state = vec![src_kh0];
+            state.extend(&acc);
+            let zero = e.iconst(0);
+            let out = e.for_range(zero, *taps, &state, |e, _, s| {
+                let mut next = vec![e.offset_by(s[0], kh_step, 1)];
+                next.extend(kernel_row(e, s[0], &s[1..]));
+                next
+            });
+            out[1..].to_vec()
+        }
+    };
+    let scale = (d.kind == PoolKind::Avg).then(|| match (row, col) {
+        (Taps::Fixed { count: r, .. }, Taps::Fixed { count: c, .. }) => {
+            e.splat_const(1.0 / (r * c) as f32)
+        }
+        _ => {
+            // The same reciprocal as the fixed case, computed at run time.
+            let count = |e: &mut Emit<'_>, t: &Taps| match t {
+                Taps::Fixed { count, .. } => e.iconst(*count as i64),
+                Taps::Runtime { count, .. } => *count,
+            };
+            let (r, c) = (count(e, row), count(e, col));
+            let n = e.b.ins().imul(r, c);
+            let n = e.b.ins().fcvt_from_sint(types::F32, n);
+            let one = e.b.ins().f32const(1.0);
+            let recip = e.b.ins().fdiv(one, n);
+            e.b.ins().splat(types::F32X4, recip)
+        }
+    });
     for (p, &a) in acc.iter().enumerate() {
         let v = match scale {
             Some(s) => e.b.ins().fmul(a, s),
             None => a,
         };
-        store(
-            e,
-            d.dst_layout,
-            &plan.dst,
-            v,
-            dst,
-            (p * plan.dst.pixel) as i64 * f,
-            lanes,
-        );
+        let off = p as i64 * geo.dst.pixel * f;
+        store(e, d.dst_layout, geo.dst.channel, v, dst, off, lanes);
     }
 }
 
@@ -223,7 +566,15 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                             });
                             let fill = e.splat_const(0.0);
                             let out = e.for_count(d.ih * d.iw, &[q[0], init], |e, _, s| {
-                                let x = load(e, d.src_layout, &src_s, s[0], 0, lanes, fill);
+                                let x = load(
+                                    e,
+                                    d.src_layout,
+                                    Scalar::Const(src_s.channel as i64),
+                                    s[0],
+                                    0,
+                                    lanes,
+                                    fill,
+                                );
                                 let a = match d.kind {
                                     PoolKind::Max => e.pmax(x, s[1]),
                                     PoolKind::Avg => e.b.ins().fadd(s[1], x),
@@ -235,7 +586,15 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                                 let s = e.splat_const(1.0 / (d.ih * d.iw) as f32);
                                 v = e.b.ins().fmul(v, s);
                             }
-                            store(e, d.dst_layout, &dst_s, v, q[1], 0, lanes);
+                            store(
+                                e,
+                                d.dst_layout,
+                                Scalar::Const(dst_s.channel as i64),
+                                v,
+                                q[1],
+                                0,
+                                lanes,
+                            );
                         },
                     );
                 }

@@ -110,6 +110,251 @@ impl Axis {
     }
 }
 
+/// A run at the end of an axis of runtime extent, placed from the last output backwards: it
+/// covers outputs `[output - back, output - back + len)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TailRun {
+    pub back: usize,
+    pub len: usize,
+    pub taps: Range<usize>,
+    pub count: usize,
+}
+
+/// The runs of an axis whose input extent is a runtime value.
+///
+/// For every input of at least `min_input`, the outputs split into the same `head` runs
+/// (clipped by the padding at the start, which does not depend on the extent), a body of full
+/// windows whose length is the runtime part, and `tails` clipped by the padding at the end.
+/// Where the end clips a window depends only on the input modulo the stride, so the tails are
+/// kept per residue class `input % stride` and chosen at run time. Inputs below `min_input`
+/// (where borders meet or overlap) compute their taps per output at run time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AxisTemplate {
+    pub head: Vec<AxisRun>,
+    pub body_taps: Range<usize>,
+    pub body_count: usize,
+    /// Indexed by `input % stride`; the first run of each is the furthest from the end.
+    pub tails: Vec<Vec<TailRun>>,
+    pub min_input: usize,
+}
+
+/// Per output coordinate: its taps and divisor factor.
+type Expanded = Vec<(Range<usize>, usize)>;
+
+fn expand(runs: &[AxisRun]) -> Expanded {
+    runs.iter()
+        .flat_map(|r| r.outputs.clone().map(move |_| (r.taps.clone(), r.count)))
+        .collect()
+}
+
+impl AxisTemplate {
+    /// The template of `axis` (whose `input` and `output` are ignored); `ceil` is pooling's
+    /// ceil mode.
+    pub fn new(axis: Axis, ceil: bool, count: CountMode) -> Self {
+        let period = axis.stride;
+        let probe_base = template_probe(&axis);
+        let runs_at = |input: usize| -> Option<Vec<AxisRun>> {
+            let output = axis_output(&axis, input, ceil)?;
+            Some(
+                Axis {
+                    input,
+                    output,
+                    ..axis
+                }
+                .runs(count),
+            )
+        };
+        let mut head = Vec::new();
+        let mut body = (0..axis.kernel, 0);
+        let mut tails = Vec::with_capacity(period);
+        for class in 0..period {
+            let input = probe_base + (class + period - probe_base % period) % period;
+            let runs = runs_at(input).expect("probe inputs fit the window");
+            let output = runs.last().map_or(0, |r| r.outputs.end);
+            // The body is the longest run: at the probe extent it dwarfs every border.
+            let (bi, b) = runs
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, r)| r.outputs.len())
+                .expect("probe outputs are not empty");
+            body = (b.taps.clone(), b.count);
+            head = runs[..bi].to_vec();
+            tails.push(
+                runs[bi + 1..]
+                    .iter()
+                    .map(|r| TailRun {
+                        back: output - r.outputs.start,
+                        len: r.outputs.len(),
+                        taps: r.taps.clone(),
+                        count: r.count,
+                    })
+                    .collect(),
+            );
+        }
+        let mut template = AxisTemplate {
+            head,
+            body_taps: body.0,
+            body_count: body.1,
+            tails,
+            min_input: 1,
+        };
+        // The smallest extent from which the template holds: check every extent below the
+        // probes (beyond them the borders are apart and nothing changes but the body).
+        for input in (1..probe_base + period).rev() {
+            let Some(runs) = runs_at(input) else { continue };
+            if template.instantiate(input, runs.last().map_or(0, |r| r.outputs.end))
+                != Some(expand(&runs))
+            {
+                template.min_input = input + 1;
+                break;
+            }
+        }
+        template
+    }
+
+    /// The runs of the end for an input of extent `input`.
+    pub fn tail(&self, input: usize) -> &[TailRun] {
+        &self.tails[input % self.tails.len()]
+    }
+
+    /// Outputs covered by the tail runs of each class.
+    pub fn tail_len(&self, class: usize) -> usize {
+        self.tails[class].first().map_or(0, |t| t.back)
+    }
+
+    pub fn head_len(&self) -> usize {
+        self.head.last().map_or(0, |r| r.outputs.end)
+    }
+
+    /// Per output: taps and divisor factor as the template places them for `input`, or `None`
+    /// when the borders would overlap.
+    fn instantiate(&self, input: usize, output: usize) -> Option<Expanded> {
+        let class = input % self.tails.len();
+        let body = output.checked_sub(self.head_len() + self.tail_len(class))?;
+        let mut out = expand(&self.head);
+        out.extend(std::iter::repeat_n(
+            (self.body_taps.clone(), self.body_count),
+            body,
+        ));
+        for t in &self.tails[class] {
+            out.extend(std::iter::repeat_n((t.taps.clone(), t.count), t.len));
+        }
+        Some(out)
+    }
+}
+
+/// An input extent large enough that the borders of `axis` are far apart.
+fn template_probe(axis: &Axis) -> usize {
+    let extent = (axis.kernel - 1) * axis.dilation + 1;
+    4 * (extent + axis.pad_begin + axis.pad_end) + 8 * axis.stride + 16
+}
+
+fn axis_output(axis: &Axis, input: usize, ceil: bool) -> Option<usize> {
+    primjit_ir::pool_output_extent(
+        input,
+        axis.pad_begin,
+        axis.pad_end,
+        axis.kernel,
+        axis.stride,
+        axis.dilation,
+        ceil,
+    )
+    .filter(|&o| o > 0)
+}
+
+/// How the lowering walks one spatial axis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AxisPlan {
+    /// A fixed extent: every run is known.
+    Fixed(Vec<AxisRun>),
+    /// A runtime extent with specialized borders (columns, whose taps are unrolled).
+    Template(AxisTemplate),
+    /// A runtime extent whose taps each output computes at run time (rows: the kernel-row
+    /// loop is a loop anyway, so runtime bounds cost a few scalar instructions per row).
+    PerOutput,
+}
+
+impl AxisPlan {
+    fn new(axis: Axis, runtime: bool, rows: bool, ceil: bool, count: CountMode) -> Self {
+        match (runtime, rows) {
+            (false, _) => AxisPlan::Fixed(axis.runs(count)),
+            (true, true) => AxisPlan::PerOutput,
+            (true, false) => AxisPlan::Template(AxisTemplate::new(axis, ceil, count)),
+        }
+    }
+}
+
+/// Extents at which a key with runtime extents is validated: large enough that its borders
+/// are apart.
+pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
+    let [ih, iw] = key.input_extents();
+    let rt = key.runtime_dims();
+    let probe = |axis: Axis| template_probe(&axis);
+    match key {
+        crate::PrimitiveKey::Conv(d) => {
+            let [rows, cols] = conv_axes(d);
+            [
+                if rt.h { probe(rows) } else { ih },
+                if rt.w { probe(cols) } else { iw },
+            ]
+        }
+        crate::PrimitiveKey::Pool(d) => {
+            let [rows, cols] = pool_axes(d);
+            [
+                if rt.h { probe(rows) } else { ih },
+                if rt.w { probe(cols) } else { iw },
+            ]
+        }
+        _ => [ih, iw],
+    }
+}
+
+fn conv_axes(d: &ConvDesc) -> [Axis; 2] {
+    [
+        Axis {
+            input: d.ih,
+            output: d.oh(),
+            pad_begin: d.pads.top,
+            pad_end: d.pads.bottom,
+            kernel: d.kh,
+            stride: d.strides[0],
+            dilation: d.dilations[0],
+        },
+        Axis {
+            input: d.iw,
+            output: d.ow(),
+            pad_begin: d.pads.left,
+            pad_end: d.pads.right,
+            kernel: d.kw,
+            stride: d.strides[1],
+            dilation: d.dilations[1],
+        },
+    ]
+}
+
+fn pool_axes(d: &PoolDesc) -> [Axis; 2] {
+    [
+        Axis {
+            input: d.ih,
+            output: d.oh(),
+            pad_begin: d.pads.top,
+            pad_end: d.pads.bottom,
+            kernel: d.kernel[0],
+            stride: d.strides[0],
+            dilation: d.dilations[0],
+        },
+        Axis {
+            input: d.iw,
+            output: d.ow(),
+            pad_begin: d.pads.left,
+            pad_end: d.pads.right,
+            kernel: d.kernel[1],
+            stride: d.strides[1],
+            dilation: d.dilations[1],
+        },
+    ]
+}
+
 /// Strides of an activation buffer, in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Strides {
@@ -173,10 +418,8 @@ pub struct ConvPlan {
     pub pixel_tile: usize,
     pub ic_step: usize,
     pub ic: IcRange,
-    pub rows: Vec<AxisRun>,
-    pub cols: Vec<AxisRun>,
-    pub src: Strides,
-    pub dst: Strides,
+    pub rows: AxisPlan,
+    pub cols: AxisPlan,
 }
 
 impl ConvPlan {
@@ -220,26 +463,7 @@ impl ConvPlan {
                 step: 0,
             }
         };
-        let rows = Axis {
-            input: d.ih,
-            output: d.oh(),
-            pad_begin: d.pads.top,
-            pad_end: d.pads.bottom,
-            kernel: d.kh,
-            stride: d.strides[0],
-            dilation: d.dilations[0],
-        }
-        .runs(CountMode::None);
-        let cols = Axis {
-            input: d.iw,
-            output: d.ow(),
-            pad_begin: d.pads.left,
-            pad_end: d.pads.right,
-            kernel: d.kw,
-            stride: d.strides[1],
-            dilation: d.dilations[1],
-        }
-        .runs(CountMode::None);
+        let [rows, cols] = conv_axes(d);
         ConvPlan {
             desc: d.clone(),
             vecs,
@@ -247,10 +471,8 @@ impl ConvPlan {
             pixel_tile,
             ic_step,
             ic,
-            rows,
-            cols,
-            src: Strides::new(d.src_layout, d.src_shape()),
-            dst: Strides::new(d.dst_layout, d.dst_shape()),
+            rows: AxisPlan::new(rows, d.runtime.h, true, false, CountMode::None),
+            cols: AxisPlan::new(cols, d.runtime.w, false, false, CountMode::None),
         }
     }
 
@@ -320,8 +542,7 @@ impl ConvPlan {
     }
 }
 
-fn fmt_runs(f: &mut fmt::Formatter<'_>, name: &str, runs: &[AxisRun]) -> fmt::Result {
-    write!(f, "  {name} runs:")?;
+fn fmt_runs(f: &mut fmt::Formatter<'_>, runs: &[AxisRun]) -> fmt::Result {
     for r in runs {
         write!(
             f,
@@ -333,7 +554,65 @@ fn fmt_runs(f: &mut fmt::Formatter<'_>, name: &str, runs: &[AxisRun]) -> fmt::Re
         }
         write!(f, ";")?;
     }
-    writeln!(f)
+    Ok(())
+}
+
+fn fmt_axis(f: &mut fmt::Formatter<'_>, name: &str, axis: &AxisPlan, tile: usize) -> fmt::Result {
+    match axis {
+        AxisPlan::Fixed(runs) => {
+            write!(f, "  {name} runs:")?;
+            fmt_runs(f, runs)?;
+            writeln!(f)
+        }
+        AxisPlan::PerOutput => writeln!(
+            f,
+            "  {name}s: runtime extent; each {name} computes its taps at run time"
+        ),
+        AxisPlan::Template(t) => {
+            writeln!(
+                f,
+                "  {name}s: runtime extent; template from {} inputs, taps computed per output below",
+                t.min_input
+            )?;
+            write!(f, "    head:")?;
+            fmt_runs(f, &t.head)?;
+            writeln!(
+                f,
+                "\n    body: [{}..out-tail) taps {}..{}, {tile}-pixel tiles in a loop, remainder 1..{} by jump table",
+                t.head_len(),
+                t.body_taps.start,
+                t.body_taps.end,
+                tile.saturating_sub(1)
+            )?;
+            for (class, tail) in t.tails.iter().enumerate() {
+                if t.tails.len() == 1 {
+                    write!(f, "    tail:")?;
+                } else {
+                    write!(
+                        f,
+                        "    tail (input % {} == {class}, chosen by jump table):",
+                        t.tails.len()
+                    )?;
+                }
+                for r in tail {
+                    write!(
+                        f,
+                        " [out-{}..out-{}) taps {}..{}",
+                        r.back,
+                        r.back - r.len,
+                        r.taps.start,
+                        r.taps.end
+                    )?;
+                    if r.count > 0 {
+                        write!(f, " count {}", r.count)?;
+                    }
+                    write!(f, ";")?;
+                }
+                writeln!(f)?;
+            }
+            Ok(())
+        }
+    }
 }
 
 impl fmt::Display for ConvPlan {
@@ -357,8 +636,8 @@ impl fmt::Display for ConvPlan {
             self.packed_weights_len(),
             self.tile_weights_len()
         )?;
-        fmt_runs(f, "row", &self.rows)?;
-        fmt_runs(f, "column", &self.cols)
+        fmt_axis(f, "row", &self.rows, 1)?;
+        fmt_axis(f, "column", &self.cols, self.pixel_tile)
     }
 }
 
@@ -368,10 +647,8 @@ impl fmt::Display for ConvPlan {
 pub struct PoolPlan {
     pub desc: PoolDesc,
     pub pixel_tile: usize,
-    pub rows: Vec<AxisRun>,
-    pub cols: Vec<AxisRun>,
-    pub src: Strides,
-    pub dst: Strides,
+    pub rows: AxisPlan,
+    pub cols: AxisPlan,
 }
 
 impl PoolPlan {
@@ -381,40 +658,12 @@ impl PoolPlan {
             (PoolKind::Avg, false) => CountMode::Valid,
             (PoolKind::Avg, true) => CountMode::Padded,
         };
-        let axis = |input, output, pad_begin, pad_end, kernel, stride, dilation| Axis {
-            input,
-            output,
-            pad_begin,
-            pad_end,
-            kernel,
-            stride,
-            dilation,
-        };
+        let [rows, cols] = pool_axes(d);
         PoolPlan {
             desc: d.clone(),
             pixel_tile: 4,
-            rows: axis(
-                d.ih,
-                d.oh(),
-                d.pads.top,
-                d.pads.bottom,
-                d.kernel[0],
-                d.strides[0],
-                d.dilations[0],
-            )
-            .runs(count),
-            cols: axis(
-                d.iw,
-                d.ow(),
-                d.pads.left,
-                d.pads.right,
-                d.kernel[1],
-                d.strides[1],
-                d.dilations[1],
-            )
-            .runs(count),
-            src: Strides::new(d.src_layout, d.src_shape()),
-            dst: Strides::new(d.dst_layout, d.dst_shape()),
+            rows: AxisPlan::new(rows, d.runtime.h, true, d.ceil_mode, count),
+            cols: AxisPlan::new(cols, d.runtime.w, false, d.ceil_mode, count),
         }
     }
 }
@@ -426,8 +675,8 @@ impl fmt::Display for PoolPlan {
             "  pool tile: {} pixels x 1 channel vector, taps unrolled",
             self.pixel_tile
         )?;
-        fmt_runs(f, "row", &self.rows)?;
-        fmt_runs(f, "column", &self.cols)
+        fmt_axis(f, "row", &self.rows, 1)?;
+        fmt_axis(f, "column", &self.cols, self.pixel_tile)
     }
 }
 
@@ -491,6 +740,81 @@ mod tests {
         );
         let counts: Vec<usize> = avg.runs(CountMode::Valid).iter().map(|r| r.count).collect();
         assert_eq!(counts, vec![2, 3, 2]);
+    }
+
+    /// Every small geometry: from its smallest width on, the template places the same taps
+    /// (and divisor factors) as the fixed runs of that width, far past the probe extents.
+    #[test]
+    fn templates_hold_from_their_smallest_input() {
+        for kernel in 1..=5 {
+            for stride in 1..=3 {
+                for dilation in 1..=2 {
+                    for (pad_begin, pad_end) in [(0, 0), (1, 1), (2, 0), (0, 3), (3, 3)] {
+                        for ceil in [false, true] {
+                            let axis = Axis {
+                                input: 0,
+                                output: 0,
+                                pad_begin,
+                                pad_end,
+                                kernel,
+                                stride,
+                                dilation,
+                            };
+                            for count in [CountMode::None, CountMode::Valid, CountMode::Padded] {
+                                let t = AxisTemplate::new(axis, ceil, count);
+                                for input in t.min_input..3 * template_probe(&axis) {
+                                    let Some(output) = axis_output(&axis, input, ceil) else {
+                                        continue;
+                                    };
+                                    let runs = Axis {
+                                        input,
+                                        output,
+                                        ..axis
+                                    }
+                                    .runs(count);
+                                    assert_eq!(
+                                        t.instantiate(input, output),
+                                        Some(expand(&runs)),
+                                        "{axis:?} ceil {ceil} {count:?} at input {input}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn trunk_templates_start_at_small_widths() {
+        // 3x3 pad 1: one clipped column at each end, from width 2 on.
+        let axis = Axis {
+            input: 0,
+            output: 0,
+            pad_begin: 1,
+            pad_end: 1,
+            kernel: 3,
+            stride: 1,
+            dilation: 1,
+        };
+        let t = AxisTemplate::new(axis, false, CountMode::None);
+        assert_eq!(t.min_input, 2);
+        assert_eq!((t.head_len(), t.tail_len(0)), (1, 1));
+        // 7x7/2 pad 3: the tail depends on the width's parity.
+        let t = AxisTemplate::new(
+            Axis {
+                kernel: 7,
+                stride: 2,
+                pad_begin: 3,
+                pad_end: 3,
+                ..axis
+            },
+            false,
+            CountMode::None,
+        );
+        assert_eq!(t.tails.len(), 2);
+        assert_ne!(t.tails[0], t.tails[1]);
     }
 
     #[test]

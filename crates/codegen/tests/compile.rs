@@ -56,6 +56,7 @@ fn keys() -> Vec<PrimitiveKey> {
         count_include_pad: true,
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw4c,
+        runtime: Default::default(),
     };
     vec![
         PrimitiveKey::Conv(conv),

@@ -26,11 +26,11 @@ pub use primjit_reference as reference;
 
 pub use primjit_codegen::{
     CodegenError, CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc,
-    KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey,
+    KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey, key::RuntimeDims,
 };
 pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{
     Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
     ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
-    RuntimeError, Workspace, exec::GuardedBuffer, layout, node_keys,
+    RuntimeError, ShapeMode, Workspace, exec::GuardedBuffer, layout, node_keys, node_keys_in,
 };

@@ -160,11 +160,34 @@ impl Engine {
 
     /// Runs `primitive` with its rows split across the engine's threads.
     pub fn execute(&self, primitive: &Primitive, args: ExecArgs<'_>) -> Result<(), RuntimeError> {
+        self.run(primitive, args, None)
+    }
+
+    /// Runs a primitive with runtime extents for input extents `[ih, iw]`, its rows split
+    /// across the engine's threads.
+    pub fn execute_at(
+        &self,
+        primitive: &Primitive,
+        args: ExecArgs<'_>,
+        extents: [usize; 2],
+    ) -> Result<(), RuntimeError> {
+        self.run(primitive, args, Some(extents))
+    }
+
+    fn run(
+        &self,
+        primitive: &Primitive,
+        args: ExecArgs<'_>,
+        extents: Option<[usize; 2]>,
+    ) -> Result<(), RuntimeError> {
         let start = Instant::now();
-        if self.pool.current_num_threads() > 1 && primitive.key().work_items() > 1 {
-            primitive.execute_parallel(args, &self.pool)?;
+        if self.pool.current_num_threads() > 1 {
+            primitive.execute_parallel(args, extents, &self.pool)?;
         } else {
-            primitive.execute(args)?;
+            match extents {
+                None => primitive.execute(args)?,
+                Some(e) => primitive.execute_at(args, e)?,
+            }
         }
         if self.verbose >= 2 {
             trace_line(&format!(

@@ -24,6 +24,12 @@ pub enum ExecError {
         end: usize,
         limit: usize,
     },
+    #[error("{key}: extents {extents:?} are not valid for this primitive: {reason}")]
+    Extents {
+        key: String,
+        extents: [usize; 2],
+        reason: String,
+    },
     #[error("{key}: expected {expected} extra buffers (residuals or second source), found {found}")]
     ExtraCount {
         key: String,

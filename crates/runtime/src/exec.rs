@@ -17,7 +17,8 @@ use crate::error::ExecError;
 use crate::primitive::ExecArgs;
 
 /// The signature of every generated kernel; see `primjit_codegen` (`emit.rs`).
-type KernelFn = unsafe extern "C" fn(buffers: *const *mut f32, begin: i64, end: i64);
+type KernelFn =
+    unsafe extern "C" fn(buffers: *const *mut f32, begin: i64, end: i64, extents: *const i64);
 
 /// Where page mappings come from; a seam for fault injection in tests.
 pub trait PageSource: Send + Sync {
@@ -90,22 +91,31 @@ impl ExecutableCode {
         start..start + self.map.len()
     }
 
-    /// Calls the kernel for work items `rows` with the given buffers.
+    /// Calls the kernel for work items `rows` with the given buffers and extents
+    /// `[ih, iw, oh, ow]`.
     ///
     /// # Safety
     ///
-    /// `buffers` must hold, in the order of the kernel's key, pointers to live, non-overlapping
-    /// (except read-only ones among themselves) f32 buffers of exactly the lengths the key
-    /// requires, valid for the whole call, with no other thread writing to them; the rows of
-    /// concurrent calls on the same destination must be disjoint.
-    unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>) {
+    /// `extents` must be those of a valid fixed-shape key that the kernel implements (its own
+    /// key, or a runtime key at these extents); `buffers` must hold, in that key's order,
+    /// pointers to live, non-overlapping (except read-only ones among themselves) f32 buffers
+    /// of exactly the lengths it requires, valid for the whole call, with no other thread
+    /// writing to them; the rows of concurrent calls on the same destination must be disjoint.
+    unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>, extents: &[i64; 4]) {
         // SAFETY: the mapping holds a complete kernel with the `KernelFn` ABI, published
         // read+execute by `publish` and alive as long as `self`.
         let entry: KernelFn =
             unsafe { std::mem::transmute::<*const u8, KernelFn>(self.map.as_ptr()) };
         // SAFETY: the caller guarantees the buffers match the key; the kernel reads and writes
         // only inside them, for rows in `rows`.
-        unsafe { entry(buffers.as_ptr(), rows.start as i64, rows.end as i64) }
+        unsafe {
+            entry(
+                buffers.as_ptr(),
+                rows.start as i64,
+                rows.end as i64,
+                extents.as_ptr(),
+            )
+        }
     }
 }
 
@@ -159,108 +169,154 @@ impl Kernel {
         key + buffers
     }
 
-    /// Checks `args` against the key, then runs work items `items`, split across the threads of
-    /// `pool` when one is given.
+    /// Checks `args` against the key, then runs work items `items` (all of them when `None`),
+    /// split across the threads of `pool` when one is given.
+    ///
+    /// A key with runtime extents needs the call's input extents `[ih, iw]`; the key at those
+    /// extents is validated like any key before the kernel runs. A fixed key accepts only its
+    /// own extents.
     pub fn run(
         &self,
         args: ExecArgs<'_>,
-        items: Range<usize>,
+        extents: Option<[usize; 2]>,
+        items: Option<Range<usize>>,
         pool: Option<&rayon::ThreadPool>,
     ) -> Result<(), ExecError> {
-        let limit = match self.key {
+        let runtime = self.key.runtime_dims().any();
+        let call_key = match (runtime, extents) {
+            (false, None) => None,
+            (false, Some(e)) if e == self.key.input_extents() => None,
+            (_, Some(e)) if runtime => {
+                let k = self.key.at(e);
+                k.validate().map_err(|err| ExecError::Extents {
+                    key: self.key.to_string(),
+                    extents: e,
+                    reason: err.reason,
+                })?;
+                Some(k)
+            }
+            (_, e) => {
+                return Err(ExecError::Extents {
+                    key: self.key.to_string(),
+                    extents: e.unwrap_or([0, 0]),
+                    reason: if runtime {
+                        "this primitive has runtime extents: pass the call's extents".into()
+                    } else {
+                        format!(
+                            "this primitive is compiled for extents {:?}",
+                            self.key.input_extents()
+                        )
+                    },
+                });
+            }
+        };
+        let key = call_key.as_ref().unwrap_or(&self.key);
+        let limit = match key {
             // The FMA peak kernel takes any number of loop trips.
             PrimitiveKey::FmaPeak => usize::MAX >> 1,
-            _ => self.key.work_items(),
+            _ => key.work_items(),
         };
+        let items = items.unwrap_or(0..limit);
         if items.start > items.end || items.end > limit {
             return Err(ExecError::WorkItems {
-                key: self.key.to_string(),
+                key: key.to_string(),
                 start: items.start,
                 end: items.end,
                 limit,
             });
         }
-        let pointers = self.pointers(args)?;
+        let pointers = match &call_key {
+            Some(k) => pointers(k, &k.buffers(), args)?,
+            None => pointers(&self.key, &self.buffers, args)?,
+        };
+        let extent_args = key.extent_args();
         match pool {
-            // SAFETY: `pointers` matched every buffer's length to the key this code implements;
-            // the borrows in `args` keep the buffers alive, and unaliased except for the shared
-            // read-only ones, for the call; the chunks of rows are disjoint and within the key's
-            // work items.
+            // SAFETY: `pointers` matched every buffer's length to `key`, which this code
+            // implements (the kernel's own key, or its runtime key at validated extents that
+            // `extent_args` passes); the borrows in `args` keep the buffers alive, and unaliased
+            // except for the shared read-only ones, for the call; the chunks of rows are
+            // disjoint and within the key's work items.
             Some(pool) => unsafe {
                 call_parallel(
                     &self.code,
                     &pointers,
                     items,
+                    &extent_args,
                     pool,
                     pool.current_num_threads(),
                 )
             },
             // SAFETY: as above, on one thread.
-            None => unsafe { self.code.call(&pointers, items) },
+            None => unsafe { self.code.call(&pointers, items, &extent_args) },
         }
         Ok(())
     }
+}
 
-    /// Checks the buffers against the key and lists their pointers in kernel order.
-    fn pointers(&self, args: ExecArgs<'_>) -> Result<Vec<*mut f32>, ExecError> {
-        let key = self.key.to_string();
-        let mismatch = |spec: &BufferSpec, found: usize| ExecError::BufferLength {
-            key: key.clone(),
-            role: spec.role,
-            expected: spec.len,
-            found,
-            shape: spec.shape.clone(),
+/// Checks the buffers against `specs` (of `key`) and lists their pointers in kernel order.
+fn pointers(
+    key: &PrimitiveKey,
+    specs: &[BufferSpec],
+    args: ExecArgs<'_>,
+) -> Result<Vec<*mut f32>, ExecError> {
+    let key_name = key.to_string();
+    let mismatch = |spec: &BufferSpec, found: usize| ExecError::BufferLength {
+        key: key_name.clone(),
+        role: spec.role,
+        expected: spec.len,
+        found,
+        shape: spec.shape.clone(),
+    };
+    let n_specs = specs.len();
+    let mut specs = specs.iter();
+    let mut pointers = Vec::with_capacity(n_specs + 1);
+    let src = specs.next().expect("every key has a source");
+    if args.src.len() != src.len {
+        return Err(mismatch(src, args.src.len()));
+    }
+    pointers.push(args.src.as_ptr().cast_mut());
+    if let PrimitiveKey::Conv(_) = key {
+        let spec = specs.next().expect("convs take weights");
+        let Some(w) = args.weights else {
+            return Err(ExecError::MissingBuffer {
+                key: key_name,
+                role: "weights",
+            });
         };
-        let mut specs = self.buffers.iter();
-        let mut pointers = Vec::with_capacity(self.buffers.len() + 1);
-        let src = specs.next().expect("every key has a source");
-        if args.src.len() != src.len {
-            return Err(mismatch(src, args.src.len()));
+        if w.len() != spec.len {
+            return Err(mismatch(spec, w.len()));
         }
-        pointers.push(args.src.as_ptr().cast_mut());
-        if let PrimitiveKey::Conv(_) = self.key {
-            let spec = specs.next().expect("convs take weights");
-            let Some(w) = args.weights else {
-                return Err(ExecError::MissingBuffer {
-                    key,
-                    role: "weights",
-                });
-            };
-            if w.len() != spec.len {
-                return Err(mismatch(spec, w.len()));
-            }
-            pointers.push(w.as_ptr().cast_mut());
-        } else {
-            if args.weights.is_some() {
-                return Err(ExecError::UnexpectedBuffer {
-                    key,
-                    role: "weights",
-                });
-            }
-            // The kernel ABI keeps slot 1 for weights.
-            pointers.push(std::ptr::null_mut());
-        }
-        let dst = specs.next().expect("every key has a destination");
-        if args.dst.len() != dst.len {
-            return Err(mismatch(dst, args.dst.len()));
-        }
-        pointers.push(args.dst.as_mut_ptr());
-        let extras: Vec<&BufferSpec> = specs.collect();
-        if args.extra.len() != extras.len() {
-            return Err(ExecError::ExtraCount {
-                key,
-                expected: extras.len(),
-                found: args.extra.len(),
+        pointers.push(w.as_ptr().cast_mut());
+    } else {
+        if args.weights.is_some() {
+            return Err(ExecError::UnexpectedBuffer {
+                key: key_name,
+                role: "weights",
             });
         }
-        for (spec, buf) in extras.iter().zip(args.extra) {
-            if buf.len() != spec.len {
-                return Err(mismatch(spec, buf.len()));
-            }
-            pointers.push(buf.as_ptr().cast_mut());
-        }
-        Ok(pointers)
+        // The kernel ABI keeps slot 1 for weights.
+        pointers.push(std::ptr::null_mut());
     }
+    let dst = specs.next().expect("every key has a destination");
+    if args.dst.len() != dst.len {
+        return Err(mismatch(dst, args.dst.len()));
+    }
+    pointers.push(args.dst.as_mut_ptr());
+    let extras: Vec<&BufferSpec> = specs.collect();
+    if args.extra.len() != extras.len() {
+        return Err(ExecError::ExtraCount {
+            key: key_name,
+            expected: extras.len(),
+            found: args.extra.len(),
+        });
+    }
+    for (spec, buf) in extras.iter().zip(args.extra) {
+        if buf.len() != spec.len {
+            return Err(mismatch(spec, buf.len()));
+        }
+        pointers.push(buf.as_ptr().cast_mut());
+    }
+    Ok(pointers)
 }
 
 /// Buffer pointers that may be sent to the threads of one call.
@@ -283,6 +339,7 @@ unsafe fn call_parallel(
     code: &ExecutableCode,
     buffers: &[*mut f32],
     rows: Range<usize>,
+    extents: &[i64; 4],
     pool: &rayon::ThreadPool,
     chunks: usize,
 ) {
@@ -290,7 +347,7 @@ unsafe fn call_parallel(
     let chunks = chunks.clamp(1, n.max(1));
     if chunks == 1 {
         // SAFETY: forwarded from the caller.
-        unsafe { code.call(buffers, rows) };
+        unsafe { code.call(buffers, rows, extents) };
         return;
     }
     let shared = SharedBuffers(buffers);
@@ -300,7 +357,7 @@ unsafe fn call_parallel(
             s.spawn(move |_| {
                 let shared = shared;
                 // SAFETY: chunks cover disjoint rows; the caller guarantees the rest.
-                unsafe { code.call(shared.0, range) };
+                unsafe { code.call(shared.0, range, extents) };
             });
         }
     });
@@ -383,6 +440,6 @@ mod tests {
             "{line}"
         );
         // SAFETY: `ret` ignores its arguments.
-        unsafe { exec.call(&[], 0..0) };
+        unsafe { exec.call(&[], 0..0, &[0; 4]) };
     }
 }

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc, PostOpDesc,
     PrimitiveKey,
@@ -113,7 +114,22 @@ pub struct RunStats {
 pub struct NodeRun {
     pub name: String,
     pub primitive: Arc<Primitive>,
+    /// The fixed-shape key this node computed: the primitive's key, or for a key with runtime
+    /// extents, that key at the run's extents.
+    pub call_key: PrimitiveKey,
     pub seconds: f64,
+}
+
+/// How a graph's keys treat spatial extents that depend on a symbol of the IR.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ShapeMode {
+    /// Every key fixes every extent: one primitive per node and distinct shape.
+    #[default]
+    Exact,
+    /// Convolutions and pooling leave their symbolic spatial extents to run time: one
+    /// primitive per node configuration serves every value of the symbols. Global pooling and
+    /// standalone element-wise ops stay exact.
+    Runtime,
 }
 
 /// A graph made ready to run with JIT primitives.
@@ -123,6 +139,9 @@ pub struct CompiledGraph {
     params: Params,
     prepared: Vec<Prepared>,
     last_use: Vec<usize>,
+    /// Per node: the spatial extents of its input that depend on a symbol.
+    symbolic: Vec<RuntimeDims>,
+    mode: ShapeMode,
 }
 
 fn layout_of(graph: &Graph, v: Value) -> Layout {
@@ -190,6 +209,7 @@ impl CompiledGraph {
             };
             prepared.push(p);
         }
+        let symbolic = symbolic_dims(&graph, &shapes);
         let mut last_use = vec![0; graph.values().count()];
         for (i, (_, node)) in graph.nodes().enumerate() {
             for v in node.op.value_operands() {
@@ -204,7 +224,24 @@ impl CompiledGraph {
             params,
             prepared,
             last_use,
+            symbolic,
+            mode: ShapeMode::Exact,
         })
+    }
+
+    /// The same graph with keys made in `mode`.
+    pub fn with_mode(mut self, mode: ShapeMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    pub fn mode(&self) -> ShapeMode {
+        self.mode
+    }
+
+    /// The runtime extents of each node's key in this graph's mode.
+    fn runtime_dims(&self) -> Option<&[RuntimeDims]> {
+        (self.mode == ShapeMode::Runtime).then_some(self.symbolic.as_slice())
     }
 
     /// The optimized graph this runs.
@@ -218,7 +255,11 @@ impl CompiledGraph {
 
     /// The primitive key of every node at the shapes that `bindings` give.
     pub fn keys(&self, bindings: &Bindings) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-        node_keys(&self.graph, bindings)
+        keys_at(
+            &self.graph,
+            &infer_shapes(&self.graph, bindings)?,
+            self.runtime_dims(),
+        )
     }
 
     /// Runs the graph on `inputs` (by input name, NCHW), returning its outputs in NCHW.
@@ -245,7 +286,7 @@ impl CompiledGraph {
             }
         }
         let shapes = infer_shapes(&self.graph, &bindings)?;
-        let keys = keys_at(&self.graph, &shapes)?;
+        let keys = keys_at(&self.graph, &shapes, self.runtime_dims())?;
         let shape4 = |v: Value| -> [usize; 4] {
             let s = shapes.concrete(v).expect("bound above");
             [s[0], s[1], s[2], s[3]]
@@ -295,6 +336,21 @@ impl CompiledGraph {
             };
             let blocked_of =
                 |v: Value| -> &[f32] { blocked[v.index()].as_deref().expect("blocked before use") };
+            // A runtime key runs at its input's extents.
+            let extents = match &node.op {
+                Op::Conv2d(c) if key.runtime_dims().any() => Some(c.input),
+                Op::Pool2d(p) if key.runtime_dims().any() => Some(p.input),
+                Op::BatchNorm(bn) if key.runtime_dims().any() => Some(bn.input),
+                _ => None,
+            }
+            .map(|v| {
+                let [_, _, h, w] = shape4(v);
+                [h, w]
+            });
+            let execute = |args: ExecArgs<'_>| match extents {
+                Some(e) => engine.execute_at(&primitive, args, e),
+                None => engine.execute(&primitive, args),
+            };
             let start = std::time::Instant::now();
             match (&node.op, &self.prepared[i]) {
                 (Op::Conv2d(c), Prepared::Conv { packed }) => {
@@ -306,69 +362,52 @@ impl CompiledGraph {
                             _ => None,
                         })
                         .collect();
-                    engine.execute(
-                        &primitive,
-                        ExecArgs {
-                            src: src_of(c.input),
-                            weights: Some(packed),
-                            dst: &mut dst,
-                            extra: &residuals,
-                        },
-                    )?;
+                    execute(ExecArgs {
+                        src: src_of(c.input),
+                        weights: Some(packed),
+                        dst: &mut dst,
+                        extra: &residuals,
+                    })?;
                 }
                 (Op::BatchNorm(bn), Prepared::Conv { packed }) => {
-                    engine.execute(
-                        &primitive,
-                        ExecArgs {
-                            src: src_of(bn.input),
-                            weights: Some(packed),
-                            dst: &mut dst,
-                            extra: &[],
-                        },
-                    )?;
+                    execute(ExecArgs {
+                        src: src_of(bn.input),
+                        weights: Some(packed),
+                        dst: &mut dst,
+                        extra: &[],
+                    })?;
                 }
-                (Op::Pool2d(p), _) => engine.execute(
-                    &primitive,
-                    ExecArgs {
-                        src: src_of(p.input),
-                        weights: None,
-                        dst: &mut dst,
-                        extra: &[],
-                    },
-                )?,
-                (Op::GlobalPool { input, .. }, _) => engine.execute(
-                    &primitive,
-                    ExecArgs {
-                        src: src_of(*input),
-                        weights: None,
-                        dst: &mut dst,
-                        extra: &[],
-                    },
-                )?,
-                (Op::Relu { input }, _) => engine.execute(
-                    &primitive,
-                    ExecArgs {
-                        src: blocked_of(*input),
-                        weights: None,
-                        dst: &mut dst,
-                        extra: &[],
-                    },
-                )?,
-                (Op::Add { lhs, rhs }, _) => engine.execute(
-                    &primitive,
-                    ExecArgs {
-                        src: blocked_of(*lhs),
-                        weights: None,
-                        dst: &mut dst,
-                        extra: &[blocked_of(*rhs)],
-                    },
-                )?,
+                (Op::Pool2d(p), _) => execute(ExecArgs {
+                    src: src_of(p.input),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[],
+                })?,
+                (Op::GlobalPool { input, .. }, _) => execute(ExecArgs {
+                    src: src_of(*input),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[],
+                })?,
+                (Op::Relu { input }, _) => execute(ExecArgs {
+                    src: blocked_of(*input),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[],
+                })?,
+                (Op::Add { lhs, rhs }, _) => execute(ExecArgs {
+                    src: blocked_of(*lhs),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[blocked_of(*rhs)],
+                })?,
                 (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Other) => {
                     unreachable!("convs are prepared")
                 }
             }
             stats.nodes.push(NodeRun {
                 name: name.clone(),
+                call_key: extents.map_or_else(|| key.clone(), |e| key.at(e)),
                 primitive,
                 seconds: start.elapsed().as_secs_f64(),
             });
@@ -439,19 +478,59 @@ fn bn_desc_shell(channels: usize, src_layout: Layout) -> ConvDesc {
     d
 }
 
+/// Per node of a verified graph: which spatial extents of its input depend on a symbol (for
+/// convolutions, pooling and batch-norms; none for other ops).
+fn symbolic_dims(graph: &Graph, shapes: &primjit_ir::Shapes) -> Vec<RuntimeDims> {
+    graph
+        .nodes()
+        .map(|(_, node)| {
+            let input = match &node.op {
+                Op::Conv2d(c) => c.input,
+                Op::Pool2d(p) => p.input,
+                Op::BatchNorm(bn) => bn.input,
+                _ => return RuntimeDims::NONE,
+            };
+            let dims = shapes.get(input).expect("verified");
+            RuntimeDims {
+                h: dims[2].known().is_none(),
+                w: dims[3].known().is_none(),
+            }
+        })
+        .collect()
+}
+
 /// The primitive key of every node of an optimized graph at the shapes that `bindings` give,
 /// with the layouts the executor uses.
 pub fn node_keys(
     graph: &Graph,
     bindings: &Bindings,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-    keys_at(graph, &infer_shapes(graph, bindings)?)
+    node_keys_in(graph, bindings, ShapeMode::Exact)
 }
 
-/// The primitive key of every node, given the graph's inferred shapes.
+/// [`node_keys`] in a given [`ShapeMode`]: with `Runtime`, the keys of convolutions and
+/// pooling leave their symbolic extents to run time.
+pub fn node_keys_in(
+    graph: &Graph,
+    bindings: &Bindings,
+    mode: ShapeMode,
+) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
+    let shapes = infer_shapes(graph, bindings)?;
+    match mode {
+        ShapeMode::Exact => keys_at(graph, &shapes, None),
+        ShapeMode::Runtime => {
+            let symbolic = symbolic_dims(graph, &graph.verify()?);
+            keys_at(graph, &shapes, Some(&symbolic))
+        }
+    }
+}
+
+/// The primitive key of every node, given the graph's inferred shapes; `runtime` gives, per
+/// node, the extents its key leaves to run time.
 fn keys_at(
     graph: &Graph,
     shapes: &primjit_ir::Shapes,
+    runtime: Option<&[RuntimeDims]>,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
     let concrete = |v: Value| {
         shapes
@@ -463,56 +542,65 @@ fn keys_at(
             })
     };
     let mut out = Vec::new();
-    for (_, node) in graph.nodes() {
+    for (i, (_, node)) in graph.nodes().enumerate() {
+        let rt = runtime.map_or(RuntimeDims::NONE, |r| r[i]);
         let name = graph.value_name(node.result).to_string();
         let src_layout = |v| layout_of(graph, v);
         let key = match &node.op {
             Op::Conv2d(c) => {
                 let [n, ic, ih, iw] = concrete(c.input)?;
                 let w = &graph.param(c.weight).shape;
-                PrimitiveKey::Conv(ConvDesc {
-                    mb: n,
-                    ic,
-                    ih,
-                    iw,
-                    oc: w[0],
-                    kh: w[2],
-                    kw: w[3],
-                    strides: c.strides,
-                    dilations: c.dilations,
-                    pads: c.pads,
-                    groups: c.groups,
-                    bias: c.bias.is_some(),
-                    post_ops: c
-                        .post_ops
-                        .iter()
-                        .map(|p| match p {
-                            PostOp::Relu => PostOpDesc::Relu,
-                            PostOp::Add(_) => PostOpDesc::Add,
-                            PostOp::Clip { lo, hi } => PostOpDesc::Clip { lo: *lo, hi: *hi },
-                        })
-                        .collect(),
-                    src_layout: src_layout(c.input),
-                    dst_layout: Layout::Nchw4c,
-                })
+                PrimitiveKey::Conv(
+                    ConvDesc {
+                        mb: n,
+                        ic,
+                        ih,
+                        iw,
+                        oc: w[0],
+                        kh: w[2],
+                        kw: w[3],
+                        strides: c.strides,
+                        dilations: c.dilations,
+                        pads: c.pads,
+                        groups: c.groups,
+                        bias: c.bias.is_some(),
+                        post_ops: c
+                            .post_ops
+                            .iter()
+                            .map(|p| match p {
+                                PostOp::Relu => PostOpDesc::Relu,
+                                PostOp::Add(_) => PostOpDesc::Add,
+                                PostOp::Clip { lo, hi } => PostOpDesc::Clip { lo: *lo, hi: *hi },
+                            })
+                            .collect(),
+                        src_layout: src_layout(c.input),
+                        dst_layout: Layout::Nchw4c,
+                        runtime: RuntimeDims::NONE,
+                    }
+                    .with_runtime(rt),
+                )
             }
             Op::Pool2d(p) => {
                 let [n, c, ih, iw] = concrete(p.input)?;
-                PrimitiveKey::Pool(PoolDesc {
-                    kind: p.kind,
-                    mb: n,
-                    c,
-                    ih,
-                    iw,
-                    kernel: p.kernel,
-                    strides: p.strides,
-                    pads: p.pads,
-                    dilations: p.dilations,
-                    ceil_mode: p.ceil_mode,
-                    count_include_pad: p.count_include_pad,
-                    src_layout: src_layout(p.input),
-                    dst_layout: Layout::Nchw4c,
-                })
+                PrimitiveKey::Pool(
+                    PoolDesc {
+                        kind: p.kind,
+                        mb: n,
+                        c,
+                        ih,
+                        iw,
+                        kernel: p.kernel,
+                        strides: p.strides,
+                        pads: p.pads,
+                        dilations: p.dilations,
+                        ceil_mode: p.ceil_mode,
+                        count_include_pad: p.count_include_pad,
+                        src_layout: src_layout(p.input),
+                        dst_layout: Layout::Nchw4c,
+                        runtime: RuntimeDims::NONE,
+                    }
+                    .with_runtime(rt),
+                )
             }
             Op::GlobalPool { kind, input } => {
                 let [n, c, ih, iw] = concrete(*input)?;
@@ -542,7 +630,7 @@ fn keys_at(
                 d.mb = n;
                 d.ih = ih;
                 d.iw = iw;
-                PrimitiveKey::Conv(d)
+                PrimitiveKey::Conv(d.with_runtime(rt))
             }
         };
         out.push((name, key));

@@ -15,5 +15,7 @@ mod primitive;
 pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
 pub use engine::{Engine, EngineConfig};
 pub use error::{ConfigError, ExecError, RuntimeError};
-pub use graph::{CompiledGraph, GraphError, NodeRun, RunStats, Workspace, node_keys};
+pub use graph::{
+    CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, Workspace, node_keys, node_keys_in,
+};
 pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};

@@ -93,22 +93,35 @@ impl Primitive {
 
     /// Runs the kernel on one thread.
     pub fn execute(&self, args: ExecArgs<'_>) -> Result<(), ExecError> {
-        self.kernel.run(args, 0..self.key().work_items(), None)
+        self.kernel.run(args, None, None, None)
     }
 
-    /// Runs the kernel with its output rows split across the threads of `pool`.
+    /// Runs a kernel with runtime extents (see `primjit_codegen::key::RuntimeDims`) on one
+    /// thread, for input extents `[ih, iw]`; buffers are checked against the key at those
+    /// extents.
+    pub fn execute_at(&self, args: ExecArgs<'_>, extents: [usize; 2]) -> Result<(), ExecError> {
+        self.kernel.run(args, Some(extents), None, None)
+    }
+
+    /// Runs the kernel with its output rows split across the threads of `pool`; `extents`
+    /// as in [`Self::execute_at`], `None` for a fixed key.
     pub fn execute_parallel(
         &self,
         args: ExecArgs<'_>,
+        extents: Option<[usize; 2]>,
         pool: &rayon::ThreadPool,
     ) -> Result<(), ExecError> {
-        self.kernel
-            .run(args, 0..self.key().work_items(), Some(pool))
+        self.kernel.run(args, extents, None, Some(pool))
     }
 
     /// Runs the kernel on one thread for the work items (output rows) in `items` only; the
     /// FMA peak kernel takes any number of loop trips this way.
-    pub fn execute_range(&self, args: ExecArgs<'_>, items: Range<usize>) -> Result<(), ExecError> {
-        self.kernel.run(args, items, None)
+    pub fn execute_range(
+        &self,
+        args: ExecArgs<'_>,
+        extents: Option<[usize; 2]>,
+        items: Range<usize>,
+    ) -> Result<(), ExecError> {
+        self.kernel.run(args, extents, Some(items), None)
     }
 }

@@ -48,6 +48,7 @@
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
+use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc,
     PostOpDesc, PrimitiveKey,
@@ -179,6 +180,8 @@ struct Buffers {
     /// The destination's layout and logical shape.
     dst_layout: Layout,
     dst_shape: [usize; 4],
+    /// The input extents to pass, for a primitive with runtime extents.
+    extents: Option<[usize; 2]>,
 }
 
 impl Buffers {
@@ -202,8 +205,11 @@ impl Buffers {
             extra: &extra,
         };
         let result = match pool {
-            Some(pool) => p.execute_parallel(args, pool),
-            None => p.execute(args),
+            Some(pool) => p.execute_parallel(args, self.extents, pool),
+            None => match self.extents {
+                Some(e) => p.execute_at(args, e),
+                None => p.execute(args),
+            },
         };
         result.map_err(|e| TestCaseError::fail(format!("execution failed: {e}")))?;
         Ok(dst.as_slice().to_vec())
@@ -235,7 +241,7 @@ impl Buffers {
             dst: dst.as_mut_slice(),
             extra: &extra,
         };
-        p.execute_range(args, rows.clone())
+        p.execute_range(args, self.extents, rows.clone())
             .map_err(|e| TestCaseError::fail(format!("rows {rows:?} failed: {e}")))?;
         Ok(dst.as_slice().to_vec())
     }
@@ -481,6 +487,7 @@ impl ConvProblem {
                 .collect(),
             dst_layout: d.dst_layout,
             dst_shape: d.dst_shape(),
+            extents: None,
         }
     }
 
@@ -587,6 +594,7 @@ fn conv_problem() -> impl Strategy<Value = ConvProblem> {
                     post_ops,
                     src_layout,
                     dst_layout,
+                    runtime: RuntimeDims::NONE,
                 },
                 seed,
             },
@@ -615,6 +623,157 @@ proptest! {
         let oh = p.desc.oh();
         let (a, b) = (a.index(oh + 1), b.index(oh + 1));
         p.check_rows(a.min(b)..a.max(b))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runtime extents: one kernel for every extent, equal to the exact kernels.
+// ---------------------------------------------------------------------------------------------
+
+fn runtime_dims() -> impl Strategy<Value = RuntimeDims> {
+    prop_oneof![
+        3 => Just(RuntimeDims { h: false, w: true }),
+        1 => Just(RuntimeDims { h: true, w: false }),
+        1 => Just(RuntimeDims { h: true, w: true }),
+    ]
+}
+
+/// Runs the runtime-extent kernel `generic` on a problem whose key is valid at its extents,
+/// and requires the result to be bit-identical to the exact kernel's (which the other
+/// properties check against the reference) on 1, 2 and 3 threads, and a partial range of rows
+/// to write exactly its rows. The kernels share their tiles and reduction order, so a single
+/// differing bit means a misplaced run, remainder or border.
+fn check_runtime_against_exact(
+    generic: &Primitive,
+    exact: &PrimitiveKey,
+    buffers: Buffers,
+    rows: Range<usize>,
+) -> Result<(), TestCaseError> {
+    let exact = compile(exact)?;
+    let want = buffers.run_all(&exact)?;
+    let got = buffers.run_all(generic)?;
+    assert_bit_identical(
+        &want,
+        &got,
+        &format!("{} at {}", generic.key(), exact.key()),
+    )?;
+    let full = buffers.execute(generic, None)?;
+    buffers.check_rows(generic, &full, rows)
+}
+
+/// Runs `generic` at extents its key rejects: the call must fail with a typed error.
+fn check_rejected(
+    generic: &Primitive,
+    src_len: usize,
+    extents: [usize; 2],
+) -> Result<(), TestCaseError> {
+    let src = vec![0.0; src_len];
+    let mut dst = vec![0.0; 4];
+    let weights = [0.0; 4];
+    let args = ExecArgs {
+        src: &src,
+        weights: matches!(generic.key(), PrimitiveKey::Conv(_)).then_some(&weights[..]),
+        dst: &mut dst,
+        extra: &[],
+    };
+    match generic.execute_at(args, extents) {
+        Err(ExecError::Extents { .. }) => Ok(()),
+        other => Err(TestCaseError::fail(format!(
+            "{} at {extents:?}: expected an extents error, got {other:?}",
+            generic.key()
+        ))),
+    }
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// One runtime-extent conv kernel at the problem's extents and at two more (1 to 40 in
+    /// each runtime dimension: narrower than the kernel, every border overlap, every
+    /// remainder of the tile).
+    #[test]
+    fn conv_runtime_extents_match_exact(
+        p in conv_problem(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
+        for (h, w) in std::iter::once((p.desc.ih, p.desc.iw)).chain(more) {
+            let mut q = p.clone();
+            if rt.h {
+                q.desc.ih = h;
+            }
+            if rt.w {
+                q.desc.iw = w;
+            }
+            let extents = [q.desc.ih, q.desc.iw];
+            if q.key().validate().is_err() {
+                check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
+                continue;
+            }
+            let oh = q.desc.oh();
+            let (a, b) = (rows.0.index(oh + 1), rows.1.index(oh + 1));
+            let bufs = Buffers {
+                extents: Some(extents),
+                ..q.buffers()
+            };
+            check_runtime_against_exact(&generic, &q.key(), bufs, a.min(b)..a.max(b))?;
+        }
+    }
+}
+
+/// Every width from 1 to 3 tiles past the template's smallest width, for tiles of 12 pixels
+/// (one channel vector), 6 pixels (two), strided and dilated windows and the trunk's first
+/// layer, against the exact kernels.
+#[test]
+fn conv_runtime_width_covers_every_remainder() {
+    let pads = |p: usize| Pads {
+        top: p,
+        left: p,
+        bottom: p,
+        right: p,
+    };
+    let mut configs = Vec::new();
+    for (ic, oc, k, s, d, pad, layout) in [
+        (4, 4, 3, 1, 1, 1, Layout::Nchw4c),
+        (4, 8, 3, 1, 1, 1, Layout::Nchw4c),
+        (8, 8, 3, 2, 1, 1, Layout::Nchw4c),
+        (4, 8, 3, 1, 2, 2, Layout::Nchw4c),
+        (3, 8, 7, 2, 1, 3, Layout::Nchw),
+        (5, 6, 1, 2, 1, 0, Layout::Nchw),
+    ] {
+        let mut desc = ConvDesc::new(1, ic, [5, 1], oc, [k, k]);
+        desc.strides = [s, s];
+        desc.dilations = [d, d];
+        desc.pads = pads(pad);
+        desc.bias = true;
+        desc.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
+        desc.src_layout = layout;
+        desc.dst_layout = layout;
+        configs.push(desc);
+    }
+    for desc in configs {
+        let runtime = desc.clone().with_runtime(RuntimeDims { h: false, w: true });
+        let generic = compile(&PrimitiveKey::Conv(runtime)).expect("compile");
+        for iw in 1..=40 {
+            let mut p = ConvProblem {
+                desc: desc.clone(),
+                seed: iw as u64,
+            };
+            p.desc.iw = iw;
+            if p.key().validate().is_err() {
+                continue;
+            }
+            let bufs = Buffers {
+                extents: Some([p.desc.ih, iw]),
+                ..p.buffers()
+            };
+            let oh = p.desc.oh();
+            check_runtime_against_exact(&generic, &p.key(), bufs, 1.min(oh)..oh)
+                .unwrap_or_else(|e| panic!("width {iw}: {e}"));
+            p.check().unwrap_or_else(|e| panic!("width {iw}: {e}"));
+        }
     }
 }
 
@@ -661,6 +820,7 @@ impl PoolProblem {
             extra: Vec::new(),
             dst_layout: self.desc.dst_layout,
             dst_shape: self.desc.dst_shape(),
+            extents: None,
         }
     }
 
@@ -735,6 +895,7 @@ fn pool_problem() -> impl Strategy<Value = PoolProblem> {
                     count_include_pad,
                     src_layout,
                     dst_layout,
+                    runtime: RuntimeDims::NONE,
                 },
                 seed,
             },
@@ -763,6 +924,43 @@ proptest! {
         let oh = p.desc.oh();
         let (a, b) = (a.index(oh + 1), b.index(oh + 1));
         p.check_rows(a.min(b)..a.max(b))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// As `conv_runtime_extents_match_exact`, for max and average pooling (ceil mode and
+    /// padded counts included).
+    #[test]
+    fn pool_runtime_extents_match_exact(
+        p in pool_problem(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        let generic = compile(&PrimitiveKey::Pool(p.desc.clone().with_runtime(rt)))?;
+        for (h, w) in std::iter::once((p.desc.ih, p.desc.iw)).chain(more) {
+            let mut q = p.clone();
+            if rt.h {
+                q.desc.ih = h;
+            }
+            if rt.w {
+                q.desc.iw = w;
+            }
+            let extents = [q.desc.ih, q.desc.iw];
+            if q.key().validate().is_err() {
+                check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
+                continue;
+            }
+            let oh = q.desc.oh();
+            let (a, b) = (rows.0.index(oh + 1), rows.1.index(oh + 1));
+            let bufs = Buffers {
+                extents: Some(extents),
+                ..q.buffers()
+            };
+            check_runtime_against_exact(&generic, &q.key(), bufs, a.min(b)..a.max(b))?;
+        }
     }
 }
 
@@ -798,6 +996,7 @@ impl GlobalPoolProblem {
             extra: Vec::new(),
             dst_layout: d.dst_layout,
             dst_shape: [d.mb, d.c, 1, 1],
+            extents: None,
         }
     }
 
@@ -886,6 +1085,7 @@ impl EltwiseProblem {
             },
             dst_layout: d.layout,
             dst_shape: d.shape,
+            extents: None,
         }
     }
 
@@ -1077,6 +1277,7 @@ fn maxpool_3x3_stride2_pad1() {
                 count_include_pad: false,
                 src_layout: layouts.0,
                 dst_layout: layouts.1,
+                runtime: Default::default(),
             },
             seed,
         };
@@ -1111,6 +1312,7 @@ fn avgpool_ceil_mode_window_past_the_end_padding() {
                 count_include_pad,
                 src_layout: Layout::Nchw,
                 dst_layout: Layout::Nchw4c,
+                runtime: Default::default(),
             },
             seed: 9,
         };
@@ -1150,6 +1352,7 @@ fn nchw4c_padding_lanes_do_not_leak_into_results() {
             count_include_pad: false,
             src_layout: Layout::Nchw4c,
             dst_layout: Layout::Nchw,
+            runtime: Default::default(),
         },
         seed: 22,
     };
@@ -1282,6 +1485,7 @@ fn wrong_buffers_are_typed_errors() {
         count_include_pad: false,
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
+        runtime: Default::default(),
     });
     let pp = compile(&pool).unwrap();
     let mut dst = vec![0.0; 12];
@@ -1359,6 +1563,7 @@ fn work_item_ranges_outside_the_rows_are_typed_errors() {
                 dst: dst.as_mut_slice(),
                 extra: &[],
             },
+            None,
             rows,
         );
         let untouched = dst.as_slice().iter().all(|v| v.to_bits() == SENTINEL);
