@@ -94,6 +94,11 @@ fn build_isa(verify: bool) -> Result<HostIsa, String> {
         .set("enable_verifier", if verify { "true" } else { "false" })
         .map_err(|e| e.to_string())?;
     flags.set("is_pic", "false").map_err(|e| e.to_string())?;
+    // Block boundaries for the disassembler, so that a jump table's data inside the code does not
+    // end the listing; it changes no instruction.
+    flags
+        .set("machine_code_cfg_info", "true")
+        .map_err(|e| e.to_string())?;
     let isa_builder = cranelift_native::builder().map_err(|e| e.to_string())?;
     let isa = isa_builder
         .finish(settings::Flags::new(flags))

@@ -56,6 +56,14 @@ enum Taps {
 struct Geometry {
     src: ActStrides,
     dst: ActStrides,
+    /// Bytes from one kernel row's input row to the next.
+    kh_src_step: Scalar,
+    /// Bytes from one step of the reduction's input channels to the next.
+    ic_src_step: Scalar,
+    /// Bytes between the channels of an NCHW destination (and its residuals).
+    dst_lane_stride: Scalar,
+    /// Bytes between two blocks of four channels of the destination.
+    dst_block_bytes: Scalar,
     ih: Value,
     iw: Value,
     oh: Scalar,
@@ -108,9 +116,23 @@ impl Geometry {
             }
             _ => None,
         };
+        // Computed once here: the loops run on registers (or one reload), not on products
+        // recomputed per tile.
+        let f = F32_BYTES;
+        let kh_src_step = e.mul(src.row, d.dilations[0] as i64 * f);
+        let ic_src_step = match d.src_layout {
+            Layout::Nchw => e.mul(src.channel, f),
+            Layout::Nchw4c => e.mul(src.block, f),
+        };
+        let dst_lane_stride = e.mul(dst.channel, f);
+        let dst_block_bytes = e.mul(dst.block, f);
         Geometry {
             src,
             dst,
+            kh_src_step,
+            ic_src_step,
+            dst_lane_stride,
+            dst_block_bytes,
             ih,
             iw,
             oh,
@@ -567,14 +589,10 @@ fn pixel_tile(
     }
 
     let src_px = geo.src.pixel * f;
-    // Bytes from one kernel row's input row to the next.
-    let kh_src_step = e.mul(geo.src.row, d.dilations[0] as i64 * f);
+    let kh_src_step = geo.kh_src_step;
     let per_kh = d.kw as i64 * tile_oc * f;
     let per_ic = (d.kh * d.kw) as i64 * tile_oc * f;
-    let ic_src_step = match d.src_layout {
-        Layout::Nchw => e.mul(geo.src.channel, f),
-        Layout::Nchw4c => e.mul(geo.src.block, f),
-    };
+    let ic_src_step = geo.ic_src_step;
     // Channels within a step of the reduction: a block of four sits in one pixel's vector in
     // nChw4c; NCHW steps one channel at a time.
     let chan_in_step = match d.src_layout {
@@ -592,7 +610,7 @@ fn pixel_tile(
             Taps::Runtime { first, count } => (Scalar::Dyn(*first), Scalar::Dyn(*count)),
         };
         let kh_src_off = match (kh_first, kh_src_step) {
-            (Scalar::Const(k), Scalar::Const(s)) => Scalar::Const(k * s),
+            (Scalar::Const(k), s) => e.mul(s, k),
             (k, s) => {
                 let (k, s) = (e.value(k), e.value(s));
                 Scalar::Dyn(e.b.ins().imul(k, s))
@@ -719,7 +737,7 @@ fn epilogue(
     let d = &plan.desc;
     let f = F32_BYTES;
     let strides = geo.dst;
-    let lane_stride = e.mul(strides.channel, f);
+    let lane_stride = geo.dst_lane_stride;
     let zero = d
         .post_ops
         .iter()
@@ -728,9 +746,9 @@ fn epilogue(
     // The base and immediate offset of vector `v` of a buffer in the destination's layout:
     // a runtime block stride moves the base, a fixed one folds into the offset.
     let vec_base = |e: &mut Emit<'_>, base: Value, v: usize| -> (Value, i64) {
-        match strides.block {
-            Scalar::Const(b) => (base, v as i64 * b * f),
-            block => (e.offset_by(base, block, v as i64 * f), 0),
+        match geo.dst_block_bytes {
+            Scalar::Const(b) => (base, v as i64 * b),
+            block => (e.offset_by(base, block, v as i64), 0),
         }
     };
     for v in 0..plan.vecs {
