@@ -211,6 +211,12 @@ impl Kernel {
             }
         };
         let key = call_key.as_ref().unwrap_or(&self.key);
+        // The bounds the code relies on were proven when the key was validated before codegen
+        // (or just above, for runtime extents); debug builds prove them again before each call.
+        debug_assert!(
+            key.validate().is_ok(),
+            "{key}: running a kernel whose key does not validate"
+        );
         let limit = match key {
             // The FMA peak kernel takes any number of loop trips.
             PrimitiveKey::FmaPeak => usize::MAX >> 1,
