@@ -815,6 +815,43 @@ mod tests {
     }
 
     #[test]
+    fn runtime_extents_print_as_stars_and_instantiate_per_call() {
+        let mut d = ConvDesc::new(1, 64, [80, 1031], 64, [3, 3]);
+        d.pads = Pads {
+            top: 1,
+            left: 1,
+            bottom: 1,
+            right: 1,
+        };
+        let w = RuntimeDims { h: false, w: true };
+        let key = PrimitiveKey::Conv(d.clone().with_runtime(w));
+        assert_eq!(
+            key.to_string(),
+            "conv mb1ic64ih80iw*oc64oh80ow*kh3kw3sh1sw1ph1pw1 nchw>nchw"
+        );
+        key.validate().unwrap();
+        // Every width shares the key; the call's key is the exact one.
+        let other = PrimitiveKey::Conv(ConvDesc { iw: 7, ..d.clone() }.with_runtime(w));
+        assert_eq!(key, other);
+        assert_eq!(key.at([0, 1031]), PrimitiveKey::Conv(d.clone()));
+        assert_eq!(key.at([0, 1031]).extent_args(), [80, 1031, 80, 1031]);
+        // A runtime field must hold 0, so that equal kernels have equal keys.
+        let mut bad = d.clone().with_runtime(w);
+        bad.iw = 5;
+        let err = PrimitiveKey::Conv(bad).validate().unwrap_err();
+        assert!(err.reason.contains("must hold 0"), "{err}");
+        // Per call: a width whose output would be empty is rejected by the call's key.
+        let mut wide = d.clone();
+        wide.kw = 5;
+        wide.pads.left = 0;
+        wide.pads.right = 0;
+        let key = PrimitiveKey::Conv(wide.with_runtime(w));
+        key.validate().unwrap();
+        assert!(key.at([0, 4]).validate().is_err());
+        assert!(key.at([0, 5]).validate().is_ok());
+    }
+
+    #[test]
     fn layout_offsets_and_lengths() {
         let shape = [2, 5, 3, 7];
         assert_eq!(Layout::Nchw.buffer_len(shape), 2 * 5 * 3 * 7);
