@@ -385,8 +385,15 @@ fn bench_model(
     let mut per_node: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); firsts[0].nodes.len()]; models.len()];
     let mut totals: Vec<Vec<f64>> = vec![Vec::new(); models.len()];
-    for _ in 0..runs {
-        for (m, model) in models.iter().enumerate() {
+    for run in 0..runs {
+        // ABBA order, so that neither model always runs right after the other.
+        let order: Vec<usize> = if run % 2 == 0 {
+            (0..models.len()).collect()
+        } else {
+            (0..models.len()).rev().collect()
+        };
+        for m in order {
+            let model = &models[m];
             let t = Instant::now();
             let (_, stats) = model.run(engine, &[(&name, &x)], &mut ws)?;
             totals[m].push(t.elapsed().as_secs_f64());
