@@ -18,7 +18,7 @@ pub struct Args {
 
     /// Configurations as POLICY[:BUDGET[:CAPACITY]], e.g. exact:8MiB or exact:unlimited:128
     /// (default: exact with unlimited, 64MiB, 8MiB, 1MiB and 0; exact with capacity 128;
-    /// bucket320; bucketflex)
+    /// bucket320; bucketflex; dynamic)
     #[arg(long = "config", value_name = "SPEC")]
     pub configs: Vec<String>,
 
