@@ -292,9 +292,16 @@ fn check_names_the_file_line_and_column_of_every_bad_file() {
         let err = failure(&primjit(&args), 1, &[&first]);
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines[0], first, "{err}");
-        let source_line = text.lines().nth(line.parse::<usize>().unwrap() - 1).unwrap();
+        let source_line = text
+            .lines()
+            .nth(line.parse::<usize>().unwrap() - 1)
+            .unwrap();
         assert_eq!(lines[1], source_line, "{err}");
-        assert_eq!(lines[2].len(), col.parse::<usize>().unwrap(), "caret: {err}");
+        assert_eq!(
+            lines[2].len(),
+            col.parse::<usize>().unwrap(),
+            "caret: {err}"
+        );
     }
 }
 

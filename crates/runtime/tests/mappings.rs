@@ -426,7 +426,11 @@ fn ten_thousand_compile_evict_cycles_leave_nothing_behind() {
         assert!(scans.load(Ordering::SeqCst) > 0);
     });
     assert_eq!(exec_bytes(), base);
-    assert_eq!(exec_count(), base_count, "executable mappings after the churn");
+    assert_eq!(
+        exec_count(),
+        base_count,
+        "executable mappings after the churn"
+    );
     assert_no_wx();
 }
 
