@@ -262,6 +262,49 @@ fn check_rejects_bad_dims_naming_the_item() {
     );
 }
 
+/// Every malformed file of `ir/bad` is reported by `check` at its file, line and column, with
+/// the message its first line (`# error: LINE:COL: MESSAGE`) expects, then the line and a caret.
+#[test]
+fn check_names_the_file_line_and_column_of_every_bad_file() {
+    let bad = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ir/bad");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&bad)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ir"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 25, "expected the bad files, found {files:?}");
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let expected = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# error: "))
+            .unwrap_or_else(|| panic!("{}: no `# error:` line", path.display()));
+        let (line, rest) = expected.split_once(':').unwrap();
+        let (col, message) = rest.split_once(": ").unwrap();
+        let mut args = vec!["check", s(path)];
+        let dims = text.lines().find_map(|l| l.strip_prefix("# dims: "));
+        if let Some(dims) = dims {
+            args.extend(["--dims", dims]);
+        }
+        let first = format!("{}:{line}:{col}: error: {message}", path.display());
+        let err = failure(&primjit(&args), 1, &[&first]);
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines[0], first, "{err}");
+        let source_line = text
+            .lines()
+            .nth(line.parse::<usize>().unwrap() - 1)
+            .unwrap();
+        assert_eq!(lines[1], source_line, "{err}");
+        assert_eq!(
+            lines[2].len(),
+            col.parse::<usize>().unwrap(),
+            "caret: {err}"
+        );
+    }
+}
+
 #[test]
 fn check_reports_a_missing_file() {
     failure(

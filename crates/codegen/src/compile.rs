@@ -67,12 +67,24 @@ impl CompiledKernel {
 /// Why a kernel could not be compiled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CodegenError {
+    /// The key describes no valid kernel; see [`KeyError`]. The only variant a caller causes.
     #[error(transparent)]
     InvalidKey(#[from] KeyError),
+    /// Cranelift cannot target this machine (`cranelift_native` detection failed: not an
+    /// architecture Cranelift supports), or the disassembler cannot be set up for a `disasm`
+    /// dump. Nothing to fix in the call: run on x86-64. Not produced by tests: every machine
+    /// that runs them is a supported host, and detection happens once per process.
     #[error("the host is not supported: {0}")]
     UnsupportedHost(String),
+    /// Cranelift rejected the generated function (with `verify`, its IR verifier did), or the
+    /// disassembly of a dump failed. An internal invariant: the lowering produces valid IR for
+    /// every valid key (the fuzz target `kernel_vs_reference` and the kernel tests compile with
+    /// the verifier on), so this is a bug in primjit to report with the key it names.
     #[error("cranelift failed to compile {key}: {message}")]
     Cranelift { key: String, message: String },
+    /// The compiled code refers to something outside itself (a libcall such as `fmaf`), which
+    /// code placed in its own pages cannot reach. An internal invariant like `Cranelift`: the
+    /// lowering never emits such calls; report it with the key.
     #[error("the kernel for {0} needs relocations, which primitives cannot apply")]
     Relocations(String),
 }

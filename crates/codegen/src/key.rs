@@ -379,7 +379,11 @@ pub enum PrimitiveKey {
     FmaPeak,
 }
 
-/// A key that describes no valid kernel.
+/// A key that describes no valid kernel ([`PrimitiveKey::validate`], and so every compile):
+/// a zero extent, stride or dilation, groups that do not divide the channels, a window that
+/// does not fit in the padded input or (pooling) covers only padding, average pooling with
+/// dilations, a tensor of more than `MAX_TENSOR_ELEMENTS` elements, clip bounds with
+/// `lo > hi` or NaN. `key` is the key's one-liner, `reason` what is wrong; fix that field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid primitive {key}: {reason}")]
 pub struct KeyError {
@@ -547,6 +551,10 @@ impl PrimitiveKey {
                             .into(),
                     );
                 }
+                // Sizes first: the scan below visits every output row and column, which must
+                // not take minutes for a key that is rejected for its size anyway.
+                check_count("input", d.src_shape())?;
+                check_count("output", d.dst_shape())?;
                 let axes = if windows { 2 } else { 0 };
                 for (axis, (input, out, pad, k, s, dil)) in [
                     (
@@ -583,8 +591,6 @@ impl PrimitiveKey {
                         ));
                     }
                 }
-                check_count("input", d.src_shape())?;
-                check_count("output", d.dst_shape())?;
             }
             PrimitiveKey::GlobalPool(d) => {
                 positive("extents", &[d.mb, d.c, d.ih, d.iw])?;

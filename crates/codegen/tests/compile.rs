@@ -114,3 +114,37 @@ fn invalid_keys_are_errors_not_panics() {
     let err = compile(&bad, verified(), Dumps::default()).unwrap_err();
     assert!(err.to_string().contains("does not fit"), "{err}");
 }
+
+/// Fuzzing finding (engine_api, a libFuzzer timeout): a pooling key 2.7 billion columns wide
+/// was scanned window by window for padding-only windows before its size was checked, so
+/// validating it took minutes. The size is now checked first.
+#[test]
+fn oversized_pool_key_is_rejected_for_its_size_before_any_window_scan() {
+    let key = PrimitiveKey::Pool(PoolDesc {
+        kind: PoolKind::Max,
+        mb: 1,
+        c: 1,
+        ih: 1,
+        iw: 2_734_686_207,
+        kernel: [3, 3],
+        strides: [1, 1],
+        pads: Pads {
+            top: 2,
+            left: 2,
+            bottom: 0,
+            right: 0,
+        },
+        dilations: [1, 3],
+        ceil_mode: false,
+        count_include_pad: true,
+        src_layout: Layout::Nchw,
+        dst_layout: Layout::Nchw,
+        runtime: Default::default(),
+    });
+    let err = key.validate().unwrap_err();
+    assert!(
+        err.reason.contains("the input") && err.reason.contains("more than"),
+        "{err}"
+    );
+    assert!(compile(&key, verified(), Dumps::default()).is_err());
+}

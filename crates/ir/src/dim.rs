@@ -116,7 +116,10 @@ impl Dim {
     }
 }
 
-/// A window that does not fit in its padded input.
+/// A window that does not fit in its padded input (or has stride 0), from [`Dim::window`]:
+/// `extent` (the dilated kernel) is larger than `padded_input`. Not a `std::error::Error`:
+/// shape inference turns it into a [`crate::VerifyError`] naming the node, which is what
+/// callers see; use a smaller kernel or dilation, more padding, or a larger input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowError {
     pub padded_input: u64,

@@ -15,7 +15,13 @@ impl fmt::Display for SourceLoc {
     }
 }
 
-/// A syntax or name-resolution error in IR text.
+/// A syntax or name-resolution error in IR text: an unexpected character or token, an unknown
+/// op, attribute, post-op or derivation, an attribute given twice or of the wrong kind, a name
+/// defined twice or used before its definition, a wrong number of operands.
+///
+/// Returned by [`crate::parse`]; `loc` is where the offending token starts. Fix the text at
+/// that location; [`IrError::render`] prints it as `file:line:col: error: message` with the
+/// line and a caret.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{loc}: {message}")]
 pub struct ParseError {
@@ -25,6 +31,12 @@ pub struct ParseError {
 
 /// A graph that is well-formed text but not a valid graph: wrong ranks, channels, shapes or
 /// attributes. `subject` names what is at fault (`%value` or `@param`).
+///
+/// Returned by [`crate::Graph::verify`], [`crate::infer_shapes`] and
+/// [`crate::Graph::bind_inputs`] (an unknown or missing input, or a given shape that
+/// contradicts the declared one or an earlier binding of the same symbol), and wrapped by the runtime's
+/// and the reference's errors. `loc` is the node's or declaration's location when the graph
+/// came from text. Fix the named value, parameter or input shape.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{subject}: {message}")]
 pub struct VerifyError {
@@ -33,11 +45,14 @@ pub struct VerifyError {
     pub message: String,
 }
 
-/// Any error the IR crate reports.
+/// Any error the IR crate reports about a graph's text: what the CLI's `check` and `dump`
+/// render with the file name and location ([`IrError::render`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IrError {
+    /// The text does not parse; see [`ParseError`].
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// The text parses but the graph is invalid; see [`VerifyError`].
     #[error(transparent)]
     Verify(#[from] VerifyError),
 }

@@ -48,14 +48,21 @@ impl Tensor {
 /// Errors about parameter values.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ParamError {
+    /// A parameter the graph declares has no value ([`Params::materialize`], and so
+    /// `CompiledGraph::new` and the reference's `run_graph`). Supply it under its declared name
+    /// (without the `@`), e.g. in the `.safetensors` file.
     #[error("parameter @{name} is missing (expected shape {expected:?})")]
     Missing { name: String, expected: Vec<usize> },
+    /// A parameter's value has a shape other than the declared one. Fix the value or the
+    /// declaration.
     #[error("parameter @{name} has shape {found:?} but the graph declares {expected:?}")]
     Shape {
         name: String,
         expected: Vec<usize>,
         found: Vec<usize>,
     },
+    /// A tensor's data does not fill its shape ([`Tensor::new`]). Pass exactly the product of
+    /// the shape's extents.
     #[error("tensor data has {found} elements but shape {shape:?} needs {expected}")]
     Length {
         shape: Vec<usize>,

@@ -17,7 +17,9 @@
 //! - [`ir`]: the graph IR, its text format, shape inference and passes;
 //! - [`codegen`]: primitive keys ([`PrimitiveKey`]) and their lowering to machine code;
 //! - the runtime: [`Primitive`]s that own their executable pages, the [`Engine`] with its
-//!   byte-budgeted [`PrimitiveCache`], and the [`CompiledGraph`] executor;
+//!   byte-budgeted [`PrimitiveCache`], and the [`CompiledGraph`] executor; [`exec`] holds the
+//!   page source an engine maps code from ([`Engine::with_pages`], for fault injection) and
+//!   the guard-paged buffers of the tests;
 //! - [`reference`]: the reference interpreter that every kernel is tested against.
 
 pub use primjit_codegen as codegen;
@@ -32,5 +34,6 @@ pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{
     Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
     ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
-    RuntimeError, ShapeMode, Workspace, exec::GuardedBuffer, layout, node_keys, node_keys_in,
+    RuntimeError, ShapeMode, Workspace, exec, exec::GuardedBuffer, layout, node_keys,
+    node_keys_in,
 };

@@ -17,15 +17,19 @@ pub enum ReferenceError {
     /// A declared parameter is missing or has the wrong shape.
     #[error(transparent)]
     Param(#[from] ParamError),
-    /// A derived parameter (from batch-norm folding) has no value yet.
+    /// A derived parameter (from batch-norm folding) has no value yet: call
+    /// [`Params::materialize`] for the rewritten graph first.
     #[error("derived parameter @{name} has no value (call Params::materialize first)")]
     Unmaterialized { name: String },
+    /// The same input name appears twice among the inputs. Give each input once.
     #[error("input %{name} is given twice")]
     DuplicateInput { name: String },
-    /// An input tensor with a zero-sized dimension, which the IR's shapes never have.
+    /// An input tensor with a zero-sized dimension, which the IR's shapes never have. Give every
+    /// dimension at least 1.
     #[error("input %{name} has shape {shape:?}, but every dimension must be at least 1")]
     EmptyInput { name: String, shape: Vec<usize> },
-    /// A tensor whose data does not fill its shape; `subject` is `%input` or `@param`.
+    /// A tensor whose data does not fill its shape; `subject` is `%input` or `@param`. Make the
+    /// data length the product of the shape.
     #[error("{subject}: the tensor has {found} elements but its shape {shape:?} needs {expected}")]
     BadTensor {
         subject: String,

@@ -2,9 +2,16 @@
 
 use primjit_codegen::CodegenError;
 
-/// A buffer passed to `Primitive::execute` that does not match the primitive's key.
+/// Arguments of `Primitive::execute` (and `execute_parallel`, `execute_range`,
+/// `Engine::execute`) that do not match the primitive's key. Checked before any code runs, in
+/// this order: work items, source, weights, destination, the number of extra buffers, each
+/// extra buffer; a rejected call writes nothing. `key` is the primitive's one-liner and `role`
+/// the buffer (`src`, `weights`, `dst`, `residual`, `src2`). `Primitive::buffers` lists what
+/// the key expects.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
+    /// A buffer of the wrong length: pass exactly `expected` floats for `shape` in the key's
+    /// layout (`Layout::buffer_len`; packed weights: `ConvPlan::packed_weights_len`).
     #[error("{key}: the {role} buffer holds {found} floats but shape {shape:?} needs {expected}")]
     BufferLength {
         key: String,
@@ -13,10 +20,14 @@ pub enum ExecError {
         found: usize,
         shape: Vec<usize>,
     },
+    /// A conv was given no weights: pass its packed weights (`ConvPlan::pack_weights`).
     #[error("{key}: the {role} buffer is missing")]
     MissingBuffer { key: String, role: &'static str },
+    /// Weights were given to a primitive that takes none (pooling, element-wise): pass `None`.
     #[error("{key}: this primitive takes no {role} buffer")]
     UnexpectedBuffer { key: String, role: &'static str },
+    /// `execute_range` with a range that is reversed or ends past the key's work items (output
+    /// rows, `PrimitiveKey::work_items`): ask for rows within `0..limit`.
     #[error("{key}: work items {start}..{end} are not within 0..{limit}")]
     WorkItems {
         key: String,
@@ -24,12 +35,17 @@ pub enum ExecError {
         end: usize,
         limit: usize,
     },
+    /// The extents passed with a call do not fit the primitive: a runtime-extent primitive
+    /// called without extents, or at extents its key rejects (an empty output, a window over
+    /// padding only, too many elements), or a fixed primitive called at other extents.
     #[error("{key}: extents {extents:?} are not valid for this primitive: {reason}")]
     Extents {
         key: String,
         extents: [usize; 2],
         reason: String,
     },
+    /// The wrong number of extra buffers: a conv takes one residual per `add` post-op, an
+    /// element-wise add its second source, other primitives none.
     #[error("{key}: expected {expected} extra buffers (residuals or second source), found {found}")]
     ExtraCount {
         key: String,
@@ -41,25 +57,41 @@ pub enum ExecError {
 /// A bad configuration value, from the environment or the API.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// A malformed `PRIMJIT_*` variable (`EngineConfig::from_env`, `CacheConfig::from_env`):
+    /// `name=value` and what was expected. Malformed values are never ignored; fix or unset
+    /// the variable.
     #[error("{name}={value}: {reason}")]
     Invalid {
         name: &'static str,
         value: String,
         reason: String,
     },
+    /// The engine's rayon pool could not start its threads (`Engine::new`, wrapped in
+    /// `RuntimeError::Config`): the operating system refused to spawn a thread (a limit on
+    /// processes or memory). Lower `threads` or raise the limit. Not produced by tests: it
+    /// needs the process's thread creation to fail, which would disturb the test harness.
     #[error("the thread pool could not be created: {0}")]
     ThreadPool(String),
 }
 
-/// Any error of compiling or running a primitive.
+/// Any error of compiling or running a primitive (`Engine::new`, `Engine::compile`,
+/// `Engine::execute`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RuntimeError {
+    /// The key could not be compiled; see [`CodegenError`] (in practice an invalid key).
     #[error(transparent)]
     Codegen(#[from] CodegenError),
+    /// Executable pages for the compiled code could not be mapped or made read+execute (for
+    /// example at `vm.max_map_count`, or out of memory), even after the engine emptied its
+    /// cache and tried once more. Nothing is cached or leaked; a later call may succeed.
+    /// Lower the load, or raise `vm.max_map_count`.
     #[error("mapping executable pages for {key} failed: {message}")]
     Map { key: String, message: String },
+    /// Buffers that do not match the primitive; see [`ExecError`].
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// The engine could not be configured; from `Engine::new` only when its thread pool
+    /// cannot start ([`ConfigError::ThreadPool`]).
     #[error(transparent)]
     Config(#[from] ConfigError),
 }

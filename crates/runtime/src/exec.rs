@@ -10,7 +10,10 @@
 use std::io;
 use std::ops::Range;
 
-use memmap2::{Mmap, MmapMut};
+use memmap2::Mmap;
+/// The writable mapping a [`PageSource`] returns, re-exported so that a page source can be
+/// written without depending on memmap2 directly.
+pub use memmap2::MmapMut;
 use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;

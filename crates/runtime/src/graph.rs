@@ -27,15 +27,21 @@ use crate::error::RuntimeError;
 use crate::layout;
 use crate::primitive::{ExecArgs, Primitive};
 
-/// Why a graph could not be prepared or run.
+/// Why a graph could not be prepared (`CompiledGraph::new`) or run (`CompiledGraph::run`,
+/// `CompiledGraph::keys`, `node_keys`).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum GraphError {
+    /// The graph is invalid, or a run's inputs are unknown, missing or of shapes the graph
+    /// does not accept; the error names the value or input.
     #[error(transparent)]
     Verify(#[from] VerifyError),
+    /// A parameter is missing or of the wrong shape (`CompiledGraph::new`).
     #[error(transparent)]
     Param(#[from] ParamError),
+    /// A node's primitive could not be compiled, mapped or run; the error names its key.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// An input tensor whose data does not fill its own shape: pass the product of the shape.
     #[error(
         "input %{name}: the tensor has {found} values but its shape {shape:?} needs {expected}"
     )]
@@ -45,6 +51,8 @@ pub enum GraphError {
         expected: usize,
         found: usize,
     },
+    /// Keys asked for at bindings that leave a symbolic dimension unbound (`keys`,
+    /// `node_keys`): bind every symbol (`W=1031`).
     #[error("%{value}: symbol values are missing, the shape is {shape}")]
     Unbound { value: String, shape: String },
 }

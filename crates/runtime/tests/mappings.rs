@@ -63,6 +63,12 @@ fn exec_bytes_of(maps: &[Mapping]) -> usize {
         .sum()
 }
 
+/// The number of executable mappings of the process (adjacent ones with equal permissions may
+/// be listed merged, so only a return to a baseline is meaningful, not each step).
+fn exec_count() -> usize {
+    mappings().iter().filter(|m| m.perms.contains('x')).count()
+}
+
 /// The mappings that are writable and executable at once.
 fn wx_mappings(maps: &[Mapping]) -> Vec<String> {
     maps.iter()
@@ -347,6 +353,7 @@ fn cache_and_caller_bytes_account_for_the_growth_under_eviction() {
 fn ten_thousand_compile_evict_cycles_leave_nothing_behind() {
     let _serial = serial();
     let base = baseline();
+    let base_count = exec_count();
     // Tiny eltwise kernels compile in well under a millisecond even in debug builds (the
     // tests' profile keeps opt-level 1): 10,000 cycles take a few seconds in both profiles.
     let cycles: usize = 10_000;
@@ -419,6 +426,11 @@ fn ten_thousand_compile_evict_cycles_leave_nothing_behind() {
         assert!(scans.load(Ordering::SeqCst) > 0);
     });
     assert_eq!(exec_bytes(), base);
+    assert_eq!(
+        exec_count(),
+        base_count,
+        "executable mappings after the churn"
+    );
     assert_no_wx();
 }
 
@@ -426,6 +438,7 @@ fn ten_thousand_compile_evict_cycles_leave_nothing_behind() {
 fn always_failing_pages_give_a_typed_error_and_leak_nothing() {
     let _serial = serial();
     let base = baseline();
+    let base_count = exec_count();
     let pages = FaultyPages::new(usize::MAX);
     let engine = faulty_engine(Budget::Unlimited, &pages);
     let key = relu(3, 3, 3);
@@ -445,6 +458,7 @@ fn always_failing_pages_give_a_typed_error_and_leak_nothing() {
         assert_eq!(stats.failed_compiles, attempt as u64);
         assert_eq!((stats.compiles, stats.entries, stats.bytes), (0, 0, 0));
         assert_eq!(exec_bytes(), base);
+        assert_eq!(exec_count(), base_count);
     }
     assert_no_wx();
 }
@@ -453,6 +467,7 @@ fn always_failing_pages_give_a_typed_error_and_leak_nothing() {
 fn failing_pages_free_the_cache_and_retry_once() {
     let _serial = serial();
     let base = baseline();
+    let base_count = exec_count();
     let pages = FaultyPages::new(0);
     let engine = faulty_engine(Budget::Unlimited, &pages);
     let warm: Vec<PrimitiveKey> = (1..=5).map(|c| relu(c, 1, 4)).collect();
@@ -499,5 +514,6 @@ fn failing_pages_free_the_cache_and_retry_once() {
     drop((p, q, held));
     engine.cache().clear();
     assert_eq!(exec_bytes(), base);
+    assert_eq!(exec_count(), base_count);
     assert_no_wx();
 }

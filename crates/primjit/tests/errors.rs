@@ -1,0 +1,579 @@
+//! The error catalogue (README.md, "Errors"): every error variant produced through the public
+//! API of the `primjit` facade, with the message form the catalogue lists.
+//!
+//! Not produced here, as their documentation explains: `CodegenError::UnsupportedHost` (every
+//! machine that runs the tests is a supported host), `CodegenError::Cranelift` and
+//! `CodegenError::Relocations` (internal invariants of the code generator), and
+//! `ConfigError::ThreadPool` with the `RuntimeError::Config` that wraps it (the operating system
+//! would have to refuse a thread).
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use primjit::exec::{MmapMut, PageSource, SystemPages};
+use primjit::ir::{Bindings, Dim, ParamError, SourceLoc, VerifyError, WindowError, parse, passes};
+use primjit::reference::{ReferenceError, run_graph};
+use primjit::{
+    Budget, CacheConfig, CodegenError, CompiledGraph, ConfigError, ConvDesc, ConvPlan, EltwiseDesc,
+    EltwiseKind, Engine, EngineConfig, ExecArgs, ExecError, GraphError, IrError, KeyError, Layout,
+    Params, PostOpDesc, PrimitiveKey, RuntimeError, Tensor,
+};
+
+/// A conv with a bias and a batch-norm: parameters to miss, and something to fold.
+const TINY: &str = "graph tiny {
+  input %x: f32[1, 3, 4, W]
+  param @w: f32[2, 3, 3, 3]
+  param @b: f32[2]
+  param @s: f32[2]
+  param @t: f32[2]
+  param @m: f32[2]
+  param @v: f32[2]
+  %c = conv2d(%x, @w, bias=@b, pads=[1, 1, 1, 1])
+  %n = batchnorm(%c, @s, @t, @m, @v)
+  output y = %n
+}
+";
+
+fn tiny() -> primjit::Graph {
+    parse(TINY).expect("the tiny graph parses")
+}
+
+fn engine() -> Engine {
+    Engine::new(EngineConfig {
+        threads: 1,
+        ..EngineConfig::default()
+    })
+    .expect("engine")
+}
+
+fn relu_key() -> PrimitiveKey {
+    PrimitiveKey::Eltwise(EltwiseDesc {
+        kind: EltwiseKind::Relu,
+        shape: [1, 2, 3, 4],
+        layout: Layout::Nchw,
+    })
+}
+
+/// A conv with a residual `add` post-op: it takes weights and one extra buffer.
+fn conv_key() -> PrimitiveKey {
+    let mut d = ConvDesc::new(1, 2, [3, 3], 2, [1, 1]);
+    d.post_ops = vec![PostOpDesc::Add];
+    PrimitiveKey::Conv(d)
+}
+
+/// A page source that fails while `fail` is set.
+struct FailingPages {
+    fail: Arc<AtomicBool>,
+}
+
+impl PageSource for FailingPages {
+    fn map(&self, len: usize) -> io::Result<MmapMut> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected map failure"));
+        }
+        SystemPages.map(len)
+    }
+}
+
+fn failing_engine() -> (Engine, Arc<AtomicBool>) {
+    let fail = Arc::new(AtomicBool::new(true));
+    let engine = Engine::with_pages(
+        EngineConfig {
+            threads: 1,
+            ..EngineConfig::default()
+        },
+        Box::new(FailingPages { fail: fail.clone() }),
+    )
+    .expect("engine");
+    (engine, fail)
+}
+
+// ---------------------------------------------------------------------------------------------
+// primjit::ir
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn ir_parse_error_locates_the_token() {
+    let text = "graph g {\n  input %x: f32[1, 3, 4, 4]\n  %y = relu(%nope)\n  output o = %y\n}\n";
+    let err = parse(text).unwrap_err();
+    assert_eq!(err.loc, SourceLoc { line: 3, col: 13 });
+    assert_eq!(err.to_string(), "3:13: unknown value `%nope`");
+    let err = IrError::from(err);
+    assert!(matches!(err, IrError::Parse(_)));
+    assert_eq!(
+        err.render("g.ir", text),
+        "g.ir:3:13: error: unknown value `%nope`\n  %y = relu(%nope)\n            ^"
+    );
+}
+
+#[test]
+fn ir_verify_error_names_the_value_and_its_node() {
+    let text = TINY.replace("f32[2, 3, 3, 3]", "f32[2, 4, 3, 3]");
+    let err = parse(&text).unwrap().verify().unwrap_err();
+    assert_eq!(err.subject, "%c");
+    assert_eq!(err.loc, Some(SourceLoc { line: 9, col: 3 }));
+    assert_eq!(
+        err.to_string(),
+        "%c: channel mismatch: the input has 3 channels but @w expects 4 (4 per group x 1 groups)"
+    );
+    let err = IrError::from(err);
+    assert!(matches!(err, IrError::Verify(_)));
+    assert!(
+        err.render("tiny.ir", &text)
+            .starts_with("tiny.ir:9:3: error: %c: channel mismatch"),
+        "{}",
+        err.render("tiny.ir", &text)
+    );
+}
+
+#[test]
+fn ir_verify_error_names_a_missing_input() {
+    let err = tiny().bind_inputs(&[], &Bindings::new()).unwrap_err();
+    assert_eq!(err.subject, "%x");
+    assert_eq!(
+        err.to_string(),
+        "%x: no tensor was given for this input (expected shape [1, 3, 4, W])"
+    );
+}
+
+#[test]
+fn ir_window_error_gives_the_padded_input_and_the_window() {
+    let err = Dim::Known(2).window(0, 0, 3, 1, false).unwrap_err();
+    assert_eq!(
+        err,
+        WindowError {
+            padded_input: 2,
+            extent: 3
+        }
+    );
+}
+
+#[test]
+fn ir_param_error_missing_names_the_parameter_and_its_shape() {
+    let err = CompiledGraph::new(&tiny(), &Params::new()).unwrap_err();
+    let GraphError::Param(ParamError::Missing { name, expected }) = &err else {
+        panic!("expected a missing parameter, got {err:?}");
+    };
+    assert_eq!(
+        (name.as_str(), expected.as_slice()),
+        ("w", &[2, 3, 3, 3][..])
+    );
+    assert_eq!(
+        err.to_string(),
+        "parameter @w is missing (expected shape [2, 3, 3, 3])"
+    );
+}
+
+#[test]
+fn ir_param_error_shape_names_both_shapes() {
+    let graph = tiny();
+    let mut params = Params::random(&graph, 0);
+    params.insert("w", Tensor::zeros(vec![2, 3, 1, 1]));
+    let err = CompiledGraph::new(&graph, &params).unwrap_err();
+    assert!(
+        matches!(err, GraphError::Param(ParamError::Shape { .. })),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "parameter @w has shape [2, 3, 1, 1] but the graph declares [2, 3, 3, 3]"
+    );
+}
+
+#[test]
+fn ir_param_error_length_of_a_tensor() {
+    let err = Tensor::new(vec![2, 3], vec![0.0; 5]).unwrap_err();
+    assert!(matches!(err, ParamError::Length { .. }));
+    assert_eq!(
+        err.to_string(),
+        "tensor data has 5 elements but shape [2, 3] needs 6"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// primjit::reference
+// ---------------------------------------------------------------------------------------------
+
+fn x(w: usize) -> Tensor {
+    Tensor::zeros(vec![1, 3, 4, w])
+}
+
+#[test]
+fn reference_error_verify_names_the_input() {
+    let graph = tiny();
+    let params = Params::random(&graph, 0);
+    let wrong = Tensor::zeros(vec![1, 2, 4, 5]);
+    let err = run_graph(&graph, &params, &[("x", &wrong)]).unwrap_err();
+    assert!(matches!(err, ReferenceError::Verify(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "%x: the tensor has shape [1, 2, 4, 5] but the input is declared [1, 3, 4, W]"
+    );
+}
+
+#[test]
+fn reference_error_param_names_the_parameter() {
+    let graph = tiny();
+    let err = run_graph(&graph, &Params::new(), &[("x", &x(5))]).unwrap_err();
+    assert!(
+        matches!(err, ReferenceError::Param(ParamError::Missing { .. })),
+        "{err:?}"
+    );
+    assert!(err.to_string().starts_with("parameter @"), "{err}");
+}
+
+#[test]
+fn reference_error_unmaterialized_names_the_derived_parameter() {
+    let graph = tiny();
+    let params = Params::random(&graph, 0);
+    let mut folded = graph.clone();
+    passes::optimize(&mut folded);
+    let err = run_graph(&folded, &params, &[("x", &x(5))]).unwrap_err();
+    let ReferenceError::Unmaterialized { name } = &err else {
+        panic!("expected an unmaterialized parameter, got {err:?}");
+    };
+    assert!(folded.param_by_name(name).is_some());
+    assert_eq!(
+        err.to_string(),
+        format!("derived parameter @{name} has no value (call Params::materialize first)")
+    );
+}
+
+#[test]
+fn reference_error_duplicate_input() {
+    let graph = tiny();
+    let params = Params::random(&graph, 0);
+    let err = run_graph(&graph, &params, &[("x", &x(5)), ("x", &x(5))]).unwrap_err();
+    assert_eq!(err, ReferenceError::DuplicateInput { name: "x".into() });
+    assert_eq!(err.to_string(), "input %x is given twice");
+}
+
+#[test]
+fn reference_error_empty_input() {
+    let graph = tiny();
+    let params = Params::random(&graph, 0);
+    let err = run_graph(&graph, &params, &[("x", &x(0))]).unwrap_err();
+    assert!(matches!(err, ReferenceError::EmptyInput { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "input %x has shape [1, 3, 4, 0], but every dimension must be at least 1"
+    );
+}
+
+#[test]
+fn reference_error_bad_tensor_names_the_input() {
+    let graph = tiny();
+    let params = Params::random(&graph, 0);
+    let short = Tensor {
+        shape: vec![1, 3, 4, 5],
+        data: vec![0.0; 7],
+    };
+    let err = run_graph(&graph, &params, &[("x", &short)]).unwrap_err();
+    assert!(matches!(err, ReferenceError::BadTensor { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "%x: the tensor has 7 elements but its shape [1, 3, 4, 5] needs 60"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// primjit::codegen
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn codegen_error_invalid_key_names_the_key_and_the_reason() {
+    let key = PrimitiveKey::Conv(ConvDesc::new(1, 6, [4, 4], 4, [5, 5]));
+    let reason = "the output would be empty: the window does not fit in the padded input";
+    let want = KeyError {
+        key: key.to_string(),
+        reason: reason.into(),
+    };
+    assert_eq!(key.validate(), Err(want.clone()));
+    let err = engine().compile(&key).unwrap_err();
+    assert_eq!(err, RuntimeError::Codegen(CodegenError::InvalidKey(want)));
+    assert_eq!(
+        err.to_string(),
+        format!("invalid primitive {key}: {reason}")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// primjit::runtime: configuration, mapping, execution
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn config_error_invalid_names_the_variable_and_value() {
+    let err = EngineConfig::from_vars(|name| {
+        (name == "PRIMJIT_CACHE_BUDGET").then(|| "lots".to_string())
+    })
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Invalid {
+            name: "PRIMJIT_CACHE_BUDGET",
+            ..
+        }
+    ));
+    assert_eq!(
+        err.to_string(),
+        "PRIMJIT_CACHE_BUDGET=lots: expected a number of bytes such as 64MiB, 512KiB, 0 or unlimited"
+    );
+}
+
+#[test]
+fn runtime_error_map_after_one_retry_names_the_key() {
+    let (engine, fail) = failing_engine();
+    let key = relu_key();
+    let err = engine.compile(&key).unwrap_err();
+    let RuntimeError::Map { key: k, message } = &err else {
+        panic!("expected a mapping error, got {err:?}");
+    };
+    assert_eq!(k, &key.to_string());
+    assert_eq!(message, "injected map failure");
+    assert_eq!(
+        err.to_string(),
+        format!("mapping executable pages for {key} failed: injected map failure")
+    );
+    assert_eq!(engine.cache().stats().entries, 0);
+    // Not sticky: once pages can be mapped again, the same key compiles.
+    fail.store(false, Ordering::SeqCst);
+    engine.compile(&key).expect("compiles once mapping works");
+}
+
+/// Runs `key`'s primitive with the given buffers through `Engine::execute`.
+fn execute(
+    key: &PrimitiveKey,
+    src: usize,
+    weights: Option<usize>,
+    dst: usize,
+    extra: &[usize],
+) -> RuntimeError {
+    let engine = engine();
+    let p = engine.compile(key).unwrap();
+    let src = vec![0.0; src];
+    let weights = weights.map(|n| vec![0.0; n]);
+    let mut dst = vec![0.0; dst];
+    let extra: Vec<Vec<f32>> = extra.iter().map(|&n| vec![0.0; n]).collect();
+    let extra: Vec<&[f32]> = extra.iter().map(|e| e.as_slice()).collect();
+    engine
+        .execute(
+            &p,
+            ExecArgs {
+                src: &src,
+                weights: weights.as_deref(),
+                dst: &mut dst,
+                extra: &extra,
+            },
+        )
+        .unwrap_err()
+}
+
+#[test]
+fn exec_error_buffer_length_names_the_role_and_shape() {
+    let key = relu_key();
+    let err = execute(&key, 24, None, 23, &[]);
+    assert_eq!(
+        err,
+        RuntimeError::Exec(ExecError::BufferLength {
+            key: key.to_string(),
+            role: "dst",
+            expected: 24,
+            found: 23,
+            shape: vec![1, 2, 3, 4],
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("{key}: the dst buffer holds 23 floats but shape [1, 2, 3, 4] needs 24")
+    );
+}
+
+#[test]
+fn exec_error_missing_weights() {
+    let key = conv_key();
+    let err = execute(&key, 18, None, 18, &[18]);
+    assert_eq!(
+        err,
+        RuntimeError::Exec(ExecError::MissingBuffer {
+            key: key.to_string(),
+            role: "weights"
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("{key}: the weights buffer is missing")
+    );
+}
+
+#[test]
+fn exec_error_unexpected_weights() {
+    let key = relu_key();
+    let err = execute(&key, 24, Some(4), 24, &[]);
+    assert_eq!(
+        err,
+        RuntimeError::Exec(ExecError::UnexpectedBuffer {
+            key: key.to_string(),
+            role: "weights"
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("{key}: this primitive takes no weights buffer")
+    );
+}
+
+#[test]
+fn exec_error_extra_count() {
+    let key = conv_key();
+    let PrimitiveKey::Conv(d) = &key else {
+        unreachable!()
+    };
+    let packed = ConvPlan::new(d).packed_weights_len();
+    let err = execute(&key, 18, Some(packed), 18, &[]);
+    assert_eq!(
+        err,
+        RuntimeError::Exec(ExecError::ExtraCount {
+            key: key.to_string(),
+            expected: 1,
+            found: 0
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("{key}: expected 1 extra buffers (residuals or second source), found 0")
+    );
+}
+
+#[test]
+fn exec_error_work_items_outside_the_rows() {
+    let key = relu_key();
+    let p = engine().compile(&key).unwrap();
+    let src = vec![0.0; 24];
+    let mut dst = vec![0.0; 24];
+    let err = p
+        .execute_range(
+            ExecArgs {
+                src: &src,
+                weights: None,
+                dst: &mut dst,
+                extra: &[],
+            },
+            None,
+            2..5,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ExecError::WorkItems {
+            key: key.to_string(),
+            start: 2,
+            end: 5,
+            limit: 3
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("{key}: work items 2..5 are not within 0..3")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// primjit::runtime: graphs
+// ---------------------------------------------------------------------------------------------
+
+fn model() -> CompiledGraph {
+    let graph = tiny();
+    CompiledGraph::new(&graph, &Params::random(&graph, 0)).expect("the tiny graph compiles")
+}
+
+#[test]
+fn graph_error_verify_names_the_input() {
+    let err = model()
+        .run(&engine(), &[("z", &x(5))], &mut primjit::Workspace::new())
+        .unwrap_err();
+    assert!(
+        matches!(err, GraphError::Verify(VerifyError { .. })),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), "%z: the graph has no such input");
+}
+
+#[test]
+fn graph_error_param_names_the_parameter() {
+    let err = CompiledGraph::new(&tiny(), &Params::new()).unwrap_err();
+    assert!(matches!(err, GraphError::Param(_)), "{err:?}");
+    assert!(err.to_string().starts_with("parameter @"), "{err}");
+}
+
+#[test]
+fn graph_error_runtime_when_pages_cannot_be_mapped() {
+    let (engine, _fail) = failing_engine();
+    let err = model()
+        .run(&engine, &[("x", &x(5))], &mut primjit::Workspace::new())
+        .unwrap_err();
+    let GraphError::Runtime(RuntimeError::Map { key, .. }) = &err else {
+        panic!("expected a mapping error, got {err:?}");
+    };
+    assert!(key.starts_with("conv "), "{key}");
+    assert!(
+        err.to_string()
+            .starts_with("mapping executable pages for conv "),
+        "{err}"
+    );
+    assert_eq!(engine.cache().stats().entries, 0);
+}
+
+#[test]
+fn graph_error_input_data_names_the_input() {
+    let short = Tensor {
+        shape: vec![1, 3, 4, 5],
+        data: vec![0.0; 59],
+    };
+    let err = model()
+        .run(&engine(), &[("x", &short)], &mut primjit::Workspace::new())
+        .unwrap_err();
+    assert_eq!(
+        err,
+        GraphError::InputData {
+            name: "x".into(),
+            shape: vec![1, 3, 4, 5],
+            expected: 60,
+            found: 59
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "input %x: the tensor has 59 values but its shape [1, 3, 4, 5] needs 60"
+    );
+}
+
+#[test]
+fn graph_error_unbound_names_the_value_and_its_symbolic_shape() {
+    let err = model().keys(&Bindings::new()).unwrap_err();
+    let GraphError::Unbound { value, shape } = &err else {
+        panic!("expected an unbound symbol, got {err:?}");
+    };
+    assert_eq!((value.as_str(), shape.as_str()), ("x", "[1, 3, 4, W]"));
+    assert_eq!(
+        err.to_string(),
+        "%x: symbol values are missing, the shape is [1, 3, 4, W]"
+    );
+}
+
+/// `Budget` and `CacheConfig` appear in the catalogue through `ConfigError::Invalid`; the
+/// capacity variable has its own message.
+#[test]
+fn config_error_invalid_capacity() {
+    let err =
+        CacheConfig::from_vars(|name| (name == "PRIMJIT_CACHE_CAPACITY").then(|| "-1".to_string()))
+            .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "PRIMJIT_CACHE_CAPACITY=-1: expected a whole number of entries"
+    );
+    assert_eq!(
+        Budget::parse("12 parsecs").map_err(|e| e.contains("parsecs")),
+        Err(true)
+    );
+}
