@@ -34,6 +34,5 @@ pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{
     Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
     ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
-    RuntimeError, ShapeMode, Workspace, exec, exec::GuardedBuffer, layout, node_keys,
-    node_keys_in,
+    RuntimeError, ShapeMode, Workspace, exec, exec::GuardedBuffer, layout, node_keys, node_keys_in,
 };

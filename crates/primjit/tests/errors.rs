@@ -577,3 +577,47 @@ fn config_error_invalid_capacity() {
         Err(true)
     );
 }
+
+#[test]
+fn exec_error_extents_of_a_runtime_width_primitive() {
+    use primjit::RuntimeDims;
+    let mut d = ConvDesc::new(1, 4, [5, 5], 4, [3, 3]);
+    d.src_layout = Layout::Nchw4c;
+    d.dst_layout = Layout::Nchw4c;
+    let key = PrimitiveKey::Conv(d.with_runtime(RuntimeDims { h: false, w: true }));
+    let p = engine().compile(&key).unwrap();
+    let weights = vec![0.0; p.buffers()[1].len];
+    let src = vec![0.0; 4 * 5 * 2];
+    let mut dst = vec![0.0; 4];
+    // Without extents, and at a width the 3x3 window does not fit.
+    let err = p
+        .execute(ExecArgs {
+            src: &src,
+            weights: Some(&weights),
+            dst: &mut dst,
+            extra: &[],
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecError::Extents { reason, .. } if reason.contains("pass the call's extents")),
+        "{err}"
+    );
+    let err = p
+        .execute_at(
+            ExecArgs {
+                src: &src,
+                weights: Some(&weights),
+                dst: &mut dst,
+                extra: &[],
+            },
+            [5, 2],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{key}: extents [5, 2] are not valid for this primitive: \
+             the output would be empty: the window does not fit in the padded input"
+        )
+    );
+}
