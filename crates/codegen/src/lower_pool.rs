@@ -368,6 +368,14 @@ fn pool_run(
     let src0 = e.offset_by(src_row, start, d.strides[1] as i64 * src_px);
     let src0 = e.offset(src0, -(d.pads.left as i64) * src_px);
     let dst0 = e.offset_by(dst_row, start, dst_px);
+    if let Taps::Runtime { .. } = col {
+        debug_assert!(
+            matches!(len, RunLen::Fixed(1)),
+            "runtime column taps take one pixel at a time"
+        );
+        pool_tile(e, plan, geo, 1, row, col, src0, dst0, lanes);
+        return;
+    }
     let tile = plan.pixel_tile;
     let t = tile as i64;
     let steps = [t * d.strides[1] as i64 * src_px, t * dst_px];
@@ -381,16 +389,6 @@ fn pool_run(
             remainder,
         } => (Scalar::Dyn(full_tiles), Scalar::Dyn(remainder)),
     };
-    let pixels_per_tile = if matches!(col, Taps::Runtime { .. }) {
-        debug_assert!(matches!(len, RunLen::Fixed(1)));
-        1
-    } else {
-        tile
-    };
-    if pixels_per_tile == 1 && matches!(col, Taps::Runtime { .. }) {
-        pool_tile(e, plan, geo, 1, row, col, src0, dst0, lanes);
-        return;
-    }
     e.for_ptrs(
         full,
         &[src0, dst0],

@@ -275,11 +275,21 @@ pub enum AxisPlan {
 }
 
 impl AxisPlan {
-    fn new(axis: Axis, runtime: bool, rows: bool, ceil: bool, count: CountMode) -> Self {
-        match (runtime, rows) {
-            (false, _) => AxisPlan::Fixed(axis.runs(count)),
-            (true, true) => AxisPlan::PerOutput,
-            (true, false) => AxisPlan::Template(AxisTemplate::new(axis, ceil, count)),
+    /// The plan of a row axis: fixed runs, or taps computed per row at run time.
+    fn rows(axis: Axis, runtime: bool, count: CountMode) -> Self {
+        if runtime {
+            AxisPlan::PerOutput
+        } else {
+            AxisPlan::Fixed(axis.runs(count))
+        }
+    }
+
+    /// The plan of a column axis: fixed runs, or a template for a runtime width.
+    fn columns(axis: Axis, runtime: bool, ceil: bool, count: CountMode) -> Self {
+        if runtime {
+            AxisPlan::Template(AxisTemplate::new(axis, ceil, count))
+        } else {
+            AxisPlan::Fixed(axis.runs(count))
         }
     }
 }
@@ -471,8 +481,8 @@ impl ConvPlan {
             pixel_tile,
             ic_step,
             ic,
-            rows: AxisPlan::new(rows, d.runtime.h, true, false, CountMode::None),
-            cols: AxisPlan::new(cols, d.runtime.w, false, false, CountMode::None),
+            rows: AxisPlan::rows(rows, d.runtime.h, CountMode::None),
+            cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
         }
     }
 
@@ -662,8 +672,8 @@ impl PoolPlan {
         PoolPlan {
             desc: d.clone(),
             pixel_tile: 4,
-            rows: AxisPlan::new(rows, d.runtime.h, true, d.ceil_mode, count),
-            cols: AxisPlan::new(cols, d.runtime.w, false, d.ceil_mode, count),
+            rows: AxisPlan::rows(rows, d.runtime.h, count),
+            cols: AxisPlan::columns(cols, d.runtime.w, d.ceil_mode, count),
         }
     }
 }
