@@ -87,10 +87,23 @@ impl Workspace {
             .min_by_key(|&i| self.free[i].capacity());
         let mut buf = match best {
             Some(i) => self.free.swap_remove(i),
-            None => {
-                self.allocated_bytes += len * 4;
-                Vec::with_capacity(len)
-            }
+            // None is large enough: grow the largest free buffer rather than keep it and add
+            // another, so that the workspace holds at most as many buffers as a run has live
+            // at once, each as large as its largest use.
+            None => match (0..self.free.len()).max_by_key(|&i| self.free[i].capacity()) {
+                Some(i) => {
+                    let mut buf = self.free.swap_remove(i);
+                    let before = buf.capacity();
+                    buf.clear();
+                    buf.reserve_exact(len);
+                    self.allocated_bytes += (buf.capacity() - before) * 4;
+                    buf
+                }
+                None => {
+                    self.allocated_bytes += len * 4;
+                    Vec::with_capacity(len)
+                }
+            },
         };
         // Kernels write every element of their destination (padding lanes included), so a
         // reused buffer keeps its stale contents instead of being cleared: only growth is zeroed.
@@ -103,7 +116,7 @@ impl Workspace {
         self.free.push(buf);
     }
 
-    /// Bytes of activation buffers this workspace has allocated.
+    /// Bytes of activation buffers this workspace holds (allocated and grown, by capacity).
     pub fn allocated_bytes(&self) -> usize {
         self.allocated_bytes
     }
@@ -644,4 +657,33 @@ fn keys_at(
         out.push((name, key));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run whose buffers change size (a new width) grows buffers it already holds instead of
+    /// adding more: after one run at each size, alternating sizes allocates nothing.
+    #[test]
+    fn workspace_grows_buffers_instead_of_hoarding_them() {
+        let mut ws = Workspace::new();
+        let mut run = |ws: &mut Workspace, scale: usize| {
+            let a = ws.take(10 * scale);
+            let b = ws.take(20 * scale);
+            ws.give(a);
+            let c = ws.take(15 * scale);
+            ws.give(b);
+            ws.give(c);
+        };
+        run(&mut ws, 1);
+        run(&mut ws, 3);
+        let settled = ws.allocated_bytes();
+        assert_eq!(ws.free.len(), 2, "at most two buffers are live at once");
+        for scale in [1, 3, 2, 3, 1] {
+            run(&mut ws, scale);
+        }
+        assert_eq!(ws.allocated_bytes(), settled);
+        assert_eq!(ws.free.len(), 2);
+    }
 }
