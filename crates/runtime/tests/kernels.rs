@@ -723,7 +723,7 @@ proptest! {
     }
 }
 
-/// Every width from 1 to 3 tiles past the template's smallest width, for tiles of 12 pixels
+/// Every width from 1 to 64 (and a sample of wider ones), for tiles of 12 pixels
 /// (one channel vector), 6 pixels (two), strided and dilated windows and the trunk's first
 /// layer, against the exact kernels.
 #[test]
@@ -756,7 +756,7 @@ fn conv_runtime_width_covers_every_remainder() {
     for desc in configs {
         let runtime = desc.clone().with_runtime(RuntimeDims { h: false, w: true });
         let generic = compile(&PrimitiveKey::Conv(runtime)).expect("compile");
-        for iw in 1..=40 {
+        for iw in (1..=64).chain([97, 258, 1031]) {
             let mut p = ConvProblem {
                 desc: desc.clone(),
                 seed: iw as u64,
