@@ -927,6 +927,60 @@ proptest! {
     }
 }
 
+/// Every width from 1 to 64 (and a sample of wider ones) for the trunk's max pooling, a
+/// ceil-mode average pooling that counts padding and a 2x2 one, against the exact kernels.
+#[test]
+fn pool_runtime_width_covers_every_remainder() {
+    let pads = |p: usize| Pads {
+        top: p,
+        left: p,
+        bottom: p,
+        right: p,
+    };
+    for (kind, k, s, pad, ceil_mode, count_include_pad, layout) in [
+        (PoolKind::Max, 3, 2, 1, false, false, Layout::Nchw4c),
+        (PoolKind::Avg, 3, 2, 1, true, true, Layout::Nchw4c),
+        (PoolKind::Avg, 2, 2, 0, false, false, Layout::Nchw),
+    ] {
+        let desc = PoolDesc {
+            kind,
+            mb: 1,
+            c: 6,
+            ih: 5,
+            iw: 1,
+            kernel: [k, k],
+            strides: [s, s],
+            pads: pads(pad),
+            dilations: [1, 1],
+            ceil_mode,
+            count_include_pad,
+            src_layout: layout,
+            dst_layout: layout,
+            runtime: RuntimeDims::NONE,
+        };
+        let runtime = desc.clone().with_runtime(RuntimeDims { h: false, w: true });
+        let generic = compile(&PrimitiveKey::Pool(runtime)).expect("compile");
+        for iw in (1..=64).chain([97, 258, 1031]) {
+            let mut p = PoolProblem {
+                desc: desc.clone(),
+                seed: iw as u64,
+            };
+            p.desc.iw = iw;
+            if p.key().validate().is_err() {
+                continue;
+            }
+            let bufs = Buffers {
+                extents: Some([p.desc.ih, iw]),
+                ..p.buffers()
+            };
+            let oh = p.desc.oh();
+            check_runtime_against_exact(&generic, &p.key(), bufs, 1.min(oh)..oh)
+                .unwrap_or_else(|e| panic!("width {iw}: {e}"));
+            p.check().unwrap_or_else(|e| panic!("width {iw}: {e}"));
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(config(64))]
 
