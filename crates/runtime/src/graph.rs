@@ -668,7 +668,7 @@ mod tests {
     #[test]
     fn workspace_grows_buffers_instead_of_hoarding_them() {
         let mut ws = Workspace::new();
-        let mut run = |ws: &mut Workspace, scale: usize| {
+        let run = |ws: &mut Workspace, scale: usize| {
             let a = ws.take(10 * scale);
             let b = ws.take(20 * scale);
             ws.give(a);
