@@ -514,8 +514,36 @@ impl<'a> Emit<'a> {
                 self.for_count(n as usize, ptrs, |e, _, p| step(e, p));
             }
             Scalar::Dyn(n) => {
-                let zero = self.iconst(0);
-                self.for_range(zero, n, ptrs, |e, _, p| step(e, p));
+                // Counting down to zero: one register for the trip count, not two.
+                let header = self.b.create_block();
+                let body = self.b.create_block();
+                let exit = self.b.create_block();
+                self.b.append_block_param(header, types::I64);
+                for &p in ptrs {
+                    let ty = self.b.func.dfg.value_type(p);
+                    self.b.append_block_param(header, ty);
+                }
+                let args: Vec<BlockArg> = std::iter::once(n)
+                    .chain(ptrs.iter().copied())
+                    .map(BlockArg::Value)
+                    .collect();
+                self.b.ins().jump(header, &args);
+                self.b.switch_to_block(header);
+                let params = self.b.block_params(header).to_vec();
+                let more = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedGreaterThan, params[0], 0);
+                self.b.ins().brif(more, body, &[], exit, &[]);
+                self.b.switch_to_block(body);
+                let next = step(self, &params[1..]);
+                let left = self.b.ins().iadd_imm_s(params[0], -1);
+                let args: Vec<BlockArg> = std::iter::once(left)
+                    .chain(next)
+                    .map(BlockArg::Value)
+                    .collect();
+                self.b.ins().jump(header, &args);
+                self.b.switch_to_block(exit);
             }
         }
     }

@@ -64,11 +64,10 @@ struct Geometry {
     dst_lane_stride: Scalar,
     /// Bytes between two blocks of four channels of the destination.
     dst_block_bytes: Scalar,
-    ih: Value,
-    iw: Value,
+    ih: Scalar,
+    iw: Scalar,
     oh: Scalar,
     ow: Scalar,
-    cols: Option<ColumnSplit>,
 }
 
 /// The runtime split of a row into the column template's parts.
@@ -84,40 +83,25 @@ pub(crate) struct ColumnSplit {
 }
 
 impl Geometry {
+    /// The geometry in fresh values: runtime extents are loaded from the kernel's argument
+    /// where they are needed, so that no runtime stride stays live across the loops (and takes
+    /// a register from the innermost one, or is reloaded from the stack there).
     fn new(e: &mut Emit<'_>, plan: &ConvPlan) -> Self {
         let d = &plan.desc;
         let rt = d.runtime;
-        let ih = e.extent(ExtentArg::InputH);
-        let iw = e.extent(ExtentArg::InputW);
-        let scalar = |e: &mut Emit<'_>, runtime: bool, which: ExtentArg, fixed: usize| {
+        let extent = |e: &mut Emit<'_>, runtime: bool, which: ExtentArg, fixed: usize| {
             if runtime {
                 Scalar::Dyn(e.extent(which))
             } else {
                 Scalar::Const(fixed as i64)
             }
         };
-        let sih = if rt.h {
-            Scalar::Dyn(ih)
-        } else {
-            Scalar::Const(d.ih as i64)
-        };
-        let siw = if rt.w {
-            Scalar::Dyn(iw)
-        } else {
-            Scalar::Const(d.iw as i64)
-        };
-        let oh = scalar(e, rt.h, ExtentArg::OutputH, d.oh());
-        let ow = scalar(e, rt.w, ExtentArg::OutputW, d.ow());
-        let src = e.act_strides(d.src_layout, d.ic, sih, siw);
+        let ih = extent(e, rt.h, ExtentArg::InputH, d.ih);
+        let iw = extent(e, rt.w, ExtentArg::InputW, d.iw);
+        let oh = extent(e, rt.h, ExtentArg::OutputH, d.oh());
+        let ow = extent(e, rt.w, ExtentArg::OutputW, d.ow());
+        let src = e.act_strides(d.src_layout, d.ic, ih, iw);
         let dst = e.act_strides(d.dst_layout, d.oc, oh, ow);
-        let cols = match (&plan.cols, ow) {
-            (AxisPlan::Template(t), Scalar::Dyn(ow)) => {
-                Some(ColumnSplit::new(e, t, iw, ow, plan.pixel_tile))
-            }
-            _ => None,
-        };
-        // Computed once here: the loops run on registers (or one reload), not on products
-        // recomputed per tile.
         let f = F32_BYTES;
         let kh_src_step = e.mul(src.row, d.dilations[0] as i64 * f);
         let ic_src_step = match d.src_layout {
@@ -137,7 +121,6 @@ impl Geometry {
             iw,
             oh,
             ow,
-            cols,
         }
     }
 }
@@ -308,6 +291,7 @@ fn rows(
 ) {
     let d = &plan.desc;
     let row = |e: &mut Emit<'_>, oh: Value, taps: Taps| {
+        let geo = &Geometry::new(e, plan);
         // The input row of tap 0; valid taps keep every access in bounds.
         let src_row = e.scaled_by(
             tile.src,
@@ -343,8 +327,10 @@ fn rows(
         AxisPlan::PerOutput | AxisPlan::Template(_) => {
             let (start, end) = e.clamp_items_to(Scalar::Const(0), geo.oh);
             e.for_range(start, end, &[], |e, oh, _| {
+                let geo = Geometry::new(e, plan);
+                let ih = e.value(geo.ih);
                 let (first, count) =
-                    e.runtime_taps(oh, geo.ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
+                    e.runtime_taps(oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
                 row(e, oh, Taps::Runtime { first, count });
                 vec![]
             });
@@ -394,7 +380,8 @@ fn columns(
             }
         }
         AxisPlan::Template(t) => {
-            let split = geo.cols.as_ref().expect("a column template has its split");
+            let (iw, ow) = (e.value(geo.iw), e.value(geo.ow));
+            let split = &ColumnSplit::new(e, t, iw, ow, plan.pixel_tile);
             e.if_else(
                 split.template,
                 |e| {
@@ -427,16 +414,9 @@ fn columns(
                 |e| {
                     // Narrow inputs, where borders meet: one pixel at a time.
                     let zero = e.iconst(0);
-                    let ow = e.value(geo.ow);
                     e.for_range(zero, ow, &[], |e, o, _| {
-                        let (first, count) = e.runtime_taps(
-                            o,
-                            geo.iw,
-                            d.pads.left,
-                            d.kw,
-                            d.strides[1],
-                            d.dilations[1],
-                        );
+                        let (first, count) =
+                            e.runtime_taps(o, iw, d.pads.left, d.kw, d.strides[1], d.dilations[1]);
                         let cols = Taps::Runtime { first, count };
                         column_run(
                             e,
@@ -505,7 +485,7 @@ fn column_run(
         RunLen::Fixed(len) if matches!(col_taps, Taps::Runtime { .. }) => {
             debug_assert_eq!(len, 1, "runtime column taps take one pixel at a time");
             let (t, r) = at(&ptrs);
-            pixel_tile(e, plan, geo, 1, row_taps, col_taps, t, &r, lanes);
+            pixel_tile(e, plan, 1, row_taps, col_taps, t, &r, lanes);
             return;
         }
         RunLen::Fixed(len) => (
@@ -519,17 +499,7 @@ fn column_run(
     };
     e.for_ptrs(full, &ptrs, &steps, |e, q| {
         let (t, r) = at(q);
-        pixel_tile(
-            e,
-            plan,
-            geo,
-            plan.pixel_tile,
-            row_taps,
-            col_taps,
-            t,
-            &r,
-            lanes,
-        );
+        pixel_tile(e, plan, plan.pixel_tile, row_taps, col_taps, t, &r, lanes);
     });
     let skip = |e: &mut Emit<'_>| -> Vec<Value> {
         ptrs.iter()
@@ -546,14 +516,14 @@ fn column_run(
         Scalar::Const(r) => {
             let q = skip(e);
             let (t, res) = at(&q);
-            pixel_tile(e, plan, geo, r as usize, row_taps, col_taps, t, &res, lanes);
+            pixel_tile(e, plan, r as usize, row_taps, col_taps, t, &res, lanes);
         }
         Scalar::Dyn(r) => {
             let q = skip(e);
             e.switch(r, plan.pixel_tile, |e, pixels| {
                 if pixels > 0 {
                     let (t, res) = at(&q);
-                    pixel_tile(e, plan, geo, pixels, row_taps, col_taps, t, &res, lanes);
+                    pixel_tile(e, plan, pixels, row_taps, col_taps, t, &res, lanes);
                 }
             });
         }
@@ -565,7 +535,6 @@ fn column_run(
 fn pixel_tile(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
-    geo: &Geometry,
     pixels: usize,
     row_taps: &Taps,
     col_taps: &Taps,
@@ -588,6 +557,7 @@ fn pixel_tile(
         }
     }
 
+    let geo = &Geometry::new(e, plan);
     let src_px = geo.src.pixel * f;
     let kh_src_step = geo.kh_src_step;
     let per_kh = d.kw as i64 * tile_oc * f;
@@ -694,7 +664,7 @@ fn pixel_tile(
         acc = out[2..].to_vec();
     }
 
-    epilogue(e, plan, geo, pixels, &acc, tile.dst, residuals, lanes);
+    epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes);
 }
 
 /// One kernel tap of one input channel: `vecs` weight vectors at `w + w_off`, and for each
@@ -727,7 +697,6 @@ fn fma_step(
 fn epilogue(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
-    geo: &Geometry,
     pixels: usize,
     acc: &[Value],
     dst: Value,
@@ -736,6 +705,7 @@ fn epilogue(
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
+    let geo = &Geometry::new(e, plan);
     let strides = geo.dst;
     let lane_stride = geo.dst_lane_stride;
     let zero = d
