@@ -555,7 +555,8 @@ impl fmt::Display for PrimitiveKey {
                 }
                 write!(f, "ic{}ih{}iw{}oc{}", d.ic, d.ih, d.iw, d.oc)?;
                 // benchdnn writes dilation as the gap between taps (0 = dense) and only the top
-                // and left padding: the bottom and right follow from the output extents.
+                // and left padding: the bottom and right follow from the output extents. The
+                // gap is signed: an invalid key with dilation 0 prints `dh-1` in its error.
                 write!(f, "oh{}ow{}", d.oh(), d.ow())?;
                 write!(
                     f,
@@ -563,7 +564,12 @@ impl fmt::Display for PrimitiveKey {
                     d.kh, d.kw, d.strides[0], d.strides[1]
                 )?;
                 if d.dilations != [1, 1] {
-                    write!(f, "dh{}dw{}", d.dilations[0] - 1, d.dilations[1] - 1)?;
+                    write!(
+                        f,
+                        "dh{}dw{}",
+                        d.dilations[0] as i128 - 1,
+                        d.dilations[1] as i128 - 1
+                    )?;
                 }
                 write!(f, "ph{}pw{}", d.pads.top, d.pads.left)?;
                 if d.bias {
@@ -593,7 +599,12 @@ impl fmt::Display for PrimitiveKey {
                     d.strides[1]
                 )?;
                 if d.dilations != [1, 1] {
-                    write!(f, "dh{}dw{}", d.dilations[0] - 1, d.dilations[1] - 1)?;
+                    write!(
+                        f,
+                        "dh{}dw{}",
+                        d.dilations[0] as i128 - 1,
+                        d.dilations[1] as i128 - 1
+                    )?;
                 }
                 write!(f, "ph{}pw{}", d.pads.top, d.pads.left)?;
                 if d.ceil_mode {
