@@ -287,6 +287,10 @@ pub const FMA_PEAK_ACCUMULATORS: usize = 12;
 /// Flops of one work item of the FMA peak kernel: 8 unrolled steps of 12 f32x4 FMAs.
 pub const FMA_PEAK_FLOPS_PER_ITEM: u64 = 8 * FMA_PEAK_ACCUMULATORS as u64 * 8;
 
+/// The largest stride, dilation or pad of a valid key, `2^29`: times a row of at most `2^33`
+/// bytes (a tensor of `MAX_TENSOR_ELEMENTS` floats) it fits the kernels' i64 byte offsets.
+pub const MAX_STEP: usize = 1 << 29;
+
 /// Everything that identifies one compiled kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PrimitiveKey {
@@ -303,7 +307,8 @@ pub enum PrimitiveKey {
 /// A key that describes no valid kernel ([`PrimitiveKey::validate`], and so every compile):
 /// a zero extent, stride or dilation, groups that do not divide the channels, a window that
 /// does not fit in the padded input or (pooling) covers only padding, average pooling with
-/// dilations, a tensor of more than `MAX_TENSOR_ELEMENTS` elements, clip bounds with
+/// dilations, a stride, dilation or pad over [`MAX_STEP`], a tensor of more than
+/// `MAX_TENSOR_ELEMENTS` elements, clip bounds with
 /// `lo > hi` or NaN. `key` is the key's one-liner, `reason` what is wrong; fix that field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid primitive {key}: {reason}")]
@@ -344,6 +349,18 @@ impl PrimitiveKey {
                 )),
             }
         };
+        // Kernels address rows with i64 byte offsets: a stride, dilation or pad times a row of
+        // up to 2^33 bytes must fit, so each is at most 2^29 (found by fuzzing: a conv with a
+        // stride of 2^63 overflowed while being lowered).
+        let bounded = |what: &str, values: &[usize]| -> Result<(), KeyError> {
+            if values.iter().any(|&v| v > MAX_STEP) {
+                fail(format!(
+                    "{what} must be at most {MAX_STEP}, found {values:?}"
+                ))
+            } else {
+                Ok(())
+            }
+        };
         let positive = |what: &str, values: &[usize]| -> Result<(), KeyError> {
             if values.contains(&0) {
                 fail(format!("{what} must be at least 1, found {values:?}"))
@@ -359,6 +376,12 @@ impl PrimitiveKey {
                 )?;
                 positive("strides", &d.strides)?;
                 positive("dilations", &d.dilations)?;
+                bounded("strides", &d.strides)?;
+                bounded("dilations", &d.dilations)?;
+                bounded(
+                    "pads",
+                    &[d.pads.top, d.pads.left, d.pads.bottom, d.pads.right],
+                )?;
                 if d.ic % d.groups != 0 || d.oc % d.groups != 0 {
                     return fail(format!(
                         "groups ({}) must divide the input ({}) and output ({}) channels",
@@ -396,6 +419,12 @@ impl PrimitiveKey {
                 positive("kernel", &d.kernel)?;
                 positive("strides", &d.strides)?;
                 positive("dilations", &d.dilations)?;
+                bounded("strides", &d.strides)?;
+                bounded("dilations", &d.dilations)?;
+                bounded(
+                    "pads",
+                    &[d.pads.top, d.pads.left, d.pads.bottom, d.pads.right],
+                )?;
                 if d.kind == PoolKind::Avg && d.dilations != [1, 1] {
                     return fail("average pooling does not support dilations".into());
                 }
