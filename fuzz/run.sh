@@ -6,8 +6,9 @@
 #
 # Needs only the stable toolchain: cargo-fuzz is installed from crates.io when missing, and
 # RUSTC_BOOTSTRAP=1 lets stable rustc accept the -Z flags cargo-fuzz passes (sanitizer,
-# coverage instrumentation). Targets are built with AddressSanitizer (cargo-fuzz's default);
-# SANITIZER=none runs them without it.
+# coverage instrumentation). Targets are built optimized with debug assertions and overflow
+# checks (`-O -a`: an overflow is a finding even where a release build would wrap) and with
+# AddressSanitizer (cargo-fuzz's default); SANITIZER=none runs them without it.
 #
 # Corpora grow in fuzz/corpus/TARGET (not checked in); the IR parser also starts from every
 # file under ir/ and the token dictionary fuzz/ir.dict. A crash leaves its input in
@@ -36,7 +37,7 @@ if [[ ${#targets[@]} -eq 0 ]]; then
 fi
 
 mkdir -p logs
-cargo fuzz build -O --sanitizer "$sanitizer"
+cargo fuzz build -O -a --sanitizer "$sanitizer"
 
 summary=()
 for target in "${targets[@]}"; do
@@ -49,7 +50,7 @@ for target in "${targets[@]}"; do
     fi
     echo "== $target: $seconds s" >&2
     status=0
-    cargo fuzz run -O --sanitizer "$sanitizer" "$target" "corpus/$target" "${seeds[@]}" -- \
+    cargo fuzz run -O -a --sanitizer "$sanitizer" "$target" "corpus/$target" "${seeds[@]}" -- \
         "${options[@]}" >"logs/$target.log" 2>&1 || status=$?
     done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "logs/$target.log" | tail -1 || true)
     runs=$(grep -E '^stat::number_of_executed_units:' "logs/$target.log" | tail -1 |

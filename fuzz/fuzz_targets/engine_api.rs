@@ -86,7 +86,10 @@ fn widen(key: &mut PrimitiveKey, w: &Widen) {
                 &mut d.groups,
             ];
             let n = fields.len();
-            *fields.into_iter().nth(w.field as usize % n).expect("in range") = v;
+            *fields
+                .into_iter()
+                .nth(w.field as usize % n)
+                .expect("in range") = v;
         }
         PrimitiveKey::Pool(d) => {
             let [kh, kw] = &mut d.kernel;
@@ -109,11 +112,17 @@ fn widen(key: &mut PrimitiveKey, w: &Widen) {
                 &mut d.pads.right,
             ];
             let n = fields.len();
-            *fields.into_iter().nth(w.field as usize % n).expect("in range") = v;
+            *fields
+                .into_iter()
+                .nth(w.field as usize % n)
+                .expect("in range") = v;
         }
         PrimitiveKey::GlobalPool(d) => {
             let fields: [&mut usize; 4] = [&mut d.mb, &mut d.c, &mut d.ih, &mut d.iw];
-            *fields.into_iter().nth(w.field as usize % 4).expect("in range") = v;
+            *fields
+                .into_iter()
+                .nth(w.field as usize % 4)
+                .expect("in range") = v;
         }
         PrimitiveKey::Eltwise(d) => d.shape[w.field as usize % 4] = v,
         PrimitiveKey::FmaPeak => {}
@@ -241,20 +250,26 @@ fuzz_target!(|case: ApiCase| {
     };
     // Weights of a key that takes none get the destination's length: any will do.
     let weights_len = if conv { lens[1] } else { lens[first_extra - 1] };
-    let extra_len = |i: usize| lens.get(first_extra + i).copied().unwrap_or(lens[first_extra - 1]);
+    let extra_len = |i: usize| {
+        lens.get(first_extra + i)
+            .copied()
+            .unwrap_or(lens[first_extra - 1])
+    };
     let expected = expected_error(&key, &items, &lens, has_weights, extras);
 
     // With the right lengths and an unwidened key, the data are the problem's.
-    let problem = (expected.is_none() && case.widen.is_none())
-        .then(|| Problem::new(&key, case.op.seed));
+    let problem =
+        (expected.is_none() && case.widen.is_none()).then(|| Problem::new(&key, case.op.seed));
     let src = match &problem {
         Some(pr) => guarded(&pr.src),
         None => guarded_zeros(lens[0]),
     };
-    let weights = has_weights.then(|| match problem.as_ref().and_then(|pr| pr.weights.as_ref()) {
-        Some(w) => guarded(w),
-        None => guarded_zeros(weights_len),
-    });
+    let weights = has_weights.then(
+        || match problem.as_ref().and_then(|pr| pr.weights.as_ref()) {
+            Some(w) => guarded(w),
+            None => guarded_zeros(weights_len),
+        },
+    );
     let extra: Vec<GuardedBuffer> = (0..extras)
         .map(|i| match &problem {
             Some(pr) => guarded(&pr.extra[i]),

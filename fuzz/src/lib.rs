@@ -54,7 +54,11 @@ fn pick(b: u8, lo: usize, hi: usize) -> usize {
 }
 
 fn layout(blocked: bool) -> Layout {
-    if blocked { Layout::Nchw4c } else { Layout::Nchw }
+    if blocked {
+        Layout::Nchw4c
+    } else {
+        Layout::Nchw
+    }
 }
 
 /// Which op a [`OpSpec`] builds.
@@ -372,9 +376,10 @@ impl Problem {
                 let b = rng.tensor(&d.shape);
                 let (want, extra) = match d.kind {
                     EltwiseKind::Relu => (primjit::reference::relu(&a), Vec::new()),
-                    EltwiseKind::Add => {
-                        (primjit::reference::add(&a, &b), vec![to_layout(&b, d.layout)])
-                    }
+                    EltwiseKind::Add => (
+                        primjit::reference::add(&a, &b),
+                        vec![to_layout(&b, d.layout)],
+                    ),
                 };
                 Problem {
                     key: key.clone(),

@@ -366,6 +366,10 @@ pub const FMA_PEAK_ACCUMULATORS: usize = 12;
 /// Flops of one work item of the FMA peak kernel: 8 unrolled steps of 12 f32x4 FMAs.
 pub const FMA_PEAK_FLOPS_PER_ITEM: u64 = 8 * FMA_PEAK_ACCUMULATORS as u64 * 8;
 
+/// The largest stride, dilation or pad of a valid key, `2^29`: times a row of at most `2^33`
+/// bytes (a tensor of `MAX_TENSOR_ELEMENTS` floats) it fits the kernels' i64 byte offsets.
+pub const MAX_STEP: usize = 1 << 29;
+
 /// Everything that identifies one compiled kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PrimitiveKey {
@@ -382,7 +386,8 @@ pub enum PrimitiveKey {
 /// A key that describes no valid kernel ([`PrimitiveKey::validate`], and so every compile):
 /// a zero extent, stride or dilation, groups that do not divide the channels, a window that
 /// does not fit in the padded input or (pooling) covers only padding, average pooling with
-/// dilations, a tensor of more than `MAX_TENSOR_ELEMENTS` elements, clip bounds with
+/// dilations, a stride, dilation or pad over [`MAX_STEP`], a tensor of more than
+/// `MAX_TENSOR_ELEMENTS` elements, clip bounds with
 /// `lo > hi` or NaN. `key` is the key's one-liner, `reason` what is wrong; fix that field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid primitive {key}: {reason}")]
@@ -490,6 +495,18 @@ impl PrimitiveKey {
                 )),
             }
         };
+        // Kernels address rows with i64 byte offsets: a stride, dilation or pad times a row of
+        // up to 2^33 bytes must fit, so each is at most 2^29 (found by fuzzing: a conv with a
+        // stride of 2^63 overflowed while being lowered).
+        let bounded = |what: &str, values: &[usize]| -> Result<(), KeyError> {
+            if values.iter().any(|&v| v > MAX_STEP) {
+                fail(format!(
+                    "{what} must be at most {MAX_STEP}, found {values:?}"
+                ))
+            } else {
+                Ok(())
+            }
+        };
         let positive = |what: &str, values: &[usize]| -> Result<(), KeyError> {
             if values.contains(&0) {
                 fail(format!("{what} must be at least 1, found {values:?}"))
@@ -505,6 +522,12 @@ impl PrimitiveKey {
                 )?;
                 positive("strides", &d.strides)?;
                 positive("dilations", &d.dilations)?;
+                bounded("strides", &d.strides)?;
+                bounded("dilations", &d.dilations)?;
+                bounded(
+                    "pads",
+                    &[d.pads.top, d.pads.left, d.pads.bottom, d.pads.right],
+                )?;
                 if d.ic % d.groups != 0 || d.oc % d.groups != 0 {
                     return fail(format!(
                         "groups ({}) must divide the input ({}) and output ({}) channels",
@@ -542,6 +565,12 @@ impl PrimitiveKey {
                 positive("kernel", &d.kernel)?;
                 positive("strides", &d.strides)?;
                 positive("dilations", &d.dilations)?;
+                bounded("strides", &d.strides)?;
+                bounded("dilations", &d.dilations)?;
+                bounded(
+                    "pads",
+                    &[d.pads.top, d.pads.left, d.pads.bottom, d.pads.right],
+                )?;
                 if d.kind == PoolKind::Avg && d.dilations != [1, 1] {
                     return fail("average pooling does not support dilations".into());
                 }
@@ -706,7 +735,8 @@ impl fmt::Display for PrimitiveKey {
                 let [ih, iw, oh, ow] = extent_fields(d.runtime, [d.ih, d.iw, d.oh(), d.ow()]);
                 write!(f, "ic{}ih{ih}iw{iw}oc{}", d.ic, d.oc)?;
                 // benchdnn writes dilation as the gap between taps (0 = dense) and only the top
-                // and left padding: the bottom and right follow from the output extents.
+                // and left padding: the bottom and right follow from the output extents. The
+                // gap is signed: an invalid key with dilation 0 prints `dh-1` in its error.
                 write!(f, "oh{oh}ow{ow}")?;
                 write!(
                     f,
@@ -714,7 +744,12 @@ impl fmt::Display for PrimitiveKey {
                     d.kh, d.kw, d.strides[0], d.strides[1]
                 )?;
                 if d.dilations != [1, 1] {
-                    write!(f, "dh{}dw{}", d.dilations[0] - 1, d.dilations[1] - 1)?;
+                    write!(
+                        f,
+                        "dh{}dw{}",
+                        d.dilations[0] as i128 - 1,
+                        d.dilations[1] as i128 - 1
+                    )?;
                 }
                 write!(f, "ph{}pw{}", d.pads.top, d.pads.left)?;
                 if d.bias {
@@ -740,7 +775,12 @@ impl fmt::Display for PrimitiveKey {
                     d.kernel[0], d.kernel[1], d.strides[0], d.strides[1]
                 )?;
                 if d.dilations != [1, 1] {
-                    write!(f, "dh{}dw{}", d.dilations[0] - 1, d.dilations[1] - 1)?;
+                    write!(
+                        f,
+                        "dh{}dw{}",
+                        d.dilations[0] as i128 - 1,
+                        d.dilations[1] as i128 - 1
+                    )?;
                 }
                 write!(f, "ph{}pw{}", d.pads.top, d.pads.left)?;
                 if d.ceil_mode {

@@ -18,7 +18,7 @@ pub use compile::{
     lower,
 };
 pub use key::{
-    BufferSpec, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout, PoolDesc,
-    PostOpDesc, PrimitiveKey,
+    BufferSpec, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout, MAX_STEP,
+    PoolDesc, PostOpDesc, PrimitiveKey,
 };
 pub use plan::{ConvPlan, PoolPlan};

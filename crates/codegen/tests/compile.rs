@@ -148,3 +148,85 @@ fn oversized_pool_key_is_rejected_for_its_size_before_any_window_scan() {
     );
     assert!(compile(&key, verified(), Dumps::default()).is_err());
 }
+
+/// Fuzzing finding (engine_api with overflow checks): a key with dilation 0 printed its
+/// benchdnn gap as `dilation - 1`, which overflows: validating it panicked in a debug build
+/// (the error message names the key) and printed `dh18446744073709551615` in a release build.
+/// The gap is now signed.
+#[test]
+fn key_with_zero_dilation_is_an_error_whose_key_prints_a_gap_of_minus_one() {
+    let pool = PrimitiveKey::Pool(PoolDesc {
+        kind: PoolKind::Max,
+        mb: 1,
+        c: 3,
+        ih: 5,
+        iw: 5,
+        kernel: [2, 2],
+        strides: [1, 1],
+        pads: Pads::default(),
+        dilations: [0, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+        src_layout: Layout::Nchw,
+        dst_layout: Layout::Nchw,
+        runtime: Default::default(),
+    });
+    let mut conv = ConvDesc::new(1, 3, [5, 5], 4, [3, 3]);
+    conv.dilations = [1, 0];
+    for key in [pool, PrimitiveKey::Conv(conv)] {
+        let err = key.validate().unwrap_err();
+        assert!(err.reason.contains("dilations must be at least 1"), "{err}");
+        let gaps = if matches!(key, PrimitiveKey::Pool(_)) {
+            "dh-1dw0"
+        } else {
+            "dh0dw-1"
+        };
+        assert!(err.key.contains(gaps), "{err}");
+        assert!(compile(&key, verified(), Dumps::default()).is_err());
+    }
+}
+
+/// Fuzzing finding (engine_api with overflow checks): a conv whose stride was 2^63 had one
+/// output row, so it validated, and its lowering overflowed computing the row stride in bytes
+/// (a panic with overflow checks). Strides, dilations and pads are now bounded by `MAX_STEP`,
+/// which keeps every such byte offset within i64.
+#[test]
+fn huge_stride_dilation_or_pad_is_an_invalid_key_not_an_overflow() {
+    let base = ConvDesc::new(1, 3, [10, 11], 4, [5, 3]);
+    let mut stride = base.clone();
+    stride.strides = [11_684_205_100_810_827_259, 1];
+    let mut dilation = base.clone();
+    dilation.dilations = [1, usize::MAX];
+    let mut pad = base.clone();
+    pad.pads.right = usize::MAX;
+    let pool = PrimitiveKey::Pool(PoolDesc {
+        kind: PoolKind::Max,
+        mb: 1,
+        c: 3,
+        ih: 5,
+        iw: 5,
+        kernel: [2, 2],
+        strides: [1, primjit_codegen::MAX_STEP + 1],
+        pads: Pads::default(),
+        dilations: [1, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+        src_layout: Layout::Nchw4c,
+        dst_layout: Layout::Nchw4c,
+        runtime: Default::default(),
+    });
+    for key in [
+        PrimitiveKey::Conv(stride),
+        PrimitiveKey::Conv(dilation),
+        PrimitiveKey::Conv(pad),
+        pool,
+    ] {
+        let err = key.validate().unwrap_err();
+        assert!(err.reason.contains("must be at most 536870912"), "{err}");
+        assert!(compile(&key, verified(), Dumps::default()).is_err());
+    }
+    // The bound itself is valid.
+    let mut largest = base;
+    largest.strides = [primjit_codegen::MAX_STEP, 1];
+    assert_eq!(PrimitiveKey::Conv(largest).validate(), Ok(()));
+}
