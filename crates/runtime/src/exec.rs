@@ -225,7 +225,8 @@ impl Kernel {
             PrimitiveKey::FmaPeak => usize::MAX >> 1,
             _ => key.work_items(),
         };
-        let items = items.unwrap_or(0..limit);
+        // A whole execution is the key's work items (one loop trip of the FMA peak kernel).
+        let items = items.unwrap_or(0..key.work_items());
         if items.start > items.end || items.end > limit {
             return Err(ExecError::WorkItems {
                 key: key.to_string(),

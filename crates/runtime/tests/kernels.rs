@@ -1646,3 +1646,21 @@ fn work_item_ranges_outside_the_rows_are_typed_errors() {
     assert_eq!(result, Ok(()));
     assert!(untouched);
 }
+
+/// `execute` runs a key's whole work: for the FMA peak kernel, one loop trip of 8 FMAs into
+/// each of its 12 accumulators (not every trip `execute_range` could ask for).
+#[test]
+fn fma_peak_execute_runs_one_trip() {
+    let p = compile(&PrimitiveKey::FmaPeak).expect("compile");
+    let mut src = [1.0f32; 8];
+    src[4..].fill(0.5);
+    let mut acc = vec![0.0f32; primjit_codegen::key::FMA_PEAK_ACCUMULATORS * 4];
+    p.execute(ExecArgs {
+        src: &src,
+        weights: None,
+        dst: &mut acc,
+        extra: &[],
+    })
+    .expect("execute");
+    assert!(acc.iter().all(|&x| x == 4.0), "{acc:?}");
+}
