@@ -287,7 +287,7 @@ fuzz_target!(|case: ApiCase| {
         extra: &extra_slices,
     };
     let result = match (&case.range, case.parallel) {
-        (Some(_), _) => p.execute_range(args, items.clone()),
+        (Some(_), _) => p.execute_range(args, None, items.clone()),
         (None, true) => match engine.execute(&p, args) {
             Ok(()) => Ok(()),
             Err(RuntimeError::Exec(e)) => Err(e),

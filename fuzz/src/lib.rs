@@ -181,6 +181,7 @@ impl OpSpec {
                 count_include_pad: self.count_include_pad,
                 src_layout,
                 dst_layout,
+                runtime: Default::default(),
             }),
             OpKind::GlobalMax | OpKind::GlobalAvg => PrimitiveKey::GlobalPool(GlobalPoolDesc {
                 kind: if matches!(self.kind, OpKind::GlobalMax) {
