@@ -123,6 +123,14 @@ impl RuntimeDims {
     fn erase(self, [ih, iw]: [usize; 2]) -> [usize; 2] {
         [if self.h { 0 } else { ih }, if self.w { 0 } else { iw }]
     }
+
+    /// A key's `fixed` extents with each runtime one taken from the call's `extents`.
+    fn fill(self, fixed: [usize; 2], extents: [usize; 2]) -> [usize; 2] {
+        [
+            if self.h { extents[0] } else { fixed[0] },
+            if self.w { extents[1] } else { fixed[1] },
+        ]
+    }
 }
 
 impl fmt::Display for RuntimeDims {
@@ -195,14 +203,9 @@ impl ConvDesc {
 
     /// The fixed-shape convolution one call of this key computes: the runtime extents take
     /// `[ih, iw]`'s values (other entries are ignored).
-    pub fn at(&self, [ih, iw]: [usize; 2]) -> ConvDesc {
+    pub fn at(&self, extents: [usize; 2]) -> ConvDesc {
         let mut d = self.clone();
-        if d.runtime.h {
-            d.ih = ih;
-        }
-        if d.runtime.w {
-            d.iw = iw;
-        }
+        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
         d.runtime = RuntimeDims::NONE;
         d
     }
@@ -285,14 +288,9 @@ impl PoolDesc {
     }
 
     /// The fixed-shape pooling one call of this key computes (see [`ConvDesc::at`]).
-    pub fn at(&self, [ih, iw]: [usize; 2]) -> PoolDesc {
+    pub fn at(&self, extents: [usize; 2]) -> PoolDesc {
         let mut d = self.clone();
-        if d.runtime.h {
-            d.ih = ih;
-        }
-        if d.runtime.w {
-            d.iw = iw;
-        }
+        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
         d.runtime = RuntimeDims::NONE;
         d
     }

@@ -319,50 +319,58 @@ pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
     }
 }
 
-fn conv_axes(d: &ConvDesc) -> [Axis; 2] {
+/// The row and column axes of a window op's geometry.
+#[allow(clippy::too_many_arguments)]
+fn axes(
+    [ih, iw]: [usize; 2],
+    [oh, ow]: [usize; 2],
+    pads: primjit_ir::Pads,
+    kernel: [usize; 2],
+    strides: [usize; 2],
+    dilations: [usize; 2],
+) -> [Axis; 2] {
     [
         Axis {
-            input: d.ih,
-            output: d.oh(),
-            pad_begin: d.pads.top,
-            pad_end: d.pads.bottom,
-            kernel: d.kh,
-            stride: d.strides[0],
-            dilation: d.dilations[0],
+            input: ih,
+            output: oh,
+            pad_begin: pads.top,
+            pad_end: pads.bottom,
+            kernel: kernel[0],
+            stride: strides[0],
+            dilation: dilations[0],
         },
         Axis {
-            input: d.iw,
-            output: d.ow(),
-            pad_begin: d.pads.left,
-            pad_end: d.pads.right,
-            kernel: d.kw,
-            stride: d.strides[1],
-            dilation: d.dilations[1],
+            input: iw,
+            output: ow,
+            pad_begin: pads.left,
+            pad_end: pads.right,
+            kernel: kernel[1],
+            stride: strides[1],
+            dilation: dilations[1],
         },
     ]
 }
 
+fn conv_axes(d: &ConvDesc) -> [Axis; 2] {
+    axes(
+        [d.ih, d.iw],
+        [d.oh(), d.ow()],
+        d.pads,
+        [d.kh, d.kw],
+        d.strides,
+        d.dilations,
+    )
+}
+
 fn pool_axes(d: &PoolDesc) -> [Axis; 2] {
-    [
-        Axis {
-            input: d.ih,
-            output: d.oh(),
-            pad_begin: d.pads.top,
-            pad_end: d.pads.bottom,
-            kernel: d.kernel[0],
-            stride: d.strides[0],
-            dilation: d.dilations[0],
-        },
-        Axis {
-            input: d.iw,
-            output: d.ow(),
-            pad_begin: d.pads.left,
-            pad_end: d.pads.right,
-            kernel: d.kernel[1],
-            stride: d.strides[1],
-            dilation: d.dilations[1],
-        },
-    ]
+    axes(
+        [d.ih, d.iw],
+        [d.oh(), d.ow()],
+        d.pads,
+        d.kernel,
+        d.strides,
+        d.dilations,
+    )
 }
 
 /// Strides of an activation buffer, in elements.
