@@ -488,20 +488,21 @@ impl<'a> Emit<'a> {
         ptrs: &[Value],
         steps: &[i64],
         body: impl FnMut(&mut Self, &[Value]),
-    ) {
+    ) -> Vec<Value> {
         let steps: Vec<Scalar> = steps.iter().map(|&s| Scalar::Const(s)).collect();
-        self.for_ptrs(Scalar::Const(count as i64), ptrs, &steps, body);
+        self.for_ptrs(Scalar::Const(count as i64), ptrs, &steps, body)
     }
 
     /// Pointers that advance by `steps` bytes per iteration of a loop of `count` trips, where
-    /// both may be known only at run time.
+    /// both may be known only at run time. Returns the pointers as they leave the loop, so code
+    /// after it continues from them instead of keeping the start pointers live across it.
     pub fn for_ptrs(
         &mut self,
         count: Scalar,
         ptrs: &[Value],
         steps: &[Scalar],
         mut body: impl FnMut(&mut Self, &[Value]),
-    ) {
+    ) -> Vec<Value> {
         let mut step = |e: &mut Self, p: &[Value]| -> Vec<Value> {
             body(e, p);
             p.iter()
@@ -510,9 +511,7 @@ impl<'a> Emit<'a> {
                 .collect()
         };
         match count {
-            Scalar::Const(n) => {
-                self.for_count(n as usize, ptrs, |e, _, p| step(e, p));
-            }
+            Scalar::Const(n) => self.for_count(n as usize, ptrs, |e, _, p| step(e, p)),
             Scalar::Dyn(n) => {
                 // Counting down to zero: one register for the trip count, not two.
                 let header = self.b.create_block();
@@ -544,6 +543,7 @@ impl<'a> Emit<'a> {
                     .collect();
                 self.b.ins().jump(header, &args);
                 self.b.switch_to_block(exit);
+                params[1..].to_vec()
             }
         }
     }

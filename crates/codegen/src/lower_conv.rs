@@ -339,13 +339,20 @@ fn rows(
 }
 
 /// The length of a run of output columns.
-enum RunLen {
+enum RunLen<'a> {
     Fixed(usize),
-    /// A runtime body: full tiles in a loop, then one remainder tile picked by a jump table.
-    Runtime {
-        full_tiles: Value,
-        remainder: Value,
-    },
+    /// The runtime body of a column template: full tiles in a loop, then one remainder tile
+    /// picked by a jump table.
+    Body(&'a AxisTemplate),
+}
+
+/// The runtime split of the row into the template's parts, from fresh loads of the widths:
+/// computed where each part is needed, so that nothing computed before the body's loop stays
+/// live across it and takes a register from the loops inside.
+fn column_split(e: &mut Emit<'_>, plan: &ConvPlan, t: &AxisTemplate) -> ColumnSplit {
+    let iw = e.extent(ExtentArg::InputW);
+    let ow = e.extent(ExtentArg::OutputW);
+    ColumnSplit::new(e, t, iw, ow, plan.pixel_tile)
 }
 
 fn columns(
@@ -380,25 +387,17 @@ fn columns(
             }
         }
         AxisPlan::Template(t) => {
-            let (iw, ow) = (e.value(geo.iw), e.value(geo.ow));
-            let split = &ColumnSplit::new(e, t, iw, ow, plan.pixel_tile);
+            let template = column_split(e, plan, t).template;
             e.if_else(
-                split.template,
+                template,
                 |e| {
                     for col in &t.head {
                         let start = Scalar::Const(col.outputs.start as i64);
                         run(e, start, RunLen::Fixed(col.outputs.len()), col.taps.clone());
                     }
-                    let body = RunLen::Runtime {
-                        full_tiles: split.full_tiles,
-                        remainder: split.remainder,
-                    };
-                    run(
-                        e,
-                        Scalar::Const(t.head_len() as i64),
-                        body,
-                        t.body_taps.clone(),
-                    );
+                    let body_start = Scalar::Const(t.head_len() as i64);
+                    run(e, body_start, RunLen::Body(t), t.body_taps.clone());
+                    let split = &column_split(e, plan, t);
                     let tail = |e: &mut Emit<'_>, class: usize| {
                         let total = t.tail_len(class) as i64;
                         for r in &t.tails[class] {
@@ -413,6 +412,7 @@ fn columns(
                 },
                 |e| {
                     // Narrow inputs, where borders meet: one pixel at a time.
+                    let (iw, ow) = (e.value(geo.iw), e.value(geo.ow));
                     let zero = e.iconst(0);
                     e.for_range(zero, ow, &[], |e, o, _| {
                         let (first, count) =
@@ -463,14 +463,14 @@ fn column_run(
         .iter()
         .map(|&r| e.offset_by(r, start, dst_px))
         .collect();
-    let p = plan.pixel_tile as i64;
+    let tile_px = plan.pixel_tile as i64;
     let mut ptrs = vec![src0, dst0];
     ptrs.extend(&res0);
     let mut steps = vec![
-        Scalar::Const(p * d.strides[1] as i64 * src_px),
-        Scalar::Const(p * dst_px),
+        Scalar::Const(tile_px * d.strides[1] as i64 * src_px),
+        Scalar::Const(tile_px * dst_px),
     ];
-    steps.extend(std::iter::repeat_n(Scalar::Const(p * dst_px), res0.len()));
+    steps.extend(std::iter::repeat_n(Scalar::Const(tile_px * dst_px), res0.len()));
     let at = |q: &[Value]| {
         (
             TilePtrs {
@@ -481,49 +481,34 @@ fn column_run(
             q[2..].to_vec(),
         )
     };
-    let (full, rem) = match len {
+    let tile_at = |e: &mut Emit<'_>, pixels: usize, q: &[Value]| {
+        let (t, r) = at(q);
+        pixel_tile(e, plan, pixels, row_taps, col_taps, t, &r, lanes);
+    };
+    let p = plan.pixel_tile;
+    match len {
         RunLen::Fixed(len) if matches!(col_taps, Taps::Runtime { .. }) => {
             debug_assert_eq!(len, 1, "runtime column taps take one pixel at a time");
-            let (t, r) = at(&ptrs);
-            pixel_tile(e, plan, 1, row_taps, col_taps, t, &r, lanes);
-            return;
+            tile_at(e, 1, &ptrs);
         }
-        RunLen::Fixed(len) => (
-            Scalar::Const((len / plan.pixel_tile) as i64),
-            Scalar::Const((len % plan.pixel_tile) as i64),
-        ),
-        RunLen::Runtime {
-            full_tiles,
-            remainder,
-        } => (Scalar::Dyn(full_tiles), Scalar::Dyn(remainder)),
-    };
-    e.for_ptrs(full, &ptrs, &steps, |e, q| {
-        let (t, r) = at(q);
-        pixel_tile(e, plan, plan.pixel_tile, row_taps, col_taps, t, &r, lanes);
-    });
-    let skip = |e: &mut Emit<'_>| -> Vec<Value> {
-        ptrs.iter()
-            .zip(&steps)
-            .map(|(&ptr, &step)| match (full, step) {
-                (Scalar::Const(n), Scalar::Const(s)) => e.offset(ptr, n * s),
-                (n, Scalar::Const(s)) => e.offset_by(ptr, n, s),
-                (_, Scalar::Dyn(_)) => unreachable!("column steps are constant"),
-            })
-            .collect()
-    };
-    match rem {
-        Scalar::Const(0) => {}
-        Scalar::Const(r) => {
-            let q = skip(e);
-            let (t, res) = at(&q);
-            pixel_tile(e, plan, r as usize, row_taps, col_taps, t, &res, lanes);
+        RunLen::Fixed(len) => {
+            // The remainder tile continues from where the full tiles left the pointers.
+            let q = e.for_ptrs(Scalar::Const((len / p) as i64), &ptrs, &steps, |e, q| {
+                tile_at(e, p, q)
+            });
+            if len % p > 0 {
+                tile_at(e, len % p, &q);
+            }
         }
-        Scalar::Dyn(r) => {
-            let q = skip(e);
-            e.switch(r, plan.pixel_tile, |e, pixels| {
+        RunLen::Body(t) => {
+            let full_tiles = column_split(e, plan, t).full_tiles;
+            let q = e.for_ptrs(Scalar::Dyn(full_tiles), &ptrs, &steps, |e, q| {
+                tile_at(e, p, q)
+            });
+            let remainder = column_split(e, plan, t).remainder;
+            e.switch(remainder, p, |e, pixels| {
                 if pixels > 0 {
-                    let (t, res) = at(&q);
-                    pixel_tile(e, plan, pixels, row_taps, col_taps, t, &res, lanes);
+                    tile_at(e, pixels, &q);
                 }
             });
         }
@@ -587,14 +572,38 @@ fn pixel_tile(
             }
         };
         let kh_w_off = e.mul(kh_first, per_kh);
-        let mut state = vec![tile.src, tile.weights];
+        // The kernel-row loop carries the reduction's own pointers, and the channel step
+        // continues from where it leaves them: no pointer of the channel loop stays live
+        // across the kernel-row loop beside the pointers that loop carries.
+        let kh_src_walk = match (kh_count, kh_src_step) {
+            (Scalar::Const(n), s) => e.mul(s, n),
+            (n, s) => {
+                let (n, s) = (e.value(n), e.value(s));
+                Scalar::Dyn(e.b.ins().imul(n, s))
+            }
+        };
+        let ic_src_rest = match (ic_src_step, kh_src_walk) {
+            (Scalar::Const(a), Scalar::Const(b)) => Scalar::Const(a - b),
+            (a, b) => {
+                let (a, b) = (e.value(a), e.value(b));
+                Scalar::Dyn(e.b.ins().isub(a, b))
+            }
+        };
+        let ic_w_step = plan.ic_step as i64 * per_ic;
+        let ic_w_rest = match kh_count {
+            Scalar::Const(n) => Scalar::Const(ic_w_step - n * per_kh),
+            Scalar::Dyn(n) => {
+                let walk = e.b.ins().imul_imm_s(n, per_kh);
+                let step = e.iconst(ic_w_step);
+                Scalar::Dyn(e.b.ins().isub(step, walk))
+            }
+        };
+        let mut state = vec![
+            e.offset_by(tile.src, kh_src_off, 1),
+            e.offset_by(tile.weights, kh_w_off, 1),
+        ];
         state.extend(&acc);
         let out = e.for_count(steps, &state, |e, _, s| {
-            let (src_ic, w_ic) = (s[0], s[1]);
-            let src_kh0 = e.offset_by(src_ic, kh_src_off, 1);
-            let w_kh0 = e.offset_by(w_ic, kh_w_off, 1);
-            let mut inner = vec![src_kh0, w_kh0];
-            inner.extend(&s[2..]);
             let kh_body = |e: &mut Emit<'_>, _: Value, k: &[Value]| -> Vec<Value> {
                 let (src_kh, w_kh) = (k[0], k[1]);
                 let mut acc = k[2..].to_vec();
@@ -647,18 +656,18 @@ fn pixel_tile(
                 next.extend(acc);
                 next
             };
-            let acc_out = match kh_count {
-                Scalar::Const(n) => e.for_count(n as usize, &inner, kh_body),
+            let kh_out = match kh_count {
+                Scalar::Const(n) => e.for_count(n as usize, s, kh_body),
                 Scalar::Dyn(n) => {
                     let zero = e.iconst(0);
-                    e.for_range(zero, n, &inner, kh_body)
+                    e.for_range(zero, n, s, kh_body)
                 }
             };
             let mut next = vec![
-                e.offset_by(src_ic, ic_src_step, 1),
-                e.offset(w_ic, plan.ic_step as i64 * per_ic),
+                e.offset_by(kh_out[0], ic_src_rest, 1),
+                e.offset_by(kh_out[1], ic_w_rest, 1),
             ];
-            next.extend(&acc_out[2..]);
+            next.extend(&kh_out[2..]);
             next
         });
         acc = out[2..].to_vec();
