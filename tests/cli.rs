@@ -1380,7 +1380,7 @@ fn dump_dynamic_marks_runtime_fields_and_the_remainder_dispatch() {
         "{out}"
     );
     assert!(out.contains("runtime extents: w"), "{out}");
-    assert!(out.contains("remainder 1..5 by jump table"), "{out}");
+    assert!(out.contains("remainder 1..4 by jump table"), "{out}");
     assert!(
         out.contains("%p: pool_max mb1ic8ih16iw*oh8ow*kh2kw2sh2sw2ph0pw0"),
         "{out}"

@@ -678,6 +678,11 @@ fn pixel_tile(
 
 /// One kernel tap of one input channel: `vecs` weight vectors at `w + w_off`, and for each
 /// pixel an input at `src + x_offs[p]`, multiplied and added into the tile's accumulators.
+///
+/// Weight vector outer, pixel inner: each weight vector is loaded right before its FMAs and
+/// dies after them, so a tile of 12 accumulators needs 14 vector registers, not 15. The one
+/// left over lets the register allocator rotate the accumulators at the loop's back edge
+/// (every FMA leaves its sum in the register of its broadcast) without spilling.
 fn fma_step(
     e: &mut Emit<'_>,
     vecs: usize,
@@ -687,11 +692,9 @@ fn fma_step(
     x_offs: &[i64],
     acc: &mut [Value],
 ) {
-    let wv: Vec<Value> = (0..vecs)
-        .map(|v| e.load_vec(w, w_off + (v * LANES) as i64 * F32_BYTES))
-        .collect();
-    for (p, &x_off) in x_offs.iter().enumerate() {
-        for (v, &wv) in wv.iter().enumerate() {
+    for v in 0..vecs {
+        let wv = e.load_vec(w, w_off + (v * LANES) as i64 * F32_BYTES);
+        for (p, &x_off) in x_offs.iter().enumerate() {
             // A broadcast per FMA: the FMA overwrites its first factor, so a shared broadcast
             // would cost a register copy, while a fresh one folds into `vbroadcastss m32`.
             let x = e.splat_load(src, x_off);

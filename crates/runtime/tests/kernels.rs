@@ -723,9 +723,9 @@ proptest! {
     }
 }
 
-/// Every width from 1 to 64 (and a sample of wider ones), for tiles of 12 pixels
-/// (one channel vector), 6 pixels (two), strided and dilated windows and the trunk's first
-/// layer, against the exact kernels.
+/// Every width from 1 to 64 (and a sample of wider ones), for tiles of 12 and 10 pixels
+/// (one channel vector), 6 and 5 pixels (two), strided and dilated windows and the trunk's
+/// first layer, against the exact kernels.
 #[test]
 fn conv_runtime_width_covers_every_remainder() {
     let pads = |p: usize| Pads {
@@ -742,6 +742,7 @@ fn conv_runtime_width_covers_every_remainder() {
         (4, 8, 3, 1, 2, 2, Layout::Nchw4c),
         (3, 8, 7, 2, 1, 3, Layout::Nchw),
         (5, 6, 1, 2, 1, 0, Layout::Nchw),
+        (4, 4, 1, 2, 1, 0, Layout::Nchw4c),
     ] {
         let mut desc = ConvDesc::new(1, ic, [5, 1], oc, [k, k]);
         desc.strides = [s, s];
