@@ -470,7 +470,10 @@ fn column_run(
         Scalar::Const(tile_px * d.strides[1] as i64 * src_px),
         Scalar::Const(tile_px * dst_px),
     ];
-    steps.extend(std::iter::repeat_n(Scalar::Const(tile_px * dst_px), res0.len()));
+    steps.extend(std::iter::repeat_n(
+        Scalar::Const(tile_px * dst_px),
+        res0.len(),
+    ));
     let at = |q: &[Value]| {
         (
             TilePtrs {
