@@ -126,13 +126,16 @@ impl Geometry {
 }
 
 impl ColumnSplit {
-    pub(crate) fn new(
-        e: &mut Emit<'_>,
-        t: &AxisTemplate,
-        iw: Value,
-        ow: Value,
-        tile: usize,
-    ) -> Self {
+    /// The split from fresh loads of the widths. Kernels compute it where each part is
+    /// needed, so that nothing computed before the body's loop stays live across it and takes
+    /// a register from the loops inside.
+    pub(crate) fn load(e: &mut Emit<'_>, t: &AxisTemplate, tile: usize) -> Self {
+        let iw = e.extent(ExtentArg::InputW);
+        let ow = e.extent(ExtentArg::OutputW);
+        Self::new(e, t, iw, ow, tile)
+    }
+
+    fn new(e: &mut Emit<'_>, t: &AxisTemplate, iw: Value, ow: Value, tile: usize) -> Self {
         let template =
             e.b.ins()
                 .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, iw, t.min_input as i64);
@@ -339,20 +342,11 @@ fn rows(
 }
 
 /// The length of a run of output columns.
-enum RunLen<'a> {
+pub(crate) enum RunLen<'a> {
     Fixed(usize),
     /// The runtime body of a column template: full tiles in a loop, then one remainder tile
     /// picked by a jump table.
     Body(&'a AxisTemplate),
-}
-
-/// The runtime split of the row into the template's parts, from fresh loads of the widths:
-/// computed where each part is needed, so that nothing computed before the body's loop stays
-/// live across it and takes a register from the loops inside.
-fn column_split(e: &mut Emit<'_>, plan: &ConvPlan, t: &AxisTemplate) -> ColumnSplit {
-    let iw = e.extent(ExtentArg::InputW);
-    let ow = e.extent(ExtentArg::OutputW);
-    ColumnSplit::new(e, t, iw, ow, plan.pixel_tile)
 }
 
 fn columns(
@@ -387,7 +381,7 @@ fn columns(
             }
         }
         AxisPlan::Template(t) => {
-            let template = column_split(e, plan, t).template;
+            let template = ColumnSplit::load(e, t, plan.pixel_tile).template;
             e.if_else(
                 template,
                 |e| {
@@ -397,7 +391,7 @@ fn columns(
                     }
                     let body_start = Scalar::Const(t.head_len() as i64);
                     run(e, body_start, RunLen::Body(t), t.body_taps.clone());
-                    let split = &column_split(e, plan, t);
+                    let split = &ColumnSplit::load(e, t, plan.pixel_tile);
                     let tail = |e: &mut Emit<'_>, class: usize| {
                         let total = t.tail_len(class) as i64;
                         for r in &t.tails[class] {
@@ -504,11 +498,11 @@ fn column_run(
             }
         }
         RunLen::Body(t) => {
-            let full_tiles = column_split(e, plan, t).full_tiles;
+            let full_tiles = ColumnSplit::load(e, t, plan.pixel_tile).full_tiles;
             let q = e.for_ptrs(Scalar::Dyn(full_tiles), &ptrs, &steps, |e, q| {
                 tile_at(e, p, q)
             });
-            let remainder = column_split(e, plan, t).remainder;
+            let remainder = ColumnSplit::load(e, t, plan.pixel_tile).remainder;
             e.switch(remainder, p, |e, pixels| {
                 if pixels > 0 {
                     tile_at(e, pixels, &q);

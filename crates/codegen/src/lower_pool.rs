@@ -12,7 +12,7 @@ use primjit_ir::PoolKind;
 
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::{EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout};
-use crate::lower_conv::ColumnSplit;
+use crate::lower_conv::{ColumnSplit, RunLen};
 use crate::plan::{AxisPlan, LANES, PoolPlan, Strides};
 
 const SRC: usize = 0;
@@ -87,60 +87,40 @@ enum Taps {
     },
 }
 
-/// The call's geometry, computed once at entry.
-struct Geometry {
-    src: ActStrides,
-    dst: ActStrides,
-    ih: Value,
-    iw: Value,
-    oh: Scalar,
-    ow: Scalar,
-    cols: Option<ColumnSplit>,
+/// One side of the pool, its input or its output: extents and strides in fresh values. Runtime
+/// extents are loaded from the kernel's argument where they are used, so that no runtime value
+/// stays live across the loops and takes a register from the ones inside (the same reason as
+/// in `lower_conv`).
+struct Side {
+    strides: ActStrides,
+    h: Scalar,
+    w: Scalar,
 }
 
-impl Geometry {
-    fn new(e: &mut Emit<'_>, plan: &PoolPlan) -> Self {
+impl Side {
+    fn input(e: &mut Emit<'_>, plan: &PoolPlan) -> Self {
         let d = &plan.desc;
-        let rt = d.runtime;
-        let ih = e.extent(ExtentArg::InputH);
-        let iw = e.extent(ExtentArg::InputW);
-        let sih = if rt.h {
-            Scalar::Dyn(ih)
-        } else {
-            Scalar::Const(d.ih as i64)
-        };
-        let siw = if rt.w {
-            Scalar::Dyn(iw)
-        } else {
-            Scalar::Const(d.iw as i64)
-        };
-        let oh = if rt.h {
-            Scalar::Dyn(e.extent(ExtentArg::OutputH))
-        } else {
-            Scalar::Const(d.oh() as i64)
-        };
-        let ow = if rt.w {
-            Scalar::Dyn(e.extent(ExtentArg::OutputW))
-        } else {
-            Scalar::Const(d.ow() as i64)
-        };
-        let src = e.act_strides(d.src_layout, d.c, sih, siw);
-        let dst = e.act_strides(d.dst_layout, d.c, oh, ow);
-        let cols = match (&plan.cols, ow) {
-            (AxisPlan::Template(t), Scalar::Dyn(ow)) => {
-                Some(ColumnSplit::new(e, t, iw, ow, plan.pixel_tile))
-            }
-            _ => None,
-        };
-        Geometry {
-            src,
-            dst,
-            ih,
-            iw,
-            oh,
-            ow,
-            cols,
-        }
+        let h = extent(e, d.runtime.h, ExtentArg::InputH, d.ih);
+        let w = extent(e, d.runtime.w, ExtentArg::InputW, d.iw);
+        let strides = e.act_strides(d.src_layout, d.c, h, w);
+        Side { strides, h, w }
+    }
+
+    fn output(e: &mut Emit<'_>, plan: &PoolPlan) -> Self {
+        let d = &plan.desc;
+        let h = extent(e, d.runtime.h, ExtentArg::OutputH, d.oh());
+        let w = extent(e, d.runtime.w, ExtentArg::OutputW, d.ow());
+        let strides = e.act_strides(d.dst_layout, d.c, h, w);
+        Side { strides, h, w }
+    }
+}
+
+/// A constant for a fixed extent, a load for a runtime one.
+fn extent(e: &mut Emit<'_>, runtime: bool, which: ExtentArg, fixed: usize) -> Scalar {
+    if runtime {
+        Scalar::Dyn(e.extent(which))
+    } else {
+        Scalar::Const(fixed as i64)
     }
 }
 
@@ -172,11 +152,17 @@ fn runtime_taps(
 pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let geo = Geometry::new(e, plan);
+    let (input, output) = (Side::input(e, plan), Side::output(e, plan));
     let src = e.buffer(SRC);
     let dst = e.buffer(DST);
-    let image_steps = [e.mul(geo.src.image, f), e.mul(geo.dst.image, f)];
-    let block_steps = [e.mul(geo.src.block, f), e.mul(geo.dst.block, f)];
+    let image_steps = [
+        e.mul(input.strides.image, f),
+        e.mul(output.strides.image, f),
+    ];
+    let block_steps = [
+        e.mul(input.strides.block, f),
+        e.mul(output.strides.block, f),
+    ];
     e.for_ptrs(
         Scalar::Const(d.mb as i64),
         &[src, dst],
@@ -191,12 +177,14 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
                     &block_steps,
                     |e, q| {
                         let row = |e: &mut Emit<'_>, oh: Value, taps: Taps| {
+                            let src_row_step = Side::input(e, plan).strides.row;
+                            let dst_row_step = Side::output(e, plan).strides.row;
                             let src_row =
-                                e.scaled_by(q[0], oh, geo.src.row, d.strides[0] as i64 * f, 0);
-                            let top = e.mul(geo.src.row, -(d.pads.top as i64) * f);
+                                e.scaled_by(q[0], oh, src_row_step, d.strides[0] as i64 * f, 0);
+                            let top = e.mul(src_row_step, -(d.pads.top as i64) * f);
                             let src_row = e.offset_by(src_row, top, 1);
-                            let dst_row = e.scaled_by(q[1], oh, geo.dst.row, f, 0);
-                            pool_columns(e, plan, &geo, &taps, src_row, dst_row, lanes);
+                            let dst_row = e.scaled_by(q[1], oh, dst_row_step, f, 0);
+                            pool_columns(e, plan, &taps, src_row, dst_row, lanes);
                         };
                         match &plan.rows {
                             AxisPlan::Fixed(runs) => {
@@ -214,12 +202,15 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
                                 }
                             }
                             AxisPlan::PerOutput | AxisPlan::Template(_) => {
-                                let (start, end) = e.clamp_items_to(Scalar::Const(0), geo.oh);
+                                let oh = Side::output(e, plan).h;
+                                let (start, end) = e.clamp_items_to(Scalar::Const(0), oh);
                                 e.for_range(start, end, &[], |e, oh, _| {
+                                    let ih = Side::input(e, plan).h;
+                                    let ih = e.value(ih);
                                     let taps = runtime_taps(
                                         e,
                                         oh,
-                                        geo.ih,
+                                        ih,
                                         d.pads.top,
                                         d.pads.bottom,
                                         d.kernel[0],
@@ -243,7 +234,6 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
 fn pool_columns(
     e: &mut Emit<'_>,
     plan: &PoolPlan,
-    geo: &Geometry,
     row: &Taps,
     src_row: Value,
     dst_row: Value,
@@ -252,7 +242,7 @@ fn pool_columns(
     let d = &plan.desc;
     let run = |e: &mut Emit<'_>, start: Scalar, len: RunLen, taps: Range<usize>, count: usize| {
         let col = Taps::Fixed { taps, count };
-        pool_run(e, plan, geo, row, &col, start, len, src_row, dst_row, lanes);
+        pool_run(e, plan, row, &col, start, len, src_row, dst_row, lanes);
     };
     match &plan.cols {
         AxisPlan::Fixed(runs) => {
@@ -268,9 +258,9 @@ fn pool_columns(
             }
         }
         AxisPlan::Template(t) => {
-            let split = geo.cols.as_ref().expect("a column template has its split");
+            let template = ColumnSplit::load(e, t, plan.pixel_tile).template;
             e.if_else(
-                split.template,
+                template,
                 |e| {
                     for c in &t.head {
                         let start = Scalar::Const(c.outputs.start as i64);
@@ -282,12 +272,9 @@ fn pool_columns(
                             c.count,
                         );
                     }
-                    let body = RunLen::Runtime {
-                        full_tiles: split.full_tiles,
-                        remainder: split.remainder,
-                    };
                     let head = Scalar::Const(t.head_len() as i64);
-                    run(e, head, body, t.body_taps.clone(), t.body_count);
+                    run(e, head, RunLen::Body(t), t.body_taps.clone(), t.body_count);
+                    let split = &ColumnSplit::load(e, t, plan.pixel_tile);
                     let tail = |e: &mut Emit<'_>, class: usize| {
                         let total = t.tail_len(class) as i64;
                         for r in &t.tails[class] {
@@ -303,12 +290,15 @@ fn pool_columns(
                 },
                 |e| {
                     let zero = e.iconst(0);
-                    let ow = e.value(geo.ow);
+                    let ow = Side::output(e, plan).w;
+                    let ow = e.value(ow);
                     e.for_range(zero, ow, &[], |e, o, _| {
+                        let iw = Side::input(e, plan).w;
+                        let iw = e.value(iw);
                         let col = runtime_taps(
                             e,
                             o,
-                            geo.iw,
+                            iw,
                             d.pads.left,
                             d.pads.right,
                             d.kernel[1],
@@ -319,7 +309,6 @@ fn pool_columns(
                         pool_run(
                             e,
                             plan,
-                            geo,
                             row,
                             &col,
                             Scalar::Dyn(o),
@@ -337,22 +326,11 @@ fn pool_columns(
     }
 }
 
-/// The length of a run of output columns.
-enum RunLen {
-    Fixed(usize),
-    /// A runtime body: full tiles in a loop, then one remainder tile picked by a jump table.
-    Runtime {
-        full_tiles: Value,
-        remainder: Value,
-    },
-}
-
 /// The output columns `[start, start + len)` of one row, whose windows share `col`'s taps.
 #[allow(clippy::too_many_arguments)]
 fn pool_run(
     e: &mut Emit<'_>,
     plan: &PoolPlan,
-    geo: &Geometry,
     row: &Taps,
     col: &Taps,
     start: Scalar,
@@ -363,60 +341,51 @@ fn pool_run(
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let src_px = geo.src.pixel * f;
-    let dst_px = geo.dst.pixel * f;
+    let src_px = pixel_stride(d.src_layout) * f;
+    let dst_px = pixel_stride(d.dst_layout) * f;
     let src0 = e.offset_by(src_row, start, d.strides[1] as i64 * src_px);
     let src0 = e.offset(src0, -(d.pads.left as i64) * src_px);
     let dst0 = e.offset_by(dst_row, start, dst_px);
-    if let Taps::Runtime { .. } = col {
-        debug_assert!(
-            matches!(len, RunLen::Fixed(1)),
-            "runtime column taps take one pixel at a time"
-        );
-        pool_tile(e, plan, geo, 1, row, col, src0, dst0, lanes);
-        return;
-    }
     let tile = plan.pixel_tile;
     let t = tile as i64;
-    let steps = [t * d.strides[1] as i64 * src_px, t * dst_px];
-    let (full, rem) = match len {
-        RunLen::Fixed(len) => (
-            Scalar::Const((len / tile) as i64),
-            Scalar::Const((len % tile) as i64),
-        ),
-        RunLen::Runtime {
-            full_tiles,
-            remainder,
-        } => (Scalar::Dyn(full_tiles), Scalar::Dyn(remainder)),
+    let steps = [
+        Scalar::Const(t * d.strides[1] as i64 * src_px),
+        Scalar::Const(t * dst_px),
+    ];
+    let tile_at = |e: &mut Emit<'_>, pixels: usize, q: &[Value]| {
+        pool_tile(e, plan, pixels, row, col, q[0], q[1], lanes);
     };
-    e.for_ptrs(
-        full,
-        &[src0, dst0],
-        &[Scalar::Const(steps[0]), Scalar::Const(steps[1])],
-        |e, q| {
-            pool_tile(e, plan, geo, tile, row, col, q[0], q[1], lanes);
-        },
-    );
-    let skip = |e: &mut Emit<'_>| -> [Value; 2] {
-        [
-            e.offset_by(src0, full, steps[0]),
-            e.offset_by(dst0, full, steps[1]),
-        ]
-    };
-    match rem {
-        Scalar::Const(0) => {}
-        Scalar::Const(r) => {
-            let [s, o] = skip(e);
-            pool_tile(e, plan, geo, r as usize, row, col, s, o, lanes);
+    match len {
+        RunLen::Fixed(len) if matches!(col, Taps::Runtime { .. }) => {
+            debug_assert_eq!(len, 1, "runtime column taps take one pixel at a time");
+            tile_at(e, 1, &[src0, dst0]);
         }
-        Scalar::Dyn(r) => {
-            let [s, o] = skip(e);
-            e.switch(r, tile, |e, pixels| {
+        RunLen::Fixed(len) => {
+            // The remainder tile continues from where the full tiles left the pointers.
+            let full = Scalar::Const((len / tile) as i64);
+            let q = e.for_ptrs(full, &[src0, dst0], &steps, |e, q| tile_at(e, tile, q));
+            if len % tile > 0 {
+                tile_at(e, len % tile, &q);
+            }
+        }
+        RunLen::Body(t) => {
+            let full = Scalar::Dyn(ColumnSplit::load(e, t, tile).full_tiles);
+            let q = e.for_ptrs(full, &[src0, dst0], &steps, |e, q| tile_at(e, tile, q));
+            let remainder = ColumnSplit::load(e, t, tile).remainder;
+            e.switch(remainder, tile, |e, pixels| {
                 if pixels > 0 {
-                    pool_tile(e, plan, geo, pixels, row, col, s, o, lanes);
+                    tile_at(e, pixels, &q);
                 }
             });
         }
+    }
+}
+
+/// Elements from one pixel to the next along a row.
+fn pixel_stride(layout: Layout) -> i64 {
+    match layout {
+        Layout::Nchw => 1,
+        Layout::Nchw4c => LANES as i64,
     }
 }
 
@@ -425,7 +394,6 @@ fn pool_run(
 fn pool_tile(
     e: &mut Emit<'_>,
     plan: &PoolPlan,
-    geo: &Geometry,
     pixels: usize,
     row: &Taps,
     col: &Taps,
@@ -441,10 +409,11 @@ fn pool_tile(
     };
     let fill = e.splat_const(0.0);
     let acc: Vec<Value> = (0..pixels).map(|_| e.splat_const(init)).collect();
-    let src_px = geo.src.pixel * f;
-    let kh_step = e.mul(geo.src.row, d.dilations[0] as i64 * f);
+    let input = Side::input(e, plan).strides;
+    let src_px = input.pixel * f;
+    let kh_step = e.mul(input.row, d.dilations[0] as i64 * f);
     let kw_step = d.dilations[1] as i64 * src_px;
-    let channel = geo.src.channel;
+    let channel = input.channel;
     let reduce = |e: &mut Emit<'_>, src: Value, off: i64, a: Value| {
         let x = load(e, d.src_layout, channel, src, off, lanes, fill);
         match d.kind {
@@ -525,13 +494,18 @@ fn pool_tile(
             e.b.ins().splat(types::F32X4, recip)
         }
     });
+    // Only an NCHW destination needs its channel stride (and its extents).
+    let dst_channel = match d.dst_layout {
+        Layout::Nchw => Side::output(e, plan).strides.channel,
+        Layout::Nchw4c => Scalar::Const(1),
+    };
     for (p, &a) in acc.iter().enumerate() {
         let v = match scale {
             Some(s) => e.b.ins().fmul(a, s),
             None => a,
         };
-        let off = p as i64 * geo.dst.pixel * f;
-        store(e, d.dst_layout, geo.dst.channel, v, dst, off, lanes);
+        let off = p as i64 * pixel_stride(d.dst_layout) * f;
+        store(e, d.dst_layout, dst_channel, v, dst, off, lanes);
     }
 }
 
