@@ -230,6 +230,41 @@ impl<'a> Emit<'a> {
         self.b.switch_to_block(done);
     }
 
+    /// [`Self::if_else`] whose branches each produce values of the same types: returns the
+    /// values of the branch taken.
+    pub fn if_else_values(
+        &mut self,
+        cond: Value,
+        then: impl FnOnce(&mut Self) -> Vec<Value>,
+        otherwise: impl FnOnce(&mut Self) -> Vec<Value>,
+    ) -> Vec<Value> {
+        let (t, f, done) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(cond, t, &[], f, &[]);
+        self.b.switch_to_block(t);
+        let then_values = then(self);
+        for &v in &then_values {
+            let ty = self.b.func.dfg.value_type(v);
+            self.b.append_block_param(done, ty);
+        }
+        let args: Vec<BlockArg> = then_values.into_iter().map(BlockArg::Value).collect();
+        self.b.ins().jump(done, &args);
+        self.b.switch_to_block(f);
+        let other_values = otherwise(self);
+        debug_assert_eq!(
+            other_values.len(),
+            args.len(),
+            "both branches give the same values"
+        );
+        let args: Vec<BlockArg> = other_values.into_iter().map(BlockArg::Value).collect();
+        self.b.ins().jump(done, &args);
+        self.b.switch_to_block(done);
+        self.b.block_params(done).to_vec()
+    }
+
     /// The taps `k` in `0..kernel` of the window at runtime output coordinate `o` that land
     /// in `0..input`, as `(first, count)`: the runtime twin of [`crate::plan::tap_interval`].
     pub fn runtime_taps(

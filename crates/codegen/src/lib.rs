@@ -21,4 +21,4 @@ pub use key::{
     BufferSpec, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout, MAX_STEP,
     PoolDesc, PostOpDesc, PrimitiveKey,
 };
-pub use plan::{ConvPlan, PoolPlan};
+pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan};

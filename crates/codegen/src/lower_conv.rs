@@ -39,6 +39,10 @@ struct TilePtrs {
     weights: Value,
     bias: Option<Value>,
     dst: Value,
+    /// Which chunk of the reduction this is, when the plan splits it
+    /// ([`ConvPlan::chunks`]): the first starts from the bias, the last applies the post-ops,
+    /// the others carry partial sums through the destination.
+    chunk: Option<Value>,
 }
 
 /// The kernel taps of one axis for the outputs at hand.
@@ -274,6 +278,7 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
                             weights: p[1],
                             bias,
                             dst: p[2],
+                            chunk: None,
                         };
                         rows(e, plan, &geo, tile, res, class.lanes);
                     },
@@ -315,7 +320,32 @@ fn rows(
             dst: dst_row,
             ..tile
         };
-        columns(e, plan, geo, &taps, row_tile, &res_rows, lanes);
+        if plan.chunks() == 1 {
+            columns(e, plan, geo, &taps, row_tile, &res_rows, lanes);
+            return;
+        }
+        // The whole row for one chunk of input channels, then for the next: the chunk's
+        // weights stay in L1 across the row's pixel tiles.
+        let zero = e.iconst(0);
+        let count = e.iconst(plan.chunks() as i64);
+        let carried = [row_tile.src, row_tile.weights];
+        e.for_range(zero, count, &carried, |e, chunk, p| {
+            let chunk_tile = TilePtrs {
+                src: p[0],
+                weights: p[1],
+                chunk: Some(chunk),
+                ..row_tile
+            };
+            let geo = &Geometry::new(e, plan);
+            columns(e, plan, geo, &taps, chunk_tile, &res_rows, lanes);
+            let geo = Geometry::new(e, plan);
+            let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
+            let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
+            vec![
+                e.offset_by(p[0], geo.ic_src_step, ic_steps),
+                e.offset(p[1], w_bytes),
+            ]
+        });
     };
     match &plan.rows {
         AxisPlan::Fixed(runs) => {
@@ -529,15 +559,26 @@ fn pixel_tile(
     let f = F32_BYTES;
     let tile_oc = (vecs * LANES) as i64;
 
-    let mut acc = Vec::with_capacity(pixels * vecs);
-    for _ in 0..pixels {
-        for v in 0..vecs {
-            acc.push(match tile.bias {
-                Some(b) => e.load_vec(b, v as i64 * LANES as i64 * f),
-                None => e.splat_const(0.0),
-            });
+    let start = |e: &mut Emit<'_>| -> Vec<Value> {
+        let mut acc = Vec::with_capacity(pixels * vecs);
+        for _ in 0..pixels {
+            for v in 0..vecs {
+                acc.push(match tile.bias {
+                    Some(b) => e.load_vec(b, v as i64 * LANES as i64 * f),
+                    None => e.splat_const(0.0),
+                });
+            }
         }
-    }
+        acc
+    };
+    let mut acc = match tile.chunk {
+        None => start(e),
+        Some(chunk) => {
+            let first = e.b.ins().icmp_imm_s(IntCC::Equal, chunk, 0);
+            let partial = |e: &mut Emit<'_>| partial_sums(e, plan, pixels, tile.dst, None);
+            e.if_else_values(first, start, partial)
+        }
+    };
 
     let geo = &Geometry::new(e, plan);
     let src_px = geo.src.pixel * f;
@@ -551,7 +592,7 @@ fn pixel_tile(
         Layout::Nchw => 0,
         Layout::Nchw4c => f,
     };
-    let steps = plan.ic.len / plan.ic_step;
+    let steps = plan.ic_chunk / plan.ic_step;
 
     let empty = matches!((row_taps, col_taps), (Taps::Fixed(r), _) if r.is_empty())
         || matches!(col_taps, Taps::Fixed(c) if c.is_empty());
@@ -670,7 +711,52 @@ fn pixel_tile(
         acc = out[2..].to_vec();
     }
 
-    epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes);
+    match tile.chunk {
+        None => epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes),
+        Some(chunk) => {
+            let last =
+                e.b.ins()
+                    .icmp_imm_s(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
+            e.if_else(
+                last,
+                |e| epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes),
+                |e| {
+                    partial_sums(e, plan, pixels, tile.dst, Some(&acc));
+                },
+            );
+        }
+    }
+}
+
+/// Loads the tile's partial sums from an `nChw4c` destination, or stores `acc` there.
+fn partial_sums(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    pixels: usize,
+    dst: Value,
+    acc: Option<&[Value]>,
+) -> Vec<Value> {
+    debug_assert_eq!(
+        plan.desc.dst_layout,
+        Layout::Nchw4c,
+        "only nChw4c is chunked"
+    );
+    let geo = Geometry::new(e, plan);
+    let mut loaded = Vec::new();
+    for p in 0..pixels {
+        for v in 0..plan.vecs {
+            let (base, off) = match geo.dst_block_bytes {
+                Scalar::Const(b) => (dst, v as i64 * b),
+                block => (e.offset_by(dst, block, v as i64), 0),
+            };
+            let off = off + p as i64 * geo.dst.pixel * F32_BYTES;
+            match acc {
+                Some(acc) => e.store_vec(acc[p * plan.vecs + v], base, off),
+                None => loaded.push(e.load_vec(base, off)),
+            }
+        }
+    }
+    loaded
 }
 
 /// One kernel tap of one input channel: `vecs` weight vectors at `w + w_off`, and for each

@@ -437,8 +437,20 @@ pub struct ConvPlan {
     pub pixel_tile: usize,
     pub ic_step: usize,
     pub ic: IcRange,
+    /// Input channels per chunk of the reduction (a divisor of `ic.len`); see
+    /// [`ConvPlan::chunk_len`].
+    pub ic_chunk: usize,
     pub rows: AxisPlan,
     pub cols: AxisPlan,
+}
+
+/// The bytes of packed weights one chunk of the reduction may take: about two thirds of the
+/// 32 KiB L1 data cache, the rest being for the tile's input rows and outputs.
+pub const CHUNK_WEIGHT_BYTES: usize = 20 * 1024;
+
+/// Bytes of one input channel's packed weights in an output-channel tile.
+fn channel_weight_bytes(d: &ConvDesc, vecs: usize) -> usize {
+    d.kh * d.kw * vecs * LANES * std::mem::size_of::<f32>()
 }
 
 impl ConvPlan {
@@ -483,6 +495,7 @@ impl ConvPlan {
             }
         };
         let [rows, cols] = conv_axes(d);
+        let ic_chunk = Self::chunk_len(d, ic.len, ic_step, channel_weight_bytes(d, vecs));
         ConvPlan {
             desc: d.clone(),
             vecs,
@@ -490,6 +503,7 @@ impl ConvPlan {
             pixel_tile,
             ic_step,
             ic,
+            ic_chunk,
             rows: AxisPlan::rows(rows, d.runtime.h, CountMode::None),
             cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
         }
@@ -508,6 +522,31 @@ impl ConvPlan {
     /// and conv1 from 85% to 89%, while the 3x3 layers lost 4 points with 10.
     fn accumulators(fmas_per_trip: usize) -> usize {
         if fmas_per_trip >= 12 { 12 } else { 10 }
+    }
+
+    /// How many input channels a chunk of the reduction covers.
+    ///
+    /// A pixel tile reads all of its output-channel tile's weights. When they exceed the L1
+    /// cache (128 input channels of a 3x3 kernel take 36 KiB), each pixel tile of a row would
+    /// fetch them again from L2. The reduction is then split into chunks whose weights fit
+    /// ([`CHUNK_WEIGHT_BYTES`]), and a row runs all of its pixel tiles for one chunk before the
+    /// next, keeping partial sums in the destination. The sums are stored and reloaded as f32,
+    /// unchanged, so the result is bit for bit that of one chunk. Only `nChw4c` destinations
+    /// are chunked (a partial sum is then one vector per pixel).
+    fn chunk_len(d: &ConvDesc, len: usize, ic_step: usize, per_channel: usize) -> usize {
+        if d.dst_layout != Layout::Nchw4c {
+            return len;
+        }
+        (1..=len / ic_step)
+            .filter(|&n| len.is_multiple_of(n) && (len / n).is_multiple_of(ic_step))
+            .map(|n| len / n)
+            .find(|&chunk| chunk * per_channel <= CHUNK_WEIGHT_BYTES)
+            .unwrap_or(ic_step)
+    }
+
+    /// Chunks of the reduction per pixel tile.
+    pub fn chunks(&self) -> usize {
+        self.ic.len / self.ic_chunk
     }
 
     /// Floats per output-channel tile of packed weights.
@@ -664,6 +703,15 @@ impl fmt::Display for ConvPlan {
             "  reduction: {} input channels per tile from {} (+{} per tile), {} per step, kh loop, kw unrolled",
             self.ic.len, self.ic.begin, self.ic.step, self.ic_step
         )?;
+        if self.chunks() > 1 {
+            writeln!(
+                f,
+                "  reduction chunks: {} of {} input channels ({} bytes of weights each), partial sums kept in the destination",
+                self.chunks(),
+                self.ic_chunk,
+                self.ic_chunk * channel_weight_bytes(&self.desc, self.vecs)
+            )?;
+        }
         writeln!(
             f,
             "  packed weights: {} floats ({} per tile)",

@@ -50,8 +50,8 @@ use std::sync::{Arc, OnceLock};
 
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc,
-    PostOpDesc, PrimitiveKey,
+    CHUNK_WEIGHT_BYTES, CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
+    GlobalPoolDesc, Layout, PoolDesc, PostOpDesc, PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -718,6 +718,62 @@ proptest! {
                 extents: Some(extents),
                 ..q.buffers()
             };
+            check_runtime_against_exact(&generic, &q.key(), bufs, a.min(b)..a.max(b))?;
+        }
+    }
+}
+
+/// Convolutions whose weights exceed a chunk ([`ConvPlan::chunks`] > 1): the first chunk
+/// starts from the bias, the middle ones carry partial sums through the destination, the last
+/// applies the post-ops. Checked against the reference, on partial row ranges, and (with a
+/// runtime width) bit for bit against the exact kernel.
+fn chunked_conv_problem() -> impl Strategy<Value = ConvProblem> {
+    (
+        conv_problem(),
+        prop::sample::select(&[1usize, 2][..]),
+        1..=12usize,
+        prop::sample::select(&[2usize, 3][..]),
+    )
+        .prop_map(|(mut p, vecs, extra_blocks, k)| {
+            let d = &mut p.desc;
+            // Just past one chunk's weights, up to 12 blocks of four channels more.
+            let channel_bytes = k * k * vecs * 4 * std::mem::size_of::<f32>();
+            let ic = (CHUNK_WEIGHT_BYTES / channel_bytes / 4 + extra_blocks) * 4;
+            (d.ic, d.oc, d.groups) = (ic, 4 * vecs, 1);
+            (d.kh, d.kw) = (k, k);
+            d.dst_layout = Layout::Nchw4c;
+            d.mb = 1;
+            p
+        })
+        .prop_filter("valid conv key", |p| p.key().validate().is_ok())
+}
+
+proptest! {
+    #![proptest_config(config(24))]
+
+    #[test]
+    fn conv_chunked_reduction_matches_reference(
+        p in chunked_conv_problem(),
+        rows in (any::<Index>(), any::<Index>()),
+        w in 1..=30usize,
+    ) {
+        let chunks = ConvPlan::new(&p.desc).chunks();
+        prop_assert!(chunks > 1, "{} has {chunks} chunk", p.key());
+        p.check()?;
+        let oh = p.desc.oh();
+        let (a, b) = (rows.0.index(oh + 1), rows.1.index(oh + 1));
+        p.check_rows(a.min(b)..a.max(b))?;
+        let rt = RuntimeDims { h: false, w: true };
+        let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
+        let mut q = p.clone();
+        q.desc.iw = w;
+        if q.key().validate().is_ok() {
+            let bufs = Buffers {
+                extents: Some([q.desc.ih, w]),
+                ..q.buffers()
+            };
+            let oh = q.desc.oh();
+            let (a, b) = (rows.0.index(oh + 1), rows.1.index(oh + 1));
             check_runtime_against_exact(&generic, &q.key(), bufs, a.min(b)..a.max(b))?;
         }
     }
