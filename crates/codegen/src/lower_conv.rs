@@ -571,7 +571,7 @@ fn pixel_tile(
         }
         acc
     };
-    let mut acc = match tile.chunk {
+    let acc = match tile.chunk {
         None => start(e),
         Some(chunk) => {
             let first = e.b.ins().icmp_imm_s(IntCC::Equal, chunk, 0);
@@ -579,6 +579,21 @@ fn pixel_tile(
             e.if_else_values(first, start, partial)
         }
     };
+    // A narrow tile splits its reduction over several sets of accumulators (see
+    // `reduction_sets`); set 0 starts from the bias or the partial sums, the others from zero.
+    let trip_units = plan.ic_step
+        * match col_taps {
+            Taps::Fixed(taps) => taps.len(),
+            Taps::Runtime { .. } => 1,
+        };
+    let sets = reduction_sets(plan, pixels, trip_units);
+    let per_set = pixels * vecs;
+    let mut acc = acc;
+    if sets > 1 {
+        let zero = e.splat_const(0.0);
+        acc.extend(std::iter::repeat_n(zero, (sets - 1) * per_set));
+    }
+    let set_of = |unit: usize| (unit % sets) * per_set..(unit % sets + 1) * per_set;
 
     let geo = &Geometry::new(e, plan);
     let src_px = geo.src.pixel * f;
@@ -647,30 +662,32 @@ fn pixel_tile(
                 let mut acc = k[2..].to_vec();
                 match col_taps {
                     Taps::Fixed(kw_taps) => {
-                        for c in 0..plan.ic_step as i64 {
-                            for kw in kw_taps.clone() {
-                                let w_off = c * per_ic + kw as i64 * tile_oc * f;
-                                let x_offs: Vec<i64> = (0..pixels as i64)
-                                    .map(|p| {
-                                        c * chan_in_step
-                                            + (kw as i64 * d.dilations[1] as i64
-                                                + p * d.strides[1] as i64)
-                                                * src_px
-                                    })
-                                    .collect();
-                                fma_step(e, vecs, w_kh, w_off, src_kh, &x_offs, &mut acc);
-                            }
+                        let units = (0..plan.ic_step as i64)
+                            .flat_map(|c| kw_taps.clone().map(move |kw| (c, kw)));
+                        for (unit, (c, kw)) in units.enumerate() {
+                            let w_off = c * per_ic + kw as i64 * tile_oc * f;
+                            let x_offs: Vec<i64> = (0..pixels as i64)
+                                .map(|p| {
+                                    c * chan_in_step
+                                        + (kw as i64 * d.dilations[1] as i64
+                                            + p * d.strides[1] as i64)
+                                            * src_px
+                                })
+                                .collect();
+                            let set = &mut acc[set_of(unit)];
+                            fma_step(e, vecs, w_kh, w_off, src_kh, &x_offs, set);
                         }
                     }
                     Taps::Runtime { first, count } => {
                         // Channel outer, tap inner: the order of the fixed path, so that both
                         // round alike.
                         for c in 0..plan.ic_step as i64 {
+                            let set = set_of(c as usize);
                             let src_kw0 =
                                 e.scaled(src_kh, *first, d.dilations[1] as i64 * src_px, 0);
                             let w_kw0 = e.scaled(w_kh, *first, tile_oc * f, 0);
                             let mut kw_state = vec![src_kw0, w_kw0];
-                            kw_state.extend(&acc);
+                            kw_state.extend(&acc[set.clone()]);
                             let zero = e.iconst(0);
                             let out = e.for_range(zero, *count, &kw_state, |e, _, q| {
                                 let (src_kw, w_kw) = (q[0], q[1]);
@@ -686,7 +703,7 @@ fn pixel_tile(
                                 next.extend(acc);
                                 next
                             });
-                            acc = out[2..].to_vec();
+                            acc[set.clone()].copy_from_slice(&out[2..]);
                         }
                     }
                 }
@@ -710,6 +727,14 @@ fn pixel_tile(
         });
         acc = out[2..].to_vec();
     }
+    // The sets' sums, added in set order.
+    let (first, rest) = acc.split_at(per_set);
+    let mut acc = first.to_vec();
+    for set in rest.chunks(per_set) {
+        for (a, &x) in acc.iter_mut().zip(set) {
+            *a = e.b.ins().fadd(*a, x);
+        }
+    }
 
     match tile.chunk {
         None => epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes),
@@ -726,6 +751,23 @@ fn pixel_tile(
             );
         }
     }
+}
+
+/// How many sets of accumulators a tile of `pixels` splits its reduction over, given the
+/// reduction units (kernel columns times channels of a step) of a loop trip.
+///
+/// Each accumulator is a chain of dependent FMAs: with a latency of 5 cycles and two FMA
+/// ports, a tile needs about 10 chains to keep the ports busy. A full tile has 10 or 12; a
+/// narrow one (a border pixel, a row's remainder) with its own accumulators alone would run
+/// at `2 * pixels / 10` of peak (20% for one pixel). It therefore spreads the units of each
+/// trip round-robin over as many sets as the full tile's accumulator count allows, and adds
+/// the sets once at the end. This changes the order of its sum (within the reference's
+/// tolerance), identically for a fixed and a runtime-width kernel.
+fn reduction_sets(plan: &ConvPlan, pixels: usize, trip_units: usize) -> usize {
+    if pixels >= plan.pixel_tile {
+        return 1;
+    }
+    (plan.pixel_tile * plan.vecs / (pixels * plan.vecs)).clamp(1, trip_units.max(1))
 }
 
 /// Loads the tile's partial sums from an `nChw4c` destination, or stores `acc` there.
