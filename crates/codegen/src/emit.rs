@@ -288,7 +288,7 @@ impl<'a> Emit<'a> {
             neg
         } else {
             let n = self.offset(neg, d - 1);
-            self.b.ins().udiv_imm_u(n, d)
+            self.udiv_const(n, d as u64)
         };
         let k = self.iconst(kernel as i64);
         let first = self.imin(first, k);
@@ -301,12 +301,36 @@ impl<'a> Emit<'a> {
             self.offset(last, 1)
         } else {
             let n = self.offset(last, d);
-            self.b.ins().udiv_imm_u(n, d)
+            self.udiv_const(n, d as u64)
         };
         let end = self.imin(end, k);
         let count = self.b.ins().isub(end, first);
         let count = self.imax(count, zero);
         (first, count)
+    }
+
+    /// `n / d` for `0 <= n < 2^64 / d` and a constant `d > 0`, by a shift or a multiply-high.
+    ///
+    /// At `opt_level = "none"` Cranelift lowers a division by a constant to `div`, about 40
+    /// cycles here, which a runtime-width kernel paid several times per row. With
+    /// `m = floor(2^64 / d) + 1 = 2^64 / d + e` (`0 < e <= 1`), `n * m / 2^64` exceeds `n / d`
+    /// by `n * e / 2^64 < 1 / d`, which never reaches the next multiple of `1 / d`: the high
+    /// half of the product is the quotient. Kernels divide extents below 2^32 by strides and
+    /// tiles below 2^30.
+    pub fn udiv_const(&mut self, n: Value, d: u64) -> Value {
+        assert!(d > 0, "division by zero");
+        if d.is_power_of_two() {
+            return self.b.ins().ushr_imm_s(n, i64::from(d.trailing_zeros()));
+        }
+        let m = self.iconst(reciprocal(d) as i64);
+        self.b.ins().umulhi(n, m)
+    }
+
+    /// `n % d`, under the conditions of [`Self::udiv_const`].
+    pub fn urem_const(&mut self, n: Value, d: u64) -> Value {
+        let q = self.udiv_const(n, d);
+        let qd = self.b.ins().imul_imm_s(q, d as i64);
+        self.b.ins().isub(n, qd)
     }
 
     pub fn iconst(&mut self, v: i64) -> Value {
@@ -617,6 +641,37 @@ impl<'a> Emit<'a> {
     }
 }
 
+/// `floor(2^64 / d) + 1`, the multiplier of [`Emit::udiv_const`] (for `d >= 2`).
+fn reciprocal(d: u64) -> u64 {
+    ((1u128 << 64) / u128::from(d) + 1) as u64
+}
+
 pub fn new_context() -> FunctionBuilderContext {
     FunctionBuilderContext::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reciprocal;
+
+    /// The high half of `n * reciprocal(d)` is `n / d` over the ranges kernels divide: extents
+    /// below 2^32 by tiles and strides up to 12, and below 2^31 + 2^29 by steps up to 2^29.
+    #[test]
+    fn multiply_high_by_the_reciprocal_divides() {
+        let quotient = |n: u64, d: u64| ((u128::from(n) * u128::from(reciprocal(d))) >> 64) as u64;
+        let near = |x: u64| x.saturating_sub(3)..=x.saturating_add(3);
+        for d in (2..=64u64).chain([1000, 12_345, (1 << 29) - 1, 1 << 29]) {
+            if d.is_power_of_two() {
+                continue;
+            }
+            let samples = (0..5000u64)
+                .chain((1..64).flat_map(|k| near(k * d)))
+                .chain(near(u64::from(u32::MAX)))
+                .chain(near((1 << 31) + (1 << 29)))
+                .chain((0..64).map(|i| (u64::from(u32::MAX) / 63) * i));
+            for n in samples {
+                assert_eq!(quotient(n, d), n / d, "{n} / {d}");
+            }
+        }
+    }
 }

@@ -145,7 +145,7 @@ impl ColumnSplit {
                 .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, iw, t.min_input as i64);
         let classes = t.tails.len();
         let class = (classes > 1 && t.tails.iter().any(|c| c != &t.tails[0]))
-            .then(|| e.b.ins().urem_imm_u(iw, classes as i64));
+            .then(|| e.urem_const(iw, classes as u64));
         let mut tail_len = e.iconst(t.tail_len(0) as i64);
         if let Some(class) = class {
             for c in 1..classes {
@@ -159,8 +159,8 @@ impl ColumnSplit {
         let body = e.offset(tail_start, -(t.head_len() as i64));
         let zero = e.iconst(0);
         let body = e.imax(body, zero);
-        let full_tiles = e.b.ins().udiv_imm_u(body, tile as i64);
-        let remainder = e.b.ins().urem_imm_u(body, tile as i64);
+        let full_tiles = e.udiv_const(body, tile as u64);
+        let remainder = e.urem_const(body, tile as u64);
         ColumnSplit {
             template,
             class,
