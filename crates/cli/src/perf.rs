@@ -160,7 +160,8 @@ pub struct BenchOpArgs {
     pub runs: usize,
 
     /// With --model: also run the graph with runtime extents for its symbols (the `dynamic`
-    /// policy), alternating with exact runs, and print both side by side
+    /// policy), alternating with exact runs, and print both side by side; `dyn/ex` is the
+    /// median over runs of each run's ratio
     #[arg(long, requires = "model")]
     pub dynamic: bool,
 }
@@ -431,6 +432,18 @@ fn bench_model(
     }
     let mut conv_time = vec![0.0; models.len()];
     for (i, node) in firsts[0].nodes.iter().enumerate() {
+        // The ratio of run r's dynamic time to run r's exact time: the two ran next to each
+        // other, so a slow moment of a shared machine cancels out of the pair.
+        let mut ratios: Vec<f64> = per_node
+            .get(1)
+            .map(|dynamic| {
+                dynamic[i]
+                    .iter()
+                    .zip(&per_node[0][i])
+                    .map(|(d, x)| d / x)
+                    .collect()
+            })
+            .unwrap_or_default();
         let meds: Vec<f64> = per_node.iter_mut().map(|m| median(&mut m[i])).collect();
         let key = &node.call_key;
         let gflops = key.flops() as f64 / meds[0] / 1e9;
@@ -450,7 +463,7 @@ fn bench_model(
                 node.name,
                 meds[0] * 1e3,
                 meds[1] * 1e3,
-                meds[1] / meds[0],
+                median(&mut ratios),
                 pct,
                 dynamic.primitive.compile_time().as_secs_f64() * 1e3,
                 dynamic.primitive.key()
