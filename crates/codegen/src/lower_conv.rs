@@ -1,9 +1,12 @@
 //! Lowers a convolution plan to Cranelift IR: register-tiled direct convolution.
 //!
-//! Loop nest: image, output-channel tile, row run, row (runtime range), column run, pixel
+//! Loop nest: image, output-channel tile, row run, row (runtime range), chunk of the
+//! reduction (when a tile's weights exceed L1, see [`ConvPlan::chunks`]), column run, pixel
 //! tile; inside a tile the reduction loop over input channels carries the accumulators, with
 //! an inner loop over the run's kernel rows and the kernel columns unrolled. Each FMA reads its
-//! input pixel with its own broadcast load, so x64 folds it into `vbroadcastss m32`.
+//! input pixel with its own broadcast load, so x64 folds it into `vbroadcastss m32`. A tile
+//! narrower than the plan's spreads its reduction over several sets of accumulators
+//! (`reduction_sets`), so that it is not one latency-bound chain of FMAs per vector.
 //!
 //! Runtime extents (see [`crate::key::RuntimeDims`]) change only the outer structure: strides
 //! become registers, a runtime height computes each row's kernel-row range at run time, and a
@@ -679,8 +682,8 @@ fn pixel_tile(
                         }
                     }
                     Taps::Runtime { first, count } => {
-                        // Channel outer, tap inner: the order of the fixed path, so that both
-                        // round alike.
+                        // Channel outer, tap inner, as in the fixed path; the sets of a split
+                        // tile take a channel each.
                         for c in 0..plan.ic_step as i64 {
                             let set = set_of(c as usize);
                             let src_kw0 =
