@@ -1623,6 +1623,25 @@ fn sweep_small_model_tabulates_and_plots() {
 
 // ---- peak and bench-op ----
 
+/// A reader that goes away (`primjit peak | head -0`) ends the command quietly: exit 0, no
+/// panic on the failed write.
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    for args in [&["peak"][..], &["dump", TRUNK, "--stage", "ir"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_primjit"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the primjit binary runs");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("primjit ends");
+        let err = stderr(&out);
+        assert!(out.status.success(), "{args:?}: {:?}\n{err}", out.status);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn peak_reports_a_rate_and_a_clock() {
     let out = success(&primjit(&["peak"]));

@@ -103,12 +103,14 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         ..EngineConfig::default()
     })?;
     let peak = measure_peak(&engine, 1)?;
-    println!(
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
         "peak: {:.1} GFLOP/s f32x4 FMA on one core (best of 9 runs; median {:.1}), implied clock {:.2} GHz at 16 flop/cycle",
         peak.gflops,
         peak.median_gflops,
         peak.ghz()
-    );
+    )?;
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -116,11 +118,12 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
     };
     if threads > 1 {
         let all = measure_peak(&engine, threads)?;
-        println!(
+        writeln!(
+            out,
             "peak: {:.1} GFLOP/s with {threads} threads at once ({:.2}x one core)",
             all.gflops,
             all.gflops / peak.gflops
-        );
+        )?;
     }
     Ok(())
 }
