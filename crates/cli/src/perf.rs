@@ -16,9 +16,16 @@ use crate::descriptor;
 use crate::source::GraphArgs;
 
 /// Median of a non-empty slice (sorts it).
+/// The median; of an even count, the mean of the middle two (with two runs, the upper one
+/// would make every ratio the worse of its pair).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// The measured single-core f32x4 FMA peak: the best of several runs (other load on a shared
@@ -289,7 +296,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         }
         _ => (None, vec![0.0; bufs[1].len]),
     };
-    let times = time_runs(
+    let mut times = time_runs(
         &engine,
         &p,
         extents,
@@ -299,7 +306,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         &[],
         args.runs,
     )?;
-    let (med, min) = (times[times.len() / 2], times[0]);
+    let (med, min) = (median(&mut times), times[0]);
     let machine_peak = peak_after(&engine, peak_before, &mut out)?;
     let label = name.map(|n| format!(" ({n})")).unwrap_or_default();
     writeln!(out, "{compiled_key}{label}")?;

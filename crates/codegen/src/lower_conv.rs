@@ -78,6 +78,7 @@ struct Geometry {
 }
 
 /// The runtime split of a row into the column template's parts.
+#[derive(Clone, Copy)]
 pub(crate) struct ColumnSplit {
     /// Whether the template applies: the width is at least its smallest width.
     pub(crate) template: Value,
@@ -378,8 +379,25 @@ fn rows(
 pub(crate) enum RunLen<'a> {
     Fixed(usize),
     /// The runtime body of a column template: full tiles in a loop, then one remainder tile
-    /// picked by a jump table.
-    Body(&'a AxisTemplate),
+    /// picked by a jump table. With `split`, from the row's split; without, from a split
+    /// loaded where each part is used ([`ColumnSplit::load`]).
+    Body {
+        template: &'a AxisTemplate,
+        split: Option<ColumnSplit>,
+    },
+}
+
+impl RunLen<'_> {
+    /// The row's split into template parts, for a runtime body.
+    pub(crate) fn split(&self, e: &mut Emit<'_>, tile: usize) -> ColumnSplit {
+        match self {
+            RunLen::Body {
+                split: Some(split), ..
+            } => *split,
+            RunLen::Body { template, .. } => ColumnSplit::load(e, template, tile),
+            RunLen::Fixed(_) => unreachable!("a fixed run has no split"),
+        }
+    }
 }
 
 fn columns(
@@ -423,7 +441,11 @@ fn columns(
                         run(e, start, RunLen::Fixed(col.outputs.len()), col.taps.clone());
                     }
                     let body_start = Scalar::Const(t.head_len() as i64);
-                    run(e, body_start, RunLen::Body(t), t.body_taps.clone());
+                    let body = RunLen::Body {
+                        template: t,
+                        split: None,
+                    };
+                    run(e, body_start, body, t.body_taps.clone());
                     let split = &ColumnSplit::load(e, t, plan.pixel_tile);
                     let tail = |e: &mut Emit<'_>, class: usize| {
                         let total = t.tail_len(class) as i64;
@@ -530,12 +552,12 @@ fn column_run(
                 tile_at(e, len % p, &q);
             }
         }
-        RunLen::Body(t) => {
-            let full_tiles = ColumnSplit::load(e, t, plan.pixel_tile).full_tiles;
+        RunLen::Body { .. } => {
+            let full_tiles = len.split(e, p).full_tiles;
             let q = e.for_ptrs(Scalar::Dyn(full_tiles), &ptrs, &steps, |e, q| {
                 tile_at(e, p, q)
             });
-            let remainder = ColumnSplit::load(e, t, plan.pixel_tile).remainder;
+            let remainder = len.split(e, p).remainder;
             e.switch(remainder, p, |e, pixels| {
                 if pixels > 0 {
                     tile_at(e, pixels, &q);

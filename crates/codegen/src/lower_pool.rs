@@ -258,9 +258,11 @@ fn pool_columns(
             }
         }
         AxisPlan::Template(t) => {
-            let template = ColumnSplit::load(e, t, plan.pixel_tile).template;
+            // Once per row: a pooling tile is cheap (its row of 4-pixel tiles costs a few
+            // thousand cycles), and its loops have registers to spare for the split.
+            let split = &ColumnSplit::load(e, t, plan.pixel_tile);
             e.if_else(
-                template,
+                split.template,
                 |e| {
                     for c in &t.head {
                         let start = Scalar::Const(c.outputs.start as i64);
@@ -273,8 +275,11 @@ fn pool_columns(
                         );
                     }
                     let head = Scalar::Const(t.head_len() as i64);
-                    run(e, head, RunLen::Body(t), t.body_taps.clone(), t.body_count);
-                    let split = &ColumnSplit::load(e, t, plan.pixel_tile);
+                    let body = RunLen::Body {
+                        template: t,
+                        split: Some(*split),
+                    };
+                    run(e, head, body, t.body_taps.clone(), t.body_count);
                     let tail = |e: &mut Emit<'_>, class: usize| {
                         let total = t.tail_len(class) as i64;
                         for r in &t.tails[class] {
@@ -375,11 +380,11 @@ fn pool_run(
                 tile_at(e, len % tile, &q);
             }
         }
-        RunLen::Body(t) => {
-            let full = Scalar::Dyn(ColumnSplit::load(e, t, tile).full_tiles);
+        RunLen::Body { .. } => {
+            let split = len.split(e, tile);
+            let full = Scalar::Dyn(split.full_tiles);
             let q = e.for_ptrs(full, &[src0, dst0], &steps, |e, q| tile_at(e, tile, q));
-            let remainder = ColumnSplit::load(e, t, tile).remainder;
-            e.switch(remainder, tile, |e, pixels| {
+            e.switch(split.remainder, tile, |e, pixels| {
                 if pixels > 0 {
                     tile_at(e, pixels, &q);
                 }
