@@ -215,19 +215,15 @@ impl<'a> Emit<'a> {
         then: impl FnOnce(&mut Self),
         otherwise: impl FnOnce(&mut Self),
     ) {
-        let (t, f, done) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().brif(cond, t, &[], f, &[]);
-        self.b.switch_to_block(t);
-        then(self);
-        self.b.ins().jump(done, &[]);
-        self.b.switch_to_block(f);
-        otherwise(self);
-        self.b.ins().jump(done, &[]);
-        self.b.switch_to_block(done);
+        let then = |e: &mut Self| {
+            then(e);
+            Vec::new()
+        };
+        let otherwise = |e: &mut Self| {
+            otherwise(e);
+            Vec::new()
+        };
+        self.if_else_values(cond, then, otherwise);
     }
 
     /// [`Self::if_else`] whose branches each produce values of the same types: returns the
