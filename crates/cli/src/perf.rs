@@ -15,9 +15,8 @@ use primjit::{
 use crate::descriptor;
 use crate::source::GraphArgs;
 
-/// Median of a non-empty slice (sorts it).
-/// The median; of an even count, the mean of the middle two (with two runs, the upper one
-/// would make every ratio the worse of its pair).
+/// The median of a non-empty slice (sorts it); of an even count, the mean of the middle two
+/// (with two runs, the upper one would make every ratio the worse of its pair).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();

@@ -492,13 +492,13 @@ impl ConvProblem {
         }
     }
 
-    /// The JIT result in NCHW, checked bit-identical across thread partitionings.
+    /// This problem's kernel against the reference.
     fn check(&self) -> Result<(), TestCaseError> {
         self.check_primitive(&*compile(&self.key())?, None)
     }
 
     /// `p` (this problem's kernel, or a runtime-extent one called at `extents`) against the
-    /// reference.
+    /// reference; its result is checked bit-identical across thread partitionings first.
     fn check_primitive(
         &self,
         p: &Primitive,
@@ -760,8 +760,8 @@ proptest! {
 
 /// Convolutions whose weights exceed a chunk ([`ConvPlan::chunks`] > 1): the first chunk
 /// starts from the bias, the middle ones carry partial sums through the destination, the last
-/// applies the post-ops. Checked against the reference, on partial row ranges, and (with a
-/// runtime width) bit for bit against the exact kernel.
+/// applies the post-ops. Checked against the reference, on partial row ranges, and with a
+/// runtime width as `check_conv_runtime` does.
 fn chunked_conv_problem() -> impl Strategy<Value = ConvProblem> {
     (
         conv_problem(),
