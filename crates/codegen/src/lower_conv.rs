@@ -681,7 +681,7 @@ fn pixel_tile(
             e.offset_by(tile.weights, kh_w_off, 1),
         ];
         state.extend(&acc);
-        let out = e.for_count(steps, &state, |e, _, s| {
+        let mut ic_body = |e: &mut Emit<'_>, _: Value, s: &[Value]| -> Vec<Value> {
             let kh_body = |e: &mut Emit<'_>, _: Value, k: &[Value]| -> Vec<Value> {
                 let (src_kh, w_kh) = (k[0], k[1]);
                 let mut acc = k[2..].to_vec();
@@ -749,7 +749,24 @@ fn pixel_tile(
             ];
             next.extend(&kh_out[2..]);
             next
-        });
+        };
+        // A 1x1 kernel's channel step is only 4 units (40 FMAs for 10 accumulators), so the
+        // loop's own counter, compare and branch weigh on it: two steps per trip. Measured
+        // with `primjit bench-op mb1ic64ih80iw258oc128kh1sh2` and two more downsample shapes,
+        // alternating in quiet moments: 72-73% of peak before, 74.5-75.5% after.
+        let unroll = if d.kh * d.kw == 1 { 2 } else { 1 };
+        let out = if unroll > 1 && steps >= unroll {
+            let mid = e.for_count(steps / unroll, &state, |e, i, s| {
+                let mut s = s.to_vec();
+                for _ in 0..unroll {
+                    s = ic_body(e, i, &s);
+                }
+                s
+            });
+            e.for_count(steps % unroll, &mid, &mut ic_body)
+        } else {
+            e.for_count(steps, &state, ic_body)
+        };
         acc = out[2..].to_vec();
     }
     // The sets' sums, added in set order.
