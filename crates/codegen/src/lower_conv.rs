@@ -207,6 +207,7 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
         ];
     }
 
+    let tile_w_bytes = plan.tile_weights_len() as i64 * F32_BYTES;
     let image_steps = [
         e.mul(geo.src.image, F32_BYTES),
         e.mul(geo.dst.image, F32_BYTES),
@@ -226,105 +227,74 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
                     e.b.ins().iadd(r, off)
                 })
                 .collect();
-            // The loop order is the plan's (`ConvPlan::rows_outer`): rows outer keeps a row's
-            // input rows in cache while every tile reads them; tiles outer keeps a tile's
-            // weights in cache across the rows.
-            if plan.rows_outer {
-                rows(e, plan, &geo, |e, oh, taps| {
-                    let visit = |e: &mut Emit<'_>, t: TilePtrs, res: &[Value], lanes| {
-                        row(e, plan, oh, &taps, t, res, lanes)
+            // Rows outer, output-channel tiles inner: a row's input rows stay in cache while
+            // every tile reads them, instead of streaming the whole input once per tile.
+            rows(e, plan, &geo, |e, oh, taps| {
+                let geo = Geometry::new(e, plan);
+                // Channel offsets of tile ranges are multiples of the reduction step.
+                let src_chan_bytes = |e: &mut Emit<'_>, ch: usize| -> Scalar {
+                    let elems = match d.src_layout {
+                        Layout::Nchw => e.mul(geo.src.channel, ch as i64),
+                        Layout::Nchw4c => {
+                            let blocks = e.mul(geo.src.block, (ch / LANES) as i64);
+                            e.add(blocks, (ch % LANES) as i64)
+                        }
                     };
-                    tiles(e, plan, &classes, weights, [src_n, dst_n], &res_n, visit);
-                });
-            } else {
-                let visit = |e: &mut Emit<'_>, t: TilePtrs, res: &[Value], lanes| {
-                    rows(e, plan, &geo, |e, oh, taps| {
-                        row(e, plan, oh, &taps, t, res, lanes)
-                    });
+                    e.mul(elems, F32_BYTES)
                 };
-                tiles(e, plan, &classes, weights, [src_n, dst_n], &res_n, visit);
-            }
+                let tile_dst_bytes = e.mul(geo.dst.block, plan.vecs as i64 * F32_BYTES);
+                for class in &classes {
+                    let first = class.tiles.start;
+                    let first_ch = src_chan_bytes(e, plan.ic.begin + first * plan.ic.step);
+                    let src_t0 = e.offset_by(src_n, first_ch, 1);
+                    let w_t0 = e.offset(weights, first as i64 * tile_w_bytes);
+                    let bias_t0 = d
+                        .bias
+                        .then(|| (plan.bias_offset() + first * tile_oc) as i64 * F32_BYTES);
+                    let bias_t0 = bias_t0.map(|off| e.offset(weights, off));
+                    let dst_t0 = e.offset_by(dst_n, tile_dst_bytes, first as i64);
+                    let res_t0: Vec<Value> = res_n
+                        .iter()
+                        .map(|&r| e.offset_by(r, tile_dst_bytes, first as i64))
+                        .collect();
+
+                    let mut ptrs = vec![src_t0, w_t0, dst_t0];
+                    let mut steps = vec![
+                        src_chan_bytes(e, plan.ic.step),
+                        Scalar::Const(tile_w_bytes),
+                        tile_dst_bytes,
+                    ];
+                    if let Some(b) = bias_t0 {
+                        ptrs.push(b);
+                        steps.push(Scalar::Const(tile_oc as i64 * F32_BYTES));
+                    }
+                    ptrs.extend(&res_t0);
+                    steps.extend(std::iter::repeat_n(tile_dst_bytes, res_t0.len()));
+                    let has_bias = d.bias;
+                    e.for_ptrs(
+                        Scalar::Const(class.tiles.len() as i64),
+                        &ptrs,
+                        &steps,
+                        |e, p| {
+                            let (bias, res) = if has_bias {
+                                (Some(p[3]), &p[4..])
+                            } else {
+                                (None, &p[3..])
+                            };
+                            let tile = TilePtrs {
+                                src: p[0],
+                                weights: p[1],
+                                bias,
+                                dst: p[2],
+                                chunk: None,
+                            };
+                            row(e, plan, oh, &taps, tile, res, class.lanes);
+                        },
+                    );
+                }
+            });
         },
     );
-}
-
-/// Every output-channel tile of one image: `visit` runs once per tile with the tile's
-/// pointers (source at its first input channel, weights, bias and destination) and its
-/// residuals.
-fn tiles(
-    e: &mut Emit<'_>,
-    plan: &ConvPlan,
-    classes: &[TileClass],
-    weights: Value,
-    [src_n, dst_n]: [Value; 2],
-    res_n: &[Value],
-    mut visit: impl FnMut(&mut Emit<'_>, TilePtrs, &[Value], LaneCounts),
-) {
-    let d = &plan.desc;
-    let tile_oc = plan.vecs * LANES;
-    let tile_w_bytes = plan.tile_weights_len() as i64 * F32_BYTES;
-    let geo = Geometry::new(e, plan);
-    // Channel offsets of tile ranges are multiples of the reduction step.
-    let src_chan_bytes = |e: &mut Emit<'_>, ch: usize| -> Scalar {
-        let elems = match d.src_layout {
-            Layout::Nchw => e.mul(geo.src.channel, ch as i64),
-            Layout::Nchw4c => {
-                let blocks = e.mul(geo.src.block, (ch / LANES) as i64);
-                e.add(blocks, (ch % LANES) as i64)
-            }
-        };
-        e.mul(elems, F32_BYTES)
-    };
-    let tile_dst_bytes = e.mul(geo.dst.block, plan.vecs as i64 * F32_BYTES);
-    for class in classes {
-        let first = class.tiles.start;
-        let first_ch = src_chan_bytes(e, plan.ic.begin + first * plan.ic.step);
-        let src_t0 = e.offset_by(src_n, first_ch, 1);
-        let w_t0 = e.offset(weights, first as i64 * tile_w_bytes);
-        let bias_t0 = d
-            .bias
-            .then(|| (plan.bias_offset() + first * tile_oc) as i64 * F32_BYTES);
-        let bias_t0 = bias_t0.map(|off| e.offset(weights, off));
-        let dst_t0 = e.offset_by(dst_n, tile_dst_bytes, first as i64);
-        let res_t0: Vec<Value> = res_n
-            .iter()
-            .map(|&r| e.offset_by(r, tile_dst_bytes, first as i64))
-            .collect();
-
-        let mut ptrs = vec![src_t0, w_t0, dst_t0];
-        let mut steps = vec![
-            src_chan_bytes(e, plan.ic.step),
-            Scalar::Const(tile_w_bytes),
-            tile_dst_bytes,
-        ];
-        if let Some(b) = bias_t0 {
-            ptrs.push(b);
-            steps.push(Scalar::Const(tile_oc as i64 * F32_BYTES));
-        }
-        ptrs.extend(&res_t0);
-        steps.extend(std::iter::repeat_n(tile_dst_bytes, res_t0.len()));
-        let has_bias = d.bias;
-        e.for_ptrs(
-            Scalar::Const(class.tiles.len() as i64),
-            &ptrs,
-            &steps,
-            |e, p| {
-                let (bias, res) = if has_bias {
-                    (Some(p[3]), &p[4..])
-                } else {
-                    (None, &p[3..])
-                };
-                let tile = TilePtrs {
-                    src: p[0],
-                    weights: p[1],
-                    bias,
-                    dst: p[2],
-                    chunk: None,
-                };
-                visit(e, tile, res, class.lanes);
-            },
-        );
-    }
 }
 
 /// Every row of the call's range of rows, with its kernel-row taps.
