@@ -1,6 +1,6 @@
 //! Lowers a convolution plan to Cranelift IR: register-tiled direct convolution.
 //!
-//! Loop nest: image, row run, row (runtime range), output-channel tile, chunk of the
+//! Loop nest: image, output-channel tile, row run, row (runtime range), chunk of the
 //! reduction (when a tile's weights exceed L1, see [`ConvPlan::chunks`]), column run, pixel
 //! tile; inside a tile the reduction loop over input channels carries the accumulators, with
 //! an inner loop over the run's kernel rows and the kernel columns unrolled. Each FMA reads its
@@ -207,7 +207,19 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
         ];
     }
 
+    // Channel offsets of tile ranges are multiples of the reduction step.
+    let src_chan_bytes = |e: &mut Emit<'_>, ch: usize| -> Scalar {
+        let elems = match d.src_layout {
+            Layout::Nchw => e.mul(geo.src.channel, ch as i64),
+            Layout::Nchw4c => {
+                let blocks = e.mul(geo.src.block, (ch / LANES) as i64);
+                e.add(blocks, (ch % LANES) as i64)
+            }
+        };
+        e.mul(elems, F32_BYTES)
+    };
     let tile_w_bytes = plan.tile_weights_len() as i64 * F32_BYTES;
+    let tile_dst_bytes = e.mul(geo.dst.block, plan.vecs as i64 * F32_BYTES);
     let image_steps = [
         e.mul(geo.src.image, F32_BYTES),
         e.mul(geo.dst.image, F32_BYTES),
@@ -227,84 +239,118 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
                     e.b.ins().iadd(r, off)
                 })
                 .collect();
-            // Rows outer, output-channel tiles inner: a row's input rows stay in cache while
-            // every tile reads them, instead of streaming the whole input once per tile.
-            rows(e, plan, &geo, |e, oh, taps| {
-                let geo = Geometry::new(e, plan);
-                // Channel offsets of tile ranges are multiples of the reduction step.
-                let src_chan_bytes = |e: &mut Emit<'_>, ch: usize| -> Scalar {
-                    let elems = match d.src_layout {
-                        Layout::Nchw => e.mul(geo.src.channel, ch as i64),
-                        Layout::Nchw4c => {
-                            let blocks = e.mul(geo.src.block, (ch / LANES) as i64);
-                            e.add(blocks, (ch % LANES) as i64)
-                        }
-                    };
-                    e.mul(elems, F32_BYTES)
-                };
-                let tile_dst_bytes = e.mul(geo.dst.block, plan.vecs as i64 * F32_BYTES);
-                for class in &classes {
-                    let first = class.tiles.start;
-                    let first_ch = src_chan_bytes(e, plan.ic.begin + first * plan.ic.step);
-                    let src_t0 = e.offset_by(src_n, first_ch, 1);
-                    let w_t0 = e.offset(weights, first as i64 * tile_w_bytes);
-                    let bias_t0 = d
-                        .bias
-                        .then(|| (plan.bias_offset() + first * tile_oc) as i64 * F32_BYTES);
-                    let bias_t0 = bias_t0.map(|off| e.offset(weights, off));
-                    let dst_t0 = e.offset_by(dst_n, tile_dst_bytes, first as i64);
-                    let res_t0: Vec<Value> = res_n
-                        .iter()
-                        .map(|&r| e.offset_by(r, tile_dst_bytes, first as i64))
-                        .collect();
+            for class in &classes {
+                let first = class.tiles.start;
+                let first_ch = src_chan_bytes(e, plan.ic.begin + first * plan.ic.step);
+                let src_t0 = e.offset_by(src_n, first_ch, 1);
+                let w_t0 = e.offset(weights, first as i64 * tile_w_bytes);
+                let bias_t0 = d
+                    .bias
+                    .then(|| (plan.bias_offset() + first * tile_oc) as i64 * F32_BYTES);
+                let bias_t0 = bias_t0.map(|off| e.offset(weights, off));
+                let dst_t0 = e.offset_by(dst_n, tile_dst_bytes, first as i64);
+                let res_t0: Vec<Value> = res_n
+                    .iter()
+                    .map(|&r| e.offset_by(r, tile_dst_bytes, first as i64))
+                    .collect();
 
-                    let mut ptrs = vec![src_t0, w_t0, dst_t0];
-                    let mut steps = vec![
-                        src_chan_bytes(e, plan.ic.step),
-                        Scalar::Const(tile_w_bytes),
-                        tile_dst_bytes,
-                    ];
-                    if let Some(b) = bias_t0 {
-                        ptrs.push(b);
-                        steps.push(Scalar::Const(tile_oc as i64 * F32_BYTES));
-                    }
-                    ptrs.extend(&res_t0);
-                    steps.extend(std::iter::repeat_n(tile_dst_bytes, res_t0.len()));
-                    let has_bias = d.bias;
-                    e.for_ptrs(
-                        Scalar::Const(class.tiles.len() as i64),
-                        &ptrs,
-                        &steps,
-                        |e, p| {
-                            let (bias, res) = if has_bias {
-                                (Some(p[3]), &p[4..])
-                            } else {
-                                (None, &p[3..])
-                            };
-                            let tile = TilePtrs {
-                                src: p[0],
-                                weights: p[1],
-                                bias,
-                                dst: p[2],
-                                chunk: None,
-                            };
-                            row(e, plan, oh, &taps, tile, res, class.lanes);
-                        },
-                    );
+                let mut ptrs = vec![src_t0, w_t0, dst_t0];
+                let mut steps = vec![
+                    src_chan_bytes(e, plan.ic.step),
+                    Scalar::Const(tile_w_bytes),
+                    tile_dst_bytes,
+                ];
+                if let Some(b) = bias_t0 {
+                    ptrs.push(b);
+                    steps.push(Scalar::Const(tile_oc as i64 * F32_BYTES));
                 }
-            });
+                ptrs.extend(&res_t0);
+                steps.extend(std::iter::repeat_n(tile_dst_bytes, res_t0.len()));
+                let has_bias = d.bias;
+                e.for_ptrs(
+                    Scalar::Const(class.tiles.len() as i64),
+                    &ptrs,
+                    &steps,
+                    |e, p| {
+                        let (bias, res) = if has_bias {
+                            (Some(p[3]), &p[4..])
+                        } else {
+                            (None, &p[3..])
+                        };
+                        let tile = TilePtrs {
+                            src: p[0],
+                            weights: p[1],
+                            bias,
+                            dst: p[2],
+                            chunk: None,
+                        };
+                        rows(e, plan, &geo, tile, res, class.lanes);
+                    },
+                );
+            }
         },
     );
 }
 
-/// Every row of the call's range of rows, with its kernel-row taps.
+/// All rows of one output-channel tile, restricted to the call's range of rows.
 fn rows(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
     geo: &Geometry,
-    mut row: impl FnMut(&mut Emit<'_>, Value, Taps),
+    tile: TilePtrs,
+    residuals: &[Value],
+    lanes: LaneCounts,
 ) {
     let d = &plan.desc;
+    let row = |e: &mut Emit<'_>, oh: Value, taps: Taps| {
+        let geo = &Geometry::new(e, plan);
+        // The input row of tap 0; valid taps keep every access in bounds.
+        let src_row = e.scaled_by(
+            tile.src,
+            oh,
+            geo.src.row,
+            d.strides[0] as i64 * F32_BYTES,
+            0,
+        );
+        let top = e.mul(geo.src.row, -(d.pads.top as i64) * F32_BYTES);
+        let src_row = e.offset_by(src_row, top, 1);
+        let dst_row = e.scaled_by(tile.dst, oh, geo.dst.row, F32_BYTES, 0);
+        let res_rows: Vec<Value> = residuals
+            .iter()
+            .map(|&r| e.scaled_by(r, oh, geo.dst.row, F32_BYTES, 0))
+            .collect();
+        let row_tile = TilePtrs {
+            src: src_row,
+            dst: dst_row,
+            ..tile
+        };
+        if plan.chunks() == 1 {
+            columns(e, plan, geo, &taps, row_tile, &res_rows, lanes);
+            return;
+        }
+        // The whole row for one chunk of input channels, then for the next: the chunk's
+        // weights stay in L1 across the row's pixel tiles.
+        let zero = e.iconst(0);
+        let count = e.iconst(plan.chunks() as i64);
+        let carried = [row_tile.src, row_tile.weights];
+        e.for_range(zero, count, &carried, |e, chunk, p| {
+            let chunk_tile = TilePtrs {
+                src: p[0],
+                weights: p[1],
+                chunk: Some(chunk),
+                ..row_tile
+            };
+            let geo = &Geometry::new(e, plan);
+            columns(e, plan, geo, &taps, chunk_tile, &res_rows, lanes);
+            let geo = Geometry::new(e, plan);
+            let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
+            let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
+            vec![
+                e.offset_by(p[0], geo.ic_src_step, ic_steps),
+                e.offset(p[1], w_bytes),
+            ]
+        });
+    };
     match &plan.rows {
         AxisPlan::Fixed(runs) => {
             for run in runs {
@@ -327,66 +373,6 @@ fn rows(
             });
         }
     }
-}
-
-/// Output row `oh` of one output-channel tile.
-fn row(
-    e: &mut Emit<'_>,
-    plan: &ConvPlan,
-    oh: Value,
-    taps: &Taps,
-    tile: TilePtrs,
-    residuals: &[Value],
-    lanes: LaneCounts,
-) {
-    let d = &plan.desc;
-    let geo = &Geometry::new(e, plan);
-    // The input row of tap 0; valid taps keep every access in bounds.
-    let src_row = e.scaled_by(
-        tile.src,
-        oh,
-        geo.src.row,
-        d.strides[0] as i64 * F32_BYTES,
-        0,
-    );
-    let top = e.mul(geo.src.row, -(d.pads.top as i64) * F32_BYTES);
-    let src_row = e.offset_by(src_row, top, 1);
-    let dst_row = e.scaled_by(tile.dst, oh, geo.dst.row, F32_BYTES, 0);
-    let res_rows: Vec<Value> = residuals
-        .iter()
-        .map(|&r| e.scaled_by(r, oh, geo.dst.row, F32_BYTES, 0))
-        .collect();
-    let row_tile = TilePtrs {
-        src: src_row,
-        dst: dst_row,
-        ..tile
-    };
-    if plan.chunks() == 1 {
-        columns(e, plan, geo, taps, row_tile, &res_rows, lanes);
-        return;
-    }
-    // The whole row for one chunk of input channels, then for the next: the chunk's
-    // weights stay in L1 across the row's pixel tiles.
-    let zero = e.iconst(0);
-    let count = e.iconst(plan.chunks() as i64);
-    let carried = [row_tile.src, row_tile.weights];
-    e.for_range(zero, count, &carried, |e, chunk, p| {
-        let chunk_tile = TilePtrs {
-            src: p[0],
-            weights: p[1],
-            chunk: Some(chunk),
-            ..row_tile
-        };
-        let geo = &Geometry::new(e, plan);
-        columns(e, plan, geo, taps, chunk_tile, &res_rows, lanes);
-        let geo = Geometry::new(e, plan);
-        let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
-        let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
-        vec![
-            e.offset_by(p[0], geo.ic_src_step, ic_steps),
-            e.offset(p[1], w_bytes),
-        ]
-    });
 }
 
 /// The length of a run of output columns.
