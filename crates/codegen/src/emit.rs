@@ -479,6 +479,21 @@ impl<'a> Emit<'a> {
         start: Value,
         end: Value,
         carried: &[Value],
+        body: impl FnMut(&mut Self, Value, &[Value]) -> Vec<Value>,
+    ) -> Vec<Value> {
+        let more = |e: &mut Self, i: Value| e.b.ins().icmp(IntCC::SignedLessThan, i, end);
+        self.counted_loop(start, 1, more, carried, body)
+    }
+
+    /// The loop of [`Self::for_range`] and of a runtime [`Self::for_ptrs`]: a counter from
+    /// `init` moving by `step` while `more` holds, tested at the top (header `brif` -> body ->
+    /// `jump` header), with `carried` in block parameters.
+    fn counted_loop(
+        &mut self,
+        init: Value,
+        step: i64,
+        more: impl FnOnce(&mut Self, Value) -> Value,
+        carried: &[Value],
         mut body: impl FnMut(&mut Self, Value, &[Value]) -> Vec<Value>,
     ) -> Vec<Value> {
         let header = self.b.create_block();
@@ -489,7 +504,7 @@ impl<'a> Emit<'a> {
             let ty = self.b.func.dfg.value_type(c);
             self.b.append_block_param(header, ty);
         }
-        let args: Vec<BlockArg> = std::iter::once(start)
+        let args: Vec<BlockArg> = std::iter::once(init)
             .chain(carried.iter().copied())
             .map(BlockArg::Value)
             .collect();
@@ -498,13 +513,13 @@ impl<'a> Emit<'a> {
         self.b.switch_to_block(header);
         let params = self.b.block_params(header).to_vec();
         let (i, state) = (params[0], &params[1..]);
-        let more = self.b.ins().icmp(IntCC::SignedLessThan, i, end);
-        self.b.ins().brif(more, body_block, &[], exit, &[]);
+        let go_on = more(self, i);
+        self.b.ins().brif(go_on, body_block, &[], exit, &[]);
 
         self.b.switch_to_block(body_block);
         let next = body(self, i, state);
         debug_assert_eq!(next.len(), state.len());
-        let i_next = self.b.ins().iadd_imm_s(i, 1);
+        let i_next = self.b.ins().iadd_imm_s(i, step);
         let args: Vec<BlockArg> = std::iter::once(i_next)
             .chain(next)
             .map(BlockArg::Value)
@@ -569,36 +584,10 @@ impl<'a> Emit<'a> {
             Scalar::Const(n) => self.for_count(n as usize, ptrs, |e, _, p| step(e, p)),
             Scalar::Dyn(n) => {
                 // Counting down to zero: one register for the trip count, not two.
-                let header = self.b.create_block();
-                let body = self.b.create_block();
-                let exit = self.b.create_block();
-                self.b.append_block_param(header, types::I64);
-                for &p in ptrs {
-                    let ty = self.b.func.dfg.value_type(p);
-                    self.b.append_block_param(header, ty);
-                }
-                let args: Vec<BlockArg> = std::iter::once(n)
-                    .chain(ptrs.iter().copied())
-                    .map(BlockArg::Value)
-                    .collect();
-                self.b.ins().jump(header, &args);
-                self.b.switch_to_block(header);
-                let params = self.b.block_params(header).to_vec();
-                let more = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::SignedGreaterThan, params[0], 0);
-                self.b.ins().brif(more, body, &[], exit, &[]);
-                self.b.switch_to_block(body);
-                let next = step(self, &params[1..]);
-                let left = self.b.ins().iadd_imm_s(params[0], -1);
-                let args: Vec<BlockArg> = std::iter::once(left)
-                    .chain(next)
-                    .map(BlockArg::Value)
-                    .collect();
-                self.b.ins().jump(header, &args);
-                self.b.switch_to_block(exit);
-                params[1..].to_vec()
+                let more = |e: &mut Self, left: Value| {
+                    e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, left, 0)
+                };
+                self.counted_loop(n, -1, more, ptrs, |e, _, p| step(e, p))
             }
         }
     }

@@ -512,20 +512,21 @@ impl PrimitiveKey {
                 Ok(())
             }
         };
+        // What conv and pooling windows share: positive, bounded steps and bounded pads.
+        let window_steps = |strides: &[usize; 2], dilations: &[usize; 2], pads: &Pads| {
+            positive("strides", strides)?;
+            positive("dilations", dilations)?;
+            bounded("strides", strides)?;
+            bounded("dilations", dilations)?;
+            bounded("pads", &[pads.top, pads.left, pads.bottom, pads.right])
+        };
         match self {
             PrimitiveKey::Conv(d) => {
                 positive(
                     "extents",
                     &[d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.groups],
                 )?;
-                positive("strides", &d.strides)?;
-                positive("dilations", &d.dilations)?;
-                bounded("strides", &d.strides)?;
-                bounded("dilations", &d.dilations)?;
-                bounded(
-                    "pads",
-                    &[d.pads.top, d.pads.left, d.pads.bottom, d.pads.right],
-                )?;
+                window_steps(&d.strides, &d.dilations, &d.pads)?;
                 if d.ic % d.groups != 0 || d.oc % d.groups != 0 {
                     return fail(format!(
                         "groups ({}) must divide the input ({}) and output ({}) channels",
@@ -561,14 +562,7 @@ impl PrimitiveKey {
             PrimitiveKey::Pool(d) => {
                 positive("extents", &[d.mb, d.c, d.ih, d.iw])?;
                 positive("kernel", &d.kernel)?;
-                positive("strides", &d.strides)?;
-                positive("dilations", &d.dilations)?;
-                bounded("strides", &d.strides)?;
-                bounded("dilations", &d.dilations)?;
-                bounded(
-                    "pads",
-                    &[d.pads.top, d.pads.left, d.pads.bottom, d.pads.right],
-                )?;
+                window_steps(&d.strides, &d.dilations, &d.pads)?;
                 if d.kind == PoolKind::Avg && d.dilations != [1, 1] {
                     return fail("average pooling does not support dilations".into());
                 }

@@ -149,13 +149,9 @@ fn oversized_pool_key_is_rejected_for_its_size_before_any_window_scan() {
     assert!(compile(&key, verified(), Dumps::default()).is_err());
 }
 
-/// Fuzzing finding (engine_api with overflow checks): a key with dilation 0 printed its
-/// benchdnn gap as `dilation - 1`, which overflows: validating it panicked in a debug build
-/// (the error message names the key) and printed `dh18446744073709551615` in a release build.
-/// The gap is now signed.
-#[test]
-fn key_with_zero_dilation_is_an_error_whose_key_prints_a_gap_of_minus_one() {
-    let pool = PrimitiveKey::Pool(PoolDesc {
+/// A 2x2 max pooling of 3 channels of 5x5, NCHW, that the fuzzing regressions below vary.
+fn small_max_pool() -> PoolDesc {
+    PoolDesc {
         kind: PoolKind::Max,
         mb: 1,
         c: 3,
@@ -164,12 +160,24 @@ fn key_with_zero_dilation_is_an_error_whose_key_prints_a_gap_of_minus_one() {
         kernel: [2, 2],
         strides: [1, 1],
         pads: Pads::default(),
-        dilations: [0, 1],
+        dilations: [1, 1],
         ceil_mode: false,
         count_include_pad: false,
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
         runtime: Default::default(),
+    }
+}
+
+/// Fuzzing finding (engine_api with overflow checks): a key with dilation 0 printed its
+/// benchdnn gap as `dilation - 1`, which overflows: validating it panicked in a debug build
+/// (the error message names the key) and printed `dh18446744073709551615` in a release build.
+/// The gap is now signed.
+#[test]
+fn key_with_zero_dilation_is_an_error_whose_key_prints_a_gap_of_minus_one() {
+    let pool = PrimitiveKey::Pool(PoolDesc {
+        dilations: [0, 1],
+        ..small_max_pool()
     });
     let mut conv = ConvDesc::new(1, 3, [5, 5], 4, [3, 3]);
     conv.dilations = [1, 0];
@@ -200,20 +208,10 @@ fn huge_stride_dilation_or_pad_is_an_invalid_key_not_an_overflow() {
     let mut pad = base.clone();
     pad.pads.right = usize::MAX;
     let pool = PrimitiveKey::Pool(PoolDesc {
-        kind: PoolKind::Max,
-        mb: 1,
-        c: 3,
-        ih: 5,
-        iw: 5,
-        kernel: [2, 2],
         strides: [1, primjit_codegen::MAX_STEP + 1],
-        pads: Pads::default(),
-        dilations: [1, 1],
-        ceil_mode: false,
-        count_include_pad: false,
         src_layout: Layout::Nchw4c,
         dst_layout: Layout::Nchw4c,
-        runtime: Default::default(),
+        ..small_max_pool()
     });
     for key in [
         PrimitiveKey::Conv(stride),
