@@ -111,6 +111,7 @@ fn bench_layers(c: &mut Criterion) {
                                 weights,
                                 dst: &mut *dst,
                                 extra: &extra,
+                                scratch: None,
                             },
                         )
                         .expect("buffers match the key")

@@ -389,11 +389,17 @@ fn dump_folded_shows_fused_convs_and_a_pass_summary() {
         out.contains("@layer1.0.conv2.weight.bnfold, bias=@layer1.0.conv2.weight.bnfold_bias"),
         "{out}"
     );
-    assert!(out.contains("post=[add(%maxpool), relu]"), "{out}");
+    // The stem's max pool is fused into conv1, whose value the first block now reads.
+    assert!(
+        out.contains("post=[relu, maxpool(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]"),
+        "{out}"
+    );
+    assert!(!out.contains("maxpool2d("), "{out}");
+    assert!(out.contains("post=[add(%conv1), relu]"), "{out}");
     let last = out.lines().last().unwrap();
     assert!(last.starts_with("# passes: 29 batchnorms folded"), "{last}");
     assert!(
-        last.contains("27 relus") && last.contains("13 adds"),
+        last.contains("27 relus") && last.contains("13 adds") && last.contains("1 max pools"),
         "{last}"
     );
 
@@ -401,7 +407,7 @@ fn dump_folded_shows_fused_convs_and_a_pass_summary() {
         "dump", TRUNK, "--stage", "folded", "--dims", "W=1031",
     ]));
     assert!(
-        with_shapes.contains("post=[relu])  # [1, 64, 160, 516]"),
+        with_shapes.contains("pads=[1, 1, 1, 1])])  # [1, 64, 80, 258]"),
         "{with_shapes}"
     );
 
@@ -989,13 +995,19 @@ fn dump_plan_shows_tiles_and_border_runs_of_every_node() {
         "dump", TRUNK, "--stage", "plan", "--dims", "W=37",
     ]));
     let nodes = node_lines(&out);
-    // After folding and fusion: 29 convolutions and the max-pool.
-    assert_eq!(nodes.len(), 30, "{out}");
+    // After folding and fusion: 29 convolutions, the max pool fused into the first.
+    assert_eq!(nodes.len(), 29, "{out}");
     assert!(
-        nodes[0].starts_with("%conv1: conv mb1ic3ih320iw37oc64"),
+        nodes[0].starts_with("%conv1: conv mb1ic3ih320iw37oc64")
+            && nodes[0].contains("+pool_max oh80ow10kh3kw3sh2sw2ph1pw1"),
         "{out}"
     );
-    assert!(nodes[1].starts_with("%maxpool: pool_max mb1ic64"), "{out}");
+    assert!(out.contains("fused max pool: per pooled row"), "{out}");
+    assert!(out.contains("pool stage:"), "{out}");
+    assert!(
+        nodes[1].starts_with("%layer1.0.conv1: conv mb1ic64"),
+        "{out}"
+    );
     assert!(out.contains("conv tile"), "{out}");
     assert!(out.contains("row runs"), "{out}");
     assert!(out.contains("column runs"), "{out}");
@@ -1076,7 +1088,7 @@ fn dump_memory_lists_every_primitive_and_totals() {
         assert!(header.contains(column), "{header}");
     }
     let rows: Vec<&str> = out.lines().filter(|l| l.starts_with('%')).collect();
-    assert_eq!(rows.len(), 30, "{out}");
+    assert_eq!(rows.len(), 29, "{out}");
     // Every row's total is its mapped pages plus its heap, and code fits in the pages.
     for row in &rows {
         let f: Vec<&str> = row.split_whitespace().collect();
@@ -1088,24 +1100,24 @@ fn dump_memory_lists_every_primitive_and_totals() {
         assert!(f[5].ends_with("ms"), "{row}");
     }
     let totals = out.lines().last().unwrap();
-    assert!(totals.starts_with("# 30 nodes, "), "{totals}");
+    assert!(totals.starts_with("# 29 nodes, "), "{totals}");
     assert!(totals.contains("distinct primitives"), "{totals}");
     let distinct: usize = totals
-        .trim_start_matches("# 30 nodes, ")
+        .trim_start_matches("# 29 nodes, ")
         .split_whitespace()
         .next()
         .unwrap()
         .parse()
         .unwrap();
     // layer1.1.conv1 has layer1.0.conv1's key, and so on: fewer primitives than nodes.
-    assert!((2..30).contains(&distinct), "{totals}");
+    assert!((2..29).contains(&distinct), "{totals}");
 
     let one = success(&primjit(&[
-        "dump", TRUNK, "--stage", "memory", "--dims", "W=37", "--node", "maxpool",
+        "dump", TRUNK, "--stage", "memory", "--dims", "W=37", "--node", "conv1",
     ]));
     let rows: Vec<&str> = one.lines().filter(|l| l.starts_with('%')).collect();
     assert_eq!(rows.len(), 1, "{one}");
-    assert!(rows[0].starts_with("%maxpool "), "{one}");
+    assert!(rows[0].starts_with("%conv1 "), "{one}");
     assert!(
         one.lines()
             .last()
@@ -1221,14 +1233,15 @@ fn run_trunk_jit_agrees_with_the_reference() {
 // ---- bench and sweep ----
 
 /// A small model for the benchmark verbs: a 3x3 conv with bias (relu fused into it) and a
-/// 2x2 max-pool, on a 16-row input of symbolic width.
+/// 2x2 average pool (two primitives: only max pools fuse), on a 16-row input of symbolic
+/// width.
 const SMALL: &str = "graph small {
   input %x: f32[1, 3, 16, W]
   param @w: f32[8, 3, 3, 3]
   param @b: f32[8]
   %c = conv2d(%x, @w, bias=@b, pads=[1, 1, 1, 1])
   %r = relu(%c)
-  %p = maxpool2d(%r, kernel=[2, 2], strides=[2, 2])
+  %p = avgpool2d(%r, kernel=[2, 2], strides=[2, 2])
   output y = %p
 }
 ";
@@ -1344,7 +1357,7 @@ fn bench_dynamic_policy_compiles_one_primitive_per_node_for_every_width() {
         "--policy",
         "dynamic",
     ]));
-    // conv (with relu fused) and maxpool: two node configurations for three widths.
+    // conv (with relu fused) and the pool: two node configurations for three widths.
     assert!(
         out.contains("dynamic: 2 distinct node configurations, 2 primitives compiled"),
         "{out}"
@@ -1382,7 +1395,7 @@ fn dump_dynamic_marks_runtime_fields_and_the_remainder_dispatch() {
     assert!(out.contains("runtime extents: w"), "{out}");
     assert!(out.contains("remainder 1..4 by jump table"), "{out}");
     assert!(
-        out.contains("%p: pool_max mb1ic8ih16iw*oh8ow*kh2kw2sh2sw2ph0pw0"),
+        out.contains("%p: pool_avg_np mb1ic8ih16iw*oh8ow*kh2kw2sh2sw2ph0pw0"),
         "{out}"
     );
 }
@@ -1683,7 +1696,12 @@ fn bench_op_times_every_node_of_a_model() {
         "bench-op", "--model", TRUNK, "--dims", "W=37", "--runs", "1",
     ]));
     assert!(out.contains("graph: median"), "{out}");
-    for node in ["conv1 ", "maxpool ", "layer3.5.conv2 "] {
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("conv1 ") && l.contains("+pool_max")),
+        "the stem's pool is fused into conv1:\n{out}"
+    );
+    for node in ["conv1 ", "layer2.0.downsample.0 ", "layer3.5.conv2 "] {
         assert!(
             out.lines().any(|l| l.starts_with(node)),
             "no row for {node}:\n{out}"
@@ -1761,7 +1779,7 @@ fn verbose_lines_follow_the_documented_format() {
         "{lines:?}"
     );
     assert!(
-        lines[1][2].starts_with("pool_max mb1ic8ih16iw9"),
+        lines[1][2].starts_with("pool_avg_np mb1ic8ih16iw9"),
         "{lines:?}"
     );
 

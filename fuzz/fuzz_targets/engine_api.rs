@@ -285,6 +285,8 @@ fuzz_target!(|case: ApiCase| {
         weights: weights.as_ref().map(|w| w.as_slice()),
         dst: dst.as_mut_slice(),
         extra: &extra_slices,
+        // The fuzzed keys have no fused pool; the kernel tests cover it.
+        scratch: None,
     };
     let result = match (&case.range, case.parallel) {
         (Some(_), _) => p.execute_range(args, None, items.clone()),

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::{Result, bail};
-use primjit::codegen::{CodegenOptions, Dumps, compile, describe_plan};
+use primjit::codegen::{CodegenOptions, Dumps, PrimitiveKey, compile, describe_plan};
 use primjit::{Budget, CacheConfig, Engine, EngineConfig};
 use primjit_ir::{Graph, Shapes, passes};
 
@@ -67,8 +67,8 @@ pub fn run(args: &Args) -> Result<()> {
                 graph.to_string()
             };
             text.push_str(&format!(
-                "# passes: {} batchnorms folded, {} relus and {} adds fused into convs\n",
-                report.folded_batchnorms, report.fused_relus, report.fused_adds
+                "# passes: {} batchnorms folded, {} relus, {} adds and {} max pools fused into convs\n",
+                report.folded_batchnorms, report.fused_relus, report.fused_adds, report.fused_pools
             ));
             text
         }
@@ -138,8 +138,14 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 text.push_str(&format!("%{name}: {key}\n"));
                 let runtime = key.runtime_dims();
                 if runtime.any() {
+                    let fused = matches!(key, PrimitiveKey::Conv(d) if d.pool.is_some());
+                    let read = if fused {
+                        "[ih, iw, oh, ow, ph, pw]"
+                    } else {
+                        "[ih, iw, oh, ow]"
+                    };
                     text.push_str(&format!(
-                        "  runtime extents: {runtime} (`*` fields; the kernel reads [ih, iw, oh, ow] from its extents argument)\n"
+                        "  runtime extents: {runtime} (`*` fields; the kernel reads {read} from its extents argument)\n"
                     ));
                 }
                 match args.stage {

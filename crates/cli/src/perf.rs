@@ -63,6 +63,7 @@ pub fn measure_peak(engine: &Engine, threads: usize) -> Result<Peak> {
                                 weights: None,
                                 dst: &mut acc,
                                 extra: &[],
+                                scratch: None,
                             },
                             None,
                             0..trips,
@@ -197,6 +198,7 @@ fn time_runs(
             weights,
             dst,
             extra,
+            scratch: None,
         };
         match extents {
             Some(e) => engine.execute_at(p, args, e)?,

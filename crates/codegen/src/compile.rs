@@ -12,7 +12,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use crate::emit::{Emit, new_context};
 use crate::key::{KeyError, PrimitiveKey};
 use crate::plan::{ConvPlan, PoolPlan};
-use crate::{lower_conv, lower_pool};
+use crate::{lower_conv, lower_fused, lower_pool};
 
 /// Options that change the generated code or what is kept of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -148,6 +148,24 @@ pub fn host_isa(verify: bool) -> Result<&'static HostIsa, CodegenError> {
 /// The tiling plan of a key, as `dump --stage plan` prints it.
 pub fn describe_plan(key: &PrimitiveKey) -> String {
     match key {
+        PrimitiveKey::Conv(d) if d.pool.is_some() => {
+            let plan = lower_fused::FusedPlan::new(d);
+            let width = if d.runtime.w {
+                "ow".to_string()
+            } else {
+                d.ow().to_string()
+            };
+            format!(
+                "  fused max pool: per pooled row, the conv computes the {rows} rows of its window \
+                 into a scratch band ({rows} x {width} pixels x {channels} channels per thread), \
+                 rows shared with the next window are copied down, then the pool reads the band\n  \
+                 conv stage:\n{}  pool stage:\n{}",
+                plan.conv,
+                plan.pool,
+                rows = d.pool_band_rows(),
+                channels = d.oc.div_ceil(4) * 4,
+            )
+        }
         PrimitiveKey::Conv(d) => ConvPlan::new(d).to_string(),
         PrimitiveKey::Pool(d) => PoolPlan::new(d).to_string(),
         PrimitiveKey::GlobalPool(_) => {
@@ -168,6 +186,7 @@ pub fn lower(key: &PrimitiveKey, host: &HostIsa) -> Function {
     let mut fctx = new_context();
     let mut e = Emit::new(&mut func, &mut fctx, host.has_fma);
     match key {
+        PrimitiveKey::Conv(d) if d.pool.is_some() => lower_fused::lower(&mut e, d),
         PrimitiveKey::Conv(d) => lower_conv::lower(&mut e, &ConvPlan::new(d)),
         PrimitiveKey::Pool(d) => lower_pool::lower_pool(&mut e, &PoolPlan::new(d)),
         PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(&mut e, d),

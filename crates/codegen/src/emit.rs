@@ -5,11 +5,13 @@
 //! convention: `buffers` lists the source, weights, destination and extra buffers in the order
 //! of [`crate::PrimitiveKey::buffers`]; `[begin, end)` is the range of work items (output rows)
 //! this call computes, so that threads can split one execution; `extents` points to the
-//! call's spatial extents `[ih, iw, oh, ow]`, which only kernels with runtime extents read.
+//! call's spatial extents `[ih, iw, oh, ow, ph, pw]` (the last two: a fused pool's output),
+//! which only kernels with runtime extents read.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    AbiParam, BlockArg, Function, InstBuilder, MemFlagsData, Signature, UserFuncName, Value, types,
+    AbiParam, BlockArg, Function, InstBuilder, MemFlagsData, Signature, StackSlotData,
+    StackSlotKind, UserFuncName, Value, types,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -59,6 +61,9 @@ pub enum ExtentArg {
     InputW = 1,
     OutputH = 2,
     OutputW = 3,
+    /// A fused pool's output.
+    PooledH = 4,
+    PooledW = 5,
 }
 
 /// An integer known either when the code is generated or only when it runs.
@@ -95,6 +100,36 @@ impl<'a> Emit<'a> {
         self.b.ins().return_(&[]);
         self.b.seal_all_blocks();
         self.b.finalize(config);
+    }
+
+    /// Runs `body` as if the kernel had been called with the buffer list `buffers`, the work
+    /// items `[begin, end)` and its extents `extents_skip` entries further on: a fused kernel
+    /// emits the lowering of each of its stages this way. The call's own arguments come back
+    /// afterwards.
+    pub fn with_args(
+        &mut self,
+        buffers: &[Value],
+        [begin, end]: [Value; 2],
+        extents_skip: usize,
+        body: impl FnOnce(&mut Self),
+    ) {
+        let bytes = u32::try_from(buffers.len() * 8).expect("few buffers");
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            bytes,
+            3,
+        ));
+        for (i, &ptr) in buffers.iter().enumerate() {
+            self.b
+                .ins()
+                .stack_store(types::I64, ptr, slot, i as i32 * 8);
+        }
+        let table = self.b.ins().stack_addr(types::I64, slot, 0);
+        let extents = self.offset(self.extents, extents_skip as i64 * 8);
+        let saved = (self.buffers, self.begin, self.end, self.extents);
+        (self.buffers, self.begin, self.end, self.extents) = (table, begin, end, extents);
+        body(self);
+        (self.buffers, self.begin, self.end, self.extents) = saved;
     }
 
     /// The pointer of buffer `index` in the argument list.

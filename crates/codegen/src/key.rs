@@ -7,6 +7,8 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
+/// The window of a fused pool ([`ConvDesc::pool`]), the IR's own.
+pub use primjit_ir::PoolWindow;
 use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
 
 /// The memory layout of an activation tensor.
@@ -160,6 +162,10 @@ pub struct ConvDesc {
     pub groups: usize,
     pub bias: bool,
     pub post_ops: Vec<PostOpDesc>,
+    /// A max pooling of the output after the post-ops, fused into the kernel: the destination
+    /// has the pooled shape, and the full-resolution output exists only a few rows at a time,
+    /// in a scratch buffer of [`ConvDesc::scratch_len`] floats per thread.
+    pub pool: Option<PoolWindow>,
     pub src_layout: Layout,
     pub dst_layout: Layout,
     pub runtime: RuntimeDims,
@@ -188,6 +194,7 @@ impl ConvDesc {
             groups: 1,
             bias: false,
             post_ops: Vec::new(),
+            pool: None,
             src_layout: Layout::Nchw,
             dst_layout: Layout::Nchw,
             runtime: RuntimeDims::NONE,
@@ -238,8 +245,52 @@ impl ConvDesc {
         [self.mb, self.ic, self.ih, self.iw]
     }
 
+    /// The shape of the destination: the output's, pooled when a pool is fused.
     pub fn dst_shape(&self) -> [usize; 4] {
-        [self.mb, self.oc, self.oh(), self.ow()]
+        match self.pool_desc() {
+            Some(p) => p.dst_shape(),
+            None => [self.mb, self.oc, self.oh(), self.ow()],
+        }
+    }
+
+    /// The fused pooling as an op of its own on the conv's output: it reads `nChw4c` (the
+    /// scratch band the conv writes) and writes the destination's layout. Its runtime extents
+    /// are the conv's.
+    pub fn pool_desc(&self) -> Option<PoolDesc> {
+        let w = self.pool?;
+        let d = PoolDesc {
+            kind: PoolKind::Max,
+            mb: self.mb,
+            c: self.oc,
+            ih: self.oh(),
+            iw: self.ow(),
+            kernel: w.kernel,
+            strides: w.strides,
+            pads: w.pads,
+            dilations: w.dilations,
+            ceil_mode: w.ceil_mode,
+            count_include_pad: false,
+            src_layout: Layout::Nchw4c,
+            dst_layout: self.dst_layout,
+            runtime: RuntimeDims::NONE,
+        };
+        Some(d.with_runtime(self.runtime))
+    }
+
+    /// Rows of the output one pooled row's window spans: the height of the scratch band.
+    pub fn pool_band_rows(&self) -> usize {
+        self.pool.map_or(0, |w| {
+            w.dilations[0].saturating_mul(w.kernel[0].saturating_sub(1)) + 1
+        })
+    }
+
+    /// Floats of scratch one thread needs: a band of [`Self::pool_band_rows`] output rows in
+    /// `nChw4c`; 0 without a fused pool.
+    pub fn scratch_len(&self) -> usize {
+        if self.pool.is_none() {
+            return 0;
+        }
+        self.oc.div_ceil(4) * 4 * self.pool_band_rows() * self.ow()
     }
 
     pub fn weight_shape(&self) -> [usize; 4] {
@@ -368,6 +419,9 @@ pub const FMA_PEAK_FLOPS_PER_ITEM: u64 = 8 * FMA_PEAK_ACCUMULATORS as u64 * 8;
 /// bytes (a tensor of `MAX_TENSOR_ELEMENTS` floats) it fits the kernels' i64 byte offsets.
 pub const MAX_STEP: usize = 1 << 29;
 
+/// Entries of a kernel's `extents` argument ([`PrimitiveKey::extent_args`]).
+pub const EXTENT_ARGS: usize = 6;
+
 /// Everything that identifies one compiled kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PrimitiveKey {
@@ -393,6 +447,11 @@ pub struct KeyError {
     pub key: String,
     pub reason: String,
 }
+
+/// The role of a fused pool's scratch buffer ([`ConvDesc::scratch_len`]), always the last
+/// buffer: a call may pass a multiple of its length, one band per thread, and runs on at most
+/// that many threads.
+pub const SCRATCH_ROLE: &str = "scratch";
 
 /// One buffer a kernel reads or writes: its role, logical shape and layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -435,16 +494,25 @@ impl PrimitiveKey {
         }
     }
 
-    /// The `extents` argument of a call of this key's kernel, `[ih, iw, oh, ow]`, for a key
-    /// without runtime extents (so call it on [`Self::at`]'s result).
-    pub fn extent_args(&self) -> [i64; 4] {
+    /// The `extents` argument of a call of this key's kernel, `[ih, iw, oh, ow, ph, pw]`, for
+    /// a key without runtime extents (so call it on [`Self::at`]'s result): the input, the
+    /// output, and the output of a fused pool (the output again without one). A fused pool
+    /// reads `[oh, ow, ph, pw]` as its own `[ih, iw, oh, ow]`.
+    pub fn extent_args(&self) -> [i64; EXTENT_ARGS] {
         let [ih, iw] = self.input_extents();
         let [oh, ow] = match self {
             PrimitiveKey::Conv(d) => [d.oh(), d.ow()],
             PrimitiveKey::Pool(d) => [d.oh(), d.ow()],
             _ => [1, 1],
         };
-        [ih as i64, iw as i64, oh as i64, ow as i64]
+        let [ph, pw] = match self {
+            PrimitiveKey::Conv(d) => {
+                let [_, _, ph, pw] = d.dst_shape();
+                [ph, pw]
+            }
+            _ => [oh, ow],
+        };
+        [ih, iw, oh, ow, ph, pw].map(|x| x as i64)
     }
 
     /// Checks that the key describes a kernel that can exist, with checked arithmetic on every
@@ -547,8 +615,18 @@ impl PrimitiveKey {
                     );
                 }
                 check_count("input", d.src_shape())?;
-                check_count("output", d.dst_shape())?;
+                check_count("output", [d.mb, d.oc, d.oh(), d.ow()])?;
                 check_count("weights", [d.oc.div_ceil(4) * 4, d.ic, d.kh, d.kw])?;
+                if let Some(pool) = d.pool_desc() {
+                    if d.residuals() > 0 {
+                        return fail(
+                            "a fused max pool cannot follow a residual add (not supported)".into(),
+                        );
+                    }
+                    PrimitiveKey::Pool(pool)
+                        .check(windows)
+                        .or_else(|e| fail(format!("fused pool: {}", e.reason)))?;
+                }
                 for p in &d.post_ops {
                     // Written so that NaN bounds are rejected too.
                     #[allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -648,6 +726,14 @@ impl PrimitiveKey {
                 for _ in 0..d.residuals() {
                     v.push(act("residual", d.dst_shape(), d.dst_layout));
                 }
+                if d.pool.is_some() {
+                    v.push(BufferSpec {
+                        role: SCRATCH_ROLE,
+                        shape: vec![d.scratch_len()],
+                        layout: None,
+                        len: d.scratch_len(),
+                    });
+                }
                 v
             }
             PrimitiveKey::Pool(d) => vec![
@@ -696,15 +782,16 @@ impl PrimitiveKey {
     pub fn activation_bytes(&self) -> u64 {
         self.buffers()
             .iter()
-            .filter(|b| b.role != "weights")
+            .filter(|b| b.role != "weights" && b.role != SCRATCH_ROLE)
             .map(|b| 4 * b.len as u64)
             .sum()
     }
 
-    /// The extent that executions split across threads: output rows.
+    /// The extent that executions split across threads: output rows (pooled rows with a fused
+    /// pool).
     pub fn work_items(&self) -> usize {
         match self {
-            PrimitiveKey::Conv(d) => d.oh(),
+            PrimitiveKey::Conv(d) => d.dst_shape()[2],
             PrimitiveKey::Pool(d) => d.oh(),
             PrimitiveKey::GlobalPool(_) => 1,
             PrimitiveKey::Eltwise(d) => d.shape[2],
@@ -730,26 +817,21 @@ impl fmt::Display for PrimitiveKey {
                 // and left padding: the bottom and right follow from the output extents. The
                 // gap is signed: an invalid key with dilation 0 prints `dh-1` in its error.
                 write!(f, "oh{oh}ow{ow}")?;
-                write!(
-                    f,
-                    "kh{}kw{}sh{}sw{}",
-                    d.kh, d.kw, d.strides[0], d.strides[1]
-                )?;
-                if d.dilations != [1, 1] {
-                    write!(
-                        f,
-                        "dh{}dw{}",
-                        d.dilations[0] as i128 - 1,
-                        d.dilations[1] as i128 - 1
-                    )?;
-                }
-                write!(f, "ph{}pw{}", d.pads.top, d.pads.left)?;
+                window_fields(f, [d.kh, d.kw], d.strides, d.dilations, d.pads)?;
                 if d.bias {
                     f.write_str(" bias")?;
                 }
                 if !d.post_ops.is_empty() {
                     let posts: Vec<String> = d.post_ops.iter().map(|p| p.to_string()).collect();
                     write!(f, " post={}", posts.join("+"))?;
+                }
+                if let Some(p) = d.pool_desc() {
+                    let [_, _, oh, ow] = extent_fields(p.runtime, [0, 0, p.oh(), p.ow()]);
+                    write!(f, " +pool_max oh{oh}ow{ow}")?;
+                    window_fields(f, p.kernel, p.strides, p.dilations, p.pads)?;
+                    if p.ceil_mode {
+                        f.write_str(" ceil")?;
+                    }
                 }
                 layouts(f, d.src_layout, d.dst_layout)
             }
@@ -760,21 +842,8 @@ impl fmt::Display for PrimitiveKey {
                     (PoolKind::Avg, true) => "avg_p",
                 };
                 let [ih, iw, oh, ow] = extent_fields(d.runtime, [d.ih, d.iw, d.oh(), d.ow()]);
-                write!(f, "pool_{alg} mb{}ic{}ih{ih}iw{iw}", d.mb, d.c)?;
-                write!(
-                    f,
-                    "oh{oh}ow{ow}kh{}kw{}sh{}sw{}",
-                    d.kernel[0], d.kernel[1], d.strides[0], d.strides[1]
-                )?;
-                if d.dilations != [1, 1] {
-                    write!(
-                        f,
-                        "dh{}dw{}",
-                        d.dilations[0] as i128 - 1,
-                        d.dilations[1] as i128 - 1
-                    )?;
-                }
-                write!(f, "ph{}pw{}", d.pads.top, d.pads.left)?;
+                write!(f, "pool_{alg} mb{}ic{}ih{ih}iw{iw}oh{oh}ow{ow}", d.mb, d.c)?;
+                window_fields(f, d.kernel, d.strides, d.dilations, d.pads)?;
                 if d.ceil_mode {
                     f.write_str(" ceil")?;
                 }
@@ -805,6 +874,30 @@ impl fmt::Display for PrimitiveKey {
             PrimitiveKey::FmaPeak => f.write_str("fma_peak 8x12 f32x4"),
         }
     }
+}
+
+/// A pooling window's `kh kw sh sw [dh dw] ph pw` fields (dilation as benchdnn's gap).
+fn window_fields(
+    f: &mut fmt::Formatter<'_>,
+    kernel: [usize; 2],
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pads: Pads,
+) -> fmt::Result {
+    write!(
+        f,
+        "kh{}kw{}sh{}sw{}",
+        kernel[0], kernel[1], strides[0], strides[1]
+    )?;
+    if dilations != [1, 1] {
+        write!(
+            f,
+            "dh{}dw{}",
+            dilations[0] as i128 - 1,
+            dilations[1] as i128 - 1
+        )?;
+    }
+    write!(f, "ph{}pw{}", pads.top, pads.left)
 }
 
 /// The `ih iw oh ow` fields of a one-liner: a runtime extent prints as `*`.
@@ -872,7 +965,10 @@ mod tests {
         let other = PrimitiveKey::Conv(ConvDesc { iw: 7, ..d.clone() }.with_runtime(w));
         assert_eq!(key, other);
         assert_eq!(key.at([0, 1031]), PrimitiveKey::Conv(d.clone()));
-        assert_eq!(key.at([0, 1031]).extent_args(), [80, 1031, 80, 1031]);
+        assert_eq!(
+            key.at([0, 1031]).extent_args(),
+            [80, 1031, 80, 1031, 80, 1031]
+        );
         // A runtime field must hold 0, so that equal kernels have equal keys.
         let mut bad = d.clone().with_runtime(w);
         bad.iw = 5;

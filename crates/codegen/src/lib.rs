@@ -10,6 +10,7 @@ mod compile;
 mod emit;
 pub mod key;
 mod lower_conv;
+mod lower_fused;
 mod lower_pool;
 pub mod plan;
 
@@ -19,6 +20,6 @@ pub use compile::{
 };
 pub use key::{
     BufferSpec, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout, MAX_STEP,
-    PoolDesc, PostOpDesc, PrimitiveKey,
+    PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan};

@@ -109,7 +109,8 @@ impl Geometry {
         let oh = extent(e, rt.h, ExtentArg::OutputH, d.oh());
         let ow = extent(e, rt.w, ExtentArg::OutputW, d.ow());
         let src = e.act_strides(d.src_layout, d.ic, ih, iw);
-        let dst = e.act_strides(d.dst_layout, d.oc, oh, ow);
+        let dst_rows = plan.dst_rows.map_or(oh, |rows| Scalar::Const(rows as i64));
+        let dst = e.act_strides(d.dst_layout, d.oc, dst_rows, ow);
         let f = F32_BYTES;
         let kh_src_step = e.mul(src.row, d.dilations[0] as i64 * f);
         let ic_src_step = match d.src_layout {

@@ -102,7 +102,8 @@ impl Side {
         let d = &plan.desc;
         let h = extent(e, d.runtime.h, ExtentArg::InputH, d.ih);
         let w = extent(e, d.runtime.w, ExtentArg::InputW, d.iw);
-        let strides = e.act_strides(d.src_layout, d.c, h, w);
+        let rows = plan.src_rows.map_or(h, |rows| Scalar::Const(rows as i64));
+        let strides = e.act_strides(d.src_layout, d.c, rows, w);
         Side { strides, h, w }
     }
 

@@ -245,8 +245,15 @@ impl AxisTemplate {
 
 /// An input extent large enough that the borders of `axis` are far apart.
 fn template_probe(axis: &Axis) -> usize {
-    let extent = (axis.kernel - 1) * axis.dilation + 1;
-    4 * (extent + axis.pad_begin + axis.pad_end) + 8 * axis.stride + 16
+    // Saturating: an invalid key (a zero kernel, a huge pad) is rejected after this probe.
+    let extent = axis.kernel.saturating_sub(1).saturating_mul(axis.dilation) + 1;
+    let borders = extent
+        .saturating_add(axis.pad_begin)
+        .saturating_add(axis.pad_end);
+    borders
+        .saturating_mul(4)
+        .saturating_add(axis.stride.saturating_mul(8))
+        .saturating_add(16)
 }
 
 fn axis_output(axis: &Axis, input: usize, ceil: bool) -> Option<usize> {
@@ -303,9 +310,27 @@ pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
     match key {
         crate::PrimitiveKey::Conv(d) => {
             let [rows, cols] = conv_axes(d);
+            // A fused pool's borders must be apart too: the input that gives the pool's probe.
+            let pooled = d.pool_desc().map(|p| pool_axes(&p));
+            let probe_with_pool = |axis: Axis, pool: Option<Axis>| {
+                let pool_input = pool.map_or(0, |p| template_probe(&p));
+                let extent = axis.kernel.saturating_sub(1).saturating_mul(axis.dilation) + 1;
+                let input = pool_input
+                    .saturating_mul(axis.stride)
+                    .saturating_add(extent);
+                probe(axis).max(input)
+            };
             [
-                if rt.h { probe(rows) } else { ih },
-                if rt.w { probe(cols) } else { iw },
+                if rt.h {
+                    probe_with_pool(rows, pooled.map(|[r, _]| r))
+                } else {
+                    ih
+                },
+                if rt.w {
+                    probe_with_pool(cols, pooled.map(|[_, c]| c))
+                } else {
+                    iw
+                },
             ]
         }
         crate::PrimitiveKey::Pool(d) => {
@@ -442,6 +467,10 @@ pub struct ConvPlan {
     pub ic_chunk: usize,
     pub rows: AxisPlan,
     pub cols: AxisPlan,
+    /// Rows the destination holds when it is a fused pool's scratch band instead of the whole
+    /// output: the lowering then addresses row `oh` of a destination whose pointer was moved
+    /// back by the band's first row (see `lower_fused`).
+    pub dst_rows: Option<usize>,
 }
 
 /// The bytes of packed weights one chunk of the reduction may take: about two thirds of the
@@ -506,6 +535,7 @@ impl ConvPlan {
             ic_chunk,
             rows: AxisPlan::rows(rows, d.runtime.h, CountMode::None),
             cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
+            dst_rows: None,
         }
     }
 
@@ -733,6 +763,9 @@ pub struct PoolPlan {
     pub pixel_tile: usize,
     pub rows: AxisPlan,
     pub cols: AxisPlan,
+    /// Rows the source holds when it is a fused pool's scratch band (as
+    /// [`ConvPlan::dst_rows`]).
+    pub src_rows: Option<usize>,
 }
 
 impl PoolPlan {
@@ -748,6 +781,7 @@ impl PoolPlan {
             pixel_tile: 4,
             rows: AxisPlan::rows(rows, d.runtime.h, count),
             cols: AxisPlan::columns(cols, d.runtime.w, d.ceil_mode, count),
+            src_rows: None,
         }
     }
 }

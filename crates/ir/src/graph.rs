@@ -56,7 +56,7 @@ impl Pads {
     }
 }
 
-/// An element-wise operation applied to a convolution's output before it is stored.
+/// An operation applied to a convolution's output before it is stored.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum PostOp {
     Relu,
@@ -67,6 +67,33 @@ pub enum PostOp {
         lo: f32,
         hi: f32,
     },
+    /// Max pooling of the output as the post-ops before it left it, with `maxpool2d`'s
+    /// semantics. Always the last post-op: the conv's result has the pooled shape, so the
+    /// full-resolution output never needs to exist.
+    MaxPool(PoolWindow),
+}
+
+/// The window of a pooling op: everything but its kind and input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolWindow {
+    pub kernel: [usize; 2],
+    pub strides: [usize; 2],
+    pub pads: Pads,
+    pub dilations: [usize; 2],
+    pub ceil_mode: bool,
+}
+
+impl PoolWindow {
+    /// The window of `pool` (its `count_include_pad` matters to average pooling only).
+    pub fn of(pool: &Pool2d) -> Self {
+        PoolWindow {
+            kernel: pool.kernel,
+            strides: pool.strides,
+            pads: pool.pads,
+            dilations: pool.dilations,
+            ceil_mode: pool.ceil_mode,
+        }
+    }
 }
 
 /// A 2-D convolution with ONNX `Conv` semantics; weights are OIHW (`[O, I / groups, KH, KW]`).

@@ -8,7 +8,7 @@ use crate::dim::{Dim, is_symbol};
 use crate::error::{ParseError, SourceLoc};
 use crate::graph::{
     BatchNorm, Conv2d, DerivedParam, Graph, NodeData, Op, Pads, Param, ParamData, Pool2d, PoolKind,
-    PostOp, Value,
+    PoolWindow, PostOp, Value,
 };
 
 /// Parses IR text into a graph. Names are resolved; shapes and attributes are not yet checked
@@ -161,8 +161,9 @@ struct Parser {
     depth: usize,
 }
 
-/// The deepest nesting of lists and calls in operands; the format needs 3 (`post=[add(%r)]`),
-/// and the bound keeps the recursive parser's stack small on hostile input.
+/// The deepest nesting of lists and calls in operands; the format needs 4
+/// (`post=[maxpool(kernel=[3, 3])]`), and the bound keeps the recursive parser's stack small
+/// on hostile input.
 const MAX_NESTING: usize = 32;
 
 fn err<T>(loc: SourceLoc, message: impl Into<String>) -> Result<T, ParseError> {
@@ -541,11 +542,13 @@ impl Parser {
                 };
                 a.arity(1, 1)?;
                 let input = a.value(0)?;
-                let kernel = a.required_pair("kernel")?;
-                let strides = a.pair("strides", [1, 1])?;
-                let pads = a.pads()?;
-                let dilations = a.pair("dilations", [1, 1])?;
-                let ceil_mode = a.bool("ceil_mode", false)?;
+                let PoolWindow {
+                    kernel,
+                    strides,
+                    pads,
+                    dilations,
+                    ceil_mode,
+                } = a.pool_window()?;
                 let count_include_pad = if kind == PoolKind::Avg {
                     a.bool("count_include_pad", false)?
                 } else {
@@ -800,6 +803,18 @@ impl<'p> Attrs<'p> {
         }))
     }
 
+    /// The window attributes of a pooling op or of the `maxpool` post-op: `kernel` is required,
+    /// the rest default as in ONNX.
+    fn pool_window(&mut self) -> Result<PoolWindow, ParseError> {
+        Ok(PoolWindow {
+            kernel: self.required_pair("kernel")?,
+            strides: self.pair("strides", [1, 1])?,
+            pads: self.pads()?,
+            dilations: self.pair("dilations", [1, 1])?,
+            ceil_mode: self.bool("ceil_mode", false)?,
+        })
+    }
+
     fn post_ops(&mut self) -> Result<Vec<PostOp>, ParseError> {
         let Some((arg, loc)) = self.take("post") else {
             return Ok(Vec::new());
@@ -807,7 +822,7 @@ impl<'p> Attrs<'p> {
         let Arg::List(items) = arg else {
             return err(
                 loc,
-                "`post` must be a list such as `[relu, add(%r), clip(0, 6)]`",
+                "`post` must be a list such as `[relu, add(%r), clip(0, 6), maxpool(kernel=[2, 2])]`",
             );
         };
         let mut out = Vec::new();
@@ -831,10 +846,17 @@ impl<'p> Attrs<'p> {
                     a.finish()?;
                     PostOp::Clip { lo, hi }
                 }
+                Arg::Call(call) if call.name == "maxpool" => {
+                    let mut a = Attrs::new(self.parser, call);
+                    a.arity(0, 0)?;
+                    let window = a.pool_window()?;
+                    a.finish()?;
+                    PostOp::MaxPool(window)
+                }
                 _ => {
                     return err(
                         loc,
-                        "unknown post-op (known: relu, add(%value), clip(lo, hi))",
+                        "unknown post-op (known: relu, add(%value), clip(lo, hi), maxpool(kernel=[kh, kw], ...))",
                     );
                 }
             });

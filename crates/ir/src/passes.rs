@@ -1,11 +1,15 @@
-//! Graph rewrites: folding batch-norm into convolutions and fusing element-wise ops into them.
+//! Graph rewrites: folding batch-norm into convolutions, and fusing element-wise ops and max
+//! pooling into them.
 //!
-//! Both passes are structural: they need no parameter values. Folding declares derived
+//! The passes are structural: they need no parameter values. Folding declares derived
 //! parameters (`bnfold_weight`, `bnfold_bias`) whose values [`crate::Params::materialize`]
 //! computes, so the rewritten graph prints as a valid IR file that runs with the original
-//! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it.
+//! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it;
+//! readers of a fused op's result, graph outputs included, read the conv's value instead.
 
-use crate::graph::{DerivedParam, Graph, NodeData, Op, ParamData, PostOp, Value};
+use crate::graph::{
+    DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PoolWindow, PostOp, Value,
+};
 
 /// What the passes changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -13,16 +17,21 @@ pub struct PassReport {
     pub folded_batchnorms: usize,
     pub fused_relus: usize,
     pub fused_adds: usize,
+    pub fused_pools: usize,
 }
 
-/// Folds batch-norm into the preceding conv, then fuses relu and residual adds into convs.
+/// Folds batch-norm into the preceding conv, fuses relu and residual adds into convs, then
+/// max pooling after them.
 pub fn optimize(graph: &mut Graph) -> PassReport {
     let folded_batchnorms = fold_batchnorm(graph);
     let (fused_relus, fused_adds) = fuse_post_ops(graph);
+    // Last: a fused pool must be the conv's last post-op, so nothing can be fused after it.
+    let fused_pools = fuse_pools(graph);
     PassReport {
         folded_batchnorms,
         fused_relus,
         fused_adds,
+        fused_pools,
     }
 }
 
@@ -142,6 +151,10 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
             let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
                 continue;
             };
+            // Nothing follows a pool: its post-op must stay the last one.
+            if matches!(conv.post_ops.last(), Some(PostOp::MaxPool(_))) {
+                continue;
+            }
             let v = graph.nodes[conv_idx].result;
             let Some(user_idx) = sole_user(graph, v) else {
                 continue;
@@ -166,6 +179,50 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
             continue 'search;
         }
         return (relus, adds);
+    }
+}
+
+/// Fuses a `maxpool2d` that is the only reader of a conv's output into the conv as its last
+/// post-op, so that `maxpool2d(relu(conv(x)))` (ResNet's stem) is one conv whose
+/// full-resolution output is never stored. Average pooling is left alone. Returns how many
+/// pools were fused.
+pub fn fuse_pools(graph: &mut Graph) -> usize {
+    let mut fused = 0;
+    'search: loop {
+        for conv_idx in 0..graph.nodes.len() {
+            let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
+                continue;
+            };
+            // A pool must be the last post-op, so a conv that ends in one takes no other. A
+            // residual is read at full resolution anyway, so fusing the pool after it would not
+            // spare a full-resolution tensor, and primjit's kernels do not support it.
+            if conv
+                .post_ops
+                .iter()
+                .any(|p| matches!(p, PostOp::MaxPool(_) | PostOp::Add(_)))
+            {
+                continue;
+            }
+            let Some(user_idx) = sole_user(graph, graph.nodes[conv_idx].result) else {
+                continue;
+            };
+            let Op::Pool2d(pool) = &graph.nodes[user_idx].op else {
+                continue;
+            };
+            if pool.kind != PoolKind::Max {
+                continue;
+            }
+            let mut conv = conv.clone();
+            conv.post_ops.push(PostOp::MaxPool(PoolWindow::of(pool)));
+            let node = NodeData {
+                op: Op::Conv2d(conv),
+                ..graph.nodes[conv_idx].clone()
+            };
+            merge_into(graph, conv_idx, user_idx, node);
+            fused += 1;
+            continue 'search;
+        }
+        return fused;
     }
 }
 
@@ -198,7 +255,8 @@ mod tests {
             PassReport {
                 folded_batchnorms: 1,
                 fused_relus: 1,
-                fused_adds: 1
+                fused_adds: 1,
+                fused_pools: 0,
             }
         );
         assert_eq!(g.node_count(), 1);
@@ -223,6 +281,145 @@ mod tests {
         assert_eq!(report.folded_batchnorms, 1);
         assert_eq!(report.fused_adds, 0);
         assert_eq!(report.fused_relus, 0);
+    }
+
+    /// ResNet's stem as an exporter writes it, at a small size.
+    const STEM: &str = "graph stem {
+  input %x: f32[1, 3, 20, W]
+  param @conv1.weight: f32[8, 3, 7, 7]
+  param @bn1.weight: f32[8]
+  param @bn1.bias: f32[8]
+  param @bn1.running_mean: f32[8]
+  param @bn1.running_var: f32[8]
+  %conv1 = conv2d(%x, @conv1.weight, strides=[2, 2], pads=[3, 3, 3, 3])
+  %bn1 = batchnorm(%conv1, @bn1.weight, @bn1.bias, @bn1.running_mean, @bn1.running_var, epsilon=1e-5)
+  %relu = relu(%bn1)
+  %maxpool = maxpool2d(%relu, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+  output y = %maxpool
+}
+";
+
+    fn output_shape(g: &Graph, bindings: &Bindings) -> Vec<crate::Dim> {
+        let shapes = infer_shapes(g, bindings).unwrap();
+        shapes.get(g.outputs()[0].1).unwrap().to_vec()
+    }
+
+    #[test]
+    fn fuses_the_stem_into_one_conv_with_the_pooled_shape() {
+        let original = parse(STEM).unwrap();
+        let mut g = original.clone();
+        let report = optimize(&mut g);
+        assert_eq!(
+            report,
+            PassReport {
+                folded_batchnorms: 1,
+                fused_relus: 1,
+                fused_adds: 0,
+                fused_pools: 1,
+            }
+        );
+        assert_eq!(g.node_count(), 1);
+        let text = g.to_string();
+        assert!(
+            text.contains("%conv1 = conv2d(%x, @conv1.weight.bnfold, bias=@conv1.weight.bnfold_bias, strides=[2, 2], pads=[3, 3, 3, 3], post=[relu, maxpool(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])])"),
+            "{text}"
+        );
+        // The graph output keeps its name and now reads the conv, which has the pooled shape.
+        assert!(text.contains("output y = %conv1"), "{text}");
+        let again = parse(&text).unwrap();
+        assert_eq!(again.to_string(), text);
+        let unbound = Bindings::new();
+        assert_eq!(
+            output_shape(&again, &unbound),
+            output_shape(&original, &unbound)
+        );
+        assert!(output_shape(&again, &unbound)[3].known().is_none());
+        // Height 20 -> 10 (conv) -> 5 (pool); width 31 -> 16 -> 8.
+        let w31 = crate::parse_bindings("W=31").unwrap();
+        let shapes = infer_shapes(&again, &w31).unwrap();
+        assert_eq!(
+            shapes.concrete(again.outputs()[0].1),
+            Some(vec![1, 8, 5, 8])
+        );
+    }
+
+    #[test]
+    fn fuses_a_pool_whose_result_has_several_readers() {
+        // As in ResNet's trunk, where layer1.0 reads the pool twice (conv and residual).
+        let src = STEM.replace(
+            "  output y = %maxpool",
+            "  %twice = add(%maxpool, %maxpool)\n  output y = %twice\n  output pooled = %maxpool",
+        );
+        let mut g = parse(&src).unwrap();
+        assert_eq!(optimize(&mut g).fused_pools, 1);
+        let text = g.to_string();
+        assert!(text.contains("%twice = add(%conv1, %conv1)"), "{text}");
+        assert!(text.contains("output pooled = %conv1"), "{text}");
+        assert!(g.node_by_name("maxpool").is_none(), "{text}");
+        g.verify().unwrap();
+    }
+
+    #[test]
+    fn does_not_fuse_a_pool_that_shares_the_conv_output() {
+        let src = STEM.replace(
+            "  output y = %maxpool",
+            "  output y = %maxpool\n  output act = %relu",
+        );
+        let mut g = parse(&src).unwrap();
+        let report = optimize(&mut g);
+        // The relu fuses into the conv, whose result is then an output besides the pool's input.
+        assert_eq!((report.fused_relus, report.fused_pools), (1, 0));
+        assert!(g.to_string().contains("output act = %conv1"));
+        assert!(g.node_by_name("maxpool").is_some());
+        let src = STEM.replace(
+            "  output y = %maxpool",
+            "  %other = relu(%relu)\n  output y = %maxpool\n  output z = %other",
+        );
+        let mut g = parse(&src).unwrap();
+        let report = optimize(&mut g);
+        assert_eq!((report.fused_relus, report.fused_pools), (1, 0));
+        assert!(g.node_by_name("maxpool").is_some());
+    }
+
+    #[test]
+    fn does_not_fuse_an_average_pool() {
+        let src = STEM.replace("maxpool2d(%relu", "avgpool2d(%relu");
+        let mut g = parse(&src).unwrap();
+        let report = optimize(&mut g);
+        assert_eq!((report.fused_relus, report.fused_pools), (1, 0));
+        assert_eq!(g.node_count(), 2);
+    }
+
+    #[test]
+    fn does_not_fuse_a_pool_after_a_residual() {
+        let src = "graph g {
+  input %x: f32[1, 4, 6, 6]
+  param @w: f32[4, 4, 3, 3]
+  %c = conv2d(%x, @w, pads=[1, 1, 1, 1], post=[add(%x)])
+  %p = maxpool2d(%c, kernel=[2, 2], strides=[2, 2])
+  output y = %p
+}
+";
+        let mut g = parse(src).unwrap();
+        assert_eq!(fuse_pools(&mut g), 0);
+        assert_eq!(g.to_string(), src);
+    }
+
+    #[test]
+    fn fuses_nothing_after_a_fused_pool() {
+        let src = "graph g {
+  input %x: f32[1, 4, 6, 6]
+  param @w: f32[4, 4, 3, 3]
+  %c = conv2d(%x, @w, pads=[1, 1, 1, 1], post=[maxpool(kernel=[2, 2], strides=[2, 2])])
+  %r = relu(%c)
+  %p = maxpool2d(%r, kernel=[2, 2])
+  output y = %p
+}
+";
+        let mut g = parse(src).unwrap();
+        let report = optimize(&mut g);
+        assert_eq!((report.fused_relus, report.fused_pools), (0, 0));
+        assert_eq!(g.to_string(), src);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use crate::dim::{Bindings, Dim, WindowError};
 use crate::error::{SourceLoc, VerifyError};
-use crate::graph::{DerivedParam, Graph, Op, Pads, PoolKind, PostOp, Value};
+use crate::graph::{DerivedParam, Graph, Op, Pads, PoolKind, PoolWindow, PostOp, Value};
 
 /// The largest number of elements any tensor may have: 2^31, so that every byte offset a
 /// kernel forms fits in a signed 32-bit displacement times four and no count overflows.
@@ -230,6 +230,74 @@ fn check_windows_touch_input(
     Ok(())
 }
 
+/// The shape of max or average pooling `x` (a rank-4 shape with known channels) with
+/// `window`: the rules of `maxpool2d` and `avgpool2d`, and of a conv's `maxpool` post-op on the
+/// conv's output.
+fn pool_shape(
+    ctx: &Ctx<'_>,
+    x: &[Dim],
+    window: &PoolWindow,
+    kind: PoolKind,
+) -> Result<Vec<Dim>, VerifyError> {
+    ctx.positive("kernel", &window.kernel)?;
+    ctx.positive("strides", &window.strides)?;
+    ctx.positive("dilations", &window.dilations)?;
+    if kind == PoolKind::Avg && window.dilations != [1, 1] {
+        return ctx.fail("avgpool2d does not support dilations");
+    }
+    let Pads {
+        top,
+        left,
+        bottom,
+        right,
+    } = window.pads;
+    let oh = ctx.window(
+        "height",
+        &x[2],
+        top,
+        bottom,
+        window.kernel[0],
+        window.dilations[0],
+        window.strides[0],
+        window.ceil_mode,
+    )?;
+    let ow = ctx.window(
+        "width",
+        &x[3],
+        left,
+        right,
+        window.kernel[1],
+        window.dilations[1],
+        window.strides[1],
+        window.ceil_mode,
+    )?;
+    if let (Some(h), Some(oh)) = (x[2].known(), oh.known()) {
+        check_windows_touch_input(
+            ctx,
+            "row",
+            h,
+            oh,
+            top,
+            window.kernel[0],
+            window.strides[0],
+            window.dilations[0],
+        )?;
+    }
+    if let (Some(w), Some(ow)) = (x[3].known(), ow.known()) {
+        check_windows_touch_input(
+            ctx,
+            "column",
+            w,
+            ow,
+            left,
+            window.kernel[1],
+            window.strides[1],
+            window.dilations[1],
+        )?;
+    }
+    Ok(vec![x[0].clone(), x[1].clone(), oh, ow])
+}
+
 fn element_count(dims: &[Dim]) -> Option<u64> {
     dims.iter()
         .try_fold(1u64, |acc, d| acc.checked_mul(d.known().unwrap_or(1)))
@@ -409,7 +477,7 @@ fn infer_node(
                 false,
             )?;
             let out = vec![x[0].clone(), Dim::Known(o as u64), oh, ow];
-            for post in &c.post_ops {
+            for (i, post) in c.post_ops.iter().enumerate() {
                 match post {
                     PostOp::Add(r) => {
                         let rs = ctx.rank4(shapes, *r, "the residual")?;
@@ -426,71 +494,35 @@ fn infer_node(
                         return ctx
                             .fail(format!("clip needs lo <= hi, found clip({lo:?}, {hi:?})"));
                     }
+                    PostOp::MaxPool(_) if i + 1 != c.post_ops.len() => {
+                        return ctx.fail("maxpool must be the last post-op");
+                    }
                     _ => {}
                 }
             }
-            out
+            match c.post_ops.last() {
+                Some(PostOp::MaxPool(window)) => {
+                    // The full-resolution output is held to the limit of a stored tensor too,
+                    // so that a graph is valid with the pool fused exactly when it is valid
+                    // with a separate `maxpool2d`.
+                    if element_count(&out).is_none_or(|n| n > MAX_TENSOR_ELEMENTS) {
+                        return ctx.fail(format!(
+                            "the output before its maxpool post-op, {}, has more than {MAX_TENSOR_ELEMENTS} elements",
+                            describe(&out)
+                        ));
+                    }
+                    pool_shape(ctx, &out, window, PoolKind::Max).map_err(|e| VerifyError {
+                        message: format!("maxpool post-op: {}", e.message),
+                        ..e
+                    })?
+                }
+                _ => out,
+            }
         }
         Op::Pool2d(p) => {
             let x = ctx.rank4(shapes, p.input, "the input")?;
             ctx.channels(x, p.input)?;
-            ctx.positive("kernel", &p.kernel)?;
-            ctx.positive("strides", &p.strides)?;
-            ctx.positive("dilations", &p.dilations)?;
-            if p.kind == PoolKind::Avg && p.dilations != [1, 1] {
-                return ctx.fail("avgpool2d does not support dilations");
-            }
-            let Pads {
-                top,
-                left,
-                bottom,
-                right,
-            } = p.pads;
-            let oh = ctx.window(
-                "height",
-                &x[2],
-                top,
-                bottom,
-                p.kernel[0],
-                p.dilations[0],
-                p.strides[0],
-                p.ceil_mode,
-            )?;
-            let ow = ctx.window(
-                "width",
-                &x[3],
-                left,
-                right,
-                p.kernel[1],
-                p.dilations[1],
-                p.strides[1],
-                p.ceil_mode,
-            )?;
-            if let (Some(h), Some(oh)) = (x[2].known(), oh.known()) {
-                check_windows_touch_input(
-                    ctx,
-                    "row",
-                    h,
-                    oh,
-                    top,
-                    p.kernel[0],
-                    p.strides[0],
-                    p.dilations[0],
-                )?;
-            }
-            if let (Some(w), Some(ow)) = (x[3].known(), ow.known()) {
-                check_windows_touch_input(
-                    ctx,
-                    "column",
-                    w,
-                    ow,
-                    left,
-                    p.kernel[1],
-                    p.strides[1],
-                    p.dilations[1],
-                )?;
-            }
-            vec![x[0].clone(), x[1].clone(), oh, ow]
+            pool_shape(ctx, x, &PoolWindow::of(p), p.kind)?
         }
         Op::GlobalPool { input, .. } => {
             let x = ctx.rank4(shapes, *input, "the input")?;

@@ -6,7 +6,36 @@
 
 use std::fmt::{self, Write};
 
-use crate::graph::{DerivedParam, Graph, Op, Pads, PoolKind, PostOp};
+use crate::graph::{DerivedParam, Graph, Op, Pads, PoolKind, PoolWindow, PostOp};
+
+/// A pooling window's attributes in their canonical order, leaving out those at their
+/// defaults: shared by `maxpool2d`/`avgpool2d` and the `maxpool(...)` post-op so that the two
+/// spell a window identically.
+fn window_attrs(w: &PoolWindow) -> Vec<String> {
+    let mut args = vec![format!("kernel=[{}, {}]", w.kernel[0], w.kernel[1])];
+    if w.strides != [1, 1] {
+        args.push(format!("strides=[{}, {}]", w.strides[0], w.strides[1]));
+    }
+    if !w.pads.is_zero() {
+        let Pads {
+            top,
+            left,
+            bottom,
+            right,
+        } = w.pads;
+        args.push(format!("pads=[{top}, {left}, {bottom}, {right}]"));
+    }
+    if w.dilations != [1, 1] {
+        args.push(format!(
+            "dilations=[{}, {}]",
+            w.dilations[0], w.dilations[1]
+        ));
+    }
+    if w.ceil_mode {
+        args.push("ceil_mode=true".to_string());
+    }
+    args
+}
 
 fn join<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
     items.iter().map(f).collect::<Vec<_>>().join(", ")
@@ -48,19 +77,14 @@ impl Graph {
                         PostOp::Relu => "relu".to_string(),
                         PostOp::Add(r) => format!("add({})", v(r)),
                         PostOp::Clip { lo, hi } => format!("clip({lo:?}, {hi:?})"),
+                        PostOp::MaxPool(w) => format!("maxpool({})", window_attrs(w).join(", ")),
                     });
                     args.push(format!("post=[{posts}]"));
                 }
             }
             Op::Pool2d(pool) => {
                 args.push(v(&pool.input));
-                args.push(format!("kernel=[{}, {}]", pool.kernel[0], pool.kernel[1]));
-                pair(&mut args, "strides", pool.strides, [1, 1]);
-                pads(&mut args, &pool.pads);
-                pair(&mut args, "dilations", pool.dilations, [1, 1]);
-                if pool.ceil_mode {
-                    args.push("ceil_mode=true".to_string());
-                }
+                args.extend(window_attrs(&PoolWindow::of(pool)));
                 if pool.kind == PoolKind::Avg && pool.count_include_pad {
                     args.push("count_include_pad=true".to_string());
                 }

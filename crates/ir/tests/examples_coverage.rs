@@ -97,6 +97,7 @@ fn examples_cover_every_op_and_attribute() {
                             PostOp::Relu => "post relu",
                             PostOp::Add(_) => "post add",
                             PostOp::Clip { .. } => "post clip",
+                            PostOp::MaxPool(_) => "post maxpool",
                         };
                         seen.insert(name.to_string());
                     }
@@ -146,6 +147,7 @@ fn examples_cover_every_op_and_attribute() {
         "post relu",
         "post add",
         "post clip",
+        "post maxpool",
         "several post-ops",
         "maxpool strides",
         "maxpool pads",

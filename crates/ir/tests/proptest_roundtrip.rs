@@ -13,9 +13,10 @@ use std::sync::OnceLock;
 
 use primjit_ir::{
     BatchNorm, Bindings, Conv2d, DerivedParam, Dim, Graph, IrError, Op, Pads, Param, ParamData,
-    Pool2d, PoolKind, PostOp, Value, infer_shapes, parse, passes,
+    Pool2d, PoolKind, PoolWindow, PostOp, Value, infer_shapes, parse, passes,
 };
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use proptest::test_runner::FileFailurePersistence;
 
 /// Reads small choices out of a seed's bytes, yielding zeros once they run out.
@@ -259,6 +260,26 @@ impl Builder {
                 }
             });
         }
+        // A max pool can only be the last post-op, and gives the conv's result its shape.
+        let mut result = out;
+        if bytes.below(3) == 1 {
+            let ceil_mode = bytes.flag();
+            let (kh, sh, dh, top, bottom, ph) = pool_axis(bytes, oh, PoolKind::Max, ceil_mode);
+            let (kw, sw, dw, left, right, pw) = pool_axis(bytes, ow, PoolKind::Max, ceil_mode);
+            post_ops.push(PostOp::MaxPool(PoolWindow {
+                kernel: [kh, kw],
+                strides: [sh, sw],
+                pads: Pads {
+                    top,
+                    left,
+                    bottom,
+                    right,
+                },
+                dilations: [dh, dw],
+                ceil_mode,
+            }));
+            result = [n, out_channels, ph, pw];
+        }
         let conv = Conv2d {
             input,
             weight,
@@ -274,7 +295,7 @@ impl Builder {
             groups,
             post_ops,
         };
-        self.node(bytes, Op::Conv2d(conv), out);
+        self.node(bytes, Op::Conv2d(conv), result);
     }
 
     fn pool(&mut self, bytes: &mut Bytes<'_>, input: Value, [n, c, h, w]: [usize; 4]) {
@@ -378,7 +399,7 @@ fn pool_extent(
     (0..out).all(touches).then_some(out)
 }
 
-fn build(spec: &InputSpec, seeds: &[[u8; 24]], extra_outputs: u32) -> Built {
+fn build(spec: &InputSpec, seeds: &[[u8; 32]], extra_outputs: u32) -> Built {
     let mut bindings = Bindings::new();
     let mut dim = |symbolic: bool, name: &str, n: usize| {
         if symbolic {
@@ -465,7 +486,7 @@ proptest! {
     #[test]
     fn valid_graphs_round_trip_and_verify(
         spec in input_spec(),
-        seeds in prop::collection::vec(any::<[u8; 24]>(), 1..12),
+        seeds in prop::collection::vec(any::<[u8; 32]>(), 1..12),
         extra_outputs in any::<u32>(),
     ) {
         let Built { graph, shapes, bindings } = build(&spec, &seeds, extra_outputs);
@@ -621,6 +642,7 @@ const POOL: &[&str] = &[
     "global_avgpool",
     "post",
     "clip",
+    "maxpool",
     "kernel",
     "strides",
     "pads",
@@ -743,7 +765,7 @@ proptest! {
     #[test]
     fn mutated_random_graphs_never_panic(
         spec in input_spec(),
-        seeds in prop::collection::vec(any::<[u8; 24]>(), 1..8),
+        seeds in prop::collection::vec(any::<[u8; 32]>(), 1..8),
         mutations in prop::collection::vec(mutation(), 1..4),
     ) {
         let text = build(&spec, &seeds, 0).graph.to_string();
@@ -762,4 +784,36 @@ fn tokenize_keeps_the_text() {
         assert!(tokens.len() > 10);
         assert_eq!(&tokens.concat(), text);
     }
+}
+
+/// The generator reaches the `maxpool` post-op, and graphs where the pass fuses a pool, often
+/// enough for the round-trip property to cover them: the post-op takes bytes that a seed may
+/// have used up on other choices.
+#[test]
+fn random_graphs_include_maxpool_post_ops_and_fusable_pools() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = (
+        input_spec(),
+        prop::collection::vec(any::<[u8; 32]>(), 1..12),
+    );
+    let (mut with_post_op, mut with_fusion) = (0, 0);
+    let cases = 200;
+    for _ in 0..cases {
+        let (spec, seeds) = strategy.new_tree(&mut runner).unwrap().current();
+        let mut graph = build(&spec, &seeds, 0).graph;
+        if graph.to_string().contains("maxpool(") {
+            with_post_op += 1;
+        }
+        if passes::optimize(&mut graph).fused_pools > 0 {
+            with_fusion += 1;
+        }
+    }
+    assert!(
+        with_post_op >= cases / 4,
+        "{with_post_op} of {cases} graphs have a maxpool post-op"
+    );
+    assert!(
+        with_fusion >= 5,
+        "{with_fusion} of {cases} graphs fuse a pool"
+    );
 }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use primjit::exec::{MmapMut, PageSource, SystemPages};
-use primjit::ir::{Bindings, Dim, ParamError, SourceLoc, VerifyError, WindowError, parse, passes};
+use primjit::ir::{
+    Bindings, Dim, Pads, ParamError, PoolWindow, SourceLoc, VerifyError, WindowError, parse, passes,
+};
 use primjit::reference::{ReferenceError, run_graph};
 use primjit::{
     Budget, CacheConfig, CodegenError, CompiledGraph, ConfigError, ConvDesc, ConvPlan, EltwiseDesc,
@@ -364,6 +366,7 @@ fn execute(
                 weights: weights.as_deref(),
                 dst: &mut dst,
                 extra: &extra,
+                scratch: None,
             },
         )
         .unwrap_err()
@@ -445,6 +448,117 @@ fn exec_error_extra_count() {
     );
 }
 
+/// A conv with a fused 2x2 max pool: it takes a band of scratch per thread.
+fn fused_key() -> PrimitiveKey {
+    let mut d = ConvDesc::new(1, 4, [6, 6], 4, [3, 3]);
+    d.pads = Pads {
+        top: 1,
+        left: 1,
+        bottom: 1,
+        right: 1,
+    };
+    d.pool = Some(PoolWindow {
+        kernel: [2, 2],
+        strides: [2, 2],
+        pads: Pads::default(),
+        dilations: [1, 1],
+        ceil_mode: false,
+    });
+    PrimitiveKey::Conv(d)
+}
+
+/// Runs `key`'s primitive with buffers of the right lengths and `scratch` floats of scratch.
+fn execute_with_scratch(key: &PrimitiveKey, scratch: Option<usize>) -> Result<(), RuntimeError> {
+    let engine = engine();
+    let p = engine.compile(key).unwrap();
+    let len = |role: &str| p.buffers().iter().find(|b| b.role == role).map(|b| b.len);
+    let src = vec![0.0; len("src").unwrap()];
+    let weights = len("weights").map(|n| vec![0.0; n]);
+    let mut dst = vec![0.0; len("dst").unwrap()];
+    let mut scratch = scratch.map(|n| vec![0.0; n]);
+    engine.execute(
+        &p,
+        ExecArgs {
+            src: &src,
+            weights: weights.as_deref(),
+            dst: &mut dst,
+            extra: &[],
+            scratch: scratch.as_deref_mut(),
+        },
+    )
+}
+
+#[test]
+fn exec_error_scratch_missing_misfit_or_unexpected() {
+    let key = fused_key();
+    let PrimitiveKey::Conv(d) = &key else {
+        unreachable!()
+    };
+    // Three rows of the 6-wide output in one block of four channels.
+    let band = d.scratch_len();
+    assert_eq!(band, 2 * 6 * 4);
+    execute_with_scratch(&key, Some(band)).expect("one band");
+    execute_with_scratch(&key, Some(3 * band)).expect("three bands");
+
+    let err = execute_with_scratch(&key, None).unwrap_err();
+    assert_eq!(
+        err,
+        RuntimeError::Exec(ExecError::MissingBuffer {
+            key: key.to_string(),
+            role: "scratch"
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("{key}: the scratch buffer is missing")
+    );
+
+    for found in [0, band - 1, band + 1] {
+        let err = execute_with_scratch(&key, Some(found)).unwrap_err();
+        assert_eq!(
+            err,
+            RuntimeError::Exec(ExecError::ScratchLength {
+                key: key.to_string(),
+                per_thread: band,
+                found
+            })
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{key}: the scratch buffer holds {found} floats but needs a positive multiple of \
+                 {band} (one band per thread)"
+            )
+        );
+    }
+
+    let relu = relu_key();
+    let err = execute_with_scratch(&relu, Some(4)).unwrap_err();
+    assert_eq!(
+        err,
+        RuntimeError::Exec(ExecError::UnexpectedBuffer {
+            key: relu.to_string(),
+            role: "scratch"
+        })
+    );
+}
+
+#[test]
+fn codegen_error_a_fused_pool_after_a_residual_add() {
+    let PrimitiveKey::Conv(mut d) = fused_key() else {
+        unreachable!()
+    };
+    d.post_ops = vec![PostOpDesc::Add];
+    let key = PrimitiveKey::Conv(d);
+    let err = engine().compile(&key).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid primitive {key}: a fused max pool cannot follow a residual add (not supported)"
+        )
+    );
+}
+
 #[test]
 fn exec_error_work_items_outside_the_rows() {
     let key = relu_key();
@@ -458,6 +572,7 @@ fn exec_error_work_items_outside_the_rows() {
                 weights: None,
                 dst: &mut dst,
                 extra: &[],
+                scratch: None,
             },
             None,
             2..5,
@@ -596,6 +711,7 @@ fn exec_error_extents_of_a_runtime_width_primitive() {
             weights: Some(&weights),
             dst: &mut dst,
             extra: &[],
+            scratch: None,
         })
         .unwrap_err();
     assert!(
@@ -609,6 +725,7 @@ fn exec_error_extents_of_a_runtime_width_primitive() {
                 weights: Some(&weights),
                 dst: &mut dst,
                 extra: &[],
+                scratch: None,
             },
             [5, 2],
         )

@@ -2,19 +2,26 @@
 //!
 //! See the crate documentation for their preconditions and rounding.
 
-use primjit_ir::{Conv2d, Pads, Pool2d, PoolKind, Tensor, conv_output_extent, pool_output_extent};
+use primjit_ir::{
+    Conv2d, Pads, Pool2d, PoolKind, PoolWindow, Tensor, conv_output_extent, pool_output_extent,
+};
 
-/// An element-wise operation applied to a convolution's output, in f64, before rounding.
+/// An operation applied to a convolution's output: element-wise ones in f64 before rounding,
+/// then possibly a max pool.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Post<'a> {
     Relu,
-    /// Adds a tensor of the output's shape (a residual connection).
+    /// Adds a tensor of the full-resolution output's shape (a residual connection).
     Add(&'a Tensor),
     /// Clamps to `[lo, hi]`.
     Clip {
         lo: f32,
         hi: f32,
     },
+    /// Max pooling of the rounded output, exactly as [`pool2d`] computes it; only as the last
+    /// post-op. Rounding to f32 is monotonic, so pooling the rounded values gives the rounding
+    /// of the pooled f64 values: the result is still rounded once.
+    MaxPool(PoolWindow),
 }
 
 /// The attributes of [`conv2d`], as in [`primjit_ir::Conv2d`].
@@ -59,6 +66,21 @@ pub struct PoolAttrs {
     pub dilations: [usize; 2],
     pub ceil_mode: bool,
     pub count_include_pad: bool,
+}
+
+impl PoolAttrs {
+    /// Max pooling with `window`, as a conv's `maxpool` post-op applies it.
+    pub fn max(window: &PoolWindow) -> Self {
+        PoolAttrs {
+            kind: PoolKind::Max,
+            kernel: window.kernel,
+            strides: window.strides,
+            pads: window.pads,
+            dilations: window.dilations,
+            ceil_mode: window.ceil_mode,
+            count_include_pad: false,
+        }
+    }
 }
 
 impl From<&Pool2d> for PoolAttrs {
@@ -107,10 +129,13 @@ fn tap(
 /// `x` is `[N, C, H, W]`, `weight` `[O, C / groups, KH, KW]`, `bias` `[O]`, and every
 /// [`Post::Add`] tensor has the output's shape `[N, O, OH, OW]`, where
 /// `OH = floor((H + top + bottom - dilation * (KH - 1) - 1) / stride) + 1` and likewise `OW`.
+/// A last [`Post::MaxPool`] then pools that output with [`pool2d`], which gives the result
+/// its shape.
 ///
 /// # Panics
 ///
-/// On shapes the IR rejects (see the crate documentation).
+/// On shapes the IR rejects (see the crate documentation), and on a [`Post::MaxPool`] that is
+/// not the last post-op.
 pub fn conv2d(
     x: &Tensor,
     weight: &Tensor,
@@ -138,12 +163,18 @@ pub fn conv2d(
     if let Some(b) = bias {
         debug_assert_eq!(b.shape, [o]);
     }
+    let (pool, post_ops) = match post_ops.split_last() {
+        Some((Post::MaxPool(window), rest)) => (Some(PoolAttrs::max(window)), rest),
+        _ => (None, post_ops),
+    };
     for post in post_ops {
-        if let Post::Add(r) = post {
-            assert_eq!(
+        match post {
+            Post::Add(r) => assert_eq!(
                 r.shape, out_shape,
                 "a residual must have the output's shape"
-            );
+            ),
+            Post::MaxPool(_) => panic!("a max pool must be the last post-op"),
+            Post::Relu | Post::Clip { .. } => {}
         }
     }
     let opg = o / groups;
@@ -177,6 +208,7 @@ pub fn conv2d(
                             Post::Relu => relu64(acc),
                             Post::Add(r) => acc + r.data[idx] as f64,
                             Post::Clip { lo, hi } => acc.clamp(lo as f64, hi as f64),
+                            Post::MaxPool(_) => unreachable!("split off above"),
                         };
                     }
                     out.push(acc as f32);
@@ -184,9 +216,13 @@ pub fn conv2d(
             }
         }
     }
-    Tensor {
+    let out = Tensor {
         shape: out_shape,
         data: out,
+    };
+    match pool {
+        Some(attrs) => pool2d(&out, &attrs),
+        None => out,
     }
 }
 

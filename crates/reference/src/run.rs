@@ -236,6 +236,7 @@ pub fn run_graph(
                         PostOp::Relu => Post::Relu,
                         PostOp::Add(r) => Post::Add(value(r)),
                         PostOp::Clip { lo, hi } => Post::Clip { lo, hi },
+                        PostOp::MaxPool(window) => Post::MaxPool(window),
                     })
                     .collect();
                 ops::conv2d(

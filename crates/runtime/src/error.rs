@@ -5,9 +5,9 @@ use primjit_codegen::CodegenError;
 /// Arguments of `Primitive::execute` (and `execute_parallel`, `execute_range`,
 /// `Engine::execute`) that do not match the primitive's key. Checked before any code runs, in
 /// this order: work items, source, weights, destination, the number of extra buffers, each
-/// extra buffer; a rejected call writes nothing. `key` is the primitive's one-liner and `role`
-/// the buffer (`src`, `weights`, `dst`, `residual`, `src2`). `Primitive::buffers` lists what
-/// the key expects.
+/// extra buffer, the scratch; a rejected call writes nothing. `key` is the primitive's
+/// one-liner and `role` the buffer (`src`, `weights`, `dst`, `residual`, `src2`, `scratch`).
+/// `Primitive::buffers` lists what the key expects.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
     /// A buffer of the wrong length: pass exactly `expected` floats for `shape` in the key's
@@ -20,10 +20,12 @@ pub enum ExecError {
         found: usize,
         shape: Vec<usize>,
     },
-    /// A conv was given no weights: pass its packed weights (`ConvPlan::pack_weights`).
+    /// A conv was given no weights (pass its packed weights, `ConvPlan::pack_weights`), or a
+    /// conv with a fused pool no scratch (pass `ConvDesc::scratch_len` floats per thread).
     #[error("{key}: the {role} buffer is missing")]
     MissingBuffer { key: String, role: &'static str },
-    /// Weights were given to a primitive that takes none (pooling, element-wise): pass `None`.
+    /// Weights were given to a primitive that takes none (pooling, element-wise), or scratch to
+    /// one without a fused pool: pass `None`.
     #[error("{key}: this primitive takes no {role} buffer")]
     UnexpectedBuffer { key: String, role: &'static str },
     /// `execute_range` with a range that is reversed or ends past the key's work items (output
@@ -43,6 +45,17 @@ pub enum ExecError {
         key: String,
         extents: [usize; 2],
         reason: String,
+    },
+    /// A conv with a fused pool was given a scratch buffer that is not a positive multiple of
+    /// its band (`ConvDesc::scratch_len`): pass `per_thread` floats times the threads that may
+    /// run the call.
+    #[error(
+        "{key}: the scratch buffer holds {found} floats but needs a positive multiple of {per_thread} (one band per thread)"
+    )]
+    ScratchLength {
+        key: String,
+        per_thread: usize,
+        found: usize,
     },
     /// The wrong number of extra buffers: a conv takes one residual per `add` post-op, an
     /// element-wise add its second source, other primitives none.

@@ -14,6 +14,7 @@ use memmap2::Mmap;
 /// The writable mapping a [`PageSource`] returns, re-exported so that a page source can be
 /// written without depending on memmap2 directly.
 pub use memmap2::MmapMut;
+use primjit_codegen::key::{EXTENT_ARGS, SCRATCH_ROLE};
 use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
@@ -95,7 +96,7 @@ impl ExecutableCode {
     }
 
     /// Calls the kernel for work items `rows` with the given buffers and extents
-    /// `[ih, iw, oh, ow]`.
+    /// `[ih, iw, oh, ow, ph, pw]`.
     ///
     /// # Safety
     ///
@@ -104,7 +105,7 @@ impl ExecutableCode {
     /// pointers to live, non-overlapping (except read-only ones among themselves) f32 buffers
     /// of exactly the lengths it requires, valid for the whole call, with no other thread
     /// writing to them; the rows of concurrent calls on the same destination must be disjoint.
-    unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>, extents: &[i64; 4]) {
+    unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>, extents: &[i64; EXTENT_ARGS]) {
         // SAFETY: the mapping holds a complete kernel with the `KernelFn` ABI, published
         // read+execute by `publish` and alive as long as `self`.
         let entry: KernelFn =
@@ -235,7 +236,7 @@ impl Kernel {
                 limit,
             });
         }
-        let pointers = match &call_key {
+        let (pointers, scratch) = match &call_key {
             Some(k) => pointers(k, &k.buffers(), args)?,
             None => pointers(&self.key, &self.buffers, args)?,
         };
@@ -245,30 +246,42 @@ impl Kernel {
             // implements (the kernel's own key, or its runtime key at validated extents that
             // `extent_args` passes); the borrows in `args` keep the buffers alive, and unaliased
             // except for the shared read-only ones, for the call; the chunks of rows are
-            // disjoint and within the key's work items.
+            // disjoint and within the key's work items, and each has a band of the scratch
+            // of its own (at most `scratch.bands` chunks).
             Some(pool) => unsafe {
                 call_parallel(
                     &self.code,
                     &pointers,
+                    scratch,
                     items,
                     &extent_args,
                     pool,
                     pool.current_num_threads(),
                 )
             },
-            // SAFETY: as above, on one thread.
+            // SAFETY: as above, on one thread with the scratch's first band.
             None => unsafe { self.code.call(&pointers, items, &extent_args) },
         }
         Ok(())
     }
 }
 
-/// Checks the buffers against `specs` (of `key`) and lists their pointers in kernel order.
+/// Where the scratch of a conv with a fused pool sits among a call's pointers, and how it
+/// divides into bands, one per thread.
+#[derive(Clone, Copy, Debug)]
+struct Scratch {
+    index: usize,
+    band_len: usize,
+    bands: usize,
+}
+
+/// Checks the buffers against `specs` (of `key`) and lists their pointers in kernel order,
+/// with where the scratch is, if the key takes one.
 fn pointers(
     key: &PrimitiveKey,
     specs: &[BufferSpec],
     args: ExecArgs<'_>,
-) -> Result<Vec<*mut f32>, ExecError> {
+) -> Result<(Vec<*mut f32>, Option<Scratch>), ExecError> {
     let key_name = key.to_string();
     let mismatch = |spec: &BufferSpec, found: usize| ExecError::BufferLength {
         key: key_name.clone(),
@@ -312,7 +325,8 @@ fn pointers(
         return Err(mismatch(dst, args.dst.len()));
     }
     pointers.push(args.dst.as_mut_ptr());
-    let extras: Vec<&BufferSpec> = specs.collect();
+    let (extras, scratch_spec): (Vec<&BufferSpec>, Vec<&BufferSpec>) =
+        specs.partition(|s| s.role != SCRATCH_ROLE);
     if args.extra.len() != extras.len() {
         return Err(ExecError::ExtraCount {
             key: key_name,
@@ -326,7 +340,37 @@ fn pointers(
         }
         pointers.push(buf.as_ptr().cast_mut());
     }
-    Ok(pointers)
+    let scratch = match (scratch_spec.first(), args.scratch) {
+        (None, None) => None,
+        (None, Some(_)) => {
+            return Err(ExecError::UnexpectedBuffer {
+                key: key_name,
+                role: SCRATCH_ROLE,
+            });
+        }
+        (Some(_), None) => {
+            return Err(ExecError::MissingBuffer {
+                key: key_name,
+                role: SCRATCH_ROLE,
+            });
+        }
+        (Some(spec), Some(buf)) => {
+            if spec.len == 0 || buf.is_empty() || !buf.len().is_multiple_of(spec.len) {
+                return Err(ExecError::ScratchLength {
+                    key: key_name,
+                    per_thread: spec.len,
+                    found: buf.len(),
+                });
+            }
+            pointers.push(buf.as_mut_ptr());
+            Some(Scratch {
+                index: pointers.len() - 1,
+                band_len: spec.len,
+                bands: buf.len() / spec.len,
+            })
+        }
+    };
+    Ok((pointers, scratch))
 }
 
 /// Buffer pointers that may be sent to the threads of one call.
@@ -340,21 +384,26 @@ unsafe impl Send for SharedBuffers<'_> {}
 // SAFETY: as above; the slice of pointers itself is never written.
 unsafe impl Sync for SharedBuffers<'_> {}
 
-/// Splits `rows` into `chunks` contiguous ranges and runs them on `pool`.
+/// Splits `rows` into `chunks` contiguous ranges (at most one per band of the scratch) and
+/// runs them on `pool`.
 ///
 /// # Safety
 ///
-/// As [`ExecutableCode::call`], for the whole of `rows`.
+/// As [`ExecutableCode::call`], for the whole of `rows`; `scratch` describes the scratch
+/// buffer among `buffers`, if there is one.
+#[allow(clippy::too_many_arguments)]
 unsafe fn call_parallel(
     code: &ExecutableCode,
     buffers: &[*mut f32],
+    scratch: Option<Scratch>,
     rows: Range<usize>,
-    extents: &[i64; 4],
+    extents: &[i64; EXTENT_ARGS],
     pool: &rayon::ThreadPool,
     chunks: usize,
 ) {
     let n = rows.len();
-    let chunks = chunks.clamp(1, n.max(1));
+    let bands = scratch.map_or(usize::MAX, |s| s.bands);
+    let chunks = chunks.min(bands).clamp(1, n.max(1));
     if chunks == 1 {
         // SAFETY: forwarded from the caller.
         unsafe { code.call(buffers, rows, extents) };
@@ -366,8 +415,17 @@ unsafe fn call_parallel(
             let range = rows.start + n * i / chunks..rows.start + n * (i + 1) / chunks;
             s.spawn(move |_| {
                 let shared = shared;
-                // SAFETY: chunks cover disjoint rows; the caller guarantees the rest.
-                unsafe { code.call(shared.0, range, extents) };
+                let Some(scratch) = scratch else {
+                    // SAFETY: chunks cover disjoint rows; the caller guarantees the rest.
+                    unsafe { code.call(shared.0, range, extents) };
+                    return;
+                };
+                let mut own = shared.0.to_vec();
+                // Band `i` of the scratch: `i < bands`, so it lies inside the buffer.
+                own[scratch.index] = own[scratch.index].wrapping_add(i * scratch.band_len);
+                // SAFETY: chunks cover disjoint rows and write disjoint bands of the scratch;
+                // the caller guarantees the rest.
+                unsafe { code.call(&own, range, extents) };
             });
         }
     });
@@ -450,6 +508,6 @@ mod tests {
             "{line}"
         );
         // SAFETY: `ret` ignores its arguments.
-        unsafe { exec.call(&[], 0..0, &[0; 4]) };
+        unsafe { exec.call(&[], 0..0, &[0; EXTENT_ARGS]) };
     }
 }

@@ -383,12 +383,27 @@ impl CompiledGraph {
                             _ => None,
                         })
                         .collect();
+                    // A fused pool's band of the conv's output, one per thread.
+                    let band = match key {
+                        PrimitiveKey::Conv(d) => {
+                            extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len()
+                        }
+                        _ => 0,
+                    };
+                    let mut scratch = (band > 0).then(|| workspace.take(band * engine.threads()));
+                    let scratch_bytes = scratch.as_ref().map_or(0, |s| s.len() * 4);
+                    stats.peak_activation_bytes =
+                        stats.peak_activation_bytes.max(live_bytes + scratch_bytes);
                     execute(ExecArgs {
                         src: src_of(c.input),
                         weights: Some(packed),
                         dst: &mut dst,
                         extra: &residuals,
+                        scratch: scratch.as_deref_mut(),
                     })?;
+                    if let Some(s) = scratch {
+                        workspace.give(s);
+                    }
                 }
                 (Op::BatchNorm(bn), Prepared::Conv { packed }) => {
                     execute(ExecArgs {
@@ -396,6 +411,7 @@ impl CompiledGraph {
                         weights: Some(packed),
                         dst: &mut dst,
                         extra: &[],
+                        scratch: None,
                     })?;
                 }
                 (Op::Pool2d(p), _) => execute(ExecArgs {
@@ -403,24 +419,28 @@ impl CompiledGraph {
                     weights: None,
                     dst: &mut dst,
                     extra: &[],
+                    scratch: None,
                 })?,
                 (Op::GlobalPool { input, .. }, _) => execute(ExecArgs {
                     src: src_of(*input),
                     weights: None,
                     dst: &mut dst,
                     extra: &[],
+                    scratch: None,
                 })?,
                 (Op::Relu { input }, _) => execute(ExecArgs {
                     src: blocked_of(*input),
                     weights: None,
                     dst: &mut dst,
                     extra: &[],
+                    scratch: None,
                 })?,
                 (Op::Add { lhs, rhs }, _) => execute(ExecArgs {
                     src: blocked_of(*lhs),
                     weights: None,
                     dst: &mut dst,
                     extra: &[blocked_of(*rhs)],
+                    scratch: None,
                 })?,
                 (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Other) => {
                     unreachable!("convs are prepared")
@@ -588,12 +608,19 @@ fn keys_at(
                         post_ops: c
                             .post_ops
                             .iter()
-                            .map(|p| match p {
-                                PostOp::Relu => PostOpDesc::Relu,
-                                PostOp::Add(_) => PostOpDesc::Add,
-                                PostOp::Clip { lo, hi } => PostOpDesc::Clip { lo: *lo, hi: *hi },
+                            .filter_map(|p| match p {
+                                PostOp::Relu => Some(PostOpDesc::Relu),
+                                PostOp::Add(_) => Some(PostOpDesc::Add),
+                                PostOp::Clip { lo, hi } => {
+                                    Some(PostOpDesc::Clip { lo: *lo, hi: *hi })
+                                }
+                                PostOp::MaxPool(_) => None,
                             })
                             .collect(),
+                        pool: c.post_ops.iter().find_map(|p| match p {
+                            PostOp::MaxPool(w) => Some(*w),
+                            _ => None,
+                        }),
                         src_layout: src_layout(c.input),
                         dst_layout: Layout::Nchw4c,
                         runtime: RuntimeDims::NONE,

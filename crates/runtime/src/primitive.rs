@@ -29,14 +29,20 @@ impl PrimitiveMemory {
 
 /// Buffers for one execution. Which of them a key needs is given by
 /// [`PrimitiveKey::buffers`]: a conv takes packed `weights` (see
-/// `primjit_codegen::ConvPlan::pack_weights`) and one `extra` residual per `add` post-op; an
-/// element-wise add takes its second source as `extra[0]`.
+/// `primjit_codegen::ConvPlan::pack_weights`) and one `extra` residual per `add` post-op, and
+/// a conv with a fused pool its `scratch`; an element-wise add takes its second source as
+/// `extra[0]`.
 #[derive(Debug)]
 pub struct ExecArgs<'a> {
     pub src: &'a [f32],
     pub weights: Option<&'a [f32]>,
     pub dst: &'a mut [f32],
     pub extra: &'a [&'a [f32]],
+    /// Working memory of a conv with a fused pool (the `scratch` buffer of its key), `None`
+    /// for every other primitive: a band of the conv's output per thread, so a multiple of
+    /// `ConvDesc::scratch_len` floats; a call runs on at most as many threads as it holds
+    /// bands. Its contents before and after a call mean nothing.
+    pub scratch: Option<&'a mut [f32]>,
 }
 
 /// One compiled kernel, its cost and its compile time.

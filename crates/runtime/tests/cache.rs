@@ -145,6 +145,7 @@ fn check_relu(engine: &Engine, p: &Primitive, salt: usize) {
             weights: None,
             dst: &mut dst,
             extra: &[],
+            scratch: None,
         };
         if parallel {
             engine.execute(p, args).expect("execute");
@@ -171,6 +172,7 @@ fn check_add(p: &Primitive, salt: usize) {
         weights: None,
         dst: &mut dst,
         extra: &[&b],
+        scratch: None,
     })
     .expect("execute");
     assert_eq!(dst, want, "{}: wrong add result", p.key());
@@ -243,6 +245,7 @@ impl ConvCase {
                     weights: Some(&self.packed),
                     dst: &mut dst,
                     extra: &[],
+                    scratch: None,
                 },
             )
             .expect("execute");

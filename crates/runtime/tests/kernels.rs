@@ -52,7 +52,7 @@ use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
     CHUNK_WEIGHT_BYTES, CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    GlobalPoolDesc, Layout, PoolDesc, PostOpDesc, PrimitiveKey,
+    GlobalPoolDesc, Layout, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -183,11 +183,19 @@ struct Buffers {
     dst_shape: [usize; 4],
     /// The input extents to pass, for a primitive with runtime extents.
     extents: Option<[usize; 2]>,
+    /// Floats of scratch per thread (a fused pool's band), 0 for none.
+    scratch_len: usize,
 }
 
 impl Buffers {
     fn dst_len(&self) -> usize {
         self.dst_layout.buffer_len(self.dst_shape)
+    }
+
+    /// A guarded scratch of one band per thread, filled with the sentinel NaN, so that a
+    /// kernel reading a slot of its band before writing it sees no plausible data.
+    fn scratch(&self, threads: usize) -> Option<GuardedBuffer> {
+        (self.scratch_len > 0).then(|| sentinel_dst(self.scratch_len * threads))
     }
 
     /// Runs `p` into a fresh sentinel-filled guarded destination (on `pool` if given) and
@@ -199,11 +207,14 @@ impl Buffers {
     ) -> Result<Vec<f32>, TestCaseError> {
         let mut dst = sentinel_dst(self.dst_len());
         let extra: Vec<&[f32]> = self.extra.iter().map(|b| b.as_slice()).collect();
+        let threads = pool.map_or(1, |p| p.current_num_threads());
+        let mut scratch = self.scratch(threads);
         let args = ExecArgs {
             src: self.src.as_slice(),
             weights: self.weights.as_ref().map(|w| w.as_slice()),
             dst: dst.as_mut_slice(),
             extra: &extra,
+            scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
         };
         let result = match pool {
             Some(pool) => p.execute_parallel(args, self.extents, pool),
@@ -236,11 +247,13 @@ impl Buffers {
     fn execute_rows(&self, p: &Primitive, rows: Range<usize>) -> Result<Vec<f32>, TestCaseError> {
         let mut dst = sentinel_dst(self.dst_len());
         let extra: Vec<&[f32]> = self.extra.iter().map(|b| b.as_slice()).collect();
+        let mut scratch = self.scratch(1);
         let args = ExecArgs {
             src: self.src.as_slice(),
             weights: self.weights.as_ref().map(|w| w.as_slice()),
             dst: dst.as_mut_slice(),
             extra: &extra,
+            scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
         };
         p.execute_range(args, self.extents, rows.clone())
             .map_err(|e| TestCaseError::fail(format!("rows {rows:?} failed: {e}")))?;
@@ -439,7 +452,27 @@ impl ConvProblem {
                 PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
             })
             .collect();
-        primjit_reference::conv2d(&data.x, &data.w, data.b.as_ref(), &self.attrs(), &posts)
+        let y = primjit_reference::conv2d(&data.x, &data.w, data.b.as_ref(), &self.attrs(), &posts);
+        self.pooled(y)
+    }
+
+    /// `y` max-pooled by the fused pool, if the key has one.
+    fn pooled(&self, y: Tensor) -> Tensor {
+        match self.desc.pool {
+            Some(w) => primjit_reference::pool2d(
+                &y,
+                &PoolAttrs {
+                    kind: PoolKind::Max,
+                    kernel: w.kernel,
+                    strides: w.strides,
+                    pads: w.pads,
+                    dilations: w.dilations,
+                    ceil_mode: w.ceil_mode,
+                    count_include_pad: false,
+                },
+            ),
+            None => y,
+        }
     }
 
     /// The per-element magnitude `m` of the tolerance (see the module documentation).
@@ -464,7 +497,9 @@ impl ConvProblem {
             })
             .fold(0.0f32, f32::max);
         m.data.iter_mut().for_each(|v| *v += clip);
-        m
+        // A max is 1-Lipschitz: its error is at most the largest error in its window, whose
+        // bound grows with the magnitude.
+        self.pooled(m)
     }
 
     /// The reduction length `K` of the tolerance: products, bias and residual adds.
@@ -489,6 +524,7 @@ impl ConvProblem {
             dst_layout: d.dst_layout,
             dst_shape: d.dst_shape(),
             extents: None,
+            scratch_len: d.scratch_len(),
         }
     }
 
@@ -602,6 +638,7 @@ fn conv_problem() -> impl Strategy<Value = ConvProblem> {
                     groups,
                     bias,
                     post_ops,
+                    pool: None,
                     src_layout,
                     dst_layout,
                     runtime: RuntimeDims::NONE,
@@ -714,6 +751,7 @@ fn check_rejected(
         weights: matches!(generic.key(), PrimitiveKey::Conv(_)).then_some(&weights[..]),
         dst: &mut dst,
         extra: &[],
+        scratch: None,
     };
     match generic.execute_at(args, extents) {
         Err(ExecError::Extents { .. }) => Ok(()),
@@ -810,6 +848,84 @@ proptest! {
     }
 }
 
+/// A conv with a fused max pool: a conv of `conv_problem` (or, now and then, one whose
+/// reduction is chunked) without residuals, pooled by any valid max-pool window: padding,
+/// strides, dilations, ceil mode, windows overlapping (rows copied down the band) or apart
+/// (rows skipped).
+fn fused_conv_problem() -> impl Strategy<Value = ConvProblem> {
+    (
+        prop_oneof![4 => conv_problem(), 1 => chunked_conv_problem()],
+        (1..=4usize, 1..=4usize),
+        (1..=3usize, 1..=3usize),
+        (dilation(), dilation()),
+        pads(2),
+        any::<bool>(),
+    )
+        .prop_map(|(mut p, (kh, kw), (sh, sw), (dh, dw), pads, ceil_mode)| {
+            p.desc.post_ops.retain(|o| *o != PostOpDesc::Add);
+            p.desc.pool = Some(PoolWindow {
+                kernel: [kh, kw],
+                strides: [sh, sw],
+                pads,
+                dilations: [dh, dw],
+                ceil_mode,
+            });
+            p
+        })
+        .prop_filter("valid fused key", |p| p.key().validate().is_ok())
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// Against the reference on 1, 2 and 3 threads (each with its own band of the scratch),
+    /// and a partial range of pooled rows alone: the conv rows a range starts with are
+    /// computed, not taken from a band left by rows before it.
+    #[test]
+    fn conv_fused_max_pool_matches_reference(
+        p in fused_conv_problem(),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        p.check()?;
+        let n = p.key().work_items();
+        let (a, b) = (rows.0.index(n + 1), rows.1.index(n + 1));
+        p.check_rows(a.min(b)..a.max(b))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(32))]
+
+    /// One runtime-extent fused kernel at the problem's extents and at two more, as
+    /// `conv_runtime_extents_match_exact`.
+    #[test]
+    fn conv_fused_runtime_extents_match_exact(
+        p in fused_conv_problem(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
+        for (h, w) in std::iter::once((p.desc.ih, p.desc.iw)).chain(more) {
+            let mut q = p.clone();
+            if rt.h {
+                q.desc.ih = h;
+            }
+            if rt.w {
+                q.desc.iw = w;
+            }
+            let extents = [q.desc.ih, q.desc.iw];
+            if q.key().validate().is_err() {
+                check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
+                continue;
+            }
+            let n = q.key().work_items();
+            let (a, b) = (rows.0.index(n + 1), rows.1.index(n + 1));
+            check_conv_runtime(&generic, &q, a.min(b)..a.max(b))?;
+        }
+    }
+}
+
 /// Every width from 1 to 64 (and a sample of wider ones), for tiles of 12 and 10 pixels
 /// (one channel vector), 6 and 5 pixels (two), strided and dilated windows and the trunk's
 /// first layer, against the exact kernels.
@@ -841,6 +957,21 @@ fn conv_runtime_width_covers_every_remainder() {
         desc.dst_layout = layout;
         configs.push(desc);
     }
+    // The trunk's stem: conv1 with its relu and max pool fused.
+    let mut stem = ConvDesc::new(1, 3, [5, 1], 8, [7, 7]);
+    stem.strides = [2, 2];
+    stem.pads = pads(3);
+    stem.bias = true;
+    stem.post_ops = vec![PostOpDesc::Relu];
+    stem.pool = Some(PoolWindow {
+        kernel: [3, 3],
+        strides: [2, 2],
+        pads: pads(1),
+        dilations: [1, 1],
+        ceil_mode: false,
+    });
+    stem.dst_layout = Layout::Nchw4c;
+    configs.push(stem);
     for desc in configs {
         let runtime = desc.clone().with_runtime(RuntimeDims { h: false, w: true });
         let generic = compile(&PrimitiveKey::Conv(runtime)).expect("compile");
@@ -853,8 +984,8 @@ fn conv_runtime_width_covers_every_remainder() {
             if p.key().validate().is_err() {
                 continue;
             }
-            let oh = p.desc.oh();
-            check_conv_runtime(&generic, &p, 1.min(oh)..oh)
+            let rows = p.key().work_items();
+            check_conv_runtime(&generic, &p, 1.min(rows)..rows)
                 .unwrap_or_else(|e| panic!("width {iw}: {e}"));
             p.check().unwrap_or_else(|e| panic!("width {iw}: {e}"));
         }
@@ -905,6 +1036,7 @@ impl PoolProblem {
             dst_layout: self.desc.dst_layout,
             dst_shape: self.desc.dst_shape(),
             extents: None,
+            scratch_len: 0,
         }
     }
 
@@ -1135,6 +1267,7 @@ impl GlobalPoolProblem {
             dst_layout: d.dst_layout,
             dst_shape: [d.mb, d.c, 1, 1],
             extents: None,
+            scratch_len: 0,
         }
     }
 
@@ -1224,6 +1357,7 @@ impl EltwiseProblem {
             dst_layout: d.layout,
             dst_shape: d.shape,
             extents: None,
+            scratch_len: 0,
         }
     }
 
@@ -1538,6 +1672,7 @@ fn wrong_buffers_are_typed_errors() {
                 weights: w,
                 dst: dst.as_mut_slice(),
                 extra,
+                scratch: None,
             })
             .expect_err("must be rejected");
         assert!(
@@ -1633,6 +1768,7 @@ fn wrong_buffers_are_typed_errors() {
             weights: Some(&[0.0]),
             dst: &mut dst,
             extra: &[],
+            scratch: None,
         })
         .unwrap_err();
     assert!(
@@ -1659,6 +1795,7 @@ fn wrong_buffers_are_typed_errors() {
             weights: None,
             dst: &mut dst,
             extra: &[&[0.0; 12]],
+            scratch: None,
         })
         .unwrap_err();
     match &e {
@@ -1700,6 +1837,7 @@ fn work_item_ranges_outside_the_rows_are_typed_errors() {
                 weights: bufs.weights.as_ref().map(|w| w.as_slice()),
                 dst: dst.as_mut_slice(),
                 extra: &[],
+                scratch: None,
             },
             None,
             rows,
@@ -1744,6 +1882,7 @@ fn fma_peak_execute_runs_one_trip() {
         weights: None,
         dst: &mut acc,
         extra: &[],
+        scratch: None,
     })
     .expect("execute");
     assert!(acc.iter().all(|&x| x == 4.0), "{acc:?}");

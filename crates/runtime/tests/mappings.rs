@@ -153,6 +153,7 @@ fn run_relu(engine: &Engine, p: &Primitive, salt: usize) {
                 weights: None,
                 dst: &mut dst,
                 extra: &[],
+                scratch: None,
             },
         )
         .expect("execute");

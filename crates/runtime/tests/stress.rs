@@ -452,6 +452,7 @@ fn check_single(engine: &Engine, key: &PrimitiveKey, rng: &mut Rng) {
                 weights: weights.as_ref().map(|w| w.as_slice()),
                 dst: dst.as_mut_slice(),
                 extra: &extra_slices,
+                scratch: None,
             },
         )
         .unwrap_or_else(|e| panic!("{key}: {e}"));

@@ -245,9 +245,10 @@ fn check_optimize_agrees(h: usize, w: usize, seed: u64) {
         (
             report.folded_batchnorms,
             report.fused_relus,
-            report.fused_adds
+            report.fused_adds,
+            report.fused_pools
         ),
-        (2, 2, 1)
+        (2, 2, 1, 0)
     );
     let params = Params::random(&original, seed);
     let mut folded = params.clone();
@@ -271,5 +272,71 @@ proptest! {
     #[test]
     fn optimized_graph_agrees_for_any_shape_and_seed(h in 2usize..12, w in 2usize..12, seed in any::<u64>()) {
         check_optimize_agrees(h, w, seed);
+    }
+}
+
+/// The same conv twice over one input: once followed by a `maxpool2d` op, once with the pool
+/// fused as its last post-op.
+const FUSED_POOL: &str = "graph fused_pool {
+  input %x: f32[1, 3, H, W]
+  param @w: f32[4, 3, 3, 3]
+  param @b: f32[4]
+  %c = conv2d(%x, @w, bias=@b, strides=[2, 2], pads=[1, 1, 1, 1], post=[relu])
+  %p = maxpool2d(%c, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=true)
+  %fused = conv2d(%x, @w, bias=@b, strides=[2, 2], pads=[1, 1, 1, 1], post=[relu, maxpool(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=true)])
+  output unfused = %p
+  output fused = %fused
+}
+";
+
+#[test]
+fn fused_maxpool_post_op_matches_a_separate_maxpool2d() {
+    let g = parse(FUSED_POOL).unwrap();
+    let params = Params::random(&g, 4);
+    // Input height, width, and the pooled height ceil((conv_h - 1) / 2) + 1 of the ceil-mode
+    // pool, where the conv's output height conv_h is (h - 1) / 2 + 1.
+    for (h, w, pooled_h) in [(5, 5, 2), (6, 9, 2), (7, 12, 3), (12, 13, 4)] {
+        let x = random_tensor(h as u64, "x", vec![1, 3, h, w], -1., 1.);
+        let out = run_graph(&g, &params, &[("x", &x)]).unwrap();
+        let [(_, unfused), (_, fused)] = &out[..] else {
+            panic!("two outputs: {out:?}");
+        };
+        assert_eq!(fused.shape[2], pooled_h, "{h}x{w}");
+        assert_eq!(fused, unfused, "{h}x{w}");
+    }
+}
+
+/// ResNet's stem as an exporter writes it; the passes fold it into one conv.
+const STEM: &str = "graph stem {
+  input %x: f32[1, 3, H, W]
+  param @conv1.weight: f32[8, 3, 7, 7]
+  param @bn1.weight: f32[8]
+  param @bn1.bias: f32[8]
+  param @bn1.running_mean: f32[8]
+  param @bn1.running_var: f32[8]
+  %conv1 = conv2d(%x, @conv1.weight, strides=[2, 2], pads=[3, 3, 3, 3])
+  %bn1 = batchnorm(%conv1, @bn1.weight, @bn1.bias, @bn1.running_mean, @bn1.running_var)
+  %relu = relu(%bn1)
+  %maxpool = maxpool2d(%relu, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+  output y = %maxpool
+}
+";
+
+#[test]
+fn optimized_stem_agrees_with_the_original() {
+    let original = parse(STEM).unwrap();
+    let mut optimized = original.clone();
+    let report = passes::optimize(&mut optimized);
+    assert_eq!(report.fused_pools, 1);
+    assert_eq!(optimized.node_count(), 1);
+    let params = Params::random(&original, 5);
+    let mut folded = params.clone();
+    folded.materialize(&optimized).unwrap();
+    for (h, w) in [(9, 9), (12, 17), (16, 10)] {
+        let x = random_tensor(w as u64, "x", vec![1, 3, h, w], -1., 1.);
+        let a = run_graph(&original, &params, &[("x", &x)]).unwrap();
+        let b = run_graph(&optimized, &folded, &[("x", &x)]).unwrap();
+        assert_eq!(a[0].0, b[0].0);
+        assert_close(&a[0].1, &b[0].1, 1e-5);
     }
 }
