@@ -2,7 +2,8 @@
 //!
 //! Loop nest: image, output-channel tile, row run, row (runtime range), chunk of the
 //! reduction (when a tile's weights exceed L1, see [`ConvPlan::chunks`]), column run, pixel
-//! tile; inside a tile the reduction loop over input channels carries the accumulators, with
+//! tile, with the tile and row loops swapped when the plan says so ([`ConvPlan::rows_outer`]);
+//! inside a tile the reduction loop over input channels carries the accumulators, with
 //! an inner loop over the run's kernel rows and the kernel columns unrolled. Each FMA reads its
 //! input pixel with its own broadcast load, so x64 folds it into `vbroadcastss m32`. A tile
 //! narrower than the plan's spreads its reduction over several sets of accumulators
@@ -178,14 +179,6 @@ impl ColumnSplit {
 
 pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
     let d = &plan.desc;
-    let geo = Geometry::new(e, plan);
-    let src = e.buffer(SRC);
-    let weights = e.buffer(WEIGHTS);
-    let dst = e.buffer(DST);
-    let residuals: Vec<Value> = (0..d.residuals())
-        .map(|i| e.buffer(FIRST_RESIDUAL + i))
-        .collect();
-
     let tile_oc = plan.vecs * LANES;
     // With an NCHW destination, lanes past the last output channel must not be stored, so a
     // partial last tile gets code of its own; nChw4c stores its padding lanes.
@@ -207,18 +200,28 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
             },
         ];
     }
+    // The loop order is the plan's (`ConvPlan::rows_outer`): rows outer keeps a row's input
+    // rows in cache while every tile reads them; tiles outer keeps a tile's weights in cache
+    // across the rows.
+    if plan.rows_outer {
+        lower_rows_outer(e, plan, &classes);
+    } else {
+        lower_tiles_outer(e, plan, &classes);
+    }
+}
 
-    // Channel offsets of tile ranges are multiples of the reduction step.
-    let src_chan_bytes = |e: &mut Emit<'_>, ch: usize| -> Scalar {
-        let elems = match d.src_layout {
-            Layout::Nchw => e.mul(geo.src.channel, ch as i64),
-            Layout::Nchw4c => {
-                let blocks = e.mul(geo.src.block, (ch / LANES) as i64);
-                e.add(blocks, (ch % LANES) as i64)
-            }
-        };
-        e.mul(elems, F32_BYTES)
-    };
+/// Output-channel tiles outer, rows inner: each tile's pointers step from tile to tile and
+/// stay live across its rows.
+fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
+    let d = &plan.desc;
+    let tile_oc = plan.vecs * LANES;
+    let geo = Geometry::new(e, plan);
+    let src = e.buffer(SRC);
+    let weights = e.buffer(WEIGHTS);
+    let dst = e.buffer(DST);
+    let residuals: Vec<Value> = (0..d.residuals())
+        .map(|i| e.buffer(FIRST_RESIDUAL + i))
+        .collect();
     let tile_w_bytes = plan.tile_weights_len() as i64 * F32_BYTES;
     let tile_dst_bytes = e.mul(geo.dst.block, plan.vecs as i64 * F32_BYTES);
     let image_steps = [
@@ -240,9 +243,9 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
                     e.b.ins().iadd(r, off)
                 })
                 .collect();
-            for class in &classes {
+            for class in classes {
                 let first = class.tiles.start;
-                let first_ch = src_chan_bytes(e, plan.ic.begin + first * plan.ic.step);
+                let first_ch = src_chan_bytes(e, plan, &geo, plan.ic.begin + first * plan.ic.step);
                 let src_t0 = e.offset_by(src_n, first_ch, 1);
                 let w_t0 = e.offset(weights, first as i64 * tile_w_bytes);
                 let bias_t0 = d
@@ -257,7 +260,7 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
 
                 let mut ptrs = vec![src_t0, w_t0, dst_t0];
                 let mut steps = vec![
-                    src_chan_bytes(e, plan.ic.step),
+                    src_chan_bytes(e, plan, &geo, plan.ic.step),
                     Scalar::Const(tile_w_bytes),
                     tile_dst_bytes,
                 ];
@@ -285,7 +288,9 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
                             dst: p[2],
                             chunk: None,
                         };
-                        rows(e, plan, &geo, tile, res, class.lanes);
+                        rows(e, plan, &geo, |e, oh, taps| {
+                            row(e, plan, oh, &taps, tile, res, class.lanes)
+                        });
                     },
                 );
             }
@@ -293,65 +298,99 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
     );
 }
 
-/// All rows of one output-channel tile, restricted to the call's range of rows.
+/// Rows outer, output-channel tiles inner. The tile loop carries only its index: a tile's
+/// pointers are computed from it and from fresh loads of the buffer list, so that nothing
+/// stays live across a row's column loops but the row and tile indices. Carried pointers
+/// (five with a bias and a residual, plus the image's) took the registers of the innermost
+/// loop, whose kernel-row step was then reloaded from the stack on every trip (measured 7-11%
+/// slower on runtime-width convs with a residual).
+fn lower_rows_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
+    let d = &plan.desc;
+    let geo = Geometry::new(e, plan);
+    e.for_count(d.mb, &[], |e, n, _| {
+        rows(e, plan, &geo, |e, oh, taps| {
+            for class in classes {
+                let start = e.iconst(class.tiles.start as i64);
+                let end = e.iconst(class.tiles.end as i64);
+                e.for_range(start, end, &[], |e, t, _| {
+                    let (tile, res) = tile_ptrs(e, plan, n, t);
+                    row(e, plan, oh, &taps, tile, &res, class.lanes);
+                    vec![]
+                });
+            }
+        });
+        vec![]
+    });
+}
+
+/// Byte offset of input channel `ch` (a multiple of the reduction step) in the source.
+fn src_chan_bytes(e: &mut Emit<'_>, plan: &ConvPlan, geo: &Geometry, ch: usize) -> Scalar {
+    let elems = match plan.desc.src_layout {
+        Layout::Nchw => e.mul(geo.src.channel, ch as i64),
+        Layout::Nchw4c => {
+            let blocks = e.mul(geo.src.block, (ch / LANES) as i64);
+            e.add(blocks, (ch % LANES) as i64)
+        }
+    };
+    e.mul(elems, F32_BYTES)
+}
+
+/// The pointers of output-channel tile `t` of image `n`, and its residuals', from fresh loads.
+fn tile_ptrs(e: &mut Emit<'_>, plan: &ConvPlan, n: Value, t: Value) -> (TilePtrs, Vec<Value>) {
+    let d = &plan.desc;
+    let geo = Geometry::new(e, plan);
+    let image = |e: &mut Emit<'_>, base: Value, stride: Scalar| {
+        if d.mb == 1 {
+            base
+        } else {
+            e.scaled_by(base, n, stride, F32_BYTES, 0)
+        }
+    };
+    let src = e.buffer(SRC);
+    let src = image(e, src, geo.src.image);
+    let first = src_chan_bytes(e, plan, &geo, plan.ic.begin);
+    let src = e.offset_by(src, first, 1);
+    let step = src_chan_bytes(e, plan, &geo, plan.ic.step);
+    let src = match step {
+        Scalar::Const(0) => src,
+        step => e.scaled_by(src, t, step, 1, 0),
+    };
+    let weights = e.buffer(WEIGHTS);
+    let tile_w_bytes = plan.tile_weights_len() as i64 * F32_BYTES;
+    let tile_oc = plan.vecs * LANES;
+    let bias = d.bias.then(|| {
+        let off = plan.bias_offset() as i64 * F32_BYTES;
+        e.scaled(weights, t, tile_oc as i64 * F32_BYTES, off)
+    });
+    let w = e.scaled(weights, t, tile_w_bytes, 0);
+    let tile_dst_bytes = e.mul(geo.dst.block, plan.vecs as i64 * F32_BYTES);
+    let at_tile = |e: &mut Emit<'_>, index: usize| {
+        let base = e.buffer(index);
+        let base = image(e, base, geo.dst.image);
+        e.scaled_by(base, t, tile_dst_bytes, 1, 0)
+    };
+    let dst = at_tile(e, DST);
+    let res = (0..d.residuals())
+        .map(|i| at_tile(e, FIRST_RESIDUAL + i))
+        .collect();
+    let tile = TilePtrs {
+        src,
+        weights: w,
+        bias,
+        dst,
+        chunk: None,
+    };
+    (tile, res)
+}
+
+/// Every row of the call's range of rows, with its kernel-row taps.
 fn rows(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
     geo: &Geometry,
-    tile: TilePtrs,
-    residuals: &[Value],
-    lanes: LaneCounts,
+    mut row: impl FnMut(&mut Emit<'_>, Value, Taps),
 ) {
     let d = &plan.desc;
-    let row = |e: &mut Emit<'_>, oh: Value, taps: Taps| {
-        let geo = &Geometry::new(e, plan);
-        // The input row of tap 0; valid taps keep every access in bounds.
-        let src_row = e.scaled_by(
-            tile.src,
-            oh,
-            geo.src.row,
-            d.strides[0] as i64 * F32_BYTES,
-            0,
-        );
-        let top = e.mul(geo.src.row, -(d.pads.top as i64) * F32_BYTES);
-        let src_row = e.offset_by(src_row, top, 1);
-        let dst_row = e.scaled_by(tile.dst, oh, geo.dst.row, F32_BYTES, 0);
-        let res_rows: Vec<Value> = residuals
-            .iter()
-            .map(|&r| e.scaled_by(r, oh, geo.dst.row, F32_BYTES, 0))
-            .collect();
-        let row_tile = TilePtrs {
-            src: src_row,
-            dst: dst_row,
-            ..tile
-        };
-        if plan.chunks() == 1 {
-            columns(e, plan, geo, &taps, row_tile, &res_rows, lanes);
-            return;
-        }
-        // The whole row for one chunk of input channels, then for the next: the chunk's
-        // weights stay in L1 across the row's pixel tiles.
-        let zero = e.iconst(0);
-        let count = e.iconst(plan.chunks() as i64);
-        let carried = [row_tile.src, row_tile.weights];
-        e.for_range(zero, count, &carried, |e, chunk, p| {
-            let chunk_tile = TilePtrs {
-                src: p[0],
-                weights: p[1],
-                chunk: Some(chunk),
-                ..row_tile
-            };
-            let geo = &Geometry::new(e, plan);
-            columns(e, plan, geo, &taps, chunk_tile, &res_rows, lanes);
-            let geo = Geometry::new(e, plan);
-            let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
-            let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
-            vec![
-                e.offset_by(p[0], geo.ic_src_step, ic_steps),
-                e.offset(p[1], w_bytes),
-            ]
-        });
-    };
     match &plan.rows {
         AxisPlan::Fixed(runs) => {
             for run in runs {
@@ -374,6 +413,66 @@ fn rows(
             });
         }
     }
+}
+
+/// Output row `oh` of one output-channel tile.
+fn row(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    oh: Value,
+    taps: &Taps,
+    tile: TilePtrs,
+    residuals: &[Value],
+    lanes: LaneCounts,
+) {
+    let d = &plan.desc;
+    let geo = &Geometry::new(e, plan);
+    // The input row of tap 0; valid taps keep every access in bounds.
+    let src_row = e.scaled_by(
+        tile.src,
+        oh,
+        geo.src.row,
+        d.strides[0] as i64 * F32_BYTES,
+        0,
+    );
+    let top = e.mul(geo.src.row, -(d.pads.top as i64) * F32_BYTES);
+    let src_row = e.offset_by(src_row, top, 1);
+    let dst_row = e.scaled_by(tile.dst, oh, geo.dst.row, F32_BYTES, 0);
+    let res_rows: Vec<Value> = residuals
+        .iter()
+        .map(|&r| e.scaled_by(r, oh, geo.dst.row, F32_BYTES, 0))
+        .collect();
+    let row_tile = TilePtrs {
+        src: src_row,
+        dst: dst_row,
+        ..tile
+    };
+    if plan.chunks() == 1 {
+        columns(e, plan, geo, taps, row_tile, &res_rows, lanes);
+        return;
+    }
+    // The whole row for one chunk of input channels, then for the next: the chunk's
+    // weights stay in L1 across the row's pixel tiles.
+    let zero = e.iconst(0);
+    let count = e.iconst(plan.chunks() as i64);
+    let carried = [row_tile.src, row_tile.weights];
+    e.for_range(zero, count, &carried, |e, chunk, p| {
+        let chunk_tile = TilePtrs {
+            src: p[0],
+            weights: p[1],
+            chunk: Some(chunk),
+            ..row_tile
+        };
+        let geo = &Geometry::new(e, plan);
+        columns(e, plan, geo, taps, chunk_tile, &res_rows, lanes);
+        let geo = Geometry::new(e, plan);
+        let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
+        let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
+        vec![
+            e.offset_by(p[0], geo.ic_src_step, ic_steps),
+            e.offset(p[1], w_bytes),
+        ]
+    });
 }
 
 /// The length of a run of output columns.

@@ -465,6 +465,9 @@ pub struct ConvPlan {
     /// Input channels per chunk of the reduction (a divisor of `ic.len`); see
     /// [`ConvPlan::chunk_len`].
     pub ic_chunk: usize,
+    /// Whether rows are the outer loop and output-channel tiles the inner one (see
+    /// [`ROWS_OUTER_WEIGHT_BYTES`]); otherwise each tile runs all its rows.
+    pub rows_outer: bool,
     pub rows: AxisPlan,
     pub cols: AxisPlan,
     /// Rows the destination holds when it is a fused pool's scratch band instead of the whole
@@ -472,6 +475,17 @@ pub struct ConvPlan {
     /// back by the band's first row (see `lower_fused`).
     pub dst_rows: Option<usize>,
 }
+
+/// The most packed-weight bytes for which rows are the outer loop.
+///
+/// With rows outer, a row's input rows stay in cache while every output-channel tile reads
+/// them, but all the weights pass through the cache once per row; with tiles outer, a tile's
+/// weights stay in cache across the rows, but the whole input passes once per tile. Measured
+/// on the trunk at W=1031 (`primjit bench-op --model`): with rows outer, the layers with
+/// 33 KB-1.2 MB of weights gained 2-20 points of peak (layer2.0.conv1 69% to 89%,
+/// layer3.0.conv1 83% to 87.5%, the downsamples 67-73% to 80%), and the 256-channel 3x3
+/// layers (2.4 MB) lost 2-5.
+pub const ROWS_OUTER_WEIGHT_BYTES: usize = 2 * 1024 * 1024;
 
 /// The bytes of packed weights one chunk of the reduction may take: about two thirds of the
 /// 32 KiB L1 data cache, the rest being for the tile's input rows and outputs.
@@ -525,7 +539,7 @@ impl ConvPlan {
         };
         let [rows, cols] = conv_axes(d);
         let ic_chunk = Self::chunk_len(d, ic.len, ic_step, channel_weight_bytes(d, vecs));
-        ConvPlan {
+        let mut plan = ConvPlan {
             desc: d.clone(),
             vecs,
             oc_tiles,
@@ -533,10 +547,14 @@ impl ConvPlan {
             ic_step,
             ic,
             ic_chunk,
+            rows_outer: false,
             rows: AxisPlan::rows(rows, d.runtime.h, CountMode::None),
             cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
             dst_rows: None,
-        }
+        };
+        plan.rows_outer =
+            plan.packed_weights_len() * std::mem::size_of::<f32>() <= ROWS_OUTER_WEIGHT_BYTES;
+        plan
     }
 
     /// How many accumulators a tile holds, given the FMAs each of them takes per trip of the
@@ -734,6 +752,15 @@ impl fmt::Display for ConvPlan {
             f,
             "  reduction: {} input channels per tile from {} (+{} per tile), {} per step, kh loop, kw unrolled",
             self.ic.len, self.ic.begin, self.ic.step, self.ic_step
+        )?;
+        writeln!(
+            f,
+            "  loop order: {}",
+            if self.rows_outer {
+                "rows outer, output-channel tiles inner"
+            } else {
+                "output-channel tiles outer, rows inner"
+            }
         )?;
         if self.chunks() > 1 {
             writeln!(

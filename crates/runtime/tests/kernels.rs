@@ -926,6 +926,38 @@ proptest! {
     }
 }
 
+/// A convolution whose weights exceed `ROWS_OUTER_WEIGHT_BYTES` runs its output-channel tiles
+/// outer and its rows inner (every smaller one the other way round): against the reference,
+/// on partial row ranges, with two images, and with a runtime width.
+#[test]
+fn tiles_outer_loop_order_matches_reference() {
+    let mut desc = ConvDesc::new(2, 256, [4, 7], 256, [3, 3]);
+    desc.pads = Pads {
+        top: 1,
+        left: 1,
+        bottom: 1,
+        right: 1,
+    };
+    desc.bias = true;
+    desc.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
+    desc.src_layout = Layout::Nchw4c;
+    desc.dst_layout = Layout::Nchw4c;
+    assert!(!ConvPlan::new(&desc).rows_outer, "{desc:?} has rows outer");
+    let p = ConvProblem { desc, seed: 7 };
+    p.check().unwrap();
+    p.check_rows(1..3).unwrap();
+    let runtime = p
+        .desc
+        .clone()
+        .with_runtime(RuntimeDims { h: false, w: true });
+    let generic = compile(&PrimitiveKey::Conv(runtime)).expect("compile");
+    for iw in [1, 7, 13] {
+        let mut q = p.clone();
+        q.desc.iw = iw;
+        check_conv_runtime(&generic, &q, 0..q.desc.oh()).unwrap();
+    }
+}
+
 /// Every width from 1 to 64 (and a sample of wider ones), for tiles of 12 and 10 pixels
 /// (one channel vector), 6 and 5 pixels (two), strided and dilated windows and the trunk's
 /// first layer, against the exact kernels.
