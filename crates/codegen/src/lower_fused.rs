@@ -44,6 +44,9 @@ impl FusedPlan {
         };
         let mut conv = ConvPlan::new(&conv_stage);
         conv.dst_rows = Some(band);
+        // A band is a few rows: the tiles' weights, not a row's input, are what to keep in
+        // cache across them.
+        conv.rows_outer = false;
         let mut pool = PoolPlan::new(&PoolDesc { mb: 1, ..pool });
         pool.src_rows = Some(band);
         FusedPlan { conv, pool }
