@@ -946,6 +946,67 @@ mod tests {
     }
 
     #[test]
+    fn a_fused_pool_shapes_the_destination_the_work_and_the_scratch() {
+        let pads = |p| Pads {
+            top: p,
+            left: p,
+            bottom: p,
+            right: p,
+        };
+        // The trunk's stem at W=1031: conv 160x516, pooled 80x258.
+        let mut d = ConvDesc::new(1, 3, [320, 1031], 64, [7, 7]);
+        d.strides = [2, 2];
+        d.pads = pads(3);
+        d.bias = true;
+        d.post_ops = vec![PostOpDesc::Relu];
+        d.pool = Some(PoolWindow {
+            kernel: [3, 3],
+            strides: [2, 2],
+            pads: pads(1),
+            dilations: [1, 1],
+            ceil_mode: false,
+        });
+        d.dst_layout = Layout::Nchw4c;
+        let key = PrimitiveKey::Conv(d.clone());
+        key.validate().unwrap();
+        assert_eq!(
+            key.to_string(),
+            "conv mb1ic3ih320iw1031oc64oh160ow516kh7kw7sh2sw2ph3pw3 bias post=relu \
+             +pool_max oh80ow258kh3kw3sh2sw2ph1pw1 nchw>nChw4c"
+        );
+        assert_eq!(d.dst_shape(), [1, 64, 80, 258]);
+        assert_eq!(key.work_items(), 80);
+        assert_eq!(key.extent_args(), [320, 1031, 160, 516, 80, 258]);
+        // A band of the window's three rows at the conv's width, per thread.
+        assert_eq!(d.scratch_len(), 3 * 516 * 64);
+        let buffers = key.buffers();
+        let scratch = buffers.last().unwrap();
+        assert_eq!((scratch.role, scratch.len), (SCRATCH_ROLE, 3 * 516 * 64));
+        assert_eq!(buffers[2].shape, [1, 64, 80, 258]);
+
+        let w = RuntimeDims { h: false, w: true };
+        let runtime = PrimitiveKey::Conv(d.clone().with_runtime(w));
+        runtime.validate().unwrap();
+        assert!(runtime.to_string().contains("ow*kh7"), "{runtime}");
+        assert!(
+            runtime.to_string().contains("+pool_max oh80ow*kh3"),
+            "{runtime}"
+        );
+        assert_eq!(runtime.at([0, 1031]), key);
+
+        // A residual is read at full resolution: no pool after it.
+        let mut residual = d.clone();
+        residual.post_ops.insert(0, PostOpDesc::Add);
+        let err = PrimitiveKey::Conv(residual).validate().unwrap_err();
+        assert!(err.reason.contains("cannot follow a residual add"), "{err}");
+        // The pool's own rules hold on the conv's output.
+        let mut padding_only = d;
+        padding_only.pool.as_mut().unwrap().pads = pads(3);
+        let err = PrimitiveKey::Conv(padding_only).validate().unwrap_err();
+        assert!(err.reason.starts_with("fused pool: "), "{err}");
+    }
+
+    #[test]
     fn runtime_extents_print_as_stars_and_instantiate_per_call() {
         let mut d = ConvDesc::new(1, 64, [80, 1031], 64, [3, 3]);
         d.pads = Pads {

@@ -103,8 +103,10 @@ impl ExecutableCode {
     /// `extents` must be those of a valid fixed-shape key that the kernel implements (its own
     /// key, or a runtime key at these extents); `buffers` must hold, in that key's order,
     /// pointers to live, non-overlapping (except read-only ones among themselves) f32 buffers
-    /// of exactly the lengths it requires, valid for the whole call, with no other thread
-    /// writing to them; the rows of concurrent calls on the same destination must be disjoint.
+    /// of exactly the lengths it requires (a scratch: at least one band, of which the kernel
+    /// uses the first), valid for the whole call, with no other thread writing to them; the
+    /// rows of concurrent calls on the same destination must be disjoint, and their scratch
+    /// bands too.
     unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>, extents: &[i64; EXTENT_ARGS]) {
         // SAFETY: the mapping holds a complete kernel with the `KernelFn` ABI, published
         // read+execute by `publish` and alive as long as `self`.
