@@ -762,6 +762,36 @@ fn check_rejected(
     }
 }
 
+/// One kernel of `p` with the extents `rt` names left to run time, at `p`'s extents and at
+/// `more`: rejected with a typed error where the call's key is invalid, else checked by
+/// `check_conv_runtime` (with a partial range of work items picked by `rows`).
+fn check_runtime_extents(
+    p: &ConvProblem,
+    rt: RuntimeDims,
+    more: &[(usize, usize)],
+    rows: (Index, Index),
+) -> Result<(), TestCaseError> {
+    let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
+    for &(h, w) in std::iter::once(&(p.desc.ih, p.desc.iw)).chain(more) {
+        let mut q = p.clone();
+        if rt.h {
+            q.desc.ih = h;
+        }
+        if rt.w {
+            q.desc.iw = w;
+        }
+        let extents = [q.desc.ih, q.desc.iw];
+        if q.key().validate().is_err() {
+            check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
+            continue;
+        }
+        let n = q.key().work_items();
+        let (a, b) = (rows.0.index(n + 1), rows.1.index(n + 1));
+        check_conv_runtime(&generic, &q, a.min(b)..a.max(b))?;
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(config(64))]
 
@@ -775,24 +805,7 @@ proptest! {
         more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
         rows in (any::<Index>(), any::<Index>()),
     ) {
-        let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
-        for (h, w) in std::iter::once((p.desc.ih, p.desc.iw)).chain(more) {
-            let mut q = p.clone();
-            if rt.h {
-                q.desc.ih = h;
-            }
-            if rt.w {
-                q.desc.iw = w;
-            }
-            let extents = [q.desc.ih, q.desc.iw];
-            if q.key().validate().is_err() {
-                check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
-                continue;
-            }
-            let oh = q.desc.oh();
-            let (a, b) = (rows.0.index(oh + 1), rows.1.index(oh + 1));
-            check_conv_runtime(&generic, &q, a.min(b)..a.max(b))?;
-        }
+        check_runtime_extents(&p, rt, &more, rows)?;
     }
 }
 
@@ -905,24 +918,7 @@ proptest! {
         more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
         rows in (any::<Index>(), any::<Index>()),
     ) {
-        let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
-        for (h, w) in std::iter::once((p.desc.ih, p.desc.iw)).chain(more) {
-            let mut q = p.clone();
-            if rt.h {
-                q.desc.ih = h;
-            }
-            if rt.w {
-                q.desc.iw = w;
-            }
-            let extents = [q.desc.ih, q.desc.iw];
-            if q.key().validate().is_err() {
-                check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
-                continue;
-            }
-            let n = q.key().work_items();
-            let (a, b) = (rows.0.index(n + 1), rows.1.index(n + 1));
-            check_conv_runtime(&generic, &q, a.min(b)..a.max(b))?;
-        }
+        check_runtime_extents(&p, rt, &more, rows)?;
     }
 }
 
