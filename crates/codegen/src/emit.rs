@@ -138,6 +138,16 @@ impl<'a> Emit<'a> {
         self.b.ins().load(types::I64, self.flags, self.buffers, off)
     }
 
+    /// An extent as a scalar: a fresh load of the call's value when it is a runtime extent,
+    /// the constant `fixed` otherwise.
+    pub fn extent_or(&mut self, runtime: bool, which: ExtentArg, fixed: usize) -> Scalar {
+        if runtime {
+            Scalar::Dyn(self.extent(which))
+        } else {
+            Scalar::Const(fixed as i64)
+        }
+    }
+
     /// One of the call's spatial extents, as passed by the runtime.
     pub fn extent(&mut self, which: ExtentArg) -> Value {
         self.b

@@ -98,17 +98,10 @@ impl Geometry {
     fn new(e: &mut Emit<'_>, plan: &ConvPlan) -> Self {
         let d = &plan.desc;
         let rt = d.runtime;
-        let extent = |e: &mut Emit<'_>, runtime: bool, which: ExtentArg, fixed: usize| {
-            if runtime {
-                Scalar::Dyn(e.extent(which))
-            } else {
-                Scalar::Const(fixed as i64)
-            }
-        };
-        let ih = extent(e, rt.h, ExtentArg::InputH, d.ih);
-        let iw = extent(e, rt.w, ExtentArg::InputW, d.iw);
-        let oh = extent(e, rt.h, ExtentArg::OutputH, d.oh());
-        let ow = extent(e, rt.w, ExtentArg::OutputW, d.ow());
+        let ih = e.extent_or(rt.h, ExtentArg::InputH, d.ih);
+        let iw = e.extent_or(rt.w, ExtentArg::InputW, d.iw);
+        let oh = e.extent_or(rt.h, ExtentArg::OutputH, d.oh());
+        let ow = e.extent_or(rt.w, ExtentArg::OutputW, d.ow());
         let src = e.act_strides(d.src_layout, d.ic, ih, iw);
         let dst_rows = plan.dst_rows.map_or(oh, |rows| Scalar::Const(rows as i64));
         let dst = e.act_strides(d.dst_layout, d.oc, dst_rows, ow);

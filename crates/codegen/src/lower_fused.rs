@@ -53,15 +53,6 @@ impl FusedPlan {
     }
 }
 
-/// A constant for a fixed extent, a fresh load for a runtime one.
-fn extent(e: &mut Emit<'_>, runtime: bool, which: ExtentArg, fixed: usize) -> Scalar {
-    if runtime {
-        Scalar::Dyn(e.extent(which))
-    } else {
-        Scalar::Const(fixed as i64)
-    }
-}
-
 pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
     let plan = FusedPlan::new(d);
     let pool = &plan.pool.desc;
@@ -77,12 +68,12 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
     e.for_range(zero, images, &[], |e, n, _| {
         e.for_range(first, end, &[], |e, p, _| {
             // Everything from fresh loads: nothing stays live across the stages' loops.
-            let ih = extent(e, rt.h, ExtentArg::InputH, d.ih);
-            let iw = extent(e, rt.w, ExtentArg::InputW, d.iw);
-            let oh = extent(e, rt.h, ExtentArg::OutputH, d.oh());
-            let ow = extent(e, rt.w, ExtentArg::OutputW, d.ow());
-            let out_h = extent(e, rt.h, ExtentArg::PooledH, ph);
-            let out_w = extent(e, rt.w, ExtentArg::PooledW, pw);
+            let ih = e.extent_or(rt.h, ExtentArg::InputH, d.ih);
+            let iw = e.extent_or(rt.w, ExtentArg::InputW, d.iw);
+            let oh = e.extent_or(rt.h, ExtentArg::OutputH, d.oh());
+            let ow = e.extent_or(rt.w, ExtentArg::OutputW, d.ow());
+            let out_h = e.extent_or(rt.h, ExtentArg::PooledH, ph);
+            let out_w = e.extent_or(rt.w, ExtentArg::PooledW, pw);
             let src_image = e.act_strides(d.src_layout, d.ic, ih, iw).image;
             let dst_image = e.act_strides(d.dst_layout, d.oc, out_h, out_w).image;
             let row_bytes = e.mul(ow, LANES as i64 * F32_BYTES);
@@ -137,7 +128,7 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
 /// order never overwrite one still to be read. A slot that holds no computed row (a window
 /// reaching into the padding) is copied too and never read.
 fn shift_band(e: &mut Emit<'_>, d: &ConvDesc, band: usize, stride: usize, shared: usize) {
-    let ow = extent(e, d.runtime.w, ExtentArg::OutputW, d.ow());
+    let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
     let row_bytes = e.mul(ow, LANES as i64 * F32_BYTES);
     let block_bytes = e.mul(row_bytes, band as i64);
     let scratch = e.buffer(SCRATCH);
@@ -150,7 +141,7 @@ fn shift_band(e: &mut Emit<'_>, d: &ConvDesc, band: usize, stride: usize, shared
             for slot in 0..shared {
                 let to = e.offset_by(b[0], row_bytes, slot as i64);
                 let from = e.offset_by(b[0], row_bytes, (stride + slot) as i64);
-                let ow = extent(e, d.runtime.w, ExtentArg::OutputW, d.ow());
+                let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
                 e.for_ptrs(ow, &[from, to], &[Scalar::Const(vector); 2], |e, q| {
                     let v = e.load_vec(q[0], 0);
                     e.store_vec(v, q[1], 0);

@@ -100,8 +100,8 @@ struct Side {
 impl Side {
     fn input(e: &mut Emit<'_>, plan: &PoolPlan) -> Self {
         let d = &plan.desc;
-        let h = extent(e, d.runtime.h, ExtentArg::InputH, d.ih);
-        let w = extent(e, d.runtime.w, ExtentArg::InputW, d.iw);
+        let h = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+        let w = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
         let rows = plan.src_rows.map_or(h, |rows| Scalar::Const(rows as i64));
         let strides = e.act_strides(d.src_layout, d.c, rows, w);
         Side { strides, h, w }
@@ -109,19 +109,10 @@ impl Side {
 
     fn output(e: &mut Emit<'_>, plan: &PoolPlan) -> Self {
         let d = &plan.desc;
-        let h = extent(e, d.runtime.h, ExtentArg::OutputH, d.oh());
-        let w = extent(e, d.runtime.w, ExtentArg::OutputW, d.ow());
+        let h = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+        let w = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
         let strides = e.act_strides(d.dst_layout, d.c, h, w);
         Side { strides, h, w }
-    }
-}
-
-/// A constant for a fixed extent, a load for a runtime one.
-fn extent(e: &mut Emit<'_>, runtime: bool, which: ExtentArg, fixed: usize) -> Scalar {
-    if runtime {
-        Scalar::Dyn(e.extent(which))
-    } else {
-        Scalar::Const(fixed as i64)
     }
 }
 
