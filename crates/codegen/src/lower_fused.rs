@@ -67,7 +67,8 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
     let images = e.iconst(d.mb as i64);
     e.for_range(zero, images, &[], |e, n, _| {
         e.for_range(first, end, &[], |e, p, _| {
-            // Everything from fresh loads: nothing stays live across the stages' loops.
+            // Strides and pointers from fresh loads: only the image and row indices and the
+            // call's range stay live across the stages' loops.
             let ih = e.extent_or(rt.h, ExtentArg::InputH, d.ih);
             let iw = e.extent_or(rt.w, ExtentArg::InputW, d.iw);
             let oh = e.extent_or(rt.h, ExtentArg::OutputH, d.oh());
