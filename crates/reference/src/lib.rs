@@ -17,9 +17,10 @@
 //! at the end. For a convolution that means the sum of products, the bias and every post-op
 //! (the residual add included) are f64 operations. `relu` and `clip` commute with rounding, so
 //! a kernel that accumulates in f32 differs from the oracle only by its own accumulation
-//! error plus at most one rounding of its residual add. A fused max pool (`Post::MaxPool`)
-//! pools the rounded output with [`pool2d`]; rounding is monotonic, so that is the rounding of
-//! the f64 maximum, and a conv with a fused pool equals the conv followed by [`pool2d`] exactly.
+//! error plus at most one rounding of its residual add. A conv's fused `maxpool` post-op
+//! pools the rounded output with [`pool2d`] ([`run_graph`] does it after [`conv2d`]); rounding
+//! is monotonic, so that is the rounding of the f64 maximum, and a conv with a fused pool
+//! equals the conv followed by `maxpool2d` exactly.
 //!
 //! NaN propagates through every op, as in PyTorch: a max over a NaN is NaN, and `relu` and
 //! `clip` keep it.

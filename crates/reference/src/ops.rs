@@ -6,22 +6,17 @@ use primjit_ir::{
     Conv2d, Pads, Pool2d, PoolKind, PoolWindow, Tensor, conv_output_extent, pool_output_extent,
 };
 
-/// An operation applied to a convolution's output: element-wise ones in f64 before rounding,
-/// then possibly a max pool.
+/// An element-wise operation applied to a convolution's output, in f64, before rounding.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Post<'a> {
     Relu,
-    /// Adds a tensor of the full-resolution output's shape (a residual connection).
+    /// Adds a tensor of the output's shape (a residual connection).
     Add(&'a Tensor),
     /// Clamps to `[lo, hi]`.
     Clip {
         lo: f32,
         hi: f32,
     },
-    /// Max pooling of the rounded output, exactly as [`pool2d`] computes it; only as the last
-    /// post-op. Rounding to f32 is monotonic, so pooling the rounded values gives the rounding
-    /// of the pooled f64 values: the result is still rounded once.
-    MaxPool(PoolWindow),
 }
 
 /// The attributes of [`conv2d`], as in [`primjit_ir::Conv2d`].
@@ -69,7 +64,7 @@ pub struct PoolAttrs {
 }
 
 impl PoolAttrs {
-    /// Max pooling with `window`, as a conv's `maxpool` post-op applies it.
+    /// Max pooling with `window`, as a conv's `maxpool` post-op applies it (after [`conv2d`]).
     pub fn max(window: &PoolWindow) -> Self {
         PoolAttrs {
             kind: PoolKind::Max,
@@ -129,13 +124,10 @@ fn tap(
 /// `x` is `[N, C, H, W]`, `weight` `[O, C / groups, KH, KW]`, `bias` `[O]`, and every
 /// [`Post::Add`] tensor has the output's shape `[N, O, OH, OW]`, where
 /// `OH = floor((H + top + bottom - dilation * (KH - 1) - 1) / stride) + 1` and likewise `OW`.
-/// A last [`Post::MaxPool`] then pools that output with [`pool2d`], which gives the result
-/// its shape.
 ///
 /// # Panics
 ///
-/// On shapes the IR rejects (see the crate documentation), and on a [`Post::MaxPool`] that is
-/// not the last post-op.
+/// On shapes the IR rejects (see the crate documentation).
 pub fn conv2d(
     x: &Tensor,
     weight: &Tensor,
@@ -163,18 +155,12 @@ pub fn conv2d(
     if let Some(b) = bias {
         debug_assert_eq!(b.shape, [o]);
     }
-    let (pool, post_ops) = match post_ops.split_last() {
-        Some((Post::MaxPool(window), rest)) => (Some(PoolAttrs::max(window)), rest),
-        _ => (None, post_ops),
-    };
     for post in post_ops {
-        match post {
-            Post::Add(r) => assert_eq!(
+        if let Post::Add(r) = post {
+            assert_eq!(
                 r.shape, out_shape,
                 "a residual must have the output's shape"
-            ),
-            Post::MaxPool(_) => panic!("a max pool must be the last post-op"),
-            Post::Relu | Post::Clip { .. } => {}
+            );
         }
     }
     let opg = o / groups;
@@ -208,7 +194,6 @@ pub fn conv2d(
                             Post::Relu => relu64(acc),
                             Post::Add(r) => acc + r.data[idx] as f64,
                             Post::Clip { lo, hi } => acc.clamp(lo as f64, hi as f64),
-                            Post::MaxPool(_) => unreachable!("split off above"),
                         };
                     }
                     out.push(acc as f32);
@@ -216,13 +201,9 @@ pub fn conv2d(
             }
         }
     }
-    let out = Tensor {
+    Tensor {
         shape: out_shape,
         data: out,
-    };
-    match pool {
-        Some(attrs) => pool2d(&out, &attrs),
-        None => out,
     }
 }
 

@@ -232,20 +232,27 @@ pub fn run_graph(
                 let post: Vec<Post<'_>> = c
                     .post_ops
                     .iter()
-                    .map(|p| match *p {
-                        PostOp::Relu => Post::Relu,
-                        PostOp::Add(r) => Post::Add(value(r)),
-                        PostOp::Clip { lo, hi } => Post::Clip { lo, hi },
-                        PostOp::MaxPool(window) => Post::MaxPool(window),
+                    .filter_map(|p| match *p {
+                        PostOp::Relu => Some(Post::Relu),
+                        PostOp::Add(r) => Some(Post::Add(value(r))),
+                        PostOp::Clip { lo, hi } => Some(Post::Clip { lo, hi }),
+                        PostOp::MaxPool(_) => None,
                     })
                     .collect();
-                ops::conv2d(
+                let y = ops::conv2d(
                     value(c.input),
                     param(c.weight),
                     c.bias.map(param),
                     &ConvAttrs::from(c),
                     &post,
-                )
+                );
+                // A fused max pool (always the last post-op) pools the rounded output, as a
+                // separate `maxpool2d` would: rounding is monotonic, so the result is still
+                // rounded once.
+                match c.post_ops.last() {
+                    Some(PostOp::MaxPool(window)) => ops::pool2d(&y, &PoolAttrs::max(window)),
+                    _ => y,
+                }
             }
             Op::Pool2d(p) => ops::pool2d(value(p.input), &PoolAttrs::from(p)),
             Op::GlobalPool { kind, input } => ops::global_pool(value(*input), *kind),

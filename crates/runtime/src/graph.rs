@@ -385,7 +385,7 @@ impl CompiledGraph {
                         .collect();
                     // A fused pool's band of the conv's output, one per thread.
                     let band = match key {
-                        PrimitiveKey::Conv(d) => {
+                        PrimitiveKey::Conv(d) if d.pool.is_some() => {
                             extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len()
                         }
                         _ => 0,

@@ -458,19 +458,8 @@ impl ConvProblem {
 
     /// `y` max-pooled by the fused pool, if the key has one.
     fn pooled(&self, y: Tensor) -> Tensor {
-        match self.desc.pool {
-            Some(w) => primjit_reference::pool2d(
-                &y,
-                &PoolAttrs {
-                    kind: PoolKind::Max,
-                    kernel: w.kernel,
-                    strides: w.strides,
-                    pads: w.pads,
-                    dilations: w.dilations,
-                    ceil_mode: w.ceil_mode,
-                    count_include_pad: false,
-                },
-            ),
+        match &self.desc.pool {
+            Some(w) => primjit_reference::pool2d(&y, &PoolAttrs::max(w)),
             None => y,
         }
     }
