@@ -1,6 +1,7 @@
 //! Lowers a convolution plan to Cranelift IR: register-tiled direct convolution.
 //!
-//! Loop nest: image, output-channel tile, row run, row (runtime range), chunk of the
+//! Loop nest: image, output-channel tile, rows (the interior run, then one loop over the border
+//! rows with their kernel-row range computed per row; see [`AxisPlan::Bordered`]), chunk of the
 //! reduction (when a tile's weights exceed L1, see [`ConvPlan::chunks`]), column run, pixel
 //! tile, with the tile and row loops swapped when the plan says so ([`ConvPlan::rows_outer`]);
 //! inside a tile the reduction loop over input channels carries the accumulators, with
@@ -394,6 +395,44 @@ fn rows(
                 });
             }
         }
+        AxisPlan::Bordered { runs, interior } => {
+            let mid = &runs[*interior];
+            let (start, end) = e.clamp_items(mid.outputs.start, mid.outputs.end);
+            e.for_range(start, end, &[], |e, oh, _| {
+                row(e, oh, Taps::Fixed(mid.taps.clone()));
+                vec![]
+            });
+            // Border row `i` is output row `i` before the interior and `i + interior length`
+            // after it; a row outside the call's work items is skipped.
+            let before = mid.outputs.start as i64;
+            let borders = runs.iter().map(|r| r.outputs.len()).sum::<usize>() - mid.outputs.len();
+            let zero = e.iconst(0);
+            let count = e.iconst(borders as i64);
+            e.for_range(zero, count, &[], |e, i, _| {
+                let past =
+                    e.b.ins()
+                        .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, i, before);
+                let jump = e.iconst(mid.outputs.len() as i64);
+                let zero = e.iconst(0);
+                let jump = e.b.ins().select(past, jump, zero);
+                let oh = e.b.ins().iadd(i, jump);
+                let (begin, end) = (e.begin, e.end);
+                let from = e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, oh, begin);
+                let below = e.b.ins().icmp(IntCC::SignedLessThan, oh, end);
+                let inside = e.b.ins().band(from, below);
+                e.if_else(
+                    inside,
+                    |e| {
+                        let ih = e.iconst(d.ih as i64);
+                        let (first, count) =
+                            e.runtime_taps(oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
+                        row(e, oh, Taps::Runtime { first, count });
+                    },
+                    |_| {},
+                );
+                vec![]
+            });
+        }
         AxisPlan::PerOutput | AxisPlan::Template(_) => {
             let (start, end) = e.clamp_items_to(Scalar::Const(0), geo.oh);
             e.for_range(start, end, &[], |e, oh, _| {
@@ -577,7 +616,9 @@ fn columns(
                 },
             );
         }
-        AxisPlan::PerOutput => unreachable!("columns use a template"),
+        AxisPlan::PerOutput | AxisPlan::Bordered { .. } => {
+            unreachable!("columns use fixed runs or a template")
+        }
     }
 }
 

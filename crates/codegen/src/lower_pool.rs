@@ -179,7 +179,7 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
                             pool_columns(e, plan, &taps, src_row, dst_row, lanes);
                         };
                         match &plan.rows {
-                            AxisPlan::Fixed(runs) => {
+                            AxisPlan::Fixed(runs) | AxisPlan::Bordered { runs, .. } => {
                                 for run in runs {
                                     let (start, end) =
                                         e.clamp_items(run.outputs.start, run.outputs.end);
@@ -319,7 +319,9 @@ fn pool_columns(
                 },
             );
         }
-        AxisPlan::PerOutput => unreachable!("columns use a template"),
+        AxisPlan::PerOutput | AxisPlan::Bordered { .. } => {
+            unreachable!("columns use fixed runs or a template")
+        }
     }
 }
 
