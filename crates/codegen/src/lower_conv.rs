@@ -385,6 +385,13 @@ fn rows(
     mut row: impl FnMut(&mut Emit<'_>, Value, Taps),
 ) {
     let d = &plan.desc;
+    // The taps of the row at `oh`, computed at run time.
+    let runtime_taps = |e: &mut Emit<'_>, oh: Value| {
+        let geo = Geometry::new(e, plan);
+        let ih = e.value(geo.ih);
+        let (first, count) = e.runtime_taps(oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
+        Taps::Runtime { first, count }
+    };
     match &plan.rows {
         AxisPlan::Fixed(runs) => {
             for run in runs {
@@ -396,51 +403,50 @@ fn rows(
             }
         }
         AxisPlan::Bordered { runs, interior } => {
+            // The border rows first, so that the call's work items are dead in the interior's
+            // loop. Border row `i` is output row `i` before the interior `[a, b)` and
+            // `i + (b - a)` after it; the call's rows among them are one range of `i`, since
+            // both parts are only taken when the call covers the whole interior.
             let mid = &runs[*interior];
-            let (start, end) = e.clamp_items(mid.outputs.start, mid.outputs.end);
-            e.for_range(start, end, &[], |e, oh, _| {
-                row(e, oh, Taps::Fixed(mid.taps.clone()));
-                vec![]
-            });
-            // Border row `i` is output row `i` before the interior and `i + interior length`
-            // after it; a row outside the call's work items is skipped.
-            let before = mid.outputs.start as i64;
-            let borders = runs.iter().map(|r| r.outputs.len()).sum::<usize>() - mid.outputs.len();
+            let (a, b) = (mid.outputs.start as i64, mid.outputs.end as i64);
+            let rows = runs.last().map_or(0, |r| r.outputs.end) as i64;
+            let len = b - a;
+            let (begin, end) = (e.begin, e.end);
             let zero = e.iconst(0);
-            let count = e.iconst(borders as i64);
-            e.for_range(zero, count, &[], |e, i, _| {
-                let past =
-                    e.b.ins()
-                        .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, i, before);
-                let jump = e.iconst(mid.outputs.len() as i64);
+            let from_top = e.imax(begin, zero);
+            let b_value = e.iconst(b);
+            let from_bottom = e.imax(begin, b_value);
+            let from_bottom = e.offset(from_bottom, -len);
+            let in_top = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, begin, a);
+            let lo = e.b.ins().select(in_top, from_top, from_bottom);
+            let rows_value = e.iconst(rows);
+            let to_bottom = e.imin(end, rows_value);
+            let to_bottom = e.offset(to_bottom, -len);
+            let a_value = e.iconst(a);
+            let to_top = e.imin(end, a_value);
+            let in_bottom = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, end, b);
+            let hi = e.b.ins().select(in_bottom, to_bottom, to_top);
+            e.for_range(lo, hi, &[], |e, i, _| {
+                let past = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, i, a);
+                let jump = e.iconst(len);
                 let zero = e.iconst(0);
                 let jump = e.b.ins().select(past, jump, zero);
                 let oh = e.b.ins().iadd(i, jump);
-                let (begin, end) = (e.begin, e.end);
-                let from = e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, oh, begin);
-                let below = e.b.ins().icmp(IntCC::SignedLessThan, oh, end);
-                let inside = e.b.ins().band(from, below);
-                e.if_else(
-                    inside,
-                    |e| {
-                        let ih = e.iconst(d.ih as i64);
-                        let (first, count) =
-                            e.runtime_taps(oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
-                        row(e, oh, Taps::Runtime { first, count });
-                    },
-                    |_| {},
-                );
+                let taps = runtime_taps(e, oh);
+                row(e, oh, taps);
+                vec![]
+            });
+            let (start, end) = e.clamp_items(mid.outputs.start, mid.outputs.end);
+            e.for_range(start, end, &[], |e, oh, _| {
+                row(e, oh, Taps::Fixed(mid.taps.clone()));
                 vec![]
             });
         }
         AxisPlan::PerOutput | AxisPlan::Template(_) => {
             let (start, end) = e.clamp_items_to(Scalar::Const(0), geo.oh);
             e.for_range(start, end, &[], |e, oh, _| {
-                let geo = Geometry::new(e, plan);
-                let ih = e.value(geo.ih);
-                let (first, count) =
-                    e.runtime_taps(oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
-                row(e, oh, Taps::Runtime { first, count });
+                let taps = runtime_taps(e, oh);
+                row(e, oh, taps);
                 vec![]
             });
         }
@@ -787,7 +793,12 @@ fn pixel_tile(
         // The kernel-row loop carries the reduction's own pointers, and the channel step
         // continues from where it leaves them: no pointer of the channel loop stays live
         // across the kernel-row loop beside the pointers that loop carries.
+        // A single kernel row (1x1 kernels, and rows clipped to one tap) leaves the pointers
+        // where they are: the channel step is then one add per pointer instead of a kernel-row
+        // step and its rewind, in the hot loop of every 1x1 convolution.
+        let walks = !matches!(kh_count, Scalar::Const(1));
         let kh_src_walk = match (kh_count, kh_src_step) {
+            _ if !walks => Scalar::Const(0),
             (Scalar::Const(n), s) => e.mul(s, n),
             (n, s) => {
                 let (n, s) = (e.value(n), e.value(s));
@@ -795,6 +806,7 @@ fn pixel_tile(
             }
         };
         let ic_src_rest = match (ic_src_step, kh_src_walk) {
+            (a, Scalar::Const(0)) => a,
             (Scalar::Const(a), Scalar::Const(b)) => Scalar::Const(a - b),
             (a, b) => {
                 let (a, b) = (e.value(a), e.value(b));
@@ -803,6 +815,7 @@ fn pixel_tile(
         };
         let ic_w_step = plan.ic_step as i64 * per_ic;
         let ic_w_rest = match kh_count {
+            _ if !walks => Scalar::Const(ic_w_step),
             Scalar::Const(n) => Scalar::Const(ic_w_step - n * per_kh),
             Scalar::Dyn(n) => {
                 let walk = e.b.ins().imul_imm_s(n, per_kh);
@@ -866,7 +879,11 @@ fn pixel_tile(
                         }
                     }
                 }
-                let mut next = vec![e.offset_by(src_kh, kh_src_step, 1), e.offset(w_kh, per_kh)];
+                let mut next = if walks {
+                    vec![e.offset_by(src_kh, kh_src_step, 1), e.offset(w_kh, per_kh)]
+                } else {
+                    vec![src_kh, w_kh]
+                };
                 next.extend(acc);
                 next
             };

@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use primjit_ir::PoolKind;
 
-use crate::key::{ConvDesc, Layout, PoolDesc};
+use crate::key::{ConvDesc, Layout, PoolDesc, RuntimeDims};
 
 /// f32 lanes in one vector: Cranelift's x64 backend lowers 128-bit vectors.
 pub const LANES: usize = 4;
@@ -304,10 +304,15 @@ impl AxisPlan {
     }
 
     /// The plan of a convolution's row axis: [`AxisPlan::Bordered`] when a fixed extent has
-    /// border runs, else as [`AxisPlan::rows`].
-    fn conv_rows(axis: Axis, runtime: bool) -> Self {
-        match Self::rows(axis, runtime, CountMode::None) {
-            AxisPlan::Fixed(runs) if runs.len() > 1 => {
+    /// border runs and the key has no runtime extent, else as [`AxisPlan::rows`].
+    ///
+    /// Runtime-width kernels keep one copy of the row's code per run: with the borders
+    /// merged, regalloc2 moved the kernel-row step of their interior tiles to the stack, and
+    /// the 64-channel residual layers of the trunk ran 10% slower than with fixed runs
+    /// (`benches/dynamic-vs-exact.sh 320`). They compile once per configuration, not per width.
+    fn conv_rows(axis: Axis, runtime: RuntimeDims) -> Self {
+        match Self::rows(axis, runtime.h, CountMode::None) {
+            AxisPlan::Fixed(runs) if runs.len() > 1 && !runtime.w => {
                 let interior = (0..runs.len())
                     .rev()
                     .max_by_key(|&i| runs[i].outputs.len())
@@ -575,7 +580,7 @@ impl ConvPlan {
             ic,
             ic_chunk,
             rows_outer: false,
-            rows: AxisPlan::conv_rows(rows, d.runtime.h),
+            rows: AxisPlan::conv_rows(rows, d.runtime),
             cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
             dst_rows: None,
         };
@@ -942,28 +947,35 @@ mod tests {
             dilation: 1,
         };
         // 3x3, pad 1: rows 0 and 79 are borders, the interior [1, 79) is run 1.
-        let AxisPlan::Bordered { runs, interior } = AxisPlan::conv_rows(axis(80, 1, 3, 1), false)
+        let fixed = RuntimeDims::NONE;
+        let AxisPlan::Bordered { runs, interior } = AxisPlan::conv_rows(axis(80, 1, 3, 1), fixed)
         else {
             panic!("a padded 3x3 conv has border rows");
         };
         assert_eq!((runs.len(), interior), (3, 1));
         assert_eq!(runs[interior].outputs, 1..79);
         // conv1, 7x7 stride 2 pad 3 over 320 rows: two top borders, one bottom border.
-        let AxisPlan::Bordered { runs, interior } = AxisPlan::conv_rows(axis(320, 3, 7, 2), false)
+        let AxisPlan::Bordered { runs, interior } = AxisPlan::conv_rows(axis(320, 3, 7, 2), fixed)
         else {
             panic!("conv1 has border rows");
         };
         assert_eq!(runs[interior].outputs, 2..159);
         assert_eq!(runs.len(), 4);
-        // No padding: one run, nothing to share. A runtime height computes every row's taps.
+        // No padding: one run, nothing to share. A runtime height computes every row's taps;
+        // a runtime width keeps the runs apart.
         assert!(matches!(
-            AxisPlan::conv_rows(axis(80, 0, 1, 2), false),
+            AxisPlan::conv_rows(axis(80, 0, 1, 2), fixed),
             AxisPlan::Fixed(r) if r.len() == 1
         ));
+        let runtime = |h, w| RuntimeDims { h, w };
         assert_eq!(
-            AxisPlan::conv_rows(axis(80, 1, 3, 1), true),
+            AxisPlan::conv_rows(axis(80, 1, 3, 1), runtime(true, false)),
             AxisPlan::PerOutput
         );
+        assert!(matches!(
+            AxisPlan::conv_rows(axis(80, 1, 3, 1), runtime(false, true)),
+            AxisPlan::Fixed(r) if r.len() == 3
+        ));
     }
 
     /// Every small geometry: from its smallest width on, the template places the same taps
