@@ -1,7 +1,8 @@
 //! Lowers a convolution plan to Cranelift IR: register-tiled direct convolution.
 //!
-//! Loop nest: image, output-channel tile, rows (the interior run, then one loop over the border
-//! rows with their kernel-row range computed per row; see [`AxisPlan::Bordered`]), chunk of the
+//! Loop nest: image, output-channel tile, rows (with fixed extents, one loop over the border
+//! rows with their kernel-row range computed per row, then the interior run; see
+//! [`AxisPlan::Bordered`]), chunk of the
 //! reduction (when a tile's weights exceed L1, see [`ConvPlan::chunks`]), column run, pixel
 //! tile, with the tile and row loops swapped when the plan says so ([`ConvPlan::rows_outer`]);
 //! inside a tile the reduction loop over input channels carries the accumulators, with
@@ -793,6 +794,7 @@ fn pixel_tile(
         // The kernel-row loop carries the reduction's own pointers, and the channel step
         // continues from where it leaves them: no pointer of the channel loop stays live
         // across the kernel-row loop beside the pointers that loop carries.
+        //
         // A single kernel row (1x1 kernels, and rows clipped to one tap) leaves the pointers
         // where they are: the channel step is then one add per pointer instead of a kernel-row
         // step and its rewind, in the hot loop of every 1x1 convolution.

@@ -285,7 +285,7 @@ pub enum AxisPlan {
     /// has its taps as constants, and the border runs, where padding clips the window, share
     /// one loop that computes each row's taps at run time. One copy of a row's code for all the
     /// borders instead of one per border run: a 3x3 kernel compiles two copies, not three, and
-    /// a 7x7 one with stride 2 two, not five.
+    /// the trunk's conv1 (7x7, stride 2, pad 3) two, not four.
     ///
     /// Why not runtime taps for every row, one copy only: the interior rows then ran 3-4% slower
     /// with the same instructions in their hot loop (`primjit bench-op` on 64- and 256-channel
