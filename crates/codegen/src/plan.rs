@@ -479,7 +479,7 @@ pub struct IcRange {
 /// Output channels are tiled by `vecs` vectors of four; output pixels of a row by
 /// `pixel_tile`; each (pixel, vector) pair holds one accumulator, `vecs * pixel_tile <= 12` so
 /// that the accumulators, a weight vector and a broadcast fit in the 16 xmm registers with
-/// room to spare (see [`ConvPlan::accumulators`]).
+/// room to spare (see `ConvPlan::accumulators`).
 /// The reduction walks the tile's input channels `ic_step` at a time (a block of four in
 /// `nChw4c`) with the kernel rows in an inner loop and the kernel columns unrolled.
 ///
@@ -495,7 +495,7 @@ pub struct ConvPlan {
     pub ic_step: usize,
     pub ic: IcRange,
     /// Input channels per chunk of the reduction (a divisor of `ic.len`); see
-    /// [`ConvPlan::chunk_len`].
+    /// `ConvPlan::chunk_len`.
     pub ic_chunk: usize,
     /// Whether rows are the outer loop and output-channel tiles the inner one (see
     /// [`ROWS_OUTER_WEIGHT_BYTES`]); otherwise each tile runs all its rows.
