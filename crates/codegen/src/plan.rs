@@ -304,7 +304,9 @@ impl AxisPlan {
     }
 
     /// The plan of a convolution's row axis: [`AxisPlan::Bordered`] when a fixed extent has
-    /// border runs and the key has no runtime extent, else as [`AxisPlan::rows`].
+    /// more than one border run and the key has no runtime extent, else as
+    /// [`AxisPlan::rows`]. With one border run (a stride-2 3x3 kernel clips only its top row)
+    /// there is nothing to share.
     ///
     /// Runtime-width kernels keep one copy of the row's code per run: with the borders
     /// merged, regalloc2 moved the kernel-row step of their interior tiles to the stack, and
@@ -312,11 +314,11 @@ impl AxisPlan {
     /// (`benches/dynamic-vs-exact.sh 320`). They compile once per configuration, not per width.
     fn conv_rows(axis: Axis, runtime: RuntimeDims) -> Self {
         match Self::rows(axis, runtime.h, CountMode::None) {
-            AxisPlan::Fixed(runs) if runs.len() > 1 && !runtime.w => {
+            AxisPlan::Fixed(runs) if runs.len() > 2 && !runtime.w => {
                 let interior = (0..runs.len())
                     .rev()
                     .max_by_key(|&i| runs[i].outputs.len())
-                    .expect("more than one run");
+                    .expect("more than two runs");
                 AxisPlan::Bordered { runs, interior }
             }
             plan => plan,
@@ -961,11 +963,15 @@ mod tests {
         };
         assert_eq!(runs[interior].outputs, 2..159);
         assert_eq!(runs.len(), 4);
-        // No padding: one run, nothing to share. A runtime height computes every row's taps;
-        // a runtime width keeps the runs apart.
+        // No padding, or one border run: nothing to share. A runtime height computes every
+        // row's taps; a runtime width keeps the runs apart.
         assert!(matches!(
             AxisPlan::conv_rows(axis(80, 0, 1, 2), fixed),
             AxisPlan::Fixed(r) if r.len() == 1
+        ));
+        assert!(matches!(
+            AxisPlan::conv_rows(axis(80, 1, 3, 2), fixed),
+            AxisPlan::Fixed(r) if r.len() == 2
         ));
         let runtime = |h, w| RuntimeDims { h, w };
         assert_eq!(
