@@ -393,13 +393,6 @@ fn rows(
     mut row: impl FnMut(&mut Emit<'_>, Value, Taps),
 ) {
     let d = &plan.desc;
-    // The taps of the row at `oh`, computed at run time.
-    let runtime_taps = |e: &mut Emit<'_>, oh: Value| {
-        let geo = Geometry::new(e, plan);
-        let ih = e.value(geo.ih);
-        let (first, count) = e.runtime_taps(oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
-        Taps::Runtime { first, count }
-    };
     match &plan.rows {
         AxisPlan::Fixed(runs) => {
             for run in runs {
@@ -452,8 +445,11 @@ fn rows(
         AxisPlan::PerOutput | AxisPlan::Template(_) => {
             let (start, end) = e.clamp_items_to(Scalar::Const(0), geo.oh);
             e.for_range(start, end, &[], |e, oh, _| {
-                let taps = runtime_taps(e, oh);
-                row(e, oh, taps);
+                let geo = Geometry::new(e, plan);
+                let ih = e.value(geo.ih);
+                let (first, count) =
+                    e.runtime_taps(oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
+                row(e, oh, Taps::Runtime { first, count });
                 vec![]
             });
         }
@@ -756,7 +752,8 @@ fn pixel_tile(
     let trip_units = plan.ic_step
         * match col_taps {
             Taps::Fixed(taps) => taps.len(),
-            Taps::Runtime { .. } | Taps::OfRow { .. } => 1,
+            Taps::Runtime { .. } => 1,
+            Taps::OfRow { .. } => unreachable!("a row's taps are never a column's"),
         };
     let sets = reduction_sets(plan, pixels, trip_units);
     let per_set = pixels * vecs;
