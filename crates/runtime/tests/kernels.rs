@@ -917,12 +917,7 @@ proptest! {
 #[test]
 fn tiles_outer_loop_order_matches_reference() {
     let mut desc = ConvDesc::new(2, 256, [4, 7], 256, [3, 3]);
-    desc.pads = Pads {
-        top: 1,
-        left: 1,
-        bottom: 1,
-        right: 1,
-    };
+    desc.pads = same_pads(1);
     desc.bias = true;
     desc.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
     desc.src_layout = Layout::Nchw4c;
@@ -948,12 +943,6 @@ fn tiles_outer_loop_order_matches_reference() {
 /// first layer, against the exact kernels.
 #[test]
 fn conv_runtime_width_covers_every_remainder() {
-    let pads = |p: usize| Pads {
-        top: p,
-        left: p,
-        bottom: p,
-        right: p,
-    };
     let mut configs = Vec::new();
     for (ic, oc, k, s, d, pad, layout) in [
         (4, 4, 3, 1, 1, 1, Layout::Nchw4c),
@@ -967,7 +956,7 @@ fn conv_runtime_width_covers_every_remainder() {
         let mut desc = ConvDesc::new(1, ic, [5, 1], oc, [k, k]);
         desc.strides = [s, s];
         desc.dilations = [d, d];
-        desc.pads = pads(pad);
+        desc.pads = same_pads(pad);
         desc.bias = true;
         desc.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
         desc.src_layout = layout;
@@ -977,13 +966,13 @@ fn conv_runtime_width_covers_every_remainder() {
     // The trunk's stem: conv1 with its relu and max pool fused.
     let mut stem = ConvDesc::new(1, 3, [5, 1], 8, [7, 7]);
     stem.strides = [2, 2];
-    stem.pads = pads(3);
+    stem.pads = same_pads(3);
     stem.bias = true;
     stem.post_ops = vec![PostOpDesc::Relu];
     stem.pool = Some(PoolWindow {
         kernel: [3, 3],
         strides: [2, 2],
-        pads: pads(1),
+        pads: same_pads(1),
         dilations: [1, 1],
         ceil_mode: false,
     });
@@ -1164,12 +1153,6 @@ proptest! {
 /// ceil-mode average pooling that counts padding and a 2x2 one, against the exact kernels.
 #[test]
 fn pool_runtime_width_covers_every_remainder() {
-    let pads = |p: usize| Pads {
-        top: p,
-        left: p,
-        bottom: p,
-        right: p,
-    };
     for (kind, k, s, pad, ceil_mode, count_include_pad, layout) in [
         (PoolKind::Max, 3, 2, 1, false, false, Layout::Nchw4c),
         (PoolKind::Avg, 3, 2, 1, true, true, Layout::Nchw4c),
@@ -1183,7 +1166,7 @@ fn pool_runtime_width_covers_every_remainder() {
             iw: 1,
             kernel: [k, k],
             strides: [s, s],
-            pads: pads(pad),
+            pads: same_pads(pad),
             dilations: [1, 1],
             ceil_mode,
             count_include_pad,
