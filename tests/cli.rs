@@ -1393,7 +1393,7 @@ fn dump_dynamic_marks_runtime_fields_and_the_remainder_dispatch() {
         "{out}"
     );
     assert!(out.contains("runtime extents: w"), "{out}");
-    assert!(out.contains("remainder 1..4 by jump table"), "{out}");
+    assert!(out.contains("remainder 1..9 by jump table"), "{out}");
     assert!(
         out.contains("%p: pool_avg_np mb1ic8ih16iw*oh8ow*kh2kw2sh2sw2ph0pw0"),
         "{out}"

@@ -533,15 +533,15 @@ fn channel_weight_bytes(d: &ConvDesc, vecs: usize) -> usize {
 impl ConvPlan {
     pub fn new(d: &ConvDesc) -> Self {
         let oc_blocks = d.oc.div_ceil(LANES);
-        let vecs = if oc_blocks.is_multiple_of(2) { 2 } else { 1 };
-        let tile_oc = vecs * LANES;
-        let oc_tiles = oc_blocks / vecs;
         let ic_step = match d.src_layout {
             Layout::Nchw => 1,
             Layout::Nchw4c => LANES,
         };
-        let pixel_tile = Self::accumulators(d.kw * ic_step) / vecs;
         let ic_padded = d.ic.div_ceil(ic_step) * ic_step;
+        let vecs = Self::oc_vectors(d, oc_blocks, ic_padded);
+        let tile_oc = vecs * LANES;
+        let oc_tiles = oc_blocks / vecs;
+        let pixel_tile = Self::accumulators(d.kw * ic_step) / vecs;
         let (icg, ocg) = (d.ic / d.groups, d.oc / d.groups);
         let tile_range = |t: usize| {
             let first = (t * tile_oc).min(d.oc - 1) / ocg;
@@ -589,6 +589,36 @@ impl ConvPlan {
         plan.rows_outer =
             plan.packed_weights_len() * std::mem::size_of::<f32>() <= ROWS_OUTER_WEIGHT_BYTES;
         plan
+    }
+
+    /// Output-channel vectors per tile: one (a tile of 10-12 pixels) for a convolution with
+    /// rows outer (see [`ROWS_OUTER_WEIGHT_BYTES`]) and a kernel larger than 1x1; otherwise two
+    /// (5-6 pixels) when the channel blocks pair up.
+    ///
+    /// The two load ports bound a tile before its FMAs do: every FMA takes its own broadcast
+    /// load, and each weight vector is loaded once for the tile's pixels. A trip of a 3x3
+    /// tile holds 144 FMAs (72 cycles on two FMA ports) and, with 6 pixels x 2 vectors, 168
+    /// loads (84 cycles on two load ports); with 12 pixels x 1 vector, 156 loads (78 cycles).
+    /// One vector doubles the output-channel tiles, though, each of which reads the input
+    /// again: from cache when rows are outer, from L2 or memory when tiles are.
+    ///
+    /// Measured with `primjit bench-op DESCRIPTOR`, 3 rounds alternating with two vectors
+    /// everywhere: the 64-channel 3x3 layer at W=1031 (`mb1ic64ih80iw258oc64kh3ph1`) went from
+    /// 90.1-91.1% to 96.5-97.1% of peak, the 128-channel one at W=320 from 88.4-90.8% to
+    /// 92.9-94.3%, the strided `mb1ic64ih80iw258oc128kh3sh2ph1` from 83.5-88.3% to 90.2-91.8%;
+    /// the 256-channel ones (tiles outer) lost 8-9 points at W=320 and 2-5 at W=1031, and in
+    /// the trunk conv1 went from 89.5% to 94.2%. The 1x1 downsamples did not change beyond the
+    /// noise, and keep two.
+    fn oc_vectors(d: &ConvDesc, oc_blocks: usize, ic_padded: usize) -> usize {
+        // The packed weights' bytes without groups, whatever the tile (see `rows_outer`).
+        let floats = oc_blocks * LANES * (ic_padded * d.kh * d.kw + usize::from(d.bias));
+        let rows_outer = floats * std::mem::size_of::<f32>() <= ROWS_OUTER_WEIGHT_BYTES;
+        let one_vector = d.groups == 1 && d.kh * d.kw > 1 && rows_outer;
+        if one_vector || !oc_blocks.is_multiple_of(2) {
+            1
+        } else {
+            2
+        }
     }
 
     /// How many accumulators a tile holds, given the FMAs each of them takes per trip of the
@@ -1086,5 +1116,28 @@ mod tests {
                 step: 0
             }
         );
+    }
+
+    #[test]
+    fn one_channel_vector_exactly_where_rows_are_outer() {
+        let conv = |ic: usize, oc: usize, k: usize| {
+            let mut d = ConvDesc::new(1, ic, [20, 20], oc, [k, k]);
+            d.bias = true;
+            d.src_layout = Layout::Nchw4c;
+            d.dst_layout = Layout::Nchw4c;
+            ConvPlan::new(&d)
+        };
+        let tile = |p: &ConvPlan| (p.pixel_tile, p.vecs, p.rows_outer);
+        // The trunk: 3x3 layers up to 128 channels, 12 x 1; 256 channels and 1x1, two vectors.
+        assert_eq!(tile(&conv(64, 64, 3)), (12, 1, true));
+        assert_eq!(tile(&conv(128, 128, 3)), (12, 1, true));
+        assert_eq!(tile(&conv(256, 256, 3)), (6, 2, false));
+        assert_eq!(tile(&conv(64, 128, 1)), (5, 2, true));
+        // Across the weight limit the two choices switch at the same input channel count.
+        let flips =
+            |f: fn(&ConvPlan) -> bool| (4..=256).step_by(4).find(|&ic| f(&conv(ic, 256, 3)));
+        let two_vectors = flips(|p| p.vecs == 2);
+        assert!(two_vectors.is_some());
+        assert_eq!(two_vectors, flips(|p| !p.rows_outer));
     }
 }

@@ -807,17 +807,20 @@ fn chunked_conv_problem() -> impl Strategy<Value = ConvProblem> {
         conv_problem(),
         prop::sample::select(&[1usize, 2][..]),
         1..=12usize,
-        prop::sample::select(&[2usize, 3][..]),
+        prop::sample::select(&[1usize, 2, 3][..]),
     )
-        .prop_map(|(mut p, vecs, extra_blocks, k)| {
+        .prop_map(|(mut p, oc_blocks, extra_blocks, k)| {
             let d = &mut p.desc;
-            // Just past one chunk's weights, up to 12 blocks of four channels more.
-            let channel_bytes = k * k * vecs * 4 * std::mem::size_of::<f32>();
-            let ic = (CHUNK_WEIGHT_BYTES / channel_bytes / 4 + extra_blocks) * 4;
-            (d.ic, d.oc, d.groups) = (ic, 4 * vecs, 1);
+            (d.ic, d.oc, d.groups) = (4, 4 * oc_blocks, 1);
             (d.kh, d.kw) = (k, k);
             d.dst_layout = Layout::Nchw4c;
             d.mb = 1;
+            // The plan's tile width (one vector for these kernels larger than 1x1, two for a
+            // 1x1 with two blocks) sets a channel's weight bytes; the input channels then go
+            // just past one chunk's weights, up to 12 blocks of four more.
+            let vecs = ConvPlan::new(d).vecs;
+            let channel_bytes = k * k * vecs * 4 * std::mem::size_of::<f32>();
+            d.ic = (CHUNK_WEIGHT_BYTES / channel_bytes / 4 + extra_blocks) * 4;
             p
         })
         .prop_filter("valid conv key", |p| p.key().validate().is_ok())
@@ -922,7 +925,9 @@ fn tiles_outer_loop_order_matches_reference() {
     desc.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
     desc.src_layout = Layout::Nchw4c;
     desc.dst_layout = Layout::Nchw4c;
-    assert!(!ConvPlan::new(&desc).rows_outer, "{desc:?} has rows outer");
+    let plan = ConvPlan::new(&desc);
+    assert!(!plan.rows_outer, "{desc:?} has rows outer");
+    assert_eq!(plan.vecs, 2, "tiles outer take two channel vectors");
     let p = ConvProblem { desc, seed: 7 };
     p.check().unwrap();
     p.check_rows(1..3).unwrap();
@@ -962,6 +967,25 @@ fn conv_runtime_width_covers_every_remainder() {
         desc.src_layout = layout;
         desc.dst_layout = layout;
         configs.push(desc);
+    }
+    // Two channel vectors with a 3x3 kernel, grouped here: ungrouped, only above
+    // `ROWS_OUTER_WEIGHT_BYTES` (see `tiles_outer_loop_order_matches_reference`).
+    let mut grouped = ConvDesc::new(1, 8, [5, 1], 16, [3, 3]);
+    grouped.groups = 2;
+    grouped.pads = same_pads(1);
+    grouped.bias = true;
+    grouped.src_layout = Layout::Nchw4c;
+    grouped.dst_layout = Layout::Nchw4c;
+    configs.push(grouped);
+    let tiles: Vec<(usize, usize)> = configs
+        .iter()
+        .map(|d| {
+            let plan = ConvPlan::new(d);
+            (plan.pixel_tile, plan.vecs)
+        })
+        .collect();
+    for tile in [(12, 1), (10, 1), (6, 2), (5, 2)] {
+        assert!(tiles.contains(&tile), "no {tile:?} tile among {tiles:?}");
     }
     // The trunk's stem: conv1 with its relu and max pool fused.
     let mut stem = ConvDesc::new(1, 3, [5, 1], 8, [7, 7]);
