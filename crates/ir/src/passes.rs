@@ -7,9 +7,7 @@
 //! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it;
 //! readers of a fused op's result, graph outputs included, read the conv's value instead.
 
-use crate::graph::{
-    DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PoolWindow, PostOp, Value,
-};
+use crate::graph::{DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PoolWindow, PostOp};
 
 /// What the passes changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,15 +33,48 @@ pub fn optimize(graph: &mut Graph) -> PassReport {
     }
 }
 
-/// The node that is the only reader of `v`, if `v` has exactly one use and is not an output.
-fn sole_user(graph: &Graph, v: Value) -> Option<usize> {
-    if graph.use_counts()[v.index()] != 1 || graph.outputs.iter().any(|(_, o)| *o == v) {
+/// The node after `node` that is the only reader of its value, if the value has exactly one
+/// use (`uses`, indexed by value) and is not an output. Nodes are in graph order, so a reader
+/// comes after its producer, usually right after.
+fn sole_reader(graph: &Graph, uses: &[usize], node: usize) -> Option<usize> {
+    let v = graph.nodes[node].result;
+    if uses[v.index()] != 1 || graph.outputs.iter().any(|(_, o)| *o == v) {
         return None;
     }
-    graph
-        .nodes
-        .iter()
-        .position(|n| n.op.value_operands().contains(&v))
+    (node + 1..graph.nodes.len()).find(|&i| graph.nodes[i].op.value_operands().contains(&v))
+}
+
+/// Visits every conv once, in graph order, and merges into it the only reader of its value
+/// whenever `merged(graph, conv, reader)` builds the replacement: the conv with that reader
+/// folded in. The merged conv takes the reader's place, later in the order, where it is
+/// visited again and may take its own reader (`relu(add(conv(x), r))`). No merge makes an
+/// earlier conv mergeable, since a merge replaces a reader by a conv, which no pass folds.
+/// Returns how many merges were made.
+fn merge_sole_readers(
+    graph: &mut Graph,
+    mut merged: impl FnMut(&mut Graph, usize, usize) -> Option<NodeData>,
+) -> usize {
+    let mut uses = graph.use_counts();
+    let mut merges = 0;
+    let mut conv = 0;
+    while conv < graph.nodes.len() {
+        let reader = match graph.nodes[conv].op {
+            Op::Conv2d(_) => sole_reader(graph, &uses, conv),
+            _ => None,
+        };
+        if let Some(reader) = reader
+            && let Some(node) = merged(graph, conv, reader)
+        {
+            // The conv's value now has the reader's readers.
+            uses[node.result.index()] = uses[graph.nodes[reader].result.index()];
+            merge_into(graph, conv, reader, node);
+            merges += 1;
+            // The node after the old conv is now at its index.
+            continue;
+        }
+        conv += 1;
+    }
+    merges
 }
 
 /// Replaces node `user` by `conv` (keeping the conv's value), removes the conv's old
@@ -80,65 +111,55 @@ fn fresh_param_name(graph: &Graph, base: &str) -> String {
 /// Folds every `batchnorm` whose input is a post-op-free conv read by nothing else.
 /// Returns how many were folded.
 pub fn fold_batchnorm(graph: &mut Graph) -> usize {
-    let mut folded = 0;
-    'search: loop {
-        for conv_idx in 0..graph.nodes.len() {
-            let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
-                continue;
-            };
-            if !conv.post_ops.is_empty() {
-                continue;
-            }
-            let Some(user_idx) = sole_user(graph, graph.nodes[conv_idx].result) else {
-                continue;
-            };
-            let Op::BatchNorm(bn) = &graph.nodes[user_idx].op else {
-                continue;
-            };
-            let (bn, mut conv) = (bn.clone(), conv.clone());
-            let w = graph.param(conv.weight).clone();
-            let weight_name = fresh_param_name(graph, &format!("{}.bnfold", w.name));
-            let new_weight = graph
-                .add_param(ParamData {
-                    name: weight_name,
-                    shape: w.shape.clone(),
-                    derived: Some(DerivedParam::BnFoldWeight {
-                        weight: conv.weight,
-                        scale: bn.scale,
-                        var: bn.var,
-                        epsilon: bn.epsilon,
-                    }),
-                    loc: None,
-                })
-                .expect("fresh name");
-            let bias_name = fresh_param_name(graph, &format!("{}.bnfold_bias", w.name));
-            let new_bias = graph
-                .add_param(ParamData {
-                    name: bias_name,
-                    shape: vec![w.shape[0]],
-                    derived: Some(DerivedParam::BnFoldBias {
-                        conv_bias: conv.bias,
-                        scale: bn.scale,
-                        bias: bn.bias,
-                        mean: bn.mean,
-                        var: bn.var,
-                        epsilon: bn.epsilon,
-                    }),
-                    loc: None,
-                })
-                .expect("fresh name");
-            conv.weight = new_weight;
-            conv.bias = Some(new_bias);
-            let node = NodeData {
-                op: Op::Conv2d(conv),
-                ..graph.nodes[conv_idx].clone()
-            };
-            merge_into(graph, conv_idx, user_idx, node);
-            folded += 1;
-            continue 'search;
+    merge_sole_readers(graph, |graph, conv_idx, user_idx| {
+        let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
+            return None;
+        };
+        if !conv.post_ops.is_empty() {
+            return None;
         }
-        return folded;
-    }
+        let Op::BatchNorm(bn) = &graph.nodes[user_idx].op else {
+            return None;
+        };
+        let (bn, mut conv) = (bn.clone(), conv.clone());
+        let w = graph.param(conv.weight).clone();
+        let weight_name = fresh_param_name(graph, &format!("{}.bnfold", w.name));
+        let new_weight = graph
+            .add_param(ParamData {
+                name: weight_name,
+                shape: w.shape.clone(),
+                derived: Some(DerivedParam::BnFoldWeight {
+                    weight: conv.weight,
+                    scale: bn.scale,
+                    var: bn.var,
+                    epsilon: bn.epsilon,
+                }),
+                loc: None,
+            })
+            .expect("fresh name");
+        let bias_name = fresh_param_name(graph, &format!("{}.bnfold_bias", w.name));
+        let new_bias = graph
+            .add_param(ParamData {
+                name: bias_name,
+                shape: vec![w.shape[0]],
+                derived: Some(DerivedParam::BnFoldBias {
+                    conv_bias: conv.bias,
+                    scale: bn.scale,
+                    bias: bn.bias,
+                    mean: bn.mean,
+                    var: bn.var,
+                    epsilon: bn.epsilon,
+                }),
+                loc: None,
+            })
+            .expect("fresh name");
+        conv.weight = new_weight;
+        conv.bias = Some(new_bias);
+        Some(NodeData {
+            op: Op::Conv2d(conv),
+            ..graph.nodes[conv_idx].clone()
+        })
+    })
 }
 
 /// Fuses a `relu` or a residual `add` that is the only reader of a conv's output into the
@@ -146,40 +167,33 @@ pub fn fold_batchnorm(graph: &mut Graph) -> usize {
 /// `post=[add(r), relu]`. Returns how many relus and adds were fused.
 pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
     let (mut relus, mut adds) = (0, 0);
-    'search: loop {
-        for conv_idx in 0..graph.nodes.len() {
-            let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
-                continue;
-            };
-            // Nothing follows a pool: its post-op must stay the last one.
-            if matches!(conv.post_ops.last(), Some(PostOp::MaxPool(_))) {
-                continue;
-            }
-            let v = graph.nodes[conv_idx].result;
-            let Some(user_idx) = sole_user(graph, v) else {
-                continue;
-            };
-            let post = match graph.nodes[user_idx].op {
-                Op::Relu { .. } => PostOp::Relu,
-                Op::Add { lhs, rhs } if lhs == v && rhs != v => PostOp::Add(rhs),
-                Op::Add { lhs, rhs } if rhs == v && lhs != v => PostOp::Add(lhs),
-                _ => continue,
-            };
-            let mut conv = conv.clone();
-            match post {
-                PostOp::Relu => relus += 1,
-                _ => adds += 1,
-            }
-            conv.post_ops.push(post);
-            let node = NodeData {
-                op: Op::Conv2d(conv),
-                ..graph.nodes[conv_idx].clone()
-            };
-            merge_into(graph, conv_idx, user_idx, node);
-            continue 'search;
+    merge_sole_readers(graph, |graph, conv_idx, user_idx| {
+        let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
+            return None;
+        };
+        // Nothing follows a pool: its post-op must stay the last one.
+        if matches!(conv.post_ops.last(), Some(PostOp::MaxPool(_))) {
+            return None;
         }
-        return (relus, adds);
-    }
+        let v = graph.nodes[conv_idx].result;
+        let post = match graph.nodes[user_idx].op {
+            Op::Relu { .. } => PostOp::Relu,
+            Op::Add { lhs, rhs } if lhs == v && rhs != v => PostOp::Add(rhs),
+            Op::Add { lhs, rhs } if rhs == v && lhs != v => PostOp::Add(lhs),
+            _ => return None,
+        };
+        match post {
+            PostOp::Relu => relus += 1,
+            _ => adds += 1,
+        }
+        let mut conv = conv.clone();
+        conv.post_ops.push(post);
+        Some(NodeData {
+            op: Op::Conv2d(conv),
+            ..graph.nodes[conv_idx].clone()
+        })
+    });
+    (relus, adds)
 }
 
 /// Fuses a `maxpool2d` that is the only reader of a conv's output into the conv as its last
@@ -187,43 +201,33 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
 /// full-resolution output is never stored. Average pooling is left alone. Returns how many
 /// pools were fused.
 pub fn fuse_pools(graph: &mut Graph) -> usize {
-    let mut fused = 0;
-    'search: loop {
-        for conv_idx in 0..graph.nodes.len() {
-            let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
-                continue;
-            };
-            // A pool must be the last post-op, so a conv that ends in one takes no other. A
-            // residual is read at full resolution anyway, so fusing the pool after it would not
-            // spare a full-resolution tensor, and primjit's kernels do not support it.
-            if conv
-                .post_ops
-                .iter()
-                .any(|p| matches!(p, PostOp::MaxPool(_) | PostOp::Add(_)))
-            {
-                continue;
-            }
-            let Some(user_idx) = sole_user(graph, graph.nodes[conv_idx].result) else {
-                continue;
-            };
-            let Op::Pool2d(pool) = &graph.nodes[user_idx].op else {
-                continue;
-            };
-            if pool.kind != PoolKind::Max {
-                continue;
-            }
-            let mut conv = conv.clone();
-            conv.post_ops.push(PostOp::MaxPool(PoolWindow::of(pool)));
-            let node = NodeData {
-                op: Op::Conv2d(conv),
-                ..graph.nodes[conv_idx].clone()
-            };
-            merge_into(graph, conv_idx, user_idx, node);
-            fused += 1;
-            continue 'search;
+    merge_sole_readers(graph, |graph, conv_idx, user_idx| {
+        let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
+            return None;
+        };
+        // A pool must be the last post-op, so a conv that ends in one takes no other. A
+        // residual is read at full resolution anyway, so fusing the pool after it would not
+        // spare a full-resolution tensor, and primjit's kernels do not support it.
+        if conv
+            .post_ops
+            .iter()
+            .any(|p| matches!(p, PostOp::MaxPool(_) | PostOp::Add(_)))
+        {
+            return None;
         }
-        return fused;
-    }
+        let Op::Pool2d(pool) = &graph.nodes[user_idx].op else {
+            return None;
+        };
+        if pool.kind != PoolKind::Max {
+            return None;
+        }
+        let mut conv = conv.clone();
+        conv.post_ops.push(PostOp::MaxPool(PoolWindow::of(pool)));
+        Some(NodeData {
+            op: Op::Conv2d(conv),
+            ..graph.nodes[conv_idx].clone()
+        })
+    })
 }
 
 #[cfg(test)]
