@@ -586,8 +586,7 @@ impl ConvPlan {
             cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
             dst_rows: None,
         };
-        plan.rows_outer =
-            plan.packed_weights_len() * std::mem::size_of::<f32>() <= ROWS_OUTER_WEIGHT_BYTES;
+        plan.rows_outer = Self::weights_allow_rows_outer(plan.packed_weights_len());
         plan
     }
 
@@ -599,26 +598,35 @@ impl ConvPlan {
     /// load, and each weight vector is loaded once for the tile's pixels. A trip of a 3x3
     /// tile holds 144 FMAs (72 cycles on two FMA ports) and, with 6 pixels x 2 vectors, 168
     /// loads (84 cycles on two load ports); with 12 pixels x 1 vector, 156 loads (78 cycles).
-    /// One vector doubles the output-channel tiles, though, each of which reads the input
-    /// again: from cache when rows are outer, from L2 or memory when tiles are.
+    /// One vector doubles the output-channel tiles, each of which reads the input again, which
+    /// rows outer keeps in cache.
     ///
     /// Measured with `primjit bench-op DESCRIPTOR`, 3 rounds alternating with two vectors
     /// everywhere: the 64-channel 3x3 layer at W=1031 (`mb1ic64ih80iw258oc64kh3ph1`) went from
     /// 90.1-91.1% to 96.5-97.1% of peak, the 128-channel one at W=320 from 88.4-90.8% to
-    /// 92.9-94.3%, the strided `mb1ic64ih80iw258oc128kh3sh2ph1` from 83.5-88.3% to 90.2-91.8%;
-    /// the 256-channel ones (tiles outer) lost 8-9 points at W=320 and 2-5 at W=1031, and in
-    /// the trunk conv1 went from 89.5% to 94.2%. The 1x1 downsamples did not change beyond the
+    /// 92.9-94.3%, the strided `mb1ic64ih80iw258oc128kh3sh2ph1` from 83.5-88.3% to 90.2-91.8%,
+    /// and in the trunk conv1 from 88% to 94-95%. The 1x1 downsamples did not change beyond the
     /// noise, and keep two.
+    ///
+    /// The trunk's layers with tiles outer, the 256-channel ones, also have its narrowest rows:
+    /// 20 pixels at W=320, where one vector lost 8-10 points (a row's two one-pixel border
+    /// tiles, at 2 loads per FMA, and its 6-pixel remainder, 6 FMA chains, take a third of its
+    /// time), while at 65 pixels (W=1031) it gained 2-4. The choice cannot depend on the width,
+    /// since a runtime-width kernel must tile as the exact ones do, so these keep two.
     fn oc_vectors(d: &ConvDesc, oc_blocks: usize, ic_padded: usize) -> usize {
-        // The packed weights' bytes without groups, whatever the tile (see `rows_outer`).
+        // The packed weights without groups, whatever the tile: what `rows_outer` is set from.
         let floats = oc_blocks * LANES * (ic_padded * d.kh * d.kw + usize::from(d.bias));
-        let rows_outer = floats * std::mem::size_of::<f32>() <= ROWS_OUTER_WEIGHT_BYTES;
-        let one_vector = d.groups == 1 && d.kh * d.kw > 1 && rows_outer;
+        let one_vector = d.groups == 1 && d.kh * d.kw > 1 && Self::weights_allow_rows_outer(floats);
         if one_vector || !oc_blocks.is_multiple_of(2) {
             1
         } else {
             2
         }
+    }
+
+    /// Whether `floats` of packed weights let rows be the outer loop.
+    fn weights_allow_rows_outer(floats: usize) -> bool {
+        floats * std::mem::size_of::<f32>() <= ROWS_OUTER_WEIGHT_BYTES
     }
 
     /// How many accumulators a tile holds, given the FMAs each of them takes per trip of the
