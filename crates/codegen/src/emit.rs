@@ -10,8 +10,8 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    AbiParam, BlockArg, Function, InstBuilder, MemFlagsData, Signature, StackSlotData,
-    StackSlotKind, UserFuncName, Value, types,
+    AbiParam, BlockArg, ConstantData, Endianness, Function, InstBuilder, MemFlagsData, Signature,
+    StackSlotData, StackSlotKind, UserFuncName, Value, types,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -416,6 +416,16 @@ impl<'a> Emit<'a> {
     pub fn splat_load(&mut self, base: Value, offset: i64) -> Value {
         let x = self.load_f32(base, offset);
         self.b.ins().splat(types::F32X4, x)
+    }
+
+    /// Lane `lane` of `x` in every lane: one `vpshufd`, no load.
+    pub fn splat_lane(&mut self, x: Value, lane: usize) -> Value {
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let bytes = self.b.ins().bitcast(types::I8X16, little, x);
+        let mask: Vec<u8> = (0..16).map(|i| (lane * 4 + i % 4) as u8).collect();
+        let mask = self.b.func.dfg.immediates.push(ConstantData::from(mask));
+        let spread = self.b.ins().shuffle(bytes, bytes, mask);
+        self.b.ins().bitcast(types::F32X4, little, spread)
     }
 
     pub fn store_vec(&mut self, v: Value, base: Value, offset: i64) {

@@ -844,6 +844,9 @@ fn pixel_tile(
                 let (src_kh, w_kh) = (k[0], k[1]);
                 let mut acc = k[2..].to_vec();
                 match col_taps {
+                    Taps::Fixed(kw_taps) if pixels == 1 && d.src_layout == Layout::Nchw4c => {
+                        one_pixel_taps(e, plan, kw_taps, w_kh, src_kh, src_px, &mut acc, &set_of);
+                    }
                     Taps::Fixed(kw_taps) => {
                         let units = (0..plan.ic_step as i64)
                             .flat_map(|c| kw_taps.clone().map(move |kw| (c, kw)));
@@ -1010,6 +1013,48 @@ fn partial_sums(
         }
     }
     loaded
+}
+
+/// The FMAs of one pixel (a border column) for one kernel row, in the order of the wider
+/// tiles' units (channel outer, kernel column inner).
+///
+/// A pixel's four channels of a step are one vector, loaded once per kernel column, and each
+/// FMA takes its channel's lane with a register shuffle (`vpshufd`) instead of a broadcast
+/// load; the weight vector then folds into the FMA (`vfmadd132ps` with a memory operand). A
+/// one-pixel tile thus loads 1.25 vectors per FMA with one output-channel vector (2 with
+/// broadcasts) and 1.125 with two (1.5). The lanes are the very floats the broadcasts
+/// loaded, so the sums are bit for bit the same.
+#[allow(clippy::too_many_arguments)]
+fn one_pixel_taps(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    kw_taps: &std::ops::Range<usize>,
+    w: Value,
+    src: Value,
+    src_px: i64,
+    acc: &mut [Value],
+    set_of: &dyn Fn(usize) -> std::ops::Range<usize>,
+) {
+    let d = &plan.desc;
+    let f = F32_BYTES;
+    let tile_oc = (plan.vecs * LANES) as i64;
+    let per_ic = (d.kh * d.kw) as i64 * tile_oc * f;
+    let pixels: Vec<Value> = kw_taps
+        .clone()
+        .map(|kw| e.load_vec(src, kw as i64 * d.dilations[1] as i64 * src_px))
+        .collect();
+    let units =
+        (0..plan.ic_step).flat_map(|c| kw_taps.clone().enumerate().map(move |(i, kw)| (c, i, kw)));
+    for (unit, (c, i, kw)) in units.enumerate() {
+        let set = &mut acc[set_of(unit)];
+        for (v, a) in set.iter_mut().enumerate() {
+            // A fresh shuffle per FMA: the FMA overwrites it.
+            let x = e.splat_lane(pixels[i], c);
+            let off = c as i64 * per_ic + kw as i64 * tile_oc * f + (v * LANES) as i64 * f;
+            let wv = e.load_vec(w, off);
+            *a = e.fma(x, wv, *a);
+        }
+    }
 }
 
 /// One kernel tap of one input channel: `vecs` weight vectors at `w + w_off`, and for each
