@@ -7,7 +7,9 @@
 //! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it;
 //! readers of a fused op's result, graph outputs included, read the conv's value instead.
 
-use crate::graph::{DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PoolWindow, PostOp};
+use crate::graph::{
+    Conv2d, DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PoolWindow, PostOp, Value,
+};
 
 /// What the passes changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -45,34 +47,36 @@ fn sole_reader(graph: &Graph, uses: &[usize], node: usize) -> Option<usize> {
 }
 
 /// Visits every conv once, in graph order, and merges into it the only reader of its value
-/// whenever `merged(graph, conv, reader)` builds the replacement: the conv with that reader
-/// folded in. The merged conv takes the reader's place, later in the order, where it is
-/// visited again and may take its own reader (`relu(add(conv(x), r))`). No merge makes an
-/// earlier conv mergeable, since a merge replaces a reader by a conv, which no pass folds.
+/// whenever `merged(graph, conv, value, reader)` returns the conv, whose result is `value`,
+/// with that reader folded in. The
+/// merged conv keeps the conv's value and takes the reader's place, later in the order, where
+/// it is visited again and may take its own reader (`relu(add(conv(x), r))`). No merge makes
+/// an earlier conv mergeable, since a merge replaces a reader by a conv, which no pass folds.
 /// Returns how many merges were made.
 fn merge_sole_readers(
     graph: &mut Graph,
-    mut merged: impl FnMut(&mut Graph, usize, usize) -> Option<NodeData>,
+    mut merged: impl FnMut(&mut Graph, Conv2d, Value, usize) -> Option<Conv2d>,
 ) -> usize {
     let mut uses = graph.use_counts();
     let mut merges = 0;
-    let mut conv = 0;
-    while conv < graph.nodes.len() {
-        let reader = match graph.nodes[conv].op {
-            Op::Conv2d(_) => sole_reader(graph, &uses, conv),
-            _ => None,
-        };
-        if let Some(reader) = reader
-            && let Some(node) = merged(graph, conv, reader)
+    let mut at = 0;
+    while at < graph.nodes.len() {
+        if let Op::Conv2d(conv) = &graph.nodes[at].op
+            && let Some(reader) = sole_reader(graph, &uses, at)
+            && let Some(conv) = merged(graph, conv.clone(), graph.nodes[at].result, reader)
         {
+            let node = NodeData {
+                op: Op::Conv2d(conv),
+                ..graph.nodes[at].clone()
+            };
             // The conv's value now has the reader's readers.
             uses[node.result.index()] = uses[graph.nodes[reader].result.index()];
-            merge_into(graph, conv, reader, node);
+            merge_into(graph, at, reader, node);
             merges += 1;
             // The node after the old conv is now at its index.
             continue;
         }
-        conv += 1;
+        at += 1;
     }
     merges
 }
@@ -111,17 +115,14 @@ fn fresh_param_name(graph: &Graph, base: &str) -> String {
 /// Folds every `batchnorm` whose input is a post-op-free conv read by nothing else.
 /// Returns how many were folded.
 pub fn fold_batchnorm(graph: &mut Graph) -> usize {
-    merge_sole_readers(graph, |graph, conv_idx, user_idx| {
-        let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
-            return None;
-        };
+    merge_sole_readers(graph, |graph, mut conv, _, reader| {
         if !conv.post_ops.is_empty() {
             return None;
         }
-        let Op::BatchNorm(bn) = &graph.nodes[user_idx].op else {
+        let Op::BatchNorm(bn) = &graph.nodes[reader].op else {
             return None;
         };
-        let (bn, mut conv) = (bn.clone(), conv.clone());
+        let bn = bn.clone();
         let w = graph.param(conv.weight).clone();
         let weight_name = fresh_param_name(graph, &format!("{}.bnfold", w.name));
         let new_weight = graph
@@ -155,10 +156,7 @@ pub fn fold_batchnorm(graph: &mut Graph) -> usize {
             .expect("fresh name");
         conv.weight = new_weight;
         conv.bias = Some(new_bias);
-        Some(NodeData {
-            op: Op::Conv2d(conv),
-            ..graph.nodes[conv_idx].clone()
-        })
+        Some(conv)
     })
 }
 
@@ -167,16 +165,12 @@ pub fn fold_batchnorm(graph: &mut Graph) -> usize {
 /// `post=[add(r), relu]`. Returns how many relus and adds were fused.
 pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
     let (mut relus, mut adds) = (0, 0);
-    merge_sole_readers(graph, |graph, conv_idx, user_idx| {
-        let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
-            return None;
-        };
+    merge_sole_readers(graph, |graph, mut conv, v, reader| {
         // Nothing follows a pool: its post-op must stay the last one.
         if matches!(conv.post_ops.last(), Some(PostOp::MaxPool(_))) {
             return None;
         }
-        let v = graph.nodes[conv_idx].result;
-        let post = match graph.nodes[user_idx].op {
+        let post = match graph.nodes[reader].op {
             Op::Relu { .. } => PostOp::Relu,
             Op::Add { lhs, rhs } if lhs == v && rhs != v => PostOp::Add(rhs),
             Op::Add { lhs, rhs } if rhs == v && lhs != v => PostOp::Add(lhs),
@@ -186,12 +180,8 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
             PostOp::Relu => relus += 1,
             _ => adds += 1,
         }
-        let mut conv = conv.clone();
         conv.post_ops.push(post);
-        Some(NodeData {
-            op: Op::Conv2d(conv),
-            ..graph.nodes[conv_idx].clone()
-        })
+        Some(conv)
     });
     (relus, adds)
 }
@@ -201,10 +191,7 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
 /// full-resolution output is never stored. Average pooling is left alone. Returns how many
 /// pools were fused.
 pub fn fuse_pools(graph: &mut Graph) -> usize {
-    merge_sole_readers(graph, |graph, conv_idx, user_idx| {
-        let Op::Conv2d(conv) = &graph.nodes[conv_idx].op else {
-            return None;
-        };
+    merge_sole_readers(graph, |graph, mut conv, _, reader| {
         // A pool must be the last post-op, so a conv that ends in one takes no other. A
         // residual is read at full resolution anyway, so fusing the pool after it would not
         // spare a full-resolution tensor, and primjit's kernels do not support it.
@@ -215,18 +202,14 @@ pub fn fuse_pools(graph: &mut Graph) -> usize {
         {
             return None;
         }
-        let Op::Pool2d(pool) = &graph.nodes[user_idx].op else {
+        let Op::Pool2d(pool) = &graph.nodes[reader].op else {
             return None;
         };
         if pool.kind != PoolKind::Max {
             return None;
         }
-        let mut conv = conv.clone();
         conv.post_ops.push(PostOp::MaxPool(PoolWindow::of(pool)));
-        Some(NodeData {
-            op: Op::Conv2d(conv),
-            ..graph.nodes[conv_idx].clone()
-        })
+        Some(conv)
     })
 }
 
