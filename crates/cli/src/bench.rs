@@ -15,6 +15,7 @@ use primjit::{
 };
 use serde::Serialize;
 
+use crate::algo::AlgoArgs;
 use crate::source::Source;
 use crate::workload::{
     self, Policy, crop_width, input_for_call, pad_width, percentile, rss_kb, thousands,
@@ -74,6 +75,18 @@ pub struct Args {
     /// `exact` after the timed run
     #[arg(long, default_value_t = 2)]
     pub check_calls: usize,
+
+    #[command(flatten)]
+    pub algo: AlgoArgs,
+}
+
+/// Compile times of one convolution algorithm's primitives (`other`: pooling and the rest).
+#[derive(Debug, Serialize)]
+pub struct AlgoCompile {
+    pub algo: &'static str,
+    pub primitives: usize,
+    pub total_s: f64,
+    pub max_s: f64,
 }
 
 /// One call of the benchmark.
@@ -130,6 +143,14 @@ pub struct BenchReport {
     /// Distinct primitive keys over the graph's nodes for the widths run (after the policy's
     /// padding): for `dynamic`, its node configurations.
     pub node_configurations: usize,
+    /// The convolution algorithm choice (`direct`, `winograd`, `auto`).
+    pub conv_algo: String,
+    /// Bytes of weights packed for direct kernels, and of Winograd-transformed weights.
+    pub weight_bytes_direct: usize,
+    pub weight_bytes_winograd: usize,
+    /// Per algorithm, the compile time of the distinct primitives the run used: total and
+    /// largest seconds, and their count.
+    pub compile_by_algo: Vec<AlgoCompile>,
     pub per_call: Vec<CallRecord>,
 }
 
@@ -196,8 +217,9 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     config.threads = args.workload.threads;
     let engine = Engine::new(config.clone())?;
     let params = Params::random(&graph, args.seed);
-    let model =
-        CompiledGraph::new(&graph, &params).map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;
+    let conv_algo = args.algo.conv_algo.unwrap_or(config.conv_algo);
+    let model = CompiledGraph::with_conv_algo(&graph, &params, conv_algo)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;
     let model = match args.policy {
         Policy::Dynamic => model.with_mode(ShapeMode::Runtime),
         _ => model,
@@ -240,7 +262,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     );
 
     let mut workspace = Workspace::new();
-    let mut configurations = std::collections::HashSet::new();
+    let mut configurations = std::collections::HashMap::new();
     let mut records = Vec::with_capacity(widths.len());
     let mut growth = Vec::new();
     let mut rss_first = 0;
@@ -254,7 +276,11 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         let (_outputs, stats) = model.run(&engine, &[(&input_name, &x)], &mut workspace)?;
         let seconds = start.elapsed().as_secs_f64();
         drop(_outputs);
-        configurations.extend(stats.nodes.iter().map(|n| n.primitive.key().clone()));
+        for node in &stats.nodes {
+            configurations
+                .entry(node.primitive.key().clone())
+                .or_insert_with(|| node.primitive.compile_time());
+        }
         total_seconds += seconds;
         peak_activation = peak_activation.max(stats.peak_activation_bytes);
         let rss = rss_kb()?;
@@ -321,6 +347,10 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         max_compile_time_s: stats.max_compile_time.as_secs_f64(),
         bucket_error,
         node_configurations: configurations.len(),
+        conv_algo: conv_algo.to_string(),
+        weight_bytes_direct: model.weight_bytes().direct,
+        weight_bytes_winograd: model.weight_bytes().winograd,
+        compile_by_algo: compile_by_algo(&configurations),
         per_call: records,
     };
 
@@ -361,6 +391,21 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         report.compile_time_s,
         report.max_compile_time_s * 1e3
     )?;
+    for a in &report.compile_by_algo {
+        writeln!(
+            out,
+            "compile time, {}: {} primitives, {:.3} s total, {:.2} ms max",
+            a.algo,
+            a.primitives,
+            a.total_s,
+            a.max_s * 1e3
+        )?;
+    }
+    writeln!(
+        out,
+        "weights ({} convolutions): {} bytes packed for direct kernels, {} bytes winograd-transformed",
+        report.conv_algo, report.weight_bytes_direct, report.weight_bytes_winograd
+    )?;
     if args.policy == Policy::Dynamic {
         writeln!(
             out,
@@ -379,6 +424,32 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         )?;
     }
     Ok((report, engine))
+}
+
+/// Compile times of the distinct primitives a run used, by convolution algorithm.
+fn compile_by_algo(
+    primitives: &std::collections::HashMap<primjit::PrimitiveKey, std::time::Duration>,
+) -> Vec<AlgoCompile> {
+    let algo_of = |key: &primjit::PrimitiveKey| match key {
+        primjit::PrimitiveKey::Conv(d) => d.algo.name(),
+        _ => "other",
+    };
+    ["direct", "wino_f4x3", "other"]
+        .into_iter()
+        .filter_map(|algo| {
+            let times: Vec<f64> = primitives
+                .iter()
+                .filter(|(k, _)| algo_of(k) == algo)
+                .map(|(_, t)| t.as_secs_f64())
+                .collect();
+            (!times.is_empty()).then(|| AlgoCompile {
+                algo,
+                primitives: times.len(),
+                total_s: times.iter().sum(),
+                max_s: times.iter().copied().fold(0.0, f64::max),
+            })
+        })
+        .collect()
 }
 
 /// Runs the first calls again both under the policy and exact, on an engine of their own so

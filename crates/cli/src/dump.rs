@@ -7,6 +7,7 @@ use primjit::codegen::{CodegenOptions, Dumps, PrimitiveKey, compile, describe_pl
 use primjit::{Budget, CacheConfig, Engine, EngineConfig};
 use primjit_ir::{Graph, Shapes, passes};
 
+use crate::algo::AlgoArgs;
 use crate::source::GraphArgs;
 
 /// A stage of compilation that `dump` can print.
@@ -45,6 +46,9 @@ pub struct Args {
     /// the extents that depend on a symbol (`*` in the key) at run time
     #[arg(long)]
     pub dynamic: bool,
+
+    #[command(flatten)]
+    pub algo: AlgoArgs,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -112,7 +116,8 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
     } else {
         primjit::ShapeMode::Exact
     };
-    let mut keys = primjit::node_keys_in(&graph, &loaded.bindings, mode)?;
+    let conv_algo = args.algo.choice()?;
+    let mut keys = primjit::node_keys_in(&graph, &loaded.bindings, mode, conv_algo)?;
     if let Some(name) = &args.node {
         let name = name.trim_start_matches('%');
         keys.retain(|(n, _)| n == name);
@@ -149,7 +154,12 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                     ));
                 }
                 match args.stage {
-                    Stage::Plan => text.push_str(&describe_plan(key)),
+                    Stage::Plan => {
+                        if let PrimitiveKey::Conv(d) = key {
+                            text.push_str(&format!("  algorithm: {}\n", conv_algo.explain(d)));
+                        }
+                        text.push_str(&describe_plan(key))
+                    }
                     _ => {
                         let kernel = compile(key, CodegenOptions::default(), dumps)?;
                         text.push_str(kernel.clif().or(kernel.disasm()).unwrap_or_default());
@@ -194,6 +204,20 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 stats.bytes,
                 stats.mapped_bytes,
                 stats.compile_time.as_secs_f64() * 1e3
+            ));
+            // Each convolution node holds its own packed weights, whatever its key shares.
+            let (mut direct, mut winograd) = (0, 0);
+            for (_, key) in &keys {
+                if let PrimitiveKey::Conv(d) = key {
+                    match d.algo {
+                        primjit::ConvAlgo::Direct => direct += d.packed_weights_len() * 4,
+                        primjit::ConvAlgo::WinogradF4x3 => winograd += d.packed_weights_len() * 4,
+                    }
+                }
+            }
+            text.push_str(&format!(
+                "# weights ({conv_algo} convolutions): {direct} bytes packed for direct kernels, \
+                 {winograd} bytes winograd-transformed\n"
             ));
         }
     }

@@ -3,14 +3,15 @@
 //! `run` picks one from its flags; a new engine is a new variant here and a flag there.
 
 use anyhow::{Result, anyhow};
+use primjit::ConvAlgoChoice;
 use primjit_ir::{Graph, Params, Tensor};
 
 /// Which engine runs a graph.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Executor {
-    /// JIT primitives through an engine configured from the environment (the default).
-    #[default]
-    Jit,
+    /// JIT primitives through an engine configured from the environment, with the given
+    /// convolution algorithms (the default: `auto`).
+    Jit(ConvAlgoChoice),
     /// The reference interpreter: slow, straightforward loops; the oracle.
     Reference,
 }
@@ -19,7 +20,7 @@ impl Executor {
     /// The engine's name, as messages refer to it.
     pub fn name(self) -> &'static str {
         match self {
-            Executor::Jit => "jit engine",
+            Executor::Jit(_) => "jit engine",
             Executor::Reference => "reference interpreter",
         }
     }
@@ -33,9 +34,9 @@ impl Executor {
         inputs: &[(&str, &Tensor)],
     ) -> Result<Vec<(String, Tensor)>> {
         match self {
-            Executor::Jit => {
+            Executor::Jit(conv_algo) => {
                 let engine = primjit::Engine::new(primjit::EngineConfig::from_env()?)?;
-                let model = primjit::CompiledGraph::new(graph, params)?;
+                let model = primjit::CompiledGraph::with_conv_algo(graph, params, conv_algo)?;
                 let (outputs, _) = model.run(&engine, inputs, &mut primjit::Workspace::new())?;
                 Ok(outputs)
             }

@@ -5,6 +5,7 @@
 //! own usage errors exit with status 2).
 #![forbid(unsafe_code)]
 
+mod algo;
 mod bench;
 mod cache;
 mod check;

@@ -8,8 +8,8 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use primjit::ir::{PoolKind, Tensor, random_tensor};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, ConvPlan, Engine, EngineConfig, ExecArgs, Layout, Params,
-    Primitive, PrimitiveKey, ShapeMode, Workspace,
+    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, ExecArgs, Layout, Params, Primitive,
+    PrimitiveKey, ShapeMode, Workspace,
 };
 
 use crate::descriptor;
@@ -174,6 +174,16 @@ pub struct BenchOpArgs {
     /// median over runs of each run's ratio
     #[arg(long, requires = "model")]
     pub dynamic: bool,
+
+    /// With --model: also run the graph with this convolution algorithm choice (direct,
+    /// winograd or auto), alternating with the first, and print both side by side; the ratio
+    /// column is the median over runs of each run's ratio (second / first)
+    #[arg(long, value_name = "ALGO", requires = "model", conflicts_with = "dynamic",
+          value_parser = |s: &str| s.parse::<primjit::ConvAlgoChoice>().map_err(|e| e.to_string()))]
+    pub vs_algo: Option<primjit::ConvAlgoChoice>,
+
+    #[command(flatten)]
+    pub algo: crate::algo::AlgoArgs,
 }
 
 fn guarded_random(len: usize, seed: u64) -> Vec<f32> {
@@ -192,13 +202,19 @@ fn time_runs(
     extra: &[&[f32]],
     runs: usize,
 ) -> Result<Vec<f64>> {
-    let once = |dst: &mut [f32]| -> Result<()> {
+    // A conv that needs scratch (Winograd's tiles) gets one band per thread.
+    let band = match p.key() {
+        PrimitiveKey::Conv(d) => d.scratch_len(),
+        _ => 0,
+    };
+    let mut scratch = vec![0.0f32; band * engine.threads()];
+    let mut once = |dst: &mut [f32]| -> Result<()> {
         let args = ExecArgs {
             src,
             weights,
             dst,
             extra,
-            scratch: None,
+            scratch: (band > 0).then_some(scratch.as_mut_slice()),
         };
         match extents {
             Some(e) => engine.execute_at(p, args, e)?,
@@ -238,7 +254,9 @@ fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, PrimitiveKey, Opt
         };
         PrimitiveKey::Pool(desc.pool(kind, include, layout)?)
     } else {
-        PrimitiveKey::Conv(desc.conv(layout)?)
+        let mut conv = desc.conv(layout)?;
+        conv.algo = args.algo.choice()?.pick(&conv);
+        PrimitiveKey::Conv(conv)
     };
     key.validate()?;
     let compiled = match &key {
@@ -287,13 +305,9 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
     let src = guarded_random(bufs[0].len, 1);
     let (weights, mut dst) = match &key {
         PrimitiveKey::Conv(d) => {
-            let plan = ConvPlan::new(d);
             let w = guarded_random(d.weight_shape().iter().product(), 2);
             let b = guarded_random(d.oc, 3);
-            (
-                Some(plan.pack_weights(&w, Some(&b))),
-                vec![0.0; bufs[2].len],
-            )
+            (Some(d.pack_weights(&w, Some(&b))), vec![0.0; bufs[2].len])
         }
         _ => (None, vec![0.0; bufs[1].len]),
     };
@@ -323,13 +337,26 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         min * 1e3
     )?;
     match &key {
-        PrimitiveKey::Conv(_) => {
+        PrimitiveKey::Conv(d) => {
             let gflops = key.flops() as f64 / med / 1e9;
-            writeln!(
-                out,
-                "{gflops:.1} GFLOP/s, {:.1}% of peak",
-                100.0 * gflops / machine_peak
-            )?;
+            if d.algo == primjit::ConvAlgo::Direct {
+                writeln!(
+                    out,
+                    "{gflops:.1} GFLOP/s, {:.1}% of peak",
+                    100.0 * gflops / machine_peak
+                )?;
+            } else {
+                // What the kernel computes (its GEMMs), and the direct convolution's flops
+                // over the same time: the speed a direct kernel would need to match it.
+                let actual = d.algo_flops() as f64 / med / 1e9;
+                writeln!(
+                    out,
+                    "{actual:.1} GFLOP/s actual ({:.1}% of peak, GEMMs only), {gflops:.1} GFLOP/s \
+                     effective ({:.1}% of peak, direct-equivalent flops)",
+                    100.0 * actual / machine_peak,
+                    100.0 * gflops / machine_peak
+                )?;
+            }
         }
         _ => {
             // Pooling is bound by memory: compare with a plain copy of the same bytes.
@@ -393,11 +420,19 @@ fn bench_model(
     let Some(shape) = shapes.concrete(input.value) else {
         bail!("bind every symbol of the input with --dims")
     };
-    let exact = CompiledGraph::new(graph, &Params::random(graph, 0))?;
+    let params = Params::random(graph, 0);
+    let exact = CompiledGraph::with_conv_algo(graph, &params, args.algo.choice()?)?;
     let mut models = vec![exact.clone()];
-    if args.dynamic {
+    // The second model and its column label.
+    let second = if args.dynamic {
         models.push(exact.with_mode(ShapeMode::Runtime));
-    }
+        Some("dyn".to_string())
+    } else if let Some(algo) = args.vs_algo {
+        models.push(CompiledGraph::with_conv_algo(graph, &params, algo)?);
+        Some(algo.to_string())
+    } else {
+        None
+    };
     let x: Tensor = random_tensor(1, "x", shape, -1.0, 1.0);
     let name = graph.value_name(input.value).to_string();
     let mut ws = Workspace::new();
@@ -428,11 +463,16 @@ fn bench_model(
         }
     }
     let machine_peak = peak_after(engine, peak_before, out)?;
-    if args.dynamic {
+    if let Some(label) = &second {
         writeln!(
             out,
-            "{:<22} {:>9} {:>9} {:>7} {:>7} {:>10}  key (dynamic)",
-            "node", "exact ms", "dyn ms", "dyn/ex", "% peak", "compile ms"
+            "{:<22} {:>9} {:>9} {:>7} {:>7} {:>10}  key ({label})",
+            "node",
+            "first ms",
+            format!("{label} ms"),
+            "ratio",
+            "% peak",
+            "compile ms"
         )?;
     } else {
         writeln!(
@@ -466,7 +506,7 @@ fn bench_model(
         } else {
             "-".into()
         };
-        if args.dynamic {
+        if second.is_some() {
             let dynamic = &firsts[1].nodes[i];
             writeln!(
                 out,
@@ -492,11 +532,11 @@ fn bench_model(
         }
     }
     let flops: u64 = firsts[0].nodes.iter().map(|n| n.call_key.flops()).sum();
-    for (m, label) in ["graph", "graph (dynamic)"]
-        .iter()
-        .enumerate()
-        .take(models.len())
-    {
+    let labels = [
+        "graph".to_string(),
+        format!("graph ({})", second.as_deref().unwrap_or_default()),
+    ];
+    for (m, label) in labels.iter().enumerate().take(models.len()) {
         let total = median(&mut totals[m]);
         writeln!(
             out,

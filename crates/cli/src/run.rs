@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use primjit_ir::{Graph, Params, Tensor, passes, random_tensor};
 
+use crate::algo::AlgoArgs;
 use crate::executor::Executor;
 use crate::io;
 use crate::source::{GraphArgs, Loaded};
@@ -49,15 +50,18 @@ pub struct Args {
     /// Run on the reference interpreter instead of JIT primitives
     #[arg(long)]
     pub reference: bool,
+
+    #[command(flatten)]
+    pub algo: AlgoArgs,
 }
 
 impl Args {
-    fn executor(&self) -> Executor {
-        if self.reference {
+    fn executor(&self) -> Result<Executor> {
+        Ok(if self.reference {
             Executor::Reference
         } else {
-            Executor::default()
-        }
+            Executor::Jit(self.algo.choice()?)
+        })
     }
 }
 
@@ -93,7 +97,7 @@ pub fn run(args: &Args) -> Result<()> {
     let shapes = loaded.shapes(&optimized, &bindings)?;
     params.materialize(&optimized)?;
 
-    let executor = args.executor();
+    let executor = args.executor()?;
     let input_refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let results = executor.run(&optimized, &params, &input_refs)?;
 

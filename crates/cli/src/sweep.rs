@@ -25,6 +25,9 @@ pub struct Args {
     /// Where to write the JSON of every run and the figures
     #[arg(long, default_value = "target/primjit-sweep")]
     pub out_dir: PathBuf,
+
+    #[command(flatten)]
+    pub algo: crate::algo::AlgoArgs,
 }
 
 /// The part of `bench`'s JSON the sweep reads.
@@ -157,6 +160,8 @@ pub fn run(args: &Args) -> Result<()> {
             .arg(args.workload.n.to_string())
             .arg("--threads")
             .arg(args.workload.threads.to_string());
+        // Every run uses the same algorithms: the flag, else this process's environment.
+        cmd.arg("--conv-algo").arg(args.algo.choice()?.name());
         cmd.arg("--policy")
             .arg(config.policy.name())
             .arg("--json")

@@ -9,10 +9,11 @@ use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 
+use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
-use crate::key::{KeyError, PrimitiveKey};
+use crate::key::{ConvAlgo, KeyError, PrimitiveKey};
 use crate::plan::{ConvPlan, PoolPlan};
-use crate::{lower_conv, lower_fused, lower_pool};
+use crate::{lower_fused, lower_pool};
 
 /// Options that change the generated code or what is kept of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -166,6 +167,9 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
                 channels = d.oc.div_ceil(4) * 4,
             )
         }
+        PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
+            winograd::WinogradPlan::new(d).to_string()
+        }
         PrimitiveKey::Conv(d) => ConvPlan::new(d).to_string(),
         PrimitiveKey::Pool(d) => PoolPlan::new(d).to_string(),
         PrimitiveKey::GlobalPool(_) => {
@@ -187,7 +191,10 @@ pub fn lower(key: &PrimitiveKey, host: &HostIsa) -> Function {
     let mut e = Emit::new(&mut func, &mut fctx, host.has_fma);
     match key {
         PrimitiveKey::Conv(d) if d.pool.is_some() => lower_fused::lower(&mut e, d),
-        PrimitiveKey::Conv(d) => lower_conv::lower(&mut e, &ConvPlan::new(d)),
+        PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
+            winograd::lower(&mut e, &winograd::WinogradPlan::new(d))
+        }
+        PrimitiveKey::Conv(d) => direct::lower(&mut e, &ConvPlan::new(d)),
         PrimitiveKey::Pool(d) => lower_pool::lower_pool(&mut e, &PoolPlan::new(d)),
         PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(&mut e, d),
         PrimitiveKey::Eltwise(d) => lower_pool::lower_eltwise(&mut e, d),

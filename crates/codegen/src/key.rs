@@ -146,6 +146,36 @@ impl fmt::Display for RuntimeDims {
     }
 }
 
+/// How a convolution is computed. Part of the key: the two algorithms take different packed
+/// weights and scratch, and round differently.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ConvAlgo {
+    /// Direct convolution: register-tiled FMAs over the kernel taps (any window).
+    #[default]
+    Direct,
+    /// Winograd F(4x4, 3x3) (Lavin & Gray 2016): 6x6 input tiles with stride 4, 36
+    /// independent GEMMs over channels, and an output transform that applies the bias and the
+    /// post-ops. 3x3 kernels with unit strides and dilations, no groups, `nChw4c` in and out,
+    /// no fused pool.
+    WinogradF4x3,
+}
+
+impl ConvAlgo {
+    /// The name in a key's one-liner (`alg:wino_f4x3`), in the style of benchdnn's `alg=wino`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvAlgo::Direct => "direct",
+            ConvAlgo::WinogradF4x3 => "wino_f4x3",
+        }
+    }
+}
+
+impl fmt::Display for ConvAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A 2-D convolution. Every extent is fixed except those `runtime` names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvDesc {
@@ -169,6 +199,7 @@ pub struct ConvDesc {
     pub src_layout: Layout,
     pub dst_layout: Layout,
     pub runtime: RuntimeDims,
+    pub algo: ConvAlgo,
 }
 
 impl ConvDesc {
@@ -198,6 +229,24 @@ impl ConvDesc {
             src_layout: Layout::Nchw,
             dst_layout: Layout::Nchw,
             runtime: RuntimeDims::NONE,
+            algo: ConvAlgo::Direct,
+        }
+    }
+
+    /// Why Winograd F(4x4, 3x3) cannot compute this convolution, or `None` when it can.
+    pub fn winograd_unsupported(&self) -> Option<&'static str> {
+        if (self.kh, self.kw) != (3, 3) {
+            Some("winograd F(4x4, 3x3) needs a 3x3 kernel")
+        } else if self.strides != [1, 1] || self.dilations != [1, 1] {
+            Some("winograd F(4x4, 3x3) needs unit strides and dilations")
+        } else if self.groups != 1 {
+            Some("winograd F(4x4, 3x3) does not support groups")
+        } else if self.pool.is_some() {
+            Some("winograd F(4x4, 3x3) does not support a fused pool")
+        } else if self.src_layout != Layout::Nchw4c || self.dst_layout != Layout::Nchw4c {
+            Some("winograd F(4x4, 3x3) needs nChw4c source and destination")
+        } else {
+            None
         }
     }
 
@@ -284,9 +333,14 @@ impl ConvDesc {
         })
     }
 
-    /// Floats of scratch one thread needs: a band of [`Self::pool_band_rows`] output rows in
-    /// `nChw4c`; 0 without a fused pool.
+    /// Floats of scratch one thread needs: for Winograd, the transformed tiles and GEMM
+    /// results of one block of tiles ([`crate::conv::winograd::WinogradPlan::scratch_len`]);
+    /// with a fused pool, a band of [`Self::pool_band_rows`] output rows in `nChw4c`; else 0.
+    /// Neither depends on the spatial extents.
     pub fn scratch_len(&self) -> usize {
+        if self.algo == ConvAlgo::WinogradF4x3 {
+            return crate::conv::winograd::WinogradPlan::new(self).scratch_len();
+        }
         if self.pool.is_none() {
             return 0;
         }
@@ -297,7 +351,44 @@ impl ConvDesc {
         [self.oc, self.ic / self.groups.max(1), self.kh, self.kw]
     }
 
-    /// Multiply-adds times two: the flop count benchdnn reports.
+    /// The packed weights' length in floats, for this key's algorithm.
+    pub fn packed_weights_len(&self) -> usize {
+        match self.algo {
+            ConvAlgo::Direct => crate::plan::ConvPlan::new(self).packed_weights_len(),
+            ConvAlgo::WinogradF4x3 => {
+                crate::conv::winograd::WinogradPlan::new(self).packed_weights_len()
+            }
+        }
+    }
+
+    /// Packs OIHW `weights` and the optional bias for this key's algorithm: the direct
+    /// kernels' layout ([`crate::ConvPlan::pack_weights`]) or the Winograd-transformed weights
+    /// ([`crate::conv::winograd::WinogradPlan::pack_weights`]). Depends on channels, kernel and
+    /// layouts only, never on the spatial shape.
+    pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        match self.algo {
+            ConvAlgo::Direct => crate::plan::ConvPlan::new(self).pack_weights(weights, bias),
+            ConvAlgo::WinogradF4x3 => {
+                crate::conv::winograd::WinogradPlan::new(self).pack_weights(weights, bias)
+            }
+        }
+    }
+
+    /// Multiply-adds times two that the algorithm performs: the direct count for direct
+    /// kernels; for Winograd, the 36 GEMMs over the (padded) output tiles (the transforms,
+    /// a few percent of the work, are not counted).
+    pub fn algo_flops(&self) -> u64 {
+        match self.algo {
+            ConvAlgo::Direct => self.flops(),
+            ConvAlgo::WinogradF4x3 => {
+                let tiles = (self.mb * self.oh().div_ceil(4) * self.ow().div_ceil(4)) as u64;
+                2 * 36 * tiles * (self.ic * self.oc) as u64
+            }
+        }
+    }
+
+    /// Multiply-adds times two: the flop count benchdnn reports (for Winograd, the direct
+    /// equivalent: "effective" flops).
     pub fn flops(&self) -> u64 {
         let [oc, icg, kh, kw] = self.weight_shape();
         2 * (self.mb * oc * self.oh() * self.ow()) as u64 * (icg * kh * kw) as u64
@@ -627,6 +718,11 @@ impl PrimitiveKey {
                         .check(windows)
                         .or_else(|e| fail(format!("fused pool: {}", e.reason)))?;
                 }
+                if d.algo == ConvAlgo::WinogradF4x3
+                    && let Some(reason) = d.winograd_unsupported()
+                {
+                    return fail(reason.into());
+                }
                 for p in &d.post_ops {
                     // Written so that NaN bounds are rejected too.
                     #[allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -720,13 +816,13 @@ impl PrimitiveKey {
                     role: "weights",
                     shape: d.weight_shape().to_vec(),
                     layout: None,
-                    len: crate::plan::ConvPlan::new(d).packed_weights_len(),
+                    len: d.packed_weights_len(),
                 });
                 v.push(act("dst", d.dst_shape(), d.dst_layout));
                 for _ in 0..d.residuals() {
                     v.push(act("residual", d.dst_shape(), d.dst_layout));
                 }
-                if d.pool.is_some() {
+                if d.scratch_len() > 0 {
                     v.push(BufferSpec {
                         role: SCRATCH_ROLE,
                         shape: vec![d.scratch_len()],
@@ -788,9 +884,12 @@ impl PrimitiveKey {
     }
 
     /// The extent that executions split across threads: output rows (pooled rows with a fused
-    /// pool).
+    /// pool; blocks of tiles for Winograd).
     pub fn work_items(&self) -> usize {
         match self {
+            PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
+                crate::conv::winograd::WinogradPlan::new(d).blocks()
+            }
             PrimitiveKey::Conv(d) => d.dst_shape()[2],
             PrimitiveKey::Pool(d) => d.oh(),
             PrimitiveKey::GlobalPool(_) => 1,
@@ -832,6 +931,9 @@ impl fmt::Display for PrimitiveKey {
                     if p.ceil_mode {
                         f.write_str(" ceil")?;
                     }
+                }
+                if d.algo != ConvAlgo::Direct {
+                    write!(f, " alg:{}", d.algo)?;
                 }
                 layouts(f, d.src_layout, d.dst_layout)
             }

@@ -7,9 +7,9 @@
 #![forbid(unsafe_code)]
 
 mod compile;
+pub mod conv;
 mod emit;
 pub mod key;
-mod lower_conv;
 mod lower_fused;
 mod lower_pool;
 pub mod plan;
@@ -18,8 +18,9 @@ pub use compile::{
     CodegenError, CodegenOptions, CompiledKernel, Dumps, HostIsa, compile, describe_plan, host_isa,
     lower,
 };
+pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS};
 pub use key::{
-    BufferSpec, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout, MAX_STEP,
-    PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
+    BufferSpec, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout,
+    MAX_STEP, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan};

@@ -2,7 +2,7 @@
 //! of its output that the row's windows read into a scratch band, and the pool reads them
 //! there, so the full-resolution output never exists.
 //!
-//! Both stages are the ordinary lowerings ([`lower_conv::lower`], [`lower_pool::lower_pool`])
+//! Both stages are the ordinary lowerings ([`direct::lower`], [`lower_pool::lower_pool`])
 //! emitted inside the loop over pooled rows with arguments of their own ([`Emit::with_args`]):
 //! the conv's work items are the band's output rows and its destination is the band, the
 //! pool's source is the band and its work item the pooled row. The band holds the
@@ -15,10 +15,11 @@
 use cranelift_codegen::ir::InstBuilder;
 use cranelift_codegen::ir::condcodes::IntCC;
 
+use crate::conv::direct;
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::{ConvDesc, Layout, PoolDesc};
+use crate::lower_pool;
 use crate::plan::{ConvPlan, LANES, PoolPlan};
-use crate::{lower_conv, lower_pool};
 
 /// Buffer indices in the argument list.
 const SRC: usize = 0;
@@ -105,7 +106,7 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
                 &[src_n, weights, band_ptr],
                 [conv_begin, conv_end],
                 0,
-                |e| lower_conv::lower(e, &plan.conv),
+                |e| direct::lower(e, &plan.conv),
             );
 
             let null = e.iconst(0);

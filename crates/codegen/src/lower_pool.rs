@@ -10,9 +10,9 @@ use std::ops::Range;
 use cranelift_codegen::ir::{InstBuilder, Value, types};
 use primjit_ir::PoolKind;
 
+use crate::conv::direct::{ColumnSplit, RunLen};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::{EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout};
-use crate::lower_conv::{ColumnSplit, RunLen};
 use crate::plan::{AxisPlan, LANES, PoolPlan, Strides};
 
 const SRC: usize = 0;
@@ -90,7 +90,7 @@ enum Taps {
 /// One side of the pool, its input or its output: extents and strides in fresh values. Runtime
 /// extents are loaded from the kernel's argument where they are used, so that no runtime value
 /// stays live across the loops and takes a register from the ones inside (the same reason as
-/// in `lower_conv`).
+/// in `conv::direct`).
 struct Side {
     strides: ActStrides,
     h: Scalar,

@@ -27,12 +27,14 @@ pub use primjit_ir as ir;
 pub use primjit_reference as reference;
 
 pub use primjit_codegen::{
-    CodegenError, CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc,
-    KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey, key::RuntimeDims,
+    CodegenError, CodegenOptions, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc,
+    EltwiseKind, GlobalPoolDesc, KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey,
+    key::RuntimeDims,
 };
 pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{
     Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
     ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
-    RuntimeError, ShapeMode, Workspace, exec, exec::GuardedBuffer, layout, node_keys, node_keys_in,
+    RuntimeError, ShapeMode, WeightBytes, Workspace, exec, exec::GuardedBuffer, layout, node_keys,
+    node_keys_in,
 };

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use primjit_codegen::{CodegenOptions, Dumps, PrimitiveKey, compile, host_isa};
+use primjit_codegen::{CodegenOptions, ConvAlgoChoice, Dumps, PrimitiveKey, compile, host_isa};
 
 use crate::cache::{CacheConfig, CacheKey, Lookup, PrimitiveCache};
 use crate::error::{ConfigError, RuntimeError};
@@ -20,11 +20,16 @@ pub struct EngineConfig {
     /// `PRIMJIT_VERBOSE`: 0 silent, 1 a line per primitive creation and eviction, 2 also a
     /// line per execution.
     pub verbose: u8,
+    /// `PRIMJIT_CONV_ALGO`: the convolution algorithms of graphs compiled for this engine
+    /// (`direct`, `winograd` or `auto`). A graph packs its weights for its algorithms, so the
+    /// choice is made when it is compiled: pass it to `CompiledGraph::with_conv_algo`.
+    pub conv_algo: ConvAlgoChoice,
 }
 
 impl EngineConfig {
     /// The defaults, overridden by `PRIMJIT_CACHE_BUDGET`, `PRIMJIT_CACHE_CAPACITY`,
-    /// `PRIMJIT_VERBOSE` and `PRIMJIT_THREADS`; a malformed value is an error.
+    /// `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS` and `PRIMJIT_CONV_ALGO`; a malformed value is an
+    /// error.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -53,6 +58,13 @@ impl EngineConfig {
                 name: "PRIMJIT_THREADS",
                 value: v.clone(),
                 reason: "expected a whole number of threads (0 for all cores)".into(),
+            })?;
+        }
+        if let Some(v) = var("PRIMJIT_CONV_ALGO") {
+            config.conv_algo = v.trim().parse().map_err(|_| ConfigError::Invalid {
+                name: "PRIMJIT_CONV_ALGO",
+                value: v.clone(),
+                reason: "expected direct, winograd or auto".into(),
             })?;
         }
         Ok(config)

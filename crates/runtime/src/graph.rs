@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc, PostOpDesc,
-    PrimitiveKey,
+    ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout,
+    PoolDesc, PostOpDesc, PrimitiveKey,
 };
 use primjit_ir::{
     Bindings, Graph, Op, ParamError, Params, PostOp, Tensor, Value, VerifyError, infer_shapes,
@@ -60,11 +60,29 @@ pub enum GraphError {
 /// What a node needs besides its primitive.
 #[derive(Clone, Debug)]
 enum Prepared {
-    /// Packed weights of a convolution (or of a batch-norm run as a depthwise 1x1 conv).
+    /// Packed weights of a convolution (or of a batch-norm run as a depthwise 1x1 conv), in
+    /// the layout of the algorithm its keys use.
     Conv {
         packed: Vec<f32>,
+        algo: ConvAlgo,
     },
     Other,
+}
+
+/// Bytes of a compiled graph's packed weights, by convolution algorithm: one packing per
+/// node, made once per model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightBytes {
+    /// Weights packed for direct kernels (9 floats per channel pair of a 3x3 kernel).
+    pub direct: usize,
+    /// Winograd-transformed weights (36 floats per channel pair).
+    pub winograd: usize,
+}
+
+impl WeightBytes {
+    pub fn total(&self) -> usize {
+        self.direct + self.winograd
+    }
 }
 
 /// Activation buffers kept between runs, so that a server's steady state allocates nothing.
@@ -163,6 +181,7 @@ pub struct CompiledGraph {
     /// Per node: the spatial extents of its input that depend on a symbol.
     symbolic: Vec<RuntimeDims>,
     mode: ShapeMode,
+    conv_algo: ConvAlgoChoice,
 }
 
 fn layout_of(graph: &Graph, v: Value) -> Layout {
@@ -191,8 +210,20 @@ fn per_channel_bn(
 }
 
 impl CompiledGraph {
-    /// Optimizes `graph`, materializes `params` for it, and packs every convolution's weights.
+    /// Optimizes `graph`, materializes `params` for it, and packs every convolution's weights
+    /// for the algorithm [`ConvAlgoChoice::Auto`] picks.
     pub fn new(graph: &Graph, params: &Params) -> Result<Self, GraphError> {
+        Self::with_conv_algo(graph, params, ConvAlgoChoice::Auto)
+    }
+
+    /// [`Self::new`] with the convolution algorithms `conv_algo` chooses. Each convolution's
+    /// algorithm depends on its channels and window only, so its weights are packed once,
+    /// for that algorithm, and serve every input size.
+    pub fn with_conv_algo(
+        graph: &Graph,
+        params: &Params,
+        conv_algo: ConvAlgoChoice,
+    ) -> Result<Self, GraphError> {
         graph.verify()?;
         let mut graph = graph.clone();
         passes::optimize(&mut graph);
@@ -215,8 +246,10 @@ impl CompiledGraph {
                     });
                     let mut desc = conv_desc_shell(&graph, c, &shapes);
                     desc.bias = b.is_some();
+                    desc.algo = conv_algo.pick(&desc);
                     Prepared::Conv {
-                        packed: ConvPlan::new(&desc).pack_weights(&w.data, b),
+                        packed: desc.pack_weights(&w.data, b),
+                        algo: desc.algo,
                     }
                 }
                 Op::BatchNorm(bn) => {
@@ -224,6 +257,7 @@ impl CompiledGraph {
                     let desc = bn_desc_shell(w.len(), layout_of(&graph, bn.input));
                     Prepared::Conv {
                         packed: ConvPlan::new(&desc).pack_weights(&w, Some(&b)),
+                        algo: ConvAlgo::Direct,
                     }
                 }
                 _ => Prepared::Other,
@@ -247,7 +281,40 @@ impl CompiledGraph {
             last_use,
             symbolic,
             mode: ShapeMode::Exact,
+            conv_algo,
         })
+    }
+
+    /// The choice of convolution algorithms this graph was compiled with.
+    pub fn conv_algo(&self) -> ConvAlgoChoice {
+        self.conv_algo
+    }
+
+    /// Per node, the convolution algorithm its keys use (direct for nodes that are not
+    /// convolutions).
+    fn algos(&self) -> Vec<ConvAlgo> {
+        self.prepared
+            .iter()
+            .map(|p| match p {
+                Prepared::Conv { algo, .. } => *algo,
+                Prepared::Other => ConvAlgo::Direct,
+            })
+            .collect()
+    }
+
+    /// Bytes of the packed weights this graph holds, by algorithm.
+    pub fn weight_bytes(&self) -> WeightBytes {
+        let mut bytes = WeightBytes::default();
+        for p in &self.prepared {
+            if let Prepared::Conv { packed, algo } = p {
+                let n = packed.capacity() * 4;
+                match algo {
+                    ConvAlgo::Direct => bytes.direct += n,
+                    ConvAlgo::WinogradF4x3 => bytes.winograd += n,
+                }
+            }
+        }
+        bytes
     }
 
     /// The same graph with keys made in `mode`.
@@ -280,6 +347,7 @@ impl CompiledGraph {
             &self.graph,
             &infer_shapes(&self.graph, bindings)?,
             self.runtime_dims(),
+            &self.algos(),
         )
     }
 
@@ -307,7 +375,7 @@ impl CompiledGraph {
             }
         }
         let shapes = infer_shapes(&self.graph, &bindings)?;
-        let keys = keys_at(&self.graph, &shapes, self.runtime_dims())?;
+        let keys = keys_at(&self.graph, &shapes, self.runtime_dims(), &self.algos())?;
         let shape4 = |v: Value| -> [usize; 4] {
             let s = shapes.concrete(v).expect("bound above");
             [s[0], s[1], s[2], s[3]]
@@ -374,7 +442,7 @@ impl CompiledGraph {
             };
             let start = std::time::Instant::now();
             match (&node.op, &self.prepared[i]) {
-                (Op::Conv2d(c), Prepared::Conv { packed }) => {
+                (Op::Conv2d(c), Prepared::Conv { packed, .. }) => {
                     let residuals: Vec<&[f32]> = c
                         .post_ops
                         .iter()
@@ -383,9 +451,10 @@ impl CompiledGraph {
                             _ => None,
                         })
                         .collect();
-                    // A fused pool's band of the conv's output, one per thread.
+                    // Per thread: a fused pool's band of the conv's output, or Winograd's
+                    // transformed tiles.
                     let band = match key {
-                        PrimitiveKey::Conv(d) if d.pool.is_some() => {
+                        PrimitiveKey::Conv(d) => {
                             extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len()
                         }
                         _ => 0,
@@ -405,7 +474,7 @@ impl CompiledGraph {
                         workspace.give(s);
                     }
                 }
-                (Op::BatchNorm(bn), Prepared::Conv { packed }) => {
+                (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => {
                     execute(ExecArgs {
                         src: src_of(bn.input),
                         weights: Some(packed),
@@ -504,9 +573,19 @@ fn conv_desc_shell(graph: &Graph, c: &primjit_ir::Conv2d, shapes: &primjit_ir::S
     );
     d.dilations = c.dilations;
     d.groups = c.groups;
+    d.strides = c.strides;
+    d.pool = fused_pool(c);
     d.src_layout = layout_of(graph, c.input);
     d.dst_layout = Layout::Nchw4c;
     d
+}
+
+/// The window of a conv's fused max pool, if it has one.
+fn fused_pool(c: &primjit_ir::Conv2d) -> Option<primjit_codegen::PoolWindow> {
+    c.post_ops.iter().find_map(|p| match p {
+        PostOp::MaxPool(w) => Some(*w),
+        _ => None,
+    })
 }
 
 /// A batch-norm as a depthwise 1x1 convolution with bias.
@@ -546,32 +625,47 @@ pub fn node_keys(
     graph: &Graph,
     bindings: &Bindings,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-    node_keys_in(graph, bindings, ShapeMode::Exact)
+    node_keys_in(graph, bindings, ShapeMode::Exact, ConvAlgoChoice::Auto)
 }
 
-/// [`node_keys`] in a given [`ShapeMode`]: with `Runtime`, the keys of convolutions and
-/// pooling leave their symbolic extents to run time.
+/// [`node_keys`] in a given [`ShapeMode`] and with the convolution algorithms `conv_algo`
+/// chooses, as [`CompiledGraph::with_conv_algo`] would: with `Runtime`, the keys of
+/// convolutions and pooling leave their symbolic extents to run time.
 pub fn node_keys_in(
     graph: &Graph,
     bindings: &Bindings,
     mode: ShapeMode,
+    conv_algo: ConvAlgoChoice,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
+    let verified = graph.verify()?;
+    let algos: Vec<ConvAlgo> = graph
+        .nodes()
+        .map(|(_, node)| match &node.op {
+            Op::Conv2d(c) => {
+                let mut d = conv_desc_shell(graph, c, &verified);
+                d.bias = c.bias.is_some();
+                conv_algo.pick(&d)
+            }
+            _ => ConvAlgo::Direct,
+        })
+        .collect();
     let shapes = infer_shapes(graph, bindings)?;
     match mode {
-        ShapeMode::Exact => keys_at(graph, &shapes, None),
+        ShapeMode::Exact => keys_at(graph, &shapes, None, &algos),
         ShapeMode::Runtime => {
-            let symbolic = symbolic_dims(graph, &graph.verify()?);
-            keys_at(graph, &shapes, Some(&symbolic))
+            let symbolic = symbolic_dims(graph, &verified);
+            keys_at(graph, &shapes, Some(&symbolic), &algos)
         }
     }
 }
 
 /// The primitive key of every node, given the graph's inferred shapes; `runtime` gives, per
-/// node, the extents its key leaves to run time.
+/// node, the extents its key leaves to run time, and `algos` its convolution algorithm.
 fn keys_at(
     graph: &Graph,
     shapes: &primjit_ir::Shapes,
     runtime: Option<&[RuntimeDims]>,
+    algos: &[ConvAlgo],
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
     let concrete = |v: Value| {
         shapes
@@ -617,13 +711,11 @@ fn keys_at(
                                 PostOp::MaxPool(_) => None,
                             })
                             .collect(),
-                        pool: c.post_ops.iter().find_map(|p| match p {
-                            PostOp::MaxPool(w) => Some(*w),
-                            _ => None,
-                        }),
+                        pool: fused_pool(c),
                         src_layout: src_layout(c.input),
                         dst_layout: Layout::Nchw4c,
                         runtime: RuntimeDims::NONE,
+                        algo: algos[i],
                     }
                     .with_runtime(rt),
                 )

@@ -16,6 +16,7 @@ pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, Pr
 pub use engine::{Engine, EngineConfig};
 pub use error::{ConfigError, ExecError, RuntimeError};
 pub use graph::{
-    CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, Workspace, node_keys, node_keys_in,
+    CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, WeightBytes, Workspace, node_keys,
+    node_keys_in,
 };
 pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};

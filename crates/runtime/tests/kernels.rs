@@ -51,7 +51,7 @@ use std::sync::{Arc, OnceLock};
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
-    CHUNK_WEIGHT_BYTES, CodegenOptions, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
+    CHUNK_WEIGHT_BYTES, CodegenOptions, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
     GlobalPoolDesc, Layout, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
@@ -631,6 +631,7 @@ fn conv_problem() -> impl Strategy<Value = ConvProblem> {
                     src_layout,
                     dst_layout,
                     runtime: RuntimeDims::NONE,
+                    algo: ConvAlgo::Direct,
                 },
                 seed,
             },

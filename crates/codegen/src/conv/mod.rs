@@ -1,0 +1,105 @@
+//! Convolution lowerings, one module per algorithm: [`direct`] for every window, and
+//! [`winograd`] F(4x4, 3x3) for 3x3 stride-1 convolutions. Both tile from the key alone
+//! ([`crate::plan::ConvPlan`], [`winograd::WinogradPlan`]), so one packed copy of the weights
+//! serves every spatial extent.
+
+pub(crate) mod direct;
+pub mod winograd;
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::key::{ConvAlgo, ConvDesc};
+
+/// Which convolution algorithm a graph's convolutions use: one of them wherever it applies,
+/// or the measured rule of [`ConvAlgoChoice::pick`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ConvAlgoChoice {
+    /// Direct convolution everywhere.
+    Direct,
+    /// Winograd F(4x4, 3x3) wherever it applies (3x3, stride 1, dilation 1, no groups, no
+    /// fused pool, `nChw4c` in and out), direct elsewhere.
+    Winograd,
+    /// Winograd where it applies and is faster, by the rule of [`ConvAlgoChoice::pick`].
+    #[default]
+    Auto,
+}
+
+/// The smallest input and output channel counts at which `auto` picks Winograd.
+///
+/// Per block of 12 tiles, the transforms cost a fixed number of vector operations per input
+/// and per output channel, while the GEMMs grow with their product; below 16 channels the
+/// transforms dominate (see ARCHITECTURE.md, "Winograd", for the measurements).
+pub const WINOGRAD_MIN_CHANNELS: usize = 16;
+
+impl ConvAlgoChoice {
+    /// The algorithm for `desc` (whose `algo` is ignored). The choice depends on channels,
+    /// window and layouts only, never on the spatial extents, so that a node keeps one
+    /// packing of its weights for every input size.
+    pub fn pick(self, desc: &ConvDesc) -> ConvAlgo {
+        let applies = desc.winograd_unsupported().is_none();
+        match self {
+            ConvAlgoChoice::Direct => ConvAlgo::Direct,
+            ConvAlgoChoice::Winograd if applies => ConvAlgo::WinogradF4x3,
+            ConvAlgoChoice::Auto
+                if applies
+                    && desc.ic >= WINOGRAD_MIN_CHANNELS
+                    && desc.oc >= WINOGRAD_MIN_CHANNELS =>
+            {
+                ConvAlgo::WinogradF4x3
+            }
+            _ => ConvAlgo::Direct,
+        }
+    }
+
+    /// The algorithm [`Self::pick`] gives `desc`, and why, for `dump --stage plan`.
+    pub fn explain(self, desc: &ConvDesc) -> String {
+        let algo = self.pick(desc);
+        let why = match (self, desc.winograd_unsupported()) {
+            (ConvAlgoChoice::Direct, _) => "--conv-algo direct".to_string(),
+            (_, Some(reason)) => reason.to_string(),
+            (ConvAlgoChoice::Winograd, None) => "--conv-algo winograd, and it applies".to_string(),
+            (ConvAlgoChoice::Auto, None) if algo == ConvAlgo::WinogradF4x3 => format!(
+                "auto: winograd applies and both channel counts are at least \
+                 {WINOGRAD_MIN_CHANNELS}"
+            ),
+            (ConvAlgoChoice::Auto, None) => format!(
+                "auto: fewer than {WINOGRAD_MIN_CHANNELS} input or output channels, where \
+                 the transforms outweigh the saved multiplications"
+            ),
+        };
+        format!("{algo} ({why})")
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvAlgoChoice::Direct => "direct",
+            ConvAlgoChoice::Winograd => "winograd",
+            ConvAlgoChoice::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for ConvAlgoChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not `direct`, `winograd` or `auto`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown convolution algorithm `{0}`: expected direct, winograd or auto")]
+pub struct UnknownConvAlgo(pub String);
+
+impl FromStr for ConvAlgoChoice {
+    type Err = UnknownConvAlgo;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "direct" => Ok(ConvAlgoChoice::Direct),
+            "winograd" => Ok(ConvAlgoChoice::Winograd),
+            "auto" => Ok(ConvAlgoChoice::Auto),
+            other => Err(UnknownConvAlgo(other.to_string())),
+        }
+    }
+}

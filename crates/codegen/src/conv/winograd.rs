@@ -1,0 +1,772 @@
+//! Winograd F(4x4, 3x3) convolution (Lavin & Gray 2016): 36 multiplications per 4x4 output
+//! tile and channel pair instead of direct convolution's 144.
+//!
+//! For a 3x3 kernel `g` and a 6x6 input patch `d` (stride 4 between patches), the 4x4 output
+//! is `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, summed over input channels. The weights' transform
+//! `U = G g Gᵀ` is done once per model ([`WinogradPlan::pack_weights`]); a kernel call runs,
+//! per block of [`BLOCK_TILES`] tiles (its work items):
+//! 1. the input transform of each tile, four channels (one `nChw4c` vector) at a time, into
+//!    `V[point][tile][channel]` in the thread's scratch; a tile that reaches outside the input
+//!    (padding, or the partial last tile of a row or column) is first copied into a zeroed
+//!    6x6 patch on the stack, so the transform itself never tests a bound;
+//! 2. 36 independent GEMMs, `M[point] = V[point] (tiles x ic) · U[point] (ic x oc)`, with the
+//!    direct kernels' register tile: 12 tiles x one output-channel vector, one broadcast load
+//!    per FMA (8 or 4 tiles for a last block with fewer tiles);
+//! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
+//!    clip, residual add) and stores each output pixel once; the partial last tile of a row
+//!    or column stores only its pixels inside the output.
+//!
+//! Tiles are numbered across images and tile rows, so a block can span rows and only the
+//! last block of a call is partial. Nothing depends on the spatial extents but the tile
+//! count: runtime extents (see [`crate::key::RuntimeDims`]) only make the tile arithmetic
+//! read the call's extents, and the scratch, of `36 x 12 x (ic + oc)` floats per thread,
+//! does not grow with the image.
+
+use std::fmt;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{InstBuilder, StackSlot, StackSlotData, StackSlotKind, Value, types};
+
+use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
+use crate::key::{ConvDesc, PostOpDesc};
+use crate::plan::LANES;
+
+/// Output pixels per tile side.
+pub const TILE: usize = 4;
+/// Input pixels per tile side: the output tile plus the kernel's reach.
+pub const PATCH: usize = TILE + 2;
+/// Points of the transformed tile: the number of GEMMs.
+pub const POINTS: usize = PATCH * PATCH;
+/// Tiles per block (a kernel's work item): the GEMM's register tile of 12 accumulators.
+pub const BLOCK_TILES: usize = 12;
+
+/// `G`, 6x3: the weights' transform `U = G g Gᵀ`.
+const G: [[f64; 3]; PATCH] = [
+    [1.0 / 4.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+    [0.0, 0.0, 1.0],
+];
+
+/// `Bᵀ`, 6x6: the input transform `V = Bᵀ d B`.
+#[cfg(test)]
+const BT: [[f64; PATCH]; PATCH] = [
+    [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+    [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+    [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+    [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+    [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+    [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+];
+
+/// `Aᵀ`, 4x6: the output transform `Y = Aᵀ M A`.
+#[cfg(test)]
+const AT: [[f64; PATCH]; TILE] = [
+    [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+    [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+    [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+    [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+];
+
+/// Buffer indices in the argument list.
+const SRC: usize = 0;
+const WEIGHTS: usize = 1;
+const DST: usize = 2;
+
+/// Bytes of one `nChw4c` pixel: a vector of four channels.
+const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
+
+/// Everything the Winograd lowering derives from a key.
+#[derive(Clone, Debug)]
+pub struct WinogradPlan {
+    pub desc: ConvDesc,
+}
+
+impl WinogradPlan {
+    pub fn new(d: &ConvDesc) -> Self {
+        WinogradPlan { desc: d.clone() }
+    }
+
+    /// Input channels rounded up to whole `nChw4c` blocks.
+    fn icp(&self) -> usize {
+        self.desc.ic.div_ceil(LANES) * LANES
+    }
+
+    /// Output channels rounded up to whole `nChw4c` blocks.
+    fn ocp(&self) -> usize {
+        self.desc.oc.div_ceil(LANES) * LANES
+    }
+
+    /// Tiles of the output: images, tile rows and tile columns (0 for a runtime extent).
+    pub fn tiles(&self) -> [usize; 3] {
+        let d = &self.desc;
+        [d.mb, d.oh().div_ceil(TILE), d.ow().div_ceil(TILE)]
+    }
+
+    /// Blocks of [`BLOCK_TILES`] tiles: the kernel's work items.
+    pub fn blocks(&self) -> usize {
+        self.tiles().iter().product::<usize>().div_ceil(BLOCK_TILES)
+    }
+
+    /// Floats of `V` (transformed input tiles) in the scratch: `36 x 12 x icp`.
+    fn v_len(&self) -> usize {
+        POINTS * BLOCK_TILES * self.icp()
+    }
+
+    /// Floats of scratch per thread: `V`, then `M` (the GEMMs' results), `36 x 12 x ocp`.
+    pub fn scratch_len(&self) -> usize {
+        self.v_len() + POINTS * BLOCK_TILES * self.ocp()
+    }
+
+    /// Floats of the packed weights: `U[point][ic][ocp]`, then the bias padded to `ocp`.
+    pub fn packed_weights_len(&self) -> usize {
+        self.bias_offset() + if self.desc.bias { self.ocp() } else { 0 }
+    }
+
+    fn bias_offset(&self) -> usize {
+        POINTS * self.desc.ic * self.ocp()
+    }
+
+    /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed as
+    /// `U[point][ic][oc]` with output channels padded to whole vectors by zeros (so the
+    /// padding lanes of the destination get zero plus their post-ops), followed by the bias.
+    pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        let d = &self.desc;
+        let (ic, oc, ocp) = (d.ic, d.oc, self.ocp());
+        assert_eq!(weights.len(), oc * ic * 9, "OIHW 3x3 weights");
+        let mut packed = vec![0.0f32; self.packed_weights_len()];
+        for o in 0..oc {
+            for c in 0..ic {
+                let g = &weights[(o * ic + c) * 9..][..9];
+                // G g: 6x3.
+                let mut gg = [[0.0f64; 3]; PATCH];
+                for (i, row) in gg.iter_mut().enumerate() {
+                    for (b, x) in row.iter_mut().enumerate() {
+                        *x = (0..3).map(|a| G[i][a] * f64::from(g[a * 3 + b])).sum();
+                    }
+                }
+                for i in 0..PATCH {
+                    for j in 0..PATCH {
+                        let u: f64 = (0..3).map(|b| gg[i][b] * G[j][b]).sum();
+                        packed[((i * PATCH + j) * ic + c) * ocp + o] = u as f32;
+                    }
+                }
+            }
+        }
+        if let Some(b) = bias {
+            assert_eq!(b.len(), oc, "one bias per output channel");
+            packed[self.bias_offset()..][..oc].copy_from_slice(b);
+        }
+        packed
+    }
+}
+
+impl fmt::Display for WinogradPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.desc;
+        let [n, th, tw] = self.tiles();
+        let extent = |runtime: bool, tiles: usize| {
+            if runtime {
+                "*".to_string()
+            } else {
+                tiles.to_string()
+            }
+        };
+        writeln!(
+            f,
+            "  winograd F(4x4, 3x3): 6x6 input tiles with stride 4, {n} x {} x {} tiles \
+             (images x rows x columns), in blocks of {BLOCK_TILES} tiles (the work items)",
+            extent(d.runtime.h, th),
+            extent(d.runtime.w, tw),
+        )?;
+        writeln!(
+            f,
+            "  per block: input transform into scratch, 36 GEMMs of {BLOCK_TILES} tiles x {} input \
+             x {} output channels (register tile: 12 tiles x 1 oc vector; 8 or 4 for a last \
+             partial block), output transform with bias and post-ops",
+            d.ic, d.oc,
+        )?;
+        writeln!(
+            f,
+            "  scratch: {} bytes per thread; transformed weights: {} bytes ({} x the direct \
+             kernel's 9 floats per channel pair)",
+            self.scratch_len() * 4,
+            self.packed_weights_len() * 4,
+            POINTS,
+        )
+    }
+}
+
+/// The 1-D input transform `Bᵀ x` of six vectors.
+fn input_1d(e: &mut Emit<'_>, x: [Value; PATCH]) -> [Value; PATCH] {
+    let [d0, d1, d2, d3, d4, d5] = x;
+    let (c4, c5, c2) = (e.splat_const(4.0), e.splat_const(-5.0), e.splat_const(2.0));
+    // r0 = 4 d0 - 5 d2 + d4
+    let t = e.fma(c5, d2, d4);
+    let r0 = e.fma(c4, d0, t);
+    // r1 = -4 (d1 + d2) + (d3 + d4); r2 = 4 (d1 - d2) + (d4 - d3)
+    let s12 = e.b.ins().fadd(d1, d2);
+    let s34 = e.b.ins().fadd(d3, d4);
+    let n12 = e.b.ins().fneg(s12);
+    let r1 = e.fma(c4, n12, s34);
+    let m12 = e.b.ins().fsub(d1, d2);
+    let m43 = e.b.ins().fsub(d4, d3);
+    let r2 = e.fma(c4, m12, m43);
+    // r3 = -2 (d1 - d3) + (d4 - d2); r4 = 2 (d1 - d3) + (d4 - d2)
+    let m13 = e.b.ins().fsub(d1, d3);
+    let m42 = e.b.ins().fsub(d4, d2);
+    let n13 = e.b.ins().fneg(m13);
+    let r3 = e.fma(c2, n13, m42);
+    let r4 = e.fma(c2, m13, m42);
+    // r5 = 4 d1 - 5 d3 + d5
+    let t = e.fma(c5, d3, d5);
+    let r5 = e.fma(c4, d1, t);
+    [r0, r1, r2, r3, r4, r5]
+}
+
+/// The 1-D output transform `Aᵀ m` of six vectors.
+fn output_1d(e: &mut Emit<'_>, m: [Value; PATCH]) -> [Value; TILE] {
+    let [m0, m1, m2, m3, m4, m5] = m;
+    let (c2, c4, c8) = (e.splat_const(2.0), e.splat_const(4.0), e.splat_const(8.0));
+    let a = e.b.ins().fadd(m1, m2);
+    let b = e.b.ins().fsub(m1, m2);
+    let c = e.b.ins().fadd(m3, m4);
+    let d = e.b.ins().fsub(m3, m4);
+    let o0 = e.b.ins().fadd(m0, a);
+    let o0 = e.b.ins().fadd(o0, c);
+    let o1 = e.fma(c2, d, b);
+    let o2 = e.fma(c4, c, a);
+    let o3 = e.fma(c8, d, b);
+    let o3 = e.b.ins().fadd(o3, m5);
+    [o0, o1, o2, o3]
+}
+
+/// A 16-byte aligned stack slot of `vectors` f32x4 vectors.
+fn vector_slot(e: &mut Emit<'_>, vectors: usize) -> StackSlot {
+    let bytes = u32::try_from(vectors as i64 * PIXEL_BYTES).expect("a small slot");
+    e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4))
+}
+
+/// The tile extents of a call: tile rows and columns of the output, and tiles per image.
+struct TileGrid {
+    tw: Scalar,
+    per_image: Scalar,
+}
+
+impl TileGrid {
+    /// Fresh loads of the call's output extents where they are runtime values: the grid is
+    /// recomputed where it is used rather than kept live across the loop nest.
+    fn new(e: &mut Emit<'_>, d: &ConvDesc) -> Self {
+        let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+        let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
+        let tiles = |e: &mut Emit<'_>, x: Scalar| match x {
+            Scalar::Const(c) => Scalar::Const((c as usize).div_ceil(TILE) as i64),
+            Scalar::Dyn(v) => {
+                let v = e.offset(v, TILE as i64 - 1);
+                Scalar::Dyn(e.b.ins().ushr_imm_s(v, 2))
+            }
+        };
+        let (th, tw) = (tiles(e, oh), tiles(e, ow));
+        let per_image = match (th, tw) {
+            (Scalar::Const(a), Scalar::Const(b)) => Scalar::Const(a * b),
+            _ => {
+                let (a, b) = (e.value(th), e.value(tw));
+                Scalar::Dyn(e.b.ins().imul(a, b))
+            }
+        };
+        TileGrid { tw, per_image }
+    }
+
+    /// `(image, tile row, tile column)` of tile number `l`.
+    fn coords(&self, e: &mut Emit<'_>, l: Value) -> (Value, Value, Value) {
+        let div = |e: &mut Emit<'_>, x: Value, by: Scalar| -> (Value, Value) {
+            let q = match by {
+                Scalar::Const(c) => e.udiv_const(x, c as u64),
+                Scalar::Dyn(v) => e.b.ins().udiv(x, v),
+            };
+            let qd = match by {
+                Scalar::Const(c) => e.b.ins().imul_imm_s(q, c),
+                Scalar::Dyn(v) => e.b.ins().imul(q, v),
+            };
+            (q, e.b.ins().isub(x, qd))
+        };
+        let (n, r) = div(e, l, self.per_image);
+        let (ty, tx) = div(e, r, self.tw);
+        (n, ty, tx)
+    }
+
+    /// Tiles of all `mb` images.
+    fn total(&self, e: &mut Emit<'_>, mb: usize) -> Scalar {
+        e.mul(self.per_image, mb as i64)
+    }
+}
+
+/// Byte strides of an `nChw4c` activation with `channels` channels and `h` x `w` pixels.
+struct Blocked {
+    image: Scalar,
+    block: Scalar,
+    row: Scalar,
+}
+
+impl Blocked {
+    fn new(e: &mut Emit<'_>, channels: usize, h: Scalar, w: Scalar) -> Self {
+        let s = e.act_strides(crate::key::Layout::Nchw4c, channels, h, w);
+        Blocked {
+            image: e.mul(s.image, F32_BYTES),
+            block: e.mul(s.block, F32_BYTES),
+            row: e.mul(s.row, F32_BYTES),
+        }
+    }
+}
+
+pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
+    let d = &plan.desc;
+    let scratch_index = DST + 1 + d.residuals();
+    let patch = vector_slot(e, POINTS);
+    let in_tmp = vector_slot(e, POINTS);
+    let out_tmp = vector_slot(e, TILE * PATCH);
+    let (begin, end) = (e.begin, e.end);
+    e.for_range(begin, end, &[], |e, block, _| {
+        let grid = TileGrid::new(e, d);
+        let total = grid.total(e, d.mb);
+        let total = e.value(total);
+        let first = e.b.ins().imul_imm_s(block, BLOCK_TILES as i64);
+        let left = e.b.ins().isub(total, first);
+        let full = e.iconst(BLOCK_TILES as i64);
+        let count = e.imin(left, full);
+        let zero = e.iconst(0);
+        e.for_range(zero, count, &[], |e, t, _| {
+            let l = e.b.ins().iadd(first, t);
+            input_tile(e, plan, l, t, scratch_index, patch, in_tmp);
+            Vec::new()
+        });
+        // The GEMMs run 12, 8 or 4 tiles: the smallest that covers the block's.
+        let groups = e.offset(count, -1);
+        let groups = e.b.ins().ushr_imm_s(groups, 2);
+        e.switch(groups, BLOCK_TILES / 4, |e, g| {
+            gemm(e, plan, (g + 1) * 4, scratch_index)
+        });
+        e.for_range(zero, count, &[], |e, t, _| {
+            let l = e.b.ins().iadd(first, t);
+            output_tile(e, plan, l, t, scratch_index, out_tmp);
+            Vec::new()
+        });
+        Vec::new()
+    });
+}
+
+/// The input transform of tile `l` (slot `t` of the block) for every channel block, into
+/// `V[point][t][channels]`.
+fn input_tile(
+    e: &mut Emit<'_>,
+    plan: &WinogradPlan,
+    l: Value,
+    t: Value,
+    scratch_index: usize,
+    patch: StackSlot,
+    tmp: StackSlot,
+) {
+    let d = &plan.desc;
+    let grid = TileGrid::new(e, d);
+    let (n, ty, tx) = grid.coords(e, l);
+    let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+    let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
+    let src_strides = Blocked::new(e, d.ic, ih, iw);
+    let (ih, iw) = (e.value(ih), e.value(iw));
+    // The patch's first input pixel, which may lie in the padding.
+    let y0 = e.b.ins().imul_imm_s(ty, TILE as i64);
+    let y0 = e.offset(y0, -(d.pads.top as i64));
+    let x0 = e.b.ins().imul_imm_s(tx, TILE as i64);
+    let x0 = e.offset(x0, -(d.pads.left as i64));
+    let inside = {
+        let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
+        let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
+        let y1 = e.offset(y0, PATCH as i64);
+        let x1 = e.offset(x0, PATCH as i64);
+        let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
+        let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
+        let a = e.b.ins().band(top, left);
+        let b = e.b.ins().band(bottom, right);
+        e.b.ins().band(a, b)
+    };
+    // The pixel (y0, x0) of channel block 0 of image n: an address only dereferenced at
+    // offsets that land inside the input (all of the patch for an inside tile, the clipped
+    // rows and columns for the others).
+    let src = e.buffer(SRC);
+    let src = e.scaled_by(src, n, src_strides.image, 1, 0);
+    let row_bytes = e.value(src_strides.row);
+    let y_bytes = e.b.ins().imul(y0, row_bytes);
+    let src = e.b.ins().iadd(src, y_bytes);
+    let src = e.scaled(src, x0, PIXEL_BYTES, 0);
+    let scratch = e.buffer(scratch_index);
+    let v = e.scaled(scratch, t, plan.icp() as i64 * F32_BYTES, 0);
+    let v_point = (BLOCK_TILES * plan.icp()) as i64 * F32_BYTES;
+    let blocks = d.ic.div_ceil(LANES);
+    let steps = [src_strides.block, Scalar::Const(PIXEL_BYTES)];
+    e.for_ptrs(Scalar::Const(blocks as i64), &[src, v], &steps, |e, p| {
+        let (src, v) = (p[0], p[1]);
+        let row_bytes = e.value(src_strides.row);
+        let vals = e.if_else_values(
+            inside,
+            |_| vec![src, row_bytes],
+            |e| {
+                fill_patch(e, src, row_bytes, patch, (y0, ih), (x0, iw));
+                let p = e.b.ins().stack_addr(types::I64, patch, 0);
+                let s = e.iconst(PATCH as i64 * PIXEL_BYTES);
+                vec![p, s]
+            },
+        );
+        transform_input(e, vals[0], vals[1], tmp, v, v_point);
+    });
+}
+
+/// Zeroes the patch and copies into it the pixels of the 6x6 window at `src` (row stride
+/// `row_bytes`) that lie inside the input: rows `y0 + r` in `0..ih`, columns `x0 + c` in
+/// `0..iw`.
+fn fill_patch(
+    e: &mut Emit<'_>,
+    src: Value,
+    row_bytes: Value,
+    patch: StackSlot,
+    (y0, ih): (Value, Value),
+    (x0, iw): (Value, Value),
+) {
+    // The patch's rows (columns) `lo..hi` that land in `0..extent`.
+    let clip = |e: &mut Emit<'_>, o: Value, extent: Value| -> (Value, Value) {
+        let zero = e.iconst(0);
+        let neg = e.b.ins().ineg(o);
+        let lo = e.imax(neg, zero);
+        let hi = e.b.ins().isub(extent, o);
+        let six = e.iconst(PATCH as i64);
+        (lo, e.imin(hi, six))
+    };
+    let base = e.b.ins().stack_addr(types::I64, patch, 0);
+    let zero = e.splat_const(0.0);
+    for i in 0..POINTS {
+        e.store_vec(zero, base, i as i64 * PIXEL_BYTES);
+    }
+    let (r0, r1) = clip(e, y0, ih);
+    let (c0, c1) = clip(e, x0, iw);
+    e.for_range(r0, r1, &[], |e, r, _| {
+        let row = e.b.ins().imul(r, row_bytes);
+        let src_row = e.b.ins().iadd(src, row);
+        let dst_row = e.scaled(base, r, PATCH as i64 * PIXEL_BYTES, 0);
+        e.for_range(c0, c1, &[], |e, c, _| {
+            let s = e.scaled(src_row, c, PIXEL_BYTES, 0);
+            let x = e.load_vec(s, 0);
+            let p = e.scaled(dst_row, c, PIXEL_BYTES, 0);
+            e.store_vec(x, p, 0);
+            Vec::new()
+        });
+        Vec::new()
+    });
+}
+
+/// `Bᵀ d B` of the 6x6 patch at `ptr` (rows `stride` bytes apart) into `V`: point `k` at
+/// `v + k * v_point`. Columns first through `tmp`, so that at most a dozen vectors are live.
+fn transform_input(
+    e: &mut Emit<'_>,
+    ptr: Value,
+    stride: Value,
+    tmp: StackSlot,
+    v: Value,
+    v_point: i64,
+) {
+    let mut rows = vec![ptr];
+    for _ in 1..PATCH {
+        let last = *rows.last().expect("a first row");
+        rows.push(e.b.ins().iadd(last, stride));
+    }
+    let t = e.b.ins().stack_addr(types::I64, tmp, 0);
+    for c in 0..PATCH {
+        let col: [Value; PATCH] =
+            std::array::from_fn(|r| e.load_vec(rows[r], c as i64 * PIXEL_BYTES));
+        let out = input_1d(e, col);
+        for (k, x) in out.into_iter().enumerate() {
+            e.store_vec(x, t, (k * PATCH + c) as i64 * PIXEL_BYTES);
+        }
+    }
+    for k in 0..PATCH {
+        let row: [Value; PATCH] =
+            std::array::from_fn(|c| e.load_vec(t, (k * PATCH + c) as i64 * PIXEL_BYTES));
+        let out = input_1d(e, row);
+        for (m, x) in out.into_iter().enumerate() {
+            e.store_vec(x, v, (k * PATCH + m) as i64 * v_point);
+        }
+    }
+}
+
+/// The 36 GEMMs of a block for its first `tiles` tiles: `M[point][tile][oc]` =
+/// `Σ_ic V[point][tile][ic] · U[point][ic][oc]`, one output-channel vector at a time with
+/// `tiles` accumulators.
+fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, scratch_index: usize) {
+    let d = &plan.desc;
+    let (icp, ocp) = (plan.icp() as i64, plan.ocp() as i64);
+    let f = F32_BYTES;
+    let scratch = e.buffer(scratch_index);
+    let weights = e.buffer(WEIGHTS);
+    let m = e.offset(scratch, plan.v_len() as i64 * f);
+    let v_point = BLOCK_TILES as i64 * icp * f;
+    let u_point = d.ic as i64 * ocp * f;
+    let m_point = BLOCK_TILES as i64 * ocp * f;
+    let (tile_v, tile_m) = (icp * f, ocp * f);
+    let u_row = ocp * f;
+    let (full_trips, rest) = (d.ic / LANES, d.ic % LANES);
+    e.for_count_ptrs(
+        POINTS,
+        &[scratch, weights, m],
+        &[v_point, u_point, m_point],
+        |e, p| {
+            let (v, u, m) = (p[0], p[1], p[2]);
+            e.for_count_ptrs(
+                ocp as usize / LANES,
+                &[u, m],
+                &[PIXEL_BYTES, PIXEL_BYTES],
+                |e, q| {
+                    let (u, m) = (q[0], q[1]);
+                    let zero = e.splat_const(0.0);
+                    let acc = vec![zero; tiles];
+                    // A channel: one weight vector, then a broadcast and an FMA per tile.
+                    let step = |e: &mut Emit<'_>, v: Value, u: Value, s: i64, acc: &mut [Value]| {
+                        let w = e.load_vec(u, s * u_row);
+                        for (tile, a) in acc.iter_mut().enumerate() {
+                            let x = e.splat_load(v, tile as i64 * tile_v + s * f);
+                            *a = e.fma(x, w, *a);
+                        }
+                    };
+                    let carried: Vec<Value> =
+                        [v, u].into_iter().chain(acc.iter().copied()).collect();
+                    let after = e.for_count(full_trips, &carried, |e, _, state| {
+                        let (v, u) = (state[0], state[1]);
+                        let mut acc = state[2..].to_vec();
+                        for s in 0..LANES as i64 {
+                            step(e, v, u, s, &mut acc);
+                        }
+                        let v = e.offset(v, LANES as i64 * f);
+                        let u = e.offset(u, LANES as i64 * u_row);
+                        [v, u].into_iter().chain(acc).collect()
+                    });
+                    let (v_rest, u_rest) = (after[0], after[1]);
+                    let mut acc = after[2..].to_vec();
+                    for s in 0..rest as i64 {
+                        step(e, v_rest, u_rest, s, &mut acc);
+                    }
+                    for (tile, a) in acc.into_iter().enumerate() {
+                        e.store_vec(a, m, tile as i64 * tile_m);
+                    }
+                },
+            );
+        },
+    );
+}
+
+/// The output transform of tile `l` (slot `t` of the block): `Aᵀ M A` per output-channel
+/// block, plus the bias and the post-ops, stored once per pixel inside the output.
+fn output_tile(
+    e: &mut Emit<'_>,
+    plan: &WinogradPlan,
+    l: Value,
+    t: Value,
+    scratch_index: usize,
+    tmp: StackSlot,
+) {
+    let d = &plan.desc;
+    let f = F32_BYTES;
+    let ocp = plan.ocp() as i64;
+    let grid = TileGrid::new(e, d);
+    let (n, ty, tx) = grid.coords(e, l);
+    let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+    let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
+    let strides = Blocked::new(e, d.oc, oh, ow);
+    let (oh, ow) = (e.value(oh), e.value(ow));
+    let oy0 = e.b.ins().imul_imm_s(ty, TILE as i64);
+    let ox0 = e.b.ins().imul_imm_s(tx, TILE as i64);
+    // Pixels of the tile inside the output.
+    let four = e.iconst(TILE as i64);
+    let rows_left = e.b.ins().isub(oh, oy0);
+    let rows = e.imin(rows_left, four);
+    let cols_left = e.b.ins().isub(ow, ox0);
+    let cols = e.imin(cols_left, four);
+    let full = {
+        let a = e.b.ins().icmp_imm_s(IntCC::Equal, rows, TILE as i64);
+        let b = e.b.ins().icmp_imm_s(IntCC::Equal, cols, TILE as i64);
+        e.b.ins().band(a, b)
+    };
+    // The tile's first pixel in channel block 0 of the destination and of each residual.
+    let tile_base = |e: &mut Emit<'_>, buffer: usize| {
+        let p = e.buffer(buffer);
+        let p = e.scaled_by(p, n, strides.image, 1, 0);
+        let row_bytes = e.value(strides.row);
+        let y = e.b.ins().imul(oy0, row_bytes);
+        let p = e.b.ins().iadd(p, y);
+        e.scaled(p, ox0, PIXEL_BYTES, 0)
+    };
+    let mut ptrs = vec![tile_base(e, DST)];
+    for r in 0..d.residuals() {
+        ptrs.push(tile_base(e, DST + 1 + r));
+    }
+    let scratch = e.buffer(scratch_index);
+    let m = e.offset(scratch, plan.v_len() as i64 * f);
+    ptrs.push(e.scaled(m, t, ocp * f, 0));
+    let bias = if d.bias {
+        let w = e.buffer(WEIGHTS);
+        Some(e.offset(w, plan.bias_offset() as i64 * f))
+    } else {
+        None
+    };
+    ptrs.extend(bias);
+    let mut steps = vec![strides.block; 1 + d.residuals()];
+    steps.push(Scalar::Const(PIXEL_BYTES));
+    if bias.is_some() {
+        steps.push(Scalar::Const(PIXEL_BYTES));
+    }
+    let m_point = BLOCK_TILES as i64 * ocp * f;
+    let blocks = d.oc.div_ceil(LANES);
+    e.for_ptrs(Scalar::Const(blocks as i64), &ptrs, &steps, |e, p| {
+        let dst = p[0];
+        let residuals = &p[1..1 + d.residuals()];
+        let m = p[1 + d.residuals()];
+        let bias = bias.map(|_| p[2 + d.residuals()]);
+        let tmp_addr = e.b.ins().stack_addr(types::I64, tmp, 0);
+        for j in 0..PATCH {
+            let col: [Value; PATCH] =
+                std::array::from_fn(|i| e.load_vec(m, (i * PATCH + j) as i64 * m_point));
+            let out = output_1d(e, col);
+            for (k, x) in out.into_iter().enumerate() {
+                e.store_vec(x, tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES);
+            }
+        }
+        let bias = bias.map(|b| e.load_vec(b, 0));
+        let row_bytes = e.value(strides.row);
+        let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
+            let tmp_addr = e.b.ins().stack_addr(types::I64, tmp, 0);
+            for k in 0..TILE {
+                let row: [Value; PATCH] = std::array::from_fn(|j| {
+                    e.load_vec(tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES)
+                });
+                let y = output_1d(e, row);
+                let k_off = e.b.ins().imul_imm_s(row_bytes, k as i64);
+                for (mcol, x) in y.into_iter().enumerate() {
+                    let px = mcol as i64 * PIXEL_BYTES;
+                    let pixel = |e: &mut Emit<'_>| {
+                        let x = match bias {
+                            Some(b) => e.b.ins().fadd(x, b),
+                            None => x,
+                        };
+                        let x = post_ops(e, d, x, residuals, k_off, px);
+                        let at = e.b.ins().iadd(dst, k_off);
+                        e.store_vec(x, at, px);
+                    };
+                    match guard {
+                        None => pixel(e),
+                        Some((rows, cols)) => {
+                            let r =
+                                e.b.ins()
+                                    .icmp_imm_s(IntCC::SignedGreaterThan, rows, k as i64);
+                            let c =
+                                e.b.ins()
+                                    .icmp_imm_s(IntCC::SignedGreaterThan, cols, mcol as i64);
+                            let both = e.b.ins().band(r, c);
+                            e.if_else(both, pixel, |_| {});
+                        }
+                    }
+                }
+            }
+        };
+        e.if_else(
+            full,
+            |e| store_rows(e, None),
+            |e| store_rows(e, Some((rows, cols))),
+        );
+    });
+}
+
+/// The key's post-ops on one output vector; residual `i` is read at `residuals[i] + row +
+/// px`, the pixel's own place, right before the pixel is stored.
+fn post_ops(
+    e: &mut Emit<'_>,
+    d: &ConvDesc,
+    mut x: Value,
+    residuals: &[Value],
+    row: Value,
+    px: i64,
+) -> Value {
+    let mut residual = 0;
+    for post in &d.post_ops {
+        x = match post {
+            PostOpDesc::Relu => {
+                let zero = e.splat_const(0.0);
+                e.pmax(x, zero)
+            }
+            PostOpDesc::Clip { lo, hi } => {
+                let lo = e.splat_const(*lo);
+                let hi = e.splat_const(*hi);
+                let x = e.pmax(x, lo);
+                e.pmin(x, hi)
+            }
+            PostOpDesc::Add => {
+                let at = e.b.ins().iadd(residuals[residual], row);
+                residual += 1;
+                let y = e.load_vec(at, px);
+                e.b.ins().fadd(x, y)
+            }
+        };
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` is the 4x4 correlation of a 6x6 patch with a 3x3 kernel,
+    /// to f64 rounding: the matrices here and the 1-D transforms the kernels emit agree.
+    #[test]
+    fn the_transforms_compute_a_correlation() {
+        let mut seed = 1u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as f64 / (1u64 << 31) as f64) - 0.5
+        };
+        for _ in 0..20 {
+            let dpatch: Vec<f64> = (0..36).map(|_| next()).collect();
+            let g: Vec<f32> = (0..9).map(|_| next() as f32).collect();
+            let mut d = ConvDesc::new(1, 1, [3, 3], 1, [3, 3]);
+            d.algo = crate::key::ConvAlgo::WinogradF4x3;
+            let u = WinogradPlan::new(&d).pack_weights(&g, None);
+            // V = Bᵀ d B
+            let mut v = [[0.0f64; 6]; 6];
+            for i in 0..6 {
+                for j in 0..6 {
+                    v[i][j] = (0..6)
+                        .flat_map(|a| (0..6).map(move |b| (a, b)))
+                        .map(|(a, b)| BT[i][a] * dpatch[a * 6 + b] * BT[j][b])
+                        .sum();
+                }
+            }
+            for y in 0..4 {
+                for x in 0..4 {
+                    let wino: f64 = (0..6)
+                        .flat_map(|a| (0..6).map(move |b| (a, b)))
+                        .map(|(a, b)| {
+                            let ocp = 4;
+                            AT[y][a] * f64::from(u[(a * 6 + b) * ocp]) * v[a][b] * AT[x][b]
+                        })
+                        .sum();
+                    let direct: f64 = (0..3)
+                        .flat_map(|a| (0..3).map(move |b| (a, b)))
+                        .map(|(a, b)| dpatch[(y + a) * 6 + x + b] * f64::from(g[a * 3 + b]))
+                        .sum();
+                    assert!(
+                        (wino - direct).abs() < 1e-6,
+                        "({y}, {x}): {wino} vs {direct}"
+                    );
+                }
+            }
+        }
+    }
+}
