@@ -36,6 +36,17 @@
 //!   error is therefore below `(2 K + 2) u m (1 + small)`, and we allow
 //!   `|jit - ref| <= (K + 4) * 2^-23 * m + 1e-30` per element: the bound with a little slack.
 //!   The `1e-30` absolute term only matters where `m` is 0 (every tap in padding, no bias).
+//! * Winograd F(4x4, 3x3) convolution computes `Aᵀ [Σ_ic U ⊙ V] A + bias` with `U = G g Gᵀ`
+//!   (in f64, rounded once) and `V = Bᵀ d B` in f32 (two passes of 1-D transforms whose
+//!   outputs take at most two roundings each), a GEMM over `ic` channels, and two passes of
+//!   the output transform (at most three roundings each). By the same analysis as above,
+//!   every rounding is bounded by `u` times the value it rounds, and every value is bounded
+//!   by the same computation done with the absolute values of every matrix, weight and input:
+//!   `m_w = |Aᵀ| [Σ_ic (|G| |g| |Gᵀ|) ⊙ (|Bᵀ| |d| |B|)] |A|` plus the bias, residual and clip
+//!   terms. With the chain length `K_w = 4 + 1 + ic + 6 + 1 (bias) + adds`, we allow
+//!   `(K_w + 4) * 2^-23 * m_w + 1e-30`. `m_w` is larger than the direct `m` (the transforms'
+//!   coefficients reach 5 and 8): that is Winograd's larger f32 error, stated per element
+//!   rather than by loosening the direct kernels' tolerance.
 //! * Average pooling: the kernel sums the `n <= kh * kw` valid taps in f32 (`(n - 1)` roundings
 //!   of partial sums bounded by `sum |x|`) and multiplies by `1 / count` rounded to f32 (two
 //!   more roundings): with `m = pool2d(|x|)` (the same average of magnitudes) the error is
@@ -497,11 +508,153 @@ impl ConvProblem {
         icg * kh * kw + usize::from(self.desc.bias) + self.desc.residuals()
     }
 
+    /// The magnitude `m` of the Winograd tolerance: the whole computation
+    /// `Aᵀ [Σ_ic (G g Gᵀ) ⊙ (Bᵀ d B)] A` redone with the absolute value of every matrix,
+    /// weight and input, plus the bias, residual and clip terms of [`Self::magnitude`] (see
+    /// "Winograd" in the module documentation).
+    fn winograd_magnitude(&self) -> Tensor {
+        const G: [[f64; 3]; 6] = [
+            [0.25, 0.0, 0.0],
+            [1.0 / 6.0, 1.0 / 6.0, 1.0 / 6.0],
+            [1.0 / 6.0, 1.0 / 6.0, 1.0 / 6.0],
+            [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+            [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+            [0.0, 0.0, 1.0],
+        ];
+        const BT: [[f64; 6]; 6] = [
+            [4.0, 0.0, 5.0, 0.0, 1.0, 0.0],
+            [0.0, 4.0, 4.0, 1.0, 1.0, 0.0],
+            [0.0, 4.0, 4.0, 1.0, 1.0, 0.0],
+            [0.0, 2.0, 1.0, 2.0, 1.0, 0.0],
+            [0.0, 2.0, 1.0, 2.0, 1.0, 0.0],
+            [0.0, 4.0, 0.0, 5.0, 0.0, 1.0],
+        ];
+        const AT: [[f64; 6]; 4] = [
+            [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+            [0.0, 1.0, 1.0, 2.0, 2.0, 0.0],
+            [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+            [0.0, 1.0, 1.0, 8.0, 8.0, 1.0],
+        ];
+        // `l · x · rᵀ` of small matrices, with l: a x p, x: p x q, r: b x q.
+        fn sandwich<const A: usize, const P: usize, const Q: usize, const B: usize>(
+            l: &[[f64; P]; A],
+            x: &[[f64; Q]; P],
+            r: &[[f64; Q]; B],
+        ) -> [[f64; B]; A] {
+            let mut out = [[0.0; B]; A];
+            for (i, row) in out.iter_mut().enumerate() {
+                for (j, o) in row.iter_mut().enumerate() {
+                    for p in 0..P {
+                        for q in 0..Q {
+                            *o += l[i][p] * x[p][q] * r[j][q];
+                        }
+                    }
+                }
+            }
+            out
+        }
+        let d = &self.desc;
+        let data = self.data();
+        let (oh, ow) = (d.oh(), d.ow());
+        let u: Vec<[[f64; 6]; 6]> = (0..d.oc * d.ic)
+            .map(|k| {
+                let g: [[f64; 3]; 3] = std::array::from_fn(|a| {
+                    std::array::from_fn(|b| f64::from(data.w.data[k * 9 + a * 3 + b].abs()))
+                });
+                sandwich(&G, &g, &G)
+            })
+            .collect();
+        let mut m = vec![0.0f64; d.mb * d.oc * oh * ow];
+        for n in 0..d.mb {
+            for ty in 0..oh.div_ceil(4) {
+                for tx in 0..ow.div_ceil(4) {
+                    let v: Vec<[[f64; 6]; 6]> = (0..d.ic)
+                        .map(|c| {
+                            let patch: [[f64; 6]; 6] = std::array::from_fn(|a| {
+                                std::array::from_fn(|b| {
+                                    let y = (ty * 4 + a) as isize - d.pads.top as isize;
+                                    let x = (tx * 4 + b) as isize - d.pads.left as isize;
+                                    if (0..d.ih as isize).contains(&y)
+                                        && (0..d.iw as isize).contains(&x)
+                                    {
+                                        let i = ((n * d.ic + c) * d.ih + y as usize) * d.iw
+                                            + x as usize;
+                                        f64::from(data.x.data[i].abs())
+                                    } else {
+                                        0.0
+                                    }
+                                })
+                            });
+                            sandwich(&BT, &patch, &BT)
+                        })
+                        .collect();
+                    for o in 0..d.oc {
+                        let mut prod = [[0.0f64; 6]; 6];
+                        for (c, v) in v.iter().enumerate() {
+                            let u = &u[o * d.ic + c];
+                            for a in 0..6 {
+                                for b in 0..6 {
+                                    prod[a][b] += u[a][b] * v[a][b];
+                                }
+                            }
+                        }
+                        let y = sandwich(&AT, &prod, &AT);
+                        for (i, row) in y.iter().enumerate() {
+                            for (j, val) in row.iter().enumerate() {
+                                let (py, px) = (ty * 4 + i, tx * 4 + j);
+                                if py < oh && px < ow {
+                                    m[((n * d.oc + o) * oh + py) * ow + px] = *val;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Bias, residuals and clips as in the direct magnitude: take those from it with the
+        // products removed (the conv of |x| with zero weights).
+        let zero_w = Tensor {
+            shape: data.w.shape.clone(),
+            data: vec![0.0; data.w.data.len()],
+        };
+        let abs_res: Vec<Tensor> = data.residuals.iter().map(abs).collect();
+        let posts: Vec<Post<'_>> = abs_res.iter().map(Post::Add).collect();
+        let rest = primjit_reference::conv2d(
+            &abs(&data.x),
+            &zero_w,
+            data.b.as_ref().map(abs).as_ref(),
+            &self.attrs(),
+            &posts,
+        );
+        let clip = d
+            .post_ops
+            .iter()
+            .map(|p| match *p {
+                PostOpDesc::Clip { lo, hi } => lo.abs().max(hi.abs()),
+                _ => 0.0,
+            })
+            .fold(0.0f32, f32::max);
+        Tensor {
+            shape: rest.shape.clone(),
+            data: m
+                .iter()
+                .zip(&rest.data)
+                .map(|(m, r)| (m + f64::from(*r) + f64::from(clip)) as f32)
+                .collect(),
+        }
+    }
+
+    /// The longest chain of roundings of a Winograd output (see the module documentation):
+    /// the input transform (2 per pass, 2 passes), the weights' transform (1), the GEMM
+    /// (`ic`), the output transform (3 per pass), the bias and each residual add.
+    fn winograd_depth(&self) -> usize {
+        4 + 1 + self.desc.ic + 6 + usize::from(self.desc.bias) + self.desc.residuals()
+    }
+
     fn buffers(&self) -> Buffers {
         let d = &self.desc;
         let data = self.data();
-        let packed =
-            ConvPlan::new(d).pack_weights(&data.w.data, data.b.as_ref().map(|b| &b.data[..]));
+        let packed = d.pack_weights(&data.w.data, data.b.as_ref().map(|b| &b.data[..]));
         Buffers {
             src: guarded(&to_layout(&data.x, d.src_layout)),
             weights: Some(guarded(&packed)),
@@ -535,8 +688,12 @@ impl ConvProblem {
         }
         .run_all(p)?;
         let want = self.reference();
-        let m = self.magnitude();
-        let k = self.reduction_len() as f64;
+        // Winograd rounds along other paths, with other magnitudes: its own bound.
+        let (m, k) = match self.desc.algo {
+            ConvAlgo::Direct => (self.magnitude(), self.reduction_len()),
+            ConvAlgo::WinogradF4x3 => (self.winograd_magnitude(), self.winograd_depth()),
+        };
+        let k = k as f64;
         let tol = |i: usize| (k + 4.0) * EPS * m.data[i] as f64 + 1e-30;
         compare(
             &self.key(),
@@ -660,6 +817,211 @@ proptest! {
         let oh = p.desc.oh();
         let (a, b) = (a.index(oh + 1), b.index(oh + 1));
         p.check_rows(a.min(b)..a.max(b))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Winograd F(4x4, 3x3).
+// ---------------------------------------------------------------------------------------------
+
+/// Winograd problems: 3x3 kernels with unit strides, `nChw4c`, channels that are not whole
+/// blocks, extents from 1 (one pixel, with padding 1) to 4 tile rows with every remainder,
+/// widths sometimes past a block of 12 tiles, pads 0 to 2 on each side, every post-op.
+fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
+    (
+        1..=2usize,
+        (channels(), channels()),
+        (
+            prop_oneof![1 => Just(1usize), 3 => 1..=17usize],
+            conv_width(),
+        ),
+        prop_oneof![
+            1 => Just(Pads::default()),
+            2 => Just(same_pads(1)),
+            2 => (0..=2usize, 0..=2usize, 0..=2usize, 0..=2usize).prop_map(
+                |(top, left, bottom, right)| Pads { top, left, bottom, right }
+            ),
+        ],
+        (
+            any::<bool>(),
+            prop::collection::vec(post_op(), 0..=3),
+            any::<u64>(),
+        ),
+    )
+        .prop_map(|(mb, (ic, oc), (ih, iw), pads, (bias, post_ops, seed))| {
+            let mut desc = ConvDesc::new(mb, ic, [ih, iw], oc, [3, 3]);
+            desc.pads = pads;
+            desc.bias = bias;
+            desc.post_ops = post_ops;
+            desc.src_layout = Layout::Nchw4c;
+            desc.dst_layout = Layout::Nchw4c;
+            desc.algo = ConvAlgo::WinogradF4x3;
+            ConvProblem { desc, seed }
+        })
+        .prop_filter("valid winograd key", |p| p.key().validate().is_ok())
+}
+
+impl ConvProblem {
+    /// Blocks `[a, b)` of a Winograd kernel alone write exactly the pixels of their tiles
+    /// (tile `l` of block `l / 12`, tiles numbered by image, tile row and tile column),
+    /// bit-identical to the full run.
+    fn check_blocks(
+        &self,
+        p: &Primitive,
+        bufs: &Buffers,
+        blocks: Range<usize>,
+    ) -> Result<(), TestCaseError> {
+        let full = bufs.execute(p, None)?;
+        let part = bufs.execute_rows(p, blocks.clone())?;
+        let [_, c, h, w] = self.desc.dst_shape();
+        let tw = w.div_ceil(4);
+        for (i, (&got, &f)) in part.iter().zip(&full).enumerate() {
+            let (n, y, x) = (i / (4 * w * h * c.div_ceil(4)), i / (4 * w) % h, i / 4 % w);
+            let tile = (n * h.div_ceil(4) + y / 4) * tw + x / 4;
+            let expected = if blocks.contains(&(tile / 12)) {
+                f.to_bits()
+            } else {
+                SENTINEL
+            };
+            prop_assert!(
+                got.to_bits() == expected,
+                "{}, blocks {blocks:?}: element {i} (tile {tile}) is {got:?}, expected {:?}",
+                self.key(),
+                f32::from_bits(expected)
+            );
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(config(96))]
+
+    /// Against the reference within the Winograd bound, bit-identical on 1, 2 and 3 threads,
+    /// and a partial range of blocks writes exactly its tiles.
+    #[test]
+    fn winograd_matches_reference(
+        p in winograd_problem(),
+        blocks in (any::<Index>(), any::<Index>()),
+    ) {
+        p.check()?;
+        let prim = compile(&p.key())?;
+        let n = p.key().work_items();
+        let (a, b) = (blocks.0.index(n + 1), blocks.1.index(n + 1));
+        p.check_blocks(&prim, &p.buffers(), a.min(b)..a.max(b))?;
+    }
+
+    /// One runtime-extent Winograd kernel at the problem's extents and at two more, on
+    /// guard-page buffers: bit-identical to the exact kernel there (the two compute every tile
+    /// alike; only the tile arithmetic reads the call's extents), or a typed error where the
+    /// extents give no output.
+    #[test]
+    fn winograd_runtime_extents_match_exact(
+        p in winograd_problem(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=30usize, 1..=30usize), 2),
+        blocks in (any::<Index>(), any::<Index>()),
+    ) {
+        let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
+        for &(h, w) in std::iter::once(&(p.desc.ih, p.desc.iw)).chain(&more) {
+            let mut q = p.clone();
+            if rt.h {
+                q.desc.ih = h;
+            }
+            if rt.w {
+                q.desc.iw = w;
+            }
+            let extents = [q.desc.ih, q.desc.iw];
+            if q.key().validate().is_err() {
+                check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
+                continue;
+            }
+            let bufs = Buffers { extents: Some(extents), ..q.buffers() };
+            let exact = compile(&q.key())?;
+            let want = bufs.run_all(&exact)?;
+            let got = bufs.run_all(&generic)?;
+            assert_bit_identical(&want, &got, &format!("{} at {}", generic.key(), exact.key()))?;
+            let n = q.key().work_items();
+            let (a, b) = (blocks.0.index(n + 1), blocks.1.index(n + 1));
+            q.check_blocks(&generic, &bufs, a.min(b)..a.max(b))?;
+            q.check()?;
+        }
+    }
+}
+
+/// The trunk's 3x3 layers at small widths, each post-op combination they use.
+#[test]
+fn winograd_resnet_blocks() {
+    for (c, hw, posts) in [
+        (64, [20, 23], vec![PostOpDesc::Relu]),
+        (64, [9, 13], vec![PostOpDesc::Add, PostOpDesc::Relu]),
+        (128, [10, 7], vec![PostOpDesc::Relu]),
+        (256, [5, 6], vec![PostOpDesc::Add, PostOpDesc::Relu]),
+    ] {
+        let mut desc = ConvDesc::new(1, c, hw, c, [3, 3]);
+        desc.pads = same_pads(1);
+        desc.bias = true;
+        desc.post_ops = posts;
+        desc.src_layout = Layout::Nchw4c;
+        desc.dst_layout = Layout::Nchw4c;
+        desc.algo = ConvAlgo::WinogradF4x3;
+        ConvProblem { desc, seed: 7 }
+            .check()
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Keys Winograd cannot compute are typed errors that say why.
+#[test]
+fn winograd_rejects_what_it_cannot_compute() {
+    let base = {
+        let mut d = ConvDesc::new(1, 8, [8, 8], 8, [3, 3]);
+        d.src_layout = Layout::Nchw4c;
+        d.dst_layout = Layout::Nchw4c;
+        d.algo = ConvAlgo::WinogradF4x3;
+        d
+    };
+    let cases: Vec<(ConvDesc, &str)> = vec![
+        (
+            ConvDesc {
+                kh: 5,
+                kw: 5,
+                ..base.clone()
+            },
+            "3x3 kernel",
+        ),
+        (
+            ConvDesc {
+                strides: [2, 2],
+                ..base.clone()
+            },
+            "unit strides",
+        ),
+        (
+            ConvDesc {
+                dilations: [2, 1],
+                ..base.clone()
+            },
+            "unit strides and dilations",
+        ),
+        (
+            ConvDesc {
+                groups: 2,
+                ..base.clone()
+            },
+            "groups",
+        ),
+        (
+            ConvDesc {
+                src_layout: Layout::Nchw,
+                ..base.clone()
+            },
+            "nChw4c",
+        ),
+    ];
+    for (desc, why) in cases {
+        let err = PrimitiveKey::Conv(desc).validate().expect_err("rejected");
+        assert!(err.reason.contains(why), "{}: {}", err.key, err.reason);
     }
 }
 
