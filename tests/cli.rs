@@ -992,7 +992,14 @@ fn node_lines(out: &str) -> Vec<&str> {
 #[test]
 fn dump_plan_shows_tiles_and_border_runs_of_every_node() {
     let out = success(&primjit(&[
-        "dump", TRUNK, "--stage", "plan", "--dims", "W=37",
+        "dump",
+        TRUNK,
+        "--stage",
+        "plan",
+        "--dims",
+        "W=37",
+        "--conv-algo",
+        "direct",
     ]));
     let nodes = node_lines(&out);
     // After folding and fusion: 29 convolutions, the max pool fused into the first.
@@ -1015,7 +1022,16 @@ fn dump_plan_shows_tiles_and_border_runs_of_every_node() {
     // --node restricts the dump to that node; a leading `%` is accepted.
     for node in ["layer1.0.conv1", "%layer1.0.conv1"] {
         let one = success(&primjit(&[
-            "dump", TRUNK, "--stage", "plan", "--dims", "W=37", "--node", node,
+            "dump",
+            TRUNK,
+            "--stage",
+            "plan",
+            "--dims",
+            "W=37",
+            "--node",
+            node,
+            "--conv-algo",
+            "direct",
         ]));
         let nodes = node_lines(&one);
         assert_eq!(nodes.len(), 1, "{one}");
@@ -1099,7 +1115,16 @@ fn dump_memory_lists_every_primitive_and_totals() {
         assert_eq!(total, mapped + heap, "{row}");
         assert!(f[5].ends_with("ms"), "{row}");
     }
-    let totals = out.lines().last().unwrap();
+    let mut tail = out.lines().rev();
+    let weights = tail.next().unwrap();
+    let totals = tail.next().unwrap();
+    // auto: Winograd for the 3x3 stride-1 layers, direct for conv1 and the strided ones.
+    assert!(
+        weights.starts_with("# weights (auto convolutions): ")
+            && weights.contains("bytes packed for direct kernels")
+            && weights.ends_with("bytes winograd-transformed"),
+        "{weights}"
+    );
     assert!(totals.starts_with("# 29 nodes, "), "{totals}");
     assert!(totals.contains("distinct primitives"), "{totals}");
     let distinct: usize = totals
@@ -1120,11 +1145,150 @@ fn dump_memory_lists_every_primitive_and_totals() {
     assert!(rows[0].starts_with("%conv1 "), "{one}");
     assert!(
         one.lines()
-            .last()
+            .rev()
+            .nth(1)
             .unwrap()
             .starts_with("# 1 nodes, 1 distinct primitives"),
         "{one}"
     );
+}
+
+/// The algorithm is part of the key, `dump --stage plan` says which and why, and the weights
+/// line counts Winograd's transformed weights: 36 floats per channel pair.
+#[test]
+fn dump_shows_the_convolution_algorithm_and_why() {
+    let plan = |algo: &str| {
+        success(&primjit(&[
+            "dump",
+            TRUNK,
+            "--stage",
+            "plan",
+            "--dims",
+            "W=37",
+            "--node",
+            "layer1.0.conv2",
+            "--conv-algo",
+            algo,
+        ]))
+    };
+    let wino = plan("winograd");
+    assert!(
+        wino.lines().next().unwrap().contains(" alg:wino_f4x3 "),
+        "{wino}"
+    );
+    assert!(
+        wino.contains("algorithm: wino_f4x3 (--conv-algo winograd, and it applies)"),
+        "{wino}"
+    );
+    assert!(
+        wino.contains("6x6 input tiles with stride 4, 1 x 20 x 3 tiles"),
+        "{wino}"
+    );
+    let direct = plan("direct");
+    assert!(!direct.contains("alg:"), "{direct}");
+    assert!(
+        direct.contains("algorithm: direct (--conv-algo direct)"),
+        "{direct}"
+    );
+    let auto = plan("auto");
+    assert!(
+        auto.contains("algorithm: wino_f4x3 (auto: winograd applies"),
+        "{auto}"
+    );
+    // conv1 (7x7, stride 2) cannot take Winograd, whatever the choice.
+    let stem = success(&primjit(&[
+        "dump",
+        TRUNK,
+        "--stage",
+        "plan",
+        "--dims",
+        "W=37",
+        "--node",
+        "conv1",
+        "--conv-algo",
+        "winograd",
+    ]));
+    assert!(
+        stem.contains("algorithm: direct (winograd F(4x4, 3x3) needs a 3x3 kernel)"),
+        "{stem}"
+    );
+
+    let weights = |algo: &str| -> (u64, u64) {
+        let out = success(&primjit(&[
+            "dump",
+            TRUNK,
+            "--stage",
+            "memory",
+            "--dims",
+            "W=37",
+            "--node",
+            "layer1.0.conv2",
+            "--conv-algo",
+            algo,
+        ]));
+        let line = out.lines().last().unwrap();
+        let numbers: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        (numbers[0], numbers[1])
+    };
+    // 64 x 64 channel pairs and a bias of 64: 9 floats a pair direct, 36 Winograd.
+    assert_eq!(weights("direct"), ((64 * 64 * 9 + 64) * 4, 0));
+    assert_eq!(weights("winograd"), (0, (64 * 64 * 36 + 64) * 4));
+}
+
+/// `--conv-algo` and `PRIMJIT_CONV_ALGO` are parsed strictly; the flag wins.
+#[test]
+fn conv_algo_is_parsed_strictly() {
+    failure(
+        &primjit(&[
+            "dump",
+            TRUNK,
+            "--stage",
+            "plan",
+            "--dims",
+            "W=37",
+            "--conv-algo",
+            "fast",
+        ]),
+        2,
+        &["unknown convolution algorithm `fast`: expected direct, winograd or auto"],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_primjit"))
+        .args([
+            "dump",
+            TRUNK,
+            "--stage",
+            "plan",
+            "--dims",
+            "W=37",
+            "--node",
+            "layer1.0.conv2",
+        ])
+        .env("PRIMJIT_CONV_ALGO", "wino")
+        .output()
+        .unwrap();
+    failure(
+        &out,
+        1,
+        &["PRIMJIT_CONV_ALGO=wino: expected direct, winograd or auto"],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_primjit"))
+        .args([
+            "dump",
+            TRUNK,
+            "--stage",
+            "plan",
+            "--dims",
+            "W=37",
+            "--node",
+            "layer1.0.conv2",
+        ])
+        .env("PRIMJIT_CONV_ALGO", "direct")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("algorithm: direct"));
 }
 
 #[test]

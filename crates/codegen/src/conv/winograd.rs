@@ -70,6 +70,12 @@ const AT: [[f64; PATCH]; TILE] = [
     [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
 ];
 
+/// Input channels per trip of a GEMM's reduction loop. Every FMA leaves its sum in its
+/// broadcast's register, so the 12 accumulators move by one register per channel; regalloc2
+/// spilled accumulators inside the loop with 4 and 8 channels per trip (16 and 8 stack
+/// accesses per trip) and with 12 needs neither spills nor moves (`dump --stage asm`).
+const GEMM_UNROLL: usize = 12;
+
 /// Buffer indices in the argument list.
 const SRC: usize = 0;
 const WEIGHTS: usize = 1;
@@ -513,7 +519,11 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, scratch_index: usiz
     let m_point = BLOCK_TILES as i64 * ocp * f;
     let (tile_v, tile_m) = (icp * f, ocp * f);
     let u_row = ocp * f;
-    let (full_trips, rest) = (d.ic / LANES, d.ic % LANES);
+    let unroll: usize = std::env::var("PJ_UNROLL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(LANES);
+    let (full_trips, rest) = (d.ic / unroll, d.ic % unroll);
     e.for_count_ptrs(
         POINTS,
         &[scratch, weights, m],
@@ -541,11 +551,11 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, scratch_index: usiz
                     let after = e.for_count(full_trips, &carried, |e, _, state| {
                         let (v, u) = (state[0], state[1]);
                         let mut acc = state[2..].to_vec();
-                        for s in 0..LANES as i64 {
+                        for s in 0..unroll as i64 {
                             step(e, v, u, s, &mut acc);
                         }
-                        let v = e.offset(v, LANES as i64 * f);
-                        let u = e.offset(u, LANES as i64 * u_row);
+                        let v = e.offset(v, unroll as i64 * f);
+                        let u = e.offset(u, unroll as i64 * u_row);
                         [v, u].into_iter().chain(acc).collect()
                     });
                     let (v_rest, u_rest) = (after[0], after[1]);
