@@ -519,11 +519,7 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, scratch_index: usiz
     let m_point = BLOCK_TILES as i64 * ocp * f;
     let (tile_v, tile_m) = (icp * f, ocp * f);
     let u_row = ocp * f;
-    let unroll: usize = std::env::var("PJ_UNROLL")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(LANES);
-    let (full_trips, rest) = (d.ic / unroll, d.ic % unroll);
+    let (full_trips, rest) = (d.ic / GEMM_UNROLL, d.ic % GEMM_UNROLL);
     e.for_count_ptrs(
         POINTS,
         &[scratch, weights, m],
@@ -551,11 +547,11 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, scratch_index: usiz
                     let after = e.for_count(full_trips, &carried, |e, _, state| {
                         let (v, u) = (state[0], state[1]);
                         let mut acc = state[2..].to_vec();
-                        for s in 0..unroll as i64 {
+                        for s in 0..GEMM_UNROLL as i64 {
                             step(e, v, u, s, &mut acc);
                         }
-                        let v = e.offset(v, unroll as i64 * f);
-                        let u = e.offset(u, unroll as i64 * u_row);
+                        let v = e.offset(v, GEMM_UNROLL as i64 * f);
+                        let u = e.offset(u, GEMM_UNROLL as i64 * u_row);
                         [v, u].into_iter().chain(acc).collect()
                     });
                     let (v_rest, u_rest) = (after[0], after[1]);
