@@ -884,11 +884,11 @@ impl PrimitiveKey {
     }
 
     /// The extent that executions split across threads: output rows (pooled rows with a fused
-    /// pool; blocks of tiles for Winograd).
+    /// pool; for Winograd, blocks of tiles times chunks of output channels).
     pub fn work_items(&self) -> usize {
         match self {
             PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
-                crate::conv::winograd::WinogradPlan::new(d).blocks()
+                crate::conv::winograd::WinogradPlan::new(d).work_items()
             }
             PrimitiveKey::Conv(d) => d.dst_shape()[2],
             PrimitiveKey::Pool(d) => d.oh(),

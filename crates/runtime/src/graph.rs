@@ -24,6 +24,7 @@ use primjit_ir::{
 
 use crate::engine::Engine;
 use crate::error::RuntimeError;
+use crate::exec::WeightBuffer;
 use crate::layout;
 use crate::primitive::{ExecArgs, Primitive};
 
@@ -51,6 +52,10 @@ pub enum GraphError {
         expected: usize,
         found: usize,
     },
+    /// The pages for a convolution's packed weights could not be mapped (`CompiledGraph::new`):
+    /// the system is out of memory or mappings. Not produced by a test.
+    #[error("mapping pages for packed weights failed: {0}")]
+    Weights(String),
     /// Keys asked for at bindings that leave a symbolic dimension unbound (`keys`,
     /// `node_keys`): bind every symbol (`W=1031`).
     #[error("%{value}: symbol values are missing, the shape is {shape}")]
@@ -63,7 +68,7 @@ enum Prepared {
     /// Packed weights of a convolution (or of a batch-norm run as a depthwise 1x1 conv), in
     /// the layout of the algorithm its keys use.
     Conv {
-        packed: Vec<f32>,
+        packed: Arc<WeightBuffer>,
         algo: ConvAlgo,
     },
     Other,
@@ -248,7 +253,7 @@ impl CompiledGraph {
                     desc.bias = b.is_some();
                     desc.algo = conv_algo.pick(&desc);
                     Prepared::Conv {
-                        packed: desc.pack_weights(&w.data, b),
+                        packed: weight_buffer(&desc.pack_weights(&w.data, b))?,
                         algo: desc.algo,
                     }
                 }
@@ -256,7 +261,7 @@ impl CompiledGraph {
                     let (w, b) = per_channel_bn(&params, &graph, bn);
                     let desc = bn_desc_shell(w.len(), layout_of(&graph, bn.input));
                     Prepared::Conv {
-                        packed: ConvPlan::new(&desc).pack_weights(&w, Some(&b)),
+                        packed: weight_buffer(&ConvPlan::new(&desc).pack_weights(&w, Some(&b)))?,
                         algo: ConvAlgo::Direct,
                     }
                 }
@@ -307,7 +312,7 @@ impl CompiledGraph {
         let mut bytes = WeightBytes::default();
         for p in &self.prepared {
             if let Prepared::Conv { packed, algo } = p {
-                let n = packed.capacity() * 4;
+                let n = packed.mapped_bytes();
                 match algo {
                     ConvAlgo::Direct => bytes.direct += n,
                     ConvAlgo::WinogradF4x3 => bytes.winograd += n,
@@ -465,7 +470,7 @@ impl CompiledGraph {
                         stats.peak_activation_bytes.max(live_bytes + scratch_bytes);
                     execute(ExecArgs {
                         src: src_of(c.input),
-                        weights: Some(packed),
+                        weights: Some(packed.as_slice()),
                         dst: &mut dst,
                         extra: &residuals,
                         scratch: scratch.as_deref_mut(),
@@ -477,7 +482,7 @@ impl CompiledGraph {
                 (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => {
                     execute(ExecArgs {
                         src: src_of(bn.input),
-                        weights: Some(packed),
+                        weights: Some(packed.as_slice()),
                         dst: &mut dst,
                         extra: &[],
                         scratch: None,
@@ -553,6 +558,13 @@ impl CompiledGraph {
         }
         Ok((outputs, stats))
     }
+}
+
+/// Packed weights in pages of their own (huge pages where the system allows).
+fn weight_buffer(packed: &[f32]) -> Result<Arc<WeightBuffer>, GraphError> {
+    WeightBuffer::from_slice(packed)
+        .map(Arc::new)
+        .map_err(|e| GraphError::Weights(e.to_string()))
 }
 
 /// A conv descriptor with the node's channels, kernel and layouts, at a placeholder spatial

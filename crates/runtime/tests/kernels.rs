@@ -59,6 +59,7 @@
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
+use primjit_codegen::conv::winograd::WinogradPlan;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
@@ -830,7 +831,12 @@ proptest! {
 fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
     (
         1..=2usize,
-        (channels(), channels()),
+        prop_oneof![
+            4 => (channels(), channels()),
+            // Transformed weights past `STREAMED_WEIGHT_BYTES`: blocks of 24 tiles, and two
+            // output-channel chunks where the channel vectors split evenly (not 100).
+            1 => prop::sample::select(&[(96usize, 96usize), (100, 88), (88, 100)][..]),
+        ],
         (
             prop_oneof![1 => Just(1usize), 3 => 1..=17usize],
             conv_width(),
@@ -862,30 +868,35 @@ fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
 }
 
 impl ConvProblem {
-    /// Blocks `[a, b)` of a Winograd kernel alone write exactly the pixels of their tiles
-    /// (tile `l` of block `l / 12`, tiles numbered by image, tile row and tile column),
-    /// bit-identical to the full run.
+    /// Work items `[a, b)` of a Winograd kernel alone write exactly the pixels and channels
+    /// they own (`WinogradPlan::work_item_of`: a block of tiles numbered by image, tile row and
+    /// tile column, and a chunk of output channels), bit-identical to the full run.
     fn check_blocks(
         &self,
         p: &Primitive,
         bufs: &Buffers,
-        blocks: Range<usize>,
+        items: Range<usize>,
     ) -> Result<(), TestCaseError> {
         let full = bufs.execute(p, None)?;
-        let part = bufs.execute_rows(p, blocks.clone())?;
+        let part = bufs.execute_rows(p, items.clone())?;
         let [_, c, h, w] = self.desc.dst_shape();
-        let tw = w.div_ceil(4);
+        let plan = WinogradPlan::new(&self.desc);
         for (i, (&got, &f)) in part.iter().zip(&full).enumerate() {
-            let (n, y, x) = (i / (4 * w * h * c.div_ceil(4)), i / (4 * w) % h, i / 4 % w);
-            let tile = (n * h.div_ceil(4) + y / 4) * tw + x / 4;
-            let expected = if blocks.contains(&(tile / 12)) {
+            let pixel = i / 4;
+            let (x, y) = (pixel % w, pixel / w % h);
+            let block = pixel / (w * h) % c.div_ceil(4);
+            let n = pixel / (w * h * c.div_ceil(4));
+            let tile = (n * h.div_ceil(4) + y / 4) * w.div_ceil(4) + x / 4;
+            let item = plan.work_item_of(tile, block * 4 + i % 4);
+            let expected = if items.contains(&item) {
                 f.to_bits()
             } else {
                 SENTINEL
             };
             prop_assert!(
                 got.to_bits() == expected,
-                "{}, blocks {blocks:?}: element {i} (tile {tile}) is {got:?}, expected {:?}",
+                "{}, items {items:?}: element {i} (tile {tile}, item {item}) is {got:?}, \
+                 expected {:?}",
                 self.key(),
                 f32::from_bits(expected)
             );

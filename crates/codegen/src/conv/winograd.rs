@@ -4,23 +4,23 @@
 //! For a 3x3 kernel `g` and a 6x6 input patch `d` (stride 4 between patches), the 4x4 output
 //! is `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, summed over input channels. The weights' transform
 //! `U = G g Gᵀ` is done once per model ([`WinogradPlan::pack_weights`]); a kernel call runs,
-//! per block of [`BLOCK_TILES`] tiles (its work items):
+//! per work item (a block of tiles and a chunk of output channels, see [`WinogradPlan`]):
 //! 1. the input transform of each tile, four channels (one `nChw4c` vector) at a time, into
 //!    `V[point][tile][channel]` in the thread's scratch; a tile that reaches outside the input
 //!    (padding, or the partial last tile of a row or column) is first copied into a zeroed
 //!    6x6 patch on the stack, so the transform itself never tests a bound;
 //! 2. 36 independent GEMMs, `M[point] = V[point] (tiles x ic) · U[point] (ic x oc)`, with the
 //!    direct kernels' register tile: 12 tiles x one output-channel vector, one broadcast load
-//!    per FMA (8 or 4 tiles for a last block with fewer tiles);
+//!    per FMA (8 or 4 tiles for the block's last group);
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
 //!    or column stores only its pixels inside the output.
 //!
-//! Tiles are numbered across images and tile rows, so a block can span rows and only the
-//! last block of a call is partial. Nothing depends on the spatial extents but the tile
+//! Tiles are numbered across images and tile rows, so a block can span rows, and a call's
+//! tiles are shared evenly among its blocks. Nothing depends on the spatial extents but the tile
 //! count: runtime extents (see [`crate::key::RuntimeDims`]) only make the tile arithmetic
-//! read the call's extents, and the scratch, of `36 x 12 x (ic + oc)` floats per thread,
-//! does not grow with the image.
+//! read the call's extents, and the scratch, of `36 x block x (ic + oc / chunks)` floats per
+//! thread, does not grow with the image.
 
 use std::fmt;
 
@@ -37,8 +37,12 @@ pub const TILE: usize = 4;
 pub const PATCH: usize = TILE + 2;
 /// Points of the transformed tile: the number of GEMMs.
 pub const POINTS: usize = PATCH * PATCH;
-/// Tiles per block (a kernel's work item): the GEMM's register tile of 12 accumulators.
-pub const BLOCK_TILES: usize = 12;
+/// Tiles of the GEMM's register tile: 12 accumulators.
+const GROUP_TILES: usize = 12;
+
+/// Transformed weights larger than this are streamed from beyond L2 once per block: the plan
+/// then doubles the block and splits output channels between work items.
+const STREAMED_WEIGHT_BYTES: usize = 1 << 20;
 
 /// `G`, 6x3: the weights' transform `U = G g Gᵀ`.
 const G: [[f64; 3]; PATCH] = [
@@ -85,14 +89,56 @@ const DST: usize = 2;
 const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
 
 /// Everything the Winograd lowering derives from a key.
+///
+/// A call's tiles are shared evenly among `ceil(tiles / block_tiles)` blocks, and each block
+/// among `oc_chunks` chunks of output channels: a work item is one chunk of one block, and
+/// computes the block's input transform, the GEMMs of its chunk and their output transform.
+/// Small transformed weights (the 64-channel layers' 0.6 MB) stay in L2 across blocks: 12
+/// tiles a block, one chunk. Larger ones (2.4 MB at 128 channels, 9.4 MB at 256) stream from
+/// L3 once per block: 24 tiles halve that traffic, and two chunks let two threads share one
+/// block's weights instead of streaming all of them each (the input transform, a few percent
+/// of the work, is then done once per chunk).
 #[derive(Clone, Debug)]
 pub struct WinogradPlan {
     pub desc: ConvDesc,
+    /// Most tiles per block.
+    pub block_tiles: usize,
+    /// Work items per block: chunks of output-channel vectors.
+    pub oc_chunks: usize,
 }
 
 impl WinogradPlan {
     pub fn new(d: &ConvDesc) -> Self {
-        WinogradPlan { desc: d.clone() }
+        let oc_blocks = d.oc.div_ceil(LANES);
+        let streamed = POINTS * d.ic * oc_blocks * LANES * 4 > STREAMED_WEIGHT_BYTES;
+        WinogradPlan {
+            desc: d.clone(),
+            block_tiles: if streamed {
+                2 * GROUP_TILES
+            } else {
+                GROUP_TILES
+            },
+            oc_chunks: if streamed && oc_blocks % 2 == 0 { 2 } else { 1 },
+        }
+    }
+
+    /// Output-channel vectors per chunk.
+    fn chunk_blocks(&self) -> usize {
+        self.desc.oc.div_ceil(LANES) / self.oc_chunks
+    }
+
+    /// Blocks of a fixed-shape key, and tiles per block (the last may have fewer).
+    fn block_split(&self) -> (usize, usize) {
+        let tiles: usize = self.tiles().iter().product();
+        let blocks = tiles.div_ceil(self.block_tiles);
+        (blocks, tiles.div_ceil(blocks.max(1)))
+    }
+
+    /// The work item that computes output channel `channel` of tile `tile` (numbered by
+    /// image, tile row and tile column), for a fixed-shape key.
+    pub fn work_item_of(&self, tile: usize, channel: usize) -> usize {
+        let (_, per_block) = self.block_split();
+        tile / per_block * self.oc_chunks + channel / LANES / self.chunk_blocks()
     }
 
     /// Input channels rounded up to whole `nChw4c` blocks.
@@ -111,22 +157,29 @@ impl WinogradPlan {
         [d.mb, d.oh().div_ceil(TILE), d.ow().div_ceil(TILE)]
     }
 
-    /// Blocks of [`BLOCK_TILES`] tiles: the kernel's work items.
-    pub fn blocks(&self) -> usize {
-        self.tiles().iter().product::<usize>().div_ceil(BLOCK_TILES)
+    /// The kernel's work items for a fixed-shape key: blocks times output-channel chunks.
+    pub fn work_items(&self) -> usize {
+        self.block_split().0 * self.oc_chunks
     }
 
-    /// Floats of `V` (transformed input tiles) in the scratch: `36 x 12 x icp`.
+    /// Floats of `V` (transformed input tiles) in the scratch: `36 x block x icp`.
     fn v_len(&self) -> usize {
-        POINTS * BLOCK_TILES * self.icp()
+        POINTS * self.block_tiles * self.icp()
     }
 
-    /// Floats of scratch per thread: `V`, then `M` (the GEMMs' results), `36 x 12 x ocp`.
+    /// Floats of one tile's GEMM results for one chunk of output channels.
+    fn m_tile_len(&self) -> usize {
+        self.chunk_blocks() * LANES
+    }
+
+    /// Floats of scratch per thread: `V`, then `M` (the GEMMs' results for one chunk),
+    /// `36 x block x chunk`.
     pub fn scratch_len(&self) -> usize {
-        self.v_len() + POINTS * BLOCK_TILES * self.ocp()
+        self.v_len() + POINTS * self.block_tiles * self.m_tile_len()
     }
 
-    /// Floats of the packed weights: `U[point][ic][ocp]`, then the bias padded to `ocp`.
+    /// Floats of the packed weights: `U[point][oc block][ic][4]`, then the bias padded to
+    /// `ocp`.
     pub fn packed_weights_len(&self) -> usize {
         self.bias_offset() + if self.desc.bias { self.ocp() } else { 0 }
     }
@@ -136,7 +189,10 @@ impl WinogradPlan {
     }
 
     /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed as
-    /// `U[point][ic][oc]` with output channels padded to whole vectors by zeros (so the
+    /// `U[point][oc / 4][ic][oc % 4]`: a GEMM's output-channel vector reads its weights as one
+    /// sequential stream (the 256-channel layers' 9.4 MB do not fit in L2, and a stride of a
+    /// row of output channels defeated the prefetchers), with output channels padded to
+    /// whole vectors by zeros (so the
     /// padding lanes of the destination get zero plus their post-ops), followed by the bias.
     pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         let d = &self.desc;
@@ -156,7 +212,8 @@ impl WinogradPlan {
                 for i in 0..PATCH {
                     for j in 0..PATCH {
                         let u: f64 = (0..3).map(|b| gg[i][b] * G[j][b]).sum();
-                        packed[((i * PATCH + j) * ic + c) * ocp + o] = u as f32;
+                        let block = (i * PATCH + j) * ocp / LANES + o / LANES;
+                        packed[(block * ic + c) * LANES + o % LANES] = u as f32;
                     }
                 }
             }
@@ -183,16 +240,21 @@ impl fmt::Display for WinogradPlan {
         writeln!(
             f,
             "  winograd F(4x4, 3x3): 6x6 input tiles with stride 4, {n} x {} x {} tiles \
-             (images x rows x columns), in blocks of {BLOCK_TILES} tiles (the work items)",
+             (images x rows x columns), shared evenly by blocks of at most {} tiles; {} work \
+             item(s) per block, one per chunk of {} output channels",
             extent(d.runtime.h, th),
             extent(d.runtime.w, tw),
+            self.block_tiles,
+            self.oc_chunks,
+            self.m_tile_len(),
         )?;
         writeln!(
             f,
-            "  per block: input transform into scratch, 36 GEMMs of {BLOCK_TILES} tiles x {} input \
-             x {} output channels (register tile: 12 tiles x 1 oc vector; 8 or 4 for a last \
-             partial block), output transform with bias and post-ops",
-            d.ic, d.oc,
+            "  per work item: input transform into scratch, 36 GEMMs of the block's tiles x {} \
+             input x {} output channels (register tile: 12 tiles x 1 oc vector; 8 or 4 for the \
+             last group), output transform with bias and post-ops",
+            d.ic,
+            self.m_tile_len(),
         )?;
         writeln!(
             f,
@@ -334,29 +396,31 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
     let in_tmp = vector_slot(e, POINTS);
     let out_tmp = vector_slot(e, TILE * PATCH);
     let (begin, end) = (e.begin, e.end);
-    e.for_range(begin, end, &[], |e, block, _| {
+    e.for_range(begin, end, &[], |e, item, _| {
+        let block = e.udiv_const(item, plan.oc_chunks as u64);
+        let chunk = e.urem_const(item, plan.oc_chunks as u64);
         let grid = TileGrid::new(e, d);
         let total = grid.total(e, d.mb);
         let total = e.value(total);
-        let first = e.b.ins().imul_imm_s(block, BLOCK_TILES as i64);
+        // ceil(total / block_tiles) blocks share the tiles evenly.
+        let blocks = e.offset(total, plan.block_tiles as i64 - 1);
+        let blocks = e.udiv_const(blocks, plan.block_tiles as u64);
+        let per_block = e.b.ins().iadd(total, blocks);
+        let per_block = e.offset(per_block, -1);
+        let per_block = e.b.ins().udiv(per_block, blocks);
+        let first = e.b.ins().imul(block, per_block);
         let left = e.b.ins().isub(total, first);
-        let full = e.iconst(BLOCK_TILES as i64);
-        let count = e.imin(left, full);
+        let count = e.imin(left, per_block);
         let zero = e.iconst(0);
         e.for_range(zero, count, &[], |e, t, _| {
             let l = e.b.ins().iadd(first, t);
             input_tile(e, plan, l, t, scratch_index, patch, in_tmp);
             Vec::new()
         });
-        // The GEMMs run 12, 8 or 4 tiles: the smallest that covers the block's.
-        let groups = e.offset(count, -1);
-        let groups = e.b.ins().ushr_imm_s(groups, 2);
-        e.switch(groups, BLOCK_TILES / 4, |e, g| {
-            gemm(e, plan, (g + 1) * 4, scratch_index)
-        });
+        gemm(e, plan, count, chunk, scratch_index);
         e.for_range(zero, count, &[], |e, t, _| {
             let l = e.b.ins().iadd(first, t);
-            output_tile(e, plan, l, t, scratch_index, out_tmp);
+            output_tile(e, plan, l, t, chunk, scratch_index, out_tmp);
             Vec::new()
         });
         Vec::new()
@@ -408,7 +472,7 @@ fn input_tile(
     let src = e.scaled(src, x0, PIXEL_BYTES, 0);
     let scratch = e.buffer(scratch_index);
     let v = e.scaled(scratch, t, plan.icp() as i64 * F32_BYTES, 0);
-    let v_point = (BLOCK_TILES * plan.icp()) as i64 * F32_BYTES;
+    let v_point = (plan.block_tiles * plan.icp()) as i64 * F32_BYTES;
     let blocks = d.ic.div_ceil(LANES);
     let steps = [src_strides.block, Scalar::Const(PIXEL_BYTES)];
     e.for_ptrs(Scalar::Const(blocks as i64), &[src, v], &steps, |e, p| {
@@ -504,83 +568,118 @@ fn transform_input(
     }
 }
 
-/// The 36 GEMMs of a block for its first `tiles` tiles: `M[point][tile][oc]` =
-/// `Σ_ic V[point][tile][ic] · U[point][ic][oc]`, one output-channel vector at a time with
-/// `tiles` accumulators.
-fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, scratch_index: usize) {
+/// The 36 GEMMs of a work item: `M[point][tile][oc]` = `Σ_ic V[point][tile][ic] ·
+/// U[point][ic][oc]` for the block's `count` tiles and the output channels of `chunk`, one
+/// output-channel vector at a time, in groups of 12 tiles (12 accumulators) and a last group
+/// of 4, 8 or 12.
+fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, count: Value, chunk: Value, scratch_index: usize) {
     let d = &plan.desc;
-    let (icp, ocp) = (plan.icp() as i64, plan.ocp() as i64);
     let f = F32_BYTES;
+    let icp = plan.icp() as i64;
+    let tile_m = plan.m_tile_len() as i64 * f;
     let scratch = e.buffer(scratch_index);
-    let weights = e.buffer(WEIGHTS);
     let m = e.offset(scratch, plan.v_len() as i64 * f);
-    let v_point = BLOCK_TILES as i64 * icp * f;
-    let u_point = d.ic as i64 * ocp * f;
-    let m_point = BLOCK_TILES as i64 * ocp * f;
-    let (tile_v, tile_m) = (icp * f, ocp * f);
-    let u_row = ocp * f;
-    let (full_trips, rest) = (d.ic / GEMM_UNROLL, d.ic % GEMM_UNROLL);
+    let v_point = plan.block_tiles as i64 * icp * f;
+    let u_point = d.ic as i64 * plan.ocp() as i64 * f;
+    let m_point = plan.block_tiles as i64 * tile_m;
+    // One output-channel vector's panel of weights: a vector per input channel.
+    let u_panel = d.ic as i64 * PIXEL_BYTES;
+    let weights = e.buffer(WEIGHTS);
+    let chunk_bytes =
+        e.b.ins()
+            .imul_imm_s(chunk, plan.chunk_blocks() as i64 * u_panel);
+    let u = e.b.ins().iadd(weights, chunk_bytes);
+    let groups = e.udiv_const(count, GROUP_TILES as u64);
+    let rest = e.urem_const(count, GROUP_TILES as u64);
+    // 0 for no last group, else 1, 2 or 3 for 4, 8 or 12 tiles.
+    let last = e.offset(rest, 3);
+    let last = e.b.ins().ushr_imm_s(last, 2);
+    let group_v = GROUP_TILES as i64 * icp * f;
+    let group_m = GROUP_TILES as i64 * tile_m;
     e.for_count_ptrs(
         POINTS,
-        &[scratch, weights, m],
+        &[scratch, u, m],
         &[v_point, u_point, m_point],
         |e, p| {
             let (v, u, m) = (p[0], p[1], p[2]);
             e.for_count_ptrs(
-                ocp as usize / LANES,
+                plan.chunk_blocks(),
                 &[u, m],
-                &[PIXEL_BYTES, PIXEL_BYTES],
+                &[u_panel, PIXEL_BYTES],
                 |e, q| {
                     let (u, m) = (q[0], q[1]);
-                    let zero = e.splat_const(0.0);
-                    let acc = vec![zero; tiles];
-                    // A channel: one weight vector, then a broadcast and an FMA per tile.
-                    let step = |e: &mut Emit<'_>, v: Value, u: Value, s: i64, acc: &mut [Value]| {
-                        let w = e.load_vec(u, s * u_row);
-                        for (tile, a) in acc.iter_mut().enumerate() {
-                            let x = e.splat_load(v, tile as i64 * tile_v + s * f);
-                            *a = e.fma(x, w, *a);
+                    let ends = e.for_ptrs(
+                        Scalar::Dyn(groups),
+                        &[v, m],
+                        &[Scalar::Const(group_v), Scalar::Const(group_m)],
+                        |e, g| micro_tile(e, plan, GROUP_TILES, g[0], u, g[1]),
+                    );
+                    let (v_last, m_last) = (ends[0], ends[1]);
+                    e.switch(last, 4, |e, k| {
+                        if k > 0 {
+                            micro_tile(e, plan, 4 * k, v_last, u, m_last);
                         }
-                    };
-                    let carried: Vec<Value> =
-                        [v, u].into_iter().chain(acc.iter().copied()).collect();
-                    let after = e.for_count(full_trips, &carried, |e, _, state| {
-                        let (v, u) = (state[0], state[1]);
-                        let mut acc = state[2..].to_vec();
-                        for s in 0..GEMM_UNROLL as i64 {
-                            step(e, v, u, s, &mut acc);
-                        }
-                        let v = e.offset(v, GEMM_UNROLL as i64 * f);
-                        let u = e.offset(u, GEMM_UNROLL as i64 * u_row);
-                        [v, u].into_iter().chain(acc).collect()
                     });
-                    let (v_rest, u_rest) = (after[0], after[1]);
-                    let mut acc = after[2..].to_vec();
-                    for s in 0..rest as i64 {
-                        step(e, v_rest, u_rest, s, &mut acc);
-                    }
-                    for (tile, a) in acc.into_iter().enumerate() {
-                        e.store_vec(a, m, tile as i64 * tile_m);
-                    }
                 },
             );
         },
     );
 }
 
+/// `tiles` tiles' sums over every input channel for one output-channel vector: `v` points to
+/// the first tile's transformed inputs, `u` to the vector's panel of weights, `m` to where
+/// the first tile's result goes.
+fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: Value, m: Value) {
+    let d = &plan.desc;
+    let f = F32_BYTES;
+    let tile_v = plan.icp() as i64 * f;
+    let tile_m = plan.m_tile_len() as i64 * f;
+    let (full_trips, rest) = (d.ic / GEMM_UNROLL, d.ic % GEMM_UNROLL);
+    let zero = e.splat_const(0.0);
+    let acc = vec![zero; tiles];
+    // A channel: one weight vector, then a broadcast and an FMA per tile.
+    let step = |e: &mut Emit<'_>, v: Value, u: Value, s: i64, acc: &mut [Value]| {
+        let w = e.load_vec(u, s * PIXEL_BYTES);
+        for (tile, a) in acc.iter_mut().enumerate() {
+            let x = e.splat_load(v, tile as i64 * tile_v + s * f);
+            *a = e.fma(x, w, *a);
+        }
+    };
+    let carried: Vec<Value> = [v, u].into_iter().chain(acc.iter().copied()).collect();
+    let after = e.for_count(full_trips, &carried, |e, _, state| {
+        let (v, u) = (state[0], state[1]);
+        let mut acc = state[2..].to_vec();
+        for s in 0..GEMM_UNROLL as i64 {
+            step(e, v, u, s, &mut acc);
+        }
+        let v = e.offset(v, GEMM_UNROLL as i64 * f);
+        let u = e.offset(u, GEMM_UNROLL as i64 * PIXEL_BYTES);
+        [v, u].into_iter().chain(acc).collect()
+    });
+    let (v_rest, u_rest) = (after[0], after[1]);
+    let mut acc = after[2..].to_vec();
+    for s in 0..rest as i64 {
+        step(e, v_rest, u_rest, s, &mut acc);
+    }
+    for (tile, a) in acc.into_iter().enumerate() {
+        e.store_vec(a, m, tile as i64 * tile_m);
+    }
+}
+
 /// The output transform of tile `l` (slot `t` of the block): `Aᵀ M A` per output-channel
 /// block, plus the bias and the post-ops, stored once per pixel inside the output.
+#[allow(clippy::too_many_arguments)]
 fn output_tile(
     e: &mut Emit<'_>,
     plan: &WinogradPlan,
     l: Value,
     t: Value,
+    chunk: Value,
     scratch_index: usize,
     tmp: StackSlot,
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let ocp = plan.ocp() as i64;
     let grid = TileGrid::new(e, d);
     let (n, ty, tx) = grid.coords(e, l);
     let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
@@ -600,10 +699,14 @@ fn output_tile(
         let b = e.b.ins().icmp_imm_s(IntCC::Equal, cols, TILE as i64);
         e.b.ins().band(a, b)
     };
-    // The tile's first pixel in channel block 0 of the destination and of each residual.
+    // The chunk's first channel block.
+    let first_block = e.b.ins().imul_imm_s(chunk, plan.chunk_blocks() as i64);
+    // The tile's first pixel in the chunk's first channel block of the destination and of
+    // each residual.
     let tile_base = |e: &mut Emit<'_>, buffer: usize| {
         let p = e.buffer(buffer);
         let p = e.scaled_by(p, n, strides.image, 1, 0);
+        let p = e.scaled_by(p, first_block, strides.block, 1, 0);
         let row_bytes = e.value(strides.row);
         let y = e.b.ins().imul(oy0, row_bytes);
         let p = e.b.ins().iadd(p, y);
@@ -615,10 +718,11 @@ fn output_tile(
     }
     let scratch = e.buffer(scratch_index);
     let m = e.offset(scratch, plan.v_len() as i64 * f);
-    ptrs.push(e.scaled(m, t, ocp * f, 0));
+    ptrs.push(e.scaled(m, t, plan.m_tile_len() as i64 * f, 0));
     let bias = if d.bias {
         let w = e.buffer(WEIGHTS);
-        Some(e.offset(w, plan.bias_offset() as i64 * f))
+        let w = e.offset(w, plan.bias_offset() as i64 * f);
+        Some(e.scaled(w, first_block, PIXEL_BYTES, 0))
     } else {
         None
     };
@@ -628,8 +732,8 @@ fn output_tile(
     if bias.is_some() {
         steps.push(Scalar::Const(PIXEL_BYTES));
     }
-    let m_point = BLOCK_TILES as i64 * ocp * f;
-    let blocks = d.oc.div_ceil(LANES);
+    let m_point = (plan.block_tiles * plan.m_tile_len()) as i64 * f;
+    let blocks = plan.chunk_blocks();
     e.for_ptrs(Scalar::Const(blocks as i64), &ptrs, &steps, |e, p| {
         let dst = p[0];
         let residuals = &p[1..1 + d.residuals()];
