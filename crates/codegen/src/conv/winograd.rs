@@ -395,6 +395,7 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
     let patch = vector_slot(e, POINTS);
     let in_tmp = vector_slot(e, POINTS);
     let out_tmp = vector_slot(e, TILE * PATCH);
+    let info = tile_info_slot(e, plan.block_tiles);
     let (begin, end) = (e.begin, e.end);
     e.for_range(begin, end, &[], |e, item, _| {
         let block = e.udiv_const(item, plan.oc_chunks as u64);
@@ -411,84 +412,130 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         let first = e.b.ins().imul(block, per_block);
         let left = e.b.ins().isub(total, first);
         let count = e.imin(left, per_block);
-        let zero = e.iconst(0);
-        e.for_range(zero, count, &[], |e, t, _| {
-            let l = e.b.ins().iadd(first, t);
-            input_tile(e, plan, l, t, scratch_index, patch, in_tmp);
-            Vec::new()
-        });
+        let slots = Slots {
+            patch,
+            in_tmp,
+            out_tmp,
+            info,
+        };
+        input_transform(e, plan, first, count, scratch_index, &slots);
         gemm(e, plan, count, chunk, scratch_index);
-        e.for_range(zero, count, &[], |e, t, _| {
-            let l = e.b.ins().iadd(first, t);
-            output_tile(e, plan, l, t, chunk, scratch_index, out_tmp);
-            Vec::new()
-        });
+        output_transform(e, plan, first, count, chunk, scratch_index, &slots);
         Vec::new()
     });
 }
 
-/// The input transform of tile `l` (slot `t` of the block) for every channel block, into
-/// `V[point][t][channels]`.
-fn input_tile(
+/// The kernel's stack slots: a border tile's zeroed patch, the two transforms' intermediate
+/// columns, and what the channel loops need of each tile of the block.
+struct Slots {
+    patch: StackSlot,
+    in_tmp: StackSlot,
+    out_tmp: StackSlot,
+    info: StackSlot,
+}
+
+/// Per tile of a block, three i64s: a byte offset, and two coordinates or extents.
+const INFO_BYTES: i64 = 24;
+
+fn tile_info_slot(e: &mut Emit<'_>, tiles: usize) -> StackSlot {
+    let bytes = u32::try_from(tiles as i64 * INFO_BYTES).expect("a small slot");
+    e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 3))
+}
+
+/// The input transform of the block's `count` tiles from tile `first` on, into
+/// `V[point][tile][channels]`.
+///
+/// Channel blocks outer, tiles inner: for one channel block, consecutive tiles read the six
+/// rows of one input plane in order, six streams the hardware prefetchers follow. Tiles outer
+/// interleaved the rows of every plane (96 streams at 64 channels), and the input transform
+/// then cost as much as the 64-channel layers' GEMMs.
+fn input_transform(
     e: &mut Emit<'_>,
     plan: &WinogradPlan,
-    l: Value,
-    t: Value,
+    first: Value,
+    count: Value,
     scratch_index: usize,
-    patch: StackSlot,
-    tmp: StackSlot,
+    slots: &Slots,
 ) {
     let d = &plan.desc;
-    let grid = TileGrid::new(e, d);
-    let (n, ty, tx) = grid.coords(e, l);
+    let zero = e.iconst(0);
+    // Each tile's first input pixel (which may lie in the padding) and its byte offset in
+    // channel block 0 of the source: computed once per block.
+    e.for_range(zero, count, &[], |e, t, _| {
+        let grid = TileGrid::new(e, d);
+        let l = e.b.ins().iadd(first, t);
+        let (n, ty, tx) = grid.coords(e, l);
+        let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+        let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
+        let strides = Blocked::new(e, d.ic, ih, iw);
+        let y0 = e.b.ins().imul_imm_s(ty, TILE as i64);
+        let y0 = e.offset(y0, -(d.pads.top as i64));
+        let x0 = e.b.ins().imul_imm_s(tx, TILE as i64);
+        let x0 = e.offset(x0, -(d.pads.left as i64));
+        let image = e.value(strides.image);
+        let off = e.b.ins().imul(n, image);
+        let row = e.value(strides.row);
+        let y_bytes = e.b.ins().imul(y0, row);
+        let off = e.b.ins().iadd(off, y_bytes);
+        let off = e.scaled(off, x0, PIXEL_BYTES, 0);
+        let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
+        let at = e.scaled(info, t, INFO_BYTES, 0);
+        for (k, v) in [off, y0, x0].into_iter().enumerate() {
+            e.b.ins().store(cranelift_codegen::ir::MemFlagsData::new(), v, at, k as i32 * 8);
+        }
+        Vec::new()
+    });
     let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
     let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-    let src_strides = Blocked::new(e, d.ic, ih, iw);
-    let (ih, iw) = (e.value(ih), e.value(iw));
-    // The patch's first input pixel, which may lie in the padding.
-    let y0 = e.b.ins().imul_imm_s(ty, TILE as i64);
-    let y0 = e.offset(y0, -(d.pads.top as i64));
-    let x0 = e.b.ins().imul_imm_s(tx, TILE as i64);
-    let x0 = e.offset(x0, -(d.pads.left as i64));
-    let inside = {
-        let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
-        let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
-        let y1 = e.offset(y0, PATCH as i64);
-        let x1 = e.offset(x0, PATCH as i64);
-        let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
-        let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
-        let a = e.b.ins().band(top, left);
-        let b = e.b.ins().band(bottom, right);
-        e.b.ins().band(a, b)
-    };
-    // The pixel (y0, x0) of channel block 0 of image n: an address only dereferenced at
-    // offsets that land inside the input (all of the patch for an inside tile, the clipped
-    // rows and columns for the others).
-    let src = e.buffer(SRC);
-    let src = e.scaled_by(src, n, src_strides.image, 1, 0);
-    let row_bytes = e.value(src_strides.row);
-    let y_bytes = e.b.ins().imul(y0, row_bytes);
-    let src = e.b.ins().iadd(src, y_bytes);
-    let src = e.scaled(src, x0, PIXEL_BYTES, 0);
+    let plane = Blocked::new(e, d.ic, ih, iw).block;
     let scratch = e.buffer(scratch_index);
-    let v = e.scaled(scratch, t, plan.icp() as i64 * F32_BYTES, 0);
     let v_point = (plan.block_tiles * plan.icp()) as i64 * F32_BYTES;
     let blocks = d.ic.div_ceil(LANES);
-    let steps = [src_strides.block, Scalar::Const(PIXEL_BYTES)];
-    e.for_ptrs(Scalar::Const(blocks as i64), &[src, v], &steps, |e, p| {
-        let (src, v) = (p[0], p[1]);
-        let row_bytes = e.value(src_strides.row);
-        let vals = e.if_else_values(
-            inside,
-            |_| vec![src, row_bytes],
-            |e| {
-                fill_patch(e, src, row_bytes, patch, (y0, ih), (x0, iw));
-                let p = e.b.ins().stack_addr(types::I64, patch, 0);
-                let s = e.iconst(PATCH as i64 * PIXEL_BYTES);
-                vec![p, s]
-            },
-        );
-        transform_input(e, vals[0], vals[1], tmp, v, v_point);
+    let steps = [plane, Scalar::Const(PIXEL_BYTES)];
+    e.for_ptrs(Scalar::Const(blocks as i64), &[zero, scratch], &steps, |e, p| {
+        let (plane_off, v_block) = (p[0], p[1]);
+        e.for_range(zero, count, &[], |e, t, _| {
+            let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
+            let at = e.scaled(info, t, INFO_BYTES, 0);
+            let flags = cranelift_codegen::ir::MemFlagsData::new();
+            let [off, y0, x0] =
+                std::array::from_fn(|k| e.b.ins().load(types::I64, flags, at, k as i32 * 8));
+            let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+            let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
+            let row = Blocked::new(e, d.ic, ih, iw).row;
+            let (ih, iw) = (e.value(ih), e.value(iw));
+            let inside = {
+                let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
+                let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
+                let y1 = e.offset(y0, PATCH as i64);
+                let x1 = e.offset(x0, PATCH as i64);
+                let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
+                let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
+                let a = e.b.ins().band(top, left);
+                let b = e.b.ins().band(bottom, right);
+                e.b.ins().band(a, b)
+            };
+            // The pixel (y0, x0) of this channel block: an address only dereferenced at
+            // offsets that land inside the input (all of the patch for an inside tile, the
+            // clipped rows and columns for the others).
+            let src = e.buffer(SRC);
+            let src = e.b.ins().iadd(src, plane_off);
+            let src = e.b.ins().iadd(src, off);
+            let row_bytes = e.value(row);
+            let vals = e.if_else_values(
+                inside,
+                |_| vec![src, row_bytes],
+                |e| {
+                    fill_patch(e, src, row_bytes, slots.patch, (y0, ih), (x0, iw));
+                    let p = e.b.ins().stack_addr(types::I64, slots.patch, 0);
+                    let s = e.iconst(PATCH as i64 * PIXEL_BYTES);
+                    vec![p, s]
+                },
+            );
+            let v = e.scaled(v_block, t, plan.icp() as i64 * F32_BYTES, 0);
+            transform_input(e, vals[0], vals[1], slots.in_tmp, v, v_point);
+            Vec::new()
+        });
     });
 }
 
@@ -666,130 +713,154 @@ fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: 
     }
 }
 
-/// The output transform of tile `l` (slot `t` of the block): `Aᵀ M A` per output-channel
-/// block, plus the bias and the post-ops, stored once per pixel inside the output.
-#[allow(clippy::too_many_arguments)]
-fn output_tile(
+/// The output transform of the block's `count` tiles from tile `first` on, for the output
+/// channels of `chunk`: `Aᵀ M A` per tile and channel block, plus the bias and the post-ops,
+/// stored once per pixel inside the output. Channel blocks outer, tiles inner, as in
+/// [`input_transform`]: consecutive tiles write (and read residuals from) four rows of one
+/// plane.
+fn output_transform(
     e: &mut Emit<'_>,
     plan: &WinogradPlan,
-    l: Value,
-    t: Value,
+    first: Value,
+    count: Value,
     chunk: Value,
     scratch_index: usize,
-    tmp: StackSlot,
+    slots: &Slots,
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let grid = TileGrid::new(e, d);
-    let (n, ty, tx) = grid.coords(e, l);
+    let flags = cranelift_codegen::ir::MemFlagsData::new();
+    let zero = e.iconst(0);
+    // Each tile's byte offset in channel block 0 of the destination, and its rows and
+    // columns inside the output (4 and 4 but at the bottom and right edges).
+    e.for_range(zero, count, &[], |e, t, _| {
+        let grid = TileGrid::new(e, d);
+        let l = e.b.ins().iadd(first, t);
+        let (n, ty, tx) = grid.coords(e, l);
+        let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+        let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
+        let strides = Blocked::new(e, d.oc, oh, ow);
+        let (oh, ow) = (e.value(oh), e.value(ow));
+        let oy0 = e.b.ins().imul_imm_s(ty, TILE as i64);
+        let ox0 = e.b.ins().imul_imm_s(tx, TILE as i64);
+        let four = e.iconst(TILE as i64);
+        let rows_left = e.b.ins().isub(oh, oy0);
+        let rows = e.imin(rows_left, four);
+        let cols_left = e.b.ins().isub(ow, ox0);
+        let cols = e.imin(cols_left, four);
+        let image = e.value(strides.image);
+        let off = e.b.ins().imul(n, image);
+        let row = e.value(strides.row);
+        let y_bytes = e.b.ins().imul(oy0, row);
+        let off = e.b.ins().iadd(off, y_bytes);
+        let off = e.scaled(off, ox0, PIXEL_BYTES, 0);
+        let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
+        let at = e.scaled(info, t, INFO_BYTES, 0);
+        for (k, v) in [off, rows, cols].into_iter().enumerate() {
+            e.b.ins().store(flags, v, at, k as i32 * 8);
+        }
+        Vec::new()
+    });
     let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
     let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-    let strides = Blocked::new(e, d.oc, oh, ow);
-    let (oh, ow) = (e.value(oh), e.value(ow));
-    let oy0 = e.b.ins().imul_imm_s(ty, TILE as i64);
-    let ox0 = e.b.ins().imul_imm_s(tx, TILE as i64);
-    // Pixels of the tile inside the output.
-    let four = e.iconst(TILE as i64);
-    let rows_left = e.b.ins().isub(oh, oy0);
-    let rows = e.imin(rows_left, four);
-    let cols_left = e.b.ins().isub(ow, ox0);
-    let cols = e.imin(cols_left, four);
-    let full = {
-        let a = e.b.ins().icmp_imm_s(IntCC::Equal, rows, TILE as i64);
-        let b = e.b.ins().icmp_imm_s(IntCC::Equal, cols, TILE as i64);
-        e.b.ins().band(a, b)
-    };
-    // The chunk's first channel block.
+    let plane = Blocked::new(e, d.oc, oh, ow).block;
+    // The chunk's first channel block, in the destination's planes and in the bias.
     let first_block = e.b.ins().imul_imm_s(chunk, plan.chunk_blocks() as i64);
-    // The tile's first pixel in the chunk's first channel block of the destination and of
-    // each residual.
-    let tile_base = |e: &mut Emit<'_>, buffer: usize| {
-        let p = e.buffer(buffer);
-        let p = e.scaled_by(p, n, strides.image, 1, 0);
-        let p = e.scaled_by(p, first_block, strides.block, 1, 0);
-        let row_bytes = e.value(strides.row);
-        let y = e.b.ins().imul(oy0, row_bytes);
-        let p = e.b.ins().iadd(p, y);
-        e.scaled(p, ox0, PIXEL_BYTES, 0)
-    };
-    let mut ptrs = vec![tile_base(e, DST)];
-    for r in 0..d.residuals() {
-        ptrs.push(tile_base(e, DST + 1 + r));
-    }
+    let plane_v = e.value(plane);
+    let plane_off = e.b.ins().imul(first_block, plane_v);
     let scratch = e.buffer(scratch_index);
     let m = e.offset(scratch, plan.v_len() as i64 * f);
-    ptrs.push(e.scaled(m, t, plan.m_tile_len() as i64 * f, 0));
-    let bias = if d.bias {
+    let mut ptrs = vec![plane_off, m];
+    let mut steps = vec![plane, Scalar::Const(PIXEL_BYTES)];
+    if d.bias {
         let w = e.buffer(WEIGHTS);
         let w = e.offset(w, plan.bias_offset() as i64 * f);
-        Some(e.scaled(w, first_block, PIXEL_BYTES, 0))
-    } else {
-        None
-    };
-    ptrs.extend(bias);
-    let mut steps = vec![strides.block; 1 + d.residuals()];
-    steps.push(Scalar::Const(PIXEL_BYTES));
-    if bias.is_some() {
+        ptrs.push(e.scaled(w, first_block, PIXEL_BYTES, 0));
         steps.push(Scalar::Const(PIXEL_BYTES));
     }
     let m_point = (plan.block_tiles * plan.m_tile_len()) as i64 * f;
-    let blocks = plan.chunk_blocks();
-    e.for_ptrs(Scalar::Const(blocks as i64), &ptrs, &steps, |e, p| {
-        let dst = p[0];
-        let residuals = &p[1..1 + d.residuals()];
-        let m = p[1 + d.residuals()];
-        let bias = bias.map(|_| p[2 + d.residuals()]);
-        let tmp_addr = e.b.ins().stack_addr(types::I64, tmp, 0);
-        for j in 0..PATCH {
-            let col: [Value; PATCH] =
-                std::array::from_fn(|i| e.load_vec(m, (i * PATCH + j) as i64 * m_point));
-            let out = output_1d(e, col);
-            for (k, x) in out.into_iter().enumerate() {
-                e.store_vec(x, tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES);
+    let tile_m = plan.m_tile_len() as i64 * f;
+    e.for_ptrs(Scalar::Const(plan.chunk_blocks() as i64), &ptrs, &steps, |e, p| {
+        let (plane_off, m_block) = (p[0], p[1]);
+        let bias = d.bias.then(|| e.load_vec(p[2], 0));
+        e.for_range(zero, count, &[], |e, t, _| {
+            let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
+            let at = e.scaled(info, t, INFO_BYTES, 0);
+            let [off, rows, cols] =
+                std::array::from_fn(|k| e.b.ins().load(types::I64, flags, at, k as i32 * 8));
+            let full = {
+                let a = e.b.ins().icmp_imm_s(IntCC::Equal, rows, TILE as i64);
+                let b = e.b.ins().icmp_imm_s(IntCC::Equal, cols, TILE as i64);
+                e.b.ins().band(a, b)
+            };
+            let tile_off = e.b.ins().iadd(plane_off, off);
+            let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
+                let b = e.buffer(buffer);
+                e.b.ins().iadd(b, tile_off)
+            };
+            let dst = at_buffer(e, DST);
+            let residuals: Vec<Value> =
+                (0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)).collect();
+            let m = e.scaled(m_block, t, tile_m, 0);
+            let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
+            for j in 0..PATCH {
+                let col: [Value; PATCH] =
+                    std::array::from_fn(|i| e.load_vec(m, (i * PATCH + j) as i64 * m_point));
+                let out = output_1d(e, col);
+                for (k, x) in out.into_iter().enumerate() {
+                    e.store_vec(x, tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES);
+                }
             }
-        }
-        let bias = bias.map(|b| e.load_vec(b, 0));
-        let row_bytes = e.value(strides.row);
-        let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
-            let tmp_addr = e.b.ins().stack_addr(types::I64, tmp, 0);
-            for k in 0..TILE {
-                let row: [Value; PATCH] = std::array::from_fn(|j| {
-                    e.load_vec(tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES)
-                });
-                let y = output_1d(e, row);
-                let k_off = e.b.ins().imul_imm_s(row_bytes, k as i64);
-                for (mcol, x) in y.into_iter().enumerate() {
-                    let px = mcol as i64 * PIXEL_BYTES;
-                    let pixel = |e: &mut Emit<'_>| {
-                        let x = match bias {
-                            Some(b) => e.b.ins().fadd(x, b),
-                            None => x,
+            let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+            let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
+            let row_bytes = Blocked::new(e, d.oc, oh, ow).row;
+            let row_bytes = e.value(row_bytes);
+            let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
+                let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
+                for k in 0..TILE {
+                    let row: [Value; PATCH] = std::array::from_fn(|j| {
+                        e.load_vec(tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES)
+                    });
+                    let y = output_1d(e, row);
+                    let k_off = e.b.ins().imul_imm_s(row_bytes, k as i64);
+                    for (mcol, x) in y.into_iter().enumerate() {
+                        let px = mcol as i64 * PIXEL_BYTES;
+                        let pixel = |e: &mut Emit<'_>| {
+                            let x = match bias {
+                                Some(b) => e.b.ins().fadd(x, b),
+                                None => x,
+                            };
+                            let x = post_ops(e, d, x, &residuals, k_off, px);
+                            let at = e.b.ins().iadd(dst, k_off);
+                            e.store_vec(x, at, px);
                         };
-                        let x = post_ops(e, d, x, residuals, k_off, px);
-                        let at = e.b.ins().iadd(dst, k_off);
-                        e.store_vec(x, at, px);
-                    };
-                    match guard {
-                        None => pixel(e),
-                        Some((rows, cols)) => {
-                            let r =
-                                e.b.ins()
-                                    .icmp_imm_s(IntCC::SignedGreaterThan, rows, k as i64);
-                            let c =
-                                e.b.ins()
-                                    .icmp_imm_s(IntCC::SignedGreaterThan, cols, mcol as i64);
-                            let both = e.b.ins().band(r, c);
-                            e.if_else(both, pixel, |_| {});
+                        match guard {
+                            None => pixel(e),
+                            Some((rows, cols)) => {
+                                let r = e.b.ins().icmp_imm_s(
+                                    IntCC::SignedGreaterThan,
+                                    rows,
+                                    k as i64,
+                                );
+                                let c = e.b.ins().icmp_imm_s(
+                                    IntCC::SignedGreaterThan,
+                                    cols,
+                                    mcol as i64,
+                                );
+                                let both = e.b.ins().band(r, c);
+                                e.if_else(both, pixel, |_| {});
+                            }
                         }
                     }
                 }
-            }
-        };
-        e.if_else(
-            full,
-            |e| store_rows(e, None),
-            |e| store_rows(e, Some((rows, cols))),
-        );
+            };
+            e.if_else(
+                full,
+                |e| store_rows(e, None),
+                |e| store_rows(e, Some((rows, cols))),
+            );
+            Vec::new()
+        });
     });
 }
 
