@@ -1332,10 +1332,10 @@ fn dump_per_node_stages_report_unknown_nodes_and_unbound_symbols() {
 
 // ---- run: JIT against the reference ----
 
+/// The trunk with each convolution algorithm against the reference interpreter.
 #[test]
 fn run_trunk_jit_agrees_with_the_reference() {
     let dir = temp_dir();
-    let jit = dir.path().join("jit.npy");
     let reference = dir.path().join("ref.npy");
     let common = [
         "--dims",
@@ -1345,10 +1345,6 @@ fn run_trunk_jit_agrees_with_the_reference() {
         "--random-params",
         "5",
     ];
-    let mut args = vec!["run", TRUNK, "--output", s(&jit)];
-    args.extend_from_slice(&common);
-    let out = success(&primjit(&args));
-    assert!(out.contains("out: [1, 256, 20, 3]"), "{out}");
     let mut args = vec![
         "run",
         TRUNK,
@@ -1363,35 +1359,44 @@ fn run_trunk_jit_agrees_with_the_reference() {
     args.extend(common.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     success(&primjit(&args));
-
-    let (shape, got) = read_npy(&jit);
     let (ref_shape, want) = read_npy(&reference);
-    assert_eq!(shape, [1, 256, 20, 3]);
-    assert_eq!(shape, ref_shape);
-    assert!(got.iter().all(|v| v.is_finite()));
     let max_ref = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     assert!(
         max_ref > 0.1,
         "a degenerate output proves nothing: {max_ref}"
     );
-    let max_diff = got
-        .iter()
-        .zip(&want)
-        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-    // The reference accumulates in f64, the kernels in f32 (with FMA where the host has it).
-    // A sum of n terms in f32 is off by at most ~n * 2^-24 relative to the sum of magnitudes;
-    // the longest reductions here have 256 * 3 * 3 = 2304 terms, and the error of each of the
-    // 29 convolutions propagates through the ones after it (residual adds keep activations of
-    // the order of 1, batch-norm folding keeps the weights at unit gain). Errors of random
-    // sign grow like sqrt(n) rather than n in practice: about 1e-6 relative per layer, a few
-    // 1e-6 after the trunk (3.5e-6 observed). 1e-4 of the output's magnitude leaves a margin of
-    // over 10x while still catching a wrong tap, a missed bias or a lost residual, which are
-    // off by 1e-2 or more.
-    let tolerance = 1e-4 * max_ref.max(1.0);
-    assert!(
-        max_diff <= tolerance,
-        "JIT and reference differ by {max_diff} (tolerance {tolerance}, max |ref| {max_ref})"
-    );
+
+    for algo in ["direct", "winograd", "auto"] {
+        let jit = dir.path().join(format!("{algo}.npy"));
+        let mut args = vec!["run", TRUNK, "--output", s(&jit), "--conv-algo", algo];
+        args.extend_from_slice(&common);
+        let out = success(&primjit(&args));
+        assert!(out.contains("out: [1, 256, 20, 3]"), "{out}");
+        let (shape, got) = read_npy(&jit);
+        assert_eq!(shape, [1, 256, 20, 3]);
+        assert_eq!(shape, ref_shape);
+        assert!(got.iter().all(|v| v.is_finite()));
+        let max_diff = got
+            .iter()
+            .zip(&want)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        // The reference accumulates in f64, the kernels in f32 (with FMA where the host has
+        // it). A sum of n terms in f32 is off by at most ~n * 2^-24 relative to the sum of
+        // magnitudes; the longest reductions here have 256 * 3 * 3 = 2304 terms, and the
+        // error of each of the 29 convolutions propagates through the ones after it (residual
+        // adds keep activations of the order of 1, batch-norm folding keeps the weights at
+        // unit gain). Errors of random sign grow like sqrt(n) rather than n in practice: about
+        // 1e-6 relative per layer, a few 1e-6 after the trunk (3.5e-6 observed for direct,
+        // ARCHITECTURE.md's "Winograd" gives Winograd's, about twice that). 1e-4 of the
+        // output's magnitude leaves a margin of over 10x while still catching a wrong tap, a
+        // missed bias or a lost residual, which are off by 1e-2 or more.
+        let tolerance = 1e-4 * max_ref.max(1.0);
+        assert!(
+            max_diff <= tolerance,
+            "{algo}: JIT and reference differ by {max_diff} (tolerance {tolerance}, max |ref| \
+             {max_ref})"
+        );
+    }
 }
 
 // ---- bench and sweep ----

@@ -481,7 +481,12 @@ fn input_transform(
         let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
         let at = e.scaled(info, t, INFO_BYTES, 0);
         for (k, v) in [off, y0, x0].into_iter().enumerate() {
-            e.b.ins().store(cranelift_codegen::ir::MemFlagsData::new(), v, at, k as i32 * 8);
+            e.b.ins().store(
+                cranelift_codegen::ir::MemFlagsData::new(),
+                v,
+                at,
+                k as i32 * 8,
+            );
         }
         Vec::new()
     });
@@ -492,51 +497,56 @@ fn input_transform(
     let v_point = (plan.block_tiles * plan.icp()) as i64 * F32_BYTES;
     let blocks = d.ic.div_ceil(LANES);
     let steps = [plane, Scalar::Const(PIXEL_BYTES)];
-    e.for_ptrs(Scalar::Const(blocks as i64), &[zero, scratch], &steps, |e, p| {
-        let (plane_off, v_block) = (p[0], p[1]);
-        e.for_range(zero, count, &[], |e, t, _| {
-            let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
-            let at = e.scaled(info, t, INFO_BYTES, 0);
-            let flags = cranelift_codegen::ir::MemFlagsData::new();
-            let [off, y0, x0] =
-                std::array::from_fn(|k| e.b.ins().load(types::I64, flags, at, k as i32 * 8));
-            let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
-            let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-            let row = Blocked::new(e, d.ic, ih, iw).row;
-            let (ih, iw) = (e.value(ih), e.value(iw));
-            let inside = {
-                let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
-                let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
-                let y1 = e.offset(y0, PATCH as i64);
-                let x1 = e.offset(x0, PATCH as i64);
-                let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
-                let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
-                let a = e.b.ins().band(top, left);
-                let b = e.b.ins().band(bottom, right);
-                e.b.ins().band(a, b)
-            };
-            // The pixel (y0, x0) of this channel block: an address only dereferenced at
-            // offsets that land inside the input (all of the patch for an inside tile, the
-            // clipped rows and columns for the others).
-            let src = e.buffer(SRC);
-            let src = e.b.ins().iadd(src, plane_off);
-            let src = e.b.ins().iadd(src, off);
-            let row_bytes = e.value(row);
-            let vals = e.if_else_values(
-                inside,
-                |_| vec![src, row_bytes],
-                |e| {
-                    fill_patch(e, src, row_bytes, slots.patch, (y0, ih), (x0, iw));
-                    let p = e.b.ins().stack_addr(types::I64, slots.patch, 0);
-                    let s = e.iconst(PATCH as i64 * PIXEL_BYTES);
-                    vec![p, s]
-                },
-            );
-            let v = e.scaled(v_block, t, plan.icp() as i64 * F32_BYTES, 0);
-            transform_input(e, vals[0], vals[1], slots.in_tmp, v, v_point);
-            Vec::new()
-        });
-    });
+    e.for_ptrs(
+        Scalar::Const(blocks as i64),
+        &[zero, scratch],
+        &steps,
+        |e, p| {
+            let (plane_off, v_block) = (p[0], p[1]);
+            e.for_range(zero, count, &[], |e, t, _| {
+                let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
+                let at = e.scaled(info, t, INFO_BYTES, 0);
+                let flags = cranelift_codegen::ir::MemFlagsData::new();
+                let [off, y0, x0] =
+                    std::array::from_fn(|k| e.b.ins().load(types::I64, flags, at, k as i32 * 8));
+                let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+                let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
+                let row = Blocked::new(e, d.ic, ih, iw).row;
+                let (ih, iw) = (e.value(ih), e.value(iw));
+                let inside = {
+                    let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
+                    let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
+                    let y1 = e.offset(y0, PATCH as i64);
+                    let x1 = e.offset(x0, PATCH as i64);
+                    let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
+                    let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
+                    let a = e.b.ins().band(top, left);
+                    let b = e.b.ins().band(bottom, right);
+                    e.b.ins().band(a, b)
+                };
+                // The pixel (y0, x0) of this channel block: an address only dereferenced at
+                // offsets that land inside the input (all of the patch for an inside tile, the
+                // clipped rows and columns for the others).
+                let src = e.buffer(SRC);
+                let src = e.b.ins().iadd(src, plane_off);
+                let src = e.b.ins().iadd(src, off);
+                let row_bytes = e.value(row);
+                let vals = e.if_else_values(
+                    inside,
+                    |_| vec![src, row_bytes],
+                    |e| {
+                        fill_patch(e, src, row_bytes, slots.patch, (y0, ih), (x0, iw));
+                        let p = e.b.ins().stack_addr(types::I64, slots.patch, 0);
+                        let s = e.iconst(PATCH as i64 * PIXEL_BYTES);
+                        vec![p, s]
+                    },
+                );
+                let v = e.scaled(v_block, t, plan.icp() as i64 * F32_BYTES, 0);
+                transform_input(e, vals[0], vals[1], slots.in_tmp, v, v_point);
+                Vec::new()
+            });
+        },
+    );
 }
 
 /// Zeroes the patch and copies into it the pixels of the 6x6 window at `src` (row stride
@@ -780,88 +790,94 @@ fn output_transform(
     }
     let m_point = (plan.block_tiles * plan.m_tile_len()) as i64 * f;
     let tile_m = plan.m_tile_len() as i64 * f;
-    e.for_ptrs(Scalar::Const(plan.chunk_blocks() as i64), &ptrs, &steps, |e, p| {
-        let (plane_off, m_block) = (p[0], p[1]);
-        let bias = d.bias.then(|| e.load_vec(p[2], 0));
-        e.for_range(zero, count, &[], |e, t, _| {
-            let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
-            let at = e.scaled(info, t, INFO_BYTES, 0);
-            let [off, rows, cols] =
-                std::array::from_fn(|k| e.b.ins().load(types::I64, flags, at, k as i32 * 8));
-            let full = {
-                let a = e.b.ins().icmp_imm_s(IntCC::Equal, rows, TILE as i64);
-                let b = e.b.ins().icmp_imm_s(IntCC::Equal, cols, TILE as i64);
-                e.b.ins().band(a, b)
-            };
-            let tile_off = e.b.ins().iadd(plane_off, off);
-            let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
-                let b = e.buffer(buffer);
-                e.b.ins().iadd(b, tile_off)
-            };
-            let dst = at_buffer(e, DST);
-            let residuals: Vec<Value> =
-                (0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)).collect();
-            let m = e.scaled(m_block, t, tile_m, 0);
-            let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
-            for j in 0..PATCH {
-                let col: [Value; PATCH] =
-                    std::array::from_fn(|i| e.load_vec(m, (i * PATCH + j) as i64 * m_point));
-                let out = output_1d(e, col);
-                for (k, x) in out.into_iter().enumerate() {
-                    e.store_vec(x, tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES);
-                }
-            }
-            let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
-            let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-            let row_bytes = Blocked::new(e, d.oc, oh, ow).row;
-            let row_bytes = e.value(row_bytes);
-            let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
+    e.for_ptrs(
+        Scalar::Const(plan.chunk_blocks() as i64),
+        &ptrs,
+        &steps,
+        |e, p| {
+            let (plane_off, m_block) = (p[0], p[1]);
+            let bias = d.bias.then(|| e.load_vec(p[2], 0));
+            e.for_range(zero, count, &[], |e, t, _| {
+                let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
+                let at = e.scaled(info, t, INFO_BYTES, 0);
+                let [off, rows, cols] =
+                    std::array::from_fn(|k| e.b.ins().load(types::I64, flags, at, k as i32 * 8));
+                let full = {
+                    let a = e.b.ins().icmp_imm_s(IntCC::Equal, rows, TILE as i64);
+                    let b = e.b.ins().icmp_imm_s(IntCC::Equal, cols, TILE as i64);
+                    e.b.ins().band(a, b)
+                };
+                let tile_off = e.b.ins().iadd(plane_off, off);
+                let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
+                    let b = e.buffer(buffer);
+                    e.b.ins().iadd(b, tile_off)
+                };
+                let dst = at_buffer(e, DST);
+                let residuals: Vec<Value> = (0..d.residuals())
+                    .map(|r| at_buffer(e, DST + 1 + r))
+                    .collect();
+                let m = e.scaled(m_block, t, tile_m, 0);
                 let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
-                for k in 0..TILE {
-                    let row: [Value; PATCH] = std::array::from_fn(|j| {
-                        e.load_vec(tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES)
-                    });
-                    let y = output_1d(e, row);
-                    let k_off = e.b.ins().imul_imm_s(row_bytes, k as i64);
-                    for (mcol, x) in y.into_iter().enumerate() {
-                        let px = mcol as i64 * PIXEL_BYTES;
-                        let pixel = |e: &mut Emit<'_>| {
-                            let x = match bias {
-                                Some(b) => e.b.ins().fadd(x, b),
-                                None => x,
+                for j in 0..PATCH {
+                    let col: [Value; PATCH] =
+                        std::array::from_fn(|i| e.load_vec(m, (i * PATCH + j) as i64 * m_point));
+                    let out = output_1d(e, col);
+                    for (k, x) in out.into_iter().enumerate() {
+                        e.store_vec(x, tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES);
+                    }
+                }
+                let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+                let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
+                let row_bytes = Blocked::new(e, d.oc, oh, ow).row;
+                let row_bytes = e.value(row_bytes);
+                let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
+                    let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
+                    for k in 0..TILE {
+                        let row: [Value; PATCH] = std::array::from_fn(|j| {
+                            e.load_vec(tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES)
+                        });
+                        let y = output_1d(e, row);
+                        let k_off = e.b.ins().imul_imm_s(row_bytes, k as i64);
+                        for (mcol, x) in y.into_iter().enumerate() {
+                            let px = mcol as i64 * PIXEL_BYTES;
+                            let pixel = |e: &mut Emit<'_>| {
+                                let x = match bias {
+                                    Some(b) => e.b.ins().fadd(x, b),
+                                    None => x,
+                                };
+                                let x = post_ops(e, d, x, &residuals, k_off, px);
+                                let at = e.b.ins().iadd(dst, k_off);
+                                e.store_vec(x, at, px);
                             };
-                            let x = post_ops(e, d, x, &residuals, k_off, px);
-                            let at = e.b.ins().iadd(dst, k_off);
-                            e.store_vec(x, at, px);
-                        };
-                        match guard {
-                            None => pixel(e),
-                            Some((rows, cols)) => {
-                                let r = e.b.ins().icmp_imm_s(
-                                    IntCC::SignedGreaterThan,
-                                    rows,
-                                    k as i64,
-                                );
-                                let c = e.b.ins().icmp_imm_s(
-                                    IntCC::SignedGreaterThan,
-                                    cols,
-                                    mcol as i64,
-                                );
-                                let both = e.b.ins().band(r, c);
-                                e.if_else(both, pixel, |_| {});
+                            match guard {
+                                None => pixel(e),
+                                Some((rows, cols)) => {
+                                    let r = e.b.ins().icmp_imm_s(
+                                        IntCC::SignedGreaterThan,
+                                        rows,
+                                        k as i64,
+                                    );
+                                    let c = e.b.ins().icmp_imm_s(
+                                        IntCC::SignedGreaterThan,
+                                        cols,
+                                        mcol as i64,
+                                    );
+                                    let both = e.b.ins().band(r, c);
+                                    e.if_else(both, pixel, |_| {});
+                                }
                             }
                         }
                     }
-                }
-            };
-            e.if_else(
-                full,
-                |e| store_rows(e, None),
-                |e| store_rows(e, Some((rows, cols))),
-            );
-            Vec::new()
-        });
-    });
+                };
+                e.if_else(
+                    full,
+                    |e| store_rows(e, None),
+                    |e| store_rows(e, Some((rows, cols))),
+                );
+                Vec::new()
+            });
+        },
+    );
 }
 
 /// The key's post-ops on one output vector; residual `i` is read at `residuals[i] + row +
