@@ -1576,12 +1576,40 @@ fn bench_op_runs_a_runtime_width_descriptor() {
         "mb1ic8ih6iw37*oc8kh3ph1",
         "--runs",
         "1",
+        "--conv-algo",
+        "direct",
     ]));
     assert!(
         out.contains("conv mb1ic8ih6iw*oc8oh6ow*kh3kw3sh1sw1ph1pw1 bias nChw4c>nChw4c"),
         "{out}"
     );
     assert!(out.contains("runtime extents, run at ih=6 iw=37"), "{out}");
+    assert!(
+        out.contains("% of peak") && !out.contains("effective"),
+        "{out}"
+    );
+}
+
+/// A Winograd primitive (`auto` picks it for 8 channels) reports its actual and its
+/// direct-equivalent ("effective") rate.
+#[test]
+fn bench_op_reports_actual_and_effective_rates_for_winograd() {
+    let out = success(&primjit(&[
+        "bench-op",
+        "mb1ic8ih6iw37*oc8kh3ph1",
+        "--runs",
+        "1",
+    ]));
+    assert!(
+        out.contains(
+            "conv mb1ic8ih6iw*oc8oh6ow*kh3kw3sh1sw1ph1pw1 bias alg:wino_f4x3 nChw4c>nChw4c"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("GFLOP/s actual (") && out.contains("GFLOP/s effective ("),
+        "{out}"
+    );
 }
 
 #[test]

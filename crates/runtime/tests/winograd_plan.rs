@@ -1,0 +1,113 @@
+//! The trunk's Winograd keys: which nodes take Winograd under each choice, bounded scratch at
+//! the workload's widest input, and the `dynamic` policy's one primitive per node
+//! configuration.
+
+use primjit_codegen::{ConvAlgo, ConvAlgoChoice, PrimitiveKey};
+use primjit_ir::{Bindings, parse, parse_bindings};
+use primjit_runtime::{ShapeMode, node_keys_in};
+
+const TRUNK: &str = include_str!("../../../ir/resnet34_trunk.ir");
+
+fn keys(w: usize, mode: ShapeMode, choice: ConvAlgoChoice) -> Vec<(String, PrimitiveKey)> {
+    let graph = {
+        let mut g = parse(TRUNK).expect("the trunk parses");
+        primjit_ir::passes::optimize(&mut g);
+        g
+    };
+    let bindings: Bindings = parse_bindings(&format!("W={w}")).expect("bindings");
+    node_keys_in(&graph, &bindings, mode, choice).expect("keys of the trunk")
+}
+
+fn algo(key: &PrimitiveKey) -> Option<ConvAlgo> {
+    match key {
+        PrimitiveKey::Conv(d) => Some(d.algo),
+        _ => None,
+    }
+}
+
+/// `auto` and `winograd` give the trunk's 24 3x3 stride-1 convolutions to Winograd and keep
+/// conv1 (7x7), the two stride-2 3x3 convolutions and the 1x1 downsamples direct.
+#[test]
+fn winograd_takes_exactly_the_3x3_stride_1_convolutions() {
+    for choice in [ConvAlgoChoice::Auto, ConvAlgoChoice::Winograd] {
+        let keys = keys(320, ShapeMode::Exact, choice);
+        let wino: Vec<&str> = keys
+            .iter()
+            .filter(|(_, k)| algo(k) == Some(ConvAlgo::WinogradF4x3))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(wino.len(), 6 + 7 + 11, "{choice}: {wino:?}");
+        for (name, key) in &keys {
+            let PrimitiveKey::Conv(d) = key else { continue };
+            let expected = d.kh == 3 && d.strides == [1, 1];
+            assert_eq!(
+                d.algo == ConvAlgo::WinogradF4x3,
+                expected,
+                "{choice}: {name}: {key}"
+            );
+        }
+    }
+    let direct = keys(320, ShapeMode::Exact, ConvAlgoChoice::Direct);
+    assert!(
+        direct
+            .iter()
+            .all(|(_, k)| algo(k) != Some(ConvAlgo::WinogradF4x3))
+    );
+}
+
+/// Winograd's scratch does not grow with the image: at most 4 MiB per thread for every layer
+/// of the trunk at the workload's widest input (W=7680), with fixed and runtime extents.
+#[test]
+fn winograd_scratch_is_at_most_4_mib_per_thread_at_w_7680() {
+    for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
+        for (name, key) in keys(7680, mode, ConvAlgoChoice::Winograd) {
+            let PrimitiveKey::Conv(d) = &key else {
+                continue;
+            };
+            if d.algo != ConvAlgo::WinogradF4x3 {
+                continue;
+            }
+            let bytes = d.scratch_len() * 4;
+            assert!(
+                bytes > 0 && bytes <= 4 << 20,
+                "{name}: {bytes} bytes: {key}"
+            );
+            let at_200 = keys(200, mode, ConvAlgoChoice::Winograd)
+                .into_iter()
+                .find(|(n, _)| *n == name)
+                .expect("same nodes");
+            let PrimitiveKey::Conv(small) = at_200.1 else {
+                unreachable!("a conv")
+            };
+            assert_eq!(small.scratch_len(), d.scratch_len(), "{name}");
+        }
+    }
+}
+
+/// With runtime widths, the Winograd keys do not depend on the width: one primitive per node
+/// configuration serves every call, as for direct kernels.
+#[test]
+fn dynamic_winograd_keys_do_not_depend_on_the_width() {
+    let at = |w| keys(w, ShapeMode::Runtime, ConvAlgoChoice::Auto);
+    let (a, b) = (at(203), at(7680));
+    for ((name, ka), (_, kb)) in a.iter().zip(&b) {
+        if matches!(ka, PrimitiveKey::Conv(_)) {
+            assert_eq!(ka, kb, "{name}");
+        }
+    }
+    let distinct: std::collections::HashSet<_> = a
+        .iter()
+        .filter(|(_, k)| matches!(k, PrimitiveKey::Conv(_)))
+        .map(|(_, k)| k)
+        .collect();
+    // conv1, layer1's two 3x3 convs, and per later stage: the stride-2 conv, the downsample,
+    // conv2 of the first block (with a residual from the downsample), and the two convs of the
+    // other blocks; the same count as with direct kernels.
+    let direct = keys(203, ShapeMode::Runtime, ConvAlgoChoice::Direct);
+    let distinct_direct: std::collections::HashSet<_> = direct
+        .iter()
+        .filter(|(_, k)| matches!(k, PrimitiveKey::Conv(_)))
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(distinct.len(), distinct_direct.len());
+}
