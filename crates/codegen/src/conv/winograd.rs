@@ -79,6 +79,10 @@ const AT: [[f64; PATCH]; TILE] = [
 /// spilled accumulators inside the loop with 4 and 8 channels per trip (16 and 8 stack
 /// accesses per trip) and with 12 needs neither spills nor moves (`dump --stage asm`).
 const GEMM_UNROLL: usize = 12;
+const _: () = assert!(
+    GEMM_UNROLL % LANES == 0,
+    "a trip covers whole channel blocks"
+);
 
 /// Buffer indices in the argument list.
 const SRC: usize = 0;
@@ -496,7 +500,8 @@ fn input_transform(
     let scratch = e.buffer(scratch_index);
     let v_point = (plan.block_tiles * plan.icp()) as i64 * F32_BYTES;
     let blocks = d.ic.div_ceil(LANES);
-    let steps = [plane, Scalar::Const(PIXEL_BYTES)];
+    // `V[point][channel block][tile][4]`: a channel block's tiles are consecutive vectors.
+    let steps = [plane, Scalar::Const(plan.block_tiles as i64 * PIXEL_BYTES)];
     e.for_ptrs(
         Scalar::Const(blocks as i64),
         &[zero, scratch],
@@ -541,7 +546,7 @@ fn input_transform(
                         vec![p, s]
                     },
                 );
-                let v = e.scaled(v_block, t, plan.icp() as i64 * F32_BYTES, 0);
+                let v = e.scaled(v_block, t, PIXEL_BYTES, 0);
                 transform_input(e, vals[0], vals[1], slots.in_tmp, v, v_point);
                 Vec::new()
             });
@@ -625,20 +630,23 @@ fn transform_input(
     }
 }
 
-/// The 36 GEMMs of a work item: `M[point][tile][oc]` = `Σ_ic V[point][tile][ic] ·
-/// U[point][ic][oc]` for the block's `count` tiles and the output channels of `chunk`, one
-/// output-channel vector at a time, in groups of 12 tiles (12 accumulators) and a last group
-/// of 4, 8 or 12.
+/// The 36 GEMMs of a work item: `M[point][oc]` = `Σ_ic V[point][ic] · U[point][ic][oc]` for
+/// each of the block's `count` tiles and the output channels of `chunk`, one output-channel
+/// vector at a time, in groups of 12 tiles (12 accumulators) and a last group of 2 to 12.
+///
+/// `V` is `[point][channel block][tile][4]` and `M` `[point][channel block][tile][4]`: the
+/// transforms, which run channel blocks outer and tiles inner, read and write whole cache
+/// lines in order (with one tile's channels together, a line was written or read a quarter at
+/// a time, once per channel block, and left L1 between the quarters).
 fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, count: Value, chunk: Value, scratch_index: usize) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let icp = plan.icp() as i64;
-    let tile_m = plan.m_tile_len() as i64 * f;
+    let block_bytes = plan.block_tiles as i64 * PIXEL_BYTES;
     let scratch = e.buffer(scratch_index);
     let m = e.offset(scratch, plan.v_len() as i64 * f);
-    let v_point = plan.block_tiles as i64 * icp * f;
+    let v_point = plan.v_len() as i64 / POINTS as i64 * f;
     let u_point = d.ic as i64 * plan.ocp() as i64 * f;
-    let m_point = plan.block_tiles as i64 * tile_m;
+    let m_point = (plan.block_tiles * plan.m_tile_len()) as i64 * f;
     // One output-channel vector's panel of weights: a vector per input channel.
     let u_panel = d.ic as i64 * PIXEL_BYTES;
     let weights = e.buffer(WEIGHTS);
@@ -648,11 +656,10 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, count: Value, chunk: Value, scrat
     let u = e.b.ins().iadd(weights, chunk_bytes);
     let groups = e.udiv_const(count, GROUP_TILES as u64);
     let rest = e.urem_const(count, GROUP_TILES as u64);
-    // 0 for no last group, else 1, 2 or 3 for 4, 8 or 12 tiles.
-    let last = e.offset(rest, 3);
-    let last = e.b.ins().ushr_imm_s(last, 2);
-    let group_v = GROUP_TILES as i64 * icp * f;
-    let group_m = GROUP_TILES as i64 * tile_m;
+    // 0 for no last group, else k for 2k tiles: at most one tile computed in vain.
+    let last = e.offset(rest, 1);
+    let last = e.b.ins().ushr_imm_s(last, 1);
+    let group_bytes = GROUP_TILES as i64 * PIXEL_BYTES;
     e.for_count_ptrs(
         POINTS,
         &[scratch, u, m],
@@ -662,19 +669,19 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, count: Value, chunk: Value, scrat
             e.for_count_ptrs(
                 plan.chunk_blocks(),
                 &[u, m],
-                &[u_panel, PIXEL_BYTES],
+                &[u_panel, block_bytes],
                 |e, q| {
                     let (u, m) = (q[0], q[1]);
                     let ends = e.for_ptrs(
                         Scalar::Dyn(groups),
                         &[v, m],
-                        &[Scalar::Const(group_v), Scalar::Const(group_m)],
+                        &[Scalar::Const(group_bytes), Scalar::Const(group_bytes)],
                         |e, g| micro_tile(e, plan, GROUP_TILES, g[0], u, g[1]),
                     );
                     let (v_last, m_last) = (ends[0], ends[1]);
-                    e.switch(last, 4, |e, k| {
+                    e.switch(last, GROUP_TILES / 2 + 1, |e, k| {
                         if k > 0 {
-                            micro_tile(e, plan, 4 * k, v_last, u, m_last);
+                            micro_tile(e, plan, 2 * k, v_last, u, m_last);
                         }
                     });
                 },
@@ -689,8 +696,9 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, count: Value, chunk: Value, scrat
 fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: Value, m: Value) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let tile_v = plan.icp() as i64 * f;
-    let tile_m = plan.m_tile_len() as i64 * f;
+    let block_bytes = plan.block_tiles as i64 * PIXEL_BYTES;
+    // Channel `s` of a trip: its channel block, then its lane.
+    let channel = |s: i64| s / LANES as i64 * block_bytes + s % LANES as i64 * f;
     let (full_trips, rest) = (d.ic / GEMM_UNROLL, d.ic % GEMM_UNROLL);
     let zero = e.splat_const(0.0);
     let acc = vec![zero; tiles];
@@ -698,7 +706,7 @@ fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: 
     let step = |e: &mut Emit<'_>, v: Value, u: Value, s: i64, acc: &mut [Value]| {
         let w = e.load_vec(u, s * PIXEL_BYTES);
         for (tile, a) in acc.iter_mut().enumerate() {
-            let x = e.splat_load(v, tile as i64 * tile_v + s * f);
+            let x = e.splat_load(v, tile as i64 * PIXEL_BYTES + channel(s));
             *a = e.fma(x, w, *a);
         }
     };
@@ -709,7 +717,7 @@ fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: 
         for s in 0..GEMM_UNROLL as i64 {
             step(e, v, u, s, &mut acc);
         }
-        let v = e.offset(v, GEMM_UNROLL as i64 * f);
+        let v = e.offset(v, (GEMM_UNROLL / LANES) as i64 * block_bytes);
         let u = e.offset(u, GEMM_UNROLL as i64 * PIXEL_BYTES);
         [v, u].into_iter().chain(acc).collect()
     });
@@ -719,7 +727,7 @@ fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: 
         step(e, v_rest, u_rest, s, &mut acc);
     }
     for (tile, a) in acc.into_iter().enumerate() {
-        e.store_vec(a, m, tile as i64 * tile_m);
+        e.store_vec(a, m, tile as i64 * PIXEL_BYTES);
     }
 }
 
@@ -781,7 +789,7 @@ fn output_transform(
     let scratch = e.buffer(scratch_index);
     let m = e.offset(scratch, plan.v_len() as i64 * f);
     let mut ptrs = vec![plane_off, m];
-    let mut steps = vec![plane, Scalar::Const(PIXEL_BYTES)];
+    let mut steps = vec![plane, Scalar::Const(plan.block_tiles as i64 * PIXEL_BYTES)];
     if d.bias {
         let w = e.buffer(WEIGHTS);
         let w = e.offset(w, plan.bias_offset() as i64 * f);
@@ -789,7 +797,6 @@ fn output_transform(
         steps.push(Scalar::Const(PIXEL_BYTES));
     }
     let m_point = (plan.block_tiles * plan.m_tile_len()) as i64 * f;
-    let tile_m = plan.m_tile_len() as i64 * f;
     e.for_ptrs(
         Scalar::Const(plan.chunk_blocks() as i64),
         &ptrs,
@@ -816,7 +823,7 @@ fn output_transform(
                 let residuals: Vec<Value> = (0..d.residuals())
                     .map(|r| at_buffer(e, DST + 1 + r))
                     .collect();
-                let m = e.scaled(m_block, t, tile_m, 0);
+                let m = e.scaled(m_block, t, PIXEL_BYTES, 0);
                 let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
                 for j in 0..PATCH {
                     let col: [Value; PATCH] =
