@@ -100,8 +100,8 @@ const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
 /// Small transformed weights (the 64-channel layers' 0.6 MB) stay in L2 across blocks: 12
 /// tiles a block, one chunk. Larger ones (2.4 MB at 128 channels, 9.4 MB at 256) stream from
 /// L3 once per block: 24 tiles halve that traffic, and two chunks let two threads share one
-/// block's weights instead of streaming all of them each (the input transform, a few percent
-/// of the work, is then done once per chunk).
+/// block's weights instead of streaming all of them each (a call that runs both chunks of a
+/// block transforms its inputs once; two threads that share a block each do).
 #[derive(Clone, Debug)]
 pub struct WinogradPlan {
     pub desc: ConvDesc,
@@ -422,7 +422,16 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
             out_tmp,
             info,
         };
-        input_transform(e, plan, first, count, scratch_index, &slots);
+        // A block's chunks are consecutive work items: a call that computed the block's
+        // previous chunk still has its transformed inputs in its scratch.
+        let first_item = e.b.ins().icmp(IntCC::Equal, item, begin);
+        let first_chunk = e.b.ins().icmp_imm_s(IntCC::Equal, chunk, 0);
+        let fresh = e.b.ins().bor(first_item, first_chunk);
+        e.if_else(
+            fresh,
+            |e| input_transform(e, plan, first, count, scratch_index, &slots),
+            |_| {},
+        );
         gemm(e, plan, count, chunk, scratch_index);
         output_transform(e, plan, first, count, chunk, scratch_index, &slots);
         Vec::new()
