@@ -323,6 +323,45 @@ fn config_error_invalid_names_the_variable_and_value() {
     );
 }
 
+/// `PRIMJIT_CONV_ALGO` is parsed strictly, and an unknown name given to the API says which
+/// names there are.
+#[test]
+fn conv_algo_errors_name_the_choices() {
+    let err = EngineConfig::from_vars(|name| {
+        (name == "PRIMJIT_CONV_ALGO").then(|| "Winograd".to_string())
+    })
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "PRIMJIT_CONV_ALGO=Winograd: expected direct, winograd or auto"
+    );
+    let err = "wino".parse::<primjit::ConvAlgoChoice>().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown convolution algorithm `wino`: expected direct, winograd or auto"
+    );
+    let config =
+        EngineConfig::from_vars(|name| (name == "PRIMJIT_CONV_ALGO").then(|| "direct".to_string()))
+            .unwrap();
+    assert_eq!(config.conv_algo, primjit::ConvAlgoChoice::Direct);
+}
+
+/// A Winograd key for a convolution it cannot compute is an invalid key that says why.
+#[test]
+fn key_error_winograd_on_a_strided_convolution() {
+    let mut d = primjit::ConvDesc::new(1, 8, [8, 8], 8, [3, 3]);
+    d.strides = [2, 2];
+    d.src_layout = primjit::Layout::Nchw4c;
+    d.dst_layout = primjit::Layout::Nchw4c;
+    d.algo = primjit::ConvAlgo::WinogradF4x3;
+    let err = primjit::PrimitiveKey::Conv(d).validate().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid primitive conv mb1ic8ih8iw8oc8oh3ow3kh3kw3sh2sw2ph0pw0 alg:wino_f4x3 \
+         nChw4c>nChw4c: winograd F(4x4, 3x3) needs unit strides and dilations"
+    );
+}
+
 #[test]
 fn runtime_error_map_after_one_retry_names_the_key() {
     let (engine, fail) = failing_engine();
