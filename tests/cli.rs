@@ -1177,7 +1177,7 @@ fn dump_shows_the_convolution_algorithm_and_why() {
         "{wino}"
     );
     assert!(
-        wino.contains("algorithm: wino_f4x3 (--conv-algo winograd, and it applies)"),
+        wino.contains("algorithm: wino_f4x3 (winograd requested, and it applies)"),
         "{wino}"
     );
     assert!(
@@ -1187,7 +1187,7 @@ fn dump_shows_the_convolution_algorithm_and_why() {
     let direct = plan("direct");
     assert!(!direct.contains("alg:"), "{direct}");
     assert!(
-        direct.contains("algorithm: direct (--conv-algo direct)"),
+        direct.contains("algorithm: direct (direct requested)"),
         "{direct}"
     );
     let auto = plan("auto");
@@ -1238,7 +1238,7 @@ fn dump_shows_the_convolution_algorithm_and_why() {
     assert_eq!(weights("winograd"), (0, (64 * 64 * 36 + 64) * 4));
 }
 
-/// `--conv-algo` and `PRIMJIT_CONV_ALGO` are parsed strictly; the flag wins.
+/// `--conv-algo` and `PRIMJIT_CONV_ALGO` are parsed strictly.
 #[test]
 fn conv_algo_is_parsed_strictly() {
     failure(
@@ -1255,40 +1255,20 @@ fn conv_algo_is_parsed_strictly() {
         2,
         &["unknown convolution algorithm `fast`: expected direct, winograd or auto"],
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_primjit"))
-        .args([
-            "dump",
-            TRUNK,
-            "--stage",
-            "plan",
-            "--dims",
-            "W=37",
-            "--node",
-            "layer1.0.conv2",
-        ])
-        .env("PRIMJIT_CONV_ALGO", "wino")
-        .output()
-        .unwrap();
+    let plan_with = |value: &str| {
+        Command::new(env!("CARGO_BIN_EXE_primjit"))
+            .args(["dump", TRUNK, "--stage", "plan", "--dims", "W=37"])
+            .args(["--node", "layer1.0.conv2"])
+            .env("PRIMJIT_CONV_ALGO", value)
+            .output()
+            .unwrap()
+    };
     failure(
-        &out,
+        &plan_with("wino"),
         1,
         &["PRIMJIT_CONV_ALGO=wino: expected direct, winograd or auto"],
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_primjit"))
-        .args([
-            "dump",
-            TRUNK,
-            "--stage",
-            "plan",
-            "--dims",
-            "W=37",
-            "--node",
-            "layer1.0.conv2",
-        ])
-        .env("PRIMJIT_CONV_ALGO", "direct")
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("algorithm: direct"));
+    assert!(success(&plan_with("direct")).contains("algorithm: direct (direct requested)"));
 }
 
 #[test]

@@ -933,30 +933,21 @@ proptest! {
         more in prop::collection::vec((1..=30usize, 1..=30usize), 2),
         blocks in (any::<Index>(), any::<Index>()),
     ) {
-        let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
-        for &(h, w) in std::iter::once(&(p.desc.ih, p.desc.iw)).chain(&more) {
-            let mut q = p.clone();
-            if rt.h {
-                q.desc.ih = h;
-            }
-            if rt.w {
-                q.desc.iw = w;
-            }
+        for_runtime_extents(&p, rt, &more, |generic, q| {
             let extents = [q.desc.ih, q.desc.iw];
-            if q.key().validate().is_err() {
-                check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
-                continue;
-            }
-            let bufs = Buffers { extents: Some(extents), ..q.buffers() };
+            let bufs = Buffers {
+                extents: Some(extents),
+                ..q.buffers()
+            };
             let exact = compile(&q.key())?;
             let want = bufs.run_all(&exact)?;
-            let got = bufs.run_all(&generic)?;
+            let got = bufs.run_all(generic)?;
             assert_bit_identical(&want, &got, &format!("{} at {}", generic.key(), exact.key()))?;
             let n = q.key().work_items();
             let (a, b) = (blocks.0.index(n + 1), blocks.1.index(n + 1));
-            q.check_blocks(&generic, &bufs, a.min(b)..a.max(b))?;
-            q.check()?;
-        }
+            q.check_blocks(generic, &bufs, a.min(b)..a.max(b))?;
+            q.check()
+        })?;
     }
 }
 
@@ -1167,12 +1158,12 @@ fn check_rejected(
 
 /// One kernel of `p` with the extents `rt` names left to run time, at `p`'s extents and at
 /// `more`: rejected with a typed error where the call's key is invalid, else checked by
-/// `check_conv_runtime` (with a partial range of work items picked by `rows`).
-fn check_runtime_extents(
+/// `check(generic, problem at those extents)`.
+fn for_runtime_extents(
     p: &ConvProblem,
     rt: RuntimeDims,
     more: &[(usize, usize)],
-    rows: (Index, Index),
+    mut check: impl FnMut(&Primitive, &ConvProblem) -> Result<(), TestCaseError>,
 ) -> Result<(), TestCaseError> {
     let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
     for &(h, w) in std::iter::once(&(p.desc.ih, p.desc.iw)).chain(more) {
@@ -1188,11 +1179,24 @@ fn check_runtime_extents(
             check_rejected(&generic, q.desc.src_shape().iter().product(), extents)?;
             continue;
         }
-        let n = q.key().work_items();
-        let (a, b) = (rows.0.index(n + 1), rows.1.index(n + 1));
-        check_conv_runtime(&generic, &q, a.min(b)..a.max(b))?;
+        check(&generic, &q)?;
     }
     Ok(())
+}
+
+/// [`for_runtime_extents`] with `check_conv_runtime` (on a partial range of work items picked
+/// by `rows`).
+fn check_runtime_extents(
+    p: &ConvProblem,
+    rt: RuntimeDims,
+    more: &[(usize, usize)],
+    rows: (Index, Index),
+) -> Result<(), TestCaseError> {
+    for_runtime_extents(p, rt, more, |generic, q| {
+        let n = q.key().work_items();
+        let (a, b) = (rows.0.index(n + 1), rows.1.index(n + 1));
+        check_conv_runtime(generic, q, a.min(b)..a.max(b))
+    })
 }
 
 proptest! {

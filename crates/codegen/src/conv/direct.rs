@@ -20,6 +20,7 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
+use super::apply_post_ops;
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::{Layout, PostOpDesc};
 use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, LANES};
@@ -1119,31 +1120,16 @@ fn epilogue(
         let res_v: Vec<(Value, i64)> = residuals.iter().map(|&r| vec_base(e, r, v)).collect();
         for p in 0..pixels {
             let px = p as i64 * strides.pixel * f;
-            let mut x = acc[p * plan.vecs + v];
-            let mut residual = 0;
-            for post in &d.post_ops {
-                x = match post {
-                    PostOpDesc::Relu => e.pmax(x, zero.expect("made for relu")),
-                    PostOpDesc::Clip { lo, hi } => {
-                        let lo = e.splat_const(*lo);
-                        let hi = e.splat_const(*hi);
-                        let x = e.pmax(x, lo);
-                        e.pmin(x, hi)
+            let x = apply_post_ops(e, &d.post_ops, acc[p * plan.vecs + v], zero, |e, i| {
+                let (r, r_off) = res_v[i];
+                match d.dst_layout {
+                    Layout::Nchw4c => e.load_vec(r, r_off + px),
+                    Layout::Nchw => {
+                        let fill = e.splat_const(0.0);
+                        e.gather(r, r_off + px, lane_stride, lanes[v], fill)
                     }
-                    PostOpDesc::Add => {
-                        let (r, r_off) = res_v[residual];
-                        residual += 1;
-                        let y = match d.dst_layout {
-                            Layout::Nchw4c => e.load_vec(r, r_off + px),
-                            Layout::Nchw => {
-                                let fill = e.splat_const(0.0);
-                                e.gather(r, r_off + px, lane_stride, lanes[v], fill)
-                            }
-                        };
-                        e.b.ins().fadd(x, y)
-                    }
-                };
-            }
+                }
+            });
             match d.dst_layout {
                 Layout::Nchw4c => e.store_vec(x, dst_v, dst_off + px),
                 Layout::Nchw => e.scatter(x, dst_v, dst_off + px, lane_stride, lanes[v]),

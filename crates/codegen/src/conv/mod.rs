@@ -9,7 +9,43 @@ pub mod winograd;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::key::{ConvAlgo, ConvDesc};
+use cranelift_codegen::ir::{InstBuilder, Value};
+
+use crate::emit::Emit;
+use crate::key::{ConvAlgo, ConvDesc, PostOpDesc};
+
+/// `x` through a key's post-ops in their order, in registers: `zero` is a zero vector for
+/// relu (made here if `None`), and `residual(e, i)` loads this output's vector of the `i`th
+/// residual, right before it is added.
+pub(crate) fn apply_post_ops(
+    e: &mut Emit<'_>,
+    posts: &[PostOpDesc],
+    mut x: Value,
+    zero: Option<Value>,
+    mut residual: impl FnMut(&mut Emit<'_>, usize) -> Value,
+) -> Value {
+    let mut adds = 0;
+    for post in posts {
+        x = match post {
+            PostOpDesc::Relu => {
+                let zero = zero.unwrap_or_else(|| e.splat_const(0.0));
+                e.pmax(x, zero)
+            }
+            PostOpDesc::Clip { lo, hi } => {
+                let lo = e.splat_const(*lo);
+                let hi = e.splat_const(*hi);
+                let x = e.pmax(x, lo);
+                e.pmin(x, hi)
+            }
+            PostOpDesc::Add => {
+                let y = residual(e, adds);
+                adds += 1;
+                e.b.ins().fadd(x, y)
+            }
+        };
+    }
+    x
+}
 
 /// Which convolution algorithm a graph's convolutions use: one of them wherever it applies,
 /// or the measured rule of [`ConvAlgoChoice::pick`].
@@ -58,9 +94,9 @@ impl ConvAlgoChoice {
     pub fn explain(self, desc: &ConvDesc) -> String {
         let algo = self.pick(desc);
         let why = match (self, desc.winograd_unsupported()) {
-            (ConvAlgoChoice::Direct, _) => "--conv-algo direct".to_string(),
+            (ConvAlgoChoice::Direct, _) => "direct requested".to_string(),
             (_, Some(reason)) => reason.to_string(),
-            (ConvAlgoChoice::Winograd, None) => "--conv-algo winograd, and it applies".to_string(),
+            (ConvAlgoChoice::Winograd, None) => "winograd requested, and it applies".to_string(),
             (ConvAlgoChoice::Auto, None) if algo == ConvAlgo::WinogradF4x3 => format!(
                 "auto: winograd applies and both channel counts are at least \
                  {WINOGRAD_MIN_CHANNELS}"

@@ -25,10 +25,13 @@
 use std::fmt;
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{InstBuilder, StackSlot, StackSlotData, StackSlotKind, Value, types};
+use cranelift_codegen::ir::{
+    InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind, Value, types,
+};
 
+use super::apply_post_ops;
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
-use crate::key::{ConvDesc, PostOpDesc};
+use crate::key::ConvDesc;
 use crate::plan::LANES;
 
 /// Output pixels per tile side.
@@ -450,6 +453,37 @@ struct Slots {
 /// Per tile of a block, three i64s: a byte offset, and two coordinates or extents.
 const INFO_BYTES: i64 = 24;
 
+impl Slots {
+    /// Stores tile `t`'s three values.
+    fn store_info(&self, e: &mut Emit<'_>, t: Value, values: [Value; 3]) {
+        let info = e.b.ins().stack_addr(types::I64, self.info, 0);
+        let at = e.scaled(info, t, INFO_BYTES, 0);
+        for (k, v) in values.into_iter().enumerate() {
+            e.b.ins().store(MemFlagsData::new(), v, at, k as i32 * 8);
+        }
+    }
+
+    /// Loads tile `t`'s three values.
+    fn load_info(&self, e: &mut Emit<'_>, t: Value) -> [Value; 3] {
+        let info = e.b.ins().stack_addr(types::I64, self.info, 0);
+        let at = e.scaled(info, t, INFO_BYTES, 0);
+        std::array::from_fn(|k| {
+            e.b.ins()
+                .load(types::I64, MemFlagsData::new(), at, k as i32 * 8)
+        })
+    }
+}
+
+/// The byte offset of pixel `(y, x)` of image `n` in channel block 0 of an activation.
+fn pixel_offset(e: &mut Emit<'_>, strides: &Blocked, n: Value, y: Value, x: Value) -> Value {
+    let image = e.value(strides.image);
+    let off = e.b.ins().imul(n, image);
+    let row = e.value(strides.row);
+    let y_bytes = e.b.ins().imul(y, row);
+    let off = e.b.ins().iadd(off, y_bytes);
+    e.scaled(off, x, PIXEL_BYTES, 0)
+}
+
 fn tile_info_slot(e: &mut Emit<'_>, tiles: usize) -> StackSlot {
     let bytes = u32::try_from(tiles as i64 * INFO_BYTES).expect("a small slot");
     e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 3))
@@ -485,22 +519,8 @@ fn input_transform(
         let y0 = e.offset(y0, -(d.pads.top as i64));
         let x0 = e.b.ins().imul_imm_s(tx, TILE as i64);
         let x0 = e.offset(x0, -(d.pads.left as i64));
-        let image = e.value(strides.image);
-        let off = e.b.ins().imul(n, image);
-        let row = e.value(strides.row);
-        let y_bytes = e.b.ins().imul(y0, row);
-        let off = e.b.ins().iadd(off, y_bytes);
-        let off = e.scaled(off, x0, PIXEL_BYTES, 0);
-        let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
-        let at = e.scaled(info, t, INFO_BYTES, 0);
-        for (k, v) in [off, y0, x0].into_iter().enumerate() {
-            e.b.ins().store(
-                cranelift_codegen::ir::MemFlagsData::new(),
-                v,
-                at,
-                k as i32 * 8,
-            );
-        }
+        let off = pixel_offset(e, &strides, n, y0, x0);
+        slots.store_info(e, t, [off, y0, x0]);
         Vec::new()
     });
     let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
@@ -518,11 +538,7 @@ fn input_transform(
         |e, p| {
             let (plane_off, v_block) = (p[0], p[1]);
             e.for_range(zero, count, &[], |e, t, _| {
-                let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
-                let at = e.scaled(info, t, INFO_BYTES, 0);
-                let flags = cranelift_codegen::ir::MemFlagsData::new();
-                let [off, y0, x0] =
-                    std::array::from_fn(|k| e.b.ins().load(types::I64, flags, at, k as i32 * 8));
+                let [off, y0, x0] = slots.load_info(e, t);
                 let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
                 let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
                 let row = Blocked::new(e, d.ic, ih, iw).row;
@@ -756,7 +772,6 @@ fn output_transform(
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let flags = cranelift_codegen::ir::MemFlagsData::new();
     let zero = e.iconst(0);
     // Each tile's byte offset in channel block 0 of the destination, and its rows and
     // columns inside the output (4 and 4 but at the bottom and right edges).
@@ -775,17 +790,8 @@ fn output_transform(
         let rows = e.imin(rows_left, four);
         let cols_left = e.b.ins().isub(ow, ox0);
         let cols = e.imin(cols_left, four);
-        let image = e.value(strides.image);
-        let off = e.b.ins().imul(n, image);
-        let row = e.value(strides.row);
-        let y_bytes = e.b.ins().imul(oy0, row);
-        let off = e.b.ins().iadd(off, y_bytes);
-        let off = e.scaled(off, ox0, PIXEL_BYTES, 0);
-        let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
-        let at = e.scaled(info, t, INFO_BYTES, 0);
-        for (k, v) in [off, rows, cols].into_iter().enumerate() {
-            e.b.ins().store(flags, v, at, k as i32 * 8);
-        }
+        let off = pixel_offset(e, &strides, n, oy0, ox0);
+        slots.store_info(e, t, [off, rows, cols]);
         Vec::new()
     });
     let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
@@ -814,10 +820,7 @@ fn output_transform(
             let (plane_off, m_block) = (p[0], p[1]);
             let bias = d.bias.then(|| e.load_vec(p[2], 0));
             e.for_range(zero, count, &[], |e, t, _| {
-                let info = e.b.ins().stack_addr(types::I64, slots.info, 0);
-                let at = e.scaled(info, t, INFO_BYTES, 0);
-                let [off, rows, cols] =
-                    std::array::from_fn(|k| e.b.ins().load(types::I64, flags, at, k as i32 * 8));
+                let [off, rows, cols] = slots.load_info(e, t);
                 let full = {
                     let a = e.b.ins().icmp_imm_s(IntCC::Equal, rows, TILE as i64);
                     let b = e.b.ins().icmp_imm_s(IntCC::Equal, cols, TILE as i64);
@@ -901,33 +904,15 @@ fn output_transform(
 fn post_ops(
     e: &mut Emit<'_>,
     d: &ConvDesc,
-    mut x: Value,
+    x: Value,
     residuals: &[Value],
     row: Value,
     px: i64,
 ) -> Value {
-    let mut residual = 0;
-    for post in &d.post_ops {
-        x = match post {
-            PostOpDesc::Relu => {
-                let zero = e.splat_const(0.0);
-                e.pmax(x, zero)
-            }
-            PostOpDesc::Clip { lo, hi } => {
-                let lo = e.splat_const(*lo);
-                let hi = e.splat_const(*hi);
-                let x = e.pmax(x, lo);
-                e.pmin(x, hi)
-            }
-            PostOpDesc::Add => {
-                let at = e.b.ins().iadd(residuals[residual], row);
-                residual += 1;
-                let y = e.load_vec(at, px);
-                e.b.ins().fadd(x, y)
-            }
-        };
-    }
-    x
+    apply_post_ops(e, &d.post_ops, x, None, |e, i| {
+        let at = e.b.ins().iadd(residuals[i], row);
+        e.load_vec(at, px)
+    })
 }
 
 #[cfg(test)]
