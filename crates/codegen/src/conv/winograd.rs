@@ -6,12 +6,14 @@
 //! `U = G g Gᵀ` is done once per model ([`WinogradPlan::pack_weights`]); a kernel call runs,
 //! per work item (a block of tiles and a chunk of output channels, see [`WinogradPlan`]):
 //! 1. the input transform of each tile, four channels (one `nChw4c` vector) at a time, into
-//!    `V[point][tile][channel]` in the thread's scratch; a tile that reaches outside the input
+//!    `V[point][channel block][tile][4]` in the thread's scratch; a tile that reaches outside
+//!    the input
 //!    (padding, or the partial last tile of a row or column) is first copied into a zeroed
 //!    6x6 patch on the stack, so the transform itself never tests a bound;
 //! 2. 36 independent GEMMs, `M[point] = V[point] (tiles x ic) · U[point] (ic x oc)`, with the
 //!    direct kernels' register tile: 12 tiles x one output-channel vector, one broadcast load
-//!    per FMA (8 or 4 tiles for the block's last group);
+//!    per FMA (2 to 12 tiles for the block's last group), into `M[point][channel
+//!    block][tile][4]`;
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
 //!    or column stores only its pixels inside the output.
@@ -199,8 +201,8 @@ impl WinogradPlan {
     /// `U[point][oc / 4][ic][oc % 4]`: a GEMM's output-channel vector reads its weights as one
     /// sequential stream (the 256-channel layers' 9.4 MB do not fit in L2, and a stride of a
     /// row of output channels defeated the prefetchers), with output channels padded to
-    /// whole vectors by zeros (so the
-    /// padding lanes of the destination get zero plus their post-ops), followed by the bias.
+    /// whole vectors by zeros (so the padding lanes of the destination get zero plus their
+    /// post-ops), followed by the bias.
     pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         let d = &self.desc;
         let (ic, oc, ocp) = (d.ic, d.oc, self.ocp());
@@ -265,8 +267,8 @@ impl fmt::Display for WinogradPlan {
         )?;
         writeln!(
             f,
-            "  scratch: {} bytes per thread; transformed weights: {} bytes ({} x the direct \
-             kernel's 9 floats per channel pair)",
+            "  scratch: {} bytes per thread; transformed weights: {} bytes ({} floats per \
+             channel pair, against the direct kernel's 9)",
             self.scratch_len() * 4,
             self.packed_weights_len() * 4,
             POINTS,
