@@ -1,0 +1,1275 @@
+//! The conversion: ONNX nodes, in their topological order, to primjit IR nodes.
+//!
+//! Each ONNX value name is bound to what it is at import time: an activation (an IR value),
+//! a constant (an initializer or a `Constant` node's value), or nothing usable (a node that
+//! failed). A node that fails is recorded as a [`Problem`] and the import goes on, so that
+//! every unsupported node of a model is listed at once; nodes that read a failed value are
+//! only reported when their own op is unsupported, so one fault is not reported again
+//! downstream. After each node the partial IR graph is verified and its shapes inferred, so
+//! that a shape the IR rejects is reported at the ONNX node that made it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use primjit_ir::{
+    BatchNorm, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData, Params, Pool2d, PoolKind,
+    PostOp, Shapes, Tensor, Value, infer_shapes,
+};
+
+use crate::error::{OnnxError, Problem, Subject};
+use crate::names::{NameKind, Namespace, Rename, sanitize_ident, sanitize_value};
+use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, attribute_type, data_type};
+use crate::tensor::{self, Const, ConstData, ExternalFiles};
+
+/// An imported model: the IR graph, its parameters from the model's initializers, and where
+/// every IR name came from.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    pub graph: Graph,
+    pub params: Params,
+    /// Every IR name with the ONNX name it was made from, in the order they were made.
+    pub names: Vec<Rename>,
+    /// The outputs whose ONNX value is `[N, K]` (a classifier head after `Flatten`), which the
+    /// IR computes as `[N, K, 1, 1]`.
+    pub flattened_outputs: Vec<String>,
+    /// The version of the default (`ai.onnx`) opset the model imports.
+    pub opset: i64,
+}
+
+impl Imported {
+    /// The IR name made from the ONNX name `onnx` of the given kind, if any.
+    pub fn ir_name(&self, kind: NameKind, onnx: &str) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|r| r.kind == kind && r.onnx == onnx)
+            .map(|r| r.ir.as_str())
+    }
+
+    /// The renames that changed a name: what a reader of the IR text needs to trace it back.
+    pub fn changed_names(&self) -> impl Iterator<Item = &Rename> {
+        self.names.iter().filter(|r| r.ir != r.onnx)
+    }
+}
+
+/// What an ONNX value name stands for during the import.
+#[derive(Clone, Debug)]
+enum Bound {
+    /// An activation. `flat`: the ONNX value is `[N, C]` (after `Flatten`), the IR value
+    /// `[N, C, 1, 1]`.
+    Act {
+        value: Value,
+        flat: bool,
+    },
+    Const(Rc<Const>),
+    /// Made by a node that failed: nothing downstream of it is checked again.
+    Failed,
+}
+
+/// A node's failure: the message that names the attribute or input at fault.
+type NodeResult<T> = Result<T, String>;
+
+pub(crate) fn import_model(
+    model: &ModelProto,
+    file: &str,
+    base_dir: Option<PathBuf>,
+) -> Result<Imported, OnnxError> {
+    let fail = |problems| OnnxError::Problems {
+        file: file.to_string(),
+        problems,
+    };
+    let model_problem = |message: String| {
+        fail(vec![Problem {
+            subject: Subject::Model,
+            message,
+        }])
+    };
+    let opset = model
+        .opset_import
+        .iter()
+        .filter(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .max();
+    let Some(opset) = opset else {
+        return Err(model_problem(
+            "the model imports no version of the default (ai.onnx) opset".into(),
+        ));
+    };
+    let Some(graph) = &model.graph else {
+        return Err(model_problem("the model has no graph".into()));
+    };
+    let mut importer = Importer::new(graph, opset, base_dir);
+    importer.run(graph);
+    if !importer.problems.is_empty() {
+        return Err(fail(importer.problems));
+    }
+    Ok(Imported {
+        graph: importer.graph,
+        params: importer.params,
+        names: importer.names,
+        flattened_outputs: importer.flattened_outputs,
+        opset,
+    })
+}
+
+struct Importer {
+    opset: i64,
+    graph: Graph,
+    shapes: Option<Shapes>,
+    params: Params,
+    bound: HashMap<String, Bound>,
+    /// How many node inputs and graph outputs read each ONNX name.
+    uses: HashMap<String, usize>,
+    /// How many reads are still to come of each IR value, over every ONNX name bound to it.
+    pending_reads: HashMap<Value, usize>,
+    /// Parameters made from constants, by constant name and the role that shaped them.
+    param_of: HashMap<(String, &'static str), Param>,
+    external: ExternalFiles,
+    values: Namespace,
+    param_names: Namespace,
+    symbols: Namespace,
+    outputs: Namespace,
+    names: Vec<Rename>,
+    problems: Vec<Problem>,
+    flattened_outputs: Vec<String>,
+}
+
+impl Importer {
+    fn new(g: &GraphProto, opset: i64, base_dir: Option<PathBuf>) -> Self {
+        let mut uses: HashMap<String, usize> = HashMap::new();
+        for node in &g.node {
+            for i in node.input.iter().filter(|i| !i.is_empty()) {
+                *uses.entry(i.clone()).or_default() += 1;
+            }
+        }
+        for o in &g.output {
+            *uses.entry(o.name.clone()).or_default() += 1;
+        }
+        let mut names = Vec::new();
+        let graph_name = sanitize_ident(if g.name.is_empty() { "model" } else { &g.name });
+        names.push(Rename {
+            kind: NameKind::Graph,
+            ir: graph_name.clone(),
+            onnx: g.name.clone(),
+        });
+        Importer {
+            opset,
+            graph: Graph::new(graph_name),
+            shapes: None,
+            params: Params::new(),
+            bound: HashMap::new(),
+            uses,
+            pending_reads: HashMap::new(),
+            param_of: HashMap::new(),
+            external: ExternalFiles::new(base_dir),
+            values: Namespace::default(),
+            param_names: Namespace::default(),
+            symbols: Namespace::default(),
+            outputs: Namespace::default(),
+            names,
+            problems: Vec::new(),
+            flattened_outputs: Vec::new(),
+        }
+    }
+
+    fn problem(&mut self, subject: Subject, message: impl Into<String>) {
+        self.problems.push(Problem {
+            subject,
+            message: message.into(),
+        });
+    }
+
+    fn run(&mut self, g: &GraphProto) {
+        for t in &g.initializer {
+            match tensor::decode(t, &mut self.external) {
+                Ok(c) => {
+                    self.bound.insert(t.name.clone(), Bound::Const(Rc::new(c)));
+                }
+                Err(m) => {
+                    self.problem(Subject::Initializer(t.name.clone()), m);
+                    self.bound.insert(t.name.clone(), Bound::Failed);
+                }
+            }
+        }
+        for input in &g.input {
+            // Before IR version 4, initializers were listed among the inputs too.
+            if self.bound.contains_key(&input.name) {
+                continue;
+            }
+            if let Err(m) = self.graph_input(input) {
+                self.problem(Subject::Input(input.name.clone()), m);
+                self.bound.insert(input.name.clone(), Bound::Failed);
+            }
+        }
+        for (index, node) in g.node.iter().enumerate() {
+            self.node(index, node);
+        }
+        for output in &g.output {
+            let subject = Subject::Output(output.name.clone());
+            match self.bound.get(&output.name).cloned() {
+                Some(Bound::Act { value, flat }) => {
+                    let name = self.outputs.fresh(sanitize_ident(&output.name));
+                    self.names.push(Rename {
+                        kind: NameKind::Output,
+                        ir: name.clone(),
+                        onnx: output.name.clone(),
+                    });
+                    if flat {
+                        self.flattened_outputs.push(name.clone());
+                    }
+                    self.graph.add_output(name, value);
+                }
+                Some(Bound::Const(_)) => self.problem(
+                    subject,
+                    "is a constant: only computed outputs are supported",
+                ),
+                Some(Bound::Failed) => {}
+                None => self.problem(subject, "is not defined by any node or input"),
+            }
+        }
+        if self.graph.outputs().is_empty() && self.problems.is_empty() {
+            self.problem(Subject::Model, "the graph has no outputs");
+        }
+        if self.problems.is_empty()
+            && let Err(e) = self.graph.verify()
+        {
+            self.problem(Subject::Model, e.to_string());
+        }
+    }
+
+    fn graph_input(&mut self, input: &crate::proto::ValueInfoProto) -> Result<(), String> {
+        use crate::proto::tensor_shape_proto::dimension::Value as D;
+        use crate::proto::type_proto::Value as T;
+        let Some(T::TensorType(tt)) = input.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+            return Err("is not a tensor".into());
+        };
+        if tt.elem_type != data_type::FLOAT {
+            return Err(format!(
+                "has element type {}: only float inputs are supported",
+                data_type::name(tt.elem_type)
+            ));
+        }
+        let Some(shape) = &tt.shape else {
+            return Err("has no shape: the importer needs the input's rank".into());
+        };
+        if shape.dim.len() != 4 {
+            return Err(format!(
+                "has rank {}: only rank-4 (NCHW) inputs are supported",
+                shape.dim.len()
+            ));
+        }
+        let mut dims = Vec::new();
+        for (axis, d) in shape.dim.iter().enumerate() {
+            dims.push(match &d.value {
+                Some(D::DimValue(n)) if *n >= 1 => Dim::Known(*n as u64),
+                Some(D::DimValue(n)) => {
+                    return Err(format!("dimension {axis} is {n}: it must be at least 1"));
+                }
+                Some(D::DimParam(p)) if !p.is_empty() => Dim::Sym(self.symbol(p)),
+                _ => {
+                    // An unnamed dimension: a symbol of its own, named after the input.
+                    let made = format!("{}_dim{axis}", input.name);
+                    Dim::Sym(self.symbol(&made))
+                }
+            });
+        }
+        let name = self.values.fresh(sanitize_value(&input.name));
+        let value = self
+            .graph
+            .add_input(name.clone(), dims)
+            .ok_or("its name is taken")?;
+        self.names.push(Rename {
+            kind: NameKind::Value,
+            ir: name,
+            onnx: input.name.clone(),
+        });
+        self.bind_act(&input.name, value, false);
+        Ok(())
+    }
+
+    /// The IR symbol for an ONNX `dim_param`: the same for every use of one name.
+    fn symbol(&mut self, onnx: &str) -> String {
+        if let Some(r) = self
+            .names
+            .iter()
+            .find(|r| r.kind == NameKind::Symbol && r.onnx == onnx)
+        {
+            return r.ir.clone();
+        }
+        let ir = self.symbols.fresh(sanitize_ident(onnx));
+        self.names.push(Rename {
+            kind: NameKind::Symbol,
+            ir: ir.clone(),
+            onnx: onnx.to_string(),
+        });
+        ir
+    }
+
+    fn bind_act(&mut self, onnx: &str, value: Value, flat: bool) {
+        *self.pending_reads.entry(value).or_default() += self.uses.get(onnx).copied().unwrap_or(0);
+        self.bound
+            .insert(onnx.to_string(), Bound::Act { value, flat });
+    }
+
+    fn node(&mut self, index: usize, node: &NodeProto) {
+        let subject = Subject::Node {
+            name: if node.name.is_empty() {
+                format!("#{index}")
+            } else {
+                node.name.clone()
+            },
+            op_type: node.op_type.clone(),
+            domain: node.domain.clone(),
+            opset: self.opset,
+        };
+        let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
+        let supported = default_domain && SUPPORTED.contains(&node.op_type.as_str());
+        let inputs_failed = node
+            .input
+            .iter()
+            .any(|i| matches!(self.bound.get(i), Some(Bound::Failed)));
+        let result = if !supported {
+            Err("unsupported op".to_string())
+        } else if inputs_failed {
+            // Reported where it failed; this node cannot be checked further.
+            self.fail_outputs(node);
+            return;
+        } else {
+            self.convert(node)
+        };
+        // Every read of the node's inputs has now happened.
+        for i in node.input.iter().filter(|i| !i.is_empty()) {
+            if let Some(Bound::Act { value, .. }) = self.bound.get(i)
+                && let Some(n) = self.pending_reads.get_mut(value)
+            {
+                *n = n.saturating_sub(1);
+            }
+        }
+        if let Err(message) = result {
+            self.problem(subject, message);
+            self.fail_outputs(node);
+        }
+    }
+
+    fn fail_outputs(&mut self, node: &NodeProto) {
+        for o in node.output.iter().filter(|o| !o.is_empty()) {
+            self.bound.insert(o.clone(), Bound::Failed);
+        }
+    }
+
+    fn convert(&mut self, node: &NodeProto) -> NodeResult<()> {
+        match node.op_type.as_str() {
+            "Conv" => self.conv(node),
+            "MaxPool" => self.pool(node, PoolKind::Max),
+            "AveragePool" => self.pool(node, PoolKind::Avg),
+            "GlobalAveragePool" => self.global_pool(node, PoolKind::Avg),
+            "GlobalMaxPool" => self.global_pool(node, PoolKind::Max),
+            "Relu" => {
+                check_attrs(node, &[])?;
+                let (x, flat) = self.act_any(node, 0, "X")?;
+                self.push(node, Op::Relu { input: x }, flat)
+            }
+            "Add" => self.add(node),
+            "Clip" => self.clip(node),
+            "BatchNormalization" => self.batchnorm(node),
+            "Identity" | "Dropout" => self.identity(node),
+            "Flatten" => self.flatten(node),
+            "Gemm" | "MatMul" => self.dense(node),
+            "Constant" => self.constant(node),
+            _ => unreachable!("SUPPORTED lists every op converted here"),
+        }
+    }
+
+    // ---- operands -------------------------------------------------------------------------
+
+    fn input_name(node: &NodeProto, i: usize) -> Option<&str> {
+        node.input
+            .get(i)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    fn bound_input(&self, node: &NodeProto, i: usize, role: &str) -> NodeResult<Bound> {
+        let Some(name) = Self::input_name(node, i) else {
+            return Err(format!("input {i} ({role}) is missing"));
+        };
+        self.bound
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("input {i} ({role}) {name:?} is not defined before its use"))
+    }
+
+    /// An activation input, flattened or not.
+    fn act_any(&self, node: &NodeProto, i: usize, role: &str) -> NodeResult<(Value, bool)> {
+        match self.bound_input(node, i, role)? {
+            Bound::Act { value, flat } => Ok((value, flat)),
+            Bound::Const(_) => Err(format!(
+                "input {i} ({role}) is a constant: only computed tensors are supported there"
+            )),
+            Bound::Failed => unreachable!("nodes reading failed values are skipped"),
+        }
+    }
+
+    /// An NCHW activation input.
+    fn act(&self, node: &NodeProto, i: usize, role: &str) -> NodeResult<Value> {
+        match self.act_any(node, i, role)? {
+            (v, false) => Ok(v),
+            (_, true) => Err(format!(
+                "input {i} ({role}) is a flattened [N, C] tensor: only NCHW tensors are supported there"
+            )),
+        }
+    }
+
+    fn constant_input(&self, node: &NodeProto, i: usize, role: &str) -> NodeResult<Rc<Const>> {
+        match self.bound_input(node, i, role)? {
+            Bound::Const(c) => Ok(c),
+            Bound::Act { .. } => Err(format!(
+                "input {i} ({role}) is computed: it must be a constant (an initializer or a Constant node)"
+            )),
+            Bound::Failed => unreachable!("nodes reading failed values are skipped"),
+        }
+    }
+
+    fn optional_constant(
+        &self,
+        node: &NodeProto,
+        i: usize,
+        role: &str,
+    ) -> NodeResult<Option<Rc<Const>>> {
+        match Self::input_name(node, i) {
+            None => Ok(None),
+            Some(_) => self.constant_input(node, i, role).map(Some),
+        }
+    }
+
+    fn shape(&self, v: Value) -> Vec<Dim> {
+        self.shapes
+            .as_ref()
+            .and_then(|s| s.get(v))
+            .map(<[Dim]>::to_vec)
+            .unwrap_or_else(|| {
+                // Graph inputs are known before any node is verified.
+                self.graph
+                    .inputs()
+                    .iter()
+                    .find(|i| i.value == v)
+                    .map(|i| i.shape.clone())
+                    .unwrap_or_default()
+            })
+    }
+
+    /// A parameter holding `data` with `shape`, named after the constant `c`; one parameter per
+    /// constant and `role` (the same weights used twice are one parameter).
+    fn param(
+        &mut self,
+        c: &Const,
+        role: &'static str,
+        suffix: &str,
+        shape: Vec<usize>,
+        data: Vec<f32>,
+    ) -> Param {
+        if let Some(&p) = self.param_of.get(&(c.name.clone(), role)) {
+            return p;
+        }
+        let name = self
+            .param_names
+            .fresh(format!("{}{suffix}", sanitize_value(&c.name)));
+        let p = self
+            .graph
+            .add_param(ParamData {
+                name: name.clone(),
+                shape: shape.clone(),
+                derived: None,
+                loc: None,
+            })
+            .expect("fresh parameter names are unique");
+        self.params.insert(
+            name.clone(),
+            Tensor::new(shape, data).expect("the data fills the shape"),
+        );
+        self.names.push(Rename {
+            kind: NameKind::Param,
+            ir: name,
+            onnx: c.name.clone(),
+        });
+        self.param_of.insert((c.name.clone(), role), p);
+        p
+    }
+
+    /// A float constant of exactly `shape` as a parameter.
+    fn param_exact(
+        &mut self,
+        c: &Const,
+        i: usize,
+        role: &'static str,
+        shape: &[usize],
+    ) -> NodeResult<Param> {
+        let data = c
+            .floats()
+            .map_err(|m| format!("input {i} ({role}) {m}"))?
+            .to_vec();
+        if c.dims != shape {
+            return Err(format!(
+                "input {i} ({role}) has shape {:?}, expected {shape:?}",
+                c.dims
+            ));
+        }
+        Ok(self.param(c, role, "", shape.to_vec(), data))
+    }
+
+    // ---- emitting --------------------------------------------------------------------------
+
+    /// Appends `op` as the node defining the node's first output, verified with the nodes
+    /// before it.
+    fn push(&mut self, node: &NodeProto, op: Op, flat: bool) -> NodeResult<()> {
+        let onnx = node.output.first().map(String::as_str).unwrap_or("");
+        if onnx.is_empty() {
+            return Err("output 0 is missing".into());
+        }
+        let name = self.values.fresh(sanitize_value(onnx));
+        let mut trial = self.graph.clone();
+        let value = trial
+            .add_node(name.clone(), op)
+            .expect("fresh value names are unique");
+        let shapes = infer_shapes(&trial, &Bindings::new()).map_err(|e| e.message)?;
+        self.graph = trial;
+        self.shapes = Some(shapes);
+        self.names.push(Rename {
+            kind: NameKind::Value,
+            ir: name,
+            onnx: onnx.to_string(),
+        });
+        self.bind_act(onnx, value, flat);
+        Ok(())
+    }
+
+    /// Replaces the op of the node defining `value` (its post-ops grew), keeping every value.
+    fn replace_op(&mut self, value: Value, op: Op) -> NodeResult<()> {
+        let old = &self.graph;
+        let mut g = Graph::new(old.name());
+        for input in old.inputs() {
+            g.add_input(old.value_name(input.value), input.shape.clone())
+                .expect("names were unique");
+        }
+        for (_, p) in old.params() {
+            g.add_param(p.clone()).expect("names were unique");
+        }
+        for (_, n) in old.nodes() {
+            let op = if n.result == value {
+                op.clone()
+            } else {
+                n.op.clone()
+            };
+            let v = g
+                .add_node(old.value_name(n.result), op)
+                .expect("names were unique");
+            debug_assert_eq!(v, n.result, "values are numbered in the same order");
+        }
+        let shapes = infer_shapes(&g, &Bindings::new()).map_err(|e| e.message)?;
+        self.graph = g;
+        self.shapes = Some(shapes);
+        Ok(())
+    }
+
+    /// The conv defining `v`, when its result has no reader left but the current node.
+    fn sole_conv(&self, v: Value) -> Option<Conv2d> {
+        if self.pending_reads.get(&v) != Some(&1) {
+            return None;
+        }
+        self.graph.nodes().find_map(|(_, n)| match &n.op {
+            Op::Conv2d(c) if n.result == v => Some(c.clone()),
+            _ => None,
+        })
+    }
+
+    fn alias(&mut self, node: &NodeProto, b: Bound) -> NodeResult<()> {
+        let Some(out) = node.output.first().filter(|o| !o.is_empty()) else {
+            return Err("output 0 is missing".into());
+        };
+        match b {
+            Bound::Act { value, flat } => self.bind_act(out, value, flat),
+            other => {
+                self.bound.insert(out.clone(), other);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- ops -------------------------------------------------------------------------------
+
+    fn conv(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(
+            node,
+            &[
+                "auto_pad",
+                "dilations",
+                "group",
+                "kernel_shape",
+                "pads",
+                "strides",
+            ],
+        )?;
+        let x = self.act(node, 0, "X")?;
+        let w = self.constant_input(node, 1, "W")?;
+        if w.dims.len() != 4 {
+            return Err(format!(
+                "input 1 (W) has rank {}: only 2-D convolutions (rank-4 weights) are supported",
+                w.dims.len()
+            ));
+        }
+        let kernel = [w.dims[2], w.dims[3]];
+        if let Some(ks) = ints(node, "kernel_shape")?
+            && ks != [kernel[0] as i64, kernel[1] as i64]
+        {
+            return Err(format!(
+                "attribute kernel_shape {ks:?} differs from the weight's kernel {kernel:?}"
+            ));
+        }
+        let groups = positive(int(node, "group")?.unwrap_or(1), "group")?;
+        let x_shape = self.shape(x);
+        let win = window(node, &x_shape, kernel)?;
+        let weight = self.param_exact(&w, 1, "W", &w.dims.clone())?;
+        let bias = match self.optional_constant(node, 2, "B")? {
+            Some(b) => Some(self.param_exact(&b, 2, "B", &[w.dims[0]])?),
+            None => None,
+        };
+        self.push(
+            node,
+            Op::Conv2d(Conv2d {
+                input: x,
+                weight,
+                bias,
+                strides: win.strides,
+                dilations: win.dilations,
+                pads: win.pads,
+                groups,
+                post_ops: Vec::new(),
+            }),
+            false,
+        )
+    }
+
+    fn pool(&mut self, node: &NodeProto, kind: PoolKind) -> NodeResult<()> {
+        let mut allowed = vec![
+            "auto_pad",
+            "ceil_mode",
+            "dilations",
+            "kernel_shape",
+            "pads",
+            "strides",
+        ];
+        match kind {
+            PoolKind::Max => allowed.push("storage_order"),
+            PoolKind::Avg => allowed.push("count_include_pad"),
+        }
+        check_attrs(node, &allowed)?;
+        if kind == PoolKind::Max {
+            if node.output.get(1).is_some_and(|o| !o.is_empty()) {
+                return Err("output 1 (Indices) is not supported".into());
+            }
+            if int(node, "storage_order")?.unwrap_or(0) != 0 {
+                return Err("attribute storage_order=1 is not supported".into());
+            }
+        }
+        let x = self.act(node, 0, "X")?;
+        let Some(ks) = ints(node, "kernel_shape")? else {
+            return Err("attribute kernel_shape is missing".into());
+        };
+        if ks.len() != 2 {
+            return Err(format!(
+                "attribute kernel_shape {ks:?}: only 2-D pooling is supported"
+            ));
+        }
+        let kernel = [
+            positive(ks[0], "kernel_shape")?,
+            positive(ks[1], "kernel_shape")?,
+        ];
+        let ceil_mode = match int(node, "ceil_mode")?.unwrap_or(0) {
+            0 => false,
+            1 => true,
+            v => return Err(format!("attribute ceil_mode is {v}: it must be 0 or 1")),
+        };
+        let count_include_pad = match int(node, "count_include_pad")?.unwrap_or(0) {
+            0 => false,
+            1 => true,
+            v => {
+                return Err(format!(
+                    "attribute count_include_pad is {v}: it must be 0 or 1"
+                ));
+            }
+        };
+        let x_shape = self.shape(x);
+        let win = window(node, &x_shape, kernel)?;
+        self.push(
+            node,
+            Op::Pool2d(Pool2d {
+                kind,
+                input: x,
+                kernel,
+                strides: win.strides,
+                pads: win.pads,
+                dilations: win.dilations,
+                ceil_mode,
+                count_include_pad,
+            }),
+            false,
+        )
+    }
+
+    fn global_pool(&mut self, node: &NodeProto, kind: PoolKind) -> NodeResult<()> {
+        check_attrs(node, &[])?;
+        let x = self.act(node, 0, "X")?;
+        self.push(node, Op::GlobalPool { kind, input: x }, false)
+    }
+
+    fn add(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(node, &[])?;
+        let a = self.bound_input(node, 0, "A")?;
+        let b = self.bound_input(node, 1, "B")?;
+        match (a, b) {
+            (Bound::Act { value: x, flat: fx }, Bound::Act { value: y, flat: fy }) => {
+                let (sx, sy) = (self.shape(x), self.shape(y));
+                if fx != fy
+                    || sx.len() != sy.len()
+                    || sx.iter().zip(&sy).any(|(p, q)| p.provably_differs(q))
+                {
+                    return Err(format!(
+                        "the operands have shapes {} and {}: only equal shapes are supported (no broadcasting)",
+                        describe(&sx, fx),
+                        describe(&sy, fy)
+                    ));
+                }
+                self.push(node, Op::Add { lhs: x, rhs: y }, fx)
+            }
+            (Bound::Act { value, flat: true }, Bound::Const(c))
+            | (Bound::Const(c), Bound::Act { value, flat: true }) => {
+                // `MatMul` then `Add` of a bias: the bias of the dense layer's conv.
+                let Some(conv) = self.sole_conv(value).filter(|c| c.bias.is_none()) else {
+                    return Err(
+                        "adding a constant is only supported as the bias of a MatMul read by nothing else"
+                            .into(),
+                    );
+                };
+                let k = self.graph.param(conv.weight).shape[0];
+                let data = c.floats().map_err(|m| format!("the constant operand {m}"))?;
+                if c.len() != k || c.dims.iter().rev().skip(1).any(|&d| d != 1) {
+                    return Err(format!(
+                        "the constant operand has shape {:?}: a bias of the {k} outputs is needed",
+                        c.dims
+                    ));
+                }
+                let data = data.to_vec();
+                let bias = self.param(&c, "dense bias", "", vec![k], data);
+                self.replace_op(
+                    value,
+                    Op::Conv2d(Conv2d {
+                        bias: Some(bias),
+                        ..conv
+                    }),
+                )?;
+                self.alias(node, Bound::Act { value, flat: true })
+            }
+            _ => Err("adding a constant to an NCHW tensor is not supported: only the sum of two computed tensors of equal shapes".into()),
+        }
+    }
+
+    fn clip(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let (lo, hi) = if self.opset < 11 {
+            check_attrs(node, &["min", "max"])?;
+            (
+                float(node, "min")?.unwrap_or(f32::MIN),
+                float(node, "max")?.unwrap_or(f32::MAX),
+            )
+        } else {
+            check_attrs(node, &[])?;
+            let bound = |this: &Self, i: usize, role: &str, default: f32| -> NodeResult<f32> {
+                match this.optional_constant(node, i, role)? {
+                    None => Ok(default),
+                    Some(c) => {
+                        let v = c.floats().map_err(|m| format!("input {i} ({role}) {m}"))?;
+                        match v {
+                            [v] => Ok(*v),
+                            _ => Err(format!(
+                                "input {i} ({role}) has shape {:?}: a scalar is needed",
+                                c.dims
+                            )),
+                        }
+                    }
+                }
+            };
+            (
+                bound(self, 1, "min", f32::MIN)?,
+                bound(self, 2, "max", f32::MAX)?,
+            )
+        };
+        if lo.is_nan() || hi.is_nan() {
+            return Err("min and max must be numbers, found NaN".into());
+        }
+        // The IR's text has no infinities; the largest finite bounds clip alike for finite
+        // inputs.
+        let (lo, hi) = (lo.max(f32::MIN), hi.min(f32::MAX));
+        if lo > hi {
+            return Err(format!("min ({lo}) is greater than max ({hi})"));
+        }
+        let (x, flat) = self.act_any(node, 0, "input")?;
+        if let Some(mut conv) = self.sole_conv(x) {
+            // The clip becomes the conv's post-op: the conv's value now holds the clipped
+            // tensor.
+            conv.post_ops.push(PostOp::Clip { lo, hi });
+            self.replace_op(x, Op::Conv2d(conv))?;
+            return self.alias(node, Bound::Act { value: x, flat });
+        }
+        // The IR has clip only as a conv post-op: a depthwise 1x1 conv with unit weights
+        // copies its input exactly (x * 1 + 0) and clips it.
+        let shape = self.shape(x);
+        let Some(c) = shape.get(1).and_then(Dim::known).map(|c| c as usize) else {
+            return Err("the input's channel count must be known".into());
+        };
+        let ones = Const {
+            name: format!(
+                "{}.identity",
+                node.output.first().cloned().unwrap_or_default()
+            ),
+            dims: vec![c, 1, 1, 1],
+            data: ConstData::F32(vec![1.0; c]),
+        };
+        let weight = self.param(&ones, "clip identity", "", vec![c, 1, 1, 1], vec![1.0; c]);
+        self.push(
+            node,
+            Op::Conv2d(Conv2d {
+                input: x,
+                weight,
+                bias: None,
+                strides: [1, 1],
+                dilations: [1, 1],
+                pads: Pads::default(),
+                groups: c,
+                post_ops: vec![PostOp::Clip { lo, hi }],
+            }),
+            flat,
+        )
+    }
+
+    fn batchnorm(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(
+            node,
+            &[
+                "epsilon",
+                "momentum",
+                "spatial",
+                "training_mode",
+                "is_test",
+                "consumed_inputs",
+            ],
+        )?;
+        if int(node, "training_mode")?.unwrap_or(0) != 0 {
+            return Err("attribute training_mode=1 is not supported: inference only".into());
+        }
+        if int(node, "spatial")?.unwrap_or(1) != 1 {
+            return Err("attribute spatial=0 is not supported".into());
+        }
+        if let Some(i) = node.output.iter().skip(1).position(|o| !o.is_empty()) {
+            return Err(format!(
+                "output {} is only computed in training mode: not supported",
+                i + 1
+            ));
+        }
+        let (x, flat) = self.act_any(node, 0, "X")?;
+        let c = match self.shape(x).get(1).and_then(Dim::known) {
+            Some(c) => c as usize,
+            None => return Err("the input's channel count must be known".into()),
+        };
+        let mut p = Vec::new();
+        for (i, role) in [(1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")] {
+            let k = self.constant_input(node, i, role)?;
+            p.push(self.param_exact(&k, i, role, &[c])?);
+        }
+        let epsilon = float(node, "epsilon")?.unwrap_or(1e-5);
+        self.push(
+            node,
+            Op::BatchNorm(BatchNorm {
+                input: x,
+                scale: p[0],
+                bias: p[1],
+                mean: p[2],
+                var: p[3],
+                epsilon,
+            }),
+            flat,
+        )
+    }
+
+    fn identity(&mut self, node: &NodeProto) -> NodeResult<()> {
+        if node.op_type == "Dropout" {
+            check_attrs(node, &["ratio", "seed", "is_test"])?;
+            if let Some(t) = self.optional_constant(node, 2, "training_mode")?
+                && matches!(&t.data, ConstData::I64(v) if v.iter().any(|&b| b != 0))
+            {
+                return Err("input 2 (training_mode) is true: inference only".into());
+            }
+            if node.output.get(1).is_some_and(|o| !o.is_empty()) {
+                return Err("output 1 (mask) is not supported".into());
+            }
+        } else {
+            check_attrs(node, &[])?;
+        }
+        let b = self.bound_input(node, 0, "input")?;
+        self.alias(node, b)
+    }
+
+    fn flatten(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(node, &["axis"])?;
+        let axis = int(node, "axis")?.unwrap_or(1);
+        let (x, flat) = self.act_any(node, 0, "input")?;
+        if flat {
+            return Err("the input is already flat".into());
+        }
+        if axis != 1 && axis != -3 {
+            return Err(format!(
+                "attribute axis is {axis}: only axis 1 (flattening C, H and W) is supported"
+            ));
+        }
+        let shape = self.shape(x);
+        if shape.len() != 4 || shape[2] != Dim::Known(1) || shape[3] != Dim::Known(1) {
+            return Err(format!(
+                "the input has shape {}: only a 1x1 image (after a global pool) can be flattened",
+                describe(&shape, false)
+            ));
+        }
+        self.alias(
+            node,
+            Bound::Act {
+                value: x,
+                flat: true,
+            },
+        )
+    }
+
+    /// `Gemm` or `MatMul` of a flattened `[N, C]` tensor with a constant matrix: a 1x1
+    /// convolution of the `[N, C, 1, 1]` image.
+    fn dense(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let gemm = node.op_type == "Gemm";
+        if gemm {
+            check_attrs(node, &["alpha", "beta", "transA", "transB", "broadcast"])?;
+            if int(node, "transA")?.unwrap_or(0) != 0 {
+                return Err("attribute transA=1 is not supported".into());
+            }
+        } else {
+            check_attrs(node, &[])?;
+        }
+        let x = match self.act_any(node, 0, "A")? {
+            (x, true) => x,
+            (_, false) => {
+                return Err(
+                    "input 0 (A) is not a flattened tensor: only Flatten after a global pool feeds a dense layer"
+                        .into(),
+                );
+            }
+        };
+        let c = self.shape(x)[1].known().unwrap_or(0) as usize;
+        let b = self.constant_input(node, 1, "B")?;
+        let data = b.floats().map_err(|m| format!("input 1 (B) {m}"))?;
+        let trans_b = gemm && int(node, "transB")?.unwrap_or(0) != 0;
+        let alpha = if gemm {
+            float(node, "alpha")?.unwrap_or(1.0)
+        } else {
+            1.0
+        };
+        if b.dims.len() != 2 {
+            return Err(format!(
+                "input 1 (B) has shape {:?}: a matrix is needed",
+                b.dims
+            ));
+        }
+        let (rows, cols) = (b.dims[0], b.dims[1]);
+        let (inner, k) = if trans_b { (cols, rows) } else { (rows, cols) };
+        if inner != c {
+            return Err(format!(
+                "input 1 (B) has shape {:?}, but the input has {c} features",
+                b.dims
+            ));
+        }
+        // The conv weight is [K, C, 1, 1]: B itself when transposed, else its transpose.
+        let weight: Vec<f32> = (0..k)
+            .flat_map(|o| (0..c).map(move |i| (o, i)))
+            .map(|(o, i)| {
+                let v = if trans_b {
+                    data[o * c + i]
+                } else {
+                    data[i * k + o]
+                };
+                v * alpha
+            })
+            .collect();
+        let role = if trans_b {
+            "dense weight"
+        } else {
+            "dense weight transposed"
+        };
+        let weight = self.param(&b, role, "", vec![k, c, 1, 1], weight);
+        let bias = match (gemm, self.optional_constant(node, 2, "C")?) {
+            (true, Some(cb)) => {
+                let beta = float(node, "beta")?.unwrap_or(1.0);
+                let v = cb.floats().map_err(|m| format!("input 2 (C) {m}"))?;
+                let data: Vec<f32> = match v.len() {
+                    1 => vec![v[0] * beta; k],
+                    n if n == k && cb.dims.iter().rev().skip(1).all(|&d| d == 1) => {
+                        v.iter().map(|&x| x * beta).collect()
+                    }
+                    _ => {
+                        return Err(format!(
+                            "input 2 (C) has shape {:?}: a bias of the {k} outputs is needed",
+                            cb.dims
+                        ));
+                    }
+                };
+                Some(self.param(&cb, "dense bias", "", vec![k], data))
+            }
+            _ => None,
+        };
+        self.push(
+            node,
+            Op::Conv2d(Conv2d {
+                input: x,
+                weight,
+                bias,
+                strides: [1, 1],
+                dilations: [1, 1],
+                pads: Pads::default(),
+                groups: 1,
+                post_ops: Vec::new(),
+            }),
+            true,
+        )
+    }
+
+    fn constant(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let Some(out) = node.output.first().filter(|o| !o.is_empty()) else {
+            return Err("output 0 is missing".into());
+        };
+        let [attr] = node.attribute.as_slice() else {
+            return Err(format!(
+                "has {} attributes: exactly one value is needed",
+                node.attribute.len()
+            ));
+        };
+        let (dims, data) = match attr.name.as_str() {
+            "value" => {
+                let Some(t) = &attr.t else {
+                    return Err("attribute value holds no tensor".into());
+                };
+                let c = tensor::decode(t, &mut self.external)
+                    .map_err(|m| format!("attribute value: {m}"))?;
+                (c.dims, c.data)
+            }
+            "value_float" => (vec![], ConstData::F32(vec![attr.f])),
+            "value_floats" => (vec![attr.floats.len()], ConstData::F32(attr.floats.clone())),
+            "value_int" => (vec![], ConstData::I64(vec![attr.i])),
+            "value_ints" => (vec![attr.ints.len()], ConstData::I64(attr.ints.clone())),
+            other => return Err(format!("attribute {other} is not supported")),
+        };
+        self.bound.insert(
+            out.clone(),
+            Bound::Const(Rc::new(Const {
+                name: out.clone(),
+                dims,
+                data,
+            })),
+        );
+        Ok(())
+    }
+}
+
+/// Every op the importer converts (in the default domain).
+pub const SUPPORTED: &[&str] = &[
+    "Conv",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Relu",
+    "Add",
+    "Clip",
+    "BatchNormalization",
+    "Identity",
+    "Dropout",
+    "Flatten",
+    "Gemm",
+    "MatMul",
+    "Constant",
+];
+
+fn describe(shape: &[Dim], flat: bool) -> String {
+    let dims: Vec<String> = if flat {
+        shape.iter().take(2).map(|d| d.to_string()).collect()
+    } else {
+        shape.iter().map(|d| d.to_string()).collect()
+    };
+    format!("[{}]", dims.join(", "))
+}
+
+// ---- attributes ----------------------------------------------------------------------------
+
+fn check_attrs(node: &NodeProto, allowed: &[&str]) -> NodeResult<()> {
+    let mut seen: Vec<&str> = Vec::new();
+    for a in &node.attribute {
+        if !allowed.contains(&a.name.as_str()) {
+            return Err(format!("attribute {} is not supported", a.name));
+        }
+        if seen.contains(&a.name.as_str()) {
+            return Err(format!("attribute {} is given twice", a.name));
+        }
+        seen.push(&a.name);
+    }
+    Ok(())
+}
+
+fn attr<'n>(node: &'n NodeProto, name: &str) -> Option<&'n AttributeProto> {
+    node.attribute.iter().find(|a| a.name == name)
+}
+
+fn expect_type(a: &AttributeProto, t: i32, what: &str) -> NodeResult<()> {
+    if a.r#type != t && a.r#type != attribute_type::UNDEFINED {
+        return Err(format!("attribute {} must be {what}", a.name));
+    }
+    Ok(())
+}
+
+fn int(node: &NodeProto, name: &str) -> NodeResult<Option<i64>> {
+    attr(node, name)
+        .map(|a| expect_type(a, attribute_type::INT, "an integer").map(|()| a.i))
+        .transpose()
+}
+
+fn float(node: &NodeProto, name: &str) -> NodeResult<Option<f32>> {
+    attr(node, name)
+        .map(|a| expect_type(a, attribute_type::FLOAT, "a float").map(|()| a.f))
+        .transpose()
+}
+
+fn ints(node: &NodeProto, name: &str) -> NodeResult<Option<Vec<i64>>> {
+    attr(node, name)
+        .map(|a| {
+            expect_type(a, attribute_type::INTS, "a list of integers").map(|()| a.ints.clone())
+        })
+        .transpose()
+}
+
+fn string(node: &NodeProto, name: &str) -> NodeResult<Option<String>> {
+    attr(node, name)
+        .map(|a| {
+            expect_type(a, attribute_type::STRING, "a string")
+                .map(|()| String::from_utf8_lossy(&a.s).into_owned())
+        })
+        .transpose()
+}
+
+fn positive(v: i64, what: &str) -> NodeResult<usize> {
+    if v < 1 {
+        return Err(format!("attribute {what} must be at least 1, found {v}"));
+    }
+    usize::try_from(v).map_err(|_| format!("attribute {what} is too large: {v}"))
+}
+
+/// Strides, dilations and pads of a 2-D window.
+struct Window {
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pads: Pads,
+}
+
+fn pair(node: &NodeProto, name: &str) -> NodeResult<[usize; 2]> {
+    match ints(node, name)? {
+        None => Ok([1, 1]),
+        Some(v) if v.len() == 2 => Ok([positive(v[0], name)?, positive(v[1], name)?]),
+        Some(v) => Err(format!(
+            "attribute {name} {v:?}: two values (height, width) are needed"
+        )),
+    }
+}
+
+/// The window attributes of `Conv`, `MaxPool` and `AveragePool` over an input of `shape`,
+/// with `auto_pad` resolved to explicit pads.
+fn window(node: &NodeProto, shape: &[Dim], kernel: [usize; 2]) -> NodeResult<Window> {
+    let strides = pair(node, "strides")?;
+    let dilations = pair(node, "dilations")?;
+    let explicit = match ints(node, "pads")? {
+        None => None,
+        Some(v) if v.len() == 4 => {
+            let mut p = [0usize; 4];
+            for (slot, &x) in p.iter_mut().zip(&v) {
+                *slot = usize::try_from(x)
+                    .map_err(|_| format!("attribute pads {v:?} must not be negative"))?;
+            }
+            Some(Pads {
+                top: p[0],
+                left: p[1],
+                bottom: p[2],
+                right: p[3],
+            })
+        }
+        Some(v) => {
+            return Err(format!(
+                "attribute pads {v:?}: four values (top, left, bottom, right) are needed"
+            ));
+        }
+    };
+    let auto_pad = string(node, "auto_pad")?.unwrap_or_else(|| "NOTSET".into());
+    let pads = match auto_pad.as_str() {
+        "NOTSET" => explicit.unwrap_or_default(),
+        "VALID" => Pads::default(),
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let mut p = [(0usize, 0usize); 2];
+            for axis in 0..2 {
+                let extent = kernel[axis]
+                    .checked_sub(1)
+                    .and_then(|k| k.checked_mul(dilations[axis]))
+                    .and_then(|k| k.checked_add(1))
+                    .ok_or("the window extent overflows")?;
+                let total = match shape.get(2 + axis).and_then(Dim::known) {
+                    Some(input) => {
+                        let input = input as usize;
+                        let out = input.div_ceil(strides[axis]);
+                        ((out - 1) * strides[axis] + extent).saturating_sub(input)
+                    }
+                    None if strides[axis] == 1 => extent - 1,
+                    None => {
+                        return Err(format!(
+                            "attribute auto_pad {auto_pad} with stride {} needs a known input {}, found `{}`",
+                            strides[axis],
+                            ["height", "width"][axis],
+                            shape.get(2 + axis).map_or("?".into(), |d| d.to_string())
+                        ));
+                    }
+                };
+                let (small, large) = (total / 2, total - total / 2);
+                p[axis] = if auto_pad == "SAME_UPPER" {
+                    (small, large)
+                } else {
+                    (large, small)
+                };
+            }
+            Pads {
+                top: p[0].0,
+                left: p[1].0,
+                bottom: p[0].1,
+                right: p[1].1,
+            }
+        }
+        other => {
+            return Err(format!(
+                "attribute auto_pad {other:?} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"
+            ));
+        }
+    };
+    if auto_pad != "NOTSET" && explicit.is_some_and(|p| !p.is_zero()) {
+        return Err(format!(
+            "attributes pads and auto_pad {auto_pad} are both set"
+        ));
+    }
+    Ok(Window {
+        strides,
+        dilations,
+        pads,
+    })
+}

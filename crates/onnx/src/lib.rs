@@ -1,0 +1,76 @@
+//! An ONNX importer for primjit: decodes a `ModelProto` and converts it to a primjit IR
+//! [`Graph`](primjit_ir::Graph) plus the [`Params`](primjit_ir::Params) of its initializers.
+//!
+//! The protobuf is decoded in pure Rust with prost, from message structs written by hand for
+//! the part of `onnx.proto` the importer reads ([`proto`]); no protoc, no build script.
+//!
+//! Supported (default domain, opsets 7 to 21): `Conv` (2-D; `auto_pad`, `group`, `dilations`,
+//! `pads`, `strides`, optional bias, missing `kernel_shape`), `MaxPool` and `AveragePool`
+//! (2-D; `ceil_mode`, `dilations`, `pads`, `auto_pad`, `count_include_pad`),
+//! `GlobalAveragePool`, `GlobalMaxPool`, `Relu`, `Add` of equal shapes, `Clip` (attributes or
+//! constant inputs), `BatchNormalization` (inference), `Identity`, `Dropout` (inference),
+//! `Constant`, and a classifier head: `Flatten` of a 1x1 image followed by `Gemm` or `MatMul`
+//! with constant weights, lowered to a 1x1 convolution of the `[N, C, 1, 1]` image. Inputs must
+//! be float NCHW tensors; `dim_param`s become IR symbols. Initializers may be stored in an
+//! external data file beside the model (read through a memory map).
+//!
+//! A model with unsupported parts is an [`OnnxError::Problems`] listing every offending node
+//! once, with the attribute or input at fault; malformed protobuf is an
+//! [`OnnxError::Decode`], never a panic.
+#![deny(unsafe_code)]
+
+mod error;
+mod import;
+mod names;
+pub mod proto;
+mod tensor;
+
+use std::path::Path;
+
+use prost::Message;
+
+pub use error::{OnnxError, Problem, Subject};
+pub use import::{Imported, SUPPORTED};
+pub use names::{NameKind, Rename};
+
+/// Reads and imports the model at `path`; external data is looked up beside it.
+pub fn import_file(path: &Path) -> Result<Imported, OnnxError> {
+    let bytes = std::fs::read(path).map_err(|source| OnnxError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let base = path
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .map(Path::to_path_buf);
+    import_bytes(&bytes, &path.display().to_string(), base.as_deref())
+}
+
+/// Imports a serialized model. `file` names it in errors; `base_dir` is where its external
+/// data files are (`None`: a model with external data is an error).
+pub fn import_bytes(
+    bytes: &[u8],
+    file: &str,
+    base_dir: Option<&Path>,
+) -> Result<Imported, OnnxError> {
+    let model = proto::ModelProto::decode(bytes).map_err(|source| OnnxError::Decode {
+        file: file.to_string(),
+        source,
+    })?;
+    import_model(&model, file, base_dir)
+}
+
+/// Imports a decoded model (see [`import_bytes`]).
+pub fn import_model(
+    model: &proto::ModelProto,
+    file: &str,
+    base_dir: Option<&Path>,
+) -> Result<Imported, OnnxError> {
+    import::import_model(model, file, base_dir.map(Path::to_path_buf))
+}

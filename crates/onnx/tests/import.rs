@@ -1,0 +1,1165 @@
+//! The importer on small ONNX models built here with the crate's own prost structs: each op
+//! and attribute, the text round trip, names, external data, and every error.
+
+use primjit_ir::{Conv2d, Dim, Op, PoolKind, PostOp};
+use primjit_onnx::proto::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, attribute_type, data_location,
+    data_type, tensor_shape_proto, type_proto,
+};
+use primjit_onnx::{NameKind, OnnxError, import_bytes, import_file, import_model};
+use prost::Message;
+
+// ---- building models ------------------------------------------------------------------------
+
+enum A {
+    I(i64),
+    F(f32),
+    S(&'static str),
+    Is(Vec<i64>),
+    T(TensorProto),
+}
+
+fn node(
+    op: &str,
+    name: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    attrs: Vec<(&str, A)>,
+) -> NodeProto {
+    NodeProto {
+        op_type: op.into(),
+        name: name.into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        attribute: attrs
+            .into_iter()
+            .map(|(n, a)| {
+                let mut p = AttributeProto {
+                    name: n.into(),
+                    ..Default::default()
+                };
+                match a {
+                    A::I(i) => (p.r#type, p.i) = (attribute_type::INT, i),
+                    A::F(f) => (p.r#type, p.f) = (attribute_type::FLOAT, f),
+                    A::S(s) => (p.r#type, p.s) = (attribute_type::STRING, s.as_bytes().to_vec()),
+                    A::Is(v) => (p.r#type, p.ints) = (attribute_type::INTS, v),
+                    A::T(t) => (p.r#type, p.t) = (attribute_type::TENSOR, Some(t)),
+                }
+                p
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A float tensor with values `0.01 * (i % 17) - 0.08`.
+fn init(name: &str, dims: &[i64]) -> TensorProto {
+    let n: i64 = dims.iter().product();
+    values(
+        name,
+        dims,
+        (0..n).map(|i| 0.01 * (i % 17) as f32 - 0.08).collect(),
+    )
+}
+
+fn values(name: &str, dims: &[i64], data: Vec<f32>) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: data_type::FLOAT,
+        float_data: data,
+        ..Default::default()
+    }
+}
+
+enum D {
+    N(i64),
+    P(&'static str),
+    Unknown,
+}
+
+fn info(name: &str, elem: i32, dims: Vec<D>) -> ValueInfoProto {
+    use tensor_shape_proto::{Dimension, dimension::Value};
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: elem,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .into_iter()
+                        .map(|d| Dimension {
+                            value: match d {
+                                D::N(n) => Some(Value::DimValue(n)),
+                                D::P(p) => Some(Value::DimParam(p.into())),
+                                D::Unknown => None,
+                            },
+                        })
+                        .collect(),
+                }),
+            })),
+        }),
+    }
+}
+
+fn x4(name: &str, c: i64, h: i64, w: i64) -> ValueInfoProto {
+    info(
+        name,
+        data_type::FLOAT,
+        vec![D::N(1), D::N(c), D::N(h), D::N(w)],
+    )
+}
+
+fn model(
+    opset: i64,
+    inputs: Vec<ValueInfoProto>,
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    outputs: &[&str],
+) -> ModelProto {
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: opset,
+        }],
+        producer_name: "primjit tests".into(),
+        graph: Some(GraphProto {
+            name: "test".into(),
+            node: nodes,
+            initializer: inits,
+            input: inputs,
+            output: outputs
+                .iter()
+                .map(|o| ValueInfoProto {
+                    name: o.to_string(),
+                    r#type: None,
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn import(m: &ModelProto) -> primjit_onnx::Imported {
+    let bytes = m.encode_to_vec();
+    match import_bytes(&bytes, "model.onnx", None) {
+        Ok(i) => i,
+        Err(e) => panic!("import failed:\n{e}"),
+    }
+}
+
+fn import_err(m: &ModelProto) -> String {
+    match import_bytes(&m.encode_to_vec(), "model.onnx", None) {
+        Ok(i) => panic!("import succeeded:\n{}", i.graph),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn ops(i: &primjit_onnx::Imported) -> Vec<Op> {
+    i.graph.nodes().map(|(_, n)| n.op.clone()).collect()
+}
+
+fn only_conv(i: &primjit_onnx::Imported) -> Conv2d {
+    match ops(i).as_slice() {
+        [Op::Conv2d(c)] => c.clone(),
+        other => panic!("expected one conv, found {other:?}"),
+    }
+}
+
+/// Prints the graph, parses the text, and checks that the parsed graph prints the same and
+/// has the same inputs, parameters, ops and outputs.
+fn assert_round_trip(i: &primjit_onnx::Imported) -> String {
+    let text = i.graph.to_string();
+    let parsed = primjit_ir::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(parsed.to_string(), text);
+    let parsed_ops: Vec<Op> = parsed.nodes().map(|(_, n)| n.op.clone()).collect();
+    assert_eq!(parsed_ops, ops(i));
+    assert_eq!(parsed.outputs(), i.graph.outputs());
+    let shapes = |g: &primjit_ir::Graph| -> Vec<Vec<Dim>> {
+        g.inputs().iter().map(|x| x.shape.clone()).collect()
+    };
+    assert_eq!(shapes(&parsed), shapes(&i.graph));
+    let params = |g: &primjit_ir::Graph| -> Vec<(String, Vec<usize>)> {
+        g.params()
+            .map(|(_, p)| (p.name.clone(), p.shape.clone()))
+            .collect()
+    };
+    assert_eq!(params(&parsed), params(&i.graph));
+    text
+}
+
+// ---- ops and attributes ---------------------------------------------------------------------
+
+#[test]
+fn conv_with_bias_strides_pads_dilations_and_groups() {
+    let m = model(
+        17,
+        vec![x4("x", 4, 9, 11)],
+        vec![node(
+            "Conv",
+            "conv",
+            &["x", "w", "b"],
+            &["y"],
+            vec![
+                ("kernel_shape", A::Is(vec![3, 3])),
+                ("strides", A::Is(vec![2, 1])),
+                ("pads", A::Is(vec![1, 0, 2, 1])),
+                ("dilations", A::Is(vec![1, 2])),
+                ("group", A::I(2)),
+            ],
+        )],
+        vec![init("w", &[6, 2, 3, 3]), init("b", &[6])],
+        &["y"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains(
+            "%y = conv2d(%x, @w, bias=@b, strides=[2, 1], dilations=[1, 2], pads=[1, 0, 2, 1], groups=2)"
+        ),
+        "{text}"
+    );
+    assert_eq!(i.params.get("w").unwrap().shape, vec![6, 2, 3, 3]);
+    assert_eq!(i.params.get("w").unwrap().data[1], 0.01 - 0.08);
+    let shapes = i.graph.verify().unwrap();
+    let y = i.graph.value_by_name("y").unwrap();
+    assert_eq!(shapes.concrete(y), Some(vec![1, 6, 5, 8]));
+}
+
+#[test]
+fn conv_without_kernel_shape_or_bias() {
+    let m = model(
+        11,
+        vec![x4("x", 3, 5, 5)],
+        vec![node("Conv", "c", &["x", "w"], &["y"], vec![])],
+        vec![init("w", &[2, 3, 1, 1])],
+        &["y"],
+    );
+    let c = only_conv(&import(&m));
+    assert_eq!(c.bias, None);
+    assert_eq!(c.strides, [1, 1]);
+    assert!(c.pads.is_zero());
+}
+
+#[test]
+fn conv_auto_pad_same_upper_lower_and_valid() {
+    let conv = |auto_pad: &'static str, stride: i64, w: i64, wd: D| {
+        model(
+            17,
+            vec![info(
+                "x",
+                data_type::FLOAT,
+                vec![D::N(1), D::N(1), D::N(w), wd],
+            )],
+            vec![node(
+                "Conv",
+                "c",
+                &["x", "w"],
+                &["y"],
+                vec![
+                    ("auto_pad", A::S(auto_pad)),
+                    ("strides", A::Is(vec![stride, stride])),
+                ],
+            )],
+            vec![init("w", &[1, 1, 4, 3])],
+            &["y"],
+        )
+    };
+    // Height 7, kernel 4, stride 2: out 4, total pad (4-1)*2+4-7 = 3; width 8, kernel 3: 1.
+    let upper = only_conv(&import(&conv("SAME_UPPER", 2, 7, D::N(8))));
+    assert_eq!(
+        [
+            upper.pads.top,
+            upper.pads.left,
+            upper.pads.bottom,
+            upper.pads.right
+        ],
+        [1, 0, 2, 1]
+    );
+    let lower = only_conv(&import(&conv("SAME_LOWER", 2, 7, D::N(8))));
+    assert_eq!(
+        [
+            lower.pads.top,
+            lower.pads.left,
+            lower.pads.bottom,
+            lower.pads.right
+        ],
+        [2, 1, 1, 0]
+    );
+    let valid = only_conv(&import(&conv("VALID", 2, 7, D::N(8))));
+    assert!(valid.pads.is_zero());
+    // Stride 1: the total padding is kernel - 1 whatever the extent, so a symbol is fine.
+    let sym = import(&conv("SAME_UPPER", 1, 7, D::P("W")));
+    let c = only_conv(&sym);
+    assert_eq!([c.pads.left, c.pads.right], [1, 1]);
+    assert_eq!([c.pads.top, c.pads.bottom], [1, 2]);
+    // Stride 2 on a symbolic width: the split depends on the width.
+    let e = import_err(&conv("SAME_UPPER", 2, 7, D::P("W")));
+    assert_eq!(
+        e,
+        "model.onnx: node \"c\" (Conv, opset 17): attribute auto_pad SAME_UPPER with stride 2 needs a known input width, found `W`"
+    );
+    let e = import_err(&conv("SAME", 1, 7, D::N(8)));
+    assert!(
+        e.contains("attribute auto_pad \"SAME\" is not one of"),
+        "{e}"
+    );
+}
+
+#[test]
+fn pools_keep_their_window_attributes() {
+    let m = model(
+        19,
+        vec![x4("x", 2, 9, 10)],
+        vec![
+            node(
+                "MaxPool",
+                "mp",
+                &["x"],
+                &["m"],
+                vec![
+                    ("kernel_shape", A::Is(vec![3, 2])),
+                    ("strides", A::Is(vec![2, 2])),
+                    ("pads", A::Is(vec![1, 0, 1, 1])),
+                    ("dilations", A::Is(vec![1, 2])),
+                    ("ceil_mode", A::I(1)),
+                ],
+            ),
+            node(
+                "AveragePool",
+                "ap",
+                &["m"],
+                &["a"],
+                vec![
+                    ("kernel_shape", A::Is(vec![2, 2])),
+                    ("pads", A::Is(vec![1, 1, 1, 1])),
+                    ("count_include_pad", A::I(1)),
+                ],
+            ),
+            node("GlobalAveragePool", "g1", &["a"], &["g"], vec![]),
+            node("GlobalMaxPool", "g2", &["a"], &["h"], vec![]),
+        ],
+        vec![],
+        &["g", "h"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains(
+            "%m = maxpool2d(%x, kernel=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], dilations=[1, 2], ceil_mode=true)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "%a = avgpool2d(%m, kernel=[2, 2], pads=[1, 1, 1, 1], count_include_pad=true)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("%g = global_avgpool(%a)"), "{text}");
+    assert!(text.contains("%h = global_maxpool(%a)"), "{text}");
+}
+
+#[test]
+fn relu_add_identity_and_batchnorm() {
+    let m = model(
+        15,
+        vec![x4("x", 3, 4, 4)],
+        vec![
+            node(
+                "Conv",
+                "c",
+                &["x", "w"],
+                &["c"],
+                vec![("pads", A::Is(vec![1, 1, 1, 1]))],
+            ),
+            node(
+                "BatchNormalization",
+                "bn",
+                &["c", "s", "b", "m", "v"],
+                &["n"],
+                vec![("epsilon", A::F(1e-3))],
+            ),
+            node("Relu", "r", &["n"], &["r"], vec![]),
+            node("Identity", "id", &["x"], &["skip"], vec![]),
+            node("Add", "add", &["r", "skip"], &["s0"], vec![]),
+            node("Identity", "out", &["s0"], &["y"], vec![]),
+        ],
+        vec![
+            init("w", &[3, 3, 3, 3]),
+            init("s", &[3]),
+            init("b", &[3]),
+            init("m", &[3]),
+            values("v", &[3], vec![1.0, 0.5, 2.0]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains("%n = batchnorm(%c, @s, @b, @m, @v, epsilon=0.001)"),
+        "{text}"
+    );
+    assert!(text.contains("%s0 = add(%r, %x)"), "{text}");
+    assert!(text.contains("output y = %s0"), "{text}");
+    // The passes fold and fuse the imported graph as they do a written one.
+    let mut g = i.graph.clone();
+    let report = primjit_ir::passes::optimize(&mut g);
+    assert_eq!(report.folded_batchnorms, 1);
+    assert_eq!(g.node_count(), 1);
+}
+
+#[test]
+fn clip_as_attributes_and_inputs_fuses_into_its_conv_or_stands_alone() {
+    // Opset 6: attributes; max left out.
+    let m = model(
+        6,
+        vec![x4("x", 2, 3, 3)],
+        vec![
+            node("Conv", "c", &["x", "w"], &["c"], vec![]),
+            node("Clip", "clip", &["c"], &["y"], vec![("min", A::F(0.0))]),
+        ],
+        vec![init("w", &[2, 2, 1, 1])],
+        &["y"],
+    );
+    let i = import(&m);
+    let c = only_conv(&i);
+    assert_eq!(
+        c.post_ops,
+        vec![PostOp::Clip {
+            lo: 0.0,
+            hi: f32::MAX
+        }]
+    );
+    assert_round_trip(&i);
+    // Opset 13: constant inputs, min left out; the input is no conv's, so a depthwise identity
+    // conv carries the clip.
+    let six = TensorProto {
+        name: "six".into(),
+        data_type: data_type::FLOAT,
+        float_data: vec![6.0],
+        ..Default::default()
+    };
+    let m = model(
+        13,
+        vec![x4("x", 2, 3, 3)],
+        vec![
+            node("Constant", "k", &[], &["hi"], vec![("value", A::T(six))]),
+            node("Relu", "r", &["x"], &["r"], vec![]),
+            node("Clip", "clip", &["r", "", "hi"], &["y"], vec![]),
+        ],
+        vec![],
+        &["y"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains("%y = conv2d(%r, @y.identity, groups=2, post=[clip(-3.4028235e38, 6.0)])"),
+        "{text}"
+    );
+    assert_eq!(i.params.get("y.identity").unwrap().data, vec![1.0, 1.0]);
+    // A conv read twice keeps its clip apart.
+    let m = model(
+        13,
+        vec![x4("x", 2, 3, 3)],
+        vec![
+            node("Conv", "c", &["x", "w"], &["c"], vec![]),
+            node("Clip", "clip", &["c", "lo", "hi"], &["k"], vec![]),
+            node("Add", "add", &["c", "k"], &["y"], vec![]),
+        ],
+        vec![
+            init("w", &[2, 2, 1, 1]),
+            values("lo", &[], vec![0.0]),
+            values("hi", &[], vec![6.0]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_eq!(i.graph.node_count(), 3);
+    let e = import_err(&model(
+        13,
+        vec![x4("x", 2, 3, 3)],
+        vec![node("Clip", "clip", &["x", "hi", "lo"], &["y"], vec![])],
+        vec![values("lo", &[], vec![0.0]), values("hi", &[], vec![6.0])],
+        &["y"],
+    ));
+    assert_eq!(
+        e,
+        "model.onnx: node \"clip\" (Clip, opset 13): min (6) is greater than max (0)"
+    );
+}
+
+#[test]
+fn classifier_head_becomes_a_1x1_conv() {
+    // Global pool, flatten, Gemm with transB (PyTorch's Linear), relu, MatMul + Add.
+    let m = model(
+        13,
+        vec![x4("x", 3, 4, 4)],
+        vec![
+            node("GlobalAveragePool", "gap", &["x"], &["p"], vec![]),
+            node("Flatten", "flat", &["p"], &["f"], vec![("axis", A::I(1))]),
+            node(
+                "Gemm",
+                "fc",
+                &["f", "fc.w", "fc.b"],
+                &["h"],
+                vec![("transB", A::I(1)), ("alpha", A::F(2.0))],
+            ),
+            node("Relu", "r", &["h"], &["hr"], vec![]),
+            node("Dropout", "drop", &["hr"], &["hd"], vec![]),
+            node("MatMul", "mm", &["hd", "mm.w"], &["mm"], vec![]),
+            node("Add", "bias", &["mm", "mm.b"], &["y"], vec![]),
+        ],
+        vec![
+            values("fc.w", &[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            values("fc.b", &[2], vec![0.5, -0.5]),
+            values("mm.w", &[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            values("mm.b", &[1, 3], vec![0.1, 0.2, 0.3]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains("%h = conv2d(%p, @fc.w, bias=@fc.b)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("%mm = conv2d(%hr, @mm.w, bias=@mm.b)"),
+        "{text}"
+    );
+    // Gemm with transB: the weight is B (times alpha); MatMul: B transposed.
+    assert_eq!(i.params.get("fc.w").unwrap().shape, vec![2, 3, 1, 1]);
+    assert_eq!(
+        i.params.get("fc.w").unwrap().data,
+        vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+    );
+    assert_eq!(i.params.get("mm.w").unwrap().shape, vec![3, 2, 1, 1]);
+    assert_eq!(
+        i.params.get("mm.w").unwrap().data,
+        vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+    );
+    assert_eq!(i.params.get("mm.b").unwrap().data, vec![0.1, 0.2, 0.3]);
+    assert_eq!(i.flattened_outputs, vec!["y".to_string()]);
+    let y = i.graph.value_by_name("mm").unwrap();
+    assert_eq!(
+        i.graph.verify().unwrap().concrete(y),
+        Some(vec![1, 3, 1, 1])
+    );
+}
+
+#[test]
+fn dim_params_become_symbols_and_names_are_sanitized_and_traced() {
+    let m = model(
+        17,
+        vec![info(
+            "input:0",
+            data_type::FLOAT,
+            vec![D::P("batch size"), D::N(3), D::Unknown, D::P("W")],
+        )],
+        vec![
+            node(
+                "Relu",
+                "/relu/Relu",
+                &["input:0"],
+                &["/relu/Relu_output_0"],
+                vec![],
+            ),
+            node(
+                "Conv",
+                "conv",
+                &["/relu/Relu_output_0", "conv/w:0"],
+                &["out-put"],
+                vec![],
+            ),
+        ],
+        vec![init("conv/w:0", &[4, 3, 1, 1])],
+        &["out-put"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains("input %input_0: f32[batch_size, 3, input_0_dim2, W]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("%_relu_Relu_output_0 = relu(%input_0)"),
+        "{text}"
+    );
+    assert!(text.contains("param @conv_w_0: f32[4, 3, 1, 1]"), "{text}");
+    assert!(text.contains("output out_put = %out_put"), "{text}");
+    assert_eq!(i.ir_name(NameKind::Value, "input:0"), Some("input_0"));
+    assert_eq!(i.ir_name(NameKind::Param, "conv/w:0"), Some("conv_w_0"));
+    assert_eq!(
+        i.ir_name(NameKind::Symbol, "batch size"),
+        Some("batch_size")
+    );
+    assert_eq!(i.ir_name(NameKind::Output, "out-put"), Some("out_put"));
+    assert!(i.changed_names().any(|r| r.onnx == "/relu/Relu_output_0"));
+    assert!(i.changed_names().all(|r| r.ir != r.onnx));
+    assert_eq!(i.graph.symbols(), vec!["batch_size", "input_0_dim2", "W"]);
+}
+
+#[test]
+fn constants_come_from_constant_nodes_and_raw_data() {
+    let w = TensorProto {
+        name: "w".into(),
+        dims: vec![1, 1, 1, 1],
+        data_type: data_type::FLOAT,
+        raw_data: 2.5f32.to_le_bytes().to_vec(),
+        ..Default::default()
+    };
+    let m = model(
+        13,
+        vec![x4("x", 1, 2, 2)],
+        vec![
+            node("Constant", "k", &[], &["kw"], vec![("value", A::T(w))]),
+            node("Conv", "c", &["x", "kw"], &["y"], vec![]),
+        ],
+        vec![],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_eq!(i.params.get("kw").unwrap().data, vec![2.5]);
+}
+
+#[test]
+fn external_data_is_read_beside_the_model() {
+    let dir = std::env::temp_dir().join(format!("primjit-onnx-ext-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let floats: Vec<f32> = (0..12).map(|i| i as f32 * 0.5).collect();
+    let mut bytes = vec![0u8; 8];
+    for f in &floats {
+        bytes.extend(f.to_le_bytes());
+    }
+    std::fs::write(dir.join("model.onnx.data"), &bytes).unwrap();
+    let external = |location: &str, offset: usize, length: usize| TensorProto {
+        name: "w".into(),
+        dims: vec![4, 3, 1, 1],
+        data_type: data_type::FLOAT,
+        data_location: data_location::EXTERNAL,
+        external_data: vec![
+            StringStringEntryProto {
+                key: "location".into(),
+                value: location.into(),
+            },
+            StringStringEntryProto {
+                key: "offset".into(),
+                value: offset.to_string(),
+            },
+            StringStringEntryProto {
+                key: "length".into(),
+                value: length.to_string(),
+            },
+        ],
+        ..Default::default()
+    };
+    let with = |t: TensorProto| {
+        model(
+            17,
+            vec![x4("x", 3, 2, 2)],
+            vec![node("Conv", "c", &["x", "w"], &["y"], vec![])],
+            vec![t],
+            &["y"],
+        )
+    };
+    let path = dir.join("model.onnx");
+    std::fs::write(
+        &path,
+        with(external("model.onnx.data", 8, 48)).encode_to_vec(),
+    )
+    .unwrap();
+    let i = import_file(&path).unwrap();
+    assert_eq!(i.params.get("w").unwrap().data, floats);
+
+    let problems = |t: TensorProto| {
+        std::fs::write(&path, with(t).encode_to_vec()).unwrap();
+        import_file(&path).unwrap_err().to_string()
+    };
+    let e = problems(external("model.onnx.data", 8, 400));
+    assert!(
+        e.contains("initializer \"w\": external data `")
+            && e.contains("holds 56 bytes, fewer than offset 8 plus length 400"),
+        "{e}"
+    );
+    let e = problems(external("../model.onnx.data", 8, 48));
+    assert!(
+        e.contains("must be a relative path inside the model's folder"),
+        "{e}"
+    );
+    let e = problems(external("missing.data", 0, 48));
+    assert!(e.contains("cannot open external data"), "{e}");
+    let e = problems(external("model.onnx.data", 0, 40));
+    assert!(
+        e.contains("need 48 bytes of raw data but the tensor holds 40"),
+        "{e}"
+    );
+    // Without a file, there is no folder to look in.
+    let e = import_bytes(
+        &with(external("model.onnx.data", 8, 48)).encode_to_vec(),
+        "m",
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("the model was not read from a file"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+#[test]
+fn every_unsupported_node_is_listed_once_and_nothing_downstream() {
+    let m = model(
+        17,
+        vec![x4("x", 3, 8, 8)],
+        vec![
+            node("Resize", "Resize_42", &["x"], &["r"], vec![]),
+            // Reads the failed value: not reported again.
+            node("Relu", "relu_after", &["r"], &["r2"], vec![]),
+            node("Conv", "conv", &["x", "w"], &["c"], vec![("foo", A::I(1))]),
+            node("Sigmoid", "", &["x"], &["s"], vec![]),
+            NodeProto {
+                domain: "com.microsoft".into(),
+                ..node("FusedConv", "fc", &["x"], &["f"], vec![])
+            },
+            node("Add", "sum", &["r2", "c"], &["y"], vec![]),
+        ],
+        vec![init("w", &[3, 3, 1, 1])],
+        &["y"],
+    );
+    let e = import_err(&m);
+    assert_eq!(
+        e,
+        [
+            "model.onnx: node \"Resize_42\" (Resize, opset 17): unsupported op",
+            "model.onnx: node \"conv\" (Conv, opset 17): attribute foo is not supported",
+            "model.onnx: node \"#3\" (Sigmoid, opset 17): unsupported op",
+            "model.onnx: node \"fc\" (com.microsoft.FusedConv, domain opset 17): unsupported op",
+        ]
+        .join("\n")
+    );
+    let err = import_bytes(&m.encode_to_vec(), "model.onnx", None).unwrap_err();
+    assert_eq!(err.problems().len(), 4);
+}
+
+#[test]
+fn node_errors_name_the_attribute_or_input_at_fault() {
+    let one = |opset: i64, n: NodeProto, inits: Vec<TensorProto>| {
+        import_err(&model(
+            opset,
+            vec![x4("x", 2, 6, 6)],
+            vec![n],
+            inits,
+            &["y"],
+        ))
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            one(
+                17,
+                node(
+                    "MaxPool",
+                    "mp",
+                    &["x"],
+                    &["y", "idx"],
+                    vec![("kernel_shape", A::Is(vec![2, 2]))],
+                ),
+                vec![],
+            ),
+            "node \"mp\" (MaxPool, opset 17): output 1 (Indices) is not supported",
+        ),
+        (
+            one(
+                17,
+                node(
+                    "MaxPool",
+                    "mp",
+                    &["x"],
+                    &["y"],
+                    vec![
+                        ("kernel_shape", A::Is(vec![2, 2])),
+                        ("storage_order", A::I(1)),
+                    ],
+                ),
+                vec![],
+            ),
+            "node \"mp\" (MaxPool, opset 17): attribute storage_order=1 is not supported",
+        ),
+        (
+            one(17, node("MaxPool", "mp", &["x"], &["y"], vec![]), vec![]),
+            "node \"mp\" (MaxPool, opset 17): attribute kernel_shape is missing",
+        ),
+        (
+            one(
+                17,
+                node(
+                    "MaxPool",
+                    "mp",
+                    &["x"],
+                    &["y"],
+                    vec![("kernel_shape", A::Is(vec![2]))],
+                ),
+                vec![],
+            ),
+            "node \"mp\" (MaxPool, opset 17): attribute kernel_shape [2]: only 2-D pooling is supported",
+        ),
+        (
+            one(
+                17,
+                node(
+                    "Conv",
+                    "c",
+                    &["x", "w"],
+                    &["y"],
+                    vec![("kernel_shape", A::Is(vec![5, 5]))],
+                ),
+                vec![init("w", &[2, 2, 3, 3])],
+            ),
+            "node \"c\" (Conv, opset 17): attribute kernel_shape [5, 5] differs from the weight's kernel [3, 3]",
+        ),
+        (
+            one(
+                17,
+                node("Conv", "c", &["x", "w"], &["y"], vec![]),
+                vec![init("w", &[2, 2, 3])],
+            ),
+            "node \"c\" (Conv, opset 17): input 1 (W) has rank 3: only 2-D convolutions (rank-4 weights) are supported",
+        ),
+        (
+            one(17, node("Conv", "c", &["x", "x"], &["y"], vec![]), vec![]),
+            "node \"c\" (Conv, opset 17): input 1 (W) is computed: it must be a constant (an initializer or a Constant node)",
+        ),
+        (
+            one(
+                17,
+                node("Conv", "c", &["x", "w"], &["y"], vec![]),
+                vec![init("w", &[2, 3, 3, 3])],
+            ),
+            "node \"c\" (Conv, opset 17): channel mismatch: the input has 2 channels but @w expects 3 (3 per group x 1 groups)",
+        ),
+        (
+            one(
+                17,
+                node("Conv", "c", &["x", "w", "b"], &["y"], vec![]),
+                vec![init("w", &[2, 2, 3, 3]), init("b", &[3])],
+            ),
+            "node \"c\" (Conv, opset 17): input 2 (B) has shape [3], expected [2]",
+        ),
+        (
+            one(
+                17,
+                node(
+                    "Conv",
+                    "c",
+                    &["x", "w"],
+                    &["y"],
+                    vec![("strides", A::Is(vec![0, 1]))],
+                ),
+                vec![init("w", &[2, 2, 3, 3])],
+            ),
+            "node \"c\" (Conv, opset 17): attribute strides must be at least 1, found 0",
+        ),
+        (
+            one(
+                17,
+                node(
+                    "Conv",
+                    "c",
+                    &["x", "w"],
+                    &["y"],
+                    vec![
+                        ("pads", A::Is(vec![1, 1, 1, 1])),
+                        ("auto_pad", A::S("VALID")),
+                    ],
+                ),
+                vec![init("w", &[2, 2, 3, 3])],
+            ),
+            "node \"c\" (Conv, opset 17): attributes pads and auto_pad VALID are both set",
+        ),
+        (
+            one(
+                17,
+                node("Conv", "c", &["x", "w"], &["y"], vec![("group", A::F(2.0))]),
+                vec![init("w", &[2, 2, 3, 3])],
+            ),
+            "node \"c\" (Conv, opset 17): attribute group must be an integer",
+        ),
+        (
+            one(
+                17,
+                node("Add", "a", &["x", "b"], &["y"], vec![]),
+                vec![init("b", &[2, 1, 1])],
+            ),
+            "node \"a\" (Add, opset 17): adding a constant to an NCHW tensor is not supported: only the sum of two computed tensors of equal shapes",
+        ),
+        (
+            one(
+                15,
+                node(
+                    "BatchNormalization",
+                    "bn",
+                    &["x", "s", "s", "s", "s"],
+                    &["y"],
+                    vec![("training_mode", A::I(1))],
+                ),
+                vec![init("s", &[2])],
+            ),
+            "node \"bn\" (BatchNormalization, opset 15): attribute training_mode=1 is not supported: inference only",
+        ),
+        (
+            one(
+                15,
+                node(
+                    "BatchNormalization",
+                    "bn",
+                    &["x", "s", "s", "s", "s"],
+                    &["y", "rm"],
+                    vec![],
+                ),
+                vec![init("s", &[2])],
+            ),
+            "node \"bn\" (BatchNormalization, opset 15): output 1 is only computed in training mode: not supported",
+        ),
+        (
+            one(
+                15,
+                node(
+                    "BatchNormalization",
+                    "bn",
+                    &["x", "s", "s", "s", "t"],
+                    &["y"],
+                    vec![],
+                ),
+                vec![init("s", &[2]), init("t", &[3])],
+            ),
+            "node \"bn\" (BatchNormalization, opset 15): input 4 (input_var) has shape [3], expected [2]",
+        ),
+        (
+            one(13, node("Flatten", "f", &["x"], &["y"], vec![]), vec![]),
+            "node \"f\" (Flatten, opset 13): the input has shape [1, 2, 6, 6]: only a 1x1 image (after a global pool) can be flattened",
+        ),
+        (
+            one(
+                13,
+                node("Gemm", "g", &["x", "w"], &["y"], vec![]),
+                vec![init("w", &[2, 2])],
+            ),
+            "node \"g\" (Gemm, opset 13): input 0 (A) is not a flattened tensor: only Flatten after a global pool feeds a dense layer",
+        ),
+        (
+            one(
+                13,
+                node("Clip", "c", &["x", "lo"], &["y"], vec![]),
+                vec![init("lo", &[2])],
+            ),
+            "node \"c\" (Clip, opset 13): input 1 (min) has shape [2]: a scalar is needed",
+        ),
+        (
+            one(
+                17,
+                node(
+                    "AveragePool",
+                    "ap",
+                    &["x"],
+                    &["y"],
+                    vec![
+                        ("kernel_shape", A::Is(vec![2, 2])),
+                        ("pads", A::Is(vec![1, 1])),
+                    ],
+                ),
+                vec![],
+            ),
+            "node \"ap\" (AveragePool, opset 17): attribute pads [1, 1]: four values (top, left, bottom, right) are needed",
+        ),
+        (
+            one(
+                17,
+                node(
+                    "MaxPool",
+                    "mp",
+                    &["x"],
+                    &["y"],
+                    vec![("kernel_shape", A::Is(vec![9, 9]))],
+                ),
+                vec![],
+            ),
+            "node \"mp\" (MaxPool, opset 17): output height would be less than 1: the padded input height is 6 but the window spans 9",
+        ),
+        (
+            one(17, node("Relu", "r", &["nowhere"], &["y"], vec![]), vec![]),
+            "node \"r\" (Relu, opset 17): input 0 (X) \"nowhere\" is not defined before its use",
+        ),
+    ];
+    for (got, want) in cases {
+        assert_eq!(got, format!("model.onnx: {want}"));
+    }
+}
+
+#[test]
+fn add_of_different_shapes_is_an_error() {
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6), x4("z", 2, 6, 1)],
+        vec![node("Add", "a", &["x", "z"], &["y"], vec![])],
+        vec![],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: node \"a\" (Add, opset 17): the operands have shapes [1, 2, 6, 6] and [1, 2, 6, 1]: only equal shapes are supported (no broadcasting)"
+    );
+}
+
+#[test]
+fn model_level_errors() {
+    let ok = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![node("Relu", "r", &["x"], &["y"], vec![])],
+        vec![],
+        &["y"],
+    );
+    let mut no_opset = ok.clone();
+    no_opset.opset_import.clear();
+    assert_eq!(
+        import_err(&no_opset),
+        "model.onnx: model: the model imports no version of the default (ai.onnx) opset"
+    );
+    let mut no_graph = ok.clone();
+    no_graph.graph = None;
+    assert_eq!(
+        import_err(&no_graph),
+        "model.onnx: model: the model has no graph"
+    );
+    let mut int_input = ok.clone();
+    int_input.graph.as_mut().unwrap().input = vec![info(
+        "x",
+        data_type::INT64,
+        vec![D::N(1), D::N(2), D::N(3), D::N(3)],
+    )];
+    assert_eq!(
+        import_err(&int_input),
+        "model.onnx: input \"x\": has element type int64: only float inputs are supported"
+    );
+    let mut rank2 = ok.clone();
+    rank2.graph.as_mut().unwrap().input = vec![info("x", data_type::FLOAT, vec![D::N(1), D::N(2)])];
+    assert_eq!(
+        import_err(&rank2),
+        "model.onnx: input \"x\": has rank 2: only rank-4 (NCHW) inputs are supported"
+    );
+    let mut const_out = ok.clone();
+    let g = const_out.graph.as_mut().unwrap();
+    g.initializer.push(init("k", &[1]));
+    g.output.push(ValueInfoProto {
+        name: "k".into(),
+        r#type: None,
+    });
+    assert_eq!(
+        import_err(&const_out),
+        "model.onnx: output \"k\": is a constant: only computed outputs are supported"
+    );
+    let mut bad_init = ok.clone();
+    bad_init
+        .graph
+        .as_mut()
+        .unwrap()
+        .initializer
+        .push(TensorProto {
+            name: "bad".into(),
+            dims: vec![3],
+            data_type: data_type::FLOAT,
+            float_data: vec![1.0],
+            ..Default::default()
+        });
+    assert_eq!(
+        import_err(&bad_init),
+        "model.onnx: initializer \"bad\": dims [3] need 3 elements but the tensor holds 1 floats"
+    );
+    let mut undefined_out = ok;
+    undefined_out.graph.as_mut().unwrap().output[0].name = "nope".into();
+    assert_eq!(
+        import_err(&undefined_out),
+        "model.onnx: output \"nope\": is not defined by any node or input"
+    );
+    let e = import_file(std::path::Path::new("/nonexistent/model.onnx")).unwrap_err();
+    assert!(matches!(e, OnnxError::Read { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("cannot read `/nonexistent/model.onnx`: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_and_truncated_protobuf_is_an_error_never_a_panic() {
+    let e = import_bytes(b"\xff\xff\xff\xff", "junk.onnx", None).unwrap_err();
+    assert!(matches!(e, OnnxError::Decode { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("junk.onnx: not a valid ONNX model: "),
+        "{e}"
+    );
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![
+            node(
+                "Conv",
+                "c",
+                &["x", "w", "b"],
+                &["c"],
+                vec![("pads", A::Is(vec![1, 1, 1, 1]))],
+            ),
+            node("Relu", "r", &["c"], &["y"], vec![]),
+        ],
+        vec![init("w", &[2, 2, 3, 3]), init("b", &[2])],
+        &["y"],
+    );
+    let bytes = m.encode_to_vec();
+    let mut decode_errors = 0;
+    for len in 0..bytes.len() {
+        // Every prefix is either a decode error or some (smaller) model; none panics.
+        if let Err(OnnxError::Decode { .. }) = import_bytes(&bytes[..len], "t.onnx", None) {
+            decode_errors += 1;
+        }
+    }
+    assert!(
+        decode_errors > bytes.len() / 2,
+        "{decode_errors} of {}",
+        bytes.len()
+    );
+    // Flipped bytes likewise.
+    for i in 0..bytes.len() {
+        let mut b = bytes.clone();
+        b[i] ^= 0x5a;
+        let _ = import_bytes(&b, "t.onnx", None);
+    }
+    // The decoded model imports through the same entry point.
+    let decoded = ModelProto::decode(bytes.as_slice()).unwrap();
+    assert!(import_model(&decoded, "t.onnx", None).is_ok());
+}
+
+#[test]
+fn imported_pool_kinds_are_onnx_ones() {
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![node(
+            "MaxPool",
+            "mp",
+            &["x"],
+            &["y"],
+            vec![("kernel_shape", A::Is(vec![2, 2]))],
+        )],
+        vec![],
+        &["y"],
+    );
+    match ops(&import(&m)).as_slice() {
+        [Op::Pool2d(p)] => assert_eq!(p.kind, PoolKind::Max),
+        other => panic!("{other:?}"),
+    }
+}
