@@ -897,9 +897,31 @@ fn run_needs_exactly_one_parameter_source() {
     );
     failure(
         &run_tiny(&t, &["--input", s(&t.input), "--output", s(&y)]),
-        2,
-        &["required", "--params", "--random-params"],
+        1,
+        &["the graph has parameters: give --params FILE.safetensors or --random-params SEED"],
     );
+}
+
+#[test]
+fn run_needs_no_parameter_source_for_a_graph_without_parameters() {
+    let dir = temp_dir();
+    let ir = write(
+        dir.path(),
+        "pool.ir",
+        "graph pool {\n  input %x: f32[1, 1, 2, 3]\n  %p = maxpool2d(%x, kernel=[2, 2])\n  output y = %p\n}\n",
+    );
+    let x = dir.path().join("x.npy");
+    write_npy_f32(&x, &[1, 1, 2, 3], &[1.0, 5.0, 2.0, 4.0, 3.0, 6.0]);
+    let y = dir.path().join("y.npy");
+    success(&primjit(&[
+        "run",
+        s(&ir),
+        "--input",
+        s(&x),
+        "--output",
+        s(&y),
+    ]));
+    assert_eq!(read_npy(&y), (vec![1, 1, 1, 2], vec![5.0, 6.0]));
 }
 
 #[test]
@@ -2001,4 +2023,291 @@ fn malformed_primjit_variables_are_errors() {
         ("PRIMJIT_CACHE_BUDGET", "0"),
         ("PRIMJIT_THREADS", "1"),
     ]));
+}
+
+// ---- onnx ----
+
+const FAMILIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/onnx/families");
+
+fn family(name: &str) -> String {
+    format!("{FAMILIES}/{name}")
+}
+
+/// The largest absolute difference over the largest magnitude of `want`.
+fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let diff = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+    diff / scale
+}
+
+#[test]
+fn import_writes_ir_and_params_that_run_as_the_model_does() {
+    let dir = temp_dir();
+    let ir = dir.path().join("resnet.ir");
+    let params = dir.path().join("resnet.safetensors");
+    let out = primjit(&[
+        "import",
+        &family("resnet.onnx"),
+        "-o",
+        s(&ir),
+        "--params-out",
+        s(&params),
+    ]);
+    success(&out);
+    assert!(
+        stderr(&out).contains("22 nodes, 32 parameters (22202 values)"),
+        "{}",
+        stderr(&out)
+    );
+    let text = std::fs::read_to_string(&ir).unwrap();
+    assert!(
+        text.starts_with("# imported by `primjit import` from "),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "# outputs that the model gives as [N, K] and this graph as [N, K, 1, 1]: fc_23"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("input %x: f32[2, 3, H, W]"), "{text}");
+    let (want_shape, want) = read_npy(Path::new(&family("resnet.expected.npy")));
+    let input = format!("x={}", family("resnet.input.npy"));
+    // The IR file with the written parameters: [N, K, 1, 1].
+    let y_ir = dir.path().join("y_ir.npy");
+    success(&primjit(&[
+        "run",
+        s(&ir),
+        "--input",
+        &input,
+        "--params",
+        s(&params),
+        "--output",
+        s(&y_ir),
+    ]));
+    let (shape, got_ir) = read_npy(&y_ir);
+    assert_eq!(shape, vec![2, 10, 1, 1]);
+    // The ONNX file directly, with its initializers: [N, K], as onnxruntime gives it.
+    let y = dir.path().join("y.npy");
+    let out = success(&primjit(&[
+        "run",
+        &family("resnet.onnx"),
+        "--input",
+        &input,
+        "--output",
+        s(&y),
+    ]));
+    assert!(out.contains("fc_23: [2, 10] -> "), "{out}");
+    let (shape, got) = read_npy(&y);
+    assert_eq!(shape, want_shape);
+    assert_eq!(got, got_ir);
+    assert!(relative_error(&got, &want) <= 1e-4);
+}
+
+#[test]
+fn every_verb_reading_a_graph_accepts_an_onnx_file() {
+    let deeplab = family("deeplab.onnx");
+    let out = success(&primjit(&["check", &deeplab, "--dims", "H=26,W=35"]));
+    assert!(
+        out.contains("%classifier_10 = conv2d: [2, 4, 14, 17]"),
+        "{out}"
+    );
+    let out = success(&primjit(&["dump", &deeplab, "--stage", "folded"]));
+    assert!(out.contains("post=[relu]"), "{out}");
+    let out = success(&primjit(&[
+        "dump",
+        &deeplab,
+        "--stage",
+        "plan",
+        "--dims",
+        "H=26,W=35",
+        "--node",
+        "stem_1",
+    ]));
+    assert!(out.starts_with("%stem_1: conv mb2ic3ih26iw35oc8"), "{out}");
+    let out = success(&primjit(&[
+        "run",
+        &deeplab,
+        "--random-input",
+        "3",
+        "--dims",
+        "H=9,W=9",
+        "--reference",
+        "--output",
+        "/dev/null",
+    ]));
+    assert!(out.contains("classifier_10: [2, 4, 5, 4] -> /dev/null"), "{out}");
+}
+
+#[test]
+fn run_params_override_an_onnx_models_initializers() {
+    let dir = temp_dir();
+    let params = dir.path().join("fc.safetensors");
+    let bias: Vec<f32> = (0..10).map(|i| i as f32).collect();
+    write_safetensors(
+        &params,
+        &[
+            ("fc.weight", StTensor::f32(&[10, 32, 1, 1], &[0.0; 320])),
+            ("fc.bias", StTensor::f32(&[10], &bias)),
+        ],
+    );
+    let y = dir.path().join("y.npy");
+    success(&primjit(&[
+        "run",
+        &family("resnet.onnx"),
+        "--input",
+        &format!("x={}", family("resnet.input.npy")),
+        "--params",
+        s(&params),
+        "--output",
+        s(&y),
+    ]));
+    let (shape, got) = read_npy(&y);
+    assert_eq!(shape, vec![2, 10]);
+    assert_eq!(got, [bias.clone(), bias].concat());
+}
+
+/// A model as bytes: `x` [1, 3, 8, W] through the given nodes to `y`.
+fn onnx_model(
+    nodes: Vec<primjit_onnx::proto::NodeProto>,
+    inits: Vec<primjit_onnx::proto::TensorProto>,
+) -> Vec<u8> {
+    use primjit_onnx::proto::*;
+    use prost::Message;
+    let dim =
+        |d: tensor_shape_proto::dimension::Value| tensor_shape_proto::Dimension { value: Some(d) };
+    use tensor_shape_proto::dimension::Value::{DimParam, DimValue};
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(GraphProto {
+            name: "m".into(),
+            node: nodes,
+            initializer: inits,
+            input: vec![ValueInfoProto {
+                name: "x".into(),
+                r#type: Some(TypeProto {
+                    value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                        elem_type: data_type::FLOAT,
+                        shape: Some(TensorShapeProto {
+                            dim: vec![
+                                dim(DimValue(1)),
+                                dim(DimValue(3)),
+                                dim(DimValue(8)),
+                                dim(DimParam("W".into())),
+                            ],
+                        }),
+                    })),
+                }),
+            }],
+            output: vec![ValueInfoProto {
+                name: "y".into(),
+                r#type: None,
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn onnx_node(
+    op: &str,
+    name: &str,
+    inputs: &[&str],
+    output: &str,
+) -> primjit_onnx::proto::NodeProto {
+    primjit_onnx::proto::NodeProto {
+        op_type: op.into(),
+        name: name.into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn bench_runs_an_onnx_model_with_its_weights() {
+    let dir = temp_dir();
+    let model = dir.path().join("conv.onnx");
+    let w = primjit_onnx::proto::TensorProto {
+        name: "w".into(),
+        dims: vec![4, 3, 1, 1],
+        data_type: primjit_onnx::proto::data_type::FLOAT,
+        float_data: vec![0.5; 12],
+        ..Default::default()
+    };
+    std::fs::write(
+        &model,
+        onnx_model(
+            vec![
+                onnx_node("Conv", "c", &["x", "w"], "c"),
+                onnx_node("Relu", "r", &["c"], "y"),
+            ],
+            vec![w],
+        ),
+    )
+    .unwrap();
+    let out = success(&primjit(&["bench", s(&model), "--n", "2", "--quiet"]));
+    assert!(out.contains(&format!("model={}", model.display())), "{out}");
+}
+
+#[test]
+fn onnx_errors_list_every_unsupported_node_and_reject_malformed_files() {
+    let dir = temp_dir();
+    let model = dir.path().join("bad.onnx");
+    std::fs::write(
+        &model,
+        onnx_model(
+            vec![
+                onnx_node("Resize", "Resize_42", &["x"], "r"),
+                onnx_node("Sigmoid", "sig", &["x"], "s"),
+                onnx_node("Add", "sum", &["r", "s"], "y"),
+            ],
+            vec![],
+        ),
+    )
+    .unwrap();
+    let m = s(&model);
+    for verb in [
+        vec!["import", m],
+        vec!["check", m],
+        vec![
+            "run",
+            m,
+            "--random-input",
+            "1",
+            "--dims",
+            "W=4",
+            "--output",
+            "/dev/null",
+        ],
+    ] {
+        let err = failure(&primjit(&verb), 1, &[]);
+        assert_eq!(
+            err,
+            format!(
+                "error: {m}: node \"Resize_42\" (Resize, opset 17): unsupported op\n{m}: node \"sig\" (Sigmoid, opset 17): unsupported op\n"
+            ),
+            "{verb:?}"
+        );
+    }
+    let junk = write(dir.path(), "junk.onnx", "not a model\n");
+    failure(
+        &primjit(&["import", s(&junk)]),
+        1,
+        &["junk.onnx: not a valid ONNX model: "],
+    );
+    failure(
+        &primjit(&["check", "/nonexistent/model.onnx"]),
+        1,
+        &["cannot read `/nonexistent/model.onnx`"],
+    );
 }

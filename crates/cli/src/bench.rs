@@ -158,10 +158,7 @@ pub struct BenchReport {
 pub fn model_source(file: Option<&PathBuf>) -> Result<Source> {
     match file {
         Some(p) => Source::read(p),
-        None => Ok(Source {
-            path: "ir/resnet34_trunk.ir".into(),
-            text: workload::TRUNK_IR.into(),
-        }),
+        None => Ok(Source::ir("ir/resnet34_trunk.ir", workload::TRUNK_IR)),
     }
 }
 
@@ -216,7 +213,11 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     };
     config.threads = args.workload.threads;
     let engine = Engine::new(config.clone())?;
-    let params = Params::random(&graph, args.seed);
+    // An ONNX model runs with its own weights; an IR file with seeded ones.
+    let params = match source.initializers() {
+        Some(params) => params.clone(),
+        None => Params::random(&graph, args.seed),
+    };
     let conv_algo = args.algo.conv_algo.unwrap_or(config.conv_algo);
     let model = CompiledGraph::with_conv_algo(&graph, &params, conv_algo)
         .map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;

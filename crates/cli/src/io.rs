@@ -63,7 +63,13 @@ pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<()> {
 ///
 /// Tensors are named as the parameters without the `@`; the file may hold others (a full
 /// model's state dict for a graph of part of it), which are ignored, whatever their dtype.
-pub fn read_safetensors_params(path: &Path, graph: &Graph) -> Result<Params> {
+/// A parameter missing from the file takes its value from `fallback` (an ONNX model's
+/// initializers) when that has one.
+pub fn read_safetensors_params(
+    path: &Path,
+    graph: &Graph,
+    fallback: Option<&Params>,
+) -> Result<Params> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     let file = SafeTensors::deserialize(&bytes)
         .with_context(|| format!("`{}` is not a safetensors file", path.display()))?;
@@ -74,6 +80,10 @@ pub fn read_safetensors_params(path: &Path, graph: &Graph) -> Result<Params> {
         }
         let name = &param.name;
         let Ok(view) = file.tensor(name) else {
+            if let Some(t) = fallback.and_then(|f| f.get(name)) {
+                params.insert(name.clone(), t.clone());
+                continue;
+            }
             bail!(
                 "parameter @{name} is missing from `{}` (expected shape {:?})",
                 path.display(),
@@ -105,4 +115,24 @@ pub fn read_safetensors_params(path: &Path, graph: &Graph) -> Result<Params> {
         params.insert(name.clone(), tensor);
     }
     Ok(params)
+}
+
+/// Writes parameter values as a safetensors file of F32 tensors named as the parameters.
+pub fn write_safetensors_params(path: &Path, params: &Params) -> Result<()> {
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = params
+        .iter()
+        .map(|(name, t)| {
+            let data = t.data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            (name.to_string(), t.shape.clone(), data)
+        })
+        .collect();
+    let views = bytes
+        .iter()
+        .map(|(name, shape, data)| {
+            safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), data)
+                .map(|v| (name.as_str(), v))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::tensor::serialize_to_file(views, None, path)
+        .with_context(|| format!("cannot write `{}`", path.display()))
 }

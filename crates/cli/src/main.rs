@@ -1,4 +1,4 @@
-//! The `primjit` command-line tool: check, dump and run IR graphs.
+//! The `primjit` command-line tool: check, dump and run IR graphs (or ONNX models).
 //!
 //! Each verb lives in its own module with its clap arguments and a `run` function; errors
 //! propagate as `anyhow::Error` to [`main`], which prints them and exits with status 1 (clap's
@@ -12,6 +12,7 @@ mod check;
 mod descriptor;
 mod dump;
 mod executor;
+mod import;
 mod io;
 mod perf;
 mod run;
@@ -36,6 +37,8 @@ enum Command {
     Check(check::Args),
     /// Print a graph at a stage of compilation
     Dump(dump::Args),
+    /// Import an ONNX model: its graph as IR text, its initializers as safetensors
+    Import(import::Args),
     /// Run a graph on inputs from .npy files and write its outputs as .npy files
     Run(run::Args),
     /// Run the variable-width benchmark (the original report's workload) and measure memory
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Check(args) => check::run(args),
         Command::Dump(args) => dump::run(args),
+        Command::Import(args) => import::run(args),
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Sweep(args) => sweep::run(args),

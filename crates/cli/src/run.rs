@@ -18,7 +18,6 @@ use crate::source::{GraphArgs, Loaded};
 #[derive(Debug, clap::Args)]
 #[command(group(
     clap::ArgGroup::new("param_source")
-        .required(true)
         .args(["params", "random_params"]),
 ))]
 pub struct Args {
@@ -39,7 +38,8 @@ pub struct Args {
     pub outputs: Vec<String>,
 
     /// Parameter values from a safetensors file: F32 tensors named as the graph's parameters
-    /// without `@` (other tensors in the file are ignored)
+    /// without `@` (other tensors in the file are ignored); for an ONNX model, those in the
+    /// file override its initializers
     #[arg(long, value_name = "FILE.safetensors")]
     pub params: Option<PathBuf>,
 
@@ -86,10 +86,18 @@ pub fn run(args: &Args) -> Result<()> {
     // Extents and residual shapes under the inputs' sizes, still against the written graph.
     loaded.shapes(graph, &bindings)?;
 
+    let initializers = loaded.source.initializers();
     let mut params = match (&args.params, args.random_params) {
-        (Some(path), None) => io::read_safetensors_params(path, graph)?,
+        (Some(path), None) => io::read_safetensors_params(path, graph, initializers)?,
         (None, Some(seed)) => Params::random(graph, seed),
-        _ => bail!("give exactly one of --params FILE.safetensors and --random-params SEED"),
+        (None, None) => match initializers {
+            Some(params) => params.clone(),
+            None if graph.params().next().is_none() => Params::new(),
+            None => bail!(
+                "the graph has parameters: give --params FILE.safetensors or --random-params SEED"
+            ),
+        },
+        _ => bail!("give at most one of --params FILE.safetensors and --random-params SEED"),
     };
 
     let mut optimized = graph.clone();
@@ -123,7 +131,8 @@ pub fn run(args: &Args) -> Result<()> {
                 tensor.shape
             );
         }
-        io::write_npy(path, tensor).with_context(|| format!("output `{name}`"))?;
+        let tensor = loaded.source.file_shape(name, tensor.clone());
+        io::write_npy(path, &tensor).with_context(|| format!("output `{name}`"))?;
         writeln!(stdout, "{name}: {:?} -> {}", tensor.shape, path.display())?;
     }
     stdout.flush()?;

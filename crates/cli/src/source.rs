@@ -1,20 +1,23 @@
-//! Reading an IR file, binding its symbolic dimensions, and rendering IR errors against it.
+//! Reading a model (an IR file, or an ONNX file through the importer), binding its symbolic
+//! dimensions, and rendering IR errors against it.
 //!
-//! Every verb that takes an IR file flattens [`GraphArgs`] and calls [`GraphArgs::load`]; IR
-//! errors come back as a [`Diagnostic`], which `main` prints as it is:
-//! `file:line:col: error: message`, the source line, and a caret under the column.
+//! Every verb that takes a model flattens [`GraphArgs`] and calls [`GraphArgs::load`], or reads
+//! it with [`Source::read`]: this is the one place that knows the two formats. IR errors come
+//! back as a [`Diagnostic`], which `main` prints as it is: `file:line:col: error: message`, the
+//! source line, and a caret under the column (an imported graph has no lines: `file: error:
+//! message`).
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use primjit_ir::{Bindings, Graph, IrError, Shapes, infer_shapes, parse_bindings};
+use primjit_ir::{Bindings, Graph, IrError, Params, Shapes, Tensor, infer_shapes, parse_bindings};
 
 /// The IR file argument and the `--dims` bindings shared by every verb.
 #[derive(Debug, clap::Args)]
 pub struct GraphArgs {
-    /// The IR file
-    #[arg(value_name = "FILE.ir")]
+    /// The model: an IR file, or an ONNX file (`.onnx`)
+    #[arg(value_name = "FILE.ir|FILE.onnx")]
     pub file: PathBuf,
 
     /// Values for the graph's symbolic dimensions, e.g. `W=1031,H=2`
@@ -57,30 +60,78 @@ fn check_symbols(graph: &Graph, bindings: &Bindings) -> Result<()> {
     Ok(())
 }
 
-/// An IR file's text, with the name it is reported under.
+/// A model's IR text, with the name it is reported under; for an ONNX file, the imported
+/// graph (whose text is its printed form) and its initializers.
 #[derive(Debug)]
 pub struct Source {
     pub path: String,
     pub text: String,
+    pub onnx: Option<primjit_onnx::Imported>,
+}
+
+/// Whether `path` names an ONNX model (by its extension).
+pub fn is_onnx(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
 impl Source {
-    pub fn read(path: &std::path::Path) -> Result<Self> {
+    /// IR text under a name.
+    pub fn ir(path: impl Into<String>, text: impl Into<String>) -> Self {
+        Source {
+            path: path.into(),
+            text: text.into(),
+            onnx: None,
+        }
+    }
+
+    /// Reads an IR file, or imports an ONNX file (every unsupported node is listed).
+    pub fn read(path: &Path) -> Result<Self> {
+        if is_onnx(path) {
+            let imported = primjit_onnx::import_file(path)?;
+            return Ok(Source {
+                path: path.display().to_string(),
+                text: imported.graph.to_string(),
+                onnx: Some(imported),
+            });
+        }
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read `{}`", path.display()))?;
-        Ok(Source {
-            path: path.display().to_string(),
-            text,
-        })
+        Ok(Source::ir(path.display().to_string(), text))
     }
 
     pub fn parse(&self) -> Result<Graph, Diagnostic> {
-        primjit_ir::parse(&self.text).map_err(|e| self.diagnose(e))
+        match &self.onnx {
+            Some(imported) => Ok(imported.graph.clone()),
+            None => primjit_ir::parse(&self.text).map_err(|e| self.diagnose(e)),
+        }
+    }
+
+    /// The parameter values the model carries: an ONNX model's initializers.
+    pub fn initializers(&self) -> Option<&Params> {
+        self.onnx.as_ref().map(|i| &i.params)
+    }
+
+    /// `tensor`, an output named `name`, in the shape the model file gives it: an ONNX
+    /// classifier's `[N, K]` output, which the IR computes as `[N, K, 1, 1]`, is reshaped back.
+    pub fn file_shape(&self, name: &str, mut tensor: Tensor) -> Tensor {
+        if let Some(i) = &self.onnx
+            && i.flattened_outputs.iter().any(|o| o == name)
+            && tensor.shape.len() == 4
+        {
+            tensor.shape.truncate(2);
+        }
+        tensor
     }
 
     /// Renders an IR error against this file.
     pub fn diagnose(&self, error: impl Into<IrError>) -> Diagnostic {
-        Diagnostic(error.into().render(&self.path, &self.text))
+        let error = error.into();
+        if self.onnx.is_some() {
+            // The imported graph's nodes have no location in any text the user has.
+            return Diagnostic(format!("{}: error: {error}", self.path));
+        }
+        Diagnostic(error.render(&self.path, &self.text))
     }
 }
 

@@ -74,3 +74,24 @@ pub fn import_model(
 ) -> Result<Imported, OnnxError> {
     import::import_model(model, file, base_dir.map(Path::to_path_buf))
 }
+
+/// Decodes a serialized float `TensorProto` (a `.pb` file of the ONNX test data sets) into its
+/// name and a tensor. `file` names it in errors.
+pub fn decode_tensor(bytes: &[u8], file: &str) -> Result<(String, primjit_ir::Tensor), OnnxError> {
+    let t = proto::TensorProto::decode(bytes).map_err(|source| OnnxError::Decode {
+        file: file.to_string(),
+        source,
+    })?;
+    let problem = |message: String| OnnxError::Problems {
+        file: file.to_string(),
+        problems: vec![Problem {
+            subject: Subject::Initializer(t.name.clone()),
+            message,
+        }],
+    };
+    let c = tensor::decode(&t, &mut tensor::ExternalFiles::new(None)).map_err(problem)?;
+    let data = c.floats().map_err(problem)?.to_vec();
+    let tensor =
+        primjit_ir::Tensor::new(c.dims.clone(), data).expect("decode checks the element count");
+    Ok((t.name, tensor))
+}
