@@ -1,0 +1,256 @@
+//! Imported ONNX models against their expected outputs.
+//!
+//! Conformance: the ONNX project's backend node tests for the supported ops
+//! (`tests/onnx/node`, gathered by `tests/onnx/gather_node_tests.py`), each run through the
+//! importer, the JIT and the reference interpreter and compared with its expected outputs.
+//! Cases the importer rejects are listed with its reason. The cases that pass are listed in
+//! `tests/onnx/node_passing.txt`: a listed case that fails, or a case that passes unlisted,
+//! fails the test, so the list says exactly what primjit runs.
+//!
+//! Families: small ResNet, VGG, MobileNetV2 and DeepLab-like models at batch 2 with symbolic
+//! height and width (`tests/onnx/families`, made by `tests/onnx/make_families.py` with
+//! onnxruntime's outputs), run on the JIT and held to 1e-4 relative.
+
+use std::path::{Path, PathBuf};
+
+use primjit::{CompiledGraph, Engine, EngineConfig, Tensor, Workspace};
+use primjit_onnx::proto::{ModelProto, TensorProto};
+use primjit_onnx::{NameKind, decode_tensor, import_file, import_model};
+use prost::Message;
+
+/// The tolerance of the ONNX backend test runner (`onnx.backend.test.runner`): the expected
+/// outputs of some cases are rounded to four decimals.
+const RTOL: f32 = 1e-3;
+const ATOL: f32 = 1e-7;
+
+fn node_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/onnx/node")
+}
+
+/// The largest `|got - want| / (atol + rtol * |want|)`: at most 1 passes.
+fn excess(got: &Tensor, want: &Tensor, atol: f32, rtol: f32) -> Result<f32, String> {
+    // A classifier's [N, K] output is [N, K, 1, 1] in the IR.
+    let flat_match = got.shape.len() == 4
+        && want.shape.len() == 2
+        && got.shape[..2] == want.shape[..]
+        && got.shape[2..] == [1, 1];
+    if got.shape != want.shape && !flat_match {
+        return Err(format!("shape {:?}, expected {:?}", got.shape, want.shape));
+    }
+    Ok(got
+        .data
+        .iter()
+        .zip(&want.data)
+        .map(|(&g, &w)| {
+            if g.is_nan() != w.is_nan() {
+                f32::INFINITY
+            } else if g == w || g.is_nan() {
+                0.0
+            } else {
+                (g - w).abs() / (atol + rtol * w.abs())
+            }
+        })
+        .fold(0.0, f32::max))
+}
+
+/// Whether graph input `name` is read as an activation (the first input of a node, or either
+/// operand of an `Add`); the others are weights, biases, statistics or bounds.
+fn is_activation(model: &ModelProto, name: &str) -> bool {
+    let graph = model.graph.as_ref().expect("a graph");
+    graph.node.iter().any(|n| {
+        n.input.first().is_some_and(|i| i == name)
+            || (n.op_type == "Add" && n.input.get(1).is_some_and(|i| i == name))
+    })
+}
+
+fn read_file(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Runs one case; `Err("unsupported: ...")` when the importer rejects it (with its reason),
+/// another `Err` when it imports but gives wrong results or fails to run.
+///
+/// The node tests pass weights as graph inputs with values in the data set; as an exporter
+/// writes them, those become initializers (the JIT specializes on weights being constant).
+fn run_case(dir: &Path, engine: &Engine) -> Result<(), String> {
+    let model = ModelProto::decode(read_file(&dir.join("model.onnx")).as_slice())
+        .map_err(|e| e.to_string())?;
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    sets.sort();
+    for set in sets {
+        let mut model = model.clone();
+        let mut inputs = Vec::new();
+        let graph_inputs = model.graph.as_ref().unwrap().input.clone();
+        for (j, info) in graph_inputs.iter().enumerate() {
+            let bytes = read_file(&set.join(format!("input_{j}.pb")));
+            if is_activation(&model, &info.name) {
+                inputs.push((info.name.clone(), bytes));
+            } else {
+                let mut t = TensorProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
+                t.name = info.name.clone();
+                let graph = model.graph.as_mut().unwrap();
+                graph.input.retain(|i| i.name != info.name);
+                graph.initializer.push(t);
+            }
+        }
+        let imported = import_model(&model, "model.onnx", None).map_err(|e| {
+            let first = e.to_string().lines().next().unwrap_or("").to_string();
+            format!("unsupported: {}", first.trim_start_matches("model.onnx: "))
+        })?;
+        let inputs: Vec<(String, Tensor)> = inputs
+            .into_iter()
+            .map(|(name, bytes)| {
+                let (_, t) = decode_tensor(&bytes, "input").expect("a float input");
+                let ir = imported.ir_name(NameKind::Value, &name).expect("an input");
+                (ir.to_string(), t)
+            })
+            .collect();
+        let compiled = CompiledGraph::new(&imported.graph, &imported.params)
+            .map_err(|e| format!("compiling: {e}"))?;
+        let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let (jit, _) = compiled
+            .run(engine, &refs, &mut Workspace::new())
+            .map_err(|e| format!("jit: {e}"))?;
+        let reference = primjit::reference::run_graph(&imported.graph, &imported.params, &refs)
+            .map_err(|e| format!("reference: {e}"))?;
+        let graph_outputs = model.graph.as_ref().unwrap().output.clone();
+        for (j, info) in graph_outputs.iter().enumerate() {
+            let bytes = read_file(&set.join(format!("output_{j}.pb")));
+            let (_, want) = decode_tensor(&bytes, "output").map_err(|e| e.to_string())?;
+            let name = imported
+                .ir_name(NameKind::Output, &info.name)
+                .expect("an output");
+            let find = |results: &[(String, Tensor)]| -> Result<Tensor, String> {
+                results
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, t)| t.clone())
+                    .ok_or_else(|| format!("no output {name}"))
+            };
+            let (jit, reference) = (find(&jit)?, find(&reference)?);
+            for (engine_name, got) in [("jit", &jit), ("reference", &reference)] {
+                let e = excess(got, &want, ATOL, RTOL)
+                    .map_err(|m| format!("{engine_name} {name}: {m}"))?;
+                if e > 1.0 {
+                    return Err(format!(
+                        "{engine_name} {name}: off by {e:.1} times the tolerance ({ATOL} + {RTOL} |expected|)"
+                    ));
+                }
+            }
+            // The JIT against the reference, more tightly than against rounded expectations.
+            let scale = reference.data.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let e = excess(&jit, &reference, 1e-5 * scale, 1e-5)?;
+            if e > 1.0 {
+                return Err(format!(
+                    "jit {name}: {e:.1} times 1e-5 away from the reference"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn onnx_backend_node_tests_of_the_supported_ops() {
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(node_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    cases.sort();
+    assert!(
+        cases.len() > 50,
+        "the fixtures are missing: {}",
+        cases.len()
+    );
+    let mut passing = Vec::new();
+    let mut unsupported = Vec::new();
+    let mut wrong = Vec::new();
+    for dir in &cases {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        match run_case(dir, &engine) {
+            Ok(()) => passing.push(name),
+            Err(m) if m.starts_with("unsupported: ") => unsupported.push((name, m)),
+            Err(m) => wrong.push((name, m)),
+        }
+    }
+    for (name, reason) in &unsupported {
+        eprintln!("{name}: {reason}");
+    }
+    eprintln!(
+        "{} cases: {} pass, {} unsupported, {} wrong",
+        cases.len(),
+        passing.len(),
+        unsupported.len(),
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "cases that import but fail: {wrong:#?}");
+    let listed_path = node_dir().join("../node_passing.txt");
+    let listed: Vec<String> = std::fs::read_to_string(&listed_path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    let missing: Vec<_> = listed.iter().filter(|l| !passing.contains(l)).collect();
+    let unlisted: Vec<_> = passing.iter().filter(|p| !listed.contains(p)).collect();
+    assert!(
+        missing.is_empty() && unlisted.is_empty(),
+        "{}: listed but not passing: {missing:?}; passing but not listed: {unlisted:?}",
+        listed_path.display()
+    );
+}
+
+fn read_npy(path: &Path) -> Tensor {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let npy = npyz::NpyFile::new(bytes.as_slice()).unwrap();
+    let shape = npy.shape().iter().map(|&d| d as usize).collect();
+    Tensor::new(shape, npy.into_vec::<f32>().unwrap()).unwrap()
+}
+
+/// The largest absolute difference over the largest magnitude of the expected output.
+fn relative_error(got: &Tensor, want: &Tensor) -> f32 {
+    assert_eq!(got.data.len(), want.data.len());
+    let scale = want.data.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let diff = got
+        .data
+        .iter()
+        .zip(&want.data)
+        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+    diff / scale
+}
+
+#[test]
+fn model_families_match_onnxruntime() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/onnx/families");
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    for family in ["resnet", "vgg", "mobilenet", "deeplab"] {
+        let imported = import_file(&dir.join(format!("{family}.onnx")))
+            .unwrap_or_else(|e| panic!("{family}: {e}"));
+        assert_eq!(imported.graph.symbols(), vec!["H", "W"], "{family}");
+        let x = read_npy(&dir.join(format!("{family}.input.npy")));
+        let want = read_npy(&dir.join(format!("{family}.expected.npy")));
+        assert_eq!(x.shape[0], 2, "{family}: batch 2");
+        let compiled = CompiledGraph::new(&imported.graph, &imported.params).unwrap();
+        let (outputs, _) = compiled
+            .run(&engine, &[("x", &x)], &mut Workspace::new())
+            .unwrap_or_else(|e| panic!("{family}: {e}"));
+        let [(_, got)] = outputs.as_slice() else {
+            panic!("{family}: one output expected")
+        };
+        let n: usize = want.shape.iter().product();
+        assert_eq!(got.shape.iter().product::<usize>(), n, "{family}");
+        assert_eq!(got.shape[..2], want.shape[..2], "{family}");
+        let rel = relative_error(got, &want);
+        eprintln!(
+            "{family}: output {:?}, max relative error {rel:.2e}",
+            want.shape
+        );
+        assert!(rel <= 1e-4, "{family}: relative error {rel}");
+    }
+}
