@@ -116,7 +116,7 @@ fn gcd(a: usize, b: usize) -> usize {
 
 impl OpSpec {
     /// The key these choices describe. It may still be invalid (a window that does not fit,
-    /// average pooling with dilations, a pooling window over padding only): callers check
+    /// a pooling window over padding only): callers check
     /// `validate` and expect an `InvalidKey` error from the engine then.
     pub fn key(&self) -> PrimitiveKey {
         let mb = pick(self.mb, 1, 2);

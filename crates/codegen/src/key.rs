@@ -737,9 +737,6 @@ impl PrimitiveKey {
                 positive("extents", &[d.mb, d.c, d.ih, d.iw])?;
                 positive("kernel", &d.kernel)?;
                 window_steps(&d.strides, &d.dilations, &d.pads)?;
-                if d.kind == PoolKind::Avg && d.dilations != [1, 1] {
-                    return fail("average pooling does not support dilations".into());
-                }
                 if d.oh() == 0 || d.ow() == 0 {
                     return fail(
                         "the output would be empty: the window does not fit in the padded input"

@@ -2,7 +2,7 @@
 
 use crate::dim::{Bindings, Dim, WindowError};
 use crate::error::{SourceLoc, VerifyError};
-use crate::graph::{DerivedParam, Graph, Op, Pads, PoolKind, PoolWindow, PostOp, Value};
+use crate::graph::{DerivedParam, Graph, Op, Pads, PoolWindow, PostOp, Value};
 
 /// The largest number of elements any tensor may have: 2^31, so that every byte offset a
 /// kernel forms fits in a signed 32-bit displacement times four and no count overflows.
@@ -233,18 +233,10 @@ fn check_windows_touch_input(
 /// The shape of max or average pooling `x` (a rank-4 shape with known channels) with
 /// `window`: the rules of `maxpool2d` and `avgpool2d`, and of a conv's `maxpool` post-op on the
 /// conv's output.
-fn pool_shape(
-    ctx: &Ctx<'_>,
-    x: &[Dim],
-    window: &PoolWindow,
-    kind: PoolKind,
-) -> Result<Vec<Dim>, VerifyError> {
+fn pool_shape(ctx: &Ctx<'_>, x: &[Dim], window: &PoolWindow) -> Result<Vec<Dim>, VerifyError> {
     ctx.positive("kernel", &window.kernel)?;
     ctx.positive("strides", &window.strides)?;
     ctx.positive("dilations", &window.dilations)?;
-    if kind == PoolKind::Avg && window.dilations != [1, 1] {
-        return ctx.fail("avgpool2d does not support dilations");
-    }
     let Pads {
         top,
         left,
@@ -511,7 +503,7 @@ fn infer_node(
                             describe(&out)
                         ));
                     }
-                    pool_shape(ctx, &out, window, PoolKind::Max).map_err(|e| VerifyError {
+                    pool_shape(ctx, &out, window).map_err(|e| VerifyError {
                         message: format!("maxpool post-op: {}", e.message),
                         ..e
                     })?
@@ -522,7 +514,7 @@ fn infer_node(
         Op::Pool2d(p) => {
             let x = ctx.rank4(shapes, p.input, "the input")?;
             ctx.channels(x, p.input)?;
-            pool_shape(ctx, x, &PoolWindow::of(p), p.kind)?
+            pool_shape(ctx, x, &PoolWindow::of(p))?
         }
         Op::GlobalPool { input, .. } => {
             let x = ctx.rank4(shapes, *input, "the input")?;

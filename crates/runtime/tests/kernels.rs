@@ -1549,12 +1549,7 @@ fn pool_problem() -> impl Strategy<Value = PoolProblem> {
                     kernel: [kh, kw],
                     strides: [sh, sw],
                     pads,
-                    // Average pooling has no dilations.
-                    dilations: if kind == PoolKind::Max {
-                        [dh, dw]
-                    } else {
-                        [1, 1]
-                    },
+                    dilations: [dh, dw],
                     ceil_mode,
                     count_include_pad,
                     src_layout,
@@ -2031,6 +2026,43 @@ fn avgpool_ceil_mode_window_past_the_end_padding() {
             seed: 9,
         };
         p.check().unwrap();
+    }
+}
+
+#[test]
+fn avgpool_dilations_match_reference() {
+    // ONNX AveragePool has dilations since opset 19: a 3x2 kernel spread over a 5x4 window,
+    // with pads, strides, ceil_mode (a last window past the input) and both divisors, on both
+    // source layouts; and the runtime-width kernel against the exact one.
+    for count_include_pad in [false, true] {
+        for ceil_mode in [false, true] {
+            for src_layout in [Layout::Nchw, Layout::Nchw4c] {
+                let desc = PoolDesc {
+                    kind: PoolKind::Avg,
+                    mb: 2,
+                    c: 6,
+                    ih: 11,
+                    iw: 13,
+                    kernel: [3, 2],
+                    strides: [2, 3],
+                    pads: Pads {
+                        top: 1,
+                        left: 2,
+                        bottom: 2,
+                        right: 0,
+                    },
+                    dilations: [2, 3],
+                    ceil_mode,
+                    count_include_pad,
+                    src_layout,
+                    dst_layout: Layout::Nchw4c,
+                    runtime: Default::default(),
+                };
+                let p = PoolProblem { desc, seed: 17 };
+                p.check().unwrap();
+                p.check_rows(1..p.desc.oh() - 1).unwrap();
+            }
+        }
     }
 }
 
