@@ -2140,7 +2140,10 @@ fn every_verb_reading_a_graph_accepts_an_onnx_file() {
         "--output",
         "/dev/null",
     ]));
-    assert!(out.contains("classifier_10: [2, 4, 5, 4] -> /dev/null"), "{out}");
+    assert!(
+        out.contains("classifier_10: [2, 4, 5, 4] -> /dev/null"),
+        "{out}"
+    );
 }
 
 #[test]
