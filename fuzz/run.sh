@@ -11,7 +11,8 @@
 # AddressSanitizer (cargo-fuzz's default); SANITIZER=none runs them without it.
 #
 # Corpora grow in fuzz/corpus/TARGET (not checked in); the IR parser also starts from every
-# file under ir/ and the token dictionary fuzz/ir.dict. A crash leaves its input in
+# file under ir/ and the token dictionary fuzz/ir.dict, the ONNX importer from the models
+# under tests/onnx. A crash leaves its input in
 # fuzz/artifacts/TARGET and stops the script with libFuzzer's exit code; each log is kept in
 # fuzz/logs/TARGET.log.
 set -euo pipefail
@@ -47,6 +48,10 @@ for target in "${targets[@]}"; do
     if [[ $target == parse_roundtrip ]]; then
         seeds=(../ir)
         options+=(-dict=ir.dict -max_len=8192)
+    elif [[ $target == onnx_import ]]; then
+        # Real models: the families and the ONNX node tests' models (and their data).
+        seeds=(../tests/onnx/families ../tests/onnx/node)
+        options+=(-max_len=131072)
     fi
     echo "== $target: $seconds s" >&2
     status=0
