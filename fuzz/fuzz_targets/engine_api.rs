@@ -92,9 +92,9 @@ fn widen(key: &mut PrimitiveKey, w: &Widen) {
                 .expect("in range") = v;
         }
         PrimitiveKey::Pool(d) => {
-            let [kh, kw] = &mut d.kernel;
-            let [sh, sw] = &mut d.strides;
-            let [dh, dw] = &mut d.dilations;
+            let [kh, kw] = &mut d.window.kernel;
+            let [sh, sw] = &mut d.window.strides;
+            let [dh, dw] = &mut d.window.dilations;
             let fields: [&mut usize; 14] = [
                 &mut d.mb,
                 &mut d.c,
@@ -106,10 +106,10 @@ fn widen(key: &mut PrimitiveKey, w: &Widen) {
                 sw,
                 dh,
                 dw,
-                &mut d.pads.top,
-                &mut d.pads.left,
-                &mut d.pads.bottom,
-                &mut d.pads.right,
+                &mut d.window.pads.top,
+                &mut d.window.pads.left,
+                &mut d.window.pads.bottom,
+                &mut d.window.pads.right,
             ];
             let n = fields.len();
             *fields

@@ -7,7 +7,7 @@
 //! `K` the reduction length; max pooling, relu and add exactly.
 
 use arbitrary::Arbitrary;
-use primjit::ir::{Pads, PoolKind};
+use primjit::ir::{Pads, PoolKind, PoolWindow};
 use primjit::reference::{ConvAttrs, PoolAttrs, Post};
 use primjit::{
     ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc, PostOpDesc,
@@ -173,11 +173,13 @@ impl OpSpec {
                 c: ic,
                 ih,
                 iw,
-                kernel,
-                strides,
-                pads,
-                dilations,
-                ceil_mode: self.ceil_mode,
+                window: PoolWindow {
+                    kernel,
+                    strides,
+                    pads,
+                    dilations,
+                    ceil_mode: self.ceil_mode,
+                },
                 count_include_pad: self.count_include_pad,
                 src_layout,
                 dst_layout,
@@ -325,18 +327,14 @@ impl Problem {
                 let x = rng.tensor(&d.src_shape());
                 let attrs = PoolAttrs {
                     kind: d.kind,
-                    kernel: d.kernel,
-                    strides: d.strides,
-                    pads: d.pads,
-                    dilations: d.dilations,
-                    ceil_mode: d.ceil_mode,
+                    window: d.window,
                     count_include_pad: d.count_include_pad,
                 };
                 let want = primjit::reference::pool2d(&x, &attrs);
                 let tolerance = match d.kind {
                     PoolKind::Max => None,
                     PoolKind::Avg => Some(tolerance(
-                        d.kernel[0] * d.kernel[1],
+                        d.window.kernel[0] * d.window.kernel[1],
                         &primjit::reference::pool2d(&abs(&x), &attrs),
                     )),
                 };

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
-use primjit::ir::{Pads, PoolKind};
+use primjit::ir::{Pads, PoolKind, PoolWindow};
 use primjit::{ConvDesc, Layout, PoolDesc, RuntimeDims};
 
 /// A parsed descriptor: its entries and its label.
@@ -181,16 +181,18 @@ impl Descriptor {
             c: self.required("ic")?,
             ih,
             iw,
-            kernel: [kh, kw],
-            strides: [sh, sw],
-            pads: Pads {
-                top: pt,
-                left: pl,
-                bottom: pb,
-                right: pr,
+            window: PoolWindow {
+                kernel: [kh, kw],
+                strides: [sh, sw],
+                pads: Pads {
+                    top: pt,
+                    left: pl,
+                    bottom: pb,
+                    right: pr,
+                },
+                dilations: [dh, dw],
+                ceil_mode: false,
             },
-            dilations: [dh, dw],
-            ceil_mode: false,
             count_include_pad,
             src_layout: layout,
             dst_layout: layout,

@@ -313,11 +313,7 @@ impl ConvDesc {
             c: self.oc,
             ih: self.oh(),
             iw: self.ow(),
-            kernel: w.kernel,
-            strides: w.strides,
-            pads: w.pads,
-            dilations: w.dilations,
-            ceil_mode: w.ceil_mode,
+            window: w,
             count_include_pad: false,
             src_layout: Layout::Nchw4c,
             dst_layout: self.dst_layout,
@@ -410,11 +406,8 @@ pub struct PoolDesc {
     pub c: usize,
     pub ih: usize,
     pub iw: usize,
-    pub kernel: [usize; 2],
-    pub strides: [usize; 2],
-    pub pads: Pads,
-    pub dilations: [usize; 2],
-    pub ceil_mode: bool,
+    /// Kernel, strides, pads, dilations and `ceil_mode`: the IR's window type.
+    pub window: PoolWindow,
     pub count_include_pad: bool,
     pub src_layout: Layout,
     pub dst_layout: Layout,
@@ -438,27 +431,29 @@ impl PoolDesc {
     }
 
     pub fn oh(&self) -> usize {
+        let w = &self.window;
         pool_output_extent(
             self.ih,
-            self.pads.top,
-            self.pads.bottom,
-            self.kernel[0],
-            self.strides[0],
-            self.dilations[0],
-            self.ceil_mode,
+            w.pads.top,
+            w.pads.bottom,
+            w.kernel[0],
+            w.strides[0],
+            w.dilations[0],
+            w.ceil_mode,
         )
         .unwrap_or(0)
     }
 
     pub fn ow(&self) -> usize {
+        let w = &self.window;
         pool_output_extent(
             self.iw,
-            self.pads.left,
-            self.pads.right,
-            self.kernel[1],
-            self.strides[1],
-            self.dilations[1],
-            self.ceil_mode,
+            w.pads.left,
+            w.pads.right,
+            w.kernel[1],
+            w.strides[1],
+            w.dilations[1],
+            w.ceil_mode,
         )
         .unwrap_or(0)
     }
@@ -735,8 +730,8 @@ impl PrimitiveKey {
             }
             PrimitiveKey::Pool(d) => {
                 positive("extents", &[d.mb, d.c, d.ih, d.iw])?;
-                positive("kernel", &d.kernel)?;
-                window_steps(&d.strides, &d.dilations, &d.pads)?;
+                positive("kernel", &d.window.kernel)?;
+                window_steps(&d.window.strides, &d.window.dilations, &d.window.pads)?;
                 if d.oh() == 0 || d.ow() == 0 {
                     return fail(
                         "the output would be empty: the window does not fit in the padded input"
@@ -754,10 +749,10 @@ impl PrimitiveKey {
                         (
                             d.ih,
                             d.oh(),
-                            d.pads.top,
-                            d.kernel[0],
-                            d.strides[0],
-                            d.dilations[0],
+                            d.window.pads.top,
+                            d.window.kernel[0],
+                            d.window.strides[0],
+                            d.window.dilations[0],
                         ),
                     ),
                     (
@@ -765,10 +760,10 @@ impl PrimitiveKey {
                         (
                             d.iw,
                             d.ow(),
-                            d.pads.left,
-                            d.kernel[1],
-                            d.strides[1],
-                            d.dilations[1],
+                            d.window.pads.left,
+                            d.window.kernel[1],
+                            d.window.strides[1],
+                            d.window.dilations[1],
                         ),
                     ),
                 ]
@@ -863,7 +858,7 @@ impl PrimitiveKey {
         match self {
             PrimitiveKey::Conv(d) => d.flops(),
             PrimitiveKey::Pool(d) => {
-                (d.mb * d.c * d.oh() * d.ow() * d.kernel[0] * d.kernel[1]) as u64
+                (d.mb * d.c * d.oh() * d.ow() * d.window.kernel[0] * d.window.kernel[1]) as u64
             }
             PrimitiveKey::GlobalPool(d) => (d.mb * d.c * d.ih * d.iw) as u64,
             PrimitiveKey::Eltwise(d) => d.shape.iter().product::<usize>() as u64,
@@ -924,8 +919,14 @@ impl fmt::Display for PrimitiveKey {
                 if let Some(p) = d.pool_desc() {
                     let [_, _, oh, ow] = extent_fields(p.runtime, [0, 0, p.oh(), p.ow()]);
                     write!(f, " +pool_max oh{oh}ow{ow}")?;
-                    window_fields(f, p.kernel, p.strides, p.dilations, p.pads)?;
-                    if p.ceil_mode {
+                    window_fields(
+                        f,
+                        p.window.kernel,
+                        p.window.strides,
+                        p.window.dilations,
+                        p.window.pads,
+                    )?;
+                    if p.window.ceil_mode {
                         f.write_str(" ceil")?;
                     }
                 }
@@ -942,8 +943,14 @@ impl fmt::Display for PrimitiveKey {
                 };
                 let [ih, iw, oh, ow] = extent_fields(d.runtime, [d.ih, d.iw, d.oh(), d.ow()]);
                 write!(f, "pool_{alg} mb{}ic{}ih{ih}iw{iw}oh{oh}ow{ow}", d.mb, d.c)?;
-                window_fields(f, d.kernel, d.strides, d.dilations, d.pads)?;
-                if d.ceil_mode {
+                window_fields(
+                    f,
+                    d.window.kernel,
+                    d.window.strides,
+                    d.window.dilations,
+                    d.window.pads,
+                )?;
+                if d.window.ceil_mode {
                     f.write_str(" ceil")?;
                 }
                 layouts(f, d.src_layout, d.dst_layout)

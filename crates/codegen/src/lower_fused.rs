@@ -58,7 +58,7 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
     let plan = FusedPlan::new(d);
     let pool = &plan.pool.desc;
     let band = d.pool_band_rows();
-    let stride = pool.strides[0];
+    let stride = pool.window.strides[0];
     // Rows that a window shares with the next one's.
     let shared = band.saturating_sub(stride);
     let rt = d.runtime;
@@ -89,7 +89,7 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
 
             // The window's first row, and the band pointer at which row `top` is slot 0.
             let top = e.b.ins().imul_imm_s(p, stride as i64);
-            let top = e.offset(top, -(pool.pads.top as i64));
+            let top = e.offset(top, -(pool.window.pads.top as i64));
             let neg_top = e.b.ins().ineg(top);
             let band_ptr = e.scaled_by(scratch, neg_top, row_bytes, 1, 0);
 

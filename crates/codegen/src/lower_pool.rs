@@ -171,9 +171,14 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
                         let row = |e: &mut Emit<'_>, oh: Value, taps: Taps| {
                             let src_row_step = Side::input(e, plan).strides.row;
                             let dst_row_step = Side::output(e, plan).strides.row;
-                            let src_row =
-                                e.scaled_by(q[0], oh, src_row_step, d.strides[0] as i64 * f, 0);
-                            let top = e.mul(src_row_step, -(d.pads.top as i64) * f);
+                            let src_row = e.scaled_by(
+                                q[0],
+                                oh,
+                                src_row_step,
+                                d.window.strides[0] as i64 * f,
+                                0,
+                            );
+                            let top = e.mul(src_row_step, -(d.window.pads.top as i64) * f);
                             let src_row = e.offset_by(src_row, top, 1);
                             let dst_row = e.scaled_by(q[1], oh, dst_row_step, f, 0);
                             pool_columns(e, plan, &taps, src_row, dst_row, lanes);
@@ -203,11 +208,11 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
                                         e,
                                         oh,
                                         ih,
-                                        d.pads.top,
-                                        d.pads.bottom,
-                                        d.kernel[0],
-                                        d.strides[0],
-                                        d.dilations[0],
+                                        d.window.pads.top,
+                                        d.window.pads.bottom,
+                                        d.window.kernel[0],
+                                        d.window.strides[0],
+                                        d.window.dilations[0],
                                         d.count_include_pad,
                                     );
                                     row(e, oh, taps);
@@ -296,11 +301,11 @@ fn pool_columns(
                             e,
                             o,
                             iw,
-                            d.pads.left,
-                            d.pads.right,
-                            d.kernel[1],
-                            d.strides[1],
-                            d.dilations[1],
+                            d.window.pads.left,
+                            d.window.pads.right,
+                            d.window.kernel[1],
+                            d.window.strides[1],
+                            d.window.dilations[1],
                             d.count_include_pad,
                         );
                         pool_run(
@@ -342,20 +347,20 @@ fn pool_run(
     let f = F32_BYTES;
     let src_px = pixel_stride(d.src_layout) * f;
     let dst_px = pixel_stride(d.dst_layout) * f;
-    let src0 = e.offset_by(src_row, start, d.strides[1] as i64 * src_px);
-    let src0 = e.offset(src0, -(d.pads.left as i64) * src_px);
+    let src0 = e.offset_by(src_row, start, d.window.strides[1] as i64 * src_px);
+    let src0 = e.offset(src0, -(d.window.pads.left as i64) * src_px);
     let dst0 = e.offset_by(dst_row, start, dst_px);
     let tile = plan.pixel_tile;
     let t = tile as i64;
     let steps = [
-        Scalar::Const(t * d.strides[1] as i64 * src_px),
+        Scalar::Const(t * d.window.strides[1] as i64 * src_px),
         Scalar::Const(t * dst_px),
     ];
     // Unlike a convolution's, a pooling tile's loop has registers to spare: its input strides
     // are computed once per run rather than per tile (where they cost a load and three
     // multiplies against a tile's ~80 instructions).
     let input = Side::input(e, plan).strides;
-    let kh_step = e.mul(input.row, d.dilations[0] as i64 * f);
+    let kh_step = e.mul(input.row, d.window.dilations[0] as i64 * f);
     let tile_at = |e: &mut Emit<'_>, pixels: usize, q: &[Value]| {
         pool_tile(
             e, plan, &input, kh_step, pixels, row, col, q[0], q[1], lanes,
@@ -418,7 +423,7 @@ fn pool_tile(
     let fill = e.splat_const(0.0);
     let acc: Vec<Value> = (0..pixels).map(|_| e.splat_const(init)).collect();
     let src_px = input.pixel * f;
-    let kw_step = d.dilations[1] as i64 * src_px;
+    let kw_step = d.window.dilations[1] as i64 * src_px;
     let channel = input.channel;
     let reduce = |e: &mut Emit<'_>, src: Value, off: i64, a: Value| {
         let x = load(e, d.src_layout, channel, src, off, lanes, fill);
@@ -434,7 +439,7 @@ fn pool_tile(
             Taps::Fixed { taps, .. } => {
                 for kw in taps.clone() {
                     for (p, a) in acc.iter_mut().enumerate() {
-                        let off = kw as i64 * kw_step + (p * d.strides[1]) as i64 * src_px;
+                        let off = kw as i64 * kw_step + (p * d.window.strides[1]) as i64 * src_px;
                         *a = reduce(e, src_kh, off, *a);
                     }
                 }
@@ -448,7 +453,12 @@ fn pool_tile(
                 let out = e.for_range(zero, *taps, &state, |e, _, s| {
                     let mut next = vec![e.offset(s[0], kw_step)];
                     for (p, &a) in s[1..].iter().enumerate() {
-                        next.push(reduce(e, s[0], (p * d.strides[1]) as i64 * src_px, a));
+                        next.push(reduce(
+                            e,
+                            s[0],
+                            (p * d.window.strides[1]) as i64 * src_px,
+                            a,
+                        ));
                     }
                     next
                 });

@@ -425,10 +425,10 @@ fn pool_axes(d: &PoolDesc) -> [Axis; 2] {
     axes(
         [d.ih, d.iw],
         [d.oh(), d.ow()],
-        d.pads,
-        d.kernel,
-        d.strides,
-        d.dilations,
+        d.window.pads,
+        d.window.kernel,
+        d.window.strides,
+        d.window.dilations,
     )
 }
 
@@ -895,7 +895,7 @@ impl PoolPlan {
             desc: d.clone(),
             pixel_tile: 4,
             rows: AxisPlan::rows(rows, d.runtime.h, count),
-            cols: AxisPlan::columns(cols, d.runtime.w, d.ceil_mode, count),
+            cols: AxisPlan::columns(cols, d.runtime.w, d.window.ceil_mode, count),
             src_rows: None,
         }
     }

@@ -4,7 +4,7 @@ use primjit_codegen::{
     CodegenOptions, ConvDesc, Dumps, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc,
     PostOpDesc, PrimitiveKey, compile,
 };
-use primjit_ir::{Pads, PoolKind};
+use primjit_ir::{Pads, PoolKind, PoolWindow};
 
 fn verified() -> CodegenOptions {
     CodegenOptions { verify: true }
@@ -43,16 +43,18 @@ fn keys() -> Vec<PrimitiveKey> {
         c: 6,
         ih: 7,
         iw: 9,
-        kernel: [3, 3],
-        strides: [2, 2],
-        pads: Pads {
-            top: 1,
-            left: 1,
-            bottom: 1,
-            right: 1,
+        window: PoolWindow {
+            kernel: [3, 3],
+            strides: [2, 2],
+            pads: Pads {
+                top: 1,
+                left: 1,
+                bottom: 1,
+                right: 1,
+            },
+            dilations: [1, 1],
+            ceil_mode: true,
         },
-        dilations: [1, 1],
-        ceil_mode: true,
         count_include_pad: true,
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw4c,
@@ -126,16 +128,18 @@ fn oversized_pool_key_is_rejected_for_its_size_before_any_window_scan() {
         c: 1,
         ih: 1,
         iw: 2_734_686_207,
-        kernel: [3, 3],
-        strides: [1, 1],
-        pads: Pads {
-            top: 2,
-            left: 2,
-            bottom: 0,
-            right: 0,
+        window: PoolWindow {
+            kernel: [3, 3],
+            strides: [1, 1],
+            pads: Pads {
+                top: 2,
+                left: 2,
+                bottom: 0,
+                right: 0,
+            },
+            dilations: [1, 3],
+            ceil_mode: false,
         },
-        dilations: [1, 3],
-        ceil_mode: false,
         count_include_pad: true,
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
@@ -157,11 +161,13 @@ fn small_max_pool() -> PoolDesc {
         c: 3,
         ih: 5,
         iw: 5,
-        kernel: [2, 2],
-        strides: [1, 1],
-        pads: Pads::default(),
-        dilations: [1, 1],
-        ceil_mode: false,
+        window: PoolWindow {
+            kernel: [2, 2],
+            strides: [1, 1],
+            pads: Pads::default(),
+            dilations: [1, 1],
+            ceil_mode: false,
+        },
         count_include_pad: false,
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
@@ -175,10 +181,9 @@ fn small_max_pool() -> PoolDesc {
 /// The gap is now signed.
 #[test]
 fn key_with_zero_dilation_is_an_error_whose_key_prints_a_gap_of_minus_one() {
-    let pool = PrimitiveKey::Pool(PoolDesc {
-        dilations: [0, 1],
-        ..small_max_pool()
-    });
+    let mut pool = small_max_pool();
+    pool.window.dilations = [0, 1];
+    let pool = PrimitiveKey::Pool(pool);
     let mut conv = ConvDesc::new(1, 3, [5, 5], 4, [3, 3]);
     conv.dilations = [1, 0];
     for key in [pool, PrimitiveKey::Conv(conv)] {
@@ -207,12 +212,13 @@ fn huge_stride_dilation_or_pad_is_an_invalid_key_not_an_overflow() {
     dilation.dilations = [1, usize::MAX];
     let mut pad = base.clone();
     pad.pads.right = usize::MAX;
-    let pool = PrimitiveKey::Pool(PoolDesc {
-        strides: [1, primjit_codegen::MAX_STEP + 1],
+    let mut pool = PoolDesc {
         src_layout: Layout::Nchw4c,
         dst_layout: Layout::Nchw4c,
         ..small_max_pool()
-    });
+    };
+    pool.window.strides = [1, primjit_codegen::MAX_STEP + 1];
+    let pool = PrimitiveKey::Pool(pool);
     for key in [
         PrimitiveKey::Conv(stride),
         PrimitiveKey::Conv(dilation),

@@ -73,7 +73,11 @@ pub enum PostOp {
     MaxPool(PoolWindow),
 }
 
-/// The window of a pooling op: everything but its kind and input.
+/// The geometry of a pooling window: kernel, strides, pads, dilations and `ceil_mode`.
+///
+/// The one window type of primjit (as tract's `PoolSpec`): [`Pool2d`], the `maxpool` post-op,
+/// the reference's `PoolAttrs` and codegen's `PoolDesc` all hold one, so that the window is
+/// spelled, printed and compared the same way everywhere.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolWindow {
     pub kernel: [usize; 2],
@@ -84,14 +88,14 @@ pub struct PoolWindow {
 }
 
 impl PoolWindow {
-    /// The window of `pool` (its `count_include_pad` matters to average pooling only).
-    pub fn of(pool: &Pool2d) -> Self {
+    /// A `kernel` window with unit strides and dilations, no padding, floor mode.
+    pub fn new(kernel: [usize; 2]) -> Self {
         PoolWindow {
-            kernel: pool.kernel,
-            strides: pool.strides,
-            pads: pool.pads,
-            dilations: pool.dilations,
-            ceil_mode: pool.ceil_mode,
+            kernel,
+            strides: [1, 1],
+            pads: Pads::default(),
+            dilations: [1, 1],
+            ceil_mode: false,
         }
     }
 }
@@ -125,11 +129,7 @@ pub enum PoolKind {
 pub struct Pool2d {
     pub kind: PoolKind,
     pub input: Value,
-    pub kernel: [usize; 2],
-    pub strides: [usize; 2],
-    pub pads: Pads,
-    pub dilations: [usize; 2],
-    pub ceil_mode: bool,
+    pub window: PoolWindow,
     pub count_include_pad: bool,
 }
 

@@ -542,13 +542,7 @@ impl Parser {
                 };
                 a.arity(1, 1)?;
                 let input = a.value(0)?;
-                let PoolWindow {
-                    kernel,
-                    strides,
-                    pads,
-                    dilations,
-                    ceil_mode,
-                } = a.pool_window()?;
+                let window = a.pool_window()?;
                 let count_include_pad = if kind == PoolKind::Avg {
                     a.bool("count_include_pad", false)?
                 } else {
@@ -557,11 +551,7 @@ impl Parser {
                 Op::Pool2d(Pool2d {
                     kind,
                     input,
-                    kernel,
-                    strides,
-                    pads,
-                    dilations,
-                    ceil_mode,
+                    window,
                     count_include_pad,
                 })
             }

@@ -7,9 +7,7 @@
 //! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it;
 //! readers of a fused op's result, graph outputs included, read the conv's value instead.
 
-use crate::graph::{
-    Conv2d, DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PoolWindow, PostOp, Value,
-};
+use crate::graph::{Conv2d, DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PostOp, Value};
 
 /// What the passes changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -208,7 +206,7 @@ pub fn fuse_pools(graph: &mut Graph) -> usize {
         if pool.kind != PoolKind::Max {
             return None;
         }
-        conv.post_ops.push(PostOp::MaxPool(PoolWindow::of(pool)));
+        conv.post_ops.push(PostOp::MaxPool(pool.window));
         Some(conv)
     })
 }

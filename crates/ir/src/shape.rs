@@ -514,7 +514,7 @@ fn infer_node(
         Op::Pool2d(p) => {
             let x = ctx.rank4(shapes, p.input, "the input")?;
             ctx.channels(x, p.input)?;
-            pool_shape(ctx, x, &PoolWindow::of(p))?
+            pool_shape(ctx, x, &p.window)?
         }
         Op::GlobalPool { input, .. } => {
             let x = ctx.rank4(shapes, *input, "the input")?;

@@ -84,7 +84,7 @@ impl Graph {
             }
             Op::Pool2d(pool) => {
                 args.push(v(&pool.input));
-                args.extend(window_attrs(&PoolWindow::of(pool)));
+                args.extend(window_attrs(&pool.window));
                 if pool.kind == PoolKind::Avg && pool.count_include_pad {
                     args.push("count_include_pad=true".to_string());
                 }

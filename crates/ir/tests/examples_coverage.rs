@@ -111,17 +111,18 @@ fn examples_cover_every_op_and_attribute() {
                     } else {
                         "avg"
                     };
+                    let (w, count_include_pad) = (&p.window, p.count_include_pad);
                     let flags = [
-                        (p.strides != [1, 1], "strides"),
-                        (!p.pads.is_zero(), "pads"),
+                        (w.strides != [1, 1], "strides"),
+                        (!w.pads.is_zero(), "pads"),
                         (
-                            p.pads.top != p.pads.bottom || p.pads.left != p.pads.right,
+                            w.pads.top != w.pads.bottom || w.pads.left != w.pads.right,
                             "asymmetric pads",
                         ),
-                        (p.ceil_mode, "ceil_mode"),
-                        (p.count_include_pad, "count_include_pad"),
-                        (p.dilations != [1, 1], "dilations"),
-                        (p.kernel[0] != p.kernel[1], "rectangular kernel"),
+                        (w.ceil_mode, "ceil_mode"),
+                        (count_include_pad, "count_include_pad"),
+                        (w.dilations != [1, 1], "dilations"),
+                        (w.kernel[0] != w.kernel[1], "rectangular kernel"),
                     ];
                     for (on, name) in flags {
                         if on {
@@ -158,6 +159,7 @@ fn examples_cover_every_op_and_attribute() {
         "avgpool asymmetric pads",
         "avgpool ceil_mode",
         "avgpool count_include_pad",
+        "avgpool dilations",
         "avgpool rectangular kernel",
         "bnfold_weight",
         "bnfold_bias",

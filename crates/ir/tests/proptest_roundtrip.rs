@@ -264,8 +264,8 @@ impl Builder {
         let mut result = out;
         if bytes.below(3) == 1 {
             let ceil_mode = bytes.flag();
-            let (kh, sh, dh, top, bottom, ph) = pool_axis(bytes, oh, PoolKind::Max, ceil_mode);
-            let (kw, sw, dw, left, right, pw) = pool_axis(bytes, ow, PoolKind::Max, ceil_mode);
+            let (kh, sh, dh, top, bottom, ph) = pool_axis(bytes, oh, ceil_mode);
+            let (kw, sw, dw, left, right, pw) = pool_axis(bytes, ow, ceil_mode);
             post_ops.push(PostOp::MaxPool(PoolWindow {
                 kernel: [kh, kw],
                 strides: [sh, sw],
@@ -306,21 +306,23 @@ impl Builder {
         };
         let ceil_mode = bytes.flag();
         let count_include_pad = kind == PoolKind::Avg && bytes.flag();
-        let (kh, sh, dh, top, bottom, oh) = pool_axis(bytes, h, kind, ceil_mode);
-        let (kw, sw, dw, left, right, ow) = pool_axis(bytes, w, kind, ceil_mode);
+        let (kh, sh, dh, top, bottom, oh) = pool_axis(bytes, h, ceil_mode);
+        let (kw, sw, dw, left, right, ow) = pool_axis(bytes, w, ceil_mode);
         let pool = Pool2d {
             kind,
             input,
-            kernel: [kh, kw],
-            strides: [sh, sw],
-            pads: Pads {
-                top,
-                left,
-                bottom,
-                right,
+            window: PoolWindow {
+                kernel: [kh, kw],
+                strides: [sh, sw],
+                pads: Pads {
+                    top,
+                    left,
+                    bottom,
+                    right,
+                },
+                dilations: [dh, dw],
+                ceil_mode,
             },
-            dilations: [dh, dw],
-            ceil_mode,
             count_include_pad,
         };
         self.node(bytes, Op::Pool2d(pool), [n, c, oh, ow]);
@@ -345,16 +347,12 @@ fn conv_axis(bytes: &mut Bytes<'_>, input: usize) -> (usize, usize, usize, usize
 fn pool_axis(
     bytes: &mut Bytes<'_>,
     input: usize,
-    kind: PoolKind,
     ceil: bool,
 ) -> (usize, usize, usize, usize, usize, usize) {
     let k = bytes.range(1, 3);
     let s = bytes.range(1, 3);
-    let d = if kind == PoolKind::Max {
-        bytes.range(1, 2)
-    } else {
-        1
-    };
+    // Max and average pooling alike take dilations.
+    let d = bytes.range(1, 2);
     let (begin, end) = (bytes.below(k), bytes.below(k));
     match pool_extent(input, k, s, d, begin, end, ceil) {
         Some(out) => (k, s, d, begin, end, out),

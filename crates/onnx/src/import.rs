@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 use primjit_ir::{
     BatchNorm, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData, Params, Pool2d, PoolKind,
-    PostOp, Shapes, Tensor, Value, infer_shapes,
+    PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
 };
 
 use crate::error::{OnnxError, Problem, Subject};
@@ -627,7 +627,7 @@ impl Importer {
         }
         let groups = positive(int(node, "group")?.unwrap_or(1), "group")?;
         let x_shape = self.shape(x);
-        let win = window(node, &x_shape, kernel)?;
+        let win = window(node, &x_shape, kernel, false)?;
         let weight = self.param_exact(&w, 1, "W", &w.dims.clone())?;
         let bias = match self.optional_constant(node, 2, "B")? {
             Some(b) => Some(self.param_exact(&b, 2, "B", &[w.dims[0]])?),
@@ -699,17 +699,13 @@ impl Importer {
             }
         };
         let x_shape = self.shape(x);
-        let win = window(node, &x_shape, kernel)?;
+        let window = window(node, &x_shape, kernel, ceil_mode)?;
         self.push(
             node,
             Op::Pool2d(Pool2d {
                 kind,
                 input: x,
-                kernel,
-                strides: win.strides,
-                pads: win.pads,
-                dilations: win.dilations,
-                ceil_mode,
+                window,
                 count_include_pad,
             }),
             false,
@@ -1171,13 +1167,6 @@ fn positive(v: i64, what: &str) -> NodeResult<usize> {
     usize::try_from(v).map_err(|_| format!("attribute {what} is too large: {v}"))
 }
 
-/// Strides, dilations and pads of a 2-D window.
-struct Window {
-    strides: [usize; 2],
-    dilations: [usize; 2],
-    pads: Pads,
-}
-
 fn pair(node: &NodeProto, name: &str) -> NodeResult<[usize; 2]> {
     match ints(node, name)? {
         None => Ok([1, 1]),
@@ -1190,7 +1179,12 @@ fn pair(node: &NodeProto, name: &str) -> NodeResult<[usize; 2]> {
 
 /// The window attributes of `Conv`, `MaxPool` and `AveragePool` over an input of `shape`,
 /// with `auto_pad` resolved to explicit pads.
-fn window(node: &NodeProto, shape: &[Dim], kernel: [usize; 2]) -> NodeResult<Window> {
+fn window(
+    node: &NodeProto,
+    shape: &[Dim],
+    kernel: [usize; 2],
+    ceil_mode: bool,
+) -> NodeResult<PoolWindow> {
     let strides = pair(node, "strides")?;
     let dilations = pair(node, "dilations")?;
     let explicit = match ints(node, "pads")? {
@@ -1267,9 +1261,11 @@ fn window(node: &NodeProto, shape: &[Dim], kernel: [usize; 2]) -> NodeResult<Win
             "attributes pads and auto_pad {auto_pad} are both set"
         ));
     }
-    Ok(Window {
+    Ok(PoolWindow {
+        kernel,
         strides,
-        dilations,
         pads,
+        dilations,
+        ceil_mode,
     })
 }

@@ -30,5 +30,5 @@ mod ops;
 mod run;
 
 pub use ops::{ConvAttrs, PoolAttrs, Post, add, batchnorm, conv2d, global_pool, pool2d, relu};
-pub use primjit_ir::{Pads, PoolKind, Tensor};
+pub use primjit_ir::{Pads, PoolKind, PoolWindow, Tensor};
 pub use run::{ReferenceError, run_graph};

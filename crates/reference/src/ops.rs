@@ -55,11 +55,7 @@ impl From<&Conv2d> for ConvAttrs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolAttrs {
     pub kind: PoolKind,
-    pub kernel: [usize; 2],
-    pub strides: [usize; 2],
-    pub pads: Pads,
-    pub dilations: [usize; 2],
-    pub ceil_mode: bool,
+    pub window: PoolWindow,
     pub count_include_pad: bool,
 }
 
@@ -68,11 +64,7 @@ impl PoolAttrs {
     pub fn max(window: &PoolWindow) -> Self {
         PoolAttrs {
             kind: PoolKind::Max,
-            kernel: window.kernel,
-            strides: window.strides,
-            pads: window.pads,
-            dilations: window.dilations,
-            ceil_mode: window.ceil_mode,
+            window: *window,
             count_include_pad: false,
         }
     }
@@ -82,11 +74,7 @@ impl From<&Pool2d> for PoolAttrs {
     fn from(p: &Pool2d) -> Self {
         PoolAttrs {
             kind: p.kind,
-            kernel: p.kernel,
-            strides: p.strides,
-            pads: p.pads,
-            dilations: p.dilations,
-            ceil_mode: p.ceil_mode,
+            window: p.window,
             count_include_pad: p.count_include_pad,
         }
     }
@@ -233,11 +221,14 @@ pub fn pool2d(x: &Tensor, attrs: &PoolAttrs) -> Tensor {
     let [n, c, h, w] = dims4(x);
     let PoolAttrs {
         kind,
-        kernel: [kh, kw],
-        strides: [sh, sw],
-        pads,
-        dilations: [dh, dw],
-        ceil_mode,
+        window:
+            PoolWindow {
+                kernel: [kh, kw],
+                strides: [sh, sw],
+                pads,
+                dilations: [dh, dw],
+                ceil_mode,
+            },
         count_include_pad,
     } = *attrs;
     let oh = pool_output_extent(h, pads.top, pads.bottom, kh, sh, dh, ceil_mode)

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use primjit_codegen::{
     ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, Layout, PoolDesc, PostOpDesc, PrimitiveKey,
 };
-use primjit_ir::{Graph, Pads, Params, PoolKind, Tensor, parse};
+use primjit_ir::{Graph, Pads, Params, PoolKind, PoolWindow, Tensor, parse};
 use primjit_reference::{ConvAttrs, PoolAttrs, Post};
 use primjit_runtime::exec::GuardedBuffer;
 use primjit_runtime::layout::{to_blocked, to_nchw};
@@ -313,11 +313,13 @@ fn random_key(rng: &mut Rng) -> PrimitiveKey {
                     c: rng.range(1, 8),
                     ih: rng.range(1, 8),
                     iw: rng.range(1, 12),
-                    kernel: [k, k],
-                    strides: [rng.range(1, 2), rng.range(1, 2)],
-                    pads: pads(rng),
-                    dilations: [1, 1],
-                    ceil_mode: rng.flag(),
+                    window: PoolWindow {
+                        kernel: [k, k],
+                        strides: [rng.range(1, 2), rng.range(1, 2)],
+                        pads: pads(rng),
+                        dilations: [1, 1],
+                        ceil_mode: rng.flag(),
+                    },
                     count_include_pad: rng.flag(),
                     src_layout: layout(rng),
                     dst_layout: layout(rng),
@@ -392,18 +394,14 @@ fn check_single(engine: &Engine, key: &PrimitiveKey, rng: &mut Rng) {
             let x = rng.tensor(&d.src_shape());
             let attrs = PoolAttrs {
                 kind: d.kind,
-                kernel: d.kernel,
-                strides: d.strides,
-                pads: d.pads,
-                dilations: d.dilations,
-                ceil_mode: d.ceil_mode,
+                window: d.window,
                 count_include_pad: d.count_include_pad,
             };
             let want = primjit_reference::pool2d(&x, &attrs);
             let tol = (d.kind == PoolKind::Avg).then(|| {
                 (
                     primjit_reference::pool2d(&abs(&x), &attrs),
-                    (d.kernel[0] * d.kernel[1]) as f64,
+                    (d.window.kernel[0] * d.window.kernel[1]) as f64,
                 )
             });
             (

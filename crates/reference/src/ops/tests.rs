@@ -269,11 +269,11 @@ fn maxpool_post_op_windows_give_the_pooled_shape() {
 fn pool(kind: PoolKind, kernel: [usize; 2], strides: [usize; 2], pads: Pads) -> PoolAttrs {
     PoolAttrs {
         kind,
-        kernel,
-        strides,
-        pads,
-        dilations: [1, 1],
-        ceil_mode: false,
+        window: PoolWindow {
+            strides,
+            pads,
+            ..PoolWindow::new(kernel)
+        },
         count_include_pad: false,
     }
 }
@@ -300,7 +300,7 @@ fn maxpool_ceil_mode_keeps_the_hanging_window() {
     let x = seq(&[1, 1, 5, 5]);
     let mut attrs = pool(PoolKind::Max, [2, 2], [2, 2], Pads::default());
     assert_eq!(pool2d(&x, &attrs).data, [7., 9., 17., 19.]);
-    attrs.ceil_mode = true;
+    attrs.window.ceil_mode = true;
     let y = pool2d(&x, &attrs);
     assert_eq!(y.shape, [1, 1, 3, 3]);
     assert_eq!(y.data, [7., 9., 10., 17., 19., 20., 22., 24., 25.]);
@@ -315,10 +315,8 @@ fn maxpool_dilated() {
             5., 1., 7., 2., 3., 16., 4., 15., 8., 0., 6., 9., 14., 11., 13., 10.,
         ],
     );
-    let attrs = PoolAttrs {
-        dilations: [2, 2],
-        ..pool(PoolKind::Max, [2, 2], [1, 1], Pads::default())
-    };
+    let mut attrs = pool(PoolKind::Max, [2, 2], [1, 1], Pads::default());
+    attrs.window.dilations = [2, 2];
     let y = pool2d(&x, &attrs);
     assert_eq!(y.shape, [1, 1, 2, 2]);
     assert_eq!(y.data, [8., 9., 14., 16.]);
@@ -347,10 +345,8 @@ fn avgpool_ceil_mode_never_counts_taps_past_the_padding() {
     // Without padding, a ceil-mode window hanging off the end averages what it covers,
     // whether or not padding counts.
     let x = seq(&[1, 1, 5, 5]);
-    let mut attrs = PoolAttrs {
-        ceil_mode: true,
-        ..pool(PoolKind::Avg, [2, 2], [2, 2], Pads::default())
-    };
+    let mut attrs = pool(PoolKind::Avg, [2, 2], [2, 2], Pads::default());
+    attrs.window.ceil_mode = true;
     let expected = [4., 6., 7.5, 14., 16., 17.5, 21.5, 23.5, 25.];
     assert_eq!(pool2d(&x, &attrs).data, expected);
     attrs.count_include_pad = true;
@@ -360,15 +356,13 @@ fn avgpool_ceil_mode_never_counts_taps_past_the_padding() {
     // [-1, 1], [1, 3], [3, 5]. The padded row is [-1, 5), so the last window has 2 counted
     // taps either way; the first has 3 with count_include_pad and 2 without.
     let x = seq(&[1, 1, 1, 5]);
-    let mut attrs = PoolAttrs {
-        ceil_mode: true,
-        ..pool(PoolKind::Avg, [1, 3], [1, 2], pads(0, 1, 0, 0))
-    };
+    let mut attrs = pool(PoolKind::Avg, [1, 3], [1, 2], pads(0, 1, 0, 0));
+    attrs.window.ceil_mode = true;
     assert_eq!(pool2d(&x, &attrs).data, [1.5, 3., 4.5]);
     attrs.count_include_pad = true;
     assert_eq!(pool2d(&x, &attrs).data, [1., 3., 4.5]);
     // With one column of end padding, cell 5 is padding and counts: 9 / 3.
-    attrs.pads.right = 1;
+    attrs.window.pads.right = 1;
     assert_eq!(pool2d(&x, &attrs).data, [1., 3., 3.]);
     attrs.count_include_pad = false;
     assert_eq!(pool2d(&x, &attrs).data, [1.5, 3., 4.5]);

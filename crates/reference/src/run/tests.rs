@@ -1,6 +1,6 @@
 //! run_graph on parsed graphs, its error paths, and the folding pass checked numerically.
 
-use primjit_ir::{Dim, Graph, Op, Params, Tensor, parse, passes, random_tensor};
+use primjit_ir::{Dim, Graph, Op, Params, PoolWindow, Tensor, parse, passes, random_tensor};
 use proptest::prelude::*;
 
 use super::ReferenceError;
@@ -63,15 +63,10 @@ fn runs_a_parsed_graph_op_by_op() {
         );
         let y = pool2d(
             &relu(&n),
-            &PoolAttrs {
-                kind: PoolKind::Max,
-                kernel: [2, 2],
+            &PoolAttrs::max(&PoolWindow {
                 strides: [2, 2],
-                pads: Pads::default(),
-                dilations: [1, 1],
-                ceil_mode: false,
-                count_include_pad: false,
-            },
+                ..PoolWindow::new([2, 2])
+            }),
         );
         assert_eq!(y.shape, [1, 3, h / 2, w / 2]);
         assert_eq!(out, [("y".to_string(), y), ("pre".to_string(), n)]);
