@@ -259,7 +259,11 @@ impl Importer {
             ));
         }
         let mut dims = Vec::new();
+        let mut elements: u64 = 1;
         for (axis, d) in shape.dim.iter().enumerate() {
+            if let Some(D::DimValue(n)) = &d.value {
+                elements = elements.saturating_mul((*n).max(1) as u64);
+            }
             dims.push(match &d.value {
                 Some(D::DimValue(n)) if *n >= 1 => Dim::Known(*n as u64),
                 Some(D::DimValue(n)) => {
@@ -272,6 +276,12 @@ impl Importer {
                     Dim::Sym(self.symbol(&made))
                 }
             });
+        }
+        if elements > primjit_ir::MAX_TENSOR_ELEMENTS {
+            return Err(format!(
+                "has more than {} elements",
+                primjit_ir::MAX_TENSOR_ELEMENTS
+            ));
         }
         let name = self.values.fresh(sanitize_value(&input.name));
         let value = self
@@ -618,6 +628,12 @@ impl Importer {
             ));
         }
         let kernel = [w.dims[2], w.dims[3]];
+        if kernel.contains(&0) {
+            return Err(format!(
+                "input 1 (W) has shape {:?}: the kernel must be at least 1x1",
+                w.dims
+            ));
+        }
         if let Some(ks) = ints(node, "kernel_shape")?
             && ks != [kernel[0] as i64, kernel[1] as i64]
         {
@@ -1222,9 +1238,11 @@ fn window(
                     .ok_or("the window extent overflows")?;
                 let total = match shape.get(2 + axis).and_then(Dim::known) {
                     Some(input) => {
-                        let input = input as usize;
-                        let out = input.div_ceil(strides[axis]);
-                        ((out - 1) * strides[axis] + extent).saturating_sub(input)
+                        // In u128: no product of two 64-bit values overflows it.
+                        let (input, stride) = (input as u128, strides[axis] as u128);
+                        let out = input.div_ceil(stride);
+                        let total = ((out - 1) * stride + extent as u128).saturating_sub(input);
+                        usize::try_from(total).map_err(|_| "the padding overflows")?
                     }
                     None if strides[axis] == 1 => extent - 1,
                     None => {

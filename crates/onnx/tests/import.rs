@@ -990,6 +990,14 @@ fn node_errors_name_the_attribute_or_input_at_fault() {
             "node \"mp\" (MaxPool, opset 17): output height would be less than 1: the padded input height is 6 but the window spans 9",
         ),
         (
+            one(
+                17,
+                node("Conv", "c", &["x", "w"], &["y"], vec![]),
+                vec![init("w", &[2, 2, 0, 3])],
+            ),
+            "node \"c\" (Conv, opset 17): input 1 (W) has shape [2, 2, 0, 3]: the kernel must be at least 1x1",
+        ),
+        (
             one(17, node("Relu", "r", &["nowhere"], &["y"], vec![]), vec![]),
             "node \"r\" (Relu, opset 17): input 0 (X) \"nowhere\" is not defined before its use",
         ),
@@ -997,6 +1005,29 @@ fn node_errors_name_the_attribute_or_input_at_fault() {
     for (got, want) in cases {
         assert_eq!(got, format!("model.onnx: {want}"));
     }
+}
+
+#[test]
+fn same_padding_with_a_huge_stride_does_not_overflow() {
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![node(
+            "Conv",
+            "c",
+            &["x", "w"],
+            &["y"],
+            vec![
+                ("auto_pad", A::S("SAME_UPPER")),
+                ("strides", A::Is(vec![1, i64::MAX])),
+            ],
+        )],
+        vec![init("w", &[2, 2, 1, 3])],
+        &["y"],
+    );
+    let c = only_conv(&import(&m));
+    assert_eq!(c.strides, [1, i64::MAX as usize]);
+    assert_eq!([c.pads.left, c.pads.right], [0, 0]);
 }
 
 #[test]
@@ -1078,6 +1109,16 @@ fn model_level_errors() {
     assert_eq!(
         import_err(&bad_init),
         "model.onnx: initializer \"bad\": dims [3] need 3 elements but the tensor holds 1 floats"
+    );
+    let mut huge = ok.clone();
+    huge.graph.as_mut().unwrap().input = vec![info(
+        "x",
+        data_type::FLOAT,
+        vec![D::N(1 << 20), D::N(1 << 20), D::N(1), D::N(1)],
+    )];
+    assert_eq!(
+        import_err(&huge),
+        "model.onnx: input \"x\": has more than 2147483648 elements"
     );
     let mut undefined_out = ok;
     undefined_out.graph.as_mut().unwrap().output[0].name = "nope".into();
