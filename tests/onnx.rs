@@ -233,6 +233,12 @@ fn model_families_match_onnxruntime() {
         let imported = import_file(&dir.join(format!("{family}.onnx")))
             .unwrap_or_else(|e| panic!("{family}: {e}"));
         assert_eq!(imported.graph.symbols(), vec!["H", "W"], "{family}");
+        // Every Clip follows a conv (and batch-norm): none needs an identity conv of its own.
+        assert!(
+            imported.graph.params().all(|(_, p)| !p.name.ends_with(".identity")),
+            "{family}: {}",
+            imported.graph
+        );
         let x = read_npy(&dir.join(format!("{family}.input.npy")));
         let want = read_npy(&dir.join(format!("{family}.expected.npy")));
         assert_eq!(x.shape[0], 2, "{family}: batch 2");

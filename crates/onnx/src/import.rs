@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use primjit_ir::{
-    BatchNorm, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData, Params, Pool2d, PoolKind,
-    PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
+    BatchNorm, Bindings, Conv2d, DerivedParam, Dim, Graph, Op, Pads, Param, ParamData, Params,
+    Pool2d, PoolKind, PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
 };
 
 use crate::error::{OnnxError, Problem, Subject};
@@ -230,10 +230,14 @@ impl Importer {
         if self.graph.outputs().is_empty() && self.problems.is_empty() {
             self.problem(Subject::Model, "the graph has no outputs");
         }
-        if self.problems.is_empty()
-            && let Err(e) = self.graph.verify()
-        {
-            self.problem(Subject::Model, e.to_string());
+        if self.problems.is_empty() {
+            self.graph = compact(&self.graph);
+            if let Err(e) = self.graph.verify() {
+                self.problem(Subject::Model, e.to_string());
+            } else if let Err(e) = self.params.materialize(&self.graph) {
+                // Derived (batch-norm folded) parameters get their values here.
+                self.problem(Subject::Model, e.to_string());
+            }
         }
     }
 
@@ -555,6 +559,13 @@ impl Importer {
 
     /// Replaces the op of the node defining `value` (its post-ops grew), keeping every value.
     fn replace_op(&mut self, value: Value, op: Op) -> NodeResult<()> {
+        self.rebuild(&[(value, Some(op))])
+    }
+
+    /// Rebuilds the graph with the ops of the nodes defining the given values replaced, or
+    /// removed for `None` (the value stays, defined by nothing, until [`compact`]), keeping
+    /// every value's number.
+    fn rebuild(&mut self, edits: &[(Value, Option<Op>)]) -> NodeResult<()> {
         let old = &self.graph;
         let mut g = Graph::new(old.name());
         for input in old.inputs() {
@@ -564,21 +575,89 @@ impl Importer {
         for (_, p) in old.params() {
             g.add_param(p.clone()).expect("names were unique");
         }
-        for (_, n) in old.nodes() {
-            let op = if n.result == value {
-                op.clone()
-            } else {
-                n.op.clone()
+        let mut defined: Vec<Value> = old.inputs().iter().map(|i| i.value).collect();
+        defined.extend(old.nodes().map(|(_, n)| n.result));
+        for v in old.values() {
+            let name = old.value_name(v);
+            let node = old.nodes().find(|(_, n)| n.result == v).map(|(_, n)| n);
+            let new = match (node, edits.iter().find(|(e, _)| *e == v)) {
+                // An input, added above.
+                (None, _) if old.inputs().iter().any(|i| i.value == v) => continue,
+                (None, _) | (Some(_), Some((_, None))) => g.add_value(name),
+                (Some(_), Some((_, Some(op)))) => g.add_node(name, op.clone()),
+                (Some(n), None) => g.add_node(name, n.op.clone()),
             };
-            let v = g
-                .add_node(old.value_name(n.result), op)
-                .expect("names were unique");
-            debug_assert_eq!(v, n.result, "values are numbered in the same order");
+            debug_assert_eq!(new, Some(v), "values are numbered in the same order");
+        }
+        for (name, v) in old.outputs() {
+            g.add_output(name.clone(), *v);
         }
         let shapes = infer_shapes(&g, &Bindings::new()).map_err(|e| e.message)?;
         self.graph = g;
         self.shapes = Some(shapes);
         Ok(())
+    }
+
+    /// The batch-norm defining `v` and the post-op-free conv it normalizes, when `v` has no
+    /// reader left but the current node and the conv's result none but the batch-norm.
+    fn sole_conv_batchnorm(&self, v: Value) -> Option<(Value, Conv2d, BatchNorm)> {
+        if self.pending_reads.get(&v) != Some(&1) {
+            return None;
+        }
+        let bn = self.graph.nodes().find_map(|(_, n)| match &n.op {
+            Op::BatchNorm(b) if n.result == v => Some(b.clone()),
+            _ => None,
+        })?;
+        if self.pending_reads.get(&bn.input).copied().unwrap_or(0) != 0 {
+            return None;
+        }
+        let conv = self.graph.nodes().find_map(|(_, n)| match &n.op {
+            Op::Conv2d(c) if n.result == bn.input && c.post_ops.is_empty() => Some(c.clone()),
+            _ => None,
+        })?;
+        Some((bn.input, conv, bn))
+    }
+
+    /// `conv` with `bn` folded into it through derived parameters (`bnfold_weight`,
+    /// `bnfold_bias`), as `passes::fold_batchnorm` folds them.
+    fn fold_batchnorm(&mut self, mut conv: Conv2d, bn: &BatchNorm) -> Conv2d {
+        let w = self.graph.param(conv.weight).clone();
+        let out_channels = w.shape[0];
+        let weight_name = self.param_names.fresh(format!("{}.bnfold", w.name));
+        let bias_name = self.param_names.fresh(format!("{}.bnfold_bias", w.name));
+        let weight = self
+            .graph
+            .add_param(ParamData {
+                name: weight_name,
+                shape: w.shape.clone(),
+                derived: Some(DerivedParam::BnFoldWeight {
+                    weight: conv.weight,
+                    scale: bn.scale,
+                    var: bn.var,
+                    epsilon: bn.epsilon,
+                }),
+                loc: None,
+            })
+            .expect("fresh parameter names are unique");
+        let bias = self
+            .graph
+            .add_param(ParamData {
+                name: bias_name,
+                shape: vec![out_channels],
+                derived: Some(DerivedParam::BnFoldBias {
+                    conv_bias: conv.bias,
+                    scale: bn.scale,
+                    bias: bn.bias,
+                    mean: bn.mean,
+                    var: bn.var,
+                    epsilon: bn.epsilon,
+                }),
+                loc: None,
+            })
+            .expect("fresh parameter names are unique");
+        conv.weight = weight;
+        conv.bias = Some(bias);
+        conv
     }
 
     /// The conv defining `v`, when its result has no reader left but the current node.
@@ -830,6 +909,14 @@ impl Importer {
             conv.post_ops.push(PostOp::Clip { lo, hi });
             self.replace_op(x, Op::Conv2d(conv))?;
             return self.alias(node, Bound::Act { value: x, flat });
+        }
+        if let Some((c, conv, bn)) = self.sole_conv_batchnorm(x) {
+            // conv, batch-norm, clip (MobileNet's unfolded Conv-BN-ReLU6): the batch-norm is
+            // folded into the conv here, so that the clip can be its post-op.
+            let mut conv = self.fold_batchnorm(conv, &bn);
+            conv.post_ops.push(PostOp::Clip { lo, hi });
+            self.rebuild(&[(c, Some(Op::Conv2d(conv))), (x, None)])?;
+            return self.alias(node, Bound::Act { value: c, flat });
         }
         // The IR has clip only as a conv post-op: a depthwise 1x1 conv with unit weights
         // copies its input exactly (x * 1 + 0) and clips it.
@@ -1090,6 +1177,34 @@ impl Importer {
         );
         Ok(())
     }
+}
+
+/// `graph` without the values no node defines (left by folding a batch-norm away), its
+/// values renumbered in order.
+fn compact(graph: &Graph) -> Graph {
+    let mut g = Graph::new(graph.name());
+    let mut map: HashMap<Value, Value> = HashMap::new();
+    for input in graph.inputs() {
+        let v = g
+            .add_input(graph.value_name(input.value), input.shape.clone())
+            .expect("names were unique");
+        map.insert(input.value, v);
+    }
+    for (_, p) in graph.params() {
+        g.add_param(p.clone()).expect("names were unique");
+    }
+    for (_, n) in graph.nodes() {
+        let mut op = n.op.clone();
+        op.for_each_value_mut(|v| *v = map[v]);
+        let v = g
+            .add_node(graph.value_name(n.result), op)
+            .expect("names were unique");
+        map.insert(n.result, v);
+    }
+    for (name, v) in graph.outputs() {
+        g.add_output(name.clone(), map[v]);
+    }
+    g
 }
 
 /// Every op the importer converts (in the default domain).

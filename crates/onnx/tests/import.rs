@@ -493,6 +493,58 @@ fn clip_as_attributes_and_inputs_fuses_into_its_conv_or_stands_alone() {
 }
 
 #[test]
+fn conv_batchnorm_clip_folds_the_batchnorm_so_the_clip_is_a_post_op() {
+    // MobileNet's unfolded Conv, BatchNormalization, Clip(0, 6), then a residual Add.
+    let m = model(
+        13,
+        vec![x4("x", 2, 5, 5)],
+        vec![
+            node(
+                "Conv",
+                "c",
+                &["x", "w", "b"],
+                &["c"],
+                vec![("pads", A::Is(vec![1, 1, 1, 1]))],
+            ),
+            node(
+                "BatchNormalization",
+                "bn",
+                &["c", "s", "sh", "m", "v"],
+                &["n"],
+                vec![],
+            ),
+            node("Clip", "relu6", &["n", "lo", "hi"], &["r"], vec![]),
+            node("Add", "add", &["x", "r"], &["y"], vec![]),
+        ],
+        vec![
+            init("w", &[2, 2, 3, 3]),
+            init("b", &[2]),
+            values("s", &[2], vec![0.5, 2.0]),
+            init("sh", &[2]),
+            init("m", &[2]),
+            values("v", &[2], vec![1.0, 0.25]),
+            values("lo", &[], vec![0.0]),
+            values("hi", &[], vec![6.0]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains("%c = conv2d(%x, @w.bnfold, bias=@w.bnfold_bias, pads=[1, 1, 1, 1], post=[clip(0.0, 6.0)])"),
+        "{text}"
+    );
+    assert!(text.contains("%y = add(%x, %c)"), "{text}");
+    assert_eq!(i.graph.node_count(), 2);
+    // The derived parameters have their values: the weight scaled by 0.5 / sqrt(1 + 1e-5).
+    let w = &i.params.get("w").unwrap().data;
+    let folded = &i.params.get("w.bnfold").unwrap().data;
+    let scale = 0.5 / (1.0f64 + 1e-5).sqrt();
+    assert!((folded[1] as f64 - w[1] as f64 * scale).abs() < 1e-7);
+    assert_eq!(i.params.get("w.bnfold_bias").unwrap().shape, vec![2]);
+}
+
+#[test]
 fn classifier_head_becomes_a_1x1_conv() {
     // Global pool, flatten, Gemm with transB (PyTorch's Linear), relu, MatMul + Add.
     let m = model(
