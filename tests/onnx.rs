@@ -235,7 +235,10 @@ fn model_families_match_onnxruntime() {
         assert_eq!(imported.graph.symbols(), vec!["H", "W"], "{family}");
         // Every Clip follows a conv (and batch-norm): none needs an identity conv of its own.
         assert!(
-            imported.graph.params().all(|(_, p)| !p.name.ends_with(".identity")),
+            imported
+                .graph
+                .params()
+                .all(|(_, p)| !p.name.ends_with(".identity")),
             "{family}: {}",
             imported.graph
         );
