@@ -388,6 +388,7 @@ impl Importer {
             "BatchNormalization" => self.batchnorm(node),
             "Identity" | "Dropout" => self.identity(node),
             "Flatten" => self.flatten(node),
+            "Reshape" | "Squeeze" => self.to_flat(node),
             "Gemm" | "MatMul" => self.dense(node),
             "Constant" => self.constant(node),
             _ => unreachable!("SUPPORTED lists every op converted here"),
@@ -1028,6 +1029,11 @@ impl Importer {
                 "attribute axis is {axis}: only axis 1 (flattening C, H and W) is supported"
             ));
         }
+        self.flat_alias(node, x)
+    }
+
+    /// Binds the node's output to `x`, a 1x1 image, as its flattened `[N, C]` form.
+    fn flat_alias(&mut self, node: &NodeProto, x: Value) -> NodeResult<()> {
         let shape = self.shape(x);
         if shape.len() != 4 || shape[2] != Dim::Known(1) || shape[3] != Dim::Known(1) {
             return Err(format!(
@@ -1042,6 +1048,63 @@ impl Importer {
                 flat: true,
             },
         )
+    }
+
+    /// `Reshape` to `[N, C]` (a constant shape `[N or 0, C or -1]`) and `Squeeze` of axes 2
+    /// and 3, as exporters other than PyTorch's write a classifier's flattening: both only
+    /// of a 1x1 image, like `Flatten`.
+    fn to_flat(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let (x, flat) = self.act_any(node, 0, "data")?;
+        if flat {
+            return Err("the input is already flat".into());
+        }
+        let shape = self.shape(x);
+        if node.op_type == "Reshape" {
+            check_attrs(node, &["allowzero"])?;
+            let target = self.constant_input(node, 1, "shape")?;
+            let ConstData::I64(target) = &target.data else {
+                return Err("input 1 (shape) is not an integer tensor".into());
+            };
+            let [n, c] = target.as_slice() else {
+                return Err(format!(
+                    "input 1 (shape) is {target:?}: only a reshape to [N, C] is supported"
+                ));
+            };
+            let known = |d: &Dim, v: i64| d.known().is_some_and(|k| k as i64 == v);
+            let n_ok = (*n == 0 && int(node, "allowzero")?.unwrap_or(0) == 0)
+                || shape.first().is_some_and(|d| known(d, *n));
+            let c_ok = *c == -1 || shape.get(1).is_some_and(|d| known(d, *c));
+            if !n_ok || !c_ok {
+                return Err(format!(
+                    "input 1 (shape) is {target:?}: only a reshape to [N, C] of an [N, C, 1, 1] image is supported, the input is {}",
+                    describe(&shape, false)
+                ));
+            }
+        } else {
+            check_attrs(node, &["axes"])?;
+            let axes = match (self.opset < 13, ints(node, "axes")?) {
+                (true, Some(axes)) => axes,
+                (false, _) => match self.optional_constant(node, 1, "axes")? {
+                    Some(c) => match &c.data {
+                        ConstData::I64(v) => v.clone(),
+                        _ => return Err("input 1 (axes) is not an integer tensor".into()),
+                    },
+                    None => vec![2, 3],
+                },
+                (true, None) => vec![2, 3],
+            };
+            let mut axes: Vec<i64> = axes
+                .iter()
+                .map(|&a| if a < 0 { a + 4 } else { a })
+                .collect();
+            axes.sort_unstable();
+            if axes != [2, 3] {
+                return Err(format!(
+                    "axes {axes:?}: only squeezing the height and width (axes 2 and 3) is supported"
+                ));
+            }
+        }
+        self.flat_alias(node, x)
     }
 
     /// `Gemm` or `MatMul` of a flattened `[N, C]` tensor with a constant matrix: a 1x1
@@ -1221,6 +1284,8 @@ pub const SUPPORTED: &[&str] = &[
     "Identity",
     "Dropout",
     "Flatten",
+    "Reshape",
+    "Squeeze",
     "Gemm",
     "MatMul",
     "Constant",

@@ -604,6 +604,61 @@ fn classifier_head_becomes_a_1x1_conv() {
 }
 
 #[test]
+fn reshape_and_squeeze_flatten_a_1x1_image_like_flatten() {
+    let shape = TensorProto {
+        name: "shape".into(),
+        dims: vec![2],
+        data_type: data_type::INT64,
+        int64_data: vec![0, -1],
+        ..Default::default()
+    };
+    let axes = TensorProto {
+        name: "axes".into(),
+        dims: vec![2],
+        data_type: data_type::INT64,
+        int64_data: vec![-1, 2],
+        ..Default::default()
+    };
+    let m = model(
+        13,
+        vec![x4("x", 3, 4, 4)],
+        vec![
+            node("GlobalAveragePool", "gap", &["x"], &["p"], vec![]),
+            node("Reshape", "flat", &["p", "shape"], &["f"], vec![]),
+            node("Gemm", "fc", &["f", "w"], &["y"], vec![("transB", A::I(1))]),
+            node("GlobalMaxPool", "gmp", &["x"], &["q"], vec![]),
+            node("Squeeze", "sq", &["q", "axes"], &["s"], vec![]),
+            node("MatMul", "mm", &["s", "v"], &["z"], vec![]),
+        ],
+        vec![shape, axes, init("w", &[2, 3]), init("v", &[3, 5])],
+        &["y", "z"],
+    );
+    let i = import(&m);
+    assert_eq!(i.flattened_outputs, vec!["y".to_string(), "z".to_string()]);
+    let text = assert_round_trip(&i);
+    assert!(text.contains("%y = conv2d(%p, @w)"), "{text}");
+    assert!(text.contains("%z = conv2d(%q, @v)"), "{text}");
+    let bad = TensorProto {
+        name: "bad".into(),
+        dims: vec![2],
+        data_type: data_type::INT64,
+        int64_data: vec![1, 12],
+        ..Default::default()
+    };
+    let e = import_err(&model(
+        13,
+        vec![x4("x", 3, 2, 2)],
+        vec![node("Reshape", "r", &["x", "bad"], &["y"], vec![])],
+        vec![bad],
+        &["y"],
+    ));
+    assert_eq!(
+        e,
+        "model.onnx: node \"r\" (Reshape, opset 13): input 1 (shape) is [1, 12]: only a reshape to [N, C] of an [N, C, 1, 1] image is supported, the input is [1, 3, 2, 2]"
+    );
+}
+
+#[test]
 fn dim_params_become_symbols_and_names_are_sanitized_and_traced() {
     let m = model(
         17,
