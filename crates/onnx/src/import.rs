@@ -388,7 +388,7 @@ impl Importer {
             "BatchNormalization" => self.batchnorm(node),
             "Identity" | "Dropout" => self.identity(node),
             "Flatten" => self.flatten(node),
-            "Reshape" | "Squeeze" => self.to_flat(node),
+            "Reshape" | "Squeeze" => self.reshape_flat(node),
             "Gemm" | "MatMul" => self.dense(node),
             "Constant" => self.constant(node),
             _ => unreachable!("SUPPORTED lists every op converted here"),
@@ -1053,7 +1053,7 @@ impl Importer {
     /// `Reshape` to `[N, C]` (a constant shape `[N or 0, C or -1]`) and `Squeeze` of axes 2
     /// and 3, as exporters other than PyTorch's write a classifier's flattening: both only
     /// of a 1x1 image, like `Flatten`.
-    fn to_flat(&mut self, node: &NodeProto) -> NodeResult<()> {
+    fn reshape_flat(&mut self, node: &NodeProto) -> NodeResult<()> {
         let (x, flat) = self.act_any(node, 0, "data")?;
         if flat {
             return Err("the input is already flat".into());
