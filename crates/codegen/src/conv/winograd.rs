@@ -85,7 +85,7 @@ const AT: [[f64; PATCH]; TILE] = [
 /// accesses per trip) and with 12 needs neither spills nor moves (`dump --stage asm`).
 const GEMM_UNROLL: usize = 12;
 const _: () = assert!(
-    GEMM_UNROLL % LANES == 0,
+    GEMM_UNROLL.is_multiple_of(LANES),
     "a trip covers whole channel blocks"
 );
 
@@ -127,7 +127,11 @@ impl WinogradPlan {
             } else {
                 GROUP_TILES
             },
-            oc_chunks: if streamed && oc_blocks % 2 == 0 { 2 } else { 1 },
+            oc_chunks: if streamed && oc_blocks.is_multiple_of(2) {
+                2
+            } else {
+                1
+            },
         }
     }
 
@@ -218,9 +222,9 @@ impl WinogradPlan {
                         *x = (0..3).map(|a| G[i][a] * f64::from(g[a * 3 + b])).sum();
                     }
                 }
-                for i in 0..PATCH {
-                    for j in 0..PATCH {
-                        let u: f64 = (0..3).map(|b| gg[i][b] * G[j][b]).sum();
+                for (i, gg_row) in gg.iter().enumerate() {
+                    for (j, g_row) in G.iter().enumerate() {
+                        let u: f64 = (0..3).map(|b| gg_row[b] * g_row[b]).sum();
                         let block = (i * PATCH + j) * ocp / LANES + o / LANES;
                         packed[(block * ic + c) * LANES + o % LANES] = u as f32;
                     }
