@@ -65,8 +65,8 @@ pub enum ConvAlgoChoice {
 ///
 /// Per tile, the transforms cost a fixed number of vector operations per input and per output
 /// channel, while the GEMMs grow with their product, so few channels favour direct
-/// convolution: measured on 3x3 layers of 80 x 258 pixels, Winograd is 1.8x faster
-/// than direct at 8 channels and only 1.08x at 4, where it also takes 4x the weights (see
+/// convolution: measured on 3x3 layers of 80 x 258 pixels, Winograd is 1.85x faster
+/// than direct at 8 channels and only 1.06x at 4, where it also takes 4x the weights (see
 /// ARCHITECTURE.md, "Winograd", for the table).
 pub const WINOGRAD_MIN_CHANNELS: usize = 8;
 
