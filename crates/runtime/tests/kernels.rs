@@ -833,7 +833,8 @@ fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
         1..=2usize,
         prop_oneof![
             4 => (channels(), channels()),
-            // Transformed weights past `STREAMED_WEIGHT_BYTES`: blocks of 24 tiles, and two
+            // Transformed weights past `STREAMED_WEIGHT_BYTES`: blocks of 48 tiles (two images
+            // of the widest problems make two blocks), and two
             // output-channel chunks where the channel vectors split evenly (not 100).
             1 => prop::sample::select(&[(96usize, 96usize), (100, 88), (88, 100)][..]),
         ],
