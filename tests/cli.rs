@@ -487,7 +487,44 @@ fn run_trunk_with_random_params_writes_the_output_shape() {
         "--random-params",
         "7",
     ]));
-    assert_eq!(read_npy(&again), (shape, values));
+    assert_eq!(read_npy(&again), (shape.clone(), values.clone()));
+
+    // The workspace budget changes what is kept between runs, never the values.
+    for budget in ["0", "unlimited"] {
+        success(&primjit(&[
+            "run",
+            TRUNK,
+            "--input",
+            s(&input),
+            "--output",
+            s(&again),
+            "--random-params",
+            "7",
+            "--workspace-budget",
+            budget,
+        ]));
+        assert_eq!(
+            read_npy(&again),
+            (shape.clone(), values.clone()),
+            "{budget}"
+        );
+    }
+    failure(
+        &primjit(&[
+            "run",
+            TRUNK,
+            "--input",
+            s(&input),
+            "--output",
+            s(&again),
+            "--random-params",
+            "7",
+            "--workspace-budget",
+            "16MB",
+        ]),
+        2,
+        &["--workspace-budget", "unknown unit `MB`"],
+    );
 }
 
 #[test]
@@ -1507,6 +1544,60 @@ fn bench_small_model_prints_summary_and_writes_json() {
         .map(|c| c["compiles"].as_u64().unwrap())
         .collect();
     assert_eq!(compiles, [2, 4, 6]);
+}
+
+#[test]
+fn bench_reports_the_workspace_and_returns_every_buffer_with_budget_zero() {
+    let f = BenchFiles::new();
+    for (budget, kept) in [("0", false), ("unlimited", true)] {
+        let json_path = f.path(&format!("ws{budget}.json"));
+        let out = success(&primjit(&[
+            "bench",
+            s(&f.model),
+            "--widths",
+            s(&f.widths),
+            "--n",
+            "3",
+            "--quiet",
+            "--json",
+            s(&json_path),
+            "--threads",
+            "1",
+            "--workspace-budget",
+            budget,
+        ]));
+        assert!(out.contains(&format!("workspace_budget={budget}")), "{out}");
+        assert!(
+            out.contains(&format!("workspace (budget {budget}): ")),
+            "{out}"
+        );
+        assert!(out.contains("VmHWM (kb): "), "{out}");
+        let json = read_json(&json_path);
+        assert_eq!(json["workspace_budget"], budget, "{json}");
+        let peak = json["workspace_peak_bytes"].as_u64().unwrap();
+        assert!(
+            peak >= json["peak_activation_bytes"].as_u64().unwrap(),
+            "{json}"
+        );
+        assert!(json["vmhwm_kb"].as_u64().unwrap() > 0, "{json}");
+        let now: Vec<u64> = json["per_call"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["workspace_bytes"].as_u64().unwrap())
+            .collect();
+        if kept {
+            assert_eq!(json["workspace_bytes"], peak, "{json}");
+            assert!(now.iter().all(|&b| b > 0), "{json}");
+        } else {
+            assert_eq!(json["workspace_bytes"], 0, "{json}");
+            assert_eq!(now, [0, 0, 0], "{json}");
+            assert!(
+                json["workspace_returned_bytes"].as_u64().unwrap() >= peak,
+                "{json}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::algo::AlgoArgs;
 use crate::source::Source;
 use crate::workload::{
-    self, Policy, crop_width, input_for_call, pad_width, percentile, rss_kb, thousands,
+    self, Policy, crop_width, hwm_kb, input_for_call, pad_width, percentile, rss_kb, thousands,
 };
 
 /// What `bench` and `sweep` run: a model over the first widths of a workload.
@@ -58,6 +58,11 @@ pub struct Args {
     /// An entry-count bound applied with the budget, as oneDNN's cache capacity
     #[arg(long)]
     pub capacity: Option<usize>,
+
+    /// The most bytes of activation buffers kept between calls: 16MiB, 0 (none) or unlimited
+    /// (default: PRIMJIT_WORKSPACE_BUDGET, else the built-in default)
+    #[arg(long, value_parser = Budget::parse)]
+    pub workspace_budget: Option<Budget>,
 
     /// Write the summary and every call's record as JSON (see README.md)
     #[arg(long, value_name = "PATH")]
@@ -99,6 +104,8 @@ pub struct CallRecord {
     pub cache_bytes: usize,
     pub rss_kb: u64,
     pub compiles: u64,
+    /// Bytes the workspace holds after the call.
+    pub workspace_bytes: usize,
 }
 
 /// How far a bucket policy's cropped outputs (or the dynamic policy's outputs) are from
@@ -137,6 +144,14 @@ pub struct BenchReport {
     pub cache_bytes: usize,
     pub cache_peak_bytes: usize,
     pub peak_activation_bytes: usize,
+    pub workspace_budget: String,
+    /// Bytes of activation buffers the workspace holds after the last call.
+    pub workspace_bytes: usize,
+    pub workspace_peak_bytes: usize,
+    /// Bytes of activation buffers returned to the operating system over the run.
+    pub workspace_returned_bytes: u64,
+    /// The process's peak resident set size (`VmHWM`) at the end of the timed calls.
+    pub vmhwm_kb: u64,
     pub compile_time_s: f64,
     pub max_compile_time_s: f64,
     pub bucket_error: Option<BucketError>,
@@ -211,6 +226,9 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         budget: args.budget.unwrap_or(config.cache.budget),
         capacity: args.capacity.or(config.cache.capacity),
     };
+    if let Some(b) = args.workspace_budget {
+        config.workspace.budget = b;
+    }
     config.threads = args.workload.threads;
     let engine = Engine::new(config.clone())?;
     // An ONNX model runs with its own weights; an IR file with seeded ones.
@@ -242,7 +260,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     )?;
     writeln!(
         out,
-        "model={} policy={} budget={} capacity={} threads={}",
+        "model={} policy={} budget={} capacity={} workspace_budget={} threads={}",
         source.path,
         args.policy.name(),
         config.cache.budget,
@@ -250,6 +268,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
             .cache
             .capacity
             .map_or("none".to_string(), |c| c.to_string()),
+        config.workspace.budget,
         engine.threads()
     )?;
 
@@ -262,19 +281,20 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         ProgressStyle::with_template("{bar:30} {pos}/{len} calls  {msg}").expect("valid template"),
     );
 
-    let mut workspace = Workspace::new();
+    let mut ws = Workspace::new();
     let mut configurations = std::collections::HashMap::new();
     let mut records = Vec::with_capacity(widths.len());
     let mut growth = Vec::new();
     let mut rss_first = 0;
     let mut peak_activation = 0;
+    let mut workspace = primjit::WorkspaceStats::default();
     let mut total_seconds = 0.0;
     for (i, &w) in widths.iter().enumerate() {
         let run_width = args.policy.padded_width(w);
         let x = input_for_call(args.seed, i, [n, c, h, w]);
         let x = pad_width(&x, run_width);
         let start = Instant::now();
-        let (_outputs, stats) = model.run(&engine, &[(&input_name, &x)], &mut workspace)?;
+        let (_outputs, stats) = model.run(&engine, &[(&input_name, &x)], &mut ws)?;
         let seconds = start.elapsed().as_secs_f64();
         drop(_outputs);
         for node in &stats.nodes {
@@ -284,6 +304,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         }
         total_seconds += seconds;
         peak_activation = peak_activation.max(stats.peak_activation_bytes);
+        workspace = stats.workspace;
         let rss = rss_kb()?;
         if i == 0 {
             rss_first = rss;
@@ -297,6 +318,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
             cache_bytes: cache.bytes,
             rss_kb: rss,
             compiles: cache.compiles,
+            workspace_bytes: workspace.bytes,
         });
         bar.set_message(format!(
             "mean {:.3} s, cache {} KiB",
@@ -311,6 +333,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         }
     }
     bar.finish_and_clear();
+    let vmhwm_kb = hwm_kb()?;
 
     let mut times: Vec<f64> = records.iter().map(|r| r.seconds).collect();
     times.sort_by(f64::total_cmp);
@@ -344,6 +367,11 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         cache_bytes: stats.bytes,
         cache_peak_bytes: stats.peak_bytes,
         peak_activation_bytes: peak_activation,
+        workspace_budget: config.workspace.budget.to_string(),
+        workspace_bytes: workspace.bytes,
+        workspace_peak_bytes: workspace.peak_bytes,
+        workspace_returned_bytes: workspace.returned_bytes,
+        vmhwm_kb,
         compile_time_s: stats.compile_time.as_secs_f64(),
         max_compile_time_s: stats.max_compile_time.as_secs_f64(),
         bucket_error,
@@ -386,6 +414,15 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         "peak activation bytes: {}",
         report.peak_activation_bytes
     )?;
+    writeln!(
+        out,
+        "workspace (budget {}): {} bytes now, {} bytes peak, {} bytes returned",
+        report.workspace_budget,
+        report.workspace_bytes,
+        report.workspace_peak_bytes,
+        report.workspace_returned_bytes
+    )?;
+    writeln!(out, "VmHWM (kb): {}", thousands(report.vmhwm_kb as i64))?;
     writeln!(
         out,
         "compile time: {:.3} s total, {:.2} ms max",

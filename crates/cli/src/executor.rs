@@ -3,15 +3,19 @@
 //! `run` picks one from its flags; a new engine is a new variant here and a flag there.
 
 use anyhow::{Result, anyhow};
-use primjit::ConvAlgoChoice;
+use primjit::{Budget, ConvAlgoChoice};
 use primjit_ir::{Graph, Params, Tensor};
 
 /// Which engine runs a graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Executor {
     /// JIT primitives through an engine configured from the environment, with the given
-    /// convolution algorithms (the default: `auto`).
-    Jit(ConvAlgoChoice),
+    /// convolution algorithms (the default: `auto`) and the workspace budget given, if any, in
+    /// place of `PRIMJIT_WORKSPACE_BUDGET`.
+    Jit {
+        conv_algo: ConvAlgoChoice,
+        workspace_budget: Option<Budget>,
+    },
     /// The reference interpreter: slow, straightforward loops; the oracle.
     Reference,
 }
@@ -20,7 +24,7 @@ impl Executor {
     /// The engine's name, as messages refer to it.
     pub fn name(self) -> &'static str {
         match self {
-            Executor::Jit(_) => "jit engine",
+            Executor::Jit { .. } => "jit engine",
             Executor::Reference => "reference interpreter",
         }
     }
@@ -34,8 +38,15 @@ impl Executor {
         inputs: &[(&str, &Tensor)],
     ) -> Result<Vec<(String, Tensor)>> {
         match self {
-            Executor::Jit(conv_algo) => {
-                let engine = primjit::Engine::new(primjit::EngineConfig::from_env()?)?;
+            Executor::Jit {
+                conv_algo,
+                workspace_budget,
+            } => {
+                let mut config = primjit::EngineConfig::from_env()?;
+                if let Some(b) = workspace_budget {
+                    config.workspace.budget = b;
+                }
+                let engine = primjit::Engine::new(config)?;
                 let model = primjit::CompiledGraph::with_conv_algo(graph, params, conv_algo)?;
                 let (outputs, _) = model.run(&engine, inputs, &mut primjit::Workspace::new())?;
                 Ok(outputs)

@@ -53,6 +53,11 @@ pub struct Args {
 
     #[command(flatten)]
     pub algo: AlgoArgs,
+
+    /// The most bytes of activation buffers kept after the run: 16MiB, 0, unlimited (default:
+    /// PRIMJIT_WORKSPACE_BUDGET, else the built-in default)
+    #[arg(long, value_parser = primjit::Budget::parse, conflicts_with = "reference")]
+    pub workspace_budget: Option<primjit::Budget>,
 }
 
 impl Args {
@@ -60,7 +65,10 @@ impl Args {
         Ok(if self.reference {
             Executor::Reference
         } else {
-            Executor::Jit(self.algo.choice()?)
+            Executor::Jit {
+                conv_algo: self.algo.choice()?,
+                workspace_budget: self.workspace_budget,
+            }
         })
     }
 }

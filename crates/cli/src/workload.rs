@@ -127,13 +127,23 @@ pub fn crop_width(t: &Tensor, width: usize) -> Tensor {
 
 /// The process's resident set size in kB (`VmRSS` of `/proc/self/status`).
 pub fn rss_kb() -> Result<u64> {
+    status_kb("VmRSS")
+}
+
+/// The process's peak resident set size so far in kB (`VmHWM` of `/proc/self/status`).
+pub fn hwm_kb() -> Result<u64> {
+    status_kb("VmHWM")
+}
+
+/// A field of `/proc/self/status` in kB.
+fn status_kb(field: &str) -> Result<u64> {
     let status =
         std::fs::read_to_string("/proc/self/status").context("cannot read /proc/self/status")?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS in /proc/self/status")
+        .with_context(|| format!("no {field} in /proc/self/status"))
 }
 
 /// The `p`-th percentile (0..=100) of sorted values, by the nearest-rank method.

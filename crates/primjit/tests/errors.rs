@@ -5,7 +5,8 @@
 //! machine that runs the tests is a supported host), `CodegenError::Cranelift` and
 //! `CodegenError::Relocations` (internal invariants of the code generator), and
 //! `ConfigError::ThreadPool` with the `RuntimeError::Config` that wraps it (the operating system
-//! would have to refuse a thread).
+//! would have to refuse a thread), and `GraphError::Workspace` (the operating system would have
+//! to refuse an anonymous mapping of at most 8 GiB, the largest tensor a key accepts).
 
 use std::io;
 use std::sync::Arc;
@@ -699,6 +700,30 @@ fn graph_error_input_data_names_the_input() {
     assert_eq!(
         err.to_string(),
         "input %x: the tensor has 59 values but its shape [1, 3, 4, 5] needs 60"
+    );
+}
+
+#[test]
+fn graph_error_output_count_of_run_into() {
+    let x = x(5);
+    let err = model()
+        .run_into(
+            &engine(),
+            &[("x", primjit::TensorView::from(&x))],
+            &mut [],
+            &mut primjit::Workspace::new(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        GraphError::OutputCount {
+            expected: 1,
+            found: 0
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "the graph has 1 outputs but 0 output tensors were given"
     );
 }
 

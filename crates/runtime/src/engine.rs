@@ -9,11 +9,15 @@ use crate::cache::{CacheConfig, CacheKey, Lookup, PrimitiveCache};
 use crate::error::{ConfigError, RuntimeError};
 use crate::exec::{PageSource, SystemPages};
 use crate::primitive::{ExecArgs, Primitive};
+use crate::workspace::WorkspaceConfig;
 
 /// Everything an [`Engine`] is configured with.
 #[derive(Clone, Debug, Default)]
 pub struct EngineConfig {
     pub cache: CacheConfig,
+    /// What a graph run's [`crate::Workspace`] keeps between runs, unless it has a budget of its
+    /// own.
+    pub workspace: WorkspaceConfig,
     /// Threads per execution; 0 means one per available core.
     pub threads: usize,
     pub codegen: CodegenOptions,
@@ -28,8 +32,8 @@ pub struct EngineConfig {
 
 impl EngineConfig {
     /// The defaults, overridden by `PRIMJIT_CACHE_BUDGET`, `PRIMJIT_CACHE_CAPACITY`,
-    /// `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS` and `PRIMJIT_CONV_ALGO`; a malformed value is an
-    /// error.
+    /// `PRIMJIT_WORKSPACE_BUDGET`, `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS` and `PRIMJIT_CONV_ALGO`;
+    /// a malformed value is an error.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -37,6 +41,7 @@ impl EngineConfig {
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut config = EngineConfig {
             cache: CacheConfig::from_vars(&var)?,
+            workspace: WorkspaceConfig::from_vars(&var)?,
             ..EngineConfig::default()
         };
         if let Some(v) = var("PRIMJIT_VERBOSE") {
@@ -84,6 +89,7 @@ pub struct Engine {
     codegen: CodegenOptions,
     pages: Box<dyn PageSource>,
     verbose: u8,
+    workspace: WorkspaceConfig,
 }
 
 impl Engine {
@@ -113,6 +119,7 @@ impl Engine {
             codegen: config.codegen,
             pages,
             verbose: config.verbose,
+            workspace: config.workspace,
         })
     }
 
@@ -122,6 +129,11 @@ impl Engine {
 
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
+    }
+
+    /// What a graph run keeps of a workspace that has no budget of its own.
+    pub fn workspace_config(&self) -> WorkspaceConfig {
+        self.workspace
     }
 
     pub fn codegen_options(&self) -> CodegenOptions {

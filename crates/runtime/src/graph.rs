@@ -27,6 +27,7 @@ use crate::error::RuntimeError;
 use crate::exec::WeightBuffer;
 use crate::layout;
 use crate::primitive::{ExecArgs, Primitive};
+use crate::workspace::{Buffer, Workspace, WorkspaceStats};
 
 /// Why a graph could not be prepared (`CompiledGraph::new`) or run (`CompiledGraph::run`,
 /// `CompiledGraph::keys`, `node_keys`).
@@ -56,10 +57,35 @@ pub enum GraphError {
     /// the system is out of memory or mappings. Not produced by a test.
     #[error("mapping pages for packed weights failed: {0}")]
     Weights(String),
+    /// `run_into` was given a different number of output tensors than the graph has outputs:
+    /// pass one per `graph().outputs()`, in that order.
+    #[error("the graph has {expected} outputs but {found} output tensors were given")]
+    OutputCount { expected: usize, found: usize },
+    /// An activation buffer could not be mapped (out of memory, or at `vm.max_map_count`).
+    /// Nothing is leaked; a later run may succeed.
+    #[error("mapping {bytes} bytes of activations failed: {message}")]
+    Workspace { bytes: usize, message: String },
     /// Keys asked for at bindings that leave a symbolic dimension unbound (`keys`,
     /// `node_keys`): bind every symbol (`W=1031`).
     #[error("%{value}: symbol values are missing, the shape is {shape}")]
     Unbound { value: String, shape: String },
+}
+
+/// A graph input as the runner reads it: an NCHW shape and its data, borrowed (a slice of a
+/// buffer the caller keeps, or a [`Tensor`]'s).
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    pub shape: &'a [usize],
+    pub data: &'a [f32],
+}
+
+impl<'a> From<&'a Tensor> for TensorView<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        TensorView {
+            shape: &t.shape,
+            data: &t.data,
+        }
+    }
 }
 
 /// What a node needs besides its primitive.
@@ -90,66 +116,13 @@ impl WeightBytes {
     }
 }
 
-/// Activation buffers kept between runs, so that a server's steady state allocates nothing.
-#[derive(Debug, Default)]
-pub struct Workspace {
-    free: Vec<Vec<f32>>,
-    allocated_bytes: usize,
-}
-
-impl Workspace {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A buffer of exactly `len` floats, reusing the smallest free one that is large enough;
-    /// its contents are unspecified.
-    fn take(&mut self, len: usize) -> Vec<f32> {
-        let best = (0..self.free.len())
-            .filter(|&i| self.free[i].capacity() >= len)
-            .min_by_key(|&i| self.free[i].capacity());
-        let mut buf = match best {
-            Some(i) => self.free.swap_remove(i),
-            // None is large enough: grow the largest free buffer rather than keep it and add
-            // another, so that the workspace holds at most as many buffers as a run has live
-            // at once, each as large as its largest use.
-            None => match (0..self.free.len()).max_by_key(|&i| self.free[i].capacity()) {
-                Some(i) => {
-                    let mut buf = self.free.swap_remove(i);
-                    let before = buf.capacity();
-                    buf.clear();
-                    buf.reserve_exact(len);
-                    self.allocated_bytes += (buf.capacity() - before) * 4;
-                    buf
-                }
-                None => {
-                    self.allocated_bytes += len * 4;
-                    Vec::with_capacity(len)
-                }
-            },
-        };
-        // Kernels write every element of their destination (padding lanes included), so a
-        // reused buffer keeps its stale contents instead of being cleared: only growth is zeroed.
-        buf.truncate(len);
-        buf.resize(len, 0.0);
-        buf
-    }
-
-    fn give(&mut self, buf: Vec<f32>) {
-        self.free.push(buf);
-    }
-
-    /// Bytes of activation buffers this workspace holds (allocated and grown, by capacity).
-    pub fn allocated_bytes(&self) -> usize {
-        self.allocated_bytes
-    }
-}
-
 /// What one run did, besides its outputs.
 #[derive(Clone, Debug, Default)]
 pub struct RunStats {
     /// The largest sum of live activation buffers during the run, in bytes.
     pub peak_activation_bytes: usize,
+    /// The workspace after the run, its budget applied.
+    pub workspace: WorkspaceStats,
     /// Per node: its name, its primitive (if it ran one) and its execution time.
     pub nodes: Vec<NodeRun>,
 }
@@ -363,17 +336,78 @@ impl CompiledGraph {
         inputs: &[(&str, &Tensor)],
         workspace: &mut Workspace,
     ) -> Result<(Vec<(String, Tensor)>, RunStats), GraphError> {
-        let given: Vec<(&str, &[usize])> = inputs
+        let views: Vec<(&str, TensorView<'_>)> = inputs
             .iter()
-            .map(|(n, t)| (*n, t.shape.as_slice()))
+            .map(|(n, t)| (*n, TensorView::from(*t)))
             .collect();
+        let mut outputs: Vec<Tensor> = self
+            .graph
+            .outputs()
+            .iter()
+            .map(|_| Tensor {
+                shape: Vec::new(),
+                data: Vec::new(),
+            })
+            .collect();
+        let stats = self.run_into(engine, &views, &mut outputs, workspace)?;
+        let names = self.graph.outputs().iter().map(|(n, _)| n.clone());
+        Ok((names.zip(outputs).collect(), stats))
+    }
+
+    /// Runs the graph on `inputs` (by input name: NCHW views, such as slices of one buffer the
+    /// caller keeps) and writes its outputs, in the order of `graph().outputs()`, into
+    /// `outputs`: each is reshaped and its data resized in place, so that tensors kept from
+    /// call to call are allocated once, at the largest output.
+    ///
+    /// After the run, the workspace keeps at most its budget of buffers (its own, else the
+    /// engine's) and returns the rest to the operating system.
+    pub fn run_into(
+        &self,
+        engine: &Engine,
+        inputs: &[(&str, TensorView<'_>)],
+        outputs: &mut [Tensor],
+        workspace: &mut Workspace,
+    ) -> Result<RunStats, GraphError> {
+        if outputs.len() != self.graph.outputs().len() {
+            return Err(GraphError::OutputCount {
+                expected: self.graph.outputs().len(),
+                found: outputs.len(),
+            });
+        }
+        let mut blocked: Vec<Option<Buffer>> =
+            (0..self.graph.values().count()).map(|_| None).collect();
+        let result = self.execute(engine, inputs, outputs, workspace, &mut blocked);
+        // Every buffer goes back, also after an error, so that the workspace's count stays true.
+        for buf in blocked.into_iter().flatten() {
+            workspace.give(buf);
+        }
+        workspace.trim(
+            workspace
+                .budget()
+                .unwrap_or(engine.workspace_config().budget),
+        );
+        let mut stats = result?;
+        stats.workspace = workspace.stats();
+        Ok(stats)
+    }
+
+    /// The body of [`CompiledGraph::run_into`]: values' buffers are left in `blocked`.
+    fn execute(
+        &self,
+        engine: &Engine,
+        inputs: &[(&str, TensorView<'_>)],
+        outputs: &mut [Tensor],
+        workspace: &mut Workspace,
+        blocked: &mut [Option<Buffer>],
+    ) -> Result<RunStats, GraphError> {
+        let given: Vec<(&str, &[usize])> = inputs.iter().map(|(n, t)| (*n, t.shape)).collect();
         let bindings = self.graph.bind_inputs(&given, &Bindings::new())?;
         for (name, t) in inputs {
             let expected: usize = t.shape.iter().product();
             if t.data.len() != expected {
                 return Err(GraphError::InputData {
                     name: name.to_string(),
-                    shape: t.shape.clone(),
+                    shape: t.shape.to_vec(),
                     expected,
                     found: t.data.len(),
                 });
@@ -385,13 +419,18 @@ impl CompiledGraph {
             let s = shapes.concrete(v).expect("bound above");
             [s[0], s[1], s[2], s[3]]
         };
+        let take = |workspace: &mut Workspace, len: usize| {
+            workspace.take(len).map_err(|e| GraphError::Workspace {
+                bytes: len * 4,
+                message: e.to_string(),
+            })
+        };
 
         // Values in nChw4c buffers; graph inputs are read from the caller's tensors, and get a
         // blocked copy only where an op needs one (element-wise operands, residuals).
-        let mut blocked: Vec<Option<Vec<f32>>> = vec![None; self.graph.values().count()];
         let mut live_bytes = 0usize;
         let mut stats = RunStats::default();
-        let input_tensor = |v: Value| -> Option<&Tensor> {
+        let input_tensor = |v: Value| -> Option<TensorView<'_>> {
             let name = self.graph.value_name(v);
             inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
         };
@@ -405,10 +444,10 @@ impl CompiledGraph {
             if needs_blocked {
                 let t = input_tensor(input.value).expect("bound inputs are present");
                 let s = shape4(input.value);
-                let mut buf = workspace.take(Layout::Nchw4c.buffer_len(s));
+                let mut buf = take(workspace, Layout::Nchw4c.buffer_len(s))?;
                 // The reorder writes real channels only: the padding lanes must be zeros.
                 buf.fill(0.0);
-                layout::reorder(&t.data, Layout::Nchw, &mut buf, Layout::Nchw4c, s);
+                layout::reorder(t.data, Layout::Nchw, &mut buf, Layout::Nchw4c, s);
                 live_bytes += buf.len() * 4;
                 blocked[input.value.index()] = Some(buf);
             }
@@ -418,12 +457,12 @@ impl CompiledGraph {
         for (i, ((_, node), (name, key))) in self.graph.nodes().zip(&keys).enumerate() {
             let primitive = engine.compile(key)?;
             let out_len = Layout::Nchw4c.buffer_len(shape4(node.result));
-            let mut dst = workspace.take(out_len);
+            let mut dst = take(workspace, out_len)?;
             live_bytes += out_len * 4;
             stats.peak_activation_bytes = stats.peak_activation_bytes.max(live_bytes);
             let src_of = |v: Value| -> &[f32] {
                 match (&blocked[v.index()], layout_of(&self.graph, v)) {
-                    (_, Layout::Nchw) => &input_tensor(v).expect("bound inputs are present").data,
+                    (_, Layout::Nchw) => input_tensor(v).expect("bound inputs are present").data,
                     (Some(b), _) => b,
                     (None, _) => unreachable!("values are computed before use"),
                 }
@@ -446,7 +485,7 @@ impl CompiledGraph {
                 None => engine.execute(&primitive, args),
             };
             let start = std::time::Instant::now();
-            match (&node.op, &self.prepared[i]) {
+            let ran = match (&node.op, &self.prepared[i]) {
                 (Op::Conv2d(c), Prepared::Conv { packed, .. }) => {
                     let residuals: Vec<&[f32]> = c
                         .post_ops
@@ -464,69 +503,74 @@ impl CompiledGraph {
                         }
                         _ => 0,
                     };
-                    let mut scratch = (band > 0).then(|| workspace.take(band * engine.threads()));
+                    let mut scratch = match band {
+                        0 => None,
+                        _ => Some(take(workspace, band * engine.threads())?),
+                    };
                     let scratch_bytes = scratch.as_ref().map_or(0, |s| s.len() * 4);
                     stats.peak_activation_bytes =
                         stats.peak_activation_bytes.max(live_bytes + scratch_bytes);
-                    execute(ExecArgs {
+                    let ran = execute(ExecArgs {
                         src: src_of(c.input),
                         weights: Some(packed.as_slice()),
                         dst: &mut dst,
                         extra: &residuals,
                         scratch: scratch.as_deref_mut(),
-                    })?;
+                    });
                     if let Some(s) = scratch {
                         workspace.give(s);
                     }
+                    ran
                 }
-                (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => {
-                    execute(ExecArgs {
-                        src: src_of(bn.input),
-                        weights: Some(packed.as_slice()),
-                        dst: &mut dst,
-                        extra: &[],
-                        scratch: None,
-                    })?;
-                }
+                (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => execute(ExecArgs {
+                    src: src_of(bn.input),
+                    weights: Some(packed.as_slice()),
+                    dst: &mut dst,
+                    extra: &[],
+                    scratch: None,
+                }),
                 (Op::Pool2d(p), _) => execute(ExecArgs {
                     src: src_of(p.input),
                     weights: None,
                     dst: &mut dst,
                     extra: &[],
                     scratch: None,
-                })?,
+                }),
                 (Op::GlobalPool { input, .. }, _) => execute(ExecArgs {
                     src: src_of(*input),
                     weights: None,
                     dst: &mut dst,
                     extra: &[],
                     scratch: None,
-                })?,
+                }),
                 (Op::Relu { input }, _) => execute(ExecArgs {
                     src: blocked_of(*input),
                     weights: None,
                     dst: &mut dst,
                     extra: &[],
                     scratch: None,
-                })?,
+                }),
                 (Op::Add { lhs, rhs }, _) => execute(ExecArgs {
                     src: blocked_of(*lhs),
                     weights: None,
                     dst: &mut dst,
                     extra: &[blocked_of(*rhs)],
                     scratch: None,
-                })?,
+                }),
                 (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Other) => {
                     unreachable!("convs are prepared")
                 }
-            }
+            };
+            // The destination is the value's buffer from here on, also when the call failed,
+            // so that the caller gives it back.
+            blocked[node.result.index()] = Some(dst);
+            ran?;
             stats.nodes.push(NodeRun {
                 name: name.clone(),
                 call_key: extents.map_or_else(|| key.clone(), |e| key.at(e)),
                 primitive,
                 seconds: start.elapsed().as_secs_f64(),
             });
-            blocked[node.result.index()] = Some(dst);
             // Buffers whose value is read for the last time by this node go back.
             for v in node.op.value_operands() {
                 if self.last_use[v.index()] == i
@@ -538,25 +582,20 @@ impl CompiledGraph {
             }
         }
 
-        let mut outputs = Vec::new();
-        for (name, v) in self.graph.outputs() {
+        for ((_, v), out) in self.graph.outputs().iter().zip(outputs) {
             let s = shape4(*v);
-            let data = layout::to_nchw(
+            out.shape.clear();
+            out.shape.extend_from_slice(&s);
+            out.data.resize(Layout::Nchw.buffer_len(s), 0.0);
+            layout::reorder(
                 blocked[v.index()].as_deref().expect("outputs are computed"),
+                Layout::Nchw4c,
+                &mut out.data,
+                Layout::Nchw,
                 s,
             );
-            outputs.push((
-                name.clone(),
-                Tensor {
-                    shape: s.to_vec(),
-                    data,
-                },
-            ));
         }
-        for buf in blocked.into_iter().flatten() {
-            workspace.give(buf);
-        }
-        Ok((outputs, stats))
+        Ok(stats)
     }
 }
 
@@ -784,33 +823,4 @@ fn keys_at(
         out.push((name, key));
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A run whose buffers change size (a new width) grows buffers it already holds instead of
-    /// adding more: after one run at each size, alternating sizes allocates nothing.
-    #[test]
-    fn workspace_grows_buffers_instead_of_hoarding_them() {
-        let mut ws = Workspace::new();
-        let run = |ws: &mut Workspace, scale: usize| {
-            let a = ws.take(10 * scale);
-            let b = ws.take(20 * scale);
-            ws.give(a);
-            let c = ws.take(15 * scale);
-            ws.give(b);
-            ws.give(c);
-        };
-        run(&mut ws, 1);
-        run(&mut ws, 3);
-        let settled = ws.allocated_bytes();
-        assert_eq!(ws.free.len(), 2, "at most two buffers are live at once");
-        for scale in [1, 3, 2, 3, 1] {
-            run(&mut ws, scale);
-        }
-        assert_eq!(ws.allocated_bytes(), settled);
-        assert_eq!(ws.free.len(), 2);
-    }
 }

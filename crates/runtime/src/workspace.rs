@@ -1,0 +1,313 @@
+//! Activation buffers kept between graph runs, bounded in bytes like the primitive cache.
+//!
+//! A [`Workspace`] hands the graph runner its activation buffers and takes them back after
+//! their value's last use, so that a server's steady state allocates nothing. After each run
+//! it keeps at most its byte budget of free buffers and returns the rest to the operating
+//! system. Large buffers are anonymous mappings of their own (memmap2): dropping one unmaps
+//! it at once, whatever the allocator's heuristics (glibc's, for one, raises its mmap
+//! threshold to the size of freed chunks and then keeps later ones of that size on its heap).
+
+use std::io;
+use std::ops::{Deref, DerefMut};
+
+use memmap2::MmapMut;
+
+use crate::cache::Budget;
+use crate::error::ConfigError;
+
+/// Buffers of at least this many bytes are anonymous mappings; smaller ones live on the heap,
+/// where they cost less than a page each and never hold much.
+pub const MAP_THRESHOLD_BYTES: usize = 64 << 10;
+
+/// How a workspace is bounded (`EngineConfig::workspace`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkspaceConfig {
+    /// The most bytes of free buffers a workspace keeps after a run (`PRIMJIT_WORKSPACE_BUDGET`).
+    pub budget: Budget,
+}
+
+impl WorkspaceConfig {
+    /// The default budget, chosen by measurement (README.md, "Activation memory").
+    pub const DEFAULT_BUDGET: Budget = Budget::Bytes(0);
+
+    /// Reads `PRIMJIT_WORKSPACE_BUDGET` (`64MiB`, `512KiB`, a number of bytes, `0`, `unlimited`),
+    /// defaulting what is unset; a malformed value is an error.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut config = WorkspaceConfig::default();
+        if let Some(v) = var("PRIMJIT_WORKSPACE_BUDGET") {
+            config.budget = Budget::parse(&v).map_err(|reason| ConfigError::Invalid {
+                name: "PRIMJIT_WORKSPACE_BUDGET",
+                value: v,
+                reason,
+            })?;
+        }
+        Ok(config)
+    }
+}
+
+impl Default for WorkspaceConfig {
+    fn default() -> Self {
+        WorkspaceConfig {
+            budget: Self::DEFAULT_BUDGET,
+        }
+    }
+}
+
+/// What a workspace holds and has given back, in bytes (mappings by their mapped length, heap
+/// buffers by capacity).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkspaceStats {
+    /// Bytes of buffers the workspace holds now, free or lent to a run.
+    pub bytes: usize,
+    /// The most bytes it ever held at once.
+    pub peak_bytes: usize,
+    /// Bytes returned to the operating system so far: buffers beyond the budget after a run,
+    /// and buffers replaced by a larger one.
+    pub returned_bytes: u64,
+    /// Buffers mapped or allocated so far.
+    pub allocations: u64,
+}
+
+/// One activation buffer: `len` floats, in a mapping of its own or on the heap.
+#[derive(Debug)]
+pub(crate) enum Buffer {
+    Heap(Vec<f32>),
+    Mapped { map: MmapMut, len: usize },
+}
+
+impl Buffer {
+    /// Bytes this buffer holds (its capacity).
+    fn bytes(&self) -> usize {
+        match self {
+            Buffer::Heap(v) => v.capacity() * 4,
+            Buffer::Mapped { map, .. } => map.len(),
+        }
+    }
+
+    /// Floats this buffer can hold.
+    fn capacity(&self) -> usize {
+        self.bytes() / 4
+    }
+
+    /// A zeroed buffer of `len` floats.
+    fn new(len: usize) -> io::Result<Buffer> {
+        let bytes = len * 4;
+        if bytes < MAP_THRESHOLD_BYTES {
+            return Ok(Buffer::Heap(vec![0.0; len]));
+        }
+        let page = crate::exec::page_size();
+        let map = MmapMut::map_anon(bytes.div_ceil(page) * page)?;
+        Ok(Buffer::Mapped { map, len })
+    }
+
+    /// Sets the length (at most the capacity); contents are unspecified.
+    fn set_len(&mut self, new_len: usize) {
+        debug_assert!(new_len <= self.capacity());
+        match self {
+            Buffer::Heap(v) => v.resize(new_len, 0.0),
+            Buffer::Mapped { len, .. } => *len = new_len,
+        }
+    }
+}
+
+impl Deref for Buffer {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match self {
+            Buffer::Heap(v) => v,
+            // A mapping starts at a page boundary and spans whole pages, so its bytes are
+            // f32-aligned and a multiple of 4 long: the cast cannot fail.
+            Buffer::Mapped { map, len } => &bytemuck::cast_slice::<u8, f32>(map)[..*len],
+        }
+    }
+}
+
+impl DerefMut for Buffer {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        match self {
+            Buffer::Heap(v) => v,
+            Buffer::Mapped { map, len } => &mut bytemuck::cast_slice_mut::<u8, f32>(map)[..*len],
+        }
+    }
+}
+
+/// Activation buffers kept between runs, within a byte budget.
+///
+/// A workspace made with [`Workspace::new`] follows its engine's budget
+/// (`EngineConfig::workspace`, `PRIMJIT_WORKSPACE_BUDGET`); [`Workspace::with_budget`] sets
+/// its own. One workspace serves one run at a time: give each thread of a server its own.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    free: Vec<Buffer>,
+    budget: Option<Budget>,
+    stats: WorkspaceStats,
+}
+
+impl Workspace {
+    /// A workspace that keeps what its engine's budget allows.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A workspace that keeps at most `budget` bytes of buffers after each run, whatever the
+    /// engine's budget.
+    pub fn with_budget(budget: Budget) -> Self {
+        Workspace {
+            budget: Some(budget),
+            ..Self::default()
+        }
+    }
+
+    /// Its own budget, if it has one (else the engine's applies).
+    pub fn budget(&self) -> Option<Budget> {
+        self.budget
+    }
+
+    pub fn stats(&self) -> WorkspaceStats {
+        self.stats
+    }
+
+    /// A buffer of exactly `len` floats, reusing the smallest free one that is large enough;
+    /// its contents are unspecified.
+    pub(crate) fn take(&mut self, len: usize) -> io::Result<Buffer> {
+        let best = (0..self.free.len())
+            .filter(|&i| self.free[i].capacity() >= len)
+            .min_by_key(|&i| self.free[i].capacity());
+        let mut buf = match best {
+            Some(i) => self.free.swap_remove(i),
+            None => {
+                // None is large enough: replace the largest free buffer rather than keep it
+                // and add another, so that the workspace holds at most as many buffers as a
+                // run has live at once, each as large as its largest use.
+                if let Some(i) = (0..self.free.len()).max_by_key(|&i| self.free[i].capacity()) {
+                    let old = self.free.swap_remove(i);
+                    self.release(old);
+                }
+                let buf = Buffer::new(len)?;
+                self.stats.bytes += buf.bytes();
+                self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes);
+                self.stats.allocations += 1;
+                buf
+            }
+        };
+        // Kernels write every element of their destination (padding lanes included), so a
+        // reused buffer keeps its stale contents instead of being cleared.
+        buf.set_len(len);
+        Ok(buf)
+    }
+
+    pub(crate) fn give(&mut self, buf: Buffer) {
+        self.free.push(buf);
+    }
+
+    /// Drops `buf`, returning its memory.
+    fn release(&mut self, buf: Buffer) {
+        self.stats.bytes -= buf.bytes();
+        self.stats.returned_bytes += buf.bytes() as u64;
+    }
+
+    /// Keeps at most `budget` bytes of free buffers, the largest first, and returns the rest.
+    pub(crate) fn trim(&mut self, budget: Budget) {
+        let limit = match budget {
+            Budget::Unlimited => return,
+            Budget::Bytes(b) => b,
+        };
+        self.free.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+        let mut kept = 0usize;
+        let mut keep = Vec::with_capacity(self.free.len());
+        for buf in std::mem::take(&mut self.free) {
+            if kept + buf.bytes() <= limit {
+                kept += buf.bytes();
+                keep.push(buf);
+            } else {
+                self.release(buf);
+            }
+        }
+        self.free = keep;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run whose buffers change size (a new width) replaces buffers it already holds instead
+    /// of adding more: after one run at each size, alternating sizes allocates nothing.
+    #[test]
+    fn workspace_grows_buffers_instead_of_hoarding_them() {
+        let mut ws = Workspace::with_budget(Budget::Unlimited);
+        let run = |ws: &mut Workspace, scale: usize| {
+            let a = ws.take(10 * scale).unwrap();
+            let b = ws.take(20 * scale).unwrap();
+            ws.give(a);
+            let c = ws.take(15 * scale).unwrap();
+            ws.give(b);
+            ws.give(c);
+        };
+        run(&mut ws, 1);
+        run(&mut ws, 3);
+        let settled = ws.stats();
+        assert_eq!(ws.free.len(), 2, "at most two buffers are live at once");
+        for scale in [1, 3, 2, 3, 1] {
+            run(&mut ws, scale);
+        }
+        assert_eq!(ws.stats(), settled);
+        assert_eq!(ws.free.len(), 2);
+    }
+
+    /// Large buffers are page-aligned mappings, small ones heap vectors; both read back what
+    /// was written, and a fresh buffer is zeroed.
+    #[test]
+    fn large_buffers_are_mappings_and_hold_their_floats() {
+        let mut ws = Workspace::with_budget(Budget::Unlimited);
+        let small_len = MAP_THRESHOLD_BYTES / 4 - 1;
+        let large_len = MAP_THRESHOLD_BYTES / 4 + 3;
+        let mut small = ws.take(small_len).unwrap();
+        let mut large = ws.take(large_len).unwrap();
+        assert!(matches!(small, Buffer::Heap(_)));
+        assert!(matches!(large, Buffer::Mapped { .. }));
+        assert_eq!((small.len(), large.len()), (small_len, large_len));
+        assert!(large.iter().all(|&x| x == 0.0));
+        for (i, x) in large.iter_mut().enumerate() {
+            *x = i as f32;
+        }
+        small.fill(2.5);
+        assert_eq!(large[large_len - 1], (large_len - 1) as f32);
+        assert_eq!(large.as_ptr() as usize % crate::exec::page_size(), 0);
+        let page = crate::exec::page_size();
+        assert_eq!(
+            ws.stats().bytes,
+            small_len * 4 + (large_len * 4).div_ceil(page) * page
+        );
+        ws.give(small);
+        ws.give(large);
+    }
+
+    /// After a trim, the free buffers fit the budget, the largest kept first; what was dropped
+    /// counts as returned, and the peak stays.
+    #[test]
+    fn trim_keeps_the_largest_buffers_that_fit_and_counts_the_rest_returned() {
+        let page = crate::exec::page_size();
+        let floats = |bytes: usize| bytes / 4;
+        let mut ws = Workspace::with_budget(Budget::Unlimited);
+        let sizes = [64 * page, 32 * page, 16 * page];
+        let bufs: Vec<Buffer> = sizes.iter().map(|&s| ws.take(floats(s)).unwrap()).collect();
+        for b in bufs {
+            ws.give(b);
+        }
+        let total: usize = sizes.iter().sum();
+        assert_eq!(ws.stats().bytes, total);
+        ws.trim(Budget::Unlimited);
+        assert_eq!(ws.stats().bytes, total);
+        ws.trim(Budget::Bytes(50 * page));
+        assert_eq!(ws.stats().bytes, 32 * page + 16 * page);
+        assert_eq!(ws.stats().returned_bytes, 64 * page as u64);
+        assert_eq!(ws.stats().peak_bytes, total);
+        ws.trim(Budget::Bytes(0));
+        assert_eq!(ws.stats().bytes, 0);
+        assert!(ws.free.is_empty());
+        assert_eq!(ws.stats().returned_bytes, total as u64);
+        assert_eq!(ws.stats().allocations, 3);
+    }
+}
