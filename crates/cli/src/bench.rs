@@ -1,8 +1,10 @@
 //! `primjit bench`: the variable-width benchmark of the original report, on JIT primitives.
 //!
 //! Each call runs the model at batch 1 on a `1x3x320xW` input with the call's width from the
-//! workload, under a shape policy, through one engine whose cache is bounded as asked. Memory is
-//! measured as the report did: `VmRSS` after each call minus `VmRSS` after the first call.
+//! workload, under a shape policy, through one engine whose cache and workspace are bounded as
+//! asked. Memory is measured as the report did: `VmRSS` after each call minus `VmRSS` after the
+//! first call; the harness allocates nothing per call (`workload::Inputs`, `run_into`), so the
+//! growth is the library's.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,15 +13,14 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, ShapeMode, Tensor, Workspace,
+    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, ShapeMode, Tensor,
+    TensorView, Workspace,
 };
 use serde::Serialize;
 
 use crate::algo::AlgoArgs;
 use crate::source::Source;
-use crate::workload::{
-    self, Policy, crop_width, hwm_kb, input_for_call, pad_width, percentile, rss_kb, thousands,
-};
+use crate::workload::{self, Inputs, Policy, crop_width, hwm_kb, percentile, rss_kb, thousands};
 
 /// What `bench` and `sweep` run: a model over the first widths of a workload.
 #[derive(Debug, clap::Args)]
@@ -281,6 +282,10 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         ProgressStyle::with_template("{bar:30} {pos}/{len} calls  {msg}").expect("valid template"),
     );
 
+    let widest = widths.iter().copied().max().unwrap_or(1);
+    let widest_padded = args.policy.padded_width(widest);
+    let mut inputs = Inputs::new(args.seed, [n, c, h], widest, widest_padded);
+    let mut outputs = output_tensors(&model, &input_name, [n, c, h, widest_padded])?;
     let mut ws = Workspace::new();
     let mut configurations = std::collections::HashMap::new();
     let mut records = Vec::with_capacity(widths.len());
@@ -291,12 +296,14 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let mut total_seconds = 0.0;
     for (i, &w) in widths.iter().enumerate() {
         let run_width = args.policy.padded_width(w);
-        let x = input_for_call(args.seed, i, [n, c, h, w]);
-        let x = pad_width(&x, run_width);
+        let (shape, data) = inputs.view(w, run_width);
+        let x = TensorView {
+            shape: &shape,
+            data,
+        };
         let start = Instant::now();
-        let (_outputs, stats) = model.run(&engine, &[(&input_name, &x)], &mut ws)?;
+        let stats = model.run_into(&engine, &[(&input_name, x)], &mut outputs, &mut ws)?;
         let seconds = start.elapsed().as_secs_f64();
-        drop(_outputs);
         for node in &stats.nodes {
             configurations
                 .entry(node.primitive.key().clone())
@@ -340,7 +347,13 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let rss_last = records.last().map_or(0, |r| r.rss_kb);
     let stats = engine.cache().stats();
     let bucket_error = if args.policy != Policy::Exact && args.check_calls > 0 {
-        Some(bucket_error(&model, &input_name, args, widths, [n, c, h])?)
+        Some(bucket_error(
+            &model,
+            &input_name,
+            args,
+            widths,
+            &mut inputs,
+        )?)
     } else {
         None
     };
@@ -490,6 +503,30 @@ fn compile_by_algo(
         .collect()
 }
 
+/// One tensor per output of `model`, with room for its output at input shape `widest` (its
+/// pages touched now: `workload::touched_zeros`), for `run_into` to write every call's outputs
+/// into.
+fn output_tensors(model: &CompiledGraph, input: &str, widest: [usize; 4]) -> Result<Vec<Tensor>> {
+    let graph = model.graph();
+    let bindings = graph.bind_inputs(&[(input, &widest[..])], &primjit_ir::Bindings::new())?;
+    let shapes = primjit_ir::infer_shapes(graph, &bindings)?;
+    graph
+        .outputs()
+        .iter()
+        .map(|(name, v)| {
+            let len = shapes
+                .concrete(*v)
+                .with_context(|| format!("output {name} has no concrete shape"))?
+                .iter()
+                .product();
+            Ok(Tensor {
+                shape: Vec::new(),
+                data: workload::touched_zeros(len),
+            })
+        })
+        .collect()
+}
+
 /// Runs the first calls again both under the policy and exact, on an engine of their own so
 /// that the timed run's cache and memory are untouched, and compares the cropped outputs.
 fn bucket_error(
@@ -497,7 +534,7 @@ fn bucket_error(
     input: &str,
     args: &Args,
     widths: &[usize],
-    [n, c, h]: [usize; 3],
+    inputs: &mut Inputs,
 ) -> Result<BucketError> {
     let engine = Engine::new(EngineConfig {
         threads: args.workload.threads,
@@ -507,10 +544,12 @@ fn bucket_error(
     let exact_model = model.clone().with_mode(ShapeMode::Exact);
     let (mut max_abs, mut max_ref) = (0.0f64, 0.0f64);
     let checked = args.check_calls.min(widths.len());
-    for (i, &w) in widths.iter().take(checked).enumerate() {
-        let x = input_for_call(args.seed, i, [n, c, h, w]);
+    for &w in widths.iter().take(checked) {
+        let (shape, x) = inputs.view(w, w);
+        let x = Tensor::new(shape.to_vec(), x.to_vec())?;
         let (exact, _) = exact_model.run(&engine, &[(input, &x)], &mut ws)?;
-        let padded = pad_width(&x, args.policy.padded_width(w));
+        let (shape, padded) = inputs.view(w, args.policy.padded_width(w));
+        let padded = Tensor::new(shape.to_vec(), padded.to_vec())?;
         let (bucketed, _) = model.run(&engine, &[(input, &padded)], &mut ws)?;
         for ((_, e), (_, b)) in exact.iter().zip(&bucketed) {
             let b: Tensor = crop_width(b, *e.shape.last().expect("rank 4"));
