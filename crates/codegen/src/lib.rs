@@ -23,4 +23,4 @@ pub use key::{
     BufferSpec, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout,
     MAX_STEP, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
-pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan};
+pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};

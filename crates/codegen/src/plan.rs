@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use primjit_ir::PoolKind;
 
-use crate::key::{ConvDesc, Layout, PoolDesc, RuntimeDims};
+use crate::key::{ConvDesc, Layout, PoolDesc, PrimitiveKey, RuntimeDims};
 
 /// f32 lanes in one vector: Cranelift's x64 backend lowers 128-bit vectors.
 pub const LANES: usize = 4;
@@ -671,6 +671,21 @@ impl ConvPlan {
         self.ic.len / self.ic_chunk
     }
 
+    /// Whether the kernel may write its output over its residual (its destination and its
+    /// one residual being the same buffer). It may when the only read of the residual is the
+    /// epilogue's (`lower_conv::epilogue`), which loads each residual element right before it
+    /// stores the destination element at the same place, and nothing is stored to the
+    /// destination before that: one `add` post-op, no fused pool (which computes into its
+    /// band and pools from there), one chunk of the reduction (chunks keep partial sums in
+    /// the destination), an `nChw4c` destination.
+    pub fn residual_in_place(&self) -> bool {
+        let d = &self.desc;
+        d.residuals() == 1
+            && d.pool.is_none()
+            && self.chunks() == 1
+            && d.dst_layout == Layout::Nchw4c
+    }
+
     /// Floats per output-channel tile of packed weights.
     pub fn tile_weights_len(&self) -> usize {
         self.ic.len * self.desc.kh * self.desc.kw * self.vecs * LANES
@@ -910,6 +925,23 @@ impl fmt::Display for PoolPlan {
         )?;
         fmt_axis(f, "row", &self.rows, 1)?;
         fmt_axis(f, "column", &self.cols, self.pixel_tile)
+    }
+}
+
+/// Whether `key`'s kernel may write its output over its residual: a direct convolution whose
+/// plan allows it ([`ConvPlan::residual_in_place`]), or a Winograd one with a single residual
+/// (its output transform computes a tile's rows on the stack and reads each residual element
+/// right before it stores the output element at the same place, `conv::winograd`; nothing
+/// else of it writes the destination); no other kernel.
+pub fn residual_in_place(key: &PrimitiveKey) -> bool {
+    match key {
+        PrimitiveKey::Conv(d) => match d.algo {
+            crate::ConvAlgo::Direct => ConvPlan::new(d).residual_in_place(),
+            crate::ConvAlgo::WinogradF4x3 => {
+                d.residuals() == 1 && d.pool.is_none() && d.dst_layout == Layout::Nchw4c
+            }
+        },
+        _ => false,
     }
 }
 

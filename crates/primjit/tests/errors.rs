@@ -728,6 +728,38 @@ fn graph_error_output_count_of_run_into() {
 }
 
 #[test]
+fn exec_error_in_place_for_a_primitive_without_a_residual() {
+    let engine = engine();
+    let key = relu_key();
+    let p = engine.compile(&key).unwrap();
+    let src = vec![0.0; 24];
+    let mut dst = vec![0.0; 24];
+    let err = engine
+        .execute_over_residual(
+            &p,
+            ExecArgs {
+                src: &src,
+                weights: None,
+                dst: &mut dst,
+                extra: &[],
+                scratch: None,
+            },
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RuntimeError::Exec(ExecError::InPlace {
+            key: key.to_string()
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("{key}: this primitive cannot write its output over its residual")
+    );
+}
+
+#[test]
 fn graph_error_unbound_names_the_value_and_its_symbolic_shape() {
     let err = model().keys(&Bindings::new()).unwrap_err();
     let GraphError::Unbound { value, shape } = &err else {

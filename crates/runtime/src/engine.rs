@@ -198,15 +198,40 @@ impl Engine {
         self.run(primitive, args, Some(extents))
     }
 
+    /// Runs a conv whose destination holds its residual on entry, writing its output over it
+    /// (see [`Primitive::execute_over_residual`]), its rows split across the engine's threads;
+    /// `extents` for a primitive with runtime extents.
+    pub fn execute_over_residual(
+        &self,
+        primitive: &Primitive,
+        args: ExecArgs<'_>,
+        extents: Option<[usize; 2]>,
+    ) -> Result<(), RuntimeError> {
+        self.run_as(primitive, args, extents, true)
+    }
+
     fn run(
         &self,
         primitive: &Primitive,
         args: ExecArgs<'_>,
         extents: Option<[usize; 2]>,
     ) -> Result<(), RuntimeError> {
+        self.run_as(primitive, args, extents, false)
+    }
+
+    fn run_as(
+        &self,
+        primitive: &Primitive,
+        args: ExecArgs<'_>,
+        extents: Option<[usize; 2]>,
+        over_residual: bool,
+    ) -> Result<(), RuntimeError> {
         let start = Instant::now();
-        if self.pool.current_num_threads() > 1 {
-            primitive.execute_parallel(args, extents, &self.pool)?;
+        let pool = (self.pool.current_num_threads() > 1).then_some(&self.pool);
+        if over_residual {
+            primitive.execute_over_residual(args, extents, pool)?;
+        } else if let Some(pool) = pool {
+            primitive.execute_parallel(args, extents, pool)?;
         } else {
             match extents {
                 None => primitive.execute(args)?,

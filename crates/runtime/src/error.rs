@@ -57,6 +57,11 @@ pub enum ExecError {
         per_thread: usize,
         found: usize,
     },
+    /// A call asked a kernel to write its output over its residual, and the kernel's key does
+    /// not allow it (`primjit_codegen::residual_in_place`: a conv with one residual, no fused
+    /// pool and an unchunked reduction): pass the residual in `extra` instead.
+    #[error("{key}: this primitive cannot write its output over its residual")]
+    InPlace { key: String },
     /// The wrong number of extra buffers: a conv takes one residual per `add` post-op, an
     /// element-wise add its second source, other primitives none.
     #[error("{key}: expected {expected} extra buffers (residuals or second source), found {found}")]

@@ -102,8 +102,9 @@ impl ExecutableCode {
     ///
     /// `extents` must be those of a valid fixed-shape key that the kernel implements (its own
     /// key, or a runtime key at these extents); `buffers` must hold, in that key's order,
-    /// pointers to live, non-overlapping (except read-only ones among themselves) f32 buffers
-    /// of exactly the lengths it requires (a scratch: at least one band, of which the kernel
+    /// pointers to live, non-overlapping (except read-only ones among themselves, and a
+    /// residual that is the destination itself when the key allows that:
+    /// `primjit_codegen::residual_in_place`) f32 buffers of exactly the lengths it requires (a scratch: at least one band, of which the kernel
     /// uses the first), valid for the whole call, with no other thread writing to them; the
     /// rows of concurrent calls on the same destination must be disjoint, and their scratch
     /// bands too.
@@ -134,6 +135,8 @@ pub struct Kernel {
     code: ExecutableCode,
     key: PrimitiveKey,
     buffers: Vec<BufferSpec>,
+    /// The code may write its destination over its residual (`residual_in_place`).
+    residual_in_place: bool,
 }
 
 impl Kernel {
@@ -142,7 +145,19 @@ impl Kernel {
         let code = ExecutableCode::publish(compiled.code(), pages)?;
         let key = compiled.key().clone();
         let buffers = key.buffers();
-        Ok(Kernel { code, key, buffers })
+        let residual_in_place = primjit_codegen::residual_in_place(&key);
+        Ok(Kernel {
+            code,
+            key,
+            buffers,
+            residual_in_place,
+        })
+    }
+
+    /// Whether the kernel may write its output over its residual: [`Kernel::run`] then accepts
+    /// [`Residual::InDestination`].
+    pub fn residual_in_place(&self) -> bool {
+        self.residual_in_place
     }
 
     pub fn key(&self) -> &PrimitiveKey {
@@ -181,13 +196,23 @@ impl Kernel {
     /// A key with runtime extents needs the call's input extents `[ih, iw]`; the key at those
     /// extents is validated like any key before the kernel runs. A fixed key accepts only its
     /// own extents.
+    ///
+    /// With [`Residual::InDestination`], the destination holds the residual on entry (and
+    /// `args.extra` is empty), and the kernel writes its output over it; only a kernel whose
+    /// key allows it accepts that ([`Kernel::residual_in_place`]).
     pub fn run(
         &self,
         args: ExecArgs<'_>,
         extents: Option<[usize; 2]>,
         items: Option<Range<usize>>,
         pool: Option<&rayon::ThreadPool>,
+        residual: Residual,
     ) -> Result<(), ExecError> {
+        if residual == Residual::InDestination && !self.residual_in_place {
+            return Err(ExecError::InPlace {
+                key: self.key.to_string(),
+            });
+        }
         let runtime = self.key.runtime_dims().any();
         let call_key = match (runtime, extents) {
             (false, None) => None,
@@ -239,15 +264,17 @@ impl Kernel {
             });
         }
         let (pointers, scratch) = match &call_key {
-            Some(k) => pointers(k, &k.buffers(), args)?,
-            None => pointers(&self.key, &self.buffers, args)?,
+            Some(k) => pointers(k, &k.buffers(), args, residual)?,
+            None => pointers(&self.key, &self.buffers, args, residual)?,
         };
         let extent_args = key.extent_args();
         match pool {
             // SAFETY: `pointers` matched every buffer's length to `key`, which this code
             // implements (the kernel's own key, or its runtime key at validated extents that
             // `extent_args` passes); the borrows in `args` keep the buffers alive, and unaliased
-            // except for the shared read-only ones, for the call; the chunks of rows are
+            // except for the shared read-only ones, for the call (a residual in the
+            // destination is its one `&mut` borrow, passed twice only to a kernel whose key
+            // allows it, checked above); the chunks of rows are
             // disjoint and within the key's work items, and each has a band of the scratch
             // of its own (at most `scratch.bands` chunks).
             Some(pool) => unsafe {
@@ -268,6 +295,15 @@ impl Kernel {
     }
 }
 
+/// Where a conv's residual is, for [`Kernel::run`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residual {
+    /// In `ExecArgs::extra`, as every other extra buffer (also: no residual at all).
+    Extra,
+    /// In the destination: the kernel writes its output over its one residual.
+    InDestination,
+}
+
 /// Where the scratch of a conv with a fused pool sits among a call's pointers, and how it
 /// divides into bands, one per thread.
 #[derive(Clone, Copy, Debug)]
@@ -278,11 +314,13 @@ struct Scratch {
 }
 
 /// Checks the buffers against `specs` (of `key`) and lists their pointers in kernel order,
-/// with where the scratch is, if the key takes one.
+/// with where the scratch is, if the key takes one. With `Residual::InDestination`, the
+/// residual's pointer is the destination's (the caller checked that the key allows it).
 fn pointers(
     key: &PrimitiveKey,
     specs: &[BufferSpec],
     args: ExecArgs<'_>,
+    residual: Residual,
 ) -> Result<(Vec<*mut f32>, Option<Scratch>), ExecError> {
     let key_name = key.to_string();
     let mismatch = |spec: &BufferSpec, found: usize| ExecError::BufferLength {
@@ -327,8 +365,15 @@ fn pointers(
         return Err(mismatch(dst, args.dst.len()));
     }
     pointers.push(args.dst.as_mut_ptr());
-    let (extras, scratch_spec): (Vec<&BufferSpec>, Vec<&BufferSpec>) =
+    let (mut extras, scratch_spec): (Vec<&BufferSpec>, Vec<&BufferSpec>) =
         specs.partition(|s| s.role != SCRATCH_ROLE);
+    if residual == Residual::InDestination {
+        // The residual is read where the destination is written: same shape, same length.
+        let spec = extras
+            .pop()
+            .expect("a kernel that writes over its residual has one");
+        debug_assert_eq!(spec.len, dst.len);
+    }
     if args.extra.len() != extras.len() {
         return Err(ExecError::ExtraCount {
             key: key_name,
@@ -341,6 +386,9 @@ fn pointers(
             return Err(mismatch(spec, buf.len()));
         }
         pointers.push(buf.as_ptr().cast_mut());
+    }
+    if residual == Residual::InDestination {
+        pointers.push(pointers[2]);
     }
     let scratch = match (scratch_spec.first(), args.scratch) {
         (None, None) => None,

@@ -156,6 +156,10 @@ pub struct CompiledGraph {
     params: Params,
     prepared: Vec<Prepared>,
     last_use: Vec<usize>,
+    /// Per node: the residual a conv may write its output over (`residual_overwrites`).
+    overwrites: Vec<Option<Value>>,
+    /// Whether runs write over those residuals (when the primitive allows it).
+    in_place: bool,
     /// Per node: the spatial extents of its input that depend on a symbol.
     symbolic: Vec<RuntimeDims>,
     mode: ShapeMode,
@@ -252,11 +256,14 @@ impl CompiledGraph {
         for (_, v) in graph.outputs() {
             last_use[v.index()] = usize::MAX;
         }
+        let overwrites = residual_overwrites(&graph, &last_use);
         Ok(CompiledGraph {
             graph,
             params,
             prepared,
             last_use,
+            overwrites,
+            in_place: true,
             symbolic,
             mode: ShapeMode::Exact,
             conv_algo,
@@ -303,6 +310,33 @@ impl CompiledGraph {
 
     pub fn mode(&self) -> ShapeMode {
         self.mode
+    }
+
+    /// The same graph, writing convs' outputs over their residuals where liveness allows it
+    /// (`true`, the default) or never (`false`: every value gets a buffer of its own). The
+    /// results are the same to the bit; only the activation memory differs.
+    pub fn with_residual_in_place(mut self, in_place: bool) -> Self {
+        self.in_place = in_place;
+        self
+    }
+
+    /// The convs that may write their output over a residual, as (node, residual) names: the
+    /// residual has no reader after the conv, is not a graph output and is not the conv's
+    /// own input. A run does so when its primitive allows it too
+    /// (`Primitive::residual_in_place`).
+    pub fn residual_overwrites(&self) -> Vec<(String, String)> {
+        self.graph
+            .nodes()
+            .zip(&self.overwrites)
+            .filter_map(|((_, node), r)| {
+                r.map(|r| {
+                    (
+                        self.graph.value_name(node.result).to_string(),
+                        self.graph.value_name(r).to_string(),
+                    )
+                })
+            })
+            .collect()
     }
 
     /// The runtime extents of each node's key in this graph's mode.
@@ -457,8 +491,24 @@ impl CompiledGraph {
         for (i, ((_, node), (name, key))) in self.graph.nodes().zip(&keys).enumerate() {
             let primitive = engine.compile(key)?;
             let out_len = Layout::Nchw4c.buffer_len(shape4(node.result));
-            let mut dst = take(workspace, out_len)?;
-            live_bytes += out_len * 4;
+            // A conv writes over its residual when nothing reads the residual after it (planned
+            // in `new`), its kernel allows it, and the residual has a buffer of the output's
+            // length; the residual's buffer then becomes the output's.
+            let over_residual = self.overwrites[i]
+                .filter(|_| self.in_place && primitive.residual_in_place())
+                .filter(|r| {
+                    blocked[r.index()]
+                        .as_ref()
+                        .is_some_and(|b| b.len() == out_len)
+                });
+            let mut dst = match over_residual {
+                Some(r) => blocked[r.index()].take().expect("checked above"),
+                None => {
+                    let dst = take(workspace, out_len)?;
+                    live_bytes += out_len * 4;
+                    dst
+                }
+            };
             stats.peak_activation_bytes = stats.peak_activation_bytes.max(live_bytes);
             let src_of = |v: Value| -> &[f32] {
                 match (&blocked[v.index()], layout_of(&self.graph, v)) {
@@ -480,9 +530,10 @@ impl CompiledGraph {
                 let [_, _, h, w] = shape4(v);
                 [h, w]
             });
-            let execute = |args: ExecArgs<'_>| match extents {
-                Some(e) => engine.execute_at(&primitive, args, e),
-                None => engine.execute(&primitive, args),
+            let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
+                (Some(_), e) => engine.execute_over_residual(&primitive, args, e),
+                (None, Some(e)) => engine.execute_at(&primitive, args, e),
+                (None, None) => engine.execute(&primitive, args),
             };
             let start = std::time::Instant::now();
             let ran = match (&node.op, &self.prepared[i]) {
@@ -491,7 +542,7 @@ impl CompiledGraph {
                         .post_ops
                         .iter()
                         .filter_map(|p| match p {
-                            PostOp::Add(r) => Some(blocked_of(*r)),
+                            PostOp::Add(r) if over_residual != Some(*r) => Some(blocked_of(*r)),
                             _ => None,
                         })
                         .collect();
@@ -604,6 +655,32 @@ fn weight_buffer(packed: &[f32]) -> Result<Arc<WeightBuffer>, GraphError> {
     WeightBuffer::from_slice(packed)
         .map(Arc::new)
         .map_err(|e| GraphError::Weights(e.to_string()))
+}
+
+/// Per node of an optimized graph: the residual its conv may write its output over. That is a
+/// conv's only `add` post-op (and no fused pool) whose value no later node reads
+/// (`last_use`, with `usize::MAX` for graph outputs), and which is not the conv's own input:
+/// the kernel then reads each residual element only right before it writes the output
+/// element at the same place (`primjit_codegen::residual_in_place`), and nothing else reads it.
+fn residual_overwrites(graph: &Graph, last_use: &[usize]) -> Vec<Option<Value>> {
+    graph
+        .nodes()
+        .enumerate()
+        .map(|(i, (_, node))| {
+            let Op::Conv2d(c) = &node.op else {
+                return None;
+            };
+            let mut adds = c.post_ops.iter().filter_map(|p| match p {
+                PostOp::Add(r) => Some(*r),
+                _ => None,
+            });
+            let pooled = c.post_ops.iter().any(|p| matches!(p, PostOp::MaxPool(_)));
+            match (adds.next(), adds.next()) {
+                (Some(r), None) if !pooled && r != c.input && last_use[r.index()] == i => Some(r),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// A conv descriptor with the node's channels, kernel and layouts, at a placeholder spatial

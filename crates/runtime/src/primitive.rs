@@ -6,7 +6,7 @@ use std::time::Duration;
 use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
-use crate::exec::{Kernel, PageSource};
+use crate::exec::{Kernel, PageSource, Residual};
 
 /// The memory a primitive holds, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -99,14 +99,15 @@ impl Primitive {
 
     /// Runs the kernel on one thread.
     pub fn execute(&self, args: ExecArgs<'_>) -> Result<(), ExecError> {
-        self.kernel.run(args, None, None, None)
+        self.kernel.run(args, None, None, None, Residual::Extra)
     }
 
     /// Runs a kernel with runtime extents (see `primjit_codegen::key::RuntimeDims`) on one
     /// thread, for input extents `[ih, iw]`; buffers are checked against the key at those
     /// extents.
     pub fn execute_at(&self, args: ExecArgs<'_>, extents: [usize; 2]) -> Result<(), ExecError> {
-        self.kernel.run(args, Some(extents), None, None)
+        self.kernel
+            .run(args, Some(extents), None, None, Residual::Extra)
     }
 
     /// Runs the kernel with its output rows split across the threads of `pool`; `extents`
@@ -117,7 +118,8 @@ impl Primitive {
         extents: Option<[usize; 2]>,
         pool: &rayon::ThreadPool,
     ) -> Result<(), ExecError> {
-        self.kernel.run(args, extents, None, Some(pool))
+        self.kernel
+            .run(args, extents, None, Some(pool), Residual::Extra)
     }
 
     /// Runs the kernel on one thread for the work items (output rows) in `items` only; the
@@ -128,6 +130,27 @@ impl Primitive {
         extents: Option<[usize; 2]>,
         items: Range<usize>,
     ) -> Result<(), ExecError> {
-        self.kernel.run(args, extents, Some(items), None)
+        self.kernel
+            .run(args, extents, Some(items), None, Residual::Extra)
+    }
+
+    /// Whether the kernel may write its output over its residual
+    /// ([`Primitive::execute_over_residual`]; `primjit_codegen::residual_in_place`).
+    pub fn residual_in_place(&self) -> bool {
+        self.kernel.residual_in_place()
+    }
+
+    /// Runs a conv whose destination holds its residual on entry, writing the output over it
+    /// (`args.extra` empty); split across the threads of `pool` when one is given, `extents`
+    /// as in [`Self::execute_parallel`]. A primitive that cannot do so
+    /// ([`Self::residual_in_place`]) returns `ExecError::InPlace`.
+    pub fn execute_over_residual(
+        &self,
+        args: ExecArgs<'_>,
+        extents: Option<[usize; 2]>,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<(), ExecError> {
+        self.kernel
+            .run(args, extents, None, pool, Residual::InDestination)
     }
 }
