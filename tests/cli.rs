@@ -1865,6 +1865,8 @@ fn sweep_small_model_tabulates_and_plots() {
         "exact:unlimited",
         "--config",
         "exact:0",
+        "--config",
+        "dynamic:::16MiB",
         "--threads",
         "1",
         "--out-dir",
@@ -1882,17 +1884,33 @@ fn sweep_small_model_tabulates_and_plots() {
         .take_while(|l| !l.starts_with("figures:"))
         .map(|l| l.split_whitespace().collect())
         .collect();
-    assert_eq!(rows.len(), 2, "{out}");
-    assert_eq!(rows[0][..3], ["exact", "unlimited", "-"], "{out}");
-    assert_eq!(rows[1][..3], ["exact", "0", "-"], "{out}");
-    for row in &rows {
+    assert_eq!(rows.len(), 3, "{out}");
+    let default_workspace = primjit::WorkspaceConfig::DEFAULT_BUDGET.to_string();
+    assert_eq!(
+        rows[0][..4],
+        ["exact", "unlimited", "-", default_workspace.as_str()],
+        "{out}"
+    );
+    assert_eq!(
+        rows[1][..4],
+        ["exact", "0", "-", default_workspace.as_str()],
+        "{out}"
+    );
+    assert_eq!(rows[2][..4], ["dynamic", "64MiB", "-", "16MiB"], "{out}");
+    for row in &rows[..2] {
         assert!(row.iter().any(|c| c.ends_with('%')), "{out}");
         // Two distinct widths, two primitives each, whatever the budget.
-        assert_eq!(row[7], "4", "compiles:\n{out}");
+        assert_eq!(row[9], "4", "compiles:\n{out}");
     }
+    // One primitive per node for every width.
+    assert_eq!(rows[2][9], "2", "compiles:\n{out}");
     // Nothing is cached with no budget.
     assert_eq!(*rows[1].last().unwrap(), "0", "{out}");
-    for name in ["memory_growth.svg", "latency_vs_budget.svg"] {
+    for name in [
+        "memory_growth.svg",
+        "latency_vs_budget.svg",
+        "growth_vs_latency.svg",
+    ] {
         let svg =
             std::fs::read_to_string(out_dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(
@@ -1901,6 +1919,14 @@ fn sweep_small_model_tabulates_and_plots() {
             &svg[..svg.len().min(100)]
         );
         assert!(svg.trim_end().ends_with("</svg>"), "{name}");
+        // The same figure as PNG beside it, with text drawn from the bundled font.
+        let png = std::fs::read(out_dir.join(name).with_extension("png"))
+            .unwrap_or_else(|e| panic!("{name} as png: {e}"));
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}");
+        assert!(out.contains(&format!(
+            "{}",
+            out_dir.join(name).with_extension("png").display()
+        )));
     }
     for run in ["run0.json", "run1.json"] {
         assert_eq!(read_json(&out_dir.join(run))["calls"], 2);
