@@ -50,6 +50,22 @@ pub fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
+/// Shrinks `map` in place to its first `len` bytes (a positive multiple of the page size, at
+/// most its length) and returns the rest of its pages to the operating system; the first
+/// `len` bytes keep their contents and their address.
+pub fn shrink_mapping(map: &mut MmapMut, len: usize) -> io::Result<()> {
+    if len == 0 || len > map.len() || !len.is_multiple_of(page_size()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot shrink a mapping of {} bytes to {len}", map.len()),
+        ));
+    }
+    // SAFETY: `remap`'s hazard is growing a file-backed mapping past its file's end; this only
+    // shrinks (checked above), in place (no `may_move`), so every byte the mapping still covers
+    // was mapped before, and the `&mut` borrow means no slice into the dropped tail is alive.
+    unsafe { map.remap(len, memmap2::RemapOptions::new()) }
+}
+
 /// Machine code in pages this value alone owns, mapped read+execute.
 #[derive(Debug)]
 pub struct ExecutableCode {

@@ -27,11 +27,11 @@ pub struct WorkspaceConfig {
 }
 
 impl WorkspaceConfig {
-    /// 32 MiB: the smallest budget whose latency on the benchmark workload stayed within 2% of
-    /// an unlimited workspace (README.md, "Activation memory"). It keeps the buffers of calls
-    /// up to about 2,700 columns wide (the workload's mean width is 1031) and returns those of
-    /// wider calls, whose own run time dwarfs mapping them again.
-    pub const DEFAULT_BUDGET: Budget = Budget::Bytes(32 << 20);
+    /// 8 MiB: the smallest budget whose latency on the benchmark workload stayed within 2% of
+    /// an unlimited workspace (README.md, "Activation memory"). After a wide call, `trim`
+    /// shrinks its buffers to what a call about 600 columns wide needs (the workload's median
+    /// width is 232), which the narrower calls then reuse.
+    pub const DEFAULT_BUDGET: Budget = Budget::Bytes(8 << 20);
 
     /// Reads `PRIMJIT_WORKSPACE_BUDGET` (`64MiB`, `512KiB`, a number of bytes, `0`, `unlimited`),
     /// defaulting what is unset; a malformed value is an error.
@@ -210,18 +210,36 @@ impl Workspace {
         self.stats.returned_bytes += buf.bytes() as u64;
     }
 
-    /// Keeps at most `budget` bytes of free buffers, the largest first, and returns the rest.
+    /// Keeps at most `budget` bytes of free buffers and returns the rest. Every mapped buffer
+    /// is shrunk by the same factor (page-rounded down; its first pages stay as they are),
+    /// heap buffers (below the mapping threshold) are dropped: a network's activations scale
+    /// together with its input's width, so the workspace keeps what a narrower run needs,
+    /// rather than the few whole buffers of a wide run that a narrow one could not use.
     pub(crate) fn trim(&mut self, budget: Budget) {
         let limit = match budget {
             Budget::Unlimited => return,
             Budget::Bytes(b) => b,
         };
-        self.free.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-        let mut kept = 0usize;
+        let total: usize = self.free.iter().map(Buffer::bytes).sum();
+        if total <= limit {
+            return;
+        }
+        let page = crate::exec::page_size();
         let mut keep = Vec::with_capacity(self.free.len());
-        for buf in std::mem::take(&mut self.free) {
-            if kept + buf.bytes() <= limit {
-                kept += buf.bytes();
+        for mut buf in std::mem::take(&mut self.free) {
+            let before = buf.bytes();
+            let share = (before as u128 * limit as u128 / total as u128) as usize / page * page;
+            let shrunk = match &mut buf {
+                Buffer::Mapped { map, len } if share > 0 => {
+                    let ok = crate::exec::shrink_mapping(map, share).is_ok();
+                    *len = 0;
+                    ok
+                }
+                _ => false,
+            };
+            if shrunk {
+                self.stats.bytes -= before - buf.bytes();
+                self.stats.returned_bytes += (before - buf.bytes()) as u64;
                 keep.push(buf);
             } else {
                 self.release(buf);
@@ -287,26 +305,39 @@ mod tests {
         ws.give(large);
     }
 
-    /// After a trim, the free buffers fit the budget, the largest kept first; what was dropped
-    /// counts as returned, and the peak stays.
+    /// After a trim, the free buffers fit the budget: each mapped buffer shrunk by the same
+    /// factor, keeping its first floats; what was given up counts as returned, and the peak
+    /// stays. Budget 0 returns everything.
     #[test]
-    fn trim_keeps_the_largest_buffers_that_fit_and_counts_the_rest_returned() {
+    fn trim_shrinks_every_buffer_alike_and_counts_the_rest_returned() {
         let page = crate::exec::page_size();
         let floats = |bytes: usize| bytes / 4;
         let mut ws = Workspace::with_budget(Budget::Unlimited);
         let sizes = [64 * page, 32 * page, 16 * page];
-        let bufs: Vec<Buffer> = sizes.iter().map(|&s| ws.take(floats(s)).unwrap()).collect();
+        let mut bufs: Vec<Buffer> = sizes.iter().map(|&s| ws.take(floats(s)).unwrap()).collect();
+        for (i, b) in bufs.iter_mut().enumerate() {
+            b.fill(i as f32 + 1.0);
+        }
         for b in bufs {
             ws.give(b);
         }
         let total: usize = sizes.iter().sum();
         assert_eq!(ws.stats().bytes, total);
         ws.trim(Budget::Unlimited);
+        ws.trim(Budget::Bytes(total));
         assert_eq!(ws.stats().bytes, total);
+        // 50/112 of each, page-rounded down: 28, 14 and 7 pages.
         ws.trim(Budget::Bytes(50 * page));
-        assert_eq!(ws.stats().bytes, 32 * page + 16 * page);
-        assert_eq!(ws.stats().returned_bytes, 64 * page as u64);
+        let mut kept: Vec<usize> = ws.free.iter().map(Buffer::bytes).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [7 * page, 14 * page, 28 * page]);
+        assert_eq!(ws.stats().bytes, 49 * page);
+        assert_eq!(ws.stats().returned_bytes, 63 * page as u64);
         assert_eq!(ws.stats().peak_bytes, total);
+        // A shrunk buffer keeps its first floats.
+        let b = ws.take(floats(28 * page)).unwrap();
+        assert!(b.iter().all(|&x| x == 1.0), "the first buffer's floats");
+        ws.give(b);
         ws.trim(Budget::Bytes(0));
         assert_eq!(ws.stats().bytes, 0);
         assert!(ws.free.is_empty());
