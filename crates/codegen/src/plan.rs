@@ -673,7 +673,7 @@ impl ConvPlan {
 
     /// Whether the kernel may write its output over its residual (its destination and its
     /// one residual being the same buffer). It may when the only read of the residual is the
-    /// epilogue's (`lower_conv::epilogue`), which loads each residual element right before it
+    /// epilogue's (`conv::direct::epilogue`), which loads each residual element right before it
     /// stores the destination element at the same place, and nothing is stored to the
     /// destination before that: one `add` post-op, no fused pool (which computes into its
     /// band and pools from there), one chunk of the reduction (chunks keep partial sums in
