@@ -1,4 +1,5 @@
-//! Tensor files: .npy inputs and outputs (f32, C order) and .safetensors parameters (F32).
+//! Tensor files: .npy inputs and outputs (f32, C order) and .safetensors parameters (F32,
+//! read by the facade's `params_file`).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -7,7 +8,6 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use npyz::WriterBuilder;
 use primjit_ir::{Graph, Params, Tensor};
-use safetensors::{Dtype, SafeTensors};
 
 /// Reads a .npy file holding f32 values in C order.
 pub fn read_npy(path: &Path) -> Result<Tensor> {
@@ -59,62 +59,15 @@ pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Reads the values of `graph`'s declared (non-derived) parameters from a safetensors file.
-///
-/// Tensors are named as the parameters without the `@`; the file may hold others (a full
-/// model's state dict for a graph of part of it), which are ignored, whatever their dtype.
-/// A parameter missing from the file takes its value from `fallback` (an ONNX model's
-/// initializers) when that has one.
+/// Reads the values of `graph`'s declared parameters from a safetensors file, a parameter
+/// missing from it taking its value from `fallback` (an ONNX model's initializers) when that
+/// has one ([`primjit::params_file::read_safetensors`]).
 pub fn read_safetensors_params(
     path: &Path,
     graph: &Graph,
     fallback: Option<&Params>,
 ) -> Result<Params> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-    let file = SafeTensors::deserialize(&bytes)
-        .with_context(|| format!("`{}` is not a safetensors file", path.display()))?;
-    let mut params = Params::new();
-    for (_, param) in graph.params() {
-        if param.derived.is_some() {
-            continue;
-        }
-        let name = &param.name;
-        let Ok(view) = file.tensor(name) else {
-            if let Some(t) = fallback.and_then(|f| f.get(name)) {
-                params.insert(name.clone(), t.clone());
-                continue;
-            }
-            bail!(
-                "parameter @{name} is missing from `{}` (expected shape {:?})",
-                path.display(),
-                param.shape
-            );
-        };
-        if view.dtype() != Dtype::F32 {
-            bail!(
-                "parameter @{name} in `{}` has dtype {:?}; only F32 is supported",
-                path.display(),
-                view.dtype()
-            );
-        }
-        if view.shape() != param.shape.as_slice() {
-            bail!(
-                "parameter @{name} has shape {:?} in `{}` but the graph declares {:?}",
-                view.shape(),
-                path.display(),
-                param.shape
-            );
-        }
-        let data = view
-            .data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        let tensor = Tensor::new(view.shape().to_vec(), data)
-            .with_context(|| format!("parameter @{name} in `{}`", path.display()))?;
-        params.insert(name.clone(), tensor);
-    }
-    Ok(params)
+    Ok(primjit::params_file::read_safetensors(path, graph, fallback)?)
 }
 
 /// Writes parameter values as a safetensors file of F32 tensors named as the parameters.

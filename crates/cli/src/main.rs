@@ -9,7 +9,6 @@ mod algo;
 mod bench;
 mod cache;
 mod check;
-mod descriptor;
 mod dump;
 mod executor;
 mod import;

@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use primjit::ir::{PoolKind, Tensor, random_tensor};
+use primjit::descriptor::{self, DescriptorOp};
+use primjit::ir::{Tensor, random_tensor};
 use primjit::{
     Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, ExecArgs, Layout, Params, Primitive,
     PrimitiveKey, ShapeMode, Workspace,
 };
 
-use crate::descriptor;
 use crate::source::GraphArgs;
 
 /// The median of a non-empty slice (sorts it); of an even count, the mean of the middle two
@@ -246,25 +246,12 @@ fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, PrimitiveKey, Opt
     } else {
         Layout::Nchw4c
     };
-    let key = if args.pool {
-        let (kind, include) = match args.alg.as_str() {
-            "max" => (PoolKind::Max, false),
-            "avg_np" => (PoolKind::Avg, false),
-            _ => (PoolKind::Avg, true),
-        };
-        PrimitiveKey::Pool(desc.pool(kind, include, layout)?)
+    let op = if args.pool {
+        DescriptorOp::pool(&args.alg).expect("clap checks the algorithm")
     } else {
-        let mut conv = desc.conv(layout)?;
-        conv.algo = args.algo.choice()?.pick(&conv);
-        PrimitiveKey::Conv(conv)
+        DescriptorOp::Conv(args.algo.choice()?)
     };
-    key.validate()?;
-    let compiled = match &key {
-        PrimitiveKey::Conv(d) => PrimitiveKey::Conv(d.clone().with_runtime(desc.runtime)),
-        PrimitiveKey::Pool(d) => PrimitiveKey::Pool(d.clone().with_runtime(desc.runtime)),
-        _ => key.clone(),
-    };
-    compiled.validate()?;
+    let (key, compiled) = desc.keys(op, layout)?;
     Ok((key, compiled, desc.name))
 }
 

@@ -21,6 +21,13 @@
 //!   page source an engine maps code from ([`Engine::with_pages`], for fault injection) and
 //!   the guard-paged buffers of the tests;
 //! - [`reference`]: the reference interpreter that every kernel is tested against.
+//!
+//! Around them, for the tools and bindings that take problems from users: [`descriptor`]
+//! parses benchdnn problem descriptors into keys, and [`params_file`] reads a graph's
+//! parameters from a `.safetensors` file.
+
+pub mod descriptor;
+pub mod params_file;
 
 pub use primjit_codegen as codegen;
 pub use primjit_ir as ir;
@@ -31,7 +38,7 @@ pub use primjit_codegen::{
     EltwiseKind, GlobalPoolDesc, KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey,
     key::RuntimeDims,
 };
-pub use primjit_ir::{Graph, IrError, Params, Tensor};
+pub use primjit_ir::{Graph, IrError, Params, Tensor, TensorView};
 pub use primjit_runtime::{
     Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
     ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,

@@ -13,9 +13,68 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result, bail};
-use primjit::ir::{Pads, PoolKind, PoolWindow};
-use primjit::{ConvDesc, Layout, PoolDesc, RuntimeDims};
+use primjit_codegen::key::RuntimeDims;
+use primjit_codegen::{ConvAlgoChoice, ConvDesc, KeyError, Layout, PoolDesc, PrimitiveKey};
+use primjit_ir::{Pads, PoolKind, PoolWindow};
+
+/// Why a descriptor does not describe a primitive ([`parse`], [`Descriptor::conv`],
+/// [`Descriptor::pool`], [`Descriptor::keys`]). Fix the descriptor as the message says.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    /// The text is not a list of entries such as `ic64`: an unknown or repeated entry, a
+    /// number that does not fit, a `*` after an entry other than `ih` or `iw`, a 3-D entry, an
+    /// unterminated `n"label"`.
+    #[error("descriptor `{text}`: {reason}")]
+    Syntax { text: String, reason: String },
+    /// An entry the problem needs (`ic`, `oc`, `ih`, `kh`) is missing.
+    #[error("the descriptor needs `{0}`")]
+    Missing(String),
+    /// The entries do not make a problem: a zero extent, kernel or stride, or an empty output.
+    #[error("{0}")]
+    Problem(String),
+    /// The entries make a key that does not validate (a window larger than the padded input,
+    /// groups that do not divide the channels, ...); see [`KeyError`].
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+type Result<T> = std::result::Result<T, DescriptorError>;
+
+fn syntax(text: &str, reason: impl Into<String>) -> DescriptorError {
+    DescriptorError::Syntax {
+        text: text.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// What a descriptor is compiled as: benchdnn's conv driver with a choice of convolution
+/// algorithm, or its pool driver with a pooling algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DescriptorOp {
+    Conv(ConvAlgoChoice),
+    Pool {
+        kind: PoolKind,
+        /// benchdnn's `avg_p` (true) against `avg_np` (false); ignored for max pooling.
+        count_include_pad: bool,
+    },
+}
+
+impl DescriptorOp {
+    /// benchdnn's pooling algorithm names: `max`, `avg_np` (padding excluded from the
+    /// average) and `avg_p` (padding counted).
+    pub fn pool(alg: &str) -> Option<Self> {
+        let (kind, count_include_pad) = match alg {
+            "max" => (PoolKind::Max, false),
+            "avg_np" => (PoolKind::Avg, false),
+            "avg_p" => (PoolKind::Avg, true),
+            _ => return None,
+        };
+        Some(DescriptorOp::Pool {
+            kind,
+            count_include_pad,
+        })
+    }
+}
 
 /// A parsed descriptor: its entries and its label.
 #[derive(Debug, Default)]
@@ -31,6 +90,8 @@ const KNOWN: [&str; 20] = [
     "id", "od", "kd", "sd",
 ];
 
+/// Parses a descriptor's entries; [`Descriptor::conv`], [`Descriptor::pool`] and
+/// [`Descriptor::keys`] make a problem of them.
 pub fn parse(text: &str) -> Result<Descriptor> {
     let mut d = Descriptor::default();
     let mut rest = text.trim();
@@ -42,7 +103,7 @@ pub fn parse(text: &str) -> Result<Descriptor> {
         if let Some(r) = rest.strip_prefix("n\"") {
             let end = r
                 .find('"')
-                .with_context(|| format!("descriptor `{text}`: unterminated name"))?;
+                .ok_or_else(|| syntax(text, "unterminated name"))?;
             d.name = Some(r[..end].to_string());
             rest = &r[end + 1..];
             continue;
@@ -54,32 +115,41 @@ pub fn parse(text: &str) -> Result<Descriptor> {
         let num_len = r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len());
         let (num, r) = r.split_at(num_len);
         if key.is_empty() || num.is_empty() {
-            bail!("descriptor `{text}`: expected an entry such as `ic64` at `{rest}`");
+            return Err(syntax(
+                text,
+                format!("expected an entry such as `ic64` at `{rest}`"),
+            ));
         }
         let r = match r.strip_prefix('*') {
             Some(r) => {
                 match key {
                     "ih" => d.runtime.h = true,
                     "iw" => d.runtime.w = true,
-                    _ => bail!(
-                        "descriptor `{text}`: only `ih` and `iw` can be runtime extents (`*`), not `{key}`"
-                    ),
+                    _ => {
+                        return Err(syntax(
+                            text,
+                            format!("only `ih` and `iw` can be runtime extents (`*`), not `{key}`"),
+                        ));
+                    }
                 }
                 r
             }
             None => r,
         };
         if !KNOWN.contains(&key) {
-            bail!("descriptor `{text}`: unknown entry `{key}`");
+            return Err(syntax(text, format!("unknown entry `{key}`")));
         }
         if matches!(key, "id" | "od" | "kd" | "sd") {
-            bail!("descriptor `{text}`: 3-D problems (`{key}`) are not supported");
+            return Err(syntax(
+                text,
+                format!("3-D problems (`{key}`) are not supported"),
+            ));
         }
         let value: usize = num
             .parse()
-            .with_context(|| format!("descriptor `{text}`: `{num}` is too large"))?;
+            .map_err(|_| syntax(text, format!("`{num}` is too large")))?;
         if d.entries.insert(key.to_string(), value).is_some() {
-            bail!("descriptor `{text}`: `{key}` is given twice");
+            return Err(syntax(text, format!("`{key}` is given twice")));
         }
         rest = r;
     }
@@ -93,7 +163,7 @@ impl Descriptor {
 
     fn required(&self, key: &str) -> Result<usize> {
         self.get(key)
-            .with_context(|| format!("the descriptor needs `{key}`"))
+            .ok_or_else(|| DescriptorError::Missing(key.to_string()))
     }
 
     /// One spatial axis: input, begin padding, kernel, stride, dilation (ONNX: 1 = dense), end
@@ -102,11 +172,11 @@ impl Descriptor {
         let input = self
             .get(&format!("i{a}"))
             .or(self.get(&format!("i{b}")))
-            .with_context(|| format!("the descriptor needs `i{a}`"))?;
+            .ok_or_else(|| DescriptorError::Missing(format!("i{a}")))?;
         let kernel = self
             .get(&format!("k{a}"))
             .or(self.get(&format!("k{b}")))
-            .with_context(|| format!("the descriptor needs `k{a}`"))?;
+            .ok_or_else(|| DescriptorError::Missing(format!("k{a}")))?;
         let stride = self
             .get(&format!("s{a}"))
             .or(self.get(&format!("s{b}")))
@@ -117,7 +187,9 @@ impl Descriptor {
             .unwrap_or(0)
             + 1;
         if stride == 0 || kernel == 0 || input == 0 {
-            bail!("the descriptor's extents, kernel and strides must be at least 1");
+            return Err(DescriptorError::Problem(
+                "the descriptor's extents, kernel and strides must be at least 1".into(),
+            ));
         }
         let extent = dilation * (kernel - 1) + 1;
         let pad = self.get(&format!("p{a}")).or(self.get(&format!("p{b}")));
@@ -134,7 +206,9 @@ impl Descriptor {
             (None, None) => (0, input.checked_sub(extent).map_or(0, |s| s / stride + 1)),
         };
         if output == 0 {
-            bail!("the descriptor's output along `{a}` would be empty");
+            return Err(DescriptorError::Problem(format!(
+                "the descriptor's output along `{a}` would be empty"
+            )));
         }
         let pad_end = ((output - 1) * stride + extent).saturating_sub(input + pad_begin);
         Ok((input, pad_begin, kernel, stride, dilation, pad_end))
@@ -199,6 +273,30 @@ impl Descriptor {
             runtime: RuntimeDims::NONE,
         })
     }
+
+    /// The problem's key at the descriptor's extents and the key to compile, which leaves the
+    /// extents marked `*` to run time (the same key when none is); both are validated.
+    pub fn keys(&self, op: DescriptorOp, layout: Layout) -> Result<(PrimitiveKey, PrimitiveKey)> {
+        let key = match op {
+            DescriptorOp::Conv(choice) => {
+                let mut conv = self.conv(layout)?;
+                conv.algo = choice.pick(&conv);
+                PrimitiveKey::Conv(conv)
+            }
+            DescriptorOp::Pool {
+                kind,
+                count_include_pad,
+            } => PrimitiveKey::Pool(self.pool(kind, count_include_pad, layout)?),
+        };
+        key.validate()?;
+        let compiled = match &key {
+            PrimitiveKey::Conv(d) => PrimitiveKey::Conv(d.clone().with_runtime(self.runtime)),
+            PrimitiveKey::Pool(d) => PrimitiveKey::Pool(d.clone().with_runtime(self.runtime)),
+            _ => key.clone(),
+        };
+        compiled.validate()?;
+        Ok((key, compiled))
+    }
 }
 
 #[cfg(test)]
@@ -253,6 +351,30 @@ mod tests {
                 .to_string()
                 .contains("only `ih` and `iw`")
         );
+    }
+
+    #[test]
+    fn keys_leave_starred_extents_to_run_time_and_validate() {
+        let d = parse("mb1ic8ih10iw37*oc8kh3ph1").unwrap();
+        let (key, compiled) = d
+            .keys(DescriptorOp::Conv(ConvAlgoChoice::Direct), Layout::Nchw)
+            .unwrap();
+        assert_eq!(key.runtime_dims(), RuntimeDims::NONE);
+        assert_eq!(compiled.runtime_dims(), RuntimeDims { h: false, w: true });
+        assert_eq!(compiled.at(key.input_extents()), key);
+        let pool = DescriptorOp::pool("avg_p").unwrap();
+        let (key, _) = parse("mb1ic8ih10kh3sh2")
+            .unwrap()
+            .keys(pool, Layout::Nchw4c)
+            .unwrap();
+        assert!(matches!(key, PrimitiveKey::Pool(p) if p.count_include_pad));
+        assert_eq!(DescriptorOp::pool("min"), None);
+        // Parses, but 3 groups do not divide 8 channels: the key's own error.
+        let err = parse("mb1g3ic8ih10oc8kh3")
+            .unwrap()
+            .keys(DescriptorOp::Conv(ConvAlgoChoice::Auto), Layout::Nchw)
+            .unwrap_err();
+        assert!(matches!(err, DescriptorError::Key(_)), "{err}");
     }
 
     #[test]
