@@ -1,0 +1,74 @@
+"""The exceptions primjit raises; each carries the Rust library's message.
+
+Every one derives from :class:`primjit.Error`, and from ``ValueError`` or ``TypeError`` where
+the fault is in a value or type the caller passed, so that ``except ValueError`` keeps working
+around primjit calls. Files that cannot be read raise the built-in ``OSError`` subclasses
+(``FileNotFoundError``, ``PermissionError``, ...), with the file name.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Error",
+    "IrError",
+    "ParamError",
+    "ShapeError",
+    "DtypeError",
+    "ExecError",
+    "DescriptorError",
+    "ConfigError",
+    "CompileError",
+]
+
+
+class Error(Exception):
+    """The base of every primjit exception."""
+
+
+class IrError(Error, ValueError):
+    """A model file that does not parse or verify, located in the file.
+
+    The message is the command line's: ``file:line:col: error: message``, the line and a
+    caret. Also raised for a model format that is not supported.
+    """
+
+
+class ParamError(Error, ValueError):
+    """A parameter that is missing, of the wrong shape or dtype, or a parameter file that is
+    not a safetensors file; also ``params`` omitted for a graph that has parameters, or given
+    together with ``random_params``."""
+
+
+class ShapeError(Error, ValueError):
+    """Inputs that do not fit the graph: an unknown or missing input name, a rank, channel
+    count or extent the graph does not accept, or a shape too large for a primitive; also a
+    single-argument call of a model with several inputs."""
+
+
+class DtypeError(Error, TypeError):
+    """An argument that is not a float32 numpy array (other dtypes are refused rather than
+    converted: convert with ``.astype(numpy.float32)``), or a destination that cannot be
+    written in place (not C-contiguous, not aligned)."""
+
+
+class ExecError(Error, ValueError):
+    """Buffers that do not match a primitive (``Primitive.execute``, ``pack_weights``): a
+    wrong length, a missing or unexpected buffer, the wrong number of extra buffers, or a
+    destination that is also a source. Nothing is written."""
+
+
+class DescriptorError(Error, ValueError):
+    """A benchdnn descriptor (``Engine.compile_op``) that does not parse, misses an entry, or
+    describes a problem that cannot exist (an empty output, a window larger than the padded
+    input, groups that do not divide the channels, ...)."""
+
+
+class ConfigError(Error, ValueError):
+    """A bad setting: a budget, capacity, thread count, verbosity, mode, layout or pooling
+    algorithm that is not one of the accepted values, or a malformed ``PRIMJIT_*`` variable
+    (``Engine.from_env``)."""
+
+
+class CompileError(Error, RuntimeError):
+    """A primitive that could not be compiled or placed in executable pages (for example at
+    ``vm.max_map_count``). Nothing is cached; a later call may succeed."""

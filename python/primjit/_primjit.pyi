@@ -1,0 +1,138 @@
+"""Type stubs of the extension module primjit._primjit (re-exported as primjit)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal, Mapping, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+"""The package's version (the Rust workspace's)."""
+
+_Budget = Union[str, int]
+_Path = Union[str, "os.PathLike[str]"]
+_F32 = npt.NDArray[np.float32]
+
+class Engine:
+    """Compiles primitives through a primitive cache bounded in bytes, and runs them on a
+    pool of threads. Safe to share between Python threads."""
+
+    def __init__(
+        self,
+        budget: _Budget = "64MiB",
+        capacity: int | None = None,
+        threads: int = 0,
+        verbose: int = 0,
+    ) -> None:
+        """budget: "64MiB", "512KiB", "1GiB", "unlimited", "0" or a number of bytes;
+        capacity: an entry-count bound applied with the budget, or None; threads: threads
+        per execution, 0 for one per core; verbose: 1 a stderr line per primitive creation
+        and eviction, 2 also per execution. Raises ConfigError for a bad value."""
+    @staticmethod
+    def from_env() -> Engine:
+        """An engine configured from PRIMJIT_CACHE_BUDGET, PRIMJIT_CACHE_CAPACITY,
+        PRIMJIT_THREADS and PRIMJIT_VERBOSE, as the command line's."""
+    def load(
+        self,
+        path: _Path,
+        params: _Path | Mapping[str, _F32] | None = None,
+        mode: Literal["exact", "dynamic"] = "exact",
+        *,
+        random_params: int | None = None,
+    ) -> Model:
+        """Loads an .ir model with its parameters (a .safetensors file, a dict of float32
+        arrays by parameter name, or None for a graph without parameters; random_params
+        draws them from a seed). Raises IrError, ParamError, ConfigError or OSError."""
+    def compile_op(
+        self,
+        descriptor: str,
+        *,
+        pool: Literal["max", "avg_np", "avg_p"] | None = None,
+        layout: Literal["nchw", "nchw4c"] = "nchw",
+    ) -> Primitive:
+        """Compiles one primitive from a benchdnn descriptor
+        ("mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1"): a convolution with bias, or a
+        pooling with pool=. Raises DescriptorError or ConfigError."""
+    def cache_stats(self) -> dict[str, Any]:
+        """The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (None when
+        unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,
+        failed_compiles, compile_time_s, max_compile_time_s."""
+    def cache_entries(self) -> list[dict[str, Any]]:
+        """The cache's entries, most recently used first: key, bytes, code_bytes,
+        mapped_bytes, heap_bytes, hits, idle_s (seconds since last use), compile_time_s."""
+    def set_budget(self, budget: _Budget) -> None:
+        """Changes the byte budget, evicting at once what no longer fits."""
+    def set_capacity(self, capacity: int | None) -> None:
+        """Changes the entry-count bound (None: none), evicting at once what no longer fits."""
+    def clear(self) -> None:
+        """Drops every cached primitive (not counted as evictions)."""
+    @property
+    def budget(self) -> str:
+        """The byte budget: "64MiB", "unlimited", ..."""
+    @property
+    def capacity(self) -> int | None:
+        """The entry-count bound, or None."""
+    @property
+    def threads(self) -> int:
+        """The threads each execution runs on."""
+
+class Model:
+    """A model loaded by Engine.load. float32 NCHW arrays in (read in place when
+    C-contiguous), new float32 arrays out; the GIL is released while kernels run."""
+
+    def __call__(self, x: _F32) -> _F32 | tuple[_F32, ...]:
+        """Runs the model on its single input: its output, or a tuple of its outputs.
+        Raises ShapeError or DtypeError."""
+    def run(self, inputs: Mapping[str, _F32]) -> dict[str, _F32]:
+        """Runs the model on inputs by name; returns its outputs by name. Raises ShapeError
+        or DtypeError."""
+    @property
+    def inputs(self) -> dict[str, list[int | str]]:
+        """The inputs' declared shapes; symbolic dimensions are strings."""
+    @property
+    def outputs(self) -> list[str]:
+        """The output names, in order."""
+    @property
+    def mode(self) -> Literal["exact", "dynamic"]:
+        """The shape mode the model was loaded with."""
+    @property
+    def path(self) -> str:
+        """The file the model was loaded from."""
+
+class Primitive:
+    """One compiled primitive (Engine.compile_op), run on float32 numpy buffers checked
+    against its key before any code runs."""
+
+    @property
+    def key(self) -> str:
+        """The compiled key; `*` marks an extent left to run time."""
+    @property
+    def problem(self) -> str:
+        """The key at the descriptor's extents."""
+    @property
+    def name(self) -> str | None:
+        """The descriptor's label, n"..."."""
+    @property
+    def compile_time(self) -> float:
+        """Seconds the primitive took to compile."""
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of one execution."""
+    def memory(self) -> dict[str, int]:
+        """Bytes held: code, mapped, heap, total (mapped plus heap)."""
+    def buffers(self) -> list[dict[str, Any]]:
+        """The buffers execute takes: role, shape, layout, len."""
+    def pack_weights(self, weights: _F32, bias: _F32 | None = None) -> _F32:
+        """A convolution's OIHW weights and bias packed for its kernel. Raises ExecError or
+        DtypeError."""
+    def execute(
+        self,
+        src: _F32,
+        dst: _F32,
+        weights: _F32 | None = None,
+        extra: Sequence[_F32] = (),
+    ) -> None:
+        """Reads src (weights, extra), writes dst in place. Raises ExecError or DtypeError;
+        a rejected call writes nothing."""

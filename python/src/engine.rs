@@ -1,0 +1,289 @@
+//! `primjit.Engine`: the engine with its byte-budgeted primitive cache and thread pool.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use primjit::{Budget, CacheConfig, CacheStats, Engine, EngineConfig, EntryInfo};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyString};
+
+use crate::errors::{Kind, error, runtime_error};
+use crate::model::{self, PyModel};
+use crate::primitive::{self, PyPrimitive};
+
+/// A budget given as `"64MiB"`, `"512KiB"`, `"unlimited"`, `"0"` or a number of bytes.
+fn budget_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Budget> {
+    if value.is_instance_of::<PyString>() {
+        let text: String = value.extract()?;
+        return Budget::parse(&text)
+            .map_err(|reason| error(py, Kind::Config, format!("budget `{text}`: {reason}")));
+    }
+    if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() {
+        let n: i128 = value.extract()?;
+        return usize::try_from(n).map(Budget::Bytes).map_err(|_| {
+            error(
+                py,
+                Kind::Config,
+                format!(
+                    "budget {n}: expected a number of bytes from 0 to {}",
+                    usize::MAX
+                ),
+            )
+        });
+    }
+    Err(error(
+        py,
+        Kind::Config,
+        format!(
+            "budget: expected a string such as \"64MiB\" or \"unlimited\", or a number of bytes, found {}",
+            value.get_type().name()?
+        ),
+    ))
+}
+
+fn capacity_from(py: Python<'_>, capacity: Option<i64>) -> PyResult<Option<usize>> {
+    capacity
+        .map(|c| {
+            usize::try_from(c).map_err(|_| {
+                error(
+                    py,
+                    Kind::Config,
+                    format!("capacity {c}: expected a number of entries, 0 or more, or None"),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// Compiles primitives through a primitive cache bounded in bytes, and runs them on a pool of
+/// threads.
+///
+/// budget: the cache's byte budget, "64MiB", "512KiB", "1GiB", "unlimited", "0" (no
+///     caching) or a number of bytes.
+/// capacity: an entry-count bound applied with the budget (oneDNN-style), or None.
+/// threads: threads per execution; 0 for one per core.
+/// verbose: 1 writes a line per primitive creation and eviction on stderr, 2 also one per
+///     execution (the format of PRIMJIT_VERBOSE).
+///
+/// An engine is safe to share between Python threads; calls release the GIL while kernels run.
+#[pyclass(frozen, name = "Engine", module = "primjit")]
+pub struct PyEngine {
+    pub engine: Arc<Engine>,
+}
+
+impl PyEngine {
+    fn with_config(py: Python<'_>, config: EngineConfig) -> PyResult<Self> {
+        let engine = Engine::new(config).map_err(|e| runtime_error(py, e))?;
+        Ok(PyEngine {
+            engine: Arc::new(engine),
+        })
+    }
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("entries", s.entries)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("peak_bytes", s.peak_bytes)?;
+    d.set_item("mapped_bytes", s.mapped_bytes)?;
+    d.set_item("budget", s.budget)?;
+    d.set_item("capacity", s.capacity)?;
+    d.set_item("hits", s.hits)?;
+    d.set_item("misses", s.misses)?;
+    d.set_item("evictions", s.evictions)?;
+    d.set_item("evicted_bytes", s.evicted_bytes)?;
+    d.set_item("compiles", s.compiles)?;
+    d.set_item("failed_compiles", s.failed_compiles)?;
+    d.set_item("compile_time_s", s.compile_time.as_secs_f64())?;
+    d.set_item("max_compile_time_s", s.max_compile_time.as_secs_f64())?;
+    Ok(d)
+}
+
+fn entry_dict<'py>(py: Python<'py>, e: &EntryInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("key", &e.key)?;
+    d.set_item("bytes", e.memory.total())?;
+    d.set_item("code_bytes", e.memory.code)?;
+    d.set_item("mapped_bytes", e.memory.mapped)?;
+    d.set_item("heap_bytes", e.memory.heap)?;
+    d.set_item("hits", e.hits)?;
+    d.set_item("idle_s", e.idle.as_secs_f64())?;
+    d.set_item("compile_time_s", e.compile_time.as_secs_f64())?;
+    Ok(d)
+}
+
+#[pymethods]
+impl PyEngine {
+    #[new]
+    #[pyo3(
+        signature = (budget=None, capacity=None, threads=0, verbose=0),
+        text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0)"
+    )]
+    fn new(
+        py: Python<'_>,
+        budget: Option<&Bound<'_, PyAny>>,
+        capacity: Option<i64>,
+        threads: i64,
+        verbose: i64,
+    ) -> PyResult<Self> {
+        let budget = match budget {
+            Some(b) => budget_from(py, b)?,
+            None => Budget::DEFAULT,
+        };
+        let threads = usize::try_from(threads).map_err(|_| {
+            error(
+                py,
+                Kind::Config,
+                format!("threads {threads}: expected 0 (one per core) or more"),
+            )
+        })?;
+        let verbose = u8::try_from(verbose)
+            .ok()
+            .filter(|v| *v <= 2)
+            .ok_or_else(|| {
+                error(
+                    py,
+                    Kind::Config,
+                    format!("verbose {verbose}: expected 0, 1 or 2"),
+                )
+            })?;
+        // The place of further engine settings (a convolution algorithm) when the Rust
+        // EngineConfig gains them.
+        let config = EngineConfig {
+            cache: CacheConfig {
+                budget,
+                capacity: capacity_from(py, capacity)?,
+            },
+            threads,
+            verbose,
+            ..EngineConfig::default()
+        };
+        Self::with_config(py, config)
+    }
+
+    /// An engine configured as the command line's: PRIMJIT_CACHE_BUDGET,
+    /// PRIMJIT_CACHE_CAPACITY, PRIMJIT_THREADS and PRIMJIT_VERBOSE, with the defaults for
+    /// what is unset; a malformed value raises ConfigError.
+    #[staticmethod]
+    fn from_env(py: Python<'_>) -> PyResult<Self> {
+        let config =
+            EngineConfig::from_env().map_err(|e| error(py, Kind::Config, e.to_string()))?;
+        Self::with_config(py, config)
+    }
+
+    /// Loads a model: an IR file (.ir), verified, optimized (batch-norm folding, post-op and
+    /// pool fusion) and with its convolution weights packed.
+    ///
+    /// params: a .safetensors file whose tensors are named as the graph's parameters, a dict
+    ///     of float32 arrays by parameter name, or None for a graph without parameters.
+    /// mode: "exact" compiles one primitive per node and shape; "dynamic" gives convolutions
+    ///     and pooling over a symbolic extent one primitive for every value of it.
+    /// random_params: draw the parameters from this seed instead (the CLI's --random-params).
+    ///
+    /// Raises IrError (the file does not parse or verify), ParamError (a parameter is missing,
+    /// of the wrong shape or dtype), ConfigError (an unknown mode) and OSError (the file cannot
+    /// be read).
+    #[pyo3(signature = (path, params=None, mode="exact", *, random_params=None))]
+    fn load(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        params: Option<&Bound<'_, PyAny>>,
+        mode: &str,
+        random_params: Option<u64>,
+    ) -> PyResult<PyModel> {
+        model::load(py, &self.engine, &path, params, mode, random_params)
+    }
+
+    /// Compiles one primitive from a benchdnn problem descriptor, such as
+    /// "mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1", through this engine's cache.
+    ///
+    /// pool: None for a convolution (with bias), or a pooling algorithm: "max", "avg_np"
+    ///     (padding excluded from the average) or "avg_p" (padding counted).
+    /// layout: the activations' layout, "nchw" or "nchw4c" (channels in blocks of four).
+    ///
+    /// A `*` after ih or iw ("iw1031*") leaves that extent to run time; the number is the
+    /// extent the primitive runs at. Raises DescriptorError for a descriptor that does not
+    /// describe a valid problem.
+    #[pyo3(signature = (descriptor, *, pool=None, layout="nchw"))]
+    fn compile_op(
+        &self,
+        py: Python<'_>,
+        descriptor: &str,
+        pool: Option<&str>,
+        layout: &str,
+    ) -> PyResult<PyPrimitive> {
+        primitive::compile_op(py, &self.engine, descriptor, pool, layout)
+    }
+
+    /// The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (bytes, or None
+    /// when unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,
+    /// failed_compiles, compile_time_s and max_compile_time_s.
+    fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.engine.cache().stats())
+    }
+
+    /// The cache's entries, most recently used first, each a dict: key (the primitive's
+    /// benchdnn-style one-liner), bytes (what it costs: mapped pages plus heap), code_bytes,
+    /// mapped_bytes, heap_bytes, hits, idle_s (seconds since its last use) and compile_time_s.
+    fn cache_entries<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.engine
+            .cache()
+            .entries()
+            .iter()
+            .map(|e| entry_dict(py, e))
+            .collect()
+    }
+
+    /// Changes the cache's byte budget ("1MiB", "unlimited", a number of bytes), evicting at
+    /// once the least recently used primitives that no longer fit.
+    fn set_budget(&self, py: Python<'_>, budget: &Bound<'_, PyAny>) -> PyResult<()> {
+        let budget = budget_from(py, budget)?;
+        self.engine.cache().set_budget(budget);
+        Ok(())
+    }
+
+    /// Changes the cache's entry-count bound (None for no bound), evicting at once what no
+    /// longer fits.
+    fn set_capacity(&self, py: Python<'_>, capacity: Option<i64>) -> PyResult<()> {
+        let capacity = capacity_from(py, capacity)?;
+        self.engine.cache().set_capacity(capacity);
+        Ok(())
+    }
+
+    /// Drops every cached primitive (not counted as evictions). Primitives still held (by a
+    /// Primitive object, or a call that is running) are freed when released.
+    fn clear(&self) {
+        self.engine.cache().clear();
+    }
+
+    /// The cache's byte budget, as a string: "64MiB", "unlimited", ...
+    #[getter]
+    fn budget(&self) -> String {
+        self.engine.cache().config().budget.to_string()
+    }
+
+    /// The cache's entry-count bound, or None.
+    #[getter]
+    fn capacity(&self) -> Option<usize> {
+        self.engine.cache().config().capacity
+    }
+
+    /// The threads each execution runs on.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.engine.threads()
+    }
+
+    fn __repr__(&self) -> String {
+        let config = self.engine.cache().config();
+        format!(
+            "primjit.Engine(budget={:?}, capacity={}, threads={})",
+            config.budget.to_string(),
+            config
+                .capacity
+                .map_or_else(|| "None".to_string(), |c| c.to_string()),
+            self.engine.threads()
+        )
+    }
+}

@@ -1,0 +1,327 @@
+//! `primjit.Model`: a graph loaded, optimized and packed once, run on numpy arrays.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use primjit::ir::{Dim, Graph};
+use primjit::{CompiledGraph, Engine, Params, ShapeMode, Tensor, TensorView, Workspace};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::arrays::{self, Input};
+use crate::errors::{Kind, error, ir_error, load_error, os_error, param_file_error, run_error};
+
+/// The text of a model file and the graph it holds.
+fn read_graph(py: Python<'_>, path: &Path) -> PyResult<(String, String, Graph)> {
+    let file = path.display().to_string();
+    // The place of other model formats: an `.onnx` file goes to the ONNX importer once the
+    // facade has one.
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+    {
+        return Err(error(
+            py,
+            Kind::Ir,
+            format!("{file}: .onnx models are not supported yet: convert the model to an .ir file"),
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| os_error(py, path, &e))?;
+    let graph = primjit::ir::parse(&text).map_err(|e| ir_error(py, e, &file, &text))?;
+    graph.verify().map_err(|e| ir_error(py, e, &file, &text))?;
+    Ok((file, text, graph))
+}
+
+/// The graph's declared (non-derived) parameters.
+fn declared_params(graph: &Graph) -> Vec<String> {
+    graph
+        .params()
+        .filter(|(_, p)| p.derived.is_none())
+        .map(|(_, p)| format!("@{}", p.name))
+        .collect()
+}
+
+/// The parameters `load` was given: a file, a dict of arrays, a seed, or none.
+fn params_from(
+    py: Python<'_>,
+    graph: &Graph,
+    params: Option<&Bound<'_, PyAny>>,
+    random_params: Option<u64>,
+) -> PyResult<Params> {
+    match (params, random_params) {
+        (Some(_), Some(_)) => Err(error(
+            py,
+            Kind::Param,
+            "give params or random_params, not both",
+        )),
+        (None, Some(seed)) => Ok(Params::random(graph, seed)),
+        (None, None) => {
+            let declared = declared_params(graph);
+            if declared.is_empty() {
+                return Ok(Params::new());
+            }
+            let shown = declared.len().min(3);
+            let more = match declared.len() - shown {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            Err(error(
+                py,
+                Kind::Param,
+                format!(
+                    "the graph has parameters ({}{more}): pass params= (a .safetensors file or a dict of float32 arrays) or random_params=SEED",
+                    declared[..shown].join(", ")
+                ),
+            ))
+        }
+        (Some(p), None) => {
+            if let Ok(dict) = p.cast::<PyDict>() {
+                let mut params = Params::new();
+                for (name, value) in dict.iter() {
+                    let name: String = name.extract().map_err(|_| {
+                        error(
+                            py,
+                            Kind::Param,
+                            "params: the dict's keys must be parameter names (str)",
+                        )
+                    })?;
+                    let name = name.strip_prefix('@').unwrap_or(&name).to_string();
+                    let what = format!("parameter @{name}");
+                    let input = arrays::input(py, &what, &value)?;
+                    let view = input.view();
+                    params.insert(
+                        name,
+                        Tensor {
+                            shape: view.shape.to_vec(),
+                            data: view.data.to_vec(),
+                        },
+                    );
+                }
+                Ok(params)
+            } else {
+                let path: std::path::PathBuf = p.extract().map_err(|_| {
+                    error(
+                        py,
+                        Kind::Param,
+                        format!(
+                            "params: expected a .safetensors path or a dict of arrays, found {}",
+                            p.get_type()
+                                .name()
+                                .map_or_else(|_| "?".into(), |n| n.to_string())
+                        ),
+                    )
+                })?;
+                py.detach(|| primjit::params_file::read_safetensors(&path, graph))
+                    .map_err(|e| param_file_error(py, &path, e))
+            }
+        }
+    }
+}
+
+/// `Engine.load`.
+pub fn load(
+    py: Python<'_>,
+    engine: &Arc<Engine>,
+    path: &Path,
+    params: Option<&Bound<'_, PyAny>>,
+    mode: &str,
+    random_params: Option<u64>,
+) -> PyResult<PyModel> {
+    let mode = match mode {
+        "exact" => ShapeMode::Exact,
+        "dynamic" => ShapeMode::Runtime,
+        other => {
+            return Err(error(
+                py,
+                Kind::Config,
+                format!("mode `{other}`: expected \"exact\" or \"dynamic\""),
+            ));
+        }
+    };
+    let (file, text, graph) = read_graph(py, path)?;
+    let params = params_from(py, &graph, params, random_params)?;
+    let compiled = py
+        .detach(|| CompiledGraph::new(&graph, &params))
+        .map_err(|e| load_error(py, e, &file, &text))?
+        .with_mode(mode);
+    let inputs = graph
+        .inputs()
+        .iter()
+        .map(|i| (graph.value_name(i.value).to_string(), i.shape.clone()))
+        .collect();
+    let outputs = graph.outputs().iter().map(|(n, _)| n.clone()).collect();
+    Ok(PyModel {
+        engine: engine.clone(),
+        graph: compiled,
+        workspaces: Mutex::new(Vec::new()),
+        path: file,
+        inputs,
+        outputs,
+    })
+}
+
+/// A model loaded by Engine.load: call it on numpy arrays.
+///
+/// float32 arrays in NCHW are read where they lie when C-contiguous (otherwise copied into C
+/// order); other dtypes raise DtypeError. Outputs are new float32 arrays. Calls release the
+/// GIL while the kernels run, so several Python threads can run one model at once.
+#[pyclass(frozen, name = "Model", module = "primjit")]
+pub struct PyModel {
+    engine: Arc<Engine>,
+    graph: CompiledGraph,
+    /// Activation buffers between calls, one workspace per call running at once.
+    workspaces: Mutex<Vec<Workspace>>,
+    path: String,
+    inputs: Vec<(String, Vec<Dim>)>,
+    outputs: Vec<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Workspaces hold no invariant a panic could break: a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl PyModel {
+    /// Runs the graph on named inputs; the GIL is released while it runs.
+    fn run_named(
+        &self,
+        py: Python<'_>,
+        inputs: &[(String, Input<'_>)],
+    ) -> PyResult<Vec<(String, Tensor)>> {
+        let views: Vec<(&str, TensorView<'_>)> =
+            inputs.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
+        let mut workspace = lock(&self.workspaces).pop().unwrap_or_default();
+        let result = py.detach(|| self.graph.run_views(&self.engine, &views, &mut workspace));
+        lock(&self.workspaces).push(workspace);
+        result
+            .map(|(outputs, _)| outputs)
+            .map_err(|e| run_error(py, e))
+    }
+}
+
+#[pymethods]
+impl PyModel {
+    /// Runs the model on its single input; returns its output, or a tuple of its outputs in
+    /// the graph's order when it has several.
+    ///
+    /// Raises ShapeError (the model has several inputs, or x's shape does not fit the
+    /// graph's input) and DtypeError (x is not a float32 array).
+    fn __call__<'py>(&self, py: Python<'py>, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let [(name, _)] = self.inputs.as_slice() else {
+            return Err(error(
+                py,
+                Kind::Shape,
+                format!(
+                    "{}: the graph has {} inputs ({}): call model.run({{name: array, ...}})",
+                    self.path,
+                    self.inputs.len(),
+                    self.input_list()
+                ),
+            ));
+        };
+        let input = arrays::input(py, &format!("input %{name}"), x)?;
+        let mut outputs = self.run_named(py, &[(name.clone(), input)])?;
+        if outputs.len() == 1 {
+            let (_, t) = outputs.pop().expect("one output");
+            return Ok(arrays::to_numpy(py, t)?.into_any());
+        }
+        let arrays = outputs
+            .into_iter()
+            .map(|(_, t)| arrays::to_numpy(py, t))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(PyTuple::new(py, arrays)?.into_any())
+    }
+
+    /// Runs the model on inputs by name (with or without the `%`); returns a dict of its
+    /// outputs by name.
+    ///
+    /// Raises ShapeError (an unknown or missing input, or a shape that does not fit the
+    /// graph) and DtypeError (an input that is not a float32 array).
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut named = Vec::with_capacity(inputs.len());
+        for (name, value) in inputs.iter() {
+            let name: String = name.extract().map_err(|_| {
+                error(
+                    py,
+                    Kind::Shape,
+                    "inputs: the dict's keys must be input names (str)",
+                )
+            })?;
+            let name = name.strip_prefix('%').unwrap_or(&name).to_string();
+            let input = arrays::input(py, &format!("input %{name}"), &value)?;
+            named.push((name, input));
+        }
+        let outputs = self.run_named(py, &named)?;
+        let dict = PyDict::new(py);
+        for (name, t) in outputs {
+            dict.set_item(name, arrays::to_numpy(py, t)?)?;
+        }
+        Ok(dict)
+    }
+
+    /// The graph's inputs by name, each with its declared shape: ints, and strings for
+    /// symbolic dimensions ("W").
+    #[getter]
+    fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (name, shape) in &self.inputs {
+            let dims = PyList::empty(py);
+            for d in shape {
+                match d.known() {
+                    Some(n) => dims.append(n)?,
+                    None => dims.append(d.to_string())?,
+                }
+            }
+            dict.set_item(name, dims)?;
+        }
+        Ok(dict)
+    }
+
+    /// The graph's output names, in order.
+    #[getter]
+    fn outputs(&self) -> Vec<String> {
+        self.outputs.clone()
+    }
+
+    /// "exact" or "dynamic".
+    #[getter]
+    fn mode(&self) -> &'static str {
+        match self.graph.mode() {
+            ShapeMode::Exact => "exact",
+            ShapeMode::Runtime => "dynamic",
+        }
+    }
+
+    /// The file the model was loaded from.
+    #[getter]
+    fn path(&self) -> String {
+        self.path.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "primjit.Model({:?}, mode={:?}, inputs=[{}], outputs=[{}])",
+            self.path,
+            self.mode(),
+            self.input_list(),
+            self.outputs.join(", ")
+        )
+    }
+}
+
+impl PyModel {
+    fn input_list(&self) -> String {
+        self.inputs
+            .iter()
+            .map(|(n, s)| {
+                let dims: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+                format!("%{n}: [{}]", dims.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

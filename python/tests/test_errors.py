@@ -1,0 +1,240 @@
+"""Each kind of bad input raises its documented exception, with the Rust message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import primjit
+from conftest import BAD, EXAMPLES, random_input, write_safetensors
+
+CONV = "mb1ic8ih10iw12oc8oh10ow12kh3kw3ph1pw1"
+
+
+def test_the_exceptions_form_one_hierarchy():
+    value_errors = [
+        primjit.IrError,
+        primjit.ParamError,
+        primjit.ShapeError,
+        primjit.ExecError,
+        primjit.DescriptorError,
+        primjit.ConfigError,
+    ]
+    for cls in value_errors:
+        assert issubclass(cls, primjit.Error) and issubclass(cls, ValueError), cls
+    assert issubclass(primjit.DtypeError, primjit.Error)
+    assert issubclass(primjit.DtypeError, TypeError)
+    assert issubclass(primjit.CompileError, primjit.Error)
+    assert issubclass(primjit.CompileError, RuntimeError)
+    assert not issubclass(primjit.CompileError, ValueError)
+
+
+# ---- loading ----
+
+
+def test_a_syntax_error_is_an_ir_error_located_in_the_file(engine):
+    path = BAD / "unknown_op.ir"
+    with pytest.raises(primjit.IrError) as e:
+        engine.load(path)
+    message = str(e.value)
+    assert message.startswith(f"{path}:5:8: error: unknown op `softmax`"), message
+    assert "%s = softmax(%x)" in message and "^" in message
+
+
+def test_an_invalid_graph_is_an_ir_error_located_in_the_file(engine):
+    path = BAD / "channel_mismatch.ir"
+    with pytest.raises(primjit.IrError, match=r"channel_mismatch.ir:6:3: error: %c: channel mismatch"):
+        engine.load(path, random_params=0)
+
+
+def test_an_onnx_file_is_refused_until_the_importer_exists(engine, tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"")
+    with pytest.raises(primjit.IrError, match=r"\.onnx"):
+        engine.load(path)
+
+
+def test_a_missing_file_is_a_file_not_found_error(engine, tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        engine.load(tmp_path / "none.ir")
+    assert e.value.filename == str(tmp_path / "none.ir")
+    with pytest.raises(FileNotFoundError):
+        engine.load(EXAMPLES / "residual.ir", params=tmp_path / "none.safetensors")
+
+
+def test_a_graph_with_parameters_needs_them(engine):
+    with pytest.raises(primjit.ParamError, match=r"the graph has parameters \(@stem.weight, @stem.bias, @dil.weight and 1 more\)"):
+        engine.load(EXAMPLES / "conv_basics.ir")
+    with pytest.raises(primjit.ParamError, match="not both"):
+        engine.load(EXAMPLES / "conv_basics.ir", params={}, random_params=0)
+    # A graph without parameters loads without them.
+    assert engine.load(EXAMPLES / "pooling.ir").outputs == ["maxdil", "avgpad", "gap", "gmp"]
+
+
+def test_bad_dict_params(engine):
+    ir = EXAMPLES / "conv_groups.ir"
+    good = {
+        "grouped.weight": np.zeros((8, 2, 3, 3), np.float32),
+        "dw.weight": np.zeros((8, 1, 3, 3), np.float32),
+        "dw.bias": np.zeros((8,), np.float32),
+        "mult.weight": np.zeros((8, 1, 3, 3), np.float32),
+    }
+    model = engine.load(ir, params=good)
+    assert model.outputs == ["dw", "mult"]
+    missing = dict(good)
+    del missing["dw.bias"]
+    with pytest.raises(primjit.ParamError, match=r"parameter @dw.bias is missing \(expected shape \[8\]\)"):
+        engine.load(ir, params=missing)
+    wrong = dict(good, **{"dw.bias": np.zeros((4,), np.float32)})
+    with pytest.raises(primjit.ParamError, match=r"@dw.bias has shape \[4\] but the graph declares \[8\]"):
+        engine.load(ir, params=wrong)
+    double = dict(good, **{"dw.bias": np.zeros((8,), np.float64)})
+    with pytest.raises(primjit.DtypeError, match=r"parameter @dw.bias: the array's dtype is float64"):
+        engine.load(ir, params=double)
+    with pytest.raises(primjit.ParamError, match="expected a .safetensors path or a dict"):
+        engine.load(ir, params=42)
+
+
+def test_bad_safetensors_files(engine, tmp_path):
+    ir = EXAMPLES / "residual.ir"
+    not_st = tmp_path / "x.safetensors"
+    not_st.write_bytes(b"not a safetensors file")
+    with pytest.raises(primjit.ParamError, match="is not a safetensors file"):
+        engine.load(ir, params=not_st)
+    partial = tmp_path / "partial.safetensors"
+    write_safetensors(partial, {"conv1.weight": np.zeros((4, 4, 3, 3), np.float32)})
+    with pytest.raises(primjit.ParamError, match=r"parameter @bn1.weight is missing from `.*partial.safetensors`"):
+        engine.load(ir, params=partial)
+    f64 = tmp_path / "f64.safetensors"
+    write_safetensors(f64, {"conv1.weight": np.zeros((4, 4, 3, 3), np.float64)})
+    with pytest.raises(primjit.ParamError, match=r"@conv1.weight in `.*` has dtype F64; only F32"):
+        engine.load(ir, params=f64)
+
+
+def test_bad_settings_are_config_errors(engine):
+    for kwargs, pattern in [
+        ({"budget": "12XB"}, r"budget `12XB`: unknown unit `XB`"),
+        ({"budget": -1}, r"budget -1"),
+        ({"budget": 1.5}, r"budget: expected a string"),
+        ({"capacity": -1}, r"capacity -1"),
+        ({"threads": -2}, r"threads -2"),
+        ({"verbose": 3}, r"verbose 3"),
+    ]:
+        with pytest.raises(primjit.ConfigError, match=pattern):
+            primjit.Engine(**kwargs)
+    with pytest.raises(primjit.ConfigError, match=r"mode `fast`"):
+        engine.load(EXAMPLES / "pooling.ir", mode="fast")
+    with pytest.raises(primjit.ConfigError, match=r"budget `lots`"):
+        engine.set_budget("lots")
+    assert engine.budget == "64MiB", "a rejected budget changes nothing"
+
+
+def test_a_malformed_environment_variable_is_a_config_error(monkeypatch):
+    monkeypatch.setenv("PRIMJIT_CACHE_BUDGET", "many")
+    with pytest.raises(primjit.ConfigError, match=r"PRIMJIT_CACHE_BUDGET=many"):
+        primjit.Engine.from_env()
+    monkeypatch.setenv("PRIMJIT_CACHE_BUDGET", "2MiB")
+    monkeypatch.setenv("PRIMJIT_THREADS", "1")
+    e = primjit.Engine.from_env()
+    assert (e.budget, e.threads) == ("2MiB", 1)
+
+
+# ---- running ----
+
+
+def test_inputs_that_do_not_fit_the_graph_are_shape_errors(engine):
+    model = engine.load(EXAMPLES / "conv_basics.ir", random_params=0)
+    with pytest.raises(primjit.ShapeError, match="%x"):
+        model(random_input((1, 4, 9, 11)))  # 4 channels, the graph takes 3
+    with pytest.raises(primjit.ShapeError, match="%x"):
+        model(random_input((3, 9, 11)))  # rank 3
+    with pytest.raises(primjit.ShapeError, match="%y"):
+        model.run({"y": random_input((1, 3, 9, 11))})
+    with pytest.raises(primjit.ShapeError, match="%x"):
+        model.run({})
+    two = engine.load(EXAMPLES / "symbolic.ir", random_params=0)
+    with pytest.raises(primjit.ShapeError, match=r"the graph has 2 inputs \(%a: \[1, 2, H, W\], %b: \[1, 2, H, W\]\)"):
+        two(random_input((1, 2, 8, 8)))
+    with pytest.raises(primjit.ShapeError, match="%b"):
+        two.run({"a": random_input((1, 2, 8, 8)), "b": random_input((1, 2, 8, 9))})
+    with pytest.raises(ValueError):  # what a caller catching ValueError sees
+        model(random_input((1, 4, 9, 11)))
+
+
+def test_arrays_of_other_dtypes_are_refused(engine):
+    model = engine.load(EXAMPLES / "conv_basics.ir", random_params=0)
+    x = random_input((1, 3, 9, 11))
+    with pytest.raises(primjit.DtypeError, match=r"input %x: the array's dtype is float64, expected float32"):
+        model(x.astype(np.float64))
+    with pytest.raises(primjit.DtypeError, match="dtype is int32"):
+        model(x.astype(np.int32))
+    with pytest.raises(primjit.DtypeError, match="dtype is >f4"):
+        model(x.astype(">f4"))
+    with pytest.raises(primjit.DtypeError, match=r"expected a numpy.ndarray of float32, found list"):
+        model(x.tolist())
+    with pytest.raises(TypeError):  # what a caller catching TypeError sees
+        model.run({"x": x.astype(np.float16)})
+
+
+# ---- single primitives ----
+
+
+def test_bad_descriptors_are_descriptor_errors(engine):
+    for text, pattern in [
+        ("ic64x3", r"descriptor `ic64x3`: unknown entry `x`"),
+        ("ic4oc4kh3", r"the descriptor needs `ih`"),
+        ("ic4oc4ih2kh3", r"empty"),
+        ("mb1g3ic8ih10oc8kh3", r"invalid primitive .*group"),
+        ("mb1ic8ih10iw*oc8kh3", r"expected an entry"),
+    ]:
+        with pytest.raises(primjit.DescriptorError, match=pattern):
+            engine.compile_op(text)
+    with pytest.raises(primjit.ConfigError, match=r"pool `min`"):
+        engine.compile_op("mb1ic8ih10kh3", pool="min")
+    with pytest.raises(primjit.ConfigError, match=r"layout `nhwc`"):
+        engine.compile_op(CONV, layout="nhwc")
+
+
+def test_buffers_that_do_not_match_a_primitive_are_exec_errors(engine):
+    op = engine.compile_op(CONV)
+    src, w, dst = (np.zeros(b["len"], np.float32) for b in op.buffers())
+    packed = op.pack_weights(np.zeros((8, 8, 3, 3), np.float32))
+    assert packed.shape == w.shape
+    op.execute(src, dst, packed)
+    dst[:] = 7.0
+    with pytest.raises(primjit.ExecError, match=r"the dst buffer holds 959 floats but shape \[1, 8, 10, 12\] needs 960"):
+        op.execute(src, np.zeros(959, np.float32), packed)
+    with pytest.raises(primjit.ExecError, match=r"the src buffer holds 3 floats"):
+        op.execute(src[:3], dst, packed)
+    assert np.all(dst == 7.0), "a rejected call writes nothing"
+    with pytest.raises(primjit.ExecError, match=r"the weights buffer is missing"):
+        op.execute(src, dst)
+    with pytest.raises(primjit.ExecError, match=r"expected 0 extra buffers"):
+        op.execute(src, dst, packed, extra=[src])
+    with pytest.raises(primjit.ExecError, match=r"the weights have shape \[8, 4, 3, 3\]"):
+        op.pack_weights(np.zeros((8, 4, 3, 3), np.float32))
+    with pytest.raises(primjit.ExecError, match=r"the bias has shape \[7\]"):
+        op.pack_weights(np.zeros((8, 8, 3, 3), np.float32), np.zeros(7, np.float32))
+    # The destination may not be a source.
+    with pytest.raises(primjit.ExecError, match="dst"):
+        op.execute(dst, dst, packed)
+    pool = engine.compile_op("mb1ic8ih10kh3sh2", pool="max")
+    src, dst = (np.zeros(b["len"], np.float32) for b in pool.buffers())
+    with pytest.raises(primjit.ExecError, match=r"this primitive takes no weights buffer"):
+        pool.execute(src, dst, packed)
+    with pytest.raises(primjit.ExecError, match="only a convolution takes weights"):
+        pool.pack_weights(np.zeros((8, 8, 3, 3), np.float32))
+
+
+def test_destinations_must_be_writable_float32_in_c_order(engine):
+    op = engine.compile_op("mb1ic8ih10kh3sh2", pool="max")
+    src = np.zeros(op.buffers()[0]["len"], np.float32)
+    n = op.buffers()[1]["len"]
+    with pytest.raises(primjit.DtypeError, match="dst: the array's dtype is float64"):
+        op.execute(src, np.zeros(n, np.float64))
+    with pytest.raises(primjit.DtypeError, match="dst: the array must be C-contiguous"):
+        op.execute(src, np.zeros(2 * n, np.float32)[::2])
+    frozen = np.zeros(n, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(primjit.ExecError, match="dst: the array cannot be written"):
+        op.execute(src, frozen)
