@@ -70,5 +70,6 @@ class ConfigError(Error, ValueError):
 
 
 class CompileError(Error, RuntimeError):
-    """A primitive that could not be compiled or placed in executable pages (for example at
-    ``vm.max_map_count``). Nothing is cached; a later call may succeed."""
+    """A primitive that could not be compiled or placed in executable pages, or a model's
+    packed weights that could not be mapped (for example at ``vm.max_map_count``, or out of
+    memory). Nothing is cached; a later call may succeed."""

@@ -25,15 +25,17 @@ class Engine:
         capacity: int | None = None,
         threads: int = 0,
         verbose: int = 0,
+        conv_algo: Literal["direct", "winograd", "auto"] = "auto",
     ) -> None:
         """budget: "64MiB", "512KiB", "1GiB", "unlimited", "0" or a number of bytes;
         capacity: an entry-count bound applied with the budget, or None; threads: threads
         per execution, 0 for one per core; verbose: 1 a stderr line per primitive creation
-        and eviction, 2 also per execution. Raises ConfigError for a bad value."""
+        and eviction, 2 also per execution; conv_algo: the convolution algorithm of the
+        models it loads and the ops it compiles. Raises ConfigError for a bad value."""
     @staticmethod
     def from_env() -> Engine:
         """An engine configured from PRIMJIT_CACHE_BUDGET, PRIMJIT_CACHE_CAPACITY,
-        PRIMJIT_THREADS and PRIMJIT_VERBOSE, as the command line's."""
+        PRIMJIT_THREADS, PRIMJIT_VERBOSE and PRIMJIT_CONV_ALGO, as the command line's."""
     def load(
         self,
         path: _Path,
@@ -51,10 +53,12 @@ class Engine:
         *,
         pool: Literal["max", "avg_np", "avg_p"] | None = None,
         layout: Literal["nchw", "nchw4c"] = "nchw",
+        conv_algo: Literal["direct", "winograd", "auto"] | None = None,
     ) -> Primitive:
         """Compiles one primitive from a benchdnn descriptor
-        ("mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1"): a convolution with bias, or a
-        pooling with pool=. Raises DescriptorError or ConfigError."""
+        ("mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1"): a convolution with bias (its
+        algorithm conv_algo, None for the engine's), or a pooling with pool=. Raises
+        DescriptorError or ConfigError."""
     def cache_stats(self) -> dict[str, Any]:
         """The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (None when
         unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,
@@ -77,6 +81,9 @@ class Engine:
     @property
     def threads(self) -> int:
         """The threads each execution runs on."""
+    @property
+    def conv_algo(self) -> Literal["direct", "winograd", "auto"]:
+        """The convolution algorithm choice."""
 
 class Model:
     """A model loaded by Engine.load. float32 NCHW arrays in (read in place when
@@ -94,6 +101,9 @@ class Model:
     @property
     def outputs(self) -> list[str]:
         """The output names, in order."""
+    @property
+    def conv_algo(self) -> Literal["direct", "winograd", "auto"]:
+        """The convolution algorithm choice the model was compiled with."""
     @property
     def mode(self) -> Literal["exact", "dynamic"]:
         """The shape mode the model was loaded with."""
@@ -118,6 +128,9 @@ class Primitive:
     def compile_time(self) -> float:
         """Seconds the primitive took to compile."""
     @property
+    def scratch_len(self) -> int:
+        """Floats of working memory one thread needs; 0 for none."""
+    @property
     def flops(self) -> int:
         """Floating-point operations of one execution."""
     def memory(self) -> dict[str, int]:
@@ -133,6 +146,8 @@ class Primitive:
         dst: _F32,
         weights: _F32 | None = None,
         extra: Sequence[_F32] = (),
+        scratch: _F32 | None = None,
     ) -> None:
-        """Reads src (weights, extra), writes dst in place. Raises ExecError or DtypeError;
-        a rejected call writes nothing."""
+        """Reads src (weights, extra), writes dst in place; scratch, when the primitive takes
+        one, is allocated for the call unless given. Raises ExecError or DtypeError; a
+        rejected call writes nothing."""

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use primjit::{Budget, CacheConfig, CacheStats, Engine, EngineConfig, EntryInfo};
+use primjit::{Budget, CacheConfig, CacheStats, ConvAlgoChoice, Engine, EngineConfig, EntryInfo};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 
@@ -41,6 +41,14 @@ fn budget_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Budget> {
     ))
 }
 
+/// `conv_algo="direct" | "winograd" | "auto"`.
+fn conv_algo_from(py: Python<'_>, name: &str) -> PyResult<ConvAlgoChoice> {
+    name.parse()
+        .map_err(|e: primjit::codegen::UnknownConvAlgo| {
+            error(py, Kind::Config, format!("conv_algo: {e}"))
+        })
+}
+
 fn capacity_from(py: Python<'_>, capacity: Option<i64>) -> PyResult<Option<usize>> {
     capacity
         .map(|c| {
@@ -64,18 +72,26 @@ fn capacity_from(py: Python<'_>, capacity: Option<i64>) -> PyResult<Option<usize
 /// threads: threads per execution; 0 for one per core.
 /// verbose: 1 writes a line per primitive creation and eviction on stderr, 2 also one per
 ///     execution (the format of PRIMJIT_VERBOSE).
+/// conv_algo: the convolution algorithm of the models this engine loads and the ops it
+///     compiles: "direct", "winograd" (wherever it applies: 3x3, stride 1, no groups, nchw4c)
+///     or "auto" (Winograd where it is faster).
 ///
 /// An engine is safe to share between Python threads; calls release the GIL while kernels run.
 #[pyclass(frozen, name = "Engine", module = "primjit")]
 pub struct PyEngine {
     pub engine: Arc<Engine>,
+    /// Models pack their weights for their algorithms when loaded, so the engine keeps the
+    /// choice and hands it to each load.
+    conv_algo: ConvAlgoChoice,
 }
 
 impl PyEngine {
     fn with_config(py: Python<'_>, config: EngineConfig) -> PyResult<Self> {
+        let conv_algo = config.conv_algo;
         let engine = Engine::new(config).map_err(|e| runtime_error(py, e))?;
         Ok(PyEngine {
             engine: Arc::new(engine),
+            conv_algo,
         })
     }
 }
@@ -116,8 +132,8 @@ fn entry_dict<'py>(py: Python<'py>, e: &EntryInfo) -> PyResult<Bound<'py, PyDict
 impl PyEngine {
     #[new]
     #[pyo3(
-        signature = (budget=None, capacity=None, threads=0, verbose=0),
-        text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0)"
+        signature = (budget=None, capacity=None, threads=0, verbose=0, conv_algo="auto"),
+        text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0, conv_algo=\"auto\")"
     )]
     fn new(
         py: Python<'_>,
@@ -125,6 +141,7 @@ impl PyEngine {
         capacity: Option<i64>,
         threads: i64,
         verbose: i64,
+        conv_algo: &str,
     ) -> PyResult<Self> {
         let budget = match budget {
             Some(b) => budget_from(py, b)?,
@@ -147,8 +164,6 @@ impl PyEngine {
                     format!("verbose {verbose}: expected 0, 1 or 2"),
                 )
             })?;
-        // The place of further engine settings (a convolution algorithm) when the Rust
-        // EngineConfig gains them.
         let config = EngineConfig {
             cache: CacheConfig {
                 budget,
@@ -156,14 +171,15 @@ impl PyEngine {
             },
             threads,
             verbose,
+            conv_algo: conv_algo_from(py, conv_algo)?,
             ..EngineConfig::default()
         };
         Self::with_config(py, config)
     }
 
     /// An engine configured as the command line's: PRIMJIT_CACHE_BUDGET,
-    /// PRIMJIT_CACHE_CAPACITY, PRIMJIT_THREADS and PRIMJIT_VERBOSE, with the defaults for
-    /// what is unset; a malformed value raises ConfigError.
+    /// PRIMJIT_CACHE_CAPACITY, PRIMJIT_THREADS, PRIMJIT_VERBOSE and PRIMJIT_CONV_ALGO, with
+    /// the defaults for what is unset; a malformed value raises ConfigError.
     #[staticmethod]
     fn from_env(py: Python<'_>) -> PyResult<Self> {
         let config =
@@ -192,7 +208,15 @@ impl PyEngine {
         mode: &str,
         random_params: Option<u64>,
     ) -> PyResult<PyModel> {
-        model::load(py, &self.engine, &path, params, mode, random_params)
+        model::load(
+            py,
+            &self.engine,
+            self.conv_algo,
+            &path,
+            params,
+            mode,
+            random_params,
+        )
     }
 
     /// Compiles one primitive from a benchdnn problem descriptor, such as
@@ -201,19 +225,26 @@ impl PyEngine {
     /// pool: None for a convolution (with bias), or a pooling algorithm: "max", "avg_np"
     ///     (padding excluded from the average) or "avg_p" (padding counted).
     /// layout: the activations' layout, "nchw" or "nchw4c" (channels in blocks of four).
+    /// conv_algo: the convolution's algorithm, "direct", "winograd" or "auto"; None for the
+    ///     engine's.
     ///
     /// A `*` after ih or iw ("iw1031*") leaves that extent to run time; the number is the
     /// extent the primitive runs at. Raises DescriptorError for a descriptor that does not
     /// describe a valid problem.
-    #[pyo3(signature = (descriptor, *, pool=None, layout="nchw"))]
+    #[pyo3(signature = (descriptor, *, pool=None, layout="nchw", conv_algo=None))]
     fn compile_op(
         &self,
         py: Python<'_>,
         descriptor: &str,
         pool: Option<&str>,
         layout: &str,
+        conv_algo: Option<&str>,
     ) -> PyResult<PyPrimitive> {
-        primitive::compile_op(py, &self.engine, descriptor, pool, layout)
+        let conv_algo = match conv_algo {
+            Some(name) => conv_algo_from(py, name)?,
+            None => self.conv_algo,
+        };
+        primitive::compile_op(py, &self.engine, descriptor, pool, layout, conv_algo)
     }
 
     /// The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (bytes, or None
@@ -275,15 +306,22 @@ impl PyEngine {
         self.engine.threads()
     }
 
+    /// The convolution algorithm choice: "direct", "winograd" or "auto".
+    #[getter]
+    fn conv_algo(&self) -> String {
+        self.conv_algo.to_string()
+    }
+
     fn __repr__(&self) -> String {
         let config = self.engine.cache().config();
         format!(
-            "primjit.Engine(budget={:?}, capacity={}, threads={})",
+            "primjit.Engine(budget={:?}, capacity={}, threads={}, conv_algo={:?})",
             config.budget.to_string(),
             config
                 .capacity
                 .map_or_else(|| "None".to_string(), |c| c.to_string()),
-            self.engine.threads()
+            self.engine.threads(),
+            self.conv_algo.to_string()
         )
     }
 }

@@ -4,7 +4,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use primjit::ir::{Dim, Graph};
-use primjit::{CompiledGraph, Engine, Params, ShapeMode, Tensor, TensorView, Workspace};
+use primjit::{
+    CompiledGraph, ConvAlgoChoice, Engine, Params, ShapeMode, Tensor, TensorView, Workspace,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -122,6 +124,7 @@ fn params_from(
 pub fn load(
     py: Python<'_>,
     engine: &Arc<Engine>,
+    conv_algo: ConvAlgoChoice,
     path: &Path,
     params: Option<&Bound<'_, PyAny>>,
     mode: &str,
@@ -141,7 +144,7 @@ pub fn load(
     let (file, text, graph) = read_graph(py, path)?;
     let params = params_from(py, &graph, params, random_params)?;
     let compiled = py
-        .detach(|| CompiledGraph::new(&graph, &params))
+        .detach(|| CompiledGraph::with_conv_algo(&graph, &params, conv_algo))
         .map_err(|e| load_error(py, e, &file, &text))?
         .with_mode(mode);
     let inputs = graph
@@ -285,6 +288,13 @@ impl PyModel {
     #[getter]
     fn outputs(&self) -> Vec<String> {
         self.outputs.clone()
+    }
+
+    /// The convolution algorithm choice the model was compiled with: "direct", "winograd" or
+    /// "auto".
+    #[getter]
+    fn conv_algo(&self) -> String {
+        self.graph.conv_algo().to_string()
     }
 
     /// "exact" or "dynamic".

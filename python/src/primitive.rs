@@ -5,7 +5,7 @@ use std::sync::Arc;
 use numpy::{PyArray1, PyReadwriteArrayDyn};
 use primjit::codegen::BufferSpec;
 use primjit::descriptor::{self, DescriptorOp};
-use primjit::{ConvPlan, Engine, ExecArgs, Layout, Primitive, PrimitiveKey};
+use primjit::{ConvAlgoChoice, Engine, ExecArgs, Layout, Primitive, PrimitiveKey};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -19,6 +19,7 @@ pub fn compile_op(
     text: &str,
     pool: Option<&str>,
     layout: &str,
+    conv_algo: ConvAlgoChoice,
 ) -> PyResult<PyPrimitive> {
     let layout = match layout {
         "nchw" => Layout::Nchw,
@@ -32,7 +33,7 @@ pub fn compile_op(
         }
     };
     let op = match pool {
-        None => DescriptorOp::Conv,
+        None => DescriptorOp::Conv(conv_algo),
         Some(alg) => DescriptorOp::pool(alg).ok_or_else(|| {
             error(
                 py,
@@ -115,6 +116,16 @@ impl PyPrimitive {
         self.primitive.compile_time().as_secs_f64()
     }
 
+    /// Floats of working memory one thread needs (Winograd convolutions, convolutions with a
+    /// fused pool); 0 for primitives that take no scratch.
+    #[getter]
+    fn scratch_len(&self) -> usize {
+        match &self.key {
+            PrimitiveKey::Conv(d) => d.scratch_len(),
+            _ => 0,
+        }
+    }
+
     /// Floating-point operations of one execution.
     #[getter]
     fn flops(&self) -> u64 {
@@ -193,18 +204,21 @@ impl PyPrimitive {
             ));
         }
         let (w, b) = (w.view().data, b.as_ref().map(|b| b.view().data));
-        let packed = py.detach(|| ConvPlan::new(desc).pack_weights(w, b));
+        let packed = py.detach(|| desc.pack_weights(w, b));
         Ok(PyArray1::from_vec(py, packed))
     }
 
     /// Runs the primitive on the engine's threads: reads src (and weights and extra, the
     /// residuals of a convolution with fused adds), writes dst in place. dst must be a
     /// writable C-contiguous float32 array; the others are read in place when C-contiguous.
+    /// scratch is working memory for the primitives that take one (Winograd convolutions):
+    /// None allocates it for the call, or pass a writable float32 array of a multiple of
+    /// scratch_len floats, one per thread, to reuse one.
     ///
     /// Every buffer is checked against the key before any code runs: a wrong length, a
     /// missing or unexpected buffer raises ExecError and writes nothing. The GIL is released
     /// while the kernel runs.
-    #[pyo3(signature = (src, dst, weights=None, extra=Vec::new()))]
+    #[pyo3(signature = (src, dst, weights=None, extra=Vec::new(), scratch=None))]
     fn execute<'py>(
         &self,
         py: Python<'py>,
@@ -212,6 +226,7 @@ impl PyPrimitive {
         dst: &Bound<'py, PyAny>,
         weights: Option<&Bound<'py, PyAny>>,
         extra: Vec<Bound<'py, PyAny>>,
+        scratch: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<()> {
         let src = arrays::input(py, "src", src)?;
         let weights = weights
@@ -225,12 +240,25 @@ impl PyPrimitive {
         let mut dst_array: PyReadwriteArrayDyn<'py, f32> = arrays::output(py, "dst", dst)?;
         let dst = dst_array.as_slice_mut().expect("checked by arrays::output");
         let extra_views: Vec<&[f32]> = extra.iter().map(|e| e.view().data).collect();
+        let mut scratch_array = scratch
+            .map(|s| arrays::output(py, "scratch", s))
+            .transpose()?;
+        // One band per thread, as the graph executor gives it.
+        let mut own_scratch = match (&scratch_array, self.scratch_len()) {
+            (None, n) if n > 0 => vec![0.0f32; n * self.engine.threads()],
+            _ => Vec::new(),
+        };
+        let scratch = match &mut scratch_array {
+            Some(a) => Some(a.as_slice_mut().expect("checked by arrays::output")),
+            None if !own_scratch.is_empty() => Some(own_scratch.as_mut_slice()),
+            None => None,
+        };
         let args = ExecArgs {
             src: src.view().data,
             weights: weights.as_ref().map(|w| w.view().data),
             dst,
             extra: &extra_views,
-            scratch: None,
+            scratch,
         };
         let extents = self.extents();
         let (engine, primitive) = (&self.engine, &self.primitive);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import numpy as np
+import pytest
 
 import primjit
 from conftest import EXAMPLES, REPO, random_input
@@ -121,9 +122,10 @@ def test_model_describes_itself(engine):
     model = engine.load(EXAMPLES / "symbolic.ir", random_params=0)
     assert model.inputs == {"a": [1, 2, "H", "W"], "b": [1, 2, "H", "W"]}
     assert model.outputs == ["feature", "pooled"]
+    assert model.conv_algo == engine.conv_algo == "auto"
     assert model.path.endswith("symbolic.ir")
     assert "symbolic.ir" in repr(model) and "%a: [1, 2, H, W]" in repr(model)
-    assert repr(engine) == 'primjit.Engine(budget="64MiB", capacity=None, threads=1)'
+    assert repr(engine) == 'primjit.Engine(budget="64MiB", capacity=None, threads=1, conv_algo="auto")'
 
 
 def numpy_conv(x, w, b, pad):
@@ -177,3 +179,41 @@ def test_a_pooling_op_matches_numpy(engine):
     y = np.zeros((1, 4, 3, 4), np.float32)
     op.execute(x, y)
     assert np.array_equal(y, x.reshape(1, 4, 3, 2, 4, 2).max(axis=(3, 5)))
+
+
+def to_nchw4c(x):
+    """NCHW to nChw4c (channels in blocks of four, zero-padded), as a flat array."""
+    n, c, h, w = x.shape
+    blocks = -(-c // 4)
+    padded = np.zeros((n, blocks * 4, h, w), np.float32)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, blocks, 4, h, w).transpose(0, 1, 3, 4, 2)).ravel()
+
+
+def test_a_winograd_op_matches_the_direct_one(engine):
+    text = "mb1ic8ih12iw20oc8kh3ph1"
+    winograd = engine.compile_op(text, layout="nchw4c", conv_algo="winograd")
+    direct = engine.compile_op(text, layout="nchw4c", conv_algo="direct")
+    assert "alg:wino" in winograd.key and "alg:wino" not in direct.key
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, (1, 8, 12, 20)).astype(np.float32)
+    w = rng.uniform(-1, 1, (8, 8, 3, 3)).astype(np.float32)
+    b = rng.uniform(-1, 1, 8).astype(np.float32)
+    want = numpy_conv(x, w, b, 1)
+    for op in (winograd, direct):
+        [dst_len] = [buf["len"] for buf in op.buffers() if buf["role"] == "dst"]
+        y = np.zeros(dst_len, np.float32)
+        op.execute(to_nchw4c(x), y, op.pack_weights(w, b))
+        np.testing.assert_allclose(y, to_nchw4c(want), rtol=1e-4, atol=1e-4)
+    # A Winograd convolution takes scratch: allocated for the call, or given and checked.
+    assert winograd.scratch_len > 0 and direct.scratch_len == 0
+    src, packed = to_nchw4c(x), winograd.pack_weights(w, b)
+    y = np.zeros(winograd.buffers()[2]["len"], np.float32)
+    winograd.execute(src, y, packed, scratch=np.zeros(winograd.scratch_len, np.float32))
+    np.testing.assert_allclose(y, to_nchw4c(want), rtol=1e-4, atol=1e-4)
+    with pytest.raises(primjit.ExecError, match="the scratch buffer holds 3 floats"):
+        winograd.execute(src, y, packed, scratch=np.zeros(3, np.float32))
+    with pytest.raises(primjit.ExecError, match="takes no scratch buffer"):
+        direct.execute(src, y, direct.pack_weights(w, b), scratch=np.zeros(8, np.float32))
+    # The engine's choice is the default: "auto" picks Winograd from 8 channels.
+    assert "alg:wino" in engine.compile_op(text, layout="nchw4c").key

@@ -119,6 +119,7 @@ def test_bad_settings_are_config_errors(engine):
         ({"capacity": -1}, r"capacity -1"),
         ({"threads": -2}, r"threads -2"),
         ({"verbose": 3}, r"verbose 3"),
+        ({"conv_algo": "fft"}, r"conv_algo: unknown convolution algorithm `fft`"),
     ]:
         with pytest.raises(primjit.ConfigError, match=pattern):
             primjit.Engine(**kwargs)
@@ -135,8 +136,9 @@ def test_a_malformed_environment_variable_is_a_config_error(monkeypatch):
         primjit.Engine.from_env()
     monkeypatch.setenv("PRIMJIT_CACHE_BUDGET", "2MiB")
     monkeypatch.setenv("PRIMJIT_THREADS", "1")
+    monkeypatch.setenv("PRIMJIT_CONV_ALGO", "direct")
     e = primjit.Engine.from_env()
-    assert (e.budget, e.threads) == ("2MiB", 1)
+    assert (e.budget, e.threads, e.conv_algo) == ("2MiB", 1, "direct")
 
 
 # ---- running ----
@@ -193,6 +195,8 @@ def test_bad_descriptors_are_descriptor_errors(engine):
         engine.compile_op("mb1ic8ih10kh3", pool="min")
     with pytest.raises(primjit.ConfigError, match=r"layout `nhwc`"):
         engine.compile_op(CONV, layout="nhwc")
+    with pytest.raises(primjit.ConfigError, match=r"conv_algo: unknown convolution algorithm"):
+        engine.compile_op(CONV, conv_algo="gemm")
 
 
 def test_buffers_that_do_not_match_a_primitive_are_exec_errors(engine):

@@ -126,3 +126,18 @@ def test_outputs_are_new_writable_arrays(engine):
     assert np.any(y2 != 0), "outputs of two calls share no memory"
     # The input is only read.
     assert np.array_equal(x, random_input((1, 3, 9, 11)))
+
+
+@pytest.mark.parametrize("conv_algo", ["direct", "winograd"])
+def test_conv_algorithms_match_the_cli_bit_for_bit(cli, tmp_path, conv_algo):
+    x = random_input((1, 3, 320, 64), seed=12)
+    engine = primjit.Engine(threads=1, conv_algo=conv_algo)
+    model = engine.load(TRUNK, random_params=0)
+    assert model.conv_algo == conv_algo
+    want = cli_outputs(
+        cli, tmp_path, TRUNK, {"x": x}, model.outputs,
+        ["--random-params", "0", "--conv-algo", conv_algo],
+    )
+    assert_bitwise_equal({model.outputs[0]: model(x)}, want)
+    winograd_keys = [e["key"] for e in engine.cache_entries() if "alg:wino" in e["key"]]
+    assert bool(winograd_keys) == (conv_algo == "winograd")
