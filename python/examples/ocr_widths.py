@@ -5,7 +5,7 @@ inputs, W from benches/data/widths.txt, through one engine, and prints what `pri
 prints: the memory growth every 100 calls (VmRSS after the call minus VmRSS after the first
 call), the time per call, the cache's statistics and the memory growth over the run.
 
-    python python/examples/ocr_widths.py --n 100 --policy exact --threads 0
+    python python/examples/ocr_widths.py --n 100 --policy exact --threads 0 --conv-algo auto
 
 The time of a call is that of `model(x)` alone, as `primjit bench` times `run` alone: making
 and padding the input are outside it.
@@ -74,12 +74,18 @@ def main() -> None:
     parser.add_argument("--budget", default="64MiB")
     parser.add_argument("--capacity", type=int, default=None)
     parser.add_argument("--threads", type=int, default=0, help="threads per primitive, 0 for all cores")
+    parser.add_argument(
+        "--conv-algo", default="auto", choices=["direct", "winograd", "auto"],
+        help="convolution algorithm, as `primjit bench --conv-algo`",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the summary as JSON here")
     args = parser.parse_args()
 
     widths = read_widths(Path(args.widths))[: args.n]
-    engine = primjit.Engine(budget=args.budget, capacity=args.capacity, threads=args.threads)
+    engine = primjit.Engine(
+        budget=args.budget, capacity=args.capacity, threads=args.threads, conv_algo=args.conv_algo
+    )
     mode = "dynamic" if args.policy == "dynamic" else "exact"
     model = engine.load(args.model, mode=mode, random_params=args.seed)
     [(input_name, shape)] = model.inputs.items()
@@ -144,6 +150,7 @@ def main() -> None:
         summary = {
             "model": args.model,
             "policy": args.policy,
+            "conv_algo": engine.conv_algo,
             "budget": engine.budget,
             "threads": engine.threads,
             "calls": len(times),
