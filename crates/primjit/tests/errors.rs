@@ -834,3 +834,125 @@ fn exec_error_extents_of_a_runtime_width_primitive() {
         )
     );
 }
+
+// ---- descriptors and parameter files (the facade's own) ----
+
+#[test]
+fn descriptor_errors_name_the_entry_or_the_problem() {
+    use primjit::descriptor::{DescriptorError, DescriptorOp, parse};
+    let err = parse("ic64x3").unwrap_err();
+    assert!(matches!(err, DescriptorError::Syntax { .. }));
+    assert_eq!(err.to_string(), "descriptor `ic64x3`: unknown entry `x`");
+    let err = parse("ic4oc4kh3").unwrap().conv(Layout::Nchw).unwrap_err();
+    assert_eq!(err, DescriptorError::Missing("ih".into()));
+    assert_eq!(err.to_string(), "the descriptor needs `ih`");
+    let err = parse("ic4oc4ih2kh3")
+        .unwrap()
+        .conv(Layout::Nchw)
+        .unwrap_err();
+    assert!(matches!(err, DescriptorError::Problem(_)));
+    assert_eq!(
+        err.to_string(),
+        "the descriptor's output along `h` would be empty"
+    );
+    let conv = DescriptorOp::Conv(primjit::ConvAlgoChoice::Direct);
+    let err = parse("mb1g3ic8ih10oc8kh3")
+        .unwrap()
+        .keys(conv, Layout::Nchw)
+        .unwrap_err();
+    assert!(
+        matches!(&err, DescriptorError::Key(k) if k.reason.contains("group")),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with("invalid primitive conv "),
+        "{err}"
+    );
+}
+
+/// A safetensors file of F32 tensors (and one F64 when `f64_name` names it).
+fn safetensors_bytes(tensors: &[(&str, Vec<usize>)], f64_name: Option<&str>) -> Vec<u8> {
+    use safetensors::tensor::TensorView;
+    let data: Vec<(String, Vec<usize>, Vec<u8>, safetensors::Dtype)> = tensors
+        .iter()
+        .map(|(name, shape)| {
+            let n: usize = shape.iter().product();
+            if Some(*name) == f64_name {
+                (
+                    name.to_string(),
+                    shape.clone(),
+                    vec![0u8; n * 8],
+                    safetensors::Dtype::F64,
+                )
+            } else {
+                (
+                    name.to_string(),
+                    shape.clone(),
+                    vec![0u8; n * 4],
+                    safetensors::Dtype::F32,
+                )
+            }
+        })
+        .collect();
+    let views: Vec<(String, TensorView<'_>)> = data
+        .iter()
+        .map(|(name, shape, bytes, dtype)| {
+            (
+                name.clone(),
+                TensorView::new(*dtype, shape.clone(), bytes).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize(views, None).unwrap()
+}
+
+#[test]
+fn param_file_errors_name_the_file_and_the_parameter() {
+    use primjit::params_file::{ParamFileError, read_safetensors, safetensors_params};
+    let graph = tiny();
+    let all = [
+        ("w", vec![2, 3, 3, 3]),
+        ("b", vec![2]),
+        ("s", vec![2]),
+        ("t", vec![2]),
+        ("m", vec![2]),
+        ("v", vec![2]),
+    ];
+    let params = safetensors_params(&safetensors_bytes(&all, None), "p.safetensors", &graph);
+    assert_eq!(params.unwrap().get("w").unwrap().shape, vec![2, 3, 3, 3]);
+
+    let err =
+        read_safetensors(std::path::Path::new("/nonexistent/p.safetensors"), &graph).unwrap_err();
+    assert!(
+        matches!(&err, ParamFileError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    );
+    assert_eq!(err.to_string(), "cannot read `/nonexistent/p.safetensors`");
+
+    let err = safetensors_params(b"not safetensors", "x.bin", &graph).unwrap_err();
+    assert!(matches!(err, ParamFileError::Format { .. }));
+    assert!(
+        err.to_string()
+            .starts_with("`x.bin` is not a safetensors file: "),
+        "{err}"
+    );
+
+    let err = safetensors_params(&safetensors_bytes(&all[..5], None), "p.st", &graph).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "parameter @v is missing from `p.st` (expected shape [2])"
+    );
+
+    let err = safetensors_params(&safetensors_bytes(&all, Some("s")), "p.st", &graph).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "parameter @s in `p.st` has dtype F64; only F32 is supported"
+    );
+
+    let mut wrong = all.to_vec();
+    wrong[0].1 = vec![2, 3, 1, 1];
+    let err = safetensors_params(&safetensors_bytes(&wrong, None), "p.st", &graph).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "parameter @w has shape [2, 3, 1, 1] in `p.st` but the graph declares [2, 3, 3, 3]"
+    );
+}
