@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Mapping, Sequence, Union
+from typing import Any, Literal, Mapping, Sequence, Union, final
 
 import numpy as np
 import numpy.typing as npt
+
+__all__ = ["Engine", "Model", "Primitive", "__version__"]
 
 __version__: str
 """The package's version (the Rust workspace's)."""
@@ -15,18 +17,19 @@ _Budget = Union[str, int]
 _Path = Union[str, "os.PathLike[str]"]
 _F32 = npt.NDArray[np.float32]
 
+@final
 class Engine:
     """Compiles primitives through a primitive cache bounded in bytes, and runs them on a
     pool of threads. Safe to share between Python threads."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         budget: _Budget = "64MiB",
         capacity: int | None = None,
         threads: int = 0,
         verbose: int = 0,
         conv_algo: Literal["direct", "winograd", "auto"] = "auto",
-    ) -> None:
+    ) -> Engine:
         """budget: "64MiB", "512KiB", "1GiB", "unlimited", "0" or a number of bytes;
         capacity: an entry-count bound applied with the budget, or None; threads: threads
         per execution, 0 for one per core; verbose: 1 a stderr line per primitive creation
@@ -85,6 +88,7 @@ class Engine:
     def conv_algo(self) -> Literal["direct", "winograd", "auto"]:
         """The convolution algorithm choice."""
 
+@final
 class Model:
     """A model loaded by Engine.load. float32 NCHW arrays in (read in place when
     C-contiguous), new float32 arrays out; the GIL is released while kernels run."""
@@ -111,6 +115,7 @@ class Model:
     def path(self) -> str:
         """The file the model was loaded from."""
 
+@final
 class Primitive:
     """One compiled primitive (Engine.compile_op), run on float32 numpy buffers checked
     against its key before any code runs."""

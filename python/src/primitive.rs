@@ -218,7 +218,10 @@ impl PyPrimitive {
     /// Every buffer is checked against the key before any code runs: a wrong length, a
     /// missing or unexpected buffer raises ExecError and writes nothing. The GIL is released
     /// while the kernel runs.
-    #[pyo3(signature = (src, dst, weights=None, extra=Vec::new(), scratch=None))]
+    #[pyo3(
+        signature = (src, dst, weights=None, extra=Vec::new(), scratch=None),
+        text_signature = "($self, src, dst, weights=None, extra=(), scratch=None)"
+    )]
     fn execute<'py>(
         &self,
         py: Python<'py>,
