@@ -12,6 +12,7 @@ use numpy::{
     PyUntypedArray, PyUntypedArrayMethods,
 };
 use primjit::{Tensor, TensorView};
+use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 
 use crate::errors::{Kind, error};
@@ -77,10 +78,31 @@ pub fn input<'py>(py: Python<'py>, what: &str, obj: &Bound<'py, PyAny>) -> PyRes
         return Ok(Input::Borrowed(readonly));
     }
     let view = readonly.as_array();
+    // A strided array can be far larger than the memory it views (a broadcast has stride 0):
+    // refuse what no graph accepts before copying, and report a copy that does not fit in
+    // memory instead of aborting.
+    let len = view.len();
+    if len as u64 > primjit::ir::MAX_TENSOR_ELEMENTS {
+        return Err(error(
+            py,
+            Kind::Shape,
+            format!(
+                "{what}: the array has {len} elements, more than a tensor may hold ({})",
+                primjit::ir::MAX_TENSOR_ELEMENTS
+            ),
+        ));
+    }
+    let mut data = Vec::new();
+    data.try_reserve_exact(len).map_err(|_| {
+        PyMemoryError::new_err(format!(
+            "{what}: no memory for a C-order copy of the array ({len} floats)"
+        ))
+    })?;
+    // `iter` walks the logical (C) order whatever the strides.
+    data.extend(view.iter().copied());
     Ok(Input::Copied(Tensor {
         shape: view.shape().to_vec(),
-        // `iter` walks the logical (C) order whatever the strides.
-        data: view.iter().copied().collect(),
+        data,
     }))
 }
 

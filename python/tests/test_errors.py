@@ -163,6 +163,16 @@ def test_inputs_that_do_not_fit_the_graph_are_shape_errors(engine):
         model(random_input((1, 4, 9, 11)))
 
 
+def test_a_strided_view_larger_than_any_tensor_is_refused_before_its_copy(engine):
+    model = engine.load(EXAMPLES / "conv_basics.ir", random_params=0)
+    # 58 G elements viewing one float: copying it into C order would abort on memory.
+    huge = np.lib.stride_tricks.as_strided(
+        np.zeros(1, np.float32), shape=(1, 3, 9, 1 << 31), strides=(0, 0, 0, 0)
+    )
+    with pytest.raises(primjit.ShapeError, match=r"input %x: the array has 57982058496 elements"):
+        model(huge)
+
+
 def test_arrays_of_other_dtypes_are_refused(engine):
     model = engine.load(EXAMPLES / "conv_basics.ir", random_params=0)
     x = random_input((1, 3, 9, 11))
