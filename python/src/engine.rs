@@ -224,7 +224,8 @@ impl PyEngine {
     ///
     /// pool: None for a convolution (with bias), or a pooling algorithm: "max", "avg_np"
     ///     (padding excluded from the average) or "avg_p" (padding counted).
-    /// layout: the activations' layout, "nchw" or "nchw4c" (channels in blocks of four).
+    /// layout: the activations' layout, "nchw" or "nchw4c" (oneDNN's nChw4c: channels in blocks
+    ///     of four; either case).
     /// conv_algo: the convolution's algorithm, "direct", "winograd" or "auto"; None for the
     ///     engine's.
     ///

@@ -21,7 +21,8 @@ pub fn compile_op(
     layout: &str,
     conv_algo: ConvAlgoChoice,
 ) -> PyResult<PyPrimitive> {
-    let layout = match layout {
+    // Either case: the keys print oneDNN's `nChw4c`.
+    let layout = match layout.to_ascii_lowercase().as_str() {
         "nchw" => Layout::Nchw,
         "nchw4c" => Layout::Nchw4c,
         other => {
@@ -144,8 +145,10 @@ impl PyPrimitive {
         Ok(d)
     }
 
-    /// The buffers execute takes, in order, each a dict: role ("src", "weights", "dst"),
-    /// shape (logical, NCHW), layout ("nchw", "nchw4c", or None for packed weights) and len
+    /// The buffers execute takes, in order, each a dict: role ("src", "weights", "dst",
+    /// "residual" or "src2" for the extra buffers, "scratch" for one thread's scratch),
+    /// shape (logical, NCHW), layout ("nchw", "nChw4c", or None for packed weights and
+    /// scratch) and len
     /// (the float32 elements it must hold).
     fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.key
