@@ -55,7 +55,7 @@ class Engine:
         descriptor: str,
         *,
         pool: Literal["max", "avg_np", "avg_p"] | None = None,
-        layout: Literal["nchw", "nchw4c"] = "nchw",
+        layout: Literal["nchw", "nchw4c", "nChw4c"] = "nchw",
         conv_algo: Literal["direct", "winograd", "auto"] | None = None,
     ) -> Primitive:
         """Compiles one primitive from a benchdnn descriptor
