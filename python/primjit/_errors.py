@@ -29,7 +29,8 @@ class IrError(Error, ValueError):
     """A model file that does not parse or verify, located in the file.
 
     The message is the command line's: ``file:line:col: error: message``, the line and a
-    caret. Also raised for a model format that is not supported.
+    caret. Also raised for an ONNX model that does not import (malformed, or with
+    unsupported nodes, each listed).
     """
 
 

@@ -47,9 +47,10 @@ class Engine:
         *,
         random_params: int | None = None,
     ) -> Model:
-        """Loads an .ir model with its parameters (a .safetensors file, a dict of float32
-        arrays by parameter name, or None for a graph without parameters; random_params
-        draws them from a seed). Raises IrError, ParamError, ConfigError or OSError."""
+        """Loads an .ir or .onnx model with its parameters (a .safetensors file, a dict of
+        float32 arrays by parameter name, or None for a graph without parameters or an ONNX
+        model's initializers; random_params draws them from a seed). Raises IrError,
+        ParamError, ConfigError or OSError."""
     def compile_op(
         self,
         descriptor: str,

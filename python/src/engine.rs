@@ -187,18 +187,20 @@ impl PyEngine {
         Self::with_config(py, config)
     }
 
-    /// Loads a model: an IR file (.ir), verified, optimized (batch-norm folding, post-op and
-    /// pool fusion) and with its convolution weights packed.
+    /// Loads a model: an IR file (.ir) or an ONNX model (.onnx), verified, optimized
+    /// (batch-norm folding, post-op and pool fusion) and with its convolution weights packed.
     ///
     /// params: a .safetensors file whose tensors are named as the graph's parameters, a dict
-    ///     of float32 arrays by parameter name, or None for a graph without parameters.
+    ///     of float32 arrays by parameter name, or None for a graph without parameters. An
+    ///     ONNX model's initializers are its parameters; a file or dict replaces those it
+    ///     names.
     /// mode: "exact" compiles one primitive per node and shape; "dynamic" gives convolutions
     ///     and pooling over a symbolic extent one primitive for every value of it.
     /// random_params: draw the parameters from this seed instead (the CLI's --random-params).
     ///
-    /// Raises IrError (the file does not parse or verify), ParamError (a parameter is missing,
-    /// of the wrong shape or dtype), ConfigError (an unknown mode) and OSError (the file cannot
-    /// be read).
+    /// Raises IrError (the file does not parse, import or verify), ParamError (a parameter is
+    /// missing, of the wrong shape or dtype), ConfigError (an unknown mode) and OSError (the
+    /// file cannot be read).
     #[pyo3(signature = (path, params=None, mode="exact", *, random_params=None))]
     fn load(
         &self,

@@ -13,25 +13,48 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use crate::arrays::{self, Input};
 use crate::errors::{Kind, error, ir_error, load_error, os_error, param_file_error, run_error};
 
-/// The text of a model file and the graph it holds.
-fn read_graph(py: Python<'_>, path: &Path) -> PyResult<(String, String, Graph)> {
+/// A model file: its name, its IR text, its graph, and what an ONNX file adds.
+struct ModelFile {
+    file: String,
+    text: String,
+    graph: Graph,
+    /// An ONNX model's initializers: its parameters unless others are given.
+    initializers: Option<Params>,
+    /// Outputs an ONNX model gives as `[N, K]`, which the graph computes as `[N, K, 1, 1]`.
+    flattened_outputs: Vec<String>,
+}
+
+/// Reads an IR file, or imports an ONNX file (`.onnx`).
+fn read_model(py: Python<'_>, path: &Path) -> PyResult<ModelFile> {
     let file = path.display().to_string();
-    // The place of other model formats: an `.onnx` file goes to the ONNX importer once the
-    // facade has one.
     if path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
     {
-        return Err(error(
-            py,
-            Kind::Ir,
-            format!("{file}: .onnx models are not supported yet: convert the model to an .ir file"),
-        ));
+        let imported = py
+            .detach(|| primjit_onnx::import_file(path))
+            .map_err(|e| match &e {
+                primjit_onnx::OnnxError::Read { source, .. } => os_error(py, path, source),
+                _ => error(py, Kind::Ir, e.to_string()),
+            })?;
+        return Ok(ModelFile {
+            file,
+            text: imported.graph.to_string(),
+            graph: imported.graph,
+            initializers: Some(imported.params),
+            flattened_outputs: imported.flattened_outputs,
+        });
     }
     let text = std::fs::read_to_string(path).map_err(|e| os_error(py, path, &e))?;
     let graph = primjit::ir::parse(&text).map_err(|e| ir_error(py, e, &file, &text))?;
     graph.verify().map_err(|e| ir_error(py, e, &file, &text))?;
-    Ok((file, text, graph))
+    Ok(ModelFile {
+        file,
+        text,
+        graph,
+        initializers: None,
+        flattened_outputs: Vec::new(),
+    })
 }
 
 /// The graph's declared (non-derived) parameters.
@@ -43,10 +66,12 @@ fn declared_params(graph: &Graph) -> Vec<String> {
         .collect()
 }
 
-/// The parameters `load` was given: a file, a dict of arrays, a seed, or none.
+/// The parameters `load` was given: a file, a dict of arrays, a seed, or none; a parameter
+/// that a file or dict leaves out takes an ONNX model's initializer, as `primjit run` does.
 fn params_from(
     py: Python<'_>,
     graph: &Graph,
+    initializers: Option<&Params>,
     params: Option<&Bound<'_, PyAny>>,
     random_params: Option<u64>,
 ) -> PyResult<Params> {
@@ -57,6 +82,7 @@ fn params_from(
             "give params or random_params, not both",
         )),
         (None, Some(seed)) => Ok(Params::random(graph, seed)),
+        (None, None) if initializers.is_some() => Ok(initializers.cloned().unwrap_or_default()),
         (None, None) => {
             let declared = declared_params(graph);
             if declared.is_empty() {
@@ -78,7 +104,7 @@ fn params_from(
         }
         (Some(p), None) => {
             if let Ok(dict) = p.cast::<PyDict>() {
-                let mut params = Params::new();
+                let mut params = initializers.cloned().unwrap_or_default();
                 for (name, value) in dict.iter() {
                     let name: String = name.extract().map_err(|_| {
                         error(
@@ -113,7 +139,7 @@ fn params_from(
                         ),
                     )
                 })?;
-                py.detach(|| primjit::params_file::read_safetensors(&path, graph))
+                py.detach(|| primjit::params_file::read_safetensors(&path, graph, initializers))
                     .map_err(|e| param_file_error(py, &path, e))
             }
         }
@@ -141,8 +167,14 @@ pub fn load(
             ));
         }
     };
-    let (file, text, graph) = read_graph(py, path)?;
-    let params = params_from(py, &graph, params, random_params)?;
+    let ModelFile {
+        file,
+        text,
+        graph,
+        initializers,
+        flattened_outputs,
+    } = read_model(py, path)?;
+    let params = params_from(py, &graph, initializers.as_ref(), params, random_params)?;
     let compiled = py
         .detach(|| CompiledGraph::with_conv_algo(&graph, &params, conv_algo))
         .map_err(|e| load_error(py, e, &file, &text))?
@@ -160,6 +192,7 @@ pub fn load(
         path: file,
         inputs,
         outputs,
+        flattened_outputs,
     })
 }
 
@@ -177,6 +210,9 @@ pub struct PyModel {
     path: String,
     inputs: Vec<(String, Vec<Dim>)>,
     outputs: Vec<String>,
+    /// An ONNX classifier's `[N, K]` outputs, computed as `[N, K, 1, 1]` and returned as the
+    /// file gives them.
+    flattened_outputs: Vec<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -196,9 +232,13 @@ impl PyModel {
         let mut workspace = lock(&self.workspaces).pop().unwrap_or_default();
         let result = py.detach(|| self.graph.run_views(&self.engine, &views, &mut workspace));
         lock(&self.workspaces).push(workspace);
-        result
-            .map(|(outputs, _)| outputs)
-            .map_err(|e| run_error(py, e))
+        let (mut outputs, _) = result.map_err(|e| run_error(py, e))?;
+        for (name, t) in &mut outputs {
+            if self.flattened_outputs.contains(name) && t.shape.len() == 4 {
+                t.shape.truncate(2);
+            }
+        }
+        Ok(outputs)
     }
 }
 

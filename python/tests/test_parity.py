@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import primjit
-from conftest import EXAMPLES, TRUNK, random_input, run_cli, write_safetensors
+from conftest import EXAMPLES, REPO, TRUNK, random_input, run_cli, write_safetensors
+
+ONNX_FAMILIES = REPO / "tests" / "onnx" / "families"
 
 # Every example with one input, at small extents for its symbols.
 SINGLE_INPUT = {
@@ -141,3 +143,26 @@ def test_conv_algorithms_match_the_cli_bit_for_bit(cli, tmp_path, conv_algo):
     assert_bitwise_equal({model.outputs[0]: model(x)}, want)
     winograd_keys = [e["key"] for e in engine.cache_entries() if "alg:wino" in e["key"]]
     assert bool(winograd_keys) == (conv_algo == "winograd")
+
+
+@pytest.mark.parametrize("family", ["resnet.onnx", "vgg.onnx", "mobilenet.onnx", "deeplab.onnx"])
+def test_onnx_models_match_the_cli_bit_for_bit(cli, tmp_path, engine, family):
+    path = ONNX_FAMILIES / family
+    # Its initializers are its parameters.
+    model = engine.load(path)
+    assert model.inputs == {"x": [2, 3, "H", "W"]}
+    x = random_input((2, 3, 32, 40), seed=9)
+    want = cli_outputs(cli, tmp_path, path, {"x": x}, model.outputs, [])
+    assert_bitwise_equal(model.run({"x": x}), want)
+    if family == "resnet.onnx":
+        # A classifier's [N, K] output comes back as the file gives it.
+        assert want["fc_23"].shape == (2, 10)
+
+
+def test_params_override_an_onnx_models_initializers(cli, tmp_path, engine):
+    path = ONNX_FAMILIES / "resnet.onnx"
+    x = random_input((2, 3, 16, 16), seed=2)
+    plain = engine.load(path)(x)
+    # Random parameters replace every initializer; a dict replaces the ones it names.
+    assert engine.load(path, random_params=0)(x).tobytes() != plain.tobytes()
+    assert engine.load(path, params={})(x).tobytes() == plain.tobytes()

@@ -67,7 +67,9 @@ pub fn read_safetensors_params(
     graph: &Graph,
     fallback: Option<&Params>,
 ) -> Result<Params> {
-    Ok(primjit::params_file::read_safetensors(path, graph, fallback)?)
+    Ok(primjit::params_file::read_safetensors(
+        path, graph, fallback,
+    )?)
 }
 
 /// Writes parameter values as a safetensors file of F32 tensors named as the parameters.
@@ -82,7 +84,7 @@ pub fn write_safetensors_params(path: &Path, params: &Params) -> Result<()> {
     let views = bytes
         .iter()
         .map(|(name, shape, data)| {
-            safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), data)
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
                 .map(|v| (name.as_str(), v))
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -918,17 +918,26 @@ fn param_file_errors_name_the_file_and_the_parameter() {
         ("m", vec![2]),
         ("v", vec![2]),
     ];
-    let params = safetensors_params(&safetensors_bytes(&all, None), "p.safetensors", &graph);
+    let params = safetensors_params(
+        &safetensors_bytes(&all, None),
+        "p.safetensors",
+        &graph,
+        None,
+    );
     assert_eq!(params.unwrap().get("w").unwrap().shape, vec![2, 3, 3, 3]);
 
-    let err =
-        read_safetensors(std::path::Path::new("/nonexistent/p.safetensors"), &graph).unwrap_err();
+    let err = read_safetensors(
+        std::path::Path::new("/nonexistent/p.safetensors"),
+        &graph,
+        None,
+    )
+    .unwrap_err();
     assert!(
         matches!(&err, ParamFileError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound)
     );
     assert_eq!(err.to_string(), "cannot read `/nonexistent/p.safetensors`");
 
-    let err = safetensors_params(b"not safetensors", "x.bin", &graph).unwrap_err();
+    let err = safetensors_params(b"not safetensors", "x.bin", &graph, None).unwrap_err();
     assert!(matches!(err, ParamFileError::Format { .. }));
     assert!(
         err.to_string()
@@ -936,13 +945,15 @@ fn param_file_errors_name_the_file_and_the_parameter() {
         "{err}"
     );
 
-    let err = safetensors_params(&safetensors_bytes(&all[..5], None), "p.st", &graph).unwrap_err();
+    let err =
+        safetensors_params(&safetensors_bytes(&all[..5], None), "p.st", &graph, None).unwrap_err();
     assert_eq!(
         err.to_string(),
         "parameter @v is missing from `p.st` (expected shape [2])"
     );
 
-    let err = safetensors_params(&safetensors_bytes(&all, Some("s")), "p.st", &graph).unwrap_err();
+    let err =
+        safetensors_params(&safetensors_bytes(&all, Some("s")), "p.st", &graph, None).unwrap_err();
     assert_eq!(
         err.to_string(),
         "parameter @s in `p.st` has dtype F64; only F32 is supported"
@@ -950,7 +961,8 @@ fn param_file_errors_name_the_file_and_the_parameter() {
 
     let mut wrong = all.to_vec();
     wrong[0].1 = vec![2, 3, 1, 1];
-    let err = safetensors_params(&safetensors_bytes(&wrong, None), "p.st", &graph).unwrap_err();
+    let err =
+        safetensors_params(&safetensors_bytes(&wrong, None), "p.st", &graph, None).unwrap_err();
     assert_eq!(
         err.to_string(),
         "parameter @w has shape [2, 3, 1, 1] in `p.st` but the graph declares [2, 3, 3, 3]"
