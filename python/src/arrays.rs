@@ -30,7 +30,7 @@ impl Input<'_> {
                 shape: a.shape(),
                 data: a.as_slice().expect("checked C-contiguous and aligned"),
             },
-            Input::Copied(t) => t.view(),
+            Input::Copied(t) => TensorView::from(t),
         }
     }
 }

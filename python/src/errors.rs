@@ -102,7 +102,10 @@ pub fn run_error(py: Python<'_>, e: GraphError) -> PyErr {
         }
         GraphError::Param(_) => error(py, Kind::Param, e.to_string()),
         GraphError::Runtime(r) => runtime_error(py, r),
-        GraphError::Weights(_) => error(py, Kind::Compile, e.to_string()),
+        GraphError::Weights(_) | GraphError::Workspace { .. } => {
+            error(py, Kind::Compile, e.to_string())
+        }
+        GraphError::OutputCount { .. } => error(py, Kind::Exec, e.to_string()),
     }
 }
 
@@ -116,7 +119,10 @@ pub fn load_error(py: Python<'_>, e: GraphError, file: &str, text: &str) -> PyEr
         GraphError::InputData { .. } | GraphError::Unbound { .. } => {
             error(py, Kind::Shape, e.to_string())
         }
-        GraphError::Weights(_) => error(py, Kind::Compile, e.to_string()),
+        GraphError::Weights(_) | GraphError::Workspace { .. } => {
+            error(py, Kind::Compile, e.to_string())
+        }
+        GraphError::OutputCount { .. } => error(py, Kind::Exec, e.to_string()),
     }
 }
 

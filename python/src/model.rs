@@ -230,15 +230,25 @@ impl PyModel {
         let views: Vec<(&str, TensorView<'_>)> =
             inputs.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
         let mut workspace = lock(&self.workspaces).pop().unwrap_or_default();
-        let result = py.detach(|| self.graph.run_views(&self.engine, &views, &mut workspace));
+        // Fresh output tensors: their data moves into numpy arrays afterwards.
+        let mut outputs: Vec<Tensor> = self
+            .outputs
+            .iter()
+            .map(|_| Tensor::zeros(vec![0]))
+            .collect();
+        let result = py.detach(|| {
+            self.graph
+                .run_into(&self.engine, &views, &mut outputs, &mut workspace)
+        });
         lock(&self.workspaces).push(workspace);
-        let (mut outputs, _) = result.map_err(|e| run_error(py, e))?;
-        for (name, t) in &mut outputs {
+        result.map_err(|e| run_error(py, e))?;
+        let mut named: Vec<(String, Tensor)> = self.outputs.iter().cloned().zip(outputs).collect();
+        for (name, t) in &mut named {
             if self.flattened_outputs.contains(name) && t.shape.len() == 4 {
                 t.shape.truncate(2);
             }
         }
-        Ok(outputs)
+        Ok(named)
     }
 }
 

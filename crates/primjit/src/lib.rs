@@ -38,7 +38,7 @@ pub use primjit_codegen::{
     EltwiseKind, GlobalPoolDesc, KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey,
     key::RuntimeDims,
 };
-pub use primjit_ir::{Graph, IrError, Params, Tensor, TensorView};
+pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{
     Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
     ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
