@@ -7,7 +7,9 @@
 //! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it;
 //! readers of a fused op's result, graph outputs included, read the conv's value instead.
 
-use crate::graph::{Conv2d, DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PostOp, Value};
+use crate::graph::{
+    BatchNorm, Conv2d, DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PostOp, Value,
+};
 
 /// What the passes changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -113,7 +115,7 @@ fn fresh_param_name(graph: &Graph, base: &str) -> String {
 /// Folds every `batchnorm` whose input is a post-op-free conv read by nothing else.
 /// Returns how many were folded.
 pub fn fold_batchnorm(graph: &mut Graph) -> usize {
-    merge_sole_readers(graph, |graph, mut conv, _, reader| {
+    merge_sole_readers(graph, |graph, conv, _, reader| {
         if !conv.post_ops.is_empty() {
             return None;
         }
@@ -121,41 +123,57 @@ pub fn fold_batchnorm(graph: &mut Graph) -> usize {
             return None;
         };
         let bn = bn.clone();
-        let w = graph.param(conv.weight).clone();
-        let weight_name = fresh_param_name(graph, &format!("{}.bnfold", w.name));
-        let new_weight = graph
-            .add_param(ParamData {
-                name: weight_name,
-                shape: w.shape.clone(),
-                derived: Some(DerivedParam::BnFoldWeight {
-                    weight: conv.weight,
-                    scale: bn.scale,
-                    var: bn.var,
-                    epsilon: bn.epsilon,
-                }),
-                loc: None,
-            })
-            .expect("fresh name");
-        let bias_name = fresh_param_name(graph, &format!("{}.bnfold_bias", w.name));
-        let new_bias = graph
-            .add_param(ParamData {
-                name: bias_name,
-                shape: vec![w.shape[0]],
-                derived: Some(DerivedParam::BnFoldBias {
-                    conv_bias: conv.bias,
-                    scale: bn.scale,
-                    bias: bn.bias,
-                    mean: bn.mean,
-                    var: bn.var,
-                    epsilon: bn.epsilon,
-                }),
-                loc: None,
-            })
-            .expect("fresh name");
-        conv.weight = new_weight;
-        conv.bias = Some(new_bias);
-        Some(conv)
+        let w = graph.param(conv.weight).name.clone();
+        let names = [
+            fresh_param_name(graph, &format!("{w}.bnfold")),
+            fresh_param_name(graph, &format!("{w}.bnfold_bias")),
+        ];
+        Some(fold_batchnorm_params(graph, conv, &bn, names))
     })
+}
+
+/// `conv` with `bn` folded into it: a derived weight (`BnFoldWeight`) and bias (`BnFoldBias`)
+/// under `names`, which must be fresh, replace its own; `Params::materialize` computes them.
+/// `fold_batchnorm` and the ONNX importer both fold through this.
+pub fn fold_batchnorm_params(
+    graph: &mut Graph,
+    mut conv: Conv2d,
+    bn: &BatchNorm,
+    [weight_name, bias_name]: [String; 2],
+) -> Conv2d {
+    let shape = graph.param(conv.weight).shape.clone();
+    let out_channels = shape[0];
+    let new_weight = graph
+        .add_param(ParamData {
+            name: weight_name,
+            shape,
+            derived: Some(DerivedParam::BnFoldWeight {
+                weight: conv.weight,
+                scale: bn.scale,
+                var: bn.var,
+                epsilon: bn.epsilon,
+            }),
+            loc: None,
+        })
+        .expect("fresh parameter names");
+    let new_bias = graph
+        .add_param(ParamData {
+            name: bias_name,
+            shape: vec![out_channels],
+            derived: Some(DerivedParam::BnFoldBias {
+                conv_bias: conv.bias,
+                scale: bn.scale,
+                bias: bn.bias,
+                mean: bn.mean,
+                var: bn.var,
+                epsilon: bn.epsilon,
+            }),
+            loc: None,
+        })
+        .expect("fresh parameter names");
+    conv.weight = new_weight;
+    conv.bias = Some(new_bias);
+    conv
 }
 
 /// Fuses a `relu` or a residual `add` that is the only reader of a conv's output into the

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use primjit_ir::{
-    BatchNorm, Bindings, Conv2d, DerivedParam, Dim, Graph, Op, Pads, Param, ParamData, Params,
-    Pool2d, PoolKind, PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
+    BatchNorm, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData, Params, Pool2d, PoolKind,
+    PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
 };
 
 use crate::error::{OnnxError, Problem, Subject};
@@ -621,44 +621,13 @@ impl Importer {
 
     /// `conv` with `bn` folded into it through derived parameters (`bnfold_weight`,
     /// `bnfold_bias`), as `passes::fold_batchnorm` folds them.
-    fn fold_batchnorm(&mut self, mut conv: Conv2d, bn: &BatchNorm) -> Conv2d {
-        let w = self.graph.param(conv.weight).clone();
-        let out_channels = w.shape[0];
-        let weight_name = self.param_names.fresh(format!("{}.bnfold", w.name));
-        let bias_name = self.param_names.fresh(format!("{}.bnfold_bias", w.name));
-        let weight = self
-            .graph
-            .add_param(ParamData {
-                name: weight_name,
-                shape: w.shape.clone(),
-                derived: Some(DerivedParam::BnFoldWeight {
-                    weight: conv.weight,
-                    scale: bn.scale,
-                    var: bn.var,
-                    epsilon: bn.epsilon,
-                }),
-                loc: None,
-            })
-            .expect("fresh parameter names are unique");
-        let bias = self
-            .graph
-            .add_param(ParamData {
-                name: bias_name,
-                shape: vec![out_channels],
-                derived: Some(DerivedParam::BnFoldBias {
-                    conv_bias: conv.bias,
-                    scale: bn.scale,
-                    bias: bn.bias,
-                    mean: bn.mean,
-                    var: bn.var,
-                    epsilon: bn.epsilon,
-                }),
-                loc: None,
-            })
-            .expect("fresh parameter names are unique");
-        conv.weight = weight;
-        conv.bias = Some(bias);
-        conv
+    fn fold_batchnorm(&mut self, conv: Conv2d, bn: &BatchNorm) -> Conv2d {
+        let w = self.graph.param(conv.weight).name.clone();
+        let names = [
+            self.param_names.fresh(format!("{w}.bnfold")),
+            self.param_names.fresh(format!("{w}.bnfold_bias")),
+        ];
+        primjit_ir::passes::fold_batchnorm_params(&mut self.graph, conv, bn, names)
     }
 
     /// The conv defining `v`, when its result has no reader left but the current node.
