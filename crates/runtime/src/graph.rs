@@ -226,9 +226,7 @@ impl CompiledGraph {
                             .data
                             .as_slice()
                     });
-                    let mut desc = conv_desc_shell(&graph, c, &shapes);
-                    desc.bias = b.is_some();
-                    desc.algo = conv_algo.pick(&desc);
+                    let desc = conv_desc_shell(&graph, c, &shapes, conv_algo);
                     Prepared::Conv {
                         packed: weight_buffer(&desc.pack_weights(&w.data, b))?,
                         algo: desc.algo,
@@ -683,9 +681,15 @@ fn residual_overwrites(graph: &Graph, last_use: &[usize]) -> Vec<Option<Value>> 
         .collect()
 }
 
-/// A conv descriptor with the node's channels, kernel and layouts, at a placeholder spatial
-/// size: enough for packing, which does not depend on the spatial shape.
-fn conv_desc_shell(graph: &Graph, c: &primjit_ir::Conv2d, shapes: &primjit_ir::Shapes) -> ConvDesc {
+/// A conv descriptor with the node's channels, kernel, layouts, bias and the algorithm
+/// `conv_algo` picks for it, at a placeholder spatial size: enough for packing and for the
+/// choice, neither of which depends on the spatial shape.
+fn conv_desc_shell(
+    graph: &Graph,
+    c: &primjit_ir::Conv2d,
+    shapes: &primjit_ir::Shapes,
+    conv_algo: ConvAlgoChoice,
+) -> ConvDesc {
     let w = &graph.param(c.weight).shape;
     let ic = shapes
         .get(c.input)
@@ -705,6 +709,8 @@ fn conv_desc_shell(graph: &Graph, c: &primjit_ir::Conv2d, shapes: &primjit_ir::S
     d.pool = fused_pool(c);
     d.src_layout = layout_of(graph, c.input);
     d.dst_layout = Layout::Nchw4c;
+    d.bias = c.bias.is_some();
+    d.algo = conv_algo.pick(&d);
     d
 }
 
@@ -769,11 +775,7 @@ pub fn node_keys_in(
     let algos: Vec<ConvAlgo> = graph
         .nodes()
         .map(|(_, node)| match &node.op {
-            Op::Conv2d(c) => {
-                let mut d = conv_desc_shell(graph, c, &verified);
-                d.bias = c.bias.is_some();
-                conv_algo.pick(&d)
-            }
+            Op::Conv2d(c) => conv_desc_shell(graph, c, &verified, conv_algo).algo,
             _ => ConvAlgo::Direct,
         })
         .collect();
