@@ -13,8 +13,8 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, ShapeMode, Tensor,
-    TensorView, Workspace,
+    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, SegmentRun, ShapeMode,
+    Streaming, Tensor, TensorView, Workspace,
 };
 use serde::Serialize;
 
@@ -84,6 +84,59 @@ pub struct Args {
 
     #[command(flatten)]
     pub algo: AlgoArgs,
+
+    /// Run the leading convolutions in column bands (`on`) or as whole tensors (`off`); the
+    /// results are the same to the bit. Default: on with `dynamic`, off with the policies that
+    /// specialize on widths, where each band's width and borders would be one more primitive
+    #[arg(long, value_name = "on|off", value_parser = parse_streaming)]
+    pub streaming: Option<Streaming>,
+
+    /// With streaming on, the band width in columns of the first streamed layer's output (a
+    /// multiple of 4; default 64)
+    #[arg(long, value_name = "COLUMNS")]
+    pub stream_band: Option<usize>,
+}
+
+impl Args {
+    /// `--streaming`, else the policy's default.
+    pub fn streaming(&self) -> Streaming {
+        self.streaming.unwrap_or(match self.policy {
+            Policy::Dynamic => Streaming::ON,
+            _ => Streaming::Off,
+        })
+    }
+}
+
+pub fn parse_streaming(text: &str) -> Result<Streaming, String> {
+    text.parse()
+        .map_err(|e: primjit::stream::UnknownStreaming| e.to_string())
+}
+
+/// A streamed segment of one call (`primjit::SegmentRun`), as the report records it.
+#[derive(Debug, Serialize)]
+pub struct SegmentReport {
+    /// The names of its first and last nodes.
+    pub first: String,
+    pub last: String,
+    pub sweeps: usize,
+    pub calls: usize,
+    pub window_bytes: usize,
+    pub whole_bytes: usize,
+    pub peak_bytes: usize,
+}
+
+impl From<&SegmentRun> for SegmentReport {
+    fn from(s: &SegmentRun) -> Self {
+        SegmentReport {
+            first: s.first.clone(),
+            last: s.last.clone(),
+            sweeps: s.sweeps,
+            calls: s.calls,
+            window_bytes: s.window_bytes,
+            whole_bytes: s.whole_bytes,
+            peak_bytes: s.peak_bytes,
+        }
+    }
 }
 
 /// Compile times of one convolution algorithm's primitives (`other`: pooling and the rest).
@@ -145,6 +198,11 @@ pub struct BenchReport {
     pub cache_bytes: usize,
     pub cache_peak_bytes: usize,
     pub peak_activation_bytes: usize,
+    /// `on` or `off`, and the band width in columns (0 when off).
+    pub streaming: String,
+    pub stream_band: usize,
+    /// The streamed segments of the call with the largest peak activation bytes.
+    pub peak_call_segments: Vec<SegmentReport>,
     pub workspace_budget: String,
     /// Bytes of activation buffers the workspace holds after the last call.
     pub workspace_bytes: usize,
@@ -243,7 +301,11 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let model = match args.policy {
         Policy::Dynamic => model.with_mode(ShapeMode::Runtime),
         _ => model,
-    };
+    }
+    .with_streaming(match (args.streaming(), args.stream_band) {
+        (Streaming::On { .. }, Some(band)) => Streaming::with_band(band)?,
+        (s, _) => s,
+    });
 
     let mut out = std::io::stdout().lock();
     let sorted = {
@@ -292,6 +354,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let mut growth = Vec::new();
     let mut rss_first = 0;
     let mut peak_activation = 0;
+    let mut peak_segments = Vec::new();
     let mut workspace = primjit::WorkspaceStats::default();
     let mut total_seconds = 0.0;
     for (i, &w) in widths.iter().enumerate() {
@@ -310,7 +373,10 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
                 .or_insert_with(|| node.primitive.compile_time());
         }
         total_seconds += seconds;
-        peak_activation = peak_activation.max(stats.peak_activation_bytes);
+        if stats.peak_activation_bytes > peak_activation {
+            peak_activation = stats.peak_activation_bytes;
+            peak_segments = stats.segments.iter().map(SegmentReport::from).collect();
+        }
         workspace = stats.workspace;
         let rss = rss_kb()?;
         if i == 0 {
@@ -380,6 +446,12 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         cache_bytes: stats.bytes,
         cache_peak_bytes: stats.peak_bytes,
         peak_activation_bytes: peak_activation,
+        streaming: model.streaming().name().to_string(),
+        stream_band: match model.streaming() {
+            Streaming::On { band } => band,
+            Streaming::Off => 0,
+        },
+        peak_call_segments: peak_segments,
         workspace_budget: config.workspace.budget.to_string(),
         workspace_bytes: workspace.bytes,
         workspace_peak_bytes: workspace.peak_bytes,
@@ -427,6 +499,23 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         "peak activation bytes: {}",
         report.peak_activation_bytes
     )?;
+    writeln!(
+        out,
+        "streaming: {}{}",
+        report.streaming,
+        match report.stream_band {
+            0 => String::new(),
+            b => format!(", bands of {b} columns"),
+        }
+    )?;
+    for s in &report.peak_call_segments {
+        writeln!(
+            out,
+            "  at the peak call: streamed %{}..%{}, {} sweeps, {} calls, windows {} bytes, \
+             whole tensors {} bytes, peak {} bytes",
+            s.first, s.last, s.sweeps, s.calls, s.window_bytes, s.whole_bytes, s.peak_bytes
+        )?;
+    }
     writeln!(
         out,
         "workspace (budget {}): {} bytes now, {} bytes peak, {} bytes returned",

@@ -49,6 +49,11 @@ pub struct Args {
 
     #[command(flatten)]
     pub algo: AlgoArgs,
+
+    /// Stage plan: after the nodes, the segment that runs in column bands (`on`, the default,
+    /// as `run` and `bench` run it) with its windows and halos; `off` leaves it out
+    #[arg(long, value_name = "on|off", value_parser = crate::bench::parse_streaming, default_value = "on")]
+    pub streaming: primjit::Streaming,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -167,6 +172,12 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                     }
                 }
                 text.push('\n');
+            }
+            if args.stage == Stage::Plan
+                && let primjit::Streaming::On { band } = args.streaming
+                && let Some(plan) = primjit::describe_stream_plan(&graph, &loaded.bindings, band)?
+            {
+                text.push_str(&plan);
             }
         }
         _ => {

@@ -31,6 +31,11 @@ pub struct Args {
 
     #[command(flatten)]
     pub algo: crate::algo::AlgoArgs,
+
+    /// Every run's streaming of the leading convolutions, as `bench --streaming` (default:
+    /// each policy's own)
+    #[arg(long, value_name = "on|off", value_parser = crate::bench::parse_streaming)]
+    pub streaming: Option<primjit::Streaming>,
 }
 
 /// The part of `bench`'s JSON the sweep reads.
@@ -186,6 +191,9 @@ pub fn run(args: &Args) -> Result<()> {
             .arg(args.workload.threads.to_string());
         // Every run uses the same algorithms: the flag, else this process's environment.
         cmd.arg("--conv-algo").arg(args.algo.choice()?.name());
+        if let Some(s) = args.streaming {
+            cmd.arg("--streaming").arg(s.name());
+        }
         cmd.arg("--policy")
             .arg(config.policy.name())
             .arg("--json")

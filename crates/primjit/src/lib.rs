@@ -42,6 +42,7 @@ pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{
     Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
     ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
-    RuntimeError, ShapeMode, TensorView, WeightBytes, Workspace, WorkspaceConfig, WorkspaceStats,
-    exec, exec::GuardedBuffer, layout, node_keys, node_keys_in,
+    RuntimeError, SegmentRun, ShapeMode, Streaming, TensorView, WeightBytes, Workspace,
+    WorkspaceConfig, WorkspaceStats, describe_stream_plan, exec, exec::GuardedBuffer, layout,
+    node_keys, node_keys_in, stream,
 };

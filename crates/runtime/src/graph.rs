@@ -27,6 +27,7 @@ use crate::error::RuntimeError;
 use crate::exec::WeightBuffer;
 use crate::layout;
 use crate::primitive::{ExecArgs, Primitive};
+use crate::stream::{self, Call, Segment, SegmentRun, Streaming};
 use crate::workspace::{Buffer, Workspace, WorkspaceStats};
 
 /// Why a graph could not be prepared (`CompiledGraph::new`) or run (`CompiledGraph::run`,
@@ -125,6 +126,9 @@ pub struct RunStats {
     pub workspace: WorkspaceStats,
     /// Per node: its name, its primitive (if it ran one) and its execution time.
     pub nodes: Vec<NodeRun>,
+    /// The streamed segments of the run (none when streaming is off or the input is narrower
+    /// than one band).
+    pub segments: Vec<SegmentRun>,
 }
 
 #[derive(Clone, Debug)]
@@ -132,8 +136,9 @@ pub struct NodeRun {
     pub name: String,
     pub primitive: Arc<Primitive>,
     /// The fixed-shape key this node computed: the primitive's key, or for a key with runtime
-    /// extents, that key at the run's extents.
+    /// extents, that key at the run's extents. For a streamed node, its first call's.
     pub call_key: PrimitiveKey,
+    /// Seconds in its kernel (for a streamed node, the sum over its calls).
     pub seconds: f64,
 }
 
@@ -164,6 +169,7 @@ pub struct CompiledGraph {
     symbolic: Vec<RuntimeDims>,
     mode: ShapeMode,
     conv_algo: ConvAlgoChoice,
+    streaming: Streaming,
 }
 
 fn layout_of(graph: &Graph, v: Value) -> Layout {
@@ -245,15 +251,7 @@ impl CompiledGraph {
             prepared.push(p);
         }
         let symbolic = symbolic_dims(&graph, &shapes);
-        let mut last_use = vec![0; graph.values().count()];
-        for (i, (_, node)) in graph.nodes().enumerate() {
-            for v in node.op.value_operands() {
-                last_use[v.index()] = i;
-            }
-        }
-        for (_, v) in graph.outputs() {
-            last_use[v.index()] = usize::MAX;
-        }
+        let last_use = last_uses(&graph);
         let overwrites = residual_overwrites(&graph, &last_use);
         Ok(CompiledGraph {
             graph,
@@ -265,6 +263,7 @@ impl CompiledGraph {
             symbolic,
             mode: ShapeMode::Exact,
             conv_algo,
+            streaming: Streaming::default(),
         })
     }
 
@@ -316,6 +315,47 @@ impl CompiledGraph {
     pub fn with_residual_in_place(mut self, in_place: bool) -> Self {
         self.in_place = in_place;
         self
+    }
+
+    /// The same graph, running its leading convolutions in column bands (`Streaming::On`, the
+    /// default) or as whole tensors. The results are the same to the bit; only the activation
+    /// memory differs.
+    ///
+    /// # Panics
+    /// If the band is not a positive multiple of [`stream::COLUMN_ALIGN`]: a caller's choice
+    /// of band comes through [`Streaming::with_band`], which checks it.
+    pub fn with_streaming(mut self, streaming: Streaming) -> Self {
+        if let Streaming::On { band } = streaming {
+            assert!(
+                band > 0 && band.is_multiple_of(stream::COLUMN_ALIGN),
+                "bad band {band}"
+            );
+        }
+        self.streaming = streaming;
+        self
+    }
+
+    pub fn streaming(&self) -> Streaming {
+        self.streaming
+    }
+
+    /// The segment a run at `bindings` streams, with its schedule, if any.
+    pub fn stream_plan(
+        &self,
+        bindings: &Bindings,
+    ) -> Result<Option<(Segment, stream::Schedule)>, GraphError> {
+        let Streaming::On { band } = self.streaming else {
+            return Ok(None);
+        };
+        let shapes = infer_shapes(&self.graph, bindings)?;
+        Ok(
+            stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
+                .filter(|s| s.width() > band)
+                .map(|s| {
+                    let schedule = s.schedule(band);
+                    (s, schedule)
+                }),
+        )
     }
 
     /// The convs that may write their output over a residual, as (node, residual) names: the
@@ -486,7 +526,34 @@ impl CompiledGraph {
         }
         stats.peak_activation_bytes = live_bytes;
 
+        // The leading convolutions in bands, when the image is wider than one.
+        let mut streamed = 0;
+        if let Streaming::On { band } = self.streaming
+            && let Some(segment) =
+                stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
+                    .filter(|s| s.width() > band)
+        {
+            let run = self.execute_segment(
+                &segment, band, engine, &keys, &shapes, inputs, workspace, blocked, live_bytes,
+                &mut stats,
+            )?;
+            streamed = segment.nodes.len();
+            live_bytes += run.whole_bytes;
+            for input in self.graph.inputs() {
+                if self.last_use[input.value.index()] < streamed
+                    && let Some(buf) = blocked[input.value.index()].take()
+                {
+                    live_bytes -= buf.len() * 4;
+                    workspace.give(buf);
+                }
+            }
+            stats.segments.push(run);
+        }
+
         for (i, ((_, node), (name, key))) in self.graph.nodes().zip(&keys).enumerate() {
+            if i < streamed {
+                continue;
+            }
             let primitive = engine.compile(key)?;
             let out_len = Layout::Nchw4c.buffer_len(shape4(node.result));
             // A conv writes over its residual when nothing reads the residual after it (planned
@@ -646,6 +713,86 @@ impl CompiledGraph {
         }
         Ok(stats)
     }
+}
+
+/// Per value of `graph`: the index of the last node reading it, `usize::MAX` for outputs.
+fn last_uses(graph: &Graph) -> Vec<usize> {
+    let mut last_use = vec![0; graph.values().count()];
+    for (i, (_, node)) in graph.nodes().enumerate() {
+        for v in node.op.value_operands() {
+            last_use[v.index()] = i;
+        }
+    }
+    for (_, v) in graph.outputs() {
+        last_use[v.index()] = usize::MAX;
+    }
+    last_use
+}
+
+/// The streamed segment of an optimized graph at `bindings` with bands of `band` columns, as
+/// a run would execute it (`dump --stage plan`): its nodes, their calls, windows and halos,
+/// and the bytes it holds. `None` when nothing streams (no convolution leads the graph, or
+/// the image is no wider than a band).
+pub fn describe_stream_plan(
+    graph: &Graph,
+    bindings: &Bindings,
+    band: usize,
+) -> Result<Option<String>, GraphError> {
+    let shapes = infer_shapes(graph, bindings)?;
+    let last_use = last_uses(graph);
+    let overwrites = residual_overwrites(graph, &last_use);
+    let Some(segment) = stream::plan_segment(graph, &shapes, &last_use, &overwrites, band)
+        .filter(|s| s.width() > band)
+    else {
+        return Ok(None);
+    };
+    let schedule = segment.schedule(band);
+    let name = |v: Value| graph.value_name(v);
+    let first = segment.nodes[0].output;
+    let last = segment.nodes.last().expect("non-empty").output;
+    let mut text = format!(
+        "streamed segment %{}..%{}: bands of {band} columns of %{}, {} sweeps, {} calls\n",
+        name(first),
+        name(last),
+        name(first),
+        schedule.sweeps,
+        schedule.calls.len()
+    );
+    let (mut window_bytes, mut whole_bytes) = (0, 0);
+    for (i, (node, &whole)) in segment.nodes.iter().zip(&segment.whole).enumerate() {
+        let s = shapes.concrete(node.output).expect("bound");
+        let column_bytes = Layout::Nchw4c.buffer_len([s[0], s[1], s[2], 1]) * 4;
+        let widest = schedule
+            .calls
+            .iter()
+            .filter(|c| c.node == i)
+            .map(|c| c.x1 - c.x0)
+            .max()
+            .unwrap_or(0);
+        let calls = schedule.calls.iter().filter(|c| c.node == i).count();
+        let held = if whole {
+            whole_bytes += column_bytes * node.out_width();
+            format!("whole tensor ({} bytes)", column_bytes * node.out_width())
+        } else {
+            let cols = schedule.window_columns[i];
+            window_bytes += column_bytes * cols;
+            format!(
+                "window of {cols} columns: bands of up to {widest} and {} of halo ({} bytes)",
+                cols - widest.min(cols),
+                column_bytes * cols
+            )
+        };
+        text.push_str(&format!(
+            "  %{}: {} columns in {calls} calls, {held}\n",
+            name(node.output),
+            node.out_width()
+        ));
+    }
+    text.push_str(&format!(
+        "  holds {window_bytes} bytes of windows and {whole_bytes} bytes of whole tensors, \
+         besides each call's copies of its input columns and residuals\n"
+    ));
+    Ok(Some(text))
 }
 
 /// Packed weights in pages of their own (huge pages where the system allows).
@@ -902,4 +1049,337 @@ fn keys_at(
         out.push((name, key));
     }
     Ok(out)
+}
+
+impl CompiledGraph {
+    /// Runs the streamed `segment` at the run's `shapes`: its whole outputs land in `blocked`,
+    /// its nodes' runs in `stats.nodes`. `live_bytes` is what the run holds besides.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_segment(
+        &self,
+        segment: &Segment,
+        band: usize,
+        engine: &Engine,
+        keys: &[(String, PrimitiveKey)],
+        shapes: &primjit_ir::Shapes,
+        inputs: &[(&str, TensorView<'_>)],
+        workspace: &mut Workspace,
+        blocked: &mut [Option<Buffer>],
+        live_bytes: usize,
+        stats: &mut RunStats,
+    ) -> Result<SegmentRun, GraphError> {
+        let shape4 = |v: Value| -> [usize; 4] {
+            let s = shapes.concrete(v).expect("bound");
+            [s[0], s[1], s[2], s[3]]
+        };
+        let schedule = segment.schedule(band);
+        let index_of = |v: Value| segment.nodes.iter().position(|s| s.output == v);
+        let mut run = SegmentRun {
+            first: keys[segment.nodes[0].node].0.clone(),
+            last: keys[segment.nodes.last().expect("non-empty").node]
+                .0
+                .clone(),
+            band,
+            sweeps: schedule.sweeps,
+            calls: schedule.calls.len(),
+            ..SegmentRun::default()
+        };
+        let mut held = live_bytes;
+        // Whole outputs, in the values' own buffers; windows, per node of the segment.
+        for (s, &whole) in segment.nodes.iter().zip(&segment.whole) {
+            if whole {
+                let len = Layout::Nchw4c.buffer_len(shape4(s.output));
+                blocked[s.output.index()] = Some(take_buffer(workspace, len)?);
+                run.whole_bytes += len * 4;
+            }
+        }
+        let mut windows: Vec<Option<Window>> = Vec::with_capacity(segment.nodes.len());
+        for (s, &cols) in segment.nodes.iter().zip(&schedule.window_columns) {
+            if cols == 0 {
+                windows.push(None);
+                continue;
+            }
+            let (rows, elem) = stream::rows_and_elem(Layout::Nchw4c, shape4(s.output));
+            match take_buffer(workspace, rows * cols * elem) {
+                Ok(buf) => {
+                    run.window_bytes += buf.len() * 4;
+                    windows.push(Some(Window {
+                        buf,
+                        cap: cols,
+                        lo: 0,
+                        hi: 0,
+                    }));
+                }
+                Err(e) => {
+                    give_windows(workspace, windows);
+                    return Err(e);
+                }
+            }
+        }
+        held += run.whole_bytes + run.window_bytes;
+        run.peak_bytes = held;
+        let mut node_runs: Vec<Option<NodeRun>> = vec![None; segment.nodes.len()];
+        let mut result = Ok(());
+        for call in &schedule.calls {
+            let ran = self.execute_band(
+                segment,
+                call,
+                engine,
+                keys,
+                &shape4,
+                &index_of,
+                inputs,
+                workspace,
+                blocked,
+                &mut windows,
+            );
+            match ran {
+                Ok((temp_bytes, node_run)) => {
+                    run.peak_bytes = run.peak_bytes.max(held + temp_bytes);
+                    match &mut node_runs[call.node] {
+                        Some(r) => r.seconds += node_run.seconds,
+                        slot => *slot = Some(node_run),
+                    }
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        give_windows(workspace, windows);
+        result?;
+        stats.nodes.extend(node_runs.into_iter().flatten());
+        stats.peak_activation_bytes = stats.peak_activation_bytes.max(run.peak_bytes);
+        Ok(run)
+    }
+
+    /// One call of a streamed node: copies its input columns (and residuals) out of their
+    /// windows or whole tensors, runs the node's kernel on them, and puts its output columns
+    /// in place. Returns the bytes of the copies and scratch it took, and the node's run.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_band(
+        &self,
+        segment: &Segment,
+        call: &Call,
+        engine: &Engine,
+        keys: &[(String, PrimitiveKey)],
+        shape4: &dyn Fn(Value) -> [usize; 4],
+        index_of: &dyn Fn(Value) -> Option<usize>,
+        inputs: &[(&str, TensorView<'_>)],
+        workspace: &mut Workspace,
+        blocked: &mut [Option<Buffer>],
+        windows: &mut [Option<Window>],
+    ) -> Result<(usize, NodeRun), GraphError> {
+        let s = &segment.nodes[call.node];
+        let (name, whole_key) = &keys[s.node];
+        let [_, _, ih, iw] = shape4(s.input);
+        let band_iw = call.input.end - call.input.begin;
+        let key = stream::band_key(s, whole_key, [ih, iw], &call.input);
+        let primitive = engine.compile(&key)?;
+        let out_shape = shape4(s.output);
+        let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
+        let cols = call.x1 - call.x0;
+
+        let mut temps: Vec<Buffer> = Vec::new();
+        let result = (|| -> Result<(usize, f64), GraphError> {
+            let in_shape = shape4(s.input);
+            let (in_rows, in_elem) =
+                stream::rows_and_elem(layout_of(&self.graph, s.input), in_shape);
+            let mut src = take_buffer(workspace, in_rows * band_iw * in_elem)?;
+            let (data, width, lo, elem) = self.columns_of(
+                s.input,
+                in_shape,
+                index_of(s.input),
+                windows,
+                blocked,
+                inputs,
+            );
+            stream::copy_columns(
+                data,
+                width,
+                call.input.begin - lo,
+                &mut src,
+                band_iw,
+                0,
+                band_iw,
+                in_rows,
+                elem,
+            );
+            temps.push(src);
+            for &r in &s.residuals {
+                let mut res = take_buffer(workspace, out_rows * cols * 4)?;
+                let (data, width, lo, elem) =
+                    self.columns_of(r, shape4(r), index_of(r), windows, blocked, inputs);
+                stream::copy_columns(
+                    data,
+                    width,
+                    call.x0 - lo,
+                    &mut res,
+                    cols,
+                    0,
+                    cols,
+                    out_rows,
+                    elem,
+                );
+                temps.push(res);
+            }
+            let mut dst = take_buffer(workspace, out_rows * cols * 4)?;
+            let scratch_len = match &key {
+                PrimitiveKey::Conv(d) => d.at([ih, band_iw]).scratch_len(),
+                _ => 0,
+            };
+            let mut scratch = match scratch_len {
+                0 => None,
+                n => Some(take_buffer(workspace, n * engine.threads())?),
+            };
+            let temp_bytes = temps.iter().map(|t| t.len() * 4).sum::<usize>()
+                + dst.len() * 4
+                + scratch.as_ref().map_or(0, |b| b.len() * 4);
+            let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
+                unreachable!("convs are prepared")
+            };
+            let residuals: Vec<&[f32]> = temps[1..].iter().map(|b| &b[..]).collect();
+            let args = ExecArgs {
+                src: &temps[0],
+                weights: Some(packed.as_slice()),
+                dst: &mut dst,
+                extra: &residuals,
+                scratch: scratch.as_deref_mut(),
+            };
+            let start = std::time::Instant::now();
+            let ran = if key.runtime_dims().any() {
+                engine.execute_at(&primitive, args, [ih, band_iw])
+            } else {
+                engine.execute(&primitive, args)
+            };
+            let seconds = start.elapsed().as_secs_f64();
+            if let Some(b) = scratch {
+                temps.push(b);
+            }
+            let placed = ran.map(|()| match windows[call.node].as_mut() {
+                Some(w) => w.append(&dst, call, out_rows),
+                None => {
+                    let whole = blocked[s.output.index()]
+                        .as_deref_mut()
+                        .expect("whole outputs are taken first");
+                    stream::copy_columns(
+                        &dst,
+                        cols,
+                        0,
+                        whole,
+                        out_shape[3],
+                        call.x0,
+                        cols,
+                        out_rows,
+                        4,
+                    );
+                }
+            });
+            temps.push(dst);
+            placed?;
+            Ok((temp_bytes, seconds))
+        })();
+        for t in temps {
+            workspace.give(t);
+        }
+        let (temp_bytes, seconds) = result?;
+        Ok((
+            temp_bytes,
+            NodeRun {
+                name: name.clone(),
+                call_key: key.at([ih, band_iw]),
+                primitive,
+                seconds,
+            },
+        ))
+    }
+}
+
+impl CompiledGraph {
+    /// Where a streamed segment finds value `v`'s columns (of `shape`): in its window (node
+    /// `index` of the segment, if it has one), in its whole blocked tensor, or in the caller's
+    /// NCHW input. Returns the data, its row width in columns, its first column and the floats
+    /// per pixel.
+    fn columns_of<'a>(
+        &self,
+        v: Value,
+        shape: [usize; 4],
+        index: Option<usize>,
+        windows: &'a [Option<Window>],
+        blocked: &'a [Option<Buffer>],
+        inputs: &'a [(&str, TensorView<'_>)],
+    ) -> (&'a [f32], usize, usize, usize) {
+        let layout = layout_of(&self.graph, v);
+        let (_, elem) = stream::rows_and_elem(layout, shape);
+        if let Some(w) = index.and_then(|j| windows[j].as_ref()) {
+            return (&w.buf[..], w.cap, w.lo, elem);
+        }
+        let data: &[f32] = match (&blocked[v.index()], layout) {
+            (Some(b), Layout::Nchw4c) => b,
+            _ => {
+                let name = self.graph.value_name(v);
+                inputs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, t)| t.data)
+                    .expect("bound inputs are present")
+            }
+        };
+        (data, shape[3], 0, elem)
+    }
+}
+
+/// The columns `[lo, hi)` of a value that its consumers in a streamed segment still read, in
+/// rows `cap` columns wide.
+struct Window {
+    buf: Buffer,
+    cap: usize,
+    lo: usize,
+    hi: usize,
+}
+
+impl Window {
+    /// Drops the columns before `call.keep_from` and appends `band`, the call's output
+    /// columns `[x0, x1)` in rows `x1 - x0` wide.
+    fn append(&mut self, band: &[f32], call: &Call, rows: usize) {
+        debug_assert_eq!(self.hi, call.x0);
+        let keep = call.keep_from.max(self.lo);
+        if keep > self.lo {
+            let (shift, kept) = ((keep - self.lo) * 4, (self.hi - keep) * 4);
+            for r in 0..rows {
+                let row = r * self.cap * 4;
+                self.buf.copy_within(row + shift..row + shift + kept, row);
+            }
+            self.lo = keep;
+        }
+        let cols = call.x1 - call.x0;
+        debug_assert!(call.x1 - self.lo <= self.cap);
+        stream::copy_columns(
+            band,
+            cols,
+            0,
+            &mut self.buf,
+            self.cap,
+            call.x0 - self.lo,
+            cols,
+            rows,
+            4,
+        );
+        self.hi = call.x1;
+    }
+}
+
+fn give_windows(workspace: &mut Workspace, windows: Vec<Option<Window>>) {
+    for w in windows.into_iter().flatten() {
+        workspace.give(w.buf);
+    }
+}
+
+/// A workspace buffer of `len` floats, its failure as a graph error.
+fn take_buffer(workspace: &mut Workspace, len: usize) -> Result<Buffer, GraphError> {
+    workspace.take(len).map_err(|e| GraphError::Workspace {
+        bytes: len * 4,
+        message: e.to_string(),
+    })
 }

@@ -11,14 +11,16 @@ pub mod exec;
 mod graph;
 pub mod layout;
 mod primitive;
+pub mod stream;
 mod workspace;
 
 pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
 pub use engine::{Engine, EngineConfig};
 pub use error::{ConfigError, ExecError, RuntimeError};
 pub use graph::{
-    CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes, node_keys,
-    node_keys_in,
+    CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes,
+    describe_stream_plan, node_keys, node_keys_in,
 };
 pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};
+pub use stream::{SegmentRun, Streaming};
 pub use workspace::{MAP_THRESHOLD_BYTES, Workspace, WorkspaceConfig, WorkspaceStats};

@@ -8,7 +8,7 @@ use primjit_codegen::{
 use primjit_ir::{Pads, Params, Tensor, parse, random_tensor};
 use primjit_runtime::{
     Budget, CompiledGraph, ConfigError, Engine, EngineConfig, ExecArgs, ExecError, GraphError,
-    RuntimeError, ShapeMode, TensorView, Workspace, WorkspaceConfig,
+    RuntimeError, ShapeMode, Streaming, TensorView, Workspace, WorkspaceConfig,
 };
 
 /// A stem and two residual blocks with 16 channels: at W=100 a tensor takes 125 KiB in
@@ -33,11 +33,14 @@ graph blocks {
 /// Wide, narrow and wide again, so that buffers grow, shrink and grow.
 const WIDTHS: [usize; 5] = [100, 7, 173, 40, 100];
 
+/// The blocks as whole tensors: these tests count the whole-tensor runner's buffers
+/// (streaming has its own, in `streaming.rs`).
 fn model(mode: ShapeMode) -> CompiledGraph {
     let graph = parse(BLOCKS).expect("parses");
     CompiledGraph::new(&graph, &Params::random(&graph, 3))
         .expect("prepares")
         .with_mode(mode)
+        .with_streaming(Streaming::Off)
 }
 
 fn engine(threads: usize, budget: Budget) -> Engine {
@@ -251,7 +254,8 @@ fn residual_blocks_write_over_their_input_bit_identically_with_two_tensors_live(
         for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
             let in_place = CompiledGraph::with_conv_algo(&graph, &params, algo)
                 .unwrap()
-                .with_mode(mode);
+                .with_mode(mode)
+                .with_streaming(Streaming::Off);
             let apart = in_place.clone().with_residual_in_place(false);
             for threads in [1, 2] {
                 let engine = engine(threads, Budget::Unlimited);

@@ -7,9 +7,9 @@
 //! tile, with the tile and row loops swapped when the plan says so ([`ConvPlan::rows_outer`]);
 //! inside a tile the reduction loop over input channels carries the accumulators, with
 //! an inner loop over the run's kernel rows and the kernel columns unrolled. Each FMA reads its
-//! input pixel with its own broadcast load, so x64 folds it into `vbroadcastss m32`. A tile
-//! narrower than the plan's spreads its reduction over several sets of accumulators
-//! (`reduction_sets`), so that it is not one latency-bound chain of FMAs per vector.
+//! input pixel with its own broadcast load, so x64 folds it into `vbroadcastss m32`. Every
+//! pixel's sum takes the same order in every tile, so that its value does not depend on how a
+//! row is cut into tiles.
 //!
 //! Runtime extents (see [`crate::key::RuntimeDims`]) change only the outer structure: strides
 //! become registers, a runtime height computes each row's kernel-row range at run time, and a
@@ -748,22 +748,13 @@ fn pixel_tile(
             e.if_else_values(first, start, partial)
         }
     };
-    // A narrow tile splits its reduction over several sets of accumulators (see
-    // `reduction_sets`); set 0 starts from the bias or the partial sums, the others from zero.
-    let trip_units = plan.ic_step
-        * match col_taps {
-            Taps::Fixed(taps) => taps.len(),
-            Taps::Runtime { .. } => 1,
-            Taps::OfRow { .. } => unreachable!("a row's taps are never a column's"),
-        };
-    let sets = reduction_sets(plan, pixels, trip_units);
-    let per_set = pixels * vecs;
+    // Every tile, however narrow, sums each pixel's products in one chain, in the order of
+    // the full tiles (channel step, kernel row, channel, kernel column): a pixel's value then
+    // does not depend on the tile it falls in, so a run on column bands of an image
+    // (`primjit_runtime::stream`) gives the same bits as a run on the whole image. (Splitting
+    // a narrow tile's chain over several sets of accumulators ran a 64-channel layer 40
+    // pixels wide at 92% of peak instead of 83%, but changed a pixel's sum with its tile.)
     let mut acc = acc;
-    if sets > 1 {
-        let zero = e.splat_const(0.0);
-        acc.extend(std::iter::repeat_n(zero, (sets - 1) * per_set));
-    }
-    let set_of = |unit: usize| (unit % sets) * per_set..(unit % sets + 1) * per_set;
 
     let geo = &Geometry::new(e, plan);
     let src_px = geo.src.pixel * f;
@@ -846,12 +837,12 @@ fn pixel_tile(
                 let mut acc = k[2..].to_vec();
                 match col_taps {
                     Taps::Fixed(kw_taps) if pixels == 1 && d.src_layout == Layout::Nchw4c => {
-                        one_pixel_taps(e, plan, kw_taps, w_kh, src_kh, src_px, &mut acc, &set_of);
+                        one_pixel_taps(e, plan, kw_taps, w_kh, src_kh, src_px, &mut acc);
                     }
                     Taps::Fixed(kw_taps) => {
                         let units = (0..plan.ic_step as i64)
                             .flat_map(|c| kw_taps.clone().map(move |kw| (c, kw)));
-                        for (unit, (c, kw)) in units.enumerate() {
+                        for (c, kw) in units {
                             let w_off = c * per_ic + kw as i64 * tile_oc * f;
                             let x_offs: Vec<i64> = (0..pixels as i64)
                                 .map(|p| {
@@ -861,21 +852,18 @@ fn pixel_tile(
                                             * src_px
                                 })
                                 .collect();
-                            let set = &mut acc[set_of(unit)];
-                            fma_step(e, vecs, w_kh, w_off, src_kh, &x_offs, set);
+                            fma_step(e, vecs, w_kh, w_off, src_kh, &x_offs, &mut acc);
                         }
                     }
                     Taps::OfRow { .. } => unreachable!("a row's taps are never a column's"),
                     Taps::Runtime { first, count } => {
-                        // Channel outer, tap inner, as in the fixed path; the sets of a split
-                        // tile take a channel each.
+                        // Channel outer, tap inner, as in the fixed path.
                         for c in 0..plan.ic_step as i64 {
-                            let set = set_of(c as usize);
                             let src_kw0 =
                                 e.scaled(src_kh, *first, d.dilations[1] as i64 * src_px, 0);
                             let w_kw0 = e.scaled(w_kh, *first, tile_oc * f, 0);
                             let mut kw_state = vec![src_kw0, w_kw0];
-                            kw_state.extend(&acc[set.clone()]);
+                            kw_state.extend(&acc);
                             let zero = e.iconst(0);
                             let out = e.for_range(zero, *count, &kw_state, |e, _, q| {
                                 let (src_kw, w_kw) = (q[0], q[1]);
@@ -891,7 +879,7 @@ fn pixel_tile(
                                 next.extend(acc);
                                 next
                             });
-                            acc[set.clone()].copy_from_slice(&out[2..]);
+                            acc.copy_from_slice(&out[2..]);
                         }
                     }
                 }
@@ -936,15 +924,6 @@ fn pixel_tile(
         };
         acc = out[2..].to_vec();
     }
-    // The sets' sums, added in set order.
-    let (first, rest) = acc.split_at(per_set);
-    let mut acc = first.to_vec();
-    for set in rest.chunks(per_set) {
-        for (a, &x) in acc.iter_mut().zip(set) {
-            *a = e.b.ins().fadd(*a, x);
-        }
-    }
-
     match tile.chunk {
         None => epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes),
         Some(chunk) => {
@@ -960,29 +939,6 @@ fn pixel_tile(
             );
         }
     }
-}
-
-/// How many sets of accumulators a tile of `pixels` splits its reduction over, given the
-/// reduction units (kernel columns times channels of a step) of a loop trip.
-///
-/// Each accumulator is a chain of dependent FMAs: with a latency of 5 cycles and two FMA
-/// ports, a tile needs about 10 chains to keep the ports busy. A full tile has 10 or 12; a
-/// narrow one (a border pixel, a row's remainder) with its own accumulators alone would run
-/// at `2 * pixels / 10` of peak (20% for one pixel). It therefore spreads the units of each
-/// trip round-robin over as many sets as 10 accumulators allow, and adds the sets once at the
-/// end. This changes the order of its sum (within the reference's tolerance), identically for
-/// a fixed and a runtime-width kernel. Measured with `primjit bench-op`: a 64-channel 3x3
-/// layer 40 pixels wide (a border pixel and a 2-pixel remainder per row) went from 83% to 92%
-/// of peak, the trunk at W=320 from 436 to 402 ms.
-fn reduction_sets(plan: &ConvPlan, pixels: usize, trip_units: usize) -> usize {
-    // Each accumulator of a split tile takes few FMAs per trip; as with the full tiles of
-    // `ConvPlan::accumulators`, 12 of them spilled (16 stack accesses in a one-pixel tile's
-    // loop) and 10 hardly (4); 10 ran best of 8, 10 and 12 on the trunk's shapes.
-    const NARROW_ACCUMULATORS: usize = 10;
-    if pixels >= plan.pixel_tile {
-        return 1;
-    }
-    (NARROW_ACCUMULATORS / (pixels * plan.vecs)).clamp(1, trip_units.max(1))
 }
 
 /// Loads the tile's partial sums from an `nChw4c` destination, or stores `acc` there.
@@ -1034,7 +990,6 @@ fn one_pixel_taps(
     src: Value,
     src_px: i64,
     acc: &mut [Value],
-    set_of: &dyn Fn(usize) -> std::ops::Range<usize>,
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
@@ -1046,9 +1001,8 @@ fn one_pixel_taps(
         .collect();
     let units =
         (0..plan.ic_step).flat_map(|c| kw_taps.clone().enumerate().map(move |(i, kw)| (c, i, kw)));
-    for (unit, (c, i, kw)) in units.enumerate() {
-        let set = &mut acc[set_of(unit)];
-        for (v, a) in set.iter_mut().enumerate() {
+    for (c, i, kw) in units {
+        for (v, a) in acc.iter_mut().enumerate() {
             // A fresh shuffle per FMA: the FMA overwrites it.
             let x = e.splat_lane(pixels[i], c);
             let off = c as i64 * per_ic + kw as i64 * tile_oc * f + (v * LANES) as i64 * f;

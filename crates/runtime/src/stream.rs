@@ -1,0 +1,573 @@
+//! Width-streamed (depth-first) execution: the convolutions at the start of a graph run in
+//! column bands, and each keeps only the columns its consumers still need.
+//!
+//! The early layers of a CNN on wide inputs hold the largest activations (the trunk's layer1
+//! tensors are 39 MB each at W=7680), but each output column reads only a few input columns.
+//! A [`Segment`] is a prefix of the graph's nodes, every one a convolution (post-ops and a
+//! fused max pool included) that reads graph inputs or values of the segment. A run
+//! [`schedule`]s it as calls of each node's kernel on a range of its output columns:
+//!
+//! - The conv's window (and its pool's) maps the output columns to the input columns they
+//!   read. A call runs on a copy of exactly those columns, with the node's own padding on a
+//!   side where the range reaches the image's border and none elsewhere. Each output element
+//!   is then computed from the same inputs, with the same taps in the same order, as in a
+//!   whole-tensor run: the results are the same to the bit.
+//! - Ranges start at multiples of [`COLUMN_ALIGN`] in every node's output, so Winograd's
+//!   4-wide tiles fall where they fall in a whole-tensor run.
+//! - A value read only inside the segment lives in a *window*: the columns from the first one
+//!   a consumer still needs (its halo) up to the last one produced. A value read after the
+//!   segment, or a graph output, is written into a whole tensor.
+//!
+//! The first node advances by the band width per sweep; every later node computes what its
+//! inputs allow, so the chain moves through the image together and a window holds about a
+//! band plus a few halo columns.
+
+use std::fmt;
+
+use primjit_codegen::{ConvDesc, Layout, PrimitiveKey};
+use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
+
+/// Every call's first output column is a multiple of this, in every node's own columns:
+/// the width of a Winograd F(4x4, 3x3) tile.
+pub const COLUMN_ALIGN: usize = 4;
+
+/// How a compiled graph runs its leading convolutions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Streaming {
+    /// Every value is a whole tensor.
+    Off,
+    /// The leading convolutions run in bands of `band` columns of the first node's output (a
+    /// multiple of [`COLUMN_ALIGN`]), where the image is wider than one band.
+    On { band: usize },
+}
+
+impl Streaming {
+    /// 64 columns: at W=7680 on the trunk, the windows of the streamed layers take a few MB,
+    /// and each call still has enough rows and tiles to keep every thread busy (README.md,
+    /// "Activation memory").
+    pub const DEFAULT_BAND: usize = 64;
+
+    /// Streaming with the default band.
+    pub const ON: Streaming = Streaming::On {
+        band: Self::DEFAULT_BAND,
+    };
+
+    /// Streaming in bands of `band` columns, which must be a positive multiple of
+    /// [`COLUMN_ALIGN`].
+    pub fn with_band(band: usize) -> Result<Streaming, InvalidBand> {
+        if band == 0 || !band.is_multiple_of(COLUMN_ALIGN) {
+            return Err(InvalidBand(band));
+        }
+        Ok(Streaming::On { band })
+    }
+
+    /// `on` or `off`, as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Streaming::Off => "off",
+            Streaming::On { .. } => "on",
+        }
+    }
+}
+
+/// A band width that is not a positive multiple of [`COLUMN_ALIGN`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a band of {0} columns: expected a positive multiple of {COLUMN_ALIGN}")]
+pub struct InvalidBand(pub usize);
+
+/// Not `on` or `off`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown streaming setting `{0}`: expected on or off")]
+pub struct UnknownStreaming(pub String);
+
+impl std::str::FromStr for Streaming {
+    type Err = UnknownStreaming;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "on" => Ok(Streaming::ON),
+            "off" => Ok(Streaming::Off),
+            other => Err(UnknownStreaming(other.to_string())),
+        }
+    }
+}
+
+impl Default for Streaming {
+    fn default() -> Self {
+        Streaming::ON
+    }
+}
+
+/// One axis of a window: kernel extent, stride, dilation and leading padding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Axis {
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+    pad_begin: usize,
+}
+
+impl Axis {
+    /// The input columns `[begin, end)` that output columns `[x0, x1)` read, counting padding
+    /// as columns: `begin` may be negative and `end` may pass the input's width.
+    fn reads(&self, x0: usize, x1: usize) -> (i64, i64) {
+        debug_assert!(x1 > x0);
+        let begin = (x0 * self.stride) as i64 - self.pad_begin as i64;
+        let last = (x1 - 1) * self.stride + self.dilation * (self.kernel - 1);
+        (begin, last as i64 + 1 - self.pad_begin as i64)
+    }
+}
+
+/// The input columns one call reads and the padding it gets on each side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BandInput {
+    /// First and one-past-last input column.
+    pub begin: usize,
+    pub end: usize,
+    /// The conv's left and right padding in this call: the node's own where the range reaches
+    /// the image's border, else 0.
+    pub pads: [usize; 2],
+    /// The same for the fused pool's window, over the conv's output.
+    pub pool_pads: [usize; 2],
+}
+
+/// One node of a segment, as its schedule sees it: widths and windows along the width axis.
+#[derive(Clone, Debug)]
+pub struct SegmentNode {
+    /// The node's index in the graph.
+    pub node: usize,
+    pub input: Value,
+    /// Values added by `add` post-ops, read at the output's own columns.
+    pub residuals: Vec<Value>,
+    pub output: Value,
+    conv: Axis,
+    pool: Option<Axis>,
+    in_width: usize,
+    /// The conv's output width (before a fused pool).
+    conv_width: usize,
+    out_width: usize,
+}
+
+impl SegmentNode {
+    /// What computing output columns `[x0, x1)` reads.
+    pub fn band_input(&self, x0: usize, x1: usize) -> BandInput {
+        let clip = |(b, e): (i64, i64), width: usize| {
+            let begin = b.max(0) as usize;
+            let end = (e.min(width as i64)) as usize;
+            (
+                begin,
+                end,
+                [(-b).max(0) as usize, (e - width as i64).max(0) as usize],
+            )
+        };
+        let (c0, c1, pool_pads) = match self.pool {
+            Some(pool) => clip(pool.reads(x0, x1), self.conv_width),
+            None => (x0, x1, [0, 0]),
+        };
+        let (begin, end, pads) = clip(self.conv.reads(c0, c1), self.in_width);
+        BandInput {
+            begin,
+            end,
+            pads,
+            pool_pads,
+        }
+    }
+
+    /// The largest `x1` in `(x0, limit]` whose input range ends by `available`, or `x0`.
+    fn reachable(&self, x0: usize, limit: usize, available: usize) -> usize {
+        let mut x1 = limit;
+        while x1 > x0 && self.band_input(x0, x1).end > available {
+            x1 -= 1;
+        }
+        x1
+    }
+
+    pub fn out_width(&self) -> usize {
+        self.out_width
+    }
+
+    /// The fixed-shape key of the call computing output columns `[x0, x1)`, from the node's
+    /// whole-width fixed-shape key.
+    pub fn band_desc(&self, whole: &ConvDesc, band: &BandInput) -> ConvDesc {
+        let mut d = whole.clone();
+        d.iw = band.end - band.begin;
+        d.pads.left = band.pads[0];
+        d.pads.right = band.pads[1];
+        if let Some(pool) = d.pool.as_mut() {
+            pool.pads.left = band.pool_pads[0];
+            pool.pads.right = band.pool_pads[1];
+        }
+        d
+    }
+}
+
+/// A prefix of a graph's nodes that can run in column bands, with the values it writes whole.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    pub nodes: Vec<SegmentNode>,
+    /// Per node of the segment: whether its output is read after the segment or is a graph
+    /// output, and so is written into a whole tensor rather than a window.
+    pub whole: Vec<bool>,
+}
+
+/// One kernel call of a schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The node's index in the segment.
+    pub node: usize,
+    /// The output columns it computes.
+    pub x0: usize,
+    pub x1: usize,
+    pub input: BandInput,
+    /// For a windowed output: the first column the window keeps before the new ones are
+    /// appended (what later calls still read).
+    pub keep_from: usize,
+}
+
+/// A segment's calls at one input width, and what its windows hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub calls: Vec<Call>,
+    /// Per node of the segment: the columns its output's window holds at most (0 for a
+    /// whole output).
+    pub window_columns: Vec<usize>,
+    /// Passes over the segment's nodes.
+    pub sweeps: usize,
+}
+
+/// Which leading nodes of `graph` stream in bands of `band` columns, at the concrete `shapes`
+/// of a run: of the longest prefix of convolutions that read graph inputs or earlier nodes (a
+/// fused pool in floor mode), the shortest that holds the fewest activation bytes at once:
+/// the larger of the unstreamed rest's peak and what the segment holds (the whole tensors it
+/// writes for the rest, and an estimate of its windows). The graph's nodes of a prefix are
+/// nodes `0..k`. `None` when no node can stream.
+///
+/// `last_use` gives, per value, the index of the last node reading it (`usize::MAX` for graph
+/// outputs), and `overwrites`, per node, the residual its conv writes its output over (whose
+/// buffer it then takes instead of a new one).
+pub fn plan_segment(
+    graph: &Graph,
+    shapes: &Shapes,
+    last_use: &[usize],
+    overwrites: &[Option<Value>],
+    band: usize,
+) -> Option<Segment> {
+    let shape = |v: Value| {
+        let s = shapes.concrete(v)?;
+        Some([s[0], s[1], s[2], s[3]])
+    };
+    let is_input = |v: Value| graph.inputs().iter().any(|i| i.value == v);
+    let mut chain: Vec<SegmentNode> = Vec::new();
+    for (i, (_, node)) in graph.nodes().enumerate() {
+        let Op::Conv2d(c) = &node.op else { break };
+        let produced = |v: Value| chain.iter().any(|n| n.output == v);
+        let pool = c.post_ops.iter().find_map(|p| match p {
+            PostOp::MaxPool(w) => Some(*w),
+            _ => None,
+        });
+        let residuals: Vec<Value> = c
+            .post_ops
+            .iter()
+            .filter_map(|p| match p {
+                PostOp::Add(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        // Residuals are read in nChw4c, so they come from the segment; inputs may be graph
+        // inputs too, read where the caller has them.
+        if !(is_input(c.input) || produced(c.input))
+            || !residuals.iter().all(|&r| produced(r))
+            || pool.is_some_and(|w| w.ceil_mode)
+        {
+            break;
+        }
+        let (Some(src), Some(dst)) = (shape(c.input), shape(node.result)) else {
+            break;
+        };
+        let kw = graph.param(c.weight).shape[3];
+        let conv = Axis {
+            kernel: kw,
+            stride: c.strides[1],
+            dilation: c.dilations[1],
+            pad_begin: c.pads.left,
+        };
+        let Some(conv_width) = conv_output_extent(
+            src[3],
+            c.pads.left,
+            c.pads.right,
+            kw,
+            c.strides[1],
+            c.dilations[1],
+        ) else {
+            break;
+        };
+        chain.push(SegmentNode {
+            node: i,
+            input: c.input,
+            residuals,
+            output: node.result,
+            conv,
+            pool: pool.map(|w| Axis {
+                kernel: w.kernel[1],
+                stride: w.strides[1],
+                dilation: w.dilations[1],
+                pad_begin: w.pads.left,
+            }),
+            in_width: src[3],
+            conv_width,
+            out_width: dst[3],
+        });
+    }
+    if chain.is_empty() {
+        return None;
+    }
+
+    // Bytes of the whole tensors alive while each node runs, when nodes [0, cut) stream: the
+    // values read later that the segment writes, and every value of the rest.
+    let bytes = |v: Value| shape(v).map_or(0, |s| Layout::Nchw4c.buffer_len(s) * 4);
+    let nodes: Vec<(usize, Value, Vec<Value>)> = graph
+        .nodes()
+        .enumerate()
+        .map(|(i, (_, n))| (i, n.result, n.op.value_operands()))
+        .collect();
+    let rest_peak = |cut: usize| -> usize {
+        let mut peak = 0;
+        for &(i, out, _) in nodes.iter().skip(cut) {
+            let live: usize = nodes
+                .iter()
+                .take(i)
+                .filter(|(_, v, _)| last_use[v.index()] >= i)
+                .map(|(_, v, _)| bytes(*v))
+                .sum();
+            let new = if overwrites[i].is_some() {
+                0
+            } else {
+                bytes(out)
+            };
+            peak = peak.max(live + new);
+        }
+        peak
+    };
+    // The values a cut leaves to whole tensors: those the segment writes and the rest reads.
+    let crossing = |cut: usize| -> usize {
+        chain[..cut]
+            .iter()
+            .filter(|n| last_use[n.output.index()] >= cut)
+            .map(|n| bytes(n.output))
+            .sum()
+    };
+    // The windows of the values the segment keeps to itself: a band (scaled to the value's
+    // width) and a few columns of halo and lag each.
+    let windows = |cut: usize| -> usize {
+        let first = chain[0].out_width.max(1);
+        chain[..cut]
+            .iter()
+            .filter(|n| last_use[n.output.index()] < cut)
+            .map(|n| {
+                let columns = band * n.out_width / first + 2 * COLUMN_ALIGN;
+                bytes(n.output) / n.out_width.max(1) * columns
+            })
+            .sum()
+    };
+    let cut = (1..=chain.len())
+        .min_by_key(|&k| {
+            let (rest, crossing) = (rest_peak(k), crossing(k));
+            (rest.max(crossing + windows(k)), k)
+        })
+        .expect("a non-empty chain");
+    chain.truncate(cut);
+    let whole = chain
+        .iter()
+        .map(|n| last_use[n.output.index()] >= cut || last_use[n.output.index()] == usize::MAX)
+        .collect();
+    Some(Segment {
+        nodes: chain,
+        whole,
+    })
+}
+
+impl Segment {
+    /// The first node's output width: a run streams only an image wider than one band.
+    pub fn width(&self) -> usize {
+        self.nodes[0].out_width
+    }
+
+    /// The segment's calls with bands of `band` columns of the first node's output (a
+    /// multiple of [`COLUMN_ALIGN`]).
+    pub fn schedule(&self, band: usize) -> Schedule {
+        debug_assert!(band > 0 && band.is_multiple_of(COLUMN_ALIGN));
+        let n = self.nodes.len();
+        let index_of = |v: Value| self.nodes.iter().position(|s| s.output == v);
+        let mut done = vec![0usize; n];
+        let mut window_columns = vec![0usize; n];
+        let mut calls = Vec::new();
+        let mut sweeps = 0;
+        let first_width = self.nodes[0].out_width.max(1);
+        // The columns of a value that a node can read: all of a graph input, what a node of
+        // the segment has produced so far.
+        let available = |done: &[usize], v: Value| index_of(v).map(|j| done[j]);
+        while done.iter().zip(&self.nodes).any(|(d, s)| *d < s.out_width) {
+            sweeps += 1;
+            let mut progress = false;
+            for i in 0..n {
+                let s = &self.nodes[i];
+                let x0 = done[i];
+                if x0 == s.out_width {
+                    continue;
+                }
+                // Every node advances by at most a band scaled to its width, so that a node
+                // lagging behind its inputs catches up over several sweeps rather than in one
+                // wide call (which would widen every window it reads and writes).
+                let own_band = (band * s.out_width)
+                    .div_ceil(first_width)
+                    .next_multiple_of(COLUMN_ALIGN);
+                let mut x1 = (x0 + own_band).min(s.out_width);
+                if let Some(a) = available(&done, s.input)
+                    && a < self.nodes[index_of(s.input).expect("in segment")].out_width
+                {
+                    x1 = s.reachable(x0, x1, a);
+                }
+                for &r in &s.residuals {
+                    if let Some(j) = index_of(r)
+                        && done[j] < self.nodes[j].out_width
+                    {
+                        x1 = x1.min(done[j]);
+                    }
+                }
+                if x1 < s.out_width {
+                    x1 -= x1 % COLUMN_ALIGN;
+                }
+                if x1 <= x0 {
+                    continue;
+                }
+                let keep_from = if self.whole[i] {
+                    0
+                } else {
+                    self.keep_from(i, &done).min(x0)
+                };
+                if !self.whole[i] {
+                    window_columns[i] = window_columns[i].max(x1 - keep_from);
+                }
+                calls.push(Call {
+                    node: i,
+                    x0,
+                    x1,
+                    input: s.band_input(x0, x1),
+                    keep_from,
+                });
+                done[i] = x1;
+                progress = true;
+            }
+            assert!(progress, "a band schedule always advances");
+        }
+        Schedule {
+            calls,
+            window_columns,
+            sweeps,
+        }
+    }
+
+    /// The first column of node `i`'s output that a consumer in the segment still reads,
+    /// given how far each node has got (`done`): the smallest start of the consumers' next
+    /// calls; `usize::MAX` when none remains.
+    fn keep_from(&self, i: usize, done: &[usize]) -> usize {
+        let v = self.nodes[i].output;
+        self.nodes
+            .iter()
+            .zip(done)
+            .filter(|(c, d)| **d < c.out_width)
+            .flat_map(|(c, &d)| {
+                let as_input = (c.input == v).then(|| c.band_input(d, d + 1).begin);
+                let as_residual = c.residuals.contains(&v).then_some(d);
+                as_input.into_iter().chain(as_residual)
+            })
+            .min()
+            .unwrap_or(usize::MAX)
+    }
+}
+
+/// What a streamed segment of a run held and did, for [`crate::RunStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SegmentRun {
+    /// The names of the segment's first and last nodes.
+    pub first: String,
+    pub last: String,
+    /// The band width, in columns of the first node's output.
+    pub band: usize,
+    pub sweeps: usize,
+    pub calls: usize,
+    /// Bytes of the windows of the values read only inside the segment.
+    pub window_bytes: usize,
+    /// Bytes of the whole tensors the segment writes (values read after it, outputs).
+    pub whole_bytes: usize,
+    /// The most bytes of windows, whole tensors and per-call copies alive at once.
+    pub peak_bytes: usize,
+}
+
+impl fmt::Display for SegmentRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "streamed %{}..%{}: band {} columns, {} sweeps, {} calls, windows {} bytes, \
+             whole tensors {} bytes, peak {} bytes",
+            self.first,
+            self.last,
+            self.band,
+            self.sweeps,
+            self.calls,
+            self.window_bytes,
+            self.whole_bytes,
+            self.peak_bytes
+        )
+    }
+}
+
+/// A fixed-shape conv key as the call of a streamed node: `whole`'s key with the band's
+/// width and padding, keeping `whole`'s runtime extents if it has them.
+pub fn band_key(
+    node: &SegmentNode,
+    whole: &PrimitiveKey,
+    extents: [usize; 2],
+    band: &BandInput,
+) -> PrimitiveKey {
+    let PrimitiveKey::Conv(d) = whole else {
+        unreachable!("segments hold convolutions")
+    };
+    let runtime = d.runtime;
+    let fixed = if runtime.any() {
+        d.at(extents)
+    } else {
+        d.clone()
+    };
+    PrimitiveKey::Conv(node.band_desc(&fixed, band).with_runtime(runtime))
+}
+
+/// Copies `cols` columns of `rows` rows of `elem` floats per pixel, from column `src_col` of
+/// rows `src_width` wide to column `dst_col` of rows `dst_width` wide.
+#[allow(clippy::too_many_arguments)]
+pub fn copy_columns(
+    src: &[f32],
+    src_width: usize,
+    src_col: usize,
+    dst: &mut [f32],
+    dst_width: usize,
+    dst_col: usize,
+    cols: usize,
+    rows: usize,
+    elem: usize,
+) {
+    let len = cols * elem;
+    for r in 0..rows {
+        let s = (r * src_width + src_col) * elem;
+        let d = (r * dst_width + dst_col) * elem;
+        dst[d..d + len].copy_from_slice(&src[s..s + len]);
+    }
+}
+
+/// Floats per pixel and rows of a tensor of `shape` in `layout`, as [`copy_columns`] sees it.
+pub fn rows_and_elem(layout: Layout, [n, c, h, _]: [usize; 4]) -> (usize, usize) {
+    match layout {
+        Layout::Nchw => (n * c * h, 1),
+        Layout::Nchw4c => (n * c.div_ceil(4) * h, 4),
+    }
+}

@@ -1,0 +1,185 @@
+//! Width-streamed execution: results are the same to the bit as whole-tensor runs, at every
+//! width (narrower than a band too), band, thread count, shape mode and convolution
+//! algorithm; and the streamed layers' whole tensors never exist.
+
+use primjit_codegen::ConvAlgoChoice;
+use primjit_ir::{Bindings, Params, Tensor, parse, random_tensor};
+use primjit_runtime::{
+    Budget, CompiledGraph, Engine, EngineConfig, ShapeMode, Streaming, Workspace,
+};
+
+/// The trunk in small: a 7x7 stride-2 stem with a fused max pool, a residual block, a
+/// stride-2 block with a 1x1 downsample, and a block after it, over 16 and 32 channels (so
+/// that `auto` picks Winograd for the 3x3 stride-1 convs).
+const TRUNK: &str = "
+graph small_trunk {
+  input %x: f32[1, 3, 24, W]
+  param @stem.weight: f32[16, 3, 7, 7]
+  param @stem.bias: f32[16]
+  param @a1.weight: f32[16, 16, 3, 3]
+  param @a2.weight: f32[16, 16, 3, 3]
+  param @b1.weight: f32[32, 16, 3, 3]
+  param @bd.weight: f32[32, 16, 1, 1]
+  param @b2.weight: f32[32, 32, 3, 3]
+  param @c1.weight: f32[32, 32, 3, 3]
+  param @c2.weight: f32[32, 32, 3, 3]
+  %stem = conv2d(%x, @stem.weight, bias=@stem.bias, strides=[2, 2], pads=[3, 3, 3, 3], post=[relu, maxpool(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])])
+  %a1 = conv2d(%stem, @a1.weight, pads=[1, 1, 1, 1], post=[relu])
+  %a2 = conv2d(%a1, @a2.weight, pads=[1, 1, 1, 1], post=[add(%stem), relu])
+  %b1 = conv2d(%a2, @b1.weight, strides=[2, 2], pads=[1, 1, 1, 1], post=[relu])
+  %bd = conv2d(%a2, @bd.weight, strides=[2, 2])
+  %b2 = conv2d(%b1, @b2.weight, pads=[1, 1, 1, 1], post=[add(%bd), relu])
+  %c1 = conv2d(%b2, @c1.weight, pads=[1, 1, 1, 1], post=[relu])
+  %c2 = conv2d(%c1, @c2.weight, pads=[1, 1, 1, 1], post=[add(%b2), relu])
+  output y = %c2
+}
+";
+
+fn model(algo: ConvAlgoChoice, mode: ShapeMode, streaming: Streaming) -> CompiledGraph {
+    let graph = parse(TRUNK).expect("parses");
+    CompiledGraph::with_conv_algo(&graph, &Params::random(&graph, 11), algo)
+        .expect("prepares")
+        .with_mode(mode)
+        .with_streaming(streaming)
+}
+
+fn engine(threads: usize) -> Engine {
+    Engine::new(EngineConfig {
+        threads,
+        ..EngineConfig::default()
+    })
+    .expect("engine")
+}
+
+fn input(w: usize) -> Tensor {
+    random_tensor(w as u64 + 5, "x", vec![1, 3, 24, w], -1.0, 1.0)
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.data.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Widths from 1 pixel to many bands, with every remainder modulo the stem's 4x reduction.
+const WIDTHS: [usize; 12] = [1, 3, 4, 17, 30, 61, 64, 97, 130, 203, 256, 389];
+
+#[test]
+fn streamed_runs_are_bit_identical_to_whole_tensor_runs() {
+    for algo in [ConvAlgoChoice::Auto, ConvAlgoChoice::Direct] {
+        for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
+            let whole = model(algo, mode, Streaming::Off);
+            let engine1 = engine(1);
+            let mut ws = Workspace::new();
+            let expected: Vec<Vec<u32>> = WIDTHS
+                .iter()
+                .map(|&w| {
+                    let (out, stats) = whole
+                        .run(&engine1, &[("x", &input(w))], &mut ws)
+                        .expect("runs");
+                    assert!(stats.segments.is_empty());
+                    bits(&out[0].1)
+                })
+                .collect();
+            for band in [4, 8, 12, 64] {
+                let streamed = model(
+                    algo,
+                    mode,
+                    Streaming::with_band(band).expect("a multiple of 4"),
+                );
+                for threads in [1, 2] {
+                    let engine = engine(threads);
+                    let mut ws = Workspace::new();
+                    for (&w, expected) in WIDTHS.iter().zip(&expected) {
+                        let (out, stats) = streamed
+                            .run(&engine, &[("x", &input(w))], &mut ws)
+                            .expect("runs");
+                        let stem_width = w.div_ceil(4);
+                        assert_eq!(
+                            stats.segments.len(),
+                            usize::from(stem_width > band),
+                            "{algo} {mode:?} band {band} W={w}"
+                        );
+                        assert!(
+                            bits(&out[0].1) == *expected,
+                            "{algo} {mode:?} band {band}, {threads} threads, W={w}: streamed \
+                             and whole-tensor results differ"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The streamed layers keep windows of a band and their halos: the peak activation bytes of
+/// a wide run fall far below the whole-tensor run's, and the segment's report adds up.
+#[test]
+fn streaming_keeps_the_early_layers_out_of_whole_tensors() {
+    let w = 8192;
+    let engine = engine(1);
+    let run = |streaming| {
+        let m = model(ConvAlgoChoice::Auto, ShapeMode::Runtime, streaming);
+        let mut ws = Workspace::with_budget(Budget::Unlimited);
+        m.run(&engine, &[("x", &input(w))], &mut ws)
+            .expect("runs")
+            .1
+    };
+    let whole = run(Streaming::Off);
+    let streamed = run(Streaming::with_band(16).expect("a multiple of 4"));
+    let segment = &streamed.segments[0];
+    assert_eq!(segment.first, "stem");
+    assert!(segment.calls >= 8 * segment.sweeps / 2, "{segment}");
+    assert!(
+        streamed.peak_activation_bytes * 2 < whole.peak_activation_bytes,
+        "streamed peak {} against whole-tensor peak {}",
+        streamed.peak_activation_bytes,
+        whole.peak_activation_bytes
+    );
+    assert!(segment.peak_bytes >= segment.window_bytes + segment.whole_bytes);
+    assert_eq!(streamed.nodes.len(), whole.nodes.len(), "one run per node");
+}
+
+/// The plan names the streamed nodes, and a run narrower than one band streams nothing.
+#[test]
+fn the_stream_plan_covers_the_wide_layers() {
+    let m = model(ConvAlgoChoice::Auto, ShapeMode::Runtime, Streaming::ON);
+    let bind = |w: u64| {
+        let mut b = Bindings::new();
+        b.insert("W".to_string(), w);
+        b
+    };
+    assert!(m.stream_plan(&bind(200)).expect("plans").is_none());
+    let (segment, schedule) = m.stream_plan(&bind(4000)).expect("plans").expect("streams");
+    assert!(segment.nodes.len() >= 3, "the stem and the first block");
+    // Every node's calls cover its output once, left to right, from multiples of 4.
+    for (i, node) in segment.nodes.iter().enumerate() {
+        let mut next = 0;
+        for c in schedule.calls.iter().filter(|c| c.node == i) {
+            assert_eq!(c.x0, next);
+            assert_eq!(c.x0 % 4, 0);
+            next = c.x1;
+        }
+        assert_eq!(next, node.out_width());
+    }
+}
+
+/// A streamed run at a width seen before maps nothing: its windows and copies reuse the
+/// workspace's buffers.
+#[test]
+fn a_repeated_width_maps_nothing_when_streamed() {
+    let m = model(
+        ConvAlgoChoice::Auto,
+        ShapeMode::Runtime,
+        Streaming::with_band(8).unwrap(),
+    );
+    let engine = engine(2);
+    let mut ws = Workspace::with_budget(Budget::Unlimited);
+    for w in [300, 97, 300] {
+        m.run(&engine, &[("x", &input(w))], &mut ws).expect("runs");
+    }
+    let settled = ws.stats();
+    for w in [300, 97, 300] {
+        let (_, stats) = m.run(&engine, &[("x", &input(w))], &mut ws).expect("runs");
+        assert_eq!(stats.segments.len(), 1);
+    }
+    assert_eq!(ws.stats(), settled, "no buffer mapped or returned");
+}
