@@ -267,7 +267,7 @@ pub fn run(args: &Args) -> Result<()> {
 
 /// Runs the benchmark; returns its report and the engine, whose cache holds what the run left.
 pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
-    let source = model_source(args.workload.file.as_ref())?;
+    let mut source = model_source(args.workload.file.as_ref())?;
     let graph = source.parse()?;
     let (input_name, [n, c, h]) = width_symbol(&graph)?;
     let widths = workload::load_widths(args.workload.widths.as_deref())?;
@@ -290,14 +290,15 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     }
     config.threads = args.workload.threads;
     let engine = Engine::new(config.clone())?;
-    // An ONNX model runs with its own weights; an IR file with seeded ones.
-    let params = match source.initializers() {
-        Some(params) => params.clone(),
-        None => Params::random(&graph, args.seed),
-    };
+    // An ONNX model runs with its own weights; an IR file with seeded ones. Once packed they
+    // are dropped: the model's packed weights are the only copy the timed calls see.
+    let params = source
+        .take_initializers()
+        .unwrap_or_else(|| Params::random(&graph, args.seed));
     let conv_algo = args.algo.conv_algo.unwrap_or(config.conv_algo);
     let model = CompiledGraph::with_conv_algo(&graph, &params, conv_algo)
         .map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;
+    drop(params);
     let model = match args.policy {
         Policy::Dynamic => model.with_mode(ShapeMode::Runtime),
         _ => model,

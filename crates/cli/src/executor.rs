@@ -1,4 +1,4 @@
-//! Executors: the engines that run an optimized graph with materialized parameters.
+//! Executors: the engines that run an optimized graph with its parameters.
 //!
 //! `run` picks one from its flags; a new engine is a new variant here and a flag there.
 
@@ -29,12 +29,13 @@ impl Executor {
         }
     }
 
-    /// Runs `graph` (its parameters materialized in `params`) on `inputs`, named without `%`,
-    /// and returns every output by name.
+    /// Runs `graph` with `params` (its declared parameters; derived ones are computed here)
+    /// on `inputs`, named without `%`, and returns every output by name. The JIT engine drops
+    /// `params` once the compiled graph holds its packed weights, before anything runs.
     pub fn run(
         self,
         graph: &Graph,
-        params: &Params,
+        mut params: Params,
         inputs: &[(&str, &Tensor)],
     ) -> Result<Vec<(String, Tensor)>> {
         match self {
@@ -47,12 +48,16 @@ impl Executor {
                     config.workspace.budget = b;
                 }
                 let engine = primjit::Engine::new(config)?;
-                let model = primjit::CompiledGraph::with_conv_algo(graph, params, conv_algo)?;
+                let model = primjit::CompiledGraph::with_conv_algo(graph, &params, conv_algo)?;
+                drop(params);
                 let (outputs, _) = model.run(&engine, inputs, &mut primjit::Workspace::new())?;
                 Ok(outputs)
             }
-            Executor::Reference => primjit_reference::run_graph(graph, params, inputs)
-                .map_err(|e| anyhow!("{}: {e}", self.name())),
+            Executor::Reference => {
+                params.materialize(graph)?;
+                primjit_reference::run_graph(graph, &params, inputs)
+                    .map_err(|e| anyhow!("{}: {e}", self.name()))
+            }
         }
     }
 }

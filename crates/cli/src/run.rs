@@ -1,8 +1,8 @@
 //! `primjit run`: run a graph on tensors from .npy files and write its outputs as .npy files.
 //!
 //! The graph is verified, its inputs and parameters are loaded and checked against it, then it
-//! is optimized (batch-norm folding, post-op fusion), its derived parameters are computed, and
-//! an [`Executor`] runs it.
+//! is optimized (batch-norm folding, post-op fusion) and an [`Executor`] runs it, which takes
+//! the parameters over: the JIT engine drops them once their packed copies exist.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -74,7 +74,9 @@ impl Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let loaded = args.graph.load()?;
+    let mut loaded = args.graph.load()?;
+    let initializers = loaded.source.take_initializers();
+    let loaded = loaded;
     let graph = &loaded.graph;
     // Ranks, channels and attributes, before reading any tensor.
     loaded.shapes(graph, &loaded.bindings)?;
@@ -94,28 +96,15 @@ pub fn run(args: &Args) -> Result<()> {
     // Extents and residual shapes under the inputs' sizes, still against the written graph.
     loaded.shapes(graph, &bindings)?;
 
-    let initializers = loaded.source.initializers();
-    let mut params = match (&args.params, args.random_params) {
-        (Some(path), None) => io::read_safetensors_params(path, graph, initializers)?,
-        (None, Some(seed)) => Params::random(graph, seed),
-        (None, None) => match initializers {
-            Some(params) => params.clone(),
-            None if graph.params().next().is_none() => Params::new(),
-            None => bail!(
-                "the graph has parameters: give --params FILE.safetensors or --random-params SEED"
-            ),
-        },
-        _ => bail!("give at most one of --params FILE.safetensors and --random-params SEED"),
-    };
+    let params = params_of(args, graph, initializers)?;
 
     let mut optimized = graph.clone();
     passes::optimize(&mut optimized);
     let shapes = loaded.shapes(&optimized, &bindings)?;
-    params.materialize(&optimized)?;
 
     let executor = args.executor()?;
     let input_refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let results = executor.run(&optimized, &params, &input_refs)?;
+    let results = executor.run(&optimized, params, &input_refs)?;
 
     let mut stdout = std::io::stdout().lock();
     for (name, path) in &outputs {
@@ -145,6 +134,25 @@ pub fn run(args: &Args) -> Result<()> {
     }
     stdout.flush()?;
     Ok(())
+}
+
+/// The graph's parameters as the flags give them: read from `--params` (an ONNX model's
+/// `initializers` filling in those the file leaves out), drawn from `--random-params`, or the
+/// initializers themselves. Takes the initializers so that they are dropped here unless they
+/// are the parameters.
+fn params_of(args: &Args, graph: &Graph, initializers: Option<Params>) -> Result<Params> {
+    Ok(match (&args.params, args.random_params) {
+        (Some(path), None) => io::read_safetensors_params(path, graph, initializers.as_ref())?,
+        (None, Some(seed)) => Params::random(graph, seed),
+        (None, None) => match initializers {
+            Some(params) => params,
+            None if graph.params().next().is_none() => Params::new(),
+            None => bail!(
+                "the graph has parameters: give --params FILE.safetensors or --random-params SEED"
+            ),
+        },
+        _ => bail!("give at most one of --params FILE.safetensors and --random-params SEED"),
+    })
 }
 
 /// Splits `NAME=PATH` when NAME is one of `names`. A prefix before `=` that names nothing is an

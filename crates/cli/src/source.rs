@@ -107,9 +107,11 @@ impl Source {
         }
     }
 
-    /// The parameter values the model carries: an ONNX model's initializers.
-    pub fn initializers(&self) -> Option<&Params> {
-        self.onnx.as_ref().map(|i| &i.params)
+    /// Moves out the parameter values the model carries, an ONNX model's initializers, for a
+    /// caller that makes them its parameters (or their fallback): the source keeps none, so
+    /// that the weights are not held twice.
+    pub fn take_initializers(&mut self) -> Option<Params> {
+        self.onnx.as_mut().map(|i| std::mem::take(&mut i.params))
     }
 
     /// `tensor`, an output named `name`, in the shape the model file gives it: an ONNX

@@ -40,7 +40,7 @@ pub use graph::{
     BatchNorm, Conv2d, DerivedParam, Graph, Node, NodeData, Op, OpKind, Pads, Param, ParamData,
     Pool2d, PoolKind, PoolWindow, PostOp, Value,
 };
-pub use params::{ParamError, Params, Tensor, random_tensor};
+pub use params::{GraphParams, ParamError, Params, Tensor, random_tensor};
 pub use parser::parse;
 pub use shape::{
     MAX_TENSOR_ELEMENTS, Shapes, conv_output_extent, infer_shapes, pool_output_extent,

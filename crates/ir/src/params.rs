@@ -1,5 +1,6 @@
 //! Parameter values: dense f32 tensors by name, drawn from a seed or loaded, and derived ones.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use rand::SeedableRng;
@@ -48,8 +49,8 @@ impl Tensor {
 /// Errors about parameter values.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ParamError {
-    /// A parameter the graph declares has no value ([`Params::materialize`], and so
-    /// `CompiledGraph::new` and the reference's `run_graph`). Supply it under its declared name
+    /// A parameter the graph declares has no value ([`Params::materialize`],
+    /// [`Params::for_graph`], and so `CompiledGraph::new` and the reference's `run_graph`). Supply it under its declared name
     /// (without the `@`), e.g. in the `.safetensors` file.
     #[error("parameter @{name} is missing (expected shape {expected:?})")]
     Missing { name: String, expected: Vec<usize> },
@@ -188,6 +189,31 @@ impl Params {
     /// Checks every non-derived parameter against the graph's declarations, then computes the
     /// derived parameters (replacing any stale values of theirs).
     pub fn materialize(&mut self, graph: &Graph) -> Result<(), ParamError> {
+        self.check(graph)?;
+        // A derived parameter's sources come before it (`Graph::add_param` takes only
+        // existing ones), so in declaration order every source is present when it is read.
+        for (_, data) in graph.params() {
+            if let Some(d) = &data.derived {
+                let t = derive(d, &data.shape, |p| &self.tensors[&graph.param(p).name].data);
+                self.tensors.insert(data.name.clone(), t);
+            }
+        }
+        Ok(())
+    }
+
+    /// `graph`'s parameter values as read from these: declared ones borrowed, derived ones
+    /// computed when asked for ([`GraphParams::get`]), so that nothing derived is kept. Fails as
+    /// [`Params::materialize`] does when a declared parameter is missing or of another shape.
+    pub fn for_graph<'a>(&'a self, graph: &'a Graph) -> Result<GraphParams<'a>, ParamError> {
+        self.check(graph)?;
+        Ok(GraphParams {
+            params: self,
+            graph,
+        })
+    }
+
+    /// Checks every non-derived parameter of `graph` against its declaration.
+    fn check(&self, graph: &Graph) -> Result<(), ParamError> {
         for (_, data) in graph.params() {
             if data.derived.is_some() {
                 continue;
@@ -209,74 +235,117 @@ impl Params {
                 Some(_) => {}
             }
         }
-        // Derived parameters only read declared ones, which come first in any valid order.
-        for (_, data) in graph.params() {
-            if let Some(d) = &data.derived {
-                let t = self.derive(graph, d, &data.shape);
-                self.tensors.insert(data.name.clone(), t);
-            }
-        }
         Ok(())
     }
+}
 
-    fn data(&self, graph: &Graph, p: Param) -> &[f32] {
-        &self.tensors[&graph.param(p).name].data
-    }
+/// A graph's parameter values, its declared parameters checked ([`Params::for_graph`]).
+///
+/// A derived parameter is computed each time it is asked for and handed over, bit for bit the
+/// value [`Params::materialize`] stores: a caller that needs each value once (packing a
+/// convolution's weights) holds one derived tensor at a time instead of all of them.
+#[derive(Clone, Copy, Debug)]
+pub struct GraphParams<'a> {
+    params: &'a Params,
+    graph: &'a Graph,
+}
 
-    fn derive(&self, graph: &Graph, d: &DerivedParam, shape: &[usize]) -> Tensor {
-        let inv_std = |var: Param, eps: f32| -> Vec<f64> {
-            self.data(graph, var)
-                .iter()
-                .map(|&v| 1.0 / (v as f64 + eps as f64).sqrt())
-                .collect()
-        };
-        match d {
-            DerivedParam::BnFoldWeight {
-                weight,
-                scale,
-                var,
-                epsilon,
-            } => {
-                let w = self.data(graph, *weight);
-                let s = self.data(graph, *scale);
-                let inv = inv_std(*var, *epsilon);
-                let per_out = w.len() / shape[0];
-                let data = w
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &x)| {
-                        let o = i / per_out;
-                        (x as f64 * s[o] as f64 * inv[o]) as f32
-                    })
-                    .collect();
-                Tensor {
-                    shape: shape.to_vec(),
-                    data,
+impl<'a> GraphParams<'a> {
+    /// The value of `p`, a parameter of the graph: borrowed when declared, computed when
+    /// derived (with the derived parameters it reads, which are dropped again).
+    pub fn get(&self, p: Param) -> Cow<'a, Tensor> {
+        let graph = self.graph;
+        let declared = |q: Param| -> &'a Tensor { &self.params.tensors[&graph.param(q).name] };
+        if graph.param(p).derived.is_none() {
+            return Cow::Borrowed(declared(p));
+        }
+        // Every derived parameter `p` reads, directly or through others. Sources have lower
+        // indices than their readers, so ascending order computes each before it is read.
+        let mut needed = vec![p];
+        let mut pending = vec![p];
+        while let Some(q) = pending.pop() {
+            for s in graph.param(q).derived.iter().flat_map(|d| d.sources()) {
+                if graph.param(s).derived.is_some() && !needed.contains(&s) {
+                    needed.push(s);
+                    pending.push(s);
                 }
             }
-            DerivedParam::BnFoldBias {
-                conv_bias,
-                scale,
-                bias,
-                mean,
-                var,
-                epsilon,
-            } => {
-                let s = self.data(graph, *scale);
-                let b = self.data(graph, *bias);
-                let m = self.data(graph, *mean);
-                let inv = inv_std(*var, *epsilon);
-                let cb = conv_bias.map(|p| self.data(graph, p));
-                let data = (0..shape[0])
-                    .map(|o| {
-                        let c = cb.map_or(0.0, |cb| cb[o] as f64);
-                        ((c - m[o] as f64) * s[o] as f64 * inv[o] + b[o] as f64) as f32
-                    })
-                    .collect();
-                Tensor {
-                    shape: shape.to_vec(),
-                    data,
+        }
+        needed.sort_unstable();
+        let mut computed: Vec<(Param, Tensor)> = Vec::with_capacity(needed.len());
+        for q in needed {
+            let data = graph.param(q);
+            let d = data
+                .derived
+                .as_ref()
+                .expect("only derived parameters are needed");
+            let t = derive(d, &data.shape, |s| {
+                match computed.iter().find(|(c, _)| *c == s) {
+                    Some((_, t)) => &t.data,
+                    None => &declared(s).data,
                 }
+            });
+            computed.push((q, t));
+        }
+        let (_, value) = computed.pop().expect("`p` itself is needed");
+        Cow::Owned(value)
+    }
+}
+
+/// The value of a derived parameter of `shape`, its sources read through `data`.
+fn derive<'t>(d: &DerivedParam, shape: &[usize], data: impl Fn(Param) -> &'t [f32]) -> Tensor {
+    let inv_std = |var: Param, eps: f32| -> Vec<f64> {
+        data(var)
+            .iter()
+            .map(|&v| 1.0 / (v as f64 + eps as f64).sqrt())
+            .collect()
+    };
+    match d {
+        DerivedParam::BnFoldWeight {
+            weight,
+            scale,
+            var,
+            epsilon,
+        } => {
+            let w = data(*weight);
+            let s = data(*scale);
+            let inv = inv_std(*var, *epsilon);
+            let per_out = w.len() / shape[0];
+            let values = w
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let o = i / per_out;
+                    (x as f64 * s[o] as f64 * inv[o]) as f32
+                })
+                .collect();
+            Tensor {
+                shape: shape.to_vec(),
+                data: values,
+            }
+        }
+        DerivedParam::BnFoldBias {
+            conv_bias,
+            scale,
+            bias,
+            mean,
+            var,
+            epsilon,
+        } => {
+            let s = data(*scale);
+            let b = data(*bias);
+            let m = data(*mean);
+            let inv = inv_std(*var, *epsilon);
+            let cb = conv_bias.map(&data);
+            let values = (0..shape[0])
+                .map(|o| {
+                    let c = cb.map_or(0.0, |cb| cb[o] as f64);
+                    ((c - m[o] as f64) * s[o] as f64 * inv[o] + b[o] as f64) as f32
+                })
+                .collect();
+            Tensor {
+                shape: shape.to_vec(),
+                data: values,
             }
         }
     }
@@ -296,6 +365,87 @@ mod tests {
         assert!(a.data.iter().all(|&x| (-0.5..0.5).contains(&x)));
         let mean: f32 = a.data.iter().sum::<f32>() / 1000.0;
         assert!(mean.abs() < 0.05, "mean {mean}");
+    }
+
+    /// A conv followed by two batch-norms: folding both makes the second fold read the
+    /// first's derived weight and bias.
+    const TWO_BATCHNORMS: &str = "graph g {
+  input %x: f32[1, 3, 6, 6]
+  param @w: f32[4, 3, 3, 3]
+  param @b: f32[4]
+  param @s1: f32[4]
+  param @t1: f32[4]
+  param @m1: f32[4]
+  param @v1: f32[4]
+  param @s2: f32[4]
+  param @t2: f32[4]
+  param @m2: f32[4]
+  param @v2: f32[4]
+  %c = conv2d(%x, @w, bias=@b, pads=[1, 1, 1, 1])
+  %n1 = batchnorm(%c, @s1, @t1, @m1, @v1)
+  %n2 = batchnorm(%n1, @s2, @t2, @m2, @v2)
+  output y = %n2
+}
+";
+
+    #[test]
+    fn graph_params_compute_what_materialize_stores() {
+        let mut g = crate::parse(TWO_BATCHNORMS).unwrap();
+        let params = Params::random(&g, 5);
+        assert_eq!(crate::passes::fold_batchnorm(&mut g), 2);
+        let reads_derived = |d: &DerivedParam| {
+            d.sources()
+                .into_iter()
+                .any(|s| g.param(s).derived.is_some())
+        };
+        assert!(
+            g.params()
+                .any(|(_, p)| p.derived.as_ref().is_some_and(reads_derived))
+        );
+        let mut materialized = params.clone();
+        materialized.materialize(&g).unwrap();
+        let view = params.for_graph(&g).unwrap();
+        let mut derived = 0;
+        for (p, data) in g.params() {
+            let value = view.get(p);
+            assert_eq!(
+                matches!(value, Cow::Owned(_)),
+                data.derived.is_some(),
+                "@{}",
+                data.name
+            );
+            if data.derived.is_some() {
+                derived += 1;
+            }
+            // Bit for bit: the same arithmetic in the same order.
+            let want = materialized.get(&data.name).unwrap();
+            assert_eq!(value.shape, want.shape, "@{}", data.name);
+            let bits = |t: &Tensor| t.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&value), bits(want), "@{}", data.name);
+        }
+        // Two folded weights and biases, the second pair computed from the first.
+        assert_eq!(derived, 4);
+        // Nothing derived was added to the caller's values.
+        assert_eq!(params.iter().count(), 10);
+    }
+
+    #[test]
+    fn for_graph_checks_declared_parameters() {
+        let g = crate::parse(TWO_BATCHNORMS).unwrap();
+        let mut params = Params::random(&g, 5);
+        params.insert("s2", Tensor::zeros(vec![3]));
+        assert!(matches!(
+            params.for_graph(&g),
+            Err(ParamError::Shape { name, .. }) if name == "s2"
+        ));
+        let mut missing = Params::new();
+        for (name, t) in params.iter().filter(|(n, _)| *n != "v1") {
+            missing.insert(name, t.clone());
+        }
+        assert!(matches!(
+            missing.for_graph(&g),
+            Err(ParamError::Missing { name, .. }) if name == "v1"
+        ));
     }
 
     #[test]

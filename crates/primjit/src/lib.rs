@@ -26,6 +26,8 @@
 //! parses benchdnn problem descriptors into keys, and [`params_file`] reads a graph's
 //! parameters from a `.safetensors` file.
 
+#![deny(unsafe_code)]
+
 pub mod descriptor;
 pub mod params_file;
 

@@ -51,17 +51,28 @@ pub enum ParamFileError {
 /// model's state dict for a graph of part of it), which are ignored, whatever their dtype. A
 /// parameter missing from the file takes its value from `fallback` (an ONNX model's
 /// initializers) when that has one.
+///
+/// The file is mapped, not read into memory: the parameters' values are converted from the
+/// mapping, which is gone when this returns, so the file's bytes are never a second copy of
+/// the weights on the heap (and tensors the graph does not use are never read).
 pub fn read_safetensors(
     path: &Path,
     graph: &Graph,
     fallback: Option<&Params>,
 ) -> Result<Params, ParamFileError> {
     let origin = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| ParamFileError::Read {
+    let read_error = |source| ParamFileError::Read {
         origin: origin.clone(),
         source,
-    })?;
-    safetensors_params(&bytes, &origin, graph, fallback)
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    #[allow(unsafe_code)]
+    // SAFETY: the map is read-only and private to this function, which copies the values out
+    // before returning and drops it. memmap2 requires that the file not be truncated or
+    // modified by another process while mapped: a parameter file is not written while a model
+    // is loaded from it (as for every loader that maps weights).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
+    safetensors_params(&map, &origin, graph, fallback)
 }
 
 /// [`read_safetensors`] on the file's bytes; `origin` names the file in errors.

@@ -18,8 +18,8 @@ use primjit_codegen::{
     PoolDesc, PostOpDesc, PrimitiveKey,
 };
 use primjit_ir::{
-    Bindings, Graph, Op, ParamError, Params, PostOp, Tensor, Value, VerifyError, infer_shapes,
-    passes,
+    Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, Tensor, Value, VerifyError,
+    infer_shapes, passes,
 };
 
 use crate::engine::Engine;
@@ -158,7 +158,6 @@ pub enum ShapeMode {
 #[derive(Clone, Debug)]
 pub struct CompiledGraph {
     graph: Graph,
-    params: Params,
     prepared: Vec<Prepared>,
     last_use: Vec<usize>,
     /// Per node: the residual a conv may write its output over (`residual_overwrites`).
@@ -180,13 +179,14 @@ fn layout_of(graph: &Graph, v: Value) -> Layout {
     }
 }
 
-fn per_channel_bn(
-    params: &Params,
-    graph: &Graph,
-    bn: &primjit_ir::BatchNorm,
-) -> (Vec<f32>, Vec<f32>) {
-    let get = |p| &params.get(&graph.param(p).name).expect("materialized").data;
-    let (s, b, m, v) = (get(bn.scale), get(bn.bias), get(bn.mean), get(bn.var));
+fn per_channel_bn(params: &GraphParams<'_>, bn: &primjit_ir::BatchNorm) -> (Vec<f32>, Vec<f32>) {
+    let (s, b, m, v) = (
+        params.get(bn.scale),
+        params.get(bn.bias),
+        params.get(bn.mean),
+        params.get(bn.var),
+    );
+    let (s, b, m, v) = (&s.data, &b.data, &m.data, &v.data);
     let mut w = Vec::with_capacity(s.len());
     let mut bias = Vec::with_capacity(s.len());
     for c in 0..s.len() {
@@ -198,8 +198,9 @@ fn per_channel_bn(
 }
 
 impl CompiledGraph {
-    /// Optimizes `graph`, materializes `params` for it, and packs every convolution's weights
-    /// for the algorithm [`ConvAlgoChoice::Auto`] picks.
+    /// Optimizes `graph` and packs every convolution's weights, read from `params` (derived
+    /// ones computed one at a time), for the algorithm [`ConvAlgoChoice::Auto`] picks. The
+    /// packed weights are all it keeps: `params` may be dropped once this returns.
     pub fn new(graph: &Graph, params: &Params) -> Result<Self, GraphError> {
         Self::with_conv_algo(graph, params, ConvAlgoChoice::Auto)
     }
@@ -216,30 +217,23 @@ impl CompiledGraph {
         let mut graph = graph.clone();
         passes::optimize(&mut graph);
         let shapes = graph.verify()?;
-        let mut params = params.clone();
-        params.materialize(&graph)?;
+        let params = params.for_graph(&graph)?;
         let mut prepared = Vec::with_capacity(graph.node_count());
         for (_, node) in graph.nodes() {
             let p = match &node.op {
                 Op::Conv2d(c) => {
-                    let w = params
-                        .get(&graph.param(c.weight).name)
-                        .expect("materialized");
-                    let b = c.bias.map(|b| {
-                        params
-                            .get(&graph.param(b).name)
-                            .expect("materialized")
-                            .data
-                            .as_slice()
-                    });
+                    let w = params.get(c.weight);
+                    let b = c.bias.map(|b| params.get(b));
                     let desc = conv_desc_shell(&graph, c, &shapes, conv_algo);
                     Prepared::Conv {
-                        packed: weight_buffer(&desc.pack_weights(&w.data, b))?,
+                        packed: weight_buffer(
+                            &desc.pack_weights(&w.data, b.as_ref().map(|b| b.data.as_slice())),
+                        )?,
                         algo: desc.algo,
                     }
                 }
                 Op::BatchNorm(bn) => {
-                    let (w, b) = per_channel_bn(&params, &graph, bn);
+                    let (w, b) = per_channel_bn(&params, bn);
                     let desc = bn_desc_shell(w.len(), layout_of(&graph, bn.input));
                     Prepared::Conv {
                         packed: weight_buffer(&ConvPlan::new(&desc).pack_weights(&w, Some(&b)))?,
@@ -255,7 +249,6 @@ impl CompiledGraph {
         let overwrites = residual_overwrites(&graph, &last_use);
         Ok(CompiledGraph {
             graph,
-            params,
             prepared,
             last_use,
             overwrites,
@@ -385,10 +378,6 @@ impl CompiledGraph {
     /// The optimized graph this runs.
     pub fn graph(&self) -> &Graph {
         &self.graph
-    }
-
-    pub fn params(&self) -> &Params {
-        &self.params
     }
 
     /// The primitive key of every node at the shapes that `bindings` give.
