@@ -182,6 +182,11 @@ impl Engine {
         }
     }
 
+    /// Runs `f` on the engine's thread pool (for its own data-parallel work, such as copies).
+    pub(crate) fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
     /// Runs `primitive` with its rows split across the engine's threads.
     pub fn execute(&self, primitive: &Primitive, args: ExecArgs<'_>) -> Result<(), RuntimeError> {
         self.run(primitive, args, None)

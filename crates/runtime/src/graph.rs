@@ -1057,12 +1057,7 @@ impl CompiledGraph {
         live_bytes: usize,
         stats: &mut RunStats,
     ) -> Result<SegmentRun, GraphError> {
-        let shape4 = |v: Value| -> [usize; 4] {
-            let s = shapes.concrete(v).expect("bound");
-            [s[0], s[1], s[2], s[3]]
-        };
         let schedule = segment.schedule(band);
-        let index_of = |v: Value| segment.nodes.iter().position(|s| s.output == v);
         let mut run = SegmentRun {
             first: keys[segment.nodes[0].node].0.clone(),
             last: keys[segment.nodes.last().expect("non-empty").node]
@@ -1073,8 +1068,10 @@ impl CompiledGraph {
             calls: schedule.calls.len(),
             ..SegmentRun::default()
         };
-        let mut held = live_bytes;
-        // Whole outputs, in the values' own buffers; windows, per node of the segment.
+        let shape4 = |v: Value| -> [usize; 4] {
+            let s = shapes.concrete(v).expect("bound");
+            [s[0], s[1], s[2], s[3]]
+        };
         for (s, &whole) in segment.nodes.iter().zip(&segment.whole) {
             if whole {
                 let len = Layout::Nchw4c.buffer_len(shape4(s.output));
@@ -1082,49 +1079,21 @@ impl CompiledGraph {
                 run.whole_bytes += len * 4;
             }
         }
-        let mut windows: Vec<Option<Window>> = Vec::with_capacity(segment.nodes.len());
-        for (s, &cols) in segment.nodes.iter().zip(&schedule.window_columns) {
-            if cols == 0 {
-                windows.push(None);
-                continue;
-            }
-            let (rows, elem) = stream::rows_and_elem(Layout::Nchw4c, shape4(s.output));
-            match take_buffer(workspace, rows * cols * elem) {
-                Ok(buf) => {
-                    run.window_bytes += buf.len() * 4;
-                    windows.push(Some(Window {
-                        buf,
-                        cap: cols,
-                        lo: 0,
-                        hi: 0,
-                    }));
-                }
-                Err(e) => {
-                    give_windows(workspace, windows);
-                    return Err(e);
-                }
-            }
-        }
-        held += run.whole_bytes + run.window_bytes;
-        run.peak_bytes = held;
+        let mut state = SegmentState {
+            segment,
+            shapes,
+            chunks: (0..segment.nodes.len()).map(|_| Vec::new()).collect(),
+            chunk_bytes: 0,
+        };
         let mut node_runs: Vec<Option<NodeRun>> = vec![None; segment.nodes.len()];
+        let held = live_bytes + run.whole_bytes;
+        run.peak_bytes = held;
         let mut result = Ok(());
         for call in &schedule.calls {
-            let ran = self.execute_band(
-                segment,
-                call,
-                engine,
-                keys,
-                &shape4,
-                &index_of,
-                inputs,
-                workspace,
-                blocked,
-                &mut windows,
-            );
-            match ran {
+            match self.execute_band(&mut state, call, engine, keys, inputs, workspace, blocked) {
                 Ok((temp_bytes, node_run)) => {
-                    run.peak_bytes = run.peak_bytes.max(held + temp_bytes);
+                    run.peak_bytes = run.peak_bytes.max(held + state.chunk_bytes + temp_bytes);
+                    run.window_bytes = run.window_bytes.max(state.chunk_bytes);
                     match &mut node_runs[call.node] {
                         Some(r) => r.seconds += node_run.seconds,
                         slot => *slot = Some(node_run),
@@ -1136,81 +1105,60 @@ impl CompiledGraph {
                 }
             }
         }
-        give_windows(workspace, windows);
+        for chunk in state.chunks.into_iter().flatten() {
+            workspace.give(chunk.buf);
+        }
         result?;
         stats.nodes.extend(node_runs.into_iter().flatten());
         stats.peak_activation_bytes = stats.peak_activation_bytes.max(run.peak_bytes);
         Ok(run)
     }
 
-    /// One call of a streamed node: copies its input columns (and residuals) out of their
-    /// windows or whole tensors, runs the node's kernel on them, and puts its output columns
-    /// in place. Returns the bytes of the copies and scratch it took, and the node's run.
+    /// One call of a streamed node: gathers its input columns (and residuals) from their
+    /// bands or whole tensors, runs the node's kernel on them, and keeps its output as a band
+    /// of its value (or puts it into the value's whole tensor). Returns the bytes of the
+    /// copies and scratch it took, and the node's run.
     #[allow(clippy::too_many_arguments)]
     fn execute_band(
         &self,
-        segment: &Segment,
+        state: &mut SegmentState<'_>,
         call: &Call,
         engine: &Engine,
         keys: &[(String, PrimitiveKey)],
-        shape4: &dyn Fn(Value) -> [usize; 4],
-        index_of: &dyn Fn(Value) -> Option<usize>,
         inputs: &[(&str, TensorView<'_>)],
         workspace: &mut Workspace,
         blocked: &mut [Option<Buffer>],
-        windows: &mut [Option<Window>],
     ) -> Result<(usize, NodeRun), GraphError> {
-        let s = &segment.nodes[call.node];
+        let s = &state.segment.nodes[call.node];
         let (name, whole_key) = &keys[s.node];
-        let [_, _, ih, iw] = shape4(s.input);
+        let [_, _, ih, iw] = state.shape4(s.input);
         let band_iw = call.input.end - call.input.begin;
         let key = stream::band_key(s, whole_key, [ih, iw], &call.input);
         let primitive = engine.compile(&key)?;
-        let out_shape = shape4(s.output);
+        let out_shape = state.shape4(s.output);
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
 
+        // Columns of every value this call reads, as [`Gather`] copies them.
         let mut temps: Vec<Buffer> = Vec::new();
-        let result = (|| -> Result<(usize, f64), GraphError> {
-            let in_shape = shape4(s.input);
+        let result = (|| -> Result<(usize, f64, Option<Buffer>), GraphError> {
             let (in_rows, in_elem) =
-                stream::rows_and_elem(layout_of(&self.graph, s.input), in_shape);
+                stream::rows_and_elem(layout_of(&self.graph, s.input), state.shape4(s.input));
             let mut src = take_buffer(workspace, in_rows * band_iw * in_elem)?;
-            let (data, width, lo, elem) = self.columns_of(
+            self.gather(
+                state,
                 s.input,
-                in_shape,
-                index_of(s.input),
-                windows,
-                blocked,
-                inputs,
-            );
-            stream::copy_columns(
-                data,
-                width,
-                call.input.begin - lo,
+                call.input.begin,
                 &mut src,
                 band_iw,
-                0,
-                band_iw,
-                in_rows,
-                elem,
+                engine,
+                blocked,
+                inputs,
             );
             temps.push(src);
             for &r in &s.residuals {
                 let mut res = take_buffer(workspace, out_rows * cols * 4)?;
-                let (data, width, lo, elem) =
-                    self.columns_of(r, shape4(r), index_of(r), windows, blocked, inputs);
-                stream::copy_columns(
-                    data,
-                    width,
-                    call.x0 - lo,
-                    &mut res,
-                    cols,
-                    0,
-                    cols,
-                    out_rows,
-                    elem,
-                );
+                self.gather(state, r, call.x0, &mut res, cols, engine, blocked, inputs);
                 temps.push(res);
             }
             let mut dst = take_buffer(workspace, out_rows * cols * 4)?;
@@ -1223,7 +1171,6 @@ impl CompiledGraph {
                 n => Some(take_buffer(workspace, n * engine.threads())?),
             };
             let temp_bytes = temps.iter().map(|t| t.len() * 4).sum::<usize>()
-                + dst.len() * 4
                 + scratch.as_ref().map_or(0, |b| b.len() * 4);
             let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
                 unreachable!("convs are prepared")
@@ -1246,33 +1193,75 @@ impl CompiledGraph {
             if let Some(b) = scratch {
                 temps.push(b);
             }
-            let placed = ran.map(|()| match windows[call.node].as_mut() {
-                Some(w) => w.append(&dst, call, out_rows),
-                None => {
-                    let whole = blocked[s.output.index()]
-                        .as_deref_mut()
-                        .expect("whole outputs are taken first");
-                    stream::copy_columns(
-                        &dst,
-                        cols,
-                        0,
-                        whole,
-                        out_shape[3],
-                        call.x0,
-                        cols,
-                        out_rows,
-                        4,
-                    );
-                }
-            });
-            temps.push(dst);
-            placed?;
-            Ok((temp_bytes, seconds))
+            if let Err(e) = ran {
+                temps.push(dst);
+                return Err(e.into());
+            }
+            Ok((temp_bytes, seconds, Some(dst)))
         })();
         for t in temps {
             workspace.give(t);
         }
-        let (temp_bytes, seconds) = result?;
+        let (temp_bytes, seconds, dst) = result?;
+        let dst = dst.expect("a call that ran has its output");
+        // The output: a band of a windowed value, or columns of a whole tensor.
+        let chunks = &mut state.chunks[call.node];
+        if state.segment.whole[call.node] {
+            let whole = blocked[s.output.index()]
+                .as_deref_mut()
+                .expect("whole outputs are taken first");
+            stream::copy_columns(
+                &dst,
+                cols,
+                0,
+                whole,
+                out_shape[3],
+                call.x0,
+                cols,
+                out_rows,
+                4,
+            );
+            workspace.give(dst);
+        } else {
+            // Bands no consumer reads any more go back first; of a band that consumers read
+            // only the last few columns of (the next calls' halo), those columns move to a
+            // buffer of their own, so that a window holds about one band and its halo.
+            let mut kept = Vec::with_capacity(chunks.len() + 1);
+            for chunk in std::mem::take(chunks) {
+                let width = chunk.x1 - chunk.x0;
+                if chunk.x1 <= call.keep_from {
+                    state.chunk_bytes -= chunk.buf.len() * 4;
+                    workspace.give(chunk.buf);
+                } else if chunk.x0 < call.keep_from
+                    && 4 * (chunk.x1 - call.keep_from) <= width
+                    // Where no buffer can be had, the band stays whole.
+                    && let Ok(mut buf) = workspace.take(out_rows * (chunk.x1 - call.keep_from) * 4)
+                {
+                    let halo = chunk.x1 - call.keep_from;
+                    let from = call.keep_from - chunk.x0;
+                    stream::copy_columns(
+                        &chunk.buf, width, from, &mut buf, halo, 0, halo, out_rows, 4,
+                    );
+                    state.chunk_bytes += buf.len() * 4;
+                    state.chunk_bytes -= chunk.buf.len() * 4;
+                    workspace.give(chunk.buf);
+                    kept.push(Chunk {
+                        x0: call.keep_from,
+                        x1: chunk.x1,
+                        buf,
+                    });
+                } else {
+                    kept.push(chunk);
+                }
+            }
+            state.chunk_bytes += dst.len() * 4;
+            kept.push(Chunk {
+                x0: call.x0,
+                x1: call.x1,
+                buf: dst,
+            });
+            *chunks = kept;
+        }
         Ok((
             temp_bytes,
             NodeRun {
@@ -1283,86 +1272,93 @@ impl CompiledGraph {
             },
         ))
     }
-}
 
-impl CompiledGraph {
-    /// Where a streamed segment finds value `v`'s columns (of `shape`): in its window (node
-    /// `index` of the segment, if it has one), in its whole blocked tensor, or in the caller's
-    /// NCHW input. Returns the data, its row width in columns, its first column and the floats
-    /// per pixel.
-    fn columns_of<'a>(
+    /// Copies the columns `[begin, begin + cols)` of value `v` into `dst` (rows `cols` wide),
+    /// from its bands, its whole blocked tensor, or the caller's NCHW input; the rows are
+    /// shared among the engine's threads.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
         &self,
+        state: &SegmentState<'_>,
         v: Value,
-        shape: [usize; 4],
-        index: Option<usize>,
-        windows: &'a [Option<Window>],
-        blocked: &'a [Option<Buffer>],
-        inputs: &'a [(&str, TensorView<'_>)],
-    ) -> (&'a [f32], usize, usize, usize) {
+        begin: usize,
+        dst: &mut [f32],
+        cols: usize,
+        engine: &Engine,
+        blocked: &[Option<Buffer>],
+        inputs: &[(&str, TensorView<'_>)],
+    ) {
+        let shape = state.shape4(v);
         let layout = layout_of(&self.graph, v);
         let (_, elem) = stream::rows_and_elem(layout, shape);
-        if let Some(w) = index.and_then(|j| windows[j].as_ref()) {
-            return (&w.buf[..], w.cap, w.lo, elem);
-        }
-        let data: &[f32] = match (&blocked[v.index()], layout) {
-            (Some(b), Layout::Nchw4c) => b,
-            _ => {
-                let name = self.graph.value_name(v);
-                inputs
+        let row_len = cols * elem;
+        // Sources as (first column, columns, data, row width).
+        let index = state.segment.nodes.iter().position(|s| s.output == v);
+        let sources: Vec<(usize, usize, &[f32], usize)> =
+            match index.filter(|&i| !state.segment.whole[i]) {
+                Some(i) => state.chunks[i]
                     .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, t)| t.data)
-                    .expect("bound inputs are present")
+                    .map(|c| (c.x0, c.x1 - c.x0, &c.buf[..], c.x1 - c.x0))
+                    .collect(),
+                None => {
+                    let data: &[f32] = match (&blocked[v.index()], layout) {
+                        (Some(b), Layout::Nchw4c) => b,
+                        _ => {
+                            let name = self.graph.value_name(v);
+                            inputs
+                                .iter()
+                                .find(|(n, _)| *n == name)
+                                .map(|(_, t)| t.data)
+                                .expect("bound inputs are present")
+                        }
+                    };
+                    vec![(0, shape[3], data, shape[3])]
+                }
+            };
+        let end = begin + cols;
+        let copy_row = |r: usize, out: &mut [f32]| {
+            for &(x0, n, data, width) in &sources {
+                let (a, b) = (begin.max(x0), end.min(x0 + n));
+                if a < b {
+                    let s = (r * width + a - x0) * elem;
+                    out[(a - begin) * elem..(b - begin) * elem]
+                        .copy_from_slice(&data[s..s + (b - a) * elem]);
+                }
             }
         };
-        (data, shape[3], 0, elem)
+        engine.install(|| {
+            use rayon::prelude::*;
+            dst.par_chunks_mut(row_len)
+                .with_min_len(64)
+                .enumerate()
+                .for_each(|(r, out)| copy_row(r, out));
+        });
     }
 }
 
-/// The columns `[lo, hi)` of a value that its consumers in a streamed segment still read, in
-/// rows `cap` columns wide.
-struct Window {
+/// What a streamed segment holds between its calls: each windowed value's bands, the output
+/// columns of its producer's calls that a consumer still reads.
+struct SegmentState<'a> {
+    segment: &'a Segment,
+    shapes: &'a primjit_ir::Shapes,
+    chunks: Vec<Vec<Chunk>>,
+    /// Bytes of all bands held.
+    chunk_bytes: usize,
+}
+
+impl SegmentState<'_> {
+    fn shape4(&self, v: Value) -> [usize; 4] {
+        let s = self.shapes.concrete(v).expect("bound");
+        [s[0], s[1], s[2], s[3]]
+    }
+}
+
+/// Output columns `[x0, x1)` of one call, in rows `x1 - x0` wide: the kernel's own
+/// destination, kept as it is.
+struct Chunk {
+    x0: usize,
+    x1: usize,
     buf: Buffer,
-    cap: usize,
-    lo: usize,
-    hi: usize,
-}
-
-impl Window {
-    /// Drops the columns before `call.keep_from` and appends `band`, the call's output
-    /// columns `[x0, x1)` in rows `x1 - x0` wide.
-    fn append(&mut self, band: &[f32], call: &Call, rows: usize) {
-        debug_assert_eq!(self.hi, call.x0);
-        let keep = call.keep_from.max(self.lo);
-        if keep > self.lo {
-            let (shift, kept) = ((keep - self.lo) * 4, (self.hi - keep) * 4);
-            for r in 0..rows {
-                let row = r * self.cap * 4;
-                self.buf.copy_within(row + shift..row + shift + kept, row);
-            }
-            self.lo = keep;
-        }
-        let cols = call.x1 - call.x0;
-        debug_assert!(call.x1 - self.lo <= self.cap);
-        stream::copy_columns(
-            band,
-            cols,
-            0,
-            &mut self.buf,
-            self.cap,
-            call.x0 - self.lo,
-            cols,
-            rows,
-            4,
-        );
-        self.hi = call.x1;
-    }
-}
-
-fn give_windows(workspace: &mut Workspace, windows: Vec<Option<Window>>) {
-    for w in windows.into_iter().flatten() {
-        workspace.give(w.buf);
-    }
 }
 
 /// A workspace buffer of `len` floats, its failure as a graph error.
