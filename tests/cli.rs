@@ -2431,3 +2431,99 @@ fn onnx_errors_list_every_unsupported_node_and_reject_malformed_files() {
         &["cannot read `/nonexistent/model.onnx`"],
     );
 }
+
+/// `bench --policy dynamic` streams wide calls (its default) and reports the segment; its
+/// outputs equal the unstreamed `exact` ones to the last bit; `--streaming off` and a bad
+/// setting behave as documented.
+#[test]
+fn bench_dynamic_streams_wide_calls_bit_identically_to_exact() {
+    let f = BenchFiles::new();
+    let widths = write(f.dir.path(), "wide.txt", "300\n257\n");
+    let run = |extra: &[&str]| {
+        let json_path = f.path("wide.json");
+        let mut args = vec![
+            "bench",
+            s(&f.model),
+            "--widths",
+            s(&widths),
+            "--n",
+            "2",
+            "--quiet",
+            "--threads",
+            "2",
+            "--policy",
+            "dynamic",
+            "--json",
+            s(&json_path),
+        ];
+        args.extend_from_slice(extra);
+        let out = success(&primjit(&args));
+        (out, read_json(&json_path))
+    };
+    let (out, json) = run(&[]);
+    assert_eq!(json["streaming"], "on", "{json}");
+    assert_eq!(json["stream_band"], 64, "{json}");
+    let segment = &json["peak_call_segments"][0];
+    assert_eq!(segment["first"], "c", "{json}");
+    assert!(segment["calls"].as_u64().unwrap() >= 5, "{json}");
+    assert!(out.contains("streaming: on, bands of 64 columns"), "{out}");
+    assert!(out.contains("at the peak call: streamed %c..%c"), "{out}");
+    let e = &json["bucket_error"];
+    assert_eq!(e["calls_checked"], 2, "{json}");
+    assert_eq!(e["max_abs"].as_f64(), Some(0.0), "{json}");
+
+    let (out, json) = run(&["--streaming", "off"]);
+    assert_eq!(json["streaming"], "off", "{json}");
+    assert_eq!(json["peak_call_segments"].as_array().map(Vec::len), Some(0));
+    assert!(out.contains("streaming: off\n"), "{out}");
+
+    failure(
+        &primjit(&["bench", s(&f.model), "--streaming", "maybe"]),
+        2,
+        &["unknown streaming setting `maybe`: expected on or off"],
+    );
+    failure(
+        &primjit(&[
+            "bench",
+            s(&f.model),
+            "--stream-band",
+            "30",
+            "--n",
+            "1",
+            "--quiet",
+        ]),
+        1,
+        &["a band of 30 columns: expected a positive multiple of 4"],
+    );
+}
+
+/// `dump --stage plan` ends with the streamed segment, its windows and halos, at a width
+/// wider than a band; not at a narrow one, nor with `--streaming off`.
+#[test]
+fn dump_plan_shows_the_streamed_segment() {
+    let f = BenchFiles::new();
+    let plan = |dims: &str, extra: &[&str]| {
+        let mut args = vec![
+            "dump",
+            s(&f.model),
+            "--stage",
+            "plan",
+            "--dims",
+            dims,
+            "--dynamic",
+        ];
+        args.extend_from_slice(extra);
+        success(&primjit(&args))
+    };
+    let out = plan("W=300", &[]);
+    assert!(
+        out.contains("streamed segment %c..%c: bands of 64 columns of %c, 5 sweeps, 5 calls"),
+        "{out}"
+    );
+    assert!(
+        out.contains("%c: 300 columns in 5 calls, whole tensor"),
+        "{out}"
+    );
+    assert!(!plan("W=60", &[]).contains("streamed segment"));
+    assert!(!plan("W=300", &["--streaming", "off"]).contains("streamed segment"));
+}

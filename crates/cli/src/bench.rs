@@ -97,16 +97,6 @@ pub struct Args {
     pub stream_band: Option<usize>,
 }
 
-impl Args {
-    /// `--streaming`, else the policy's default.
-    pub fn streaming(&self) -> Streaming {
-        self.streaming.unwrap_or(match self.policy {
-            Policy::Dynamic => Streaming::ON,
-            _ => Streaming::Off,
-        })
-    }
-}
-
 pub fn parse_streaming(text: &str) -> Result<Streaming, String> {
     text.parse()
         .map_err(|e: primjit::stream::UnknownStreaming| e.to_string())
@@ -302,11 +292,15 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let model = match args.policy {
         Policy::Dynamic => model.with_mode(ShapeMode::Runtime),
         _ => model,
-    }
-    .with_streaming(match (args.streaming(), args.stream_band) {
-        (Streaming::On { .. }, Some(band)) => Streaming::with_band(band)?,
-        (s, _) => s,
-    });
+    };
+    // `--streaming` overrides the graph's choice (on for `dynamic`, whose keys take widths at
+    // run time; off for the policies that specialize on widths).
+    let model = match (args.streaming, args.stream_band) {
+        (Some(s), _) if s.band().is_none() => model.with_streaming(s),
+        (_, Some(band)) => model.with_streaming(Streaming::with_band(band)?),
+        (Some(s), None) => model.with_streaming(s),
+        (None, None) => model,
+    };
 
     let mut out = std::io::stdout().lock();
     let sorted = {
@@ -448,10 +442,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         cache_peak_bytes: stats.peak_bytes,
         peak_activation_bytes: peak_activation,
         streaming: model.streaming().name().to_string(),
-        stream_band: match model.streaming() {
-            Streaming::On { band } => band,
-            Streaming::Off => 0,
-        },
+        stream_band: model.streaming().band().unwrap_or(0),
         peak_call_segments: peak_segments,
         workspace_budget: config.workspace.budget.to_string(),
         workspace_bytes: workspace.bytes,

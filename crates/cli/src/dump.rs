@@ -174,7 +174,7 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 text.push('\n');
             }
             if args.stage == Stage::Plan
-                && let primjit::Streaming::On { band } = args.streaming
+                && let Some(band) = args.streaming.band()
                 && let Some(plan) = primjit::describe_stream_plan(&graph, &loaded.bindings, band)?
             {
                 text.push_str(&plan);

@@ -168,7 +168,8 @@ pub struct CompiledGraph {
     symbolic: Vec<RuntimeDims>,
     mode: ShapeMode,
     conv_algo: ConvAlgoChoice,
-    streaming: Streaming,
+    /// Chosen with `with_streaming`; `None` follows the mode (`streaming()`).
+    streaming: Option<Streaming>,
 }
 
 fn layout_of(graph: &Graph, v: Value) -> Layout {
@@ -256,7 +257,7 @@ impl CompiledGraph {
             symbolic,
             mode: ShapeMode::Exact,
             conv_algo,
-            streaming: Streaming::default(),
+            streaming: None,
         })
     }
 
@@ -310,26 +311,24 @@ impl CompiledGraph {
         self
     }
 
-    /// The same graph, running its leading convolutions in column bands (`Streaming::On`, the
-    /// default) or as whole tensors. The results are the same to the bit; only the activation
-    /// memory differs.
-    ///
-    /// # Panics
-    /// If the band is not a positive multiple of [`stream::COLUMN_ALIGN`]: a caller's choice
-    /// of band comes through [`Streaming::with_band`], which checks it.
+    /// The same graph, running its leading convolutions in column bands or as whole tensors.
+    /// The results are the same to the bit; only the activation memory differs. Without a
+    /// choice, a graph streams when its keys take widths at run time
+    /// ([`ShapeMode::Runtime`]), where bands need no more than three primitives per node (a
+    /// left border, the middle, a right border); with exact keys each band width and border
+    /// would be one more primitive per input width.
     pub fn with_streaming(mut self, streaming: Streaming) -> Self {
-        if let Streaming::On { band } = streaming {
-            assert!(
-                band > 0 && band.is_multiple_of(stream::COLUMN_ALIGN),
-                "bad band {band}"
-            );
-        }
-        self.streaming = streaming;
+        self.streaming = Some(streaming);
         self
     }
 
+    /// The streaming a run uses: the one chosen, else on for runtime widths and off for exact
+    /// ones.
     pub fn streaming(&self) -> Streaming {
-        self.streaming
+        self.streaming.unwrap_or(match self.mode {
+            ShapeMode::Runtime => Streaming::ON,
+            ShapeMode::Exact => Streaming::OFF,
+        })
     }
 
     /// The segment a run at `bindings` streams, with its schedule, if any.
@@ -337,7 +336,7 @@ impl CompiledGraph {
         &self,
         bindings: &Bindings,
     ) -> Result<Option<(Segment, stream::Schedule)>, GraphError> {
-        let Streaming::On { band } = self.streaming else {
+        let Some(band) = self.streaming().band() else {
             return Ok(None);
         };
         let shapes = infer_shapes(&self.graph, bindings)?;
@@ -517,7 +516,7 @@ impl CompiledGraph {
 
         // The leading convolutions in bands, when the image is wider than one.
         let mut streamed = 0;
-        if let Streaming::On { band } = self.streaming
+        if let Some(band) = self.streaming().band()
             && let Some(segment) =
                 stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
                     .filter(|s| s.width() > band)

@@ -31,26 +31,28 @@ use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
 /// the width of a Winograd F(4x4, 3x3) tile.
 pub const COLUMN_ALIGN: usize = 4;
 
-/// How a compiled graph runs its leading convolutions.
+/// How a compiled graph runs its leading convolutions: in column bands of a given width, or
+/// as whole tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Streaming {
-    /// Every value is a whole tensor.
-    Off,
-    /// The leading convolutions run in bands of `band` columns of the first node's output (a
-    /// multiple of [`COLUMN_ALIGN`]), where the image is wider than one band.
-    On { band: usize },
+pub struct Streaming {
+    /// Columns of the first streamed node's output per band (a positive multiple of
+    /// [`COLUMN_ALIGN`]), or `None` for whole tensors.
+    band: Option<usize>,
 }
 
 impl Streaming {
-    /// 64 columns: at W=7680 on the trunk, the windows of the streamed layers take a few MB,
-    /// and each call still has enough rows and tiles to keep every thread busy (README.md,
-    /// "Activation memory").
+    /// 64 columns: on the trunk at W=7680 the streamed layers then hold 34 MB at their peak
+    /// (32 columns: 27 MB, for more calls and copies), and each call still has enough rows
+    /// and tiles to keep the threads busy (ARCHITECTURE.md, "Width-streamed execution").
     pub const DEFAULT_BAND: usize = 64;
 
     /// Streaming with the default band.
-    pub const ON: Streaming = Streaming::On {
-        band: Self::DEFAULT_BAND,
+    pub const ON: Streaming = Streaming {
+        band: Some(Self::DEFAULT_BAND),
     };
+
+    /// Whole tensors.
+    pub const OFF: Streaming = Streaming { band: None };
 
     /// Streaming in bands of `band` columns, which must be a positive multiple of
     /// [`COLUMN_ALIGN`].
@@ -58,14 +60,19 @@ impl Streaming {
         if band == 0 || !band.is_multiple_of(COLUMN_ALIGN) {
             return Err(InvalidBand(band));
         }
-        Ok(Streaming::On { band })
+        Ok(Streaming { band: Some(band) })
+    }
+
+    /// The band's columns, or `None` when off.
+    pub fn band(self) -> Option<usize> {
+        self.band
     }
 
     /// `on` or `off`, as the command line spells it.
     pub fn name(self) -> &'static str {
-        match self {
-            Streaming::Off => "off",
-            Streaming::On { .. } => "on",
+        match self.band {
+            Some(_) => "on",
+            None => "off",
         }
     }
 }
@@ -86,15 +93,9 @@ impl std::str::FromStr for Streaming {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "on" => Ok(Streaming::ON),
-            "off" => Ok(Streaming::Off),
+            "off" => Ok(Streaming::OFF),
             other => Err(UnknownStreaming(other.to_string())),
         }
-    }
-}
-
-impl Default for Streaming {
-    fn default() -> Self {
-        Streaming::ON
     }
 }
 

@@ -40,7 +40,7 @@ fn model(mode: ShapeMode) -> CompiledGraph {
     CompiledGraph::new(&graph, &Params::random(&graph, 3))
         .expect("prepares")
         .with_mode(mode)
-        .with_streaming(Streaming::Off)
+        .with_streaming(Streaming::OFF)
 }
 
 fn engine(threads: usize, budget: Budget) -> Engine {
@@ -255,7 +255,7 @@ fn residual_blocks_write_over_their_input_bit_identically_with_two_tensors_live(
             let in_place = CompiledGraph::with_conv_algo(&graph, &params, algo)
                 .unwrap()
                 .with_mode(mode)
-                .with_streaming(Streaming::Off);
+                .with_streaming(Streaming::OFF);
             let apart = in_place.clone().with_residual_in_place(false);
             for threads in [1, 2] {
                 let engine = engine(threads, Budget::Unlimited);

@@ -66,7 +66,7 @@ const WIDTHS: [usize; 12] = [1, 3, 4, 17, 30, 61, 64, 97, 130, 203, 256, 389];
 fn streamed_runs_are_bit_identical_to_whole_tensor_runs() {
     for algo in [ConvAlgoChoice::Auto, ConvAlgoChoice::Direct] {
         for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
-            let whole = model(algo, mode, Streaming::Off);
+            let whole = model(algo, mode, Streaming::OFF);
             let engine1 = engine(1);
             let mut ws = Workspace::new();
             let expected: Vec<Vec<u32>> = WIDTHS
@@ -123,7 +123,7 @@ fn streaming_keeps_the_early_layers_out_of_whole_tensors() {
             .expect("runs")
             .1
     };
-    let whole = run(Streaming::Off);
+    let whole = run(Streaming::OFF);
     let streamed = run(Streaming::with_band(16).expect("a multiple of 4"));
     let segment = &streamed.segments[0];
     assert_eq!(segment.first, "stem");
@@ -182,4 +182,30 @@ fn a_repeated_width_maps_nothing_when_streamed() {
         assert_eq!(stats.segments.len(), 1);
     }
     assert_eq!(ws.stats(), settled, "no buffer mapped or returned");
+}
+
+/// Without a choice a graph streams where its keys take widths at run time; a band must be a
+/// positive multiple of 4, and `on`/`off` parse strictly.
+#[test]
+fn streaming_defaults_follow_the_shape_mode_and_bands_are_checked() {
+    let graph = parse(TRUNK).expect("parses");
+    let m = CompiledGraph::new(&graph, &Params::random(&graph, 1)).expect("prepares");
+    assert_eq!(m.streaming(), Streaming::OFF);
+    let m = m.with_mode(ShapeMode::Runtime);
+    assert_eq!(m.streaming(), Streaming::ON);
+    assert_eq!(m.with_streaming(Streaming::OFF).streaming(), Streaming::OFF);
+    for bad in [0, 6, 30] {
+        let e = Streaming::with_band(bad).expect_err("not a multiple of 4");
+        assert_eq!(
+            e.to_string(),
+            format!("a band of {bad} columns: expected a positive multiple of 4")
+        );
+    }
+    assert_eq!(Streaming::with_band(32).unwrap().band(), Some(32));
+    assert_eq!("on".parse::<Streaming>(), Ok(Streaming::ON));
+    assert_eq!("off".parse::<Streaming>(), Ok(Streaming::OFF));
+    assert_eq!(
+        "yes".parse::<Streaming>().unwrap_err().to_string(),
+        "unknown streaming setting `yes`: expected on or off"
+    );
 }
