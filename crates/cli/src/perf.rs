@@ -412,7 +412,12 @@ fn bench_model(
     let mut models = vec![exact.clone()];
     // The second model and its column label.
     let second = if args.dynamic {
-        models.push(exact.with_mode(ShapeMode::Runtime));
+        // Whole tensors, as the exact model runs: the columns compare kernels, node by node.
+        models.push(
+            exact
+                .with_mode(ShapeMode::Runtime)
+                .with_streaming(primjit::Streaming::OFF),
+        );
         Some("dyn".to_string())
     } else if let Some(algo) = args.vs_algo {
         models.push(CompiledGraph::with_conv_algo(graph, &params, algo)?);
