@@ -28,7 +28,7 @@ use crate::exec::WeightBuffer;
 use crate::layout;
 use crate::primitive::{ExecArgs, Primitive};
 use crate::stream::{self, Call, Segment, SegmentRun, Streaming};
-use crate::workspace::{Buffer, Workspace, WorkspaceStats};
+use crate::workspace::{Buffer, REUSE_SLACK, Workspace, WorkspaceStats};
 
 /// Why a graph could not be prepared (`CompiledGraph::new`) or run (`CompiledGraph::run`,
 /// `CompiledGraph::keys`, `node_keys`).
@@ -1089,9 +1089,15 @@ impl CompiledGraph {
         run.peak_bytes = held;
         let mut result = Ok(());
         for call in &schedule.calls {
+            let bands_before = state.chunk_bytes;
             match self.execute_band(&mut state, call, engine, keys, inputs, workspace, blocked) {
                 Ok((temp_bytes, node_run)) => {
-                    run.peak_bytes = run.peak_bytes.max(held + state.chunk_bytes + temp_bytes);
+                    // While the kernel ran: the bands before the call, its copies, scratch and
+                    // destination; after it, the bands it left.
+                    run.peak_bytes = run
+                        .peak_bytes
+                        .max(held + bands_before + temp_bytes)
+                        .max(held + state.chunk_bytes);
                     run.window_bytes = run.window_bytes.max(state.chunk_bytes);
                     match &mut node_runs[call.node] {
                         Some(r) => r.seconds += node_run.seconds,
@@ -1116,7 +1122,7 @@ impl CompiledGraph {
     /// One call of a streamed node: gathers its input columns (and residuals) from their
     /// bands or whole tensors, runs the node's kernel on them, and keeps its output as a band
     /// of its value (or puts it into the value's whole tensor). Returns the bytes of the
-    /// copies and scratch it took, and the node's run.
+    /// copies, scratch and destination it took, and the node's run.
     #[allow(clippy::too_many_arguments)]
     fn execute_band(
         &self,
@@ -1170,7 +1176,8 @@ impl CompiledGraph {
                 n => Some(take_buffer(workspace, n * engine.threads())?),
             };
             let temp_bytes = temps.iter().map(|t| t.len() * 4).sum::<usize>()
-                + scratch.as_ref().map_or(0, |b| b.len() * 4);
+                + scratch.as_ref().map_or(0, |b| b.len() * 4)
+                + dst.len() * 4;
             let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
                 unreachable!("convs are prepared")
             };
@@ -1234,7 +1241,8 @@ impl CompiledGraph {
                 } else if chunk.x0 < call.keep_from
                     && 4 * (chunk.x1 - call.keep_from) <= width
                     // Where no buffer can be had, the band stays whole.
-                    && let Ok(mut buf) = workspace.take(out_rows * (chunk.x1 - call.keep_from) * 4)
+                    && let Ok(mut buf) = workspace
+                        .take_within(out_rows * (chunk.x1 - call.keep_from) * 4, REUSE_SLACK)
                 {
                     let halo = chunk.x1 - call.keep_from;
                     let from = call.keep_from - chunk.x0;
@@ -1360,10 +1368,13 @@ struct Chunk {
     buf: Buffer,
 }
 
-/// A workspace buffer of `len` floats, its failure as a graph error.
+/// A workspace buffer of `len` floats for a streamed segment (see [`REUSE_SLACK`]), its
+/// failure as a graph error.
 fn take_buffer(workspace: &mut Workspace, len: usize) -> Result<Buffer, GraphError> {
-    workspace.take(len).map_err(|e| GraphError::Workspace {
-        bytes: len * 4,
-        message: e.to_string(),
-    })
+    workspace
+        .take_within(len, REUSE_SLACK)
+        .map_err(|e| GraphError::Workspace {
+            bytes: len * 4,
+            message: e.to_string(),
+        })
 }

@@ -23,4 +23,4 @@ pub use graph::{
 };
 pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};
 pub use stream::{SegmentRun, Streaming};
-pub use workspace::{MAP_THRESHOLD_BYTES, Workspace, WorkspaceConfig, WorkspaceStats};
+pub use workspace::{MAP_THRESHOLD_BYTES, REUSE_SLACK, Workspace, WorkspaceConfig, WorkspaceStats};

@@ -14,13 +14,15 @@
 //!   whole-tensor run: the results are the same to the bit.
 //! - Ranges start at multiples of [`COLUMN_ALIGN`] in every node's output, so Winograd's
 //!   4-wide tiles fall where they fall in a whole-tensor run.
-//! - A value read only inside the segment lives in a *window*: the columns from the first one
-//!   a consumer still needs (its halo) up to the last one produced. A value read after the
-//!   segment, or a graph output, is written into a whole tensor.
+//! - A value read only inside the segment is kept as the bands its producer's calls wrote
+//!   (the kernels' own destinations) until no consumer reads their columns; of a band whose
+//!   last few columns (the next calls' halo) are still read, only those are kept. Its
+//!   *window*, the columns a consumer may still read, is about a band and its halo. A value
+//!   read after the segment, or a graph output, is written into a whole tensor.
 //!
-//! The first node advances by the band width per sweep; every later node computes what its
-//! inputs allow, so the chain moves through the image together and a window holds about a
-//! band plus a few halo columns.
+//! The first node advances by the band per sweep, every other node by at most the band
+//! scaled to its own width and only as far as its inputs allow, so the chain moves through
+//! the image together.
 
 use std::fmt;
 
@@ -220,8 +222,8 @@ pub struct Call {
     pub x0: usize,
     pub x1: usize,
     pub input: BandInput,
-    /// For a windowed output: the first column the window keeps before the new ones are
-    /// appended (what later calls still read).
+    /// For a windowed output: the first of its columns that a later call still reads, when
+    /// this call runs; the bands before it can go.
     pub keep_from: usize,
 }
 
@@ -229,8 +231,8 @@ pub struct Call {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     pub calls: Vec<Call>,
-    /// Per node of the segment: the columns its output's window holds at most (0 for a
-    /// whole output).
+    /// Per node of the segment: the most columns of its output that consumers may still read
+    /// at once, its window (0 for a whole output).
     pub window_columns: Vec<usize>,
     /// Passes over the segment's nodes.
     pub sweeps: usize,
@@ -459,6 +461,7 @@ impl Segment {
                 done[i] = x1;
                 progress = true;
             }
+            // The first unfinished node reads only finished values, so it reaches its width.
             assert!(progress, "a band schedule always advances");
         }
         Schedule {
@@ -497,11 +500,11 @@ pub struct SegmentRun {
     pub band: usize,
     pub sweeps: usize,
     pub calls: usize,
-    /// Bytes of the windows of the values read only inside the segment.
+    /// The most bytes of bands held at once for the values read only inside the segment.
     pub window_bytes: usize,
     /// Bytes of the whole tensors the segment writes (values read after it, outputs).
     pub whole_bytes: usize,
-    /// The most bytes of windows, whole tensors and per-call copies alive at once.
+    /// The most bytes of bands, whole tensors and per-call copies alive at once.
     pub peak_bytes: usize,
 }
 
