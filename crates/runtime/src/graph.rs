@@ -126,8 +126,8 @@ pub struct RunStats {
     pub workspace: WorkspaceStats,
     /// Per node: its name, its primitive (if it ran one) and its execution time.
     pub nodes: Vec<NodeRun>,
-    /// The streamed segments of the run (none when streaming is off or the input is narrower
-    /// than one band).
+    /// The streamed segments of the run (none when streaming is off or the input is at most
+    /// `stream::MIN_BANDS` bands wide).
     pub segments: Vec<SegmentRun>,
 }
 
@@ -342,7 +342,7 @@ impl CompiledGraph {
         let shapes = infer_shapes(&self.graph, bindings)?;
         Ok(
             stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
-                .filter(|s| s.width() > band)
+                .filter(|s| s.pays_at(band))
                 .map(|s| {
                     let schedule = s.schedule(band);
                     (s, schedule)
@@ -519,7 +519,7 @@ impl CompiledGraph {
         if let Some(band) = self.streaming().band()
             && let Some(segment) =
                 stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
-                    .filter(|s| s.width() > band)
+                    .filter(|s| s.pays_at(band))
         {
             let run = self.execute_segment(
                 &segment, band, engine, &keys, &shapes, inputs, workspace, blocked, live_bytes,
@@ -730,7 +730,7 @@ pub fn describe_stream_plan(
     let last_use = last_uses(graph);
     let overwrites = residual_overwrites(graph, &last_use);
     let Some(segment) = stream::plan_segment(graph, &shapes, &last_use, &overwrites, band)
-        .filter(|s| s.width() > band)
+        .filter(|s| s.pays_at(band))
     else {
         return Ok(None);
     };
@@ -1144,9 +1144,10 @@ impl CompiledGraph {
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
 
-        // Columns of every value this call reads, as [`Gather`] copies them.
+        // The copies of the input columns and residuals, then the scratch: all go back after
+        // the call, also when it fails.
         let mut temps: Vec<Buffer> = Vec::new();
-        let result = (|| -> Result<(usize, f64, Option<Buffer>), GraphError> {
+        let result = (|| -> Result<(usize, f64, Buffer), GraphError> {
             let (in_rows, in_elem) =
                 stream::rows_and_elem(layout_of(&self.graph, s.input), state.shape4(s.input));
             let mut src = take_buffer(workspace, in_rows * band_iw * in_elem)?;
@@ -1173,7 +1174,13 @@ impl CompiledGraph {
             };
             let mut scratch = match scratch_len {
                 0 => None,
-                n => Some(take_buffer(workspace, n * engine.threads())?),
+                n => match take_buffer(workspace, n * engine.threads()) {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        temps.push(dst);
+                        return Err(e);
+                    }
+                },
             };
             let temp_bytes = temps.iter().map(|t| t.len() * 4).sum::<usize>()
                 + scratch.as_ref().map_or(0, |b| b.len() * 4)
@@ -1203,13 +1210,12 @@ impl CompiledGraph {
                 temps.push(dst);
                 return Err(e.into());
             }
-            Ok((temp_bytes, seconds, Some(dst)))
+            Ok((temp_bytes, seconds, dst))
         })();
         for t in temps {
             workspace.give(t);
         }
         let (temp_bytes, seconds, dst) = result?;
-        let dst = dst.expect("a call that ran has its output");
         // The output: a band of a windowed value, or columns of a whole tensor.
         let chunks = &mut state.chunks[call.node];
         if state.segment.whole[call.node] {

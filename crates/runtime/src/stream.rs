@@ -33,6 +33,12 @@ use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
 /// the width of a Winograd F(4x4, 3x3) tile.
 pub const COLUMN_ALIGN: usize = 4;
 
+/// A run streams only an image more than this many bands wide. Each band costs calls and
+/// copies of its halo; a narrower image's whole tensors are small (10 MB on the trunk at
+/// W=1024, against 79 MB at W=7680), and streaming the calls just above one band (W=260 on
+/// the trunk) slowed the workload's median call by 10%.
+pub const MIN_BANDS: usize = 4;
+
 /// How a compiled graph runs its leading convolutions: in column bands of a given width, or
 /// as whole tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -390,9 +396,15 @@ pub fn plan_segment(
 }
 
 impl Segment {
-    /// The first node's output width: a run streams only an image wider than one band.
+    /// The first node's output width.
     pub fn width(&self) -> usize {
         self.nodes[0].out_width
+    }
+
+    /// Whether a run streams with bands of `band` columns: only where the first node's output
+    /// is wider than [`MIN_BANDS`] bands.
+    pub fn pays_at(&self, band: usize) -> bool {
+        self.width() > MIN_BANDS * band
     }
 
     /// The segment's calls with bands of `band` columns of the first node's output (a

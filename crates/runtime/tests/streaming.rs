@@ -95,7 +95,7 @@ fn streamed_runs_are_bit_identical_to_whole_tensor_runs() {
                         let stem_width = w.div_ceil(4);
                         assert_eq!(
                             stats.segments.len(),
-                            usize::from(stem_width > band),
+                            usize::from(stem_width > 4 * band),
                             "{algo} {mode:?} band {band} W={w}"
                         );
                         assert!(
@@ -138,7 +138,7 @@ fn streaming_keeps_the_early_layers_out_of_whole_tensors() {
     assert_eq!(streamed.nodes.len(), whole.nodes.len(), "one run per node");
 }
 
-/// The plan names the streamed nodes, and a run narrower than one band streams nothing.
+/// The plan names the streamed nodes, and a run at most four bands wide streams nothing.
 #[test]
 fn the_stream_plan_covers_the_wide_layers() {
     let m = model(ConvAlgoChoice::Auto, ShapeMode::Runtime, Streaming::ON);
@@ -147,7 +147,7 @@ fn the_stream_plan_covers_the_wide_layers() {
         b.insert("W".to_string(), w);
         b
     };
-    assert!(m.stream_plan(&bind(200)).expect("plans").is_none());
+    assert!(m.stream_plan(&bind(1024)).expect("plans").is_none());
     let (segment, schedule) = m.stream_plan(&bind(4000)).expect("plans").expect("streams");
     assert!(segment.nodes.len() >= 3, "the stem and the first block");
     // Every node's calls cover its output once, left to right, from multiples of 4.
@@ -174,7 +174,7 @@ fn repeated_streamed_runs_reuse_their_buffers() {
     );
     let engine = engine(2);
     let mut ws = Workspace::with_budget(Budget::Unlimited);
-    for widths in [[300, 300], [300, 97]] {
+    for widths in [[300, 300], [300, 160]] {
         for _ in 0..3 {
             for w in widths {
                 m.run(&engine, &[("x", &input(w))], &mut ws).expect("runs");
