@@ -2455,6 +2455,9 @@ fn bench_dynamic_streams_wide_calls_bit_identically_to_exact() {
             "dynamic",
             "--json",
             s(&json_path),
+            // The small model's tensors are far below the default 32MiB.
+            "--stream-above",
+            "0",
         ];
         args.extend_from_slice(extra);
         let out = success(&primjit(&args));
@@ -2511,6 +2514,9 @@ fn dump_plan_shows_the_streamed_segment() {
             "--dims",
             dims,
             "--dynamic",
+            // The small model's tensors are far below the default 32MiB.
+            "--stream-above",
+            "0",
         ];
         args.extend_from_slice(extra);
         success(&primjit(&args))

@@ -95,6 +95,48 @@ pub struct Args {
     /// multiple of 4; default 64)
     #[arg(long, value_name = "COLUMNS")]
     pub stream_band: Option<usize>,
+
+    /// With streaming on, stream only calls whose whole tensors would take more than this
+    /// (`32MiB`, the default; `0`: every call more than four bands wide)
+    #[arg(long, value_name = "BYTES", value_parser = Budget::parse)]
+    pub stream_above: Option<Budget>,
+}
+
+impl Args {
+    /// `--streaming`, `--stream-band` and `--stream-above` applied to the graph's own choice
+    /// (`default`), or `None` when none is given.
+    fn stream_settings(&self, default: Streaming) -> Result<Option<Streaming>> {
+        streaming_from_flags(default, self.streaming, self.stream_band, self.stream_above)
+    }
+}
+
+/// The streaming that `--streaming`, `--stream-band` and `--stream-above` ask for over
+/// `default`, or `None` when no flag is given.
+pub fn streaming_from_flags(
+    default: Streaming,
+    streaming: Option<Streaming>,
+    band: Option<usize>,
+    above: Option<Budget>,
+) -> Result<Option<Streaming>> {
+    if streaming.is_none() && band.is_none() && above.is_none() {
+        return Ok(None);
+    }
+    // A malformed band is an error even where streaming is off.
+    let band = band.map(Streaming::with_band).transpose()?;
+    let mut s = streaming.unwrap_or(default);
+    if s.band().is_none() {
+        return Ok(Some(s));
+    }
+    if let Some(b) = band {
+        s = b.above(s.threshold());
+    }
+    if let Some(a) = above {
+        s = s.above(match a {
+            Budget::Bytes(b) => b,
+            Budget::Unlimited => usize::MAX,
+        });
+    }
+    Ok(Some(s))
 }
 
 pub fn parse_streaming(text: &str) -> Result<Streaming, String> {
@@ -295,11 +337,9 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     };
     // `--streaming` overrides the graph's choice (on for `dynamic`, whose keys take widths at
     // run time; off for the policies that specialize on widths).
-    let model = match (args.streaming, args.stream_band) {
-        (Some(s), _) if s.band().is_none() => model.with_streaming(s),
-        (_, Some(band)) => model.with_streaming(Streaming::with_band(band)?),
-        (Some(s), None) => model.with_streaming(s),
-        (None, None) => model,
+    let model = match args.stream_settings(model.streaming())? {
+        Some(s) => model.with_streaming(s),
+        None => model,
     };
 
     let mut out = std::io::stdout().lock();

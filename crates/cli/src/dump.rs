@@ -54,6 +54,10 @@ pub struct Args {
     /// as `run` and `bench` run it) with its windows and halos; `off` leaves it out
     #[arg(long, value_name = "on|off", value_parser = crate::bench::parse_streaming, default_value = "on")]
     pub streaming: primjit::Streaming,
+
+    /// Stage plan: the whole-tensor bytes above which a run streams, as `bench --stream-above`
+    #[arg(long, value_name = "BYTES", value_parser = primjit::Budget::parse)]
+    pub stream_above: Option<primjit::Budget>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -174,8 +178,17 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 text.push('\n');
             }
             if args.stage == Stage::Plan
-                && let Some(band) = args.streaming.band()
-                && let Some(plan) = primjit::describe_stream_plan(&graph, &loaded.bindings, band)?
+                && let Some(plan) = primjit::describe_stream_plan(
+                    &graph,
+                    &loaded.bindings,
+                    crate::bench::streaming_from_flags(
+                        args.streaming,
+                        None,
+                        None,
+                        args.stream_above,
+                    )?
+                    .unwrap_or(args.streaming),
+                )?
             {
                 text.push_str(&plan);
             }

@@ -336,13 +336,14 @@ impl CompiledGraph {
         &self,
         bindings: &Bindings,
     ) -> Result<Option<(Segment, stream::Schedule)>, GraphError> {
-        let Some(band) = self.streaming().band() else {
+        let streaming = self.streaming();
+        let Some(band) = streaming.band() else {
             return Ok(None);
         };
         let shapes = infer_shapes(&self.graph, bindings)?;
         Ok(
             stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
-                .filter(|s| s.pays_at(band))
+                .filter(|s| s.pays_at(band, streaming.threshold()))
                 .map(|s| {
                     let schedule = s.schedule(band);
                     (s, schedule)
@@ -516,10 +517,11 @@ impl CompiledGraph {
 
         // The leading convolutions in bands, when the image is wider than one.
         let mut streamed = 0;
-        if let Some(band) = self.streaming().band()
+        let streaming = self.streaming();
+        if let Some(band) = streaming.band()
             && let Some(segment) =
                 stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
-                    .filter(|s| s.pays_at(band))
+                    .filter(|s| s.pays_at(band, streaming.threshold()))
         {
             let run = self.execute_segment(
                 &segment, band, engine, &keys, &shapes, inputs, workspace, blocked, live_bytes,
@@ -717,20 +719,23 @@ fn last_uses(graph: &Graph) -> Vec<usize> {
     last_use
 }
 
-/// The streamed segment of an optimized graph at `bindings` with bands of `band` columns, as
-/// a run would execute it (`dump --stage plan`): its nodes, their calls, windows and halos,
-/// and the bytes it holds. `None` when nothing streams (no convolution leads the graph, or
-/// the image is no wider than a band).
+/// The streamed segment of an optimized graph at `bindings` with `streaming`, as a run would
+/// execute it (`dump --stage plan`): its nodes, their calls, windows and halos, and the bytes
+/// it holds. `None` when nothing streams (streaming is off, no convolution leads the graph,
+/// or the run is too narrow or small to stream: `Segment::pays_at`).
 pub fn describe_stream_plan(
     graph: &Graph,
     bindings: &Bindings,
-    band: usize,
+    streaming: Streaming,
 ) -> Result<Option<String>, GraphError> {
+    let Some(band) = streaming.band() else {
+        return Ok(None);
+    };
     let shapes = infer_shapes(graph, bindings)?;
     let last_use = last_uses(graph);
     let overwrites = residual_overwrites(graph, &last_use);
     let Some(segment) = stream::plan_segment(graph, &shapes, &last_use, &overwrites, band)
-        .filter(|s| s.pays_at(band))
+        .filter(|s| s.pays_at(band, streaming.threshold()))
     else {
         return Ok(None);
     };

@@ -46,6 +46,8 @@ pub struct Streaming {
     /// Columns of the first streamed node's output per band (a positive multiple of
     /// [`COLUMN_ALIGN`]), or `None` for whole tensors.
     band: Option<usize>,
+    /// A run streams only if its whole tensors would take more than this many bytes at once.
+    above: usize,
 }
 
 impl Streaming {
@@ -54,26 +56,54 @@ impl Streaming {
     /// and tiles to keep the threads busy (ARCHITECTURE.md, "Width-streamed execution").
     pub const DEFAULT_BAND: usize = 64;
 
-    /// Streaming with the default band.
+    /// 32 MiB: streaming costs each call copies of its bands' columns (6-8% of a wide call of
+    /// the trunk on 2 threads), worth paying only where whole tensors would be large. On the
+    /// workload, the calls wider than 3,260 columns stream: 8 of the first 100, 55% of the
+    /// time.
+    pub const DEFAULT_ABOVE: usize = 32 << 20;
+
+    /// Streaming with the default band, for runs whose whole tensors would pass
+    /// [`Self::DEFAULT_ABOVE`].
     pub const ON: Streaming = Streaming {
         band: Some(Self::DEFAULT_BAND),
+        above: Self::DEFAULT_ABOVE,
     };
 
     /// Whole tensors.
-    pub const OFF: Streaming = Streaming { band: None };
+    pub const OFF: Streaming = Streaming {
+        band: None,
+        above: 0,
+    };
 
     /// Streaming in bands of `band` columns, which must be a positive multiple of
-    /// [`COLUMN_ALIGN`].
+    /// [`COLUMN_ALIGN`], for runs whose whole tensors would pass [`Self::DEFAULT_ABOVE`].
     pub fn with_band(band: usize) -> Result<Streaming, InvalidBand> {
         if band == 0 || !band.is_multiple_of(COLUMN_ALIGN) {
             return Err(InvalidBand(band));
         }
-        Ok(Streaming { band: Some(band) })
+        Ok(Streaming {
+            band: Some(band),
+            above: Self::DEFAULT_ABOVE,
+        })
+    }
+
+    /// The same streaming for runs whose whole tensors would take more than `bytes` at once
+    /// (0: every run more than [`MIN_BANDS`] bands wide).
+    pub fn above(self, bytes: usize) -> Streaming {
+        Streaming {
+            above: bytes,
+            ..self
+        }
     }
 
     /// The band's columns, or `None` when off.
     pub fn band(self) -> Option<usize> {
         self.band
+    }
+
+    /// The whole-tensor bytes above which a run streams.
+    pub fn threshold(self) -> usize {
+        self.above
     }
 
     /// `on` or `off`, as the command line spells it.
@@ -217,6 +247,8 @@ pub struct Segment {
     /// Per node of the segment: whether its output is read after the segment or is a graph
     /// output, and so is written into a whole tensor rather than a window.
     pub whole: Vec<bool>,
+    /// The most bytes of whole tensors alive at once in a run that does not stream.
+    pub unstreamed_bytes: usize,
 }
 
 /// One kernel call of a schedule.
@@ -392,6 +424,7 @@ pub fn plan_segment(
     Some(Segment {
         nodes: chain,
         whole,
+        unstreamed_bytes: rest_peak(0),
     })
 }
 
@@ -401,10 +434,11 @@ impl Segment {
         self.nodes[0].out_width
     }
 
-    /// Whether a run streams with bands of `band` columns: only where the first node's output
-    /// is wider than [`MIN_BANDS`] bands.
-    pub fn pays_at(&self, band: usize) -> bool {
-        self.width() > MIN_BANDS * band
+    /// Whether a run streams with bands of `band` columns, holding whole tensors of at most
+    /// `above` bytes otherwise: only where the first node's output is wider than
+    /// [`MIN_BANDS`] bands and the whole tensors would take more than `above`.
+    pub fn pays_at(&self, band: usize, above: usize) -> bool {
+        self.width() > MIN_BANDS * band && self.unstreamed_bytes > above
     }
 
     /// The segment's calls with bands of `band` columns of the first node's output (a

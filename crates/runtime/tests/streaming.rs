@@ -83,7 +83,9 @@ fn streamed_runs_are_bit_identical_to_whole_tensor_runs() {
                 let streamed = model(
                     algo,
                     mode,
-                    Streaming::with_band(band).expect("a multiple of 4"),
+                    Streaming::with_band(band)
+                        .expect("a multiple of 4")
+                        .above(0),
                 );
                 for threads in [1, 2] {
                     let engine = engine(threads);
@@ -124,7 +126,7 @@ fn streaming_keeps_the_early_layers_out_of_whole_tensors() {
             .1
     };
     let whole = run(Streaming::OFF);
-    let streamed = run(Streaming::with_band(16).expect("a multiple of 4"));
+    let streamed = run(Streaming::with_band(16).expect("a multiple of 4").above(0));
     let segment = &streamed.segments[0];
     assert_eq!(segment.first, "stem");
     assert!(segment.calls >= 8 * segment.sweeps / 2, "{segment}");
@@ -141,7 +143,11 @@ fn streaming_keeps_the_early_layers_out_of_whole_tensors() {
 /// The plan names the streamed nodes, and a run at most four bands wide streams nothing.
 #[test]
 fn the_stream_plan_covers_the_wide_layers() {
-    let m = model(ConvAlgoChoice::Auto, ShapeMode::Runtime, Streaming::ON);
+    let m = model(
+        ConvAlgoChoice::Auto,
+        ShapeMode::Runtime,
+        Streaming::ON.above(0),
+    );
     let bind = |w: u64| {
         let mut b = Bindings::new();
         b.insert("W".to_string(), w);
@@ -170,7 +176,7 @@ fn repeated_streamed_runs_reuse_their_buffers() {
     let m = model(
         ConvAlgoChoice::Auto,
         ShapeMode::Runtime,
-        Streaming::with_band(8).unwrap(),
+        Streaming::with_band(8).unwrap().above(0),
     );
     let engine = engine(2);
     let mut ws = Workspace::with_budget(Budget::Unlimited);
@@ -218,6 +224,16 @@ fn streaming_defaults_follow_the_shape_mode_and_bands_are_checked() {
         );
     }
     assert_eq!(Streaming::with_band(32).unwrap().band(), Some(32));
+    assert_eq!(Streaming::ON.threshold(), 32 << 20);
+    // Below the threshold a run keeps its whole tensors: this graph's are small.
+    let small = CompiledGraph::new(&graph, &Params::random(&graph, 1))
+        .expect("prepares")
+        .with_mode(ShapeMode::Runtime);
+    let mut b = Bindings::new();
+    b.insert("W".to_string(), 4000);
+    assert!(small.stream_plan(&b).expect("plans").is_none());
+    let forced = small.with_streaming(Streaming::ON.above(0));
+    assert!(forced.stream_plan(&b).expect("plans").is_some());
     assert_eq!("on".parse::<Streaming>(), Ok(Streaming::ON));
     assert_eq!("off".parse::<Streaming>(), Ok(Streaming::OFF));
     assert_eq!(
