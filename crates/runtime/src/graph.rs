@@ -1334,6 +1334,16 @@ impl CompiledGraph {
                 }
             };
         let end = begin + cols;
+        // The schedule keeps every column a later call reads (`Call::keep_from`).
+        debug_assert_eq!(
+            sources
+                .iter()
+                .map(|&(x0, n, _, _)| end.min(x0 + n).saturating_sub(begin.max(x0)))
+                .sum::<usize>(),
+            cols,
+            "the bands of %{} cover the columns read",
+            self.graph.value_name(v)
+        );
         let copy_row = |r: usize, out: &mut [f32]| {
             for &(x0, n, data, width) in &sources {
                 let (a, b) = (begin.max(x0), end.min(x0 + n));
