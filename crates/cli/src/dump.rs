@@ -50,8 +50,9 @@ pub struct Args {
     #[command(flatten)]
     pub algo: AlgoArgs,
 
-    /// Stage plan: after the nodes, the segment that runs in column bands (`on`, the default,
-    /// as `run` and `bench` run it) with its windows and halos; `off` leaves it out
+    /// Stage plan: after the nodes, the segment a streamed run computes in column bands, with
+    /// its windows and halos (`on`, the default, as `bench --policy dynamic` runs; `off`
+    /// leaves it out)
     #[arg(long, value_name = "on|off", value_parser = crate::bench::parse_streaming, default_value = "on")]
     pub streaming: primjit::Streaming,
 
