@@ -366,29 +366,30 @@ pub fn plan_segment(
     // Bytes of the whole tensors alive while each node runs, when nodes [0, cut) stream: the
     // values read later that the segment writes, and every value of the rest.
     let bytes = |v: Value| shape(v).map_or(0, |s| Layout::Nchw4c.buffer_len(s) * 4);
-    let nodes: Vec<(usize, Value, Vec<Value>)> = graph
-        .nodes()
+    let outputs: Vec<Value> = graph.nodes().map(|(_, n)| n.result).collect();
+    // The bytes alive while node i runs do not depend on the cut (for i at or after it), so
+    // the rest's peak for every cut is a suffix maximum, computed once per run.
+    let live_at: Vec<usize> = outputs
+        .iter()
         .enumerate()
-        .map(|(i, (_, n))| (i, n.result, n.op.value_operands()))
-        .collect();
-    let rest_peak = |cut: usize| -> usize {
-        let mut peak = 0;
-        for &(i, out, _) in nodes.iter().skip(cut) {
-            let live: usize = nodes
+        .map(|(i, &out)| {
+            let live: usize = outputs[..i]
                 .iter()
-                .take(i)
-                .filter(|(_, v, _)| last_use[v.index()] >= i)
-                .map(|(_, v, _)| bytes(*v))
+                .filter(|v| last_use[v.index()] >= i)
+                .map(|&v| bytes(v))
                 .sum();
-            let new = if overwrites[i].is_some() {
+            live + if overwrites[i].is_some() {
                 0
             } else {
                 bytes(out)
-            };
-            peak = peak.max(live + new);
-        }
-        peak
-    };
+            }
+        })
+        .collect();
+    let mut suffix_peak = vec![0; live_at.len() + 1];
+    for i in (0..live_at.len()).rev() {
+        suffix_peak[i] = suffix_peak[i + 1].max(live_at[i]);
+    }
+    let rest_peak = |cut: usize| suffix_peak[cut];
     // The values a cut leaves to whole tensors: those the segment writes and the rest reads.
     let crossing = |cut: usize| -> usize {
         chain[..cut]
