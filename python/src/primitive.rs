@@ -215,8 +215,9 @@ impl PyPrimitive {
     /// residuals of a convolution with fused adds), writes dst in place. dst must be a
     /// writable C-contiguous float32 array; the others are read in place when C-contiguous.
     /// scratch is working memory for the primitives that take one (Winograd convolutions):
-    /// None allocates it for the call, or pass a writable float32 array of a multiple of
-    /// scratch_len floats, one per thread, to reuse one.
+    /// None allocates it for the call, or pass a writable float32 array of at least
+    /// scratch_len floats per thread (the call runs on as many threads as it holds), to reuse
+    /// one.
     ///
     /// Every buffer is checked against the key before any code runs: a wrong length, a
     /// missing or unexpected buffer raises ExecError and writes nothing. The GIL is released

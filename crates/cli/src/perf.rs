@@ -202,9 +202,10 @@ fn time_runs(
     extra: &[&[f32]],
     runs: usize,
 ) -> Result<Vec<f64>> {
-    // A conv that needs scratch (Winograd's tiles) gets one band per thread.
+    // A conv that needs scratch (Winograd's tiles) gets one band per thread, of the call's
+    // own key (a small image's blocks take less than a runtime key's largest).
     let band = match p.key() {
-        PrimitiveKey::Conv(d) => d.scratch_len(),
+        PrimitiveKey::Conv(d) => extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len(),
         _ => 0,
     };
     let mut scratch = vec![0.0f32; band * engine.threads()];

@@ -332,7 +332,9 @@ impl ConvDesc {
     /// Floats of scratch one thread needs: for Winograd, the transformed tiles and GEMM
     /// results of one block of tiles ([`crate::conv::winograd::WinogradPlan::scratch_len`]);
     /// with a fused pool, a band of [`Self::pool_band_rows`] output rows in `nChw4c`; else 0.
-    /// Neither depends on the spatial extents.
+    /// Winograd's is the most any call takes for a key with runtime extents, and a fixed-shape
+    /// key's own (a small image's blocks hold fewer tiles): pass the call's key
+    /// ([`Self::at`]) its scratch.
     pub fn scratch_len(&self) -> usize {
         if self.algo == ConvAlgo::WinogradF4x3 {
             return crate::conv::winograd::WinogradPlan::new(self).scratch_len();

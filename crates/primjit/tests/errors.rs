@@ -539,6 +539,7 @@ fn exec_error_scratch_missing_misfit_or_unexpected() {
     assert_eq!(band, 2 * 6 * 4);
     execute_with_scratch(&key, Some(band)).expect("one band");
     execute_with_scratch(&key, Some(3 * band)).expect("three bands");
+    execute_with_scratch(&key, Some(band + 1)).expect("a band and an unused float");
 
     let err = execute_with_scratch(&key, None).unwrap_err();
     assert_eq!(
@@ -553,7 +554,7 @@ fn exec_error_scratch_missing_misfit_or_unexpected() {
         format!("{key}: the scratch buffer is missing")
     );
 
-    for found in [0, band - 1, band + 1] {
+    for found in [0, 1, band - 1] {
         let err = execute_with_scratch(&key, Some(found)).unwrap_err();
         assert_eq!(
             err,
@@ -566,8 +567,8 @@ fn exec_error_scratch_missing_misfit_or_unexpected() {
         assert_eq!(
             err.to_string(),
             format!(
-                "{key}: the scratch buffer holds {found} floats but needs a positive multiple of \
-                 {band} (one band per thread)"
+                "{key}: the scratch buffer holds {found} floats but needs at least {band} (a band \
+                 per thread)"
             )
         );
     }

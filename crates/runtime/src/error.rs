@@ -46,11 +46,11 @@ pub enum ExecError {
         extents: [usize; 2],
         reason: String,
     },
-    /// A conv with a fused pool was given a scratch buffer that is not a positive multiple of
-    /// its band (`ConvDesc::scratch_len`): pass `per_thread` floats times the threads that may
-    /// run the call.
+    /// A conv that takes a scratch (a fused pool's band, Winograd's tiles) was given one
+    /// smaller than a band (`ConvDesc::scratch_len` of the call's key): pass `per_thread`
+    /// floats times the threads that may run the call.
     #[error(
-        "{key}: the scratch buffer holds {found} floats but needs a positive multiple of {per_thread} (one band per thread)"
+        "{key}: the scratch buffer holds {found} floats but needs at least {per_thread} (a band per thread)"
     )]
     ScratchLength {
         key: String,

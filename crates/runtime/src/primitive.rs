@@ -38,10 +38,11 @@ pub struct ExecArgs<'a> {
     pub weights: Option<&'a [f32]>,
     pub dst: &'a mut [f32],
     pub extra: &'a [&'a [f32]],
-    /// Working memory of a conv with a fused pool (the `scratch` buffer of its key), `None`
-    /// for every other primitive: a band of the conv's output per thread, so a multiple of
-    /// `ConvDesc::scratch_len` floats; a call runs on at most as many threads as it holds
-    /// bands. Its contents before and after a call mean nothing.
+    /// Working memory of a conv with a fused pool or Winograd's tiles (the `scratch` buffer of
+    /// its key), `None` for every other primitive: a band of `ConvDesc::scratch_len` floats
+    /// (of the call's key, at its extents) per thread; a call runs on at most as many threads
+    /// as it holds whole bands, and floats past the last band are unused. Its contents before
+    /// and after a call mean nothing.
     pub scratch: Option<&'a mut [f32]>,
 }
 

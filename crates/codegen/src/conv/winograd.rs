@@ -21,8 +21,10 @@
 //! Tiles are numbered across images and tile rows, so a block can span rows, and a call's
 //! tiles are shared evenly among its blocks. Nothing depends on the spatial extents but the tile
 //! count: runtime extents (see [`crate::key::RuntimeDims`]) only make the tile arithmetic
-//! read the call's extents, and the scratch, of `36 x block x (ic + oc / chunks)` floats per
-//! thread, does not grow with the image.
+//! read the call's extents. The scratch holds `36 x block x (ic + oc / chunks)` floats per
+//! thread, where `block` is the call's tiles per block: it never grows past `block_tiles`, and
+//! a small image takes no more than its own tiles (`V` and `M` are laid out with the call's
+//! block as their stride, a runtime value for runtime extents).
 
 use std::fmt;
 
@@ -48,6 +50,19 @@ const GROUP_TILES: usize = 12;
 /// Transformed weights larger than this are streamed from beyond L2 once per block: the plan
 /// then takes blocks of 48 tiles and splits output channels between work items.
 const STREAMED_WEIGHT_BYTES: usize = 1 << 20;
+
+/// `tiles` rounded up to an even count, at least 2.
+const fn even_tiles(tiles: usize) -> usize {
+    if tiles < 2 {
+        2
+    } else {
+        tiles.next_multiple_of(2)
+    }
+}
+const _: () = assert!(
+    GROUP_TILES.is_multiple_of(2),
+    "block_tiles, a multiple of the group, is even"
+);
 
 /// `G`, 6x3: the weights' transform `U = G g Gᵀ`.
 const G: [[f64; 3]; PATCH] = [
@@ -147,6 +162,17 @@ impl WinogradPlan {
         (blocks, tiles.div_ceil(blocks.max(1)))
     }
 
+    /// Tiles per block of the scratch's layout: the call's own for a fixed-shape key, the most
+    /// any call takes (`block_tiles`) for a key with runtime extents; even (at least 2), as
+    /// the GEMM's last group computes an odd block's one tile more (see [`gemm`]).
+    fn stride_tiles(&self) -> usize {
+        if self.desc.runtime.any() {
+            self.block_tiles
+        } else {
+            even_tiles(self.block_split().1)
+        }
+    }
+
     /// The work item that computes output channel `channel` of tile `tile` (numbered by
     /// image, tile row and tile column), for a fixed-shape key.
     pub fn work_item_of(&self, tile: usize, channel: usize) -> usize {
@@ -177,7 +203,7 @@ impl WinogradPlan {
 
     /// Floats of `V` (transformed input tiles) in the scratch: `36 x block x icp`.
     fn v_len(&self) -> usize {
-        POINTS * self.block_tiles * self.icp()
+        POINTS * self.stride_tiles() * self.icp()
     }
 
     /// Floats of one tile's GEMM results for one chunk of output channels.
@@ -188,7 +214,7 @@ impl WinogradPlan {
     /// Floats of scratch per thread: `V`, then `M` (the GEMMs' results for one chunk),
     /// `36 x block x chunk`.
     pub fn scratch_len(&self) -> usize {
-        self.v_len() + POINTS * self.block_tiles * self.m_tile_len()
+        self.v_len() + POINTS * self.stride_tiles() * self.m_tile_len()
     }
 
     /// Floats of the packed weights: `U[point][oc block][ic][4]`, then the bias padded to
@@ -271,8 +297,9 @@ impl fmt::Display for WinogradPlan {
         )?;
         writeln!(
             f,
-            "  scratch: {} bytes per thread; transformed weights: {} bytes ({} floats per \
+            "  scratch: {}{} bytes per thread; transformed weights: {} bytes ({} floats per \
              channel pair, against the direct kernel's 9)",
+            if d.runtime.any() { "at most " } else { "" },
             self.scratch_len() * 4,
             self.packed_weights_len() * 4,
             POINTS,
@@ -425,6 +452,19 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         let first = e.b.ins().imul(block, per_block);
         let left = e.b.ins().isub(total, first);
         let count = e.imin(left, per_block);
+        // The scratch's tiles per block, the stride of `V` and `M` (see `stride_tiles`).
+        let stride = if d.runtime.any() {
+            // `even_tiles(per_block)`: per_block is at least 1 wherever an item runs.
+            let plus_one = e.offset(per_block, 1);
+            Scalar::Dyn(e.b.ins().band_imm_s(plus_one, !1))
+        } else {
+            Scalar::Const(plan.stride_tiles() as i64)
+        };
+        let tiles = BlockTiles {
+            first,
+            count,
+            stride,
+        };
         let slots = Slots {
             patch,
             in_tmp,
@@ -438,13 +478,21 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         let fresh = e.b.ins().bor(first_item, first_chunk);
         e.if_else(
             fresh,
-            |e| input_transform(e, plan, first, count, scratch_index, &slots),
+            |e| input_transform(e, plan, &tiles, scratch_index, &slots),
             |_| {},
         );
-        gemm(e, plan, count, chunk, scratch_index);
-        output_transform(e, plan, first, count, chunk, scratch_index, &slots);
+        gemm(e, plan, &tiles, chunk, scratch_index);
+        output_transform(e, plan, &tiles, chunk, scratch_index, &slots);
         Vec::new()
     });
+}
+
+/// A work item's block of tiles: its first tile, how many it has, and the tiles per block of
+/// the scratch's layout (`V` and `M` strides, see [`WinogradPlan::stride_tiles`]).
+struct BlockTiles {
+    first: Value,
+    count: Value,
+    stride: Scalar,
 }
 
 /// The kernel's stack slots: a border tile's zeroed patch, the two transforms' intermediate
@@ -496,7 +544,7 @@ fn tile_info_slot(e: &mut Emit<'_>, tiles: usize) -> StackSlot {
 }
 
 /// The input transform of the block's `count` tiles from tile `first` on, into
-/// `V[point][tile][channels]`.
+/// `V[point][channel block][tile][4]`, `stride` tiles per channel block.
 ///
 /// Channel blocks outer, tiles inner: for one channel block, consecutive tiles read the six
 /// rows of one input plane in order, six streams the hardware prefetchers follow. Tiles outer
@@ -505,12 +553,16 @@ fn tile_info_slot(e: &mut Emit<'_>, tiles: usize) -> StackSlot {
 fn input_transform(
     e: &mut Emit<'_>,
     plan: &WinogradPlan,
-    first: Value,
-    count: Value,
+    tiles: &BlockTiles,
     scratch_index: usize,
     slots: &Slots,
 ) {
     let d = &plan.desc;
+    let &BlockTiles {
+        first,
+        count,
+        stride,
+    } = tiles;
     let zero = e.iconst(0);
     // Each tile's first input pixel (which may lie in the padding) and its byte offset in
     // channel block 0 of the source: computed once per block.
@@ -533,10 +585,10 @@ fn input_transform(
     let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
     let plane = Blocked::new(e, d.ic, ih, iw).block;
     let scratch = e.buffer(scratch_index);
-    let v_point = (plan.block_tiles * plan.icp()) as i64 * F32_BYTES;
+    let v_point = e.mul(stride, plan.icp() as i64 * F32_BYTES);
     let blocks = d.ic.div_ceil(LANES);
     // `V[point][channel block][tile][4]`: a channel block's tiles are consecutive vectors.
-    let steps = [plane, Scalar::Const(plan.block_tiles as i64 * PIXEL_BYTES)];
+    let steps = [plane, e.mul(stride, PIXEL_BYTES)];
     e.for_ptrs(
         Scalar::Const(blocks as i64),
         &[zero, scratch],
@@ -635,7 +687,7 @@ fn transform_input(
     stride: Value,
     tmp: StackSlot,
     v: Value,
-    v_point: i64,
+    v_point: Scalar,
 ) {
     let mut rows = vec![ptr];
     for _ in 1..PATCH {
@@ -651,12 +703,22 @@ fn transform_input(
             e.store_vec(x, t, (k * PATCH + c) as i64 * PIXEL_BYTES);
         }
     }
+    // The points in order: a runtime `v_point` moves one pointer along them.
+    let mut point = v;
     for k in 0..PATCH {
         let row: [Value; PATCH] =
             std::array::from_fn(|c| e.load_vec(t, (k * PATCH + c) as i64 * PIXEL_BYTES));
         let out = input_1d(e, row);
         for (m, x) in out.into_iter().enumerate() {
-            e.store_vec(x, v, (k * PATCH + m) as i64 * v_point);
+            match v_point {
+                Scalar::Const(c) => e.store_vec(x, v, (k * PATCH + m) as i64 * c),
+                Scalar::Dyn(step) => {
+                    if k + m > 0 {
+                        point = e.b.ins().iadd(point, step);
+                    }
+                    e.store_vec(x, point, 0);
+                }
+            }
         }
     }
 }
@@ -669,15 +731,22 @@ fn transform_input(
 /// transforms, which run channel blocks outer and tiles inner, read and write whole cache
 /// lines in order (with one tile's channels together, a line was written or read a quarter at
 /// a time, once per channel block, and left L1 between the quarters).
-fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, count: Value, chunk: Value, scratch_index: usize) {
+fn gemm(
+    e: &mut Emit<'_>,
+    plan: &WinogradPlan,
+    tiles: &BlockTiles,
+    chunk: Value,
+    scratch_index: usize,
+) {
     let d = &plan.desc;
+    let &BlockTiles { count, stride, .. } = tiles;
     let f = F32_BYTES;
-    let block_bytes = plan.block_tiles as i64 * PIXEL_BYTES;
+    let block_bytes = e.mul(stride, PIXEL_BYTES);
     let scratch = e.buffer(scratch_index);
-    let m = e.offset(scratch, plan.v_len() as i64 * f);
-    let v_point = plan.v_len() as i64 / POINTS as i64 * f;
+    let v_point = e.mul(stride, plan.icp() as i64 * f);
+    let m = e.offset_by(scratch, v_point, POINTS as i64);
     let u_point = d.ic as i64 * plan.ocp() as i64 * f;
-    let m_point = (plan.block_tiles * plan.m_tile_len()) as i64 * f;
+    let m_point = e.mul(stride, plan.m_tile_len() as i64 * f);
     // One output-channel vector's panel of weights: a vector per input channel.
     let u_panel = d.ic as i64 * PIXEL_BYTES;
     let weights = e.buffer(WEIGHTS);
@@ -691,28 +760,28 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, count: Value, chunk: Value, scrat
     let last = e.offset(rest, 1);
     let last = e.b.ins().ushr_imm_s(last, 1);
     let group_bytes = GROUP_TILES as i64 * PIXEL_BYTES;
-    e.for_count_ptrs(
-        POINTS,
+    e.for_ptrs(
+        Scalar::Const(POINTS as i64),
         &[scratch, u, m],
-        &[v_point, u_point, m_point],
+        &[v_point, Scalar::Const(u_point), m_point],
         |e, p| {
             let (v, u, m) = (p[0], p[1], p[2]);
-            e.for_count_ptrs(
-                plan.chunk_blocks(),
+            e.for_ptrs(
+                Scalar::Const(plan.chunk_blocks() as i64),
                 &[u, m],
-                &[u_panel, block_bytes],
+                &[Scalar::Const(u_panel), block_bytes],
                 |e, q| {
                     let (u, m) = (q[0], q[1]);
                     let ends = e.for_ptrs(
                         Scalar::Dyn(groups),
                         &[v, m],
                         &[Scalar::Const(group_bytes), Scalar::Const(group_bytes)],
-                        |e, g| micro_tile(e, plan, GROUP_TILES, g[0], u, g[1]),
+                        |e, g| micro_tile(e, plan, GROUP_TILES, g[0], u, g[1], block_bytes),
                     );
                     let (v_last, m_last) = (ends[0], ends[1]);
                     e.switch(last, GROUP_TILES / 2 + 1, |e, k| {
                         if k > 0 {
-                            micro_tile(e, plan, 2 * k, v_last, u, m_last);
+                            micro_tile(e, plan, 2 * k, v_last, u, m_last, block_bytes);
                         }
                     });
                 },
@@ -723,21 +792,44 @@ fn gemm(e: &mut Emit<'_>, plan: &WinogradPlan, count: Value, chunk: Value, scrat
 
 /// `tiles` tiles' sums over every input channel for one output-channel vector: `v` points to
 /// the first tile's transformed inputs, `u` to the vector's panel of weights, `m` to where
-/// the first tile's result goes.
-fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: Value, m: Value) {
+/// the first tile's result goes; `V`'s channel blocks lie `block_bytes` apart.
+fn micro_tile(
+    e: &mut Emit<'_>,
+    plan: &WinogradPlan,
+    tiles: usize,
+    v: Value,
+    u: Value,
+    m: Value,
+    block_bytes: Scalar,
+) {
     let d = &plan.desc;
     let f = F32_BYTES;
-    let block_bytes = plan.block_tiles as i64 * PIXEL_BYTES;
-    // Channel `s` of a trip: its channel block, then its lane.
-    let channel = |s: i64| s / LANES as i64 * block_bytes + s % LANES as i64 * f;
     let (full_trips, rest) = (d.ic / GEMM_UNROLL, d.ic % GEMM_UNROLL);
+    // Where each channel block of a trip starts: an immediate offset from `v` for a constant
+    // stride, a pointer per block (an add each) for a runtime one.
+    let trip_blocks = |e: &mut Emit<'_>, v: Value| -> Vec<(Value, i64)> {
+        let mut bases = Vec::with_capacity(GEMM_UNROLL / LANES);
+        for j in 0..(GEMM_UNROLL / LANES) as i64 {
+            bases.push(match block_bytes {
+                Scalar::Const(c) => (v, j * c),
+                Scalar::Dyn(step) if j > 0 => {
+                    let (previous, _) = bases[j as usize - 1];
+                    (e.b.ins().iadd(previous, step), 0)
+                }
+                Scalar::Dyn(_) => (v, 0),
+            });
+        }
+        bases
+    };
     let zero = e.splat_const(0.0);
     let acc = vec![zero; tiles];
     // A channel: one weight vector, then a broadcast and an FMA per tile.
-    let step = |e: &mut Emit<'_>, v: Value, u: Value, s: i64, acc: &mut [Value]| {
+    let step = |e: &mut Emit<'_>, bases: &[(Value, i64)], u: Value, s: i64, acc: &mut [Value]| {
         let w = e.load_vec(u, s * PIXEL_BYTES);
+        let (base, offset) = bases[s as usize / LANES];
+        let lane = s % LANES as i64 * f;
         for (tile, a) in acc.iter_mut().enumerate() {
-            let x = e.splat_load(v, tile as i64 * PIXEL_BYTES + channel(s));
+            let x = e.splat_load(base, offset + tile as i64 * PIXEL_BYTES + lane);
             *a = e.fma(x, w, *a);
         }
     };
@@ -745,17 +837,21 @@ fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: 
     let after = e.for_count(full_trips, &carried, |e, _, state| {
         let (v, u) = (state[0], state[1]);
         let mut acc = state[2..].to_vec();
+        let bases = trip_blocks(e, v);
         for s in 0..GEMM_UNROLL as i64 {
-            step(e, v, u, s, &mut acc);
+            step(e, &bases, u, s, &mut acc);
         }
-        let v = e.offset(v, (GEMM_UNROLL / LANES) as i64 * block_bytes);
+        let v = e.offset_by(v, block_bytes, (GEMM_UNROLL / LANES) as i64);
         let u = e.offset(u, GEMM_UNROLL as i64 * PIXEL_BYTES);
         [v, u].into_iter().chain(acc).collect()
     });
     let (v_rest, u_rest) = (after[0], after[1]);
     let mut acc = after[2..].to_vec();
-    for s in 0..rest as i64 {
-        step(e, v_rest, u_rest, s, &mut acc);
+    if rest > 0 {
+        let bases = trip_blocks(e, v_rest);
+        for s in 0..rest as i64 {
+            step(e, &bases, u_rest, s, &mut acc);
+        }
     }
     for (tile, a) in acc.into_iter().enumerate() {
         e.store_vec(a, m, tile as i64 * PIXEL_BYTES);
@@ -770,13 +866,17 @@ fn micro_tile(e: &mut Emit<'_>, plan: &WinogradPlan, tiles: usize, v: Value, u: 
 fn output_transform(
     e: &mut Emit<'_>,
     plan: &WinogradPlan,
-    first: Value,
-    count: Value,
+    tiles: &BlockTiles,
     chunk: Value,
     scratch_index: usize,
     slots: &Slots,
 ) {
     let d = &plan.desc;
+    let &BlockTiles {
+        first,
+        count,
+        stride,
+    } = tiles;
     let f = F32_BYTES;
     let zero = e.iconst(0);
     // Each tile's byte offset in channel block 0 of the destination, and its rows and
@@ -808,16 +908,17 @@ fn output_transform(
     let plane_v = e.value(plane);
     let plane_off = e.b.ins().imul(first_block, plane_v);
     let scratch = e.buffer(scratch_index);
-    let m = e.offset(scratch, plan.v_len() as i64 * f);
+    let v_len = e.mul(stride, (POINTS * plan.icp()) as i64 * f);
+    let m = e.offset_by(scratch, v_len, 1);
     let mut ptrs = vec![plane_off, m];
-    let mut steps = vec![plane, Scalar::Const(plan.block_tiles as i64 * PIXEL_BYTES)];
+    let mut steps = vec![plane, e.mul(stride, PIXEL_BYTES)];
     if d.bias {
         let w = e.buffer(WEIGHTS);
         let w = e.offset(w, plan.bias_offset() as i64 * f);
         ptrs.push(e.scaled(w, first_block, PIXEL_BYTES, 0));
         steps.push(Scalar::Const(PIXEL_BYTES));
     }
-    let m_point = (plan.block_tiles * plan.m_tile_len()) as i64 * f;
+    let m_point = e.mul(stride, plan.m_tile_len() as i64 * f);
     e.for_ptrs(
         Scalar::Const(plan.chunk_blocks() as i64),
         &ptrs,
@@ -843,9 +944,29 @@ fn output_transform(
                     .collect();
                 let m = e.scaled(m_block, t, PIXEL_BYTES, 0);
                 let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
+                // Point `6 i + j` of column `j`: an immediate offset from `m` for a constant
+                // `m_point`, a pointer moved along each column for a runtime one.
+                let m_row = e.mul(m_point, PATCH as i64);
+                let mut column = m;
                 for j in 0..PATCH {
-                    let col: [Value; PATCH] =
-                        std::array::from_fn(|i| e.load_vec(m, (i * PATCH + j) as i64 * m_point));
+                    let col: [Value; PATCH] = match m_point {
+                        Scalar::Const(c) => {
+                            std::array::from_fn(|i| e.load_vec(m, (i * PATCH + j) as i64 * c))
+                        }
+                        Scalar::Dyn(step) => {
+                            if j > 0 {
+                                column = e.b.ins().iadd(column, step);
+                            }
+                            let row = e.value(m_row);
+                            let mut at = column;
+                            std::array::from_fn(|i| {
+                                if i > 0 {
+                                    at = e.b.ins().iadd(at, row);
+                                }
+                                e.load_vec(at, 0)
+                            })
+                        }
+                    };
                     let out = output_1d(e, col);
                     for (k, x) in out.into_iter().enumerate() {
                         e.store_vec(x, tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES);
