@@ -1,6 +1,7 @@
 //! The engine: compiles keys through its cache, owns the thread pool, and traces.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use primjit_codegen::{CodegenOptions, ConvAlgoChoice, Dumps, PrimitiveKey, compile, host_isa};
@@ -187,6 +188,40 @@ impl Engine {
         self.pool.install(f)
     }
 
+    /// Runs `f` (a graph run: a sequence of parallel kernel calls with serial work between
+    /// them) on one of the engine's threads while every other thread waits for its calls'
+    /// work items busily, taking each as soon as it is posted, instead of going to sleep
+    /// between calls (as OpenMP's active wait policy does, and onnxruntime's spinning pool).
+    ///
+    /// Without it, a thread that slept between two calls was woken by the next one too late
+    /// for the call's few work items: on the trunk at W=232 (2 threads), a kernel with two
+    /// work items often ran both on the calling thread. The waiting threads spin only while
+    /// `f` runs; between runs they sleep as usual.
+    pub(crate) fn run_hot<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        if self.pool.current_num_threads() <= 1 {
+            return self.pool.install(f);
+        }
+        let done = AtomicBool::new(false);
+        self.pool.install(|| {
+            let owner = rayon::current_thread_index();
+            rayon::scope(|s| {
+                s.spawn_broadcast(|_, ctx| {
+                    if Some(ctx.index()) == owner {
+                        return;
+                    }
+                    while !done.load(Ordering::Acquire) {
+                        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                });
+                // Also when `f` panics: the waiting threads must stop for the scope to end.
+                let _stop = SetOnDrop(&done);
+                f()
+            })
+        })
+    }
+
     /// Runs `primitive` with its rows split across the engine's threads.
     pub fn execute(&self, primitive: &Primitive, args: ExecArgs<'_>) -> Result<(), RuntimeError> {
         self.run(primitive, args, None)
@@ -261,3 +296,62 @@ const _: () = {
     assert_send_sync::<Engine>();
     assert_send_sync::<Primitive>();
 };
+
+/// Sets its flag when dropped: the end of a hot run, however it ends.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    fn engine(threads: usize) -> Engine {
+        Engine::new(EngineConfig {
+            threads,
+            ..EngineConfig::default()
+        })
+        .expect("an engine")
+    }
+
+    /// Work posted inside a hot run is all done, on any thread count, and the run's value comes
+    /// back.
+    #[test]
+    fn a_hot_run_completes_its_parallel_work() {
+        for threads in [1, 2, 3] {
+            let e = engine(threads);
+            let done = AtomicUsize::new(0);
+            let value = e.run_hot(|| {
+                for _ in 0..10 {
+                    rayon::scope(|s| {
+                        for _ in 0..7 {
+                            s.spawn(|_| {
+                                done.fetch_add(1, Ordering::Relaxed);
+                            });
+                        }
+                    });
+                }
+                42
+            });
+            assert_eq!((value, done.load(Ordering::Relaxed)), (42, 70), "{threads}");
+        }
+    }
+
+    /// A run that panics still releases the waiting threads (else the run would never return):
+    /// the panic reaches the caller, and the engine runs again.
+    #[test]
+    fn a_panicking_hot_run_releases_the_waiting_threads() {
+        let e = engine(2);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            e.run_hot(|| panic!("a kernel's caller failed"))
+        }));
+        assert!(caught.is_err());
+        assert_eq!(e.run_hot(|| 7), 7);
+    }
+}
