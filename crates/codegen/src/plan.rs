@@ -510,6 +510,9 @@ pub struct ConvPlan {
     pub dst_rows: Option<usize>,
 }
 
+/// Dependent FMA chains from which a register tile is wide enough ([`ConvPlan::narrow_group`]).
+const NARROW_CHAINS: usize = 8;
+
 /// The most packed-weight bytes for which rows are the outer loop.
 ///
 /// With rows outer, a row's input rows stay in cache while every output-channel tile reads
@@ -669,6 +672,36 @@ impl ConvPlan {
     /// Chunks of the reduction per pixel tile.
     pub fn chunks(&self) -> usize {
         self.ic.len / self.ic_chunk
+    }
+
+    /// Output-channel tiles that one register tile of `pixels` pixels spans: 1 for a full
+    /// tile, more for a narrow one (a border column, a row's remainder).
+    ///
+    /// Each accumulator is one chain of dependent FMAs, and a core needs about eight chains in
+    /// flight (4 cycles of latency, 2 FMAs a cycle) to reach its peak: a 1-pixel tile of one
+    /// output-channel vector ran at an eighth of it. Since every pixel must sum in one chain
+    /// (bit-identity across tilings, see `conv::direct::pixel_tile`), a narrow tile takes more
+    /// chains from the output channels instead: the tile of output-channel tile `t` (with `t`
+    /// a multiple of the group) also computes tiles `t + 1 ..`, whose own narrow tiles are
+    /// skipped. The group is the largest divisor of the tile count that keeps the tile within
+    /// the full tile's accumulators (see [`Self::accumulators`]), taken only where the tile has
+    /// fewer than 8 chains; an NCHW destination, whose last tile may store fewer lanes, and
+    /// a grouped convolution, whose tiles read different input channels, keep groups of 1.
+    pub fn narrow_group(&self, pixels: usize) -> usize {
+        let chains = pixels * self.vecs;
+        // Tiles that read different input channels (grouped convolutions) cannot share one.
+        let shared_input = self.ic.step == 0;
+        if self.desc.dst_layout != Layout::Nchw4c
+            || !shared_input
+            || chains == 0
+            || chains >= NARROW_CHAINS
+        {
+            return 1;
+        }
+        (1..=self.pixel_tile * self.vecs / chains)
+            .rev()
+            .find(|&g| self.oc_tiles.is_multiple_of(g))
+            .unwrap_or(1)
     }
 
     /// Whether the kernel may write its output over its residual (its destination and its
@@ -865,6 +898,19 @@ impl fmt::Display for ConvPlan {
                 "output-channel tiles outer, rows inner"
             }
         )?;
+        let grouped: Vec<String> = (1..self.pixel_tile)
+            .filter_map(|p| {
+                let g = self.narrow_group(p);
+                (g > 1).then(|| format!("{p} px x {g}"))
+            })
+            .collect();
+        if !grouped.is_empty() {
+            writeln!(
+                f,
+                "  narrow tiles span output-channel tiles (pixels x tiles): {}",
+                grouped.join(", ")
+            )?;
+        }
         if self.chunks() > 1 {
             writeln!(
                 f,
@@ -1156,6 +1202,33 @@ mod tests {
                 step: 0
             }
         );
+    }
+
+    #[test]
+    fn narrow_tiles_take_their_chains_from_output_channel_tiles() {
+        let conv = |ic: usize, oc: usize, groups: usize, dst: Layout| {
+            let mut d = ConvDesc::new(1, ic, [20, 20], oc, [3, 3]);
+            d.groups = groups;
+            d.strides = [2, 2];
+            d.src_layout = Layout::Nchw4c;
+            d.dst_layout = dst;
+            ConvPlan::new(&d)
+        };
+        // layer3.0.conv1: 12 pixels x 1 vector, 64 tiles; a tile of p pixels takes the
+        // largest divisor of 64 within 12 / p tiles, up to 7 pixels (7 chains).
+        let p = conv(128, 256, 1, Layout::Nchw4c);
+        assert_eq!((p.pixel_tile, p.vecs, p.oc_tiles), (12, 1, 64));
+        let groups: Vec<usize> = (1..=12).map(|px| p.narrow_group(px)).collect();
+        assert_eq!(groups, [8, 4, 4, 2, 2, 2, 1, 1, 1, 1, 1, 1]);
+        // Three tiles of four channels: a group is all three or none.
+        let p = conv(8, 12, 1, Layout::Nchw4c);
+        assert_eq!((p.vecs, p.oc_tiles), (1, 3));
+        assert_eq!(p.narrow_group(1), 3);
+        assert_eq!(p.narrow_group(4), 3);
+        assert_eq!(p.narrow_group(5), 1);
+        // No group across tiles that read other input channels, or store partial lanes.
+        assert_eq!(conv(16, 16, 2, Layout::Nchw4c).narrow_group(1), 1);
+        assert_eq!(conv(16, 16, 1, Layout::Nchw).narrow_group(1), 1);
     }
 
     #[test]

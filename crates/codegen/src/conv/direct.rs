@@ -9,7 +9,9 @@
 //! an inner loop over the run's kernel rows and the kernel columns unrolled. Each FMA reads its
 //! input pixel with its own broadcast load, so x64 folds it into `vbroadcastss m32`. Every
 //! pixel's sum takes the same order in every tile, so that its value does not depend on how a
-//! row is cut into tiles.
+//! row is cut into tiles; a narrow tile (a border column, a row's remainder) computes several
+//! output-channel tiles at once, so that it still has enough independent chains
+//! ([`ConvPlan::narrow_group`]).
 //!
 //! Runtime extents (see [`crate::key::RuntimeDims`]) change only the outer structure: strides
 //! become registers, a runtime height computes each row's kernel-row range at run time, and a
@@ -50,6 +52,9 @@ struct TilePtrs {
     /// ([`ConvPlan::chunks`]): the first starts from the bias, the last applies the post-ops,
     /// the others carry partial sums through the destination.
     chunk: Option<Value>,
+    /// The output-channel tile's index: a narrow register tile spans the group of tiles that
+    /// starts at a multiple of [`ConvPlan::narrow_group`].
+    oc_tile: Value,
 }
 
 /// The kernel taps of one axis for the outputs at hand.
@@ -273,12 +278,16 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                 }
                 ptrs.extend(&res_t0);
                 steps.extend(std::iter::repeat_n(tile_dst_bytes, res_t0.len()));
+                // The tile's index, last.
+                ptrs.push(e.iconst(first as i64));
+                steps.push(Scalar::Const(1));
                 let has_bias = d.bias;
                 e.for_ptrs(
                     Scalar::Const(class.tiles.len() as i64),
                     &ptrs,
                     &steps,
                     |e, p| {
+                        let (&oc_tile, p) = p.split_last().expect("the tile index");
                         let (bias, res) = if has_bias {
                             (Some(p[3]), &p[4..])
                         } else {
@@ -290,6 +299,7 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                             bias,
                             dst: p[2],
                             chunk: None,
+                            oc_tile,
                         };
                         rows(e, plan, &geo, |e, oh, taps| {
                             row(e, plan, oh, &taps, tile, res, class.lanes)
@@ -382,6 +392,7 @@ fn tile_ptrs(e: &mut Emit<'_>, plan: &ConvPlan, n: Value, t: Value) -> (TilePtrs
         bias,
         dst,
         chunk: None,
+        oc_tile: t,
     };
     (tile, res)
 }
@@ -679,7 +690,19 @@ fn column_run(
     };
     let tile_at = |e: &mut Emit<'_>, pixels: usize, q: &[Value]| {
         let (t, r) = at(q);
-        pixel_tile(e, plan, pixels, row_taps, col_taps, t, &r, lanes);
+        let group = plan.narrow_group(pixels);
+        if group == 1 {
+            pixel_tile(e, plan, pixels, group, row_taps, col_taps, t, &r, lanes);
+            return;
+        }
+        // The group's first tile computes the group's pixels; the others skip them.
+        let within = e.urem_const(t.oc_tile, group as u64);
+        let first = e.b.ins().icmp_imm_s(IntCC::Equal, within, 0);
+        e.if_else(
+            first,
+            |e| pixel_tile(e, plan, pixels, group, row_taps, col_taps, t, &r, lanes),
+            |_| {},
+        );
     };
     let p = plan.pixel_tile;
     match len {
@@ -711,12 +734,14 @@ fn column_run(
     }
 }
 
-/// One register tile: `pixels` output pixels by `plan.vecs` vectors of output channels.
+/// One register tile: `pixels` output pixels by the `plan.vecs` vectors of output channels
+/// of `group` consecutive output-channel tiles (see [`ConvPlan::narrow_group`]).
 #[allow(clippy::too_many_arguments)]
 fn pixel_tile(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
     pixels: usize,
+    group: usize,
     row_taps: &Taps,
     col_taps: &Taps,
     tile: TilePtrs,
@@ -724,9 +749,16 @@ fn pixel_tile(
     lanes: LaneCounts,
 ) {
     let d = &plan.desc;
-    let vecs = plan.vecs;
+    let vecs = plan.vecs * group;
     let f = F32_BYTES;
-    let tile_oc = (vecs * LANES) as i64;
+    let tile_oc = (plan.vecs * LANES) as i64;
+    // Vector `v`'s weights, from its tile's: vector `v % plan.vecs` of tile `v / plan.vecs`
+    // of the group. The tiles' destinations and biases follow one another as one tile's
+    // vectors do.
+    let tile_w_bytes = plan.tile_weights_len() as i64 * f;
+    let w_vecs: Vec<i64> = (0..vecs)
+        .map(|v| (v / plan.vecs) as i64 * tile_w_bytes + (v % plan.vecs * LANES) as i64 * f)
+        .collect();
 
     let start = |e: &mut Emit<'_>| -> Vec<Value> {
         let mut acc = Vec::with_capacity(pixels * vecs);
@@ -744,7 +776,7 @@ fn pixel_tile(
         None => start(e),
         Some(chunk) => {
             let first = e.b.ins().icmp_imm_s(IntCC::Equal, chunk, 0);
-            let partial = |e: &mut Emit<'_>| partial_sums(e, plan, pixels, tile.dst, None);
+            let partial = |e: &mut Emit<'_>| partial_sums(e, plan, pixels, vecs, tile.dst, None);
             e.if_else_values(first, start, partial)
         }
     };
@@ -753,7 +785,8 @@ fn pixel_tile(
     // does not depend on the tile it falls in, so a run on column bands of an image
     // (`primjit_runtime::stream`) gives the same bits as a run on the whole image. (Splitting
     // a narrow tile's chain over several sets of accumulators ran a 64-channel layer 40
-    // pixels wide at 92% of peak instead of 83%, but changed a pixel's sum with its tile.)
+    // pixels wide at 92% of peak instead of 83%, but changed a pixel's sum with its tile.) A
+    // narrow tile takes its chains from the output channels instead: `group` tiles' vectors.
     let mut acc = acc;
 
     let geo = &Geometry::new(e, plan);
@@ -837,7 +870,7 @@ fn pixel_tile(
                 let mut acc = k[2..].to_vec();
                 match col_taps {
                     Taps::Fixed(kw_taps) if pixels == 1 && d.src_layout == Layout::Nchw4c => {
-                        one_pixel_taps(e, plan, kw_taps, w_kh, src_kh, src_px, &mut acc);
+                        one_pixel_taps(e, plan, &w_vecs, kw_taps, w_kh, src_kh, src_px, &mut acc);
                     }
                     Taps::Fixed(kw_taps) => {
                         let units = (0..plan.ic_step as i64)
@@ -852,7 +885,7 @@ fn pixel_tile(
                                             * src_px
                                 })
                                 .collect();
-                            fma_step(e, vecs, w_kh, w_off, src_kh, &x_offs, &mut acc);
+                            fma_step(e, &w_vecs, w_kh, w_off, src_kh, &x_offs, &mut acc);
                         }
                     }
                     Taps::OfRow { .. } => unreachable!("a row's taps are never a column's"),
@@ -871,7 +904,7 @@ fn pixel_tile(
                                 let x_offs: Vec<i64> = (0..pixels as i64)
                                     .map(|p| c * chan_in_step + p * d.strides[1] as i64 * src_px)
                                     .collect();
-                                fma_step(e, vecs, w_kw, c * per_ic, src_kw, &x_offs, &mut acc);
+                                fma_step(e, &w_vecs, w_kw, c * per_ic, src_kw, &x_offs, &mut acc);
                                 let mut next = vec![
                                     e.offset(src_kw, d.dilations[1] as i64 * src_px),
                                     e.offset(w_kw, tile_oc * f),
@@ -925,27 +958,29 @@ fn pixel_tile(
         acc = out[2..].to_vec();
     }
     match tile.chunk {
-        None => epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes),
+        None => epilogue(e, plan, pixels, vecs, &acc, tile.dst, residuals, lanes),
         Some(chunk) => {
             let last =
                 e.b.ins()
                     .icmp_imm_s(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
             e.if_else(
                 last,
-                |e| epilogue(e, plan, pixels, &acc, tile.dst, residuals, lanes),
+                |e| epilogue(e, plan, pixels, vecs, &acc, tile.dst, residuals, lanes),
                 |e| {
-                    partial_sums(e, plan, pixels, tile.dst, Some(&acc));
+                    partial_sums(e, plan, pixels, vecs, tile.dst, Some(&acc));
                 },
             );
         }
     }
 }
 
-/// Loads the tile's partial sums from an `nChw4c` destination, or stores `acc` there.
+/// Loads the partial sums of a tile of `vecs` output-channel vectors from an `nChw4c`
+/// destination, or stores `acc` there.
 fn partial_sums(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
     pixels: usize,
+    vecs: usize,
     dst: Value,
     acc: Option<&[Value]>,
 ) -> Vec<Value> {
@@ -957,14 +992,14 @@ fn partial_sums(
     let geo = Geometry::new(e, plan);
     let mut loaded = Vec::new();
     for p in 0..pixels {
-        for v in 0..plan.vecs {
+        for v in 0..vecs {
             let (base, off) = match geo.dst_block_bytes {
                 Scalar::Const(b) => (dst, v as i64 * b),
                 block => (e.offset_by(dst, block, v as i64), 0),
             };
             let off = off + p as i64 * geo.dst.pixel * F32_BYTES;
             match acc {
-                Some(acc) => e.store_vec(acc[p * plan.vecs + v], base, off),
+                Some(acc) => e.store_vec(acc[p * vecs + v], base, off),
                 None => loaded.push(e.load_vec(base, off)),
             }
         }
@@ -985,6 +1020,7 @@ fn partial_sums(
 fn one_pixel_taps(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
+    w_vecs: &[i64],
     kw_taps: &std::ops::Range<usize>,
     w: Value,
     src: Value,
@@ -1005,15 +1041,16 @@ fn one_pixel_taps(
         for (v, a) in acc.iter_mut().enumerate() {
             // A fresh shuffle per FMA: the FMA overwrites it.
             let x = e.splat_lane(pixels[i], c);
-            let off = c as i64 * per_ic + kw as i64 * tile_oc * f + (v * LANES) as i64 * f;
+            let off = c as i64 * per_ic + kw as i64 * tile_oc * f + w_vecs[v];
             let wv = e.load_vec(w, off);
             *a = e.fma(x, wv, *a);
         }
     }
 }
 
-/// One kernel tap of one input channel: `vecs` weight vectors at `w + w_off`, and for each
-/// pixel an input at `src + x_offs[p]`, multiplied and added into the tile's accumulators.
+/// One kernel tap of one input channel: a weight vector at `w + w_off + w_vecs[v]` for each
+/// output-channel vector `v` of the tile, and for each pixel an input at `src + x_offs[p]`,
+/// multiplied and added into the tile's accumulators.
 ///
 /// Weight vector outer, pixel inner: each weight vector is loaded right before its FMAs and
 /// dies after them, so a tile of 12 accumulators needs 14 vector registers, not 15. The one
@@ -1021,15 +1058,16 @@ fn one_pixel_taps(
 /// (every FMA leaves its sum in the register of its broadcast) without spilling.
 fn fma_step(
     e: &mut Emit<'_>,
-    vecs: usize,
+    w_vecs: &[i64],
     w: Value,
     w_off: i64,
     src: Value,
     x_offs: &[i64],
     acc: &mut [Value],
 ) {
-    for v in 0..vecs {
-        let wv = e.load_vec(w, w_off + (v * LANES) as i64 * F32_BYTES);
+    let vecs = w_vecs.len();
+    for (v, &w_vec) in w_vecs.iter().enumerate() {
+        let wv = e.load_vec(w, w_off + w_vec);
         for (p, &x_off) in x_offs.iter().enumerate() {
             // A broadcast per FMA: the FMA overwrites its first factor, so a shared broadcast
             // would cost a register copy, while a fresh one folds into `vbroadcastss m32`.
@@ -1046,6 +1084,7 @@ fn epilogue(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
     pixels: usize,
+    vecs: usize,
     acc: &[Value],
     dst: Value,
     residuals: &[Value],
@@ -1069,12 +1108,12 @@ fn epilogue(
             block => (e.offset_by(base, block, v as i64), 0),
         }
     };
-    for v in 0..plan.vecs {
+    for v in 0..vecs {
         let (dst_v, dst_off) = vec_base(e, dst, v);
         let res_v: Vec<(Value, i64)> = residuals.iter().map(|&r| vec_base(e, r, v)).collect();
         for p in 0..pixels {
             let px = p as i64 * strides.pixel * f;
-            let x = apply_post_ops(e, &d.post_ops, acc[p * plan.vecs + v], zero, |e, i| {
+            let x = apply_post_ops(e, &d.post_ops, acc[p * vecs + v], zero, |e, i| {
                 let (r, r_off) = res_v[i];
                 match d.dst_layout {
                     Layout::Nchw4c => e.load_vec(r, r_off + px),
