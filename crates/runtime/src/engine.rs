@@ -1,7 +1,7 @@
 //! The engine: compiles keys through its cache, owns the thread pool, and traces.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use primjit_codegen::{CodegenOptions, ConvAlgoChoice, Dumps, PrimitiveKey, compile, host_isa};
@@ -170,7 +170,10 @@ impl Engine {
     /// Compiles `key` and places it in fresh pages; when mapping fails (for example at
     /// `vm.max_map_count`), frees the cache's pages and tries once more.
     fn build(&self, key: &PrimitiveKey) -> Result<Primitive, RuntimeError> {
-        let kernel = compile(key, self.codegen, Dumps::default())?;
+        let kernel = compile(key, self.codegen, Dumps::default());
+        // The compiler's working memory is freed by now: give its pages back.
+        crate::exec::return_free_heap();
+        let kernel = kernel?;
         match Primitive::new(&kernel, &*self.pages) {
             Ok(p) => Ok(p),
             Err(_) => {
@@ -189,37 +192,40 @@ impl Engine {
     }
 
     /// Runs `f` (a graph run: a sequence of parallel kernel calls with serial work between
-    /// them) on one of the engine's threads while every other thread waits for its calls'
-    /// work items busily, taking each as soon as it is posted, instead of going to sleep
-    /// between calls (as OpenMP's active wait policy does, and onnxruntime's spinning pool).
+    /// them) on the engine's first thread while every other thread waits for its calls' work
+    /// items busily, taking each as soon as it is posted, instead of going to sleep between
+    /// calls (as OpenMP's active wait policy does, and onnxruntime's spinning pool).
     ///
     /// Without it, a thread that slept between two calls was woken by the next one too late
     /// for the call's few work items: on the trunk at W=232 (2 threads), a kernel with two
     /// work items often ran both on the calling thread. The waiting threads spin only while
-    /// `f` runs; between runs they sleep as usual.
+    /// `f` runs; between runs they sleep as usual. `f` always runs on the same thread, so
+    /// what it allocates (compiled code, small buffers) stays in one malloc arena: with the
+    /// run on whichever thread was free, glibc kept arenas of both, 8 MB more after the
+    /// workload's widest call.
     pub(crate) fn run_hot<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         if self.pool.current_num_threads() <= 1 {
             return self.pool.install(f);
         }
         let done = AtomicBool::new(false);
-        self.pool.install(|| {
-            let owner = rayon::current_thread_index();
-            rayon::scope(|s| {
-                s.spawn_broadcast(|_, ctx| {
-                    if Some(ctx.index()) == owner {
-                        return;
+        let job = Mutex::new(Some(f));
+        let mut results = self.pool.broadcast(|ctx| {
+            if ctx.index() != 0 {
+                while !done.load(Ordering::Acquire) {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::hint::spin_loop();
                     }
-                    while !done.load(Ordering::Acquire) {
-                        if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                            std::hint::spin_loop();
-                        }
-                    }
-                });
-                // Also when `f` panics: the waiting threads must stop for the scope to end.
-                let _stop = SetOnDrop(&done);
-                f()
-            })
-        })
+                }
+                return None;
+            }
+            let f = job.lock().unwrap_or_else(PoisonError::into_inner).take()?;
+            // Also when `f` panics: the waiting threads must stop for the broadcast to end.
+            let _stop = SetOnDrop(&done);
+            Some(f())
+        });
+        results
+            .swap_remove(0)
+            .expect("the first thread runs the job once")
     }
 
     /// Runs `primitive` with its rows split across the engine's threads.
@@ -353,5 +359,17 @@ mod tests {
         }));
         assert!(caught.is_err());
         assert_eq!(e.run_hot(|| 7), 7);
+    }
+
+    /// Every hot run runs on the pool's first thread, so that its allocations stay in one
+    /// malloc arena.
+    #[test]
+    fn hot_runs_run_on_the_first_thread() {
+        for threads in [2, 3] {
+            let e = engine(threads);
+            for _ in 0..5 {
+                assert_eq!(e.run_hot(rayon::current_thread_index), Some(0));
+            }
+        }
     }
 }

@@ -541,6 +541,16 @@ impl CompiledGraph {
                 }
             }
             stats.segments.push(run);
+            // The segment's band buffers are too small for the whole tensors that follow:
+            // kept free, they stayed under them (at W=7680, 36 MB of bands below 22 MB of
+            // whole tensors and scratch: a workspace peak of 58 MB for 32 MB live). They are
+            // idle for the rest of the run, so the budget for idle buffers applies to them now
+            // rather than after the run; the next streamed call maps what it lost again.
+            workspace.trim(
+                workspace
+                    .budget()
+                    .unwrap_or(engine.workspace_config().budget),
+            );
         }
 
         for (i, ((_, node), (name, key))) in self.graph.nodes().zip(&keys).enumerate() {

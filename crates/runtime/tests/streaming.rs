@@ -241,3 +241,30 @@ fn streaming_defaults_follow_the_shape_mode_and_bands_are_checked() {
         "unknown streaming setting `yes`: expected on or off"
     );
 }
+
+/// Under a byte budget, the band buffers a streamed segment leaves free are returned before the
+/// whole tensors after it are mapped, instead of staying under them: the workspace's peak is
+/// lower than with an unlimited budget, and the results are the same bits.
+#[test]
+fn a_budget_returns_the_segments_bands_before_the_whole_tensors() {
+    let m = model(
+        ConvAlgoChoice::Auto,
+        ShapeMode::Runtime,
+        Streaming::with_band(8).unwrap().above(0),
+    );
+    let engine = engine(2);
+    let x = input(300);
+    let run = |budget: Budget| {
+        let mut ws = Workspace::with_budget(budget);
+        let (out, stats) = m.run(&engine, &[("x", &x)], &mut ws).expect("runs");
+        assert_eq!(stats.segments.len(), 1);
+        (bits(&out[0].1), ws.stats().peak_bytes)
+    };
+    let (kept, kept_peak) = run(Budget::Unlimited);
+    let (returned, returned_peak) = run(Budget::Bytes(0));
+    assert_eq!(kept, returned);
+    assert!(
+        returned_peak < kept_peak,
+        "{returned_peak} bytes at the peak with the bands returned, {kept_peak} kept"
+    );
+}
