@@ -170,10 +170,7 @@ impl Engine {
     /// Compiles `key` and places it in fresh pages; when mapping fails (for example at
     /// `vm.max_map_count`), frees the cache's pages and tries once more.
     fn build(&self, key: &PrimitiveKey) -> Result<Primitive, RuntimeError> {
-        let kernel = compile(key, self.codegen, Dumps::default());
-        // The compiler's working memory is freed by now: give its pages back.
-        crate::exec::return_free_heap();
-        let kernel = kernel?;
+        let kernel = compile(key, self.codegen, Dumps::default())?;
         match Primitive::new(&kernel, &*self.pages) {
             Ok(p) => Ok(p),
             Err(_) => {

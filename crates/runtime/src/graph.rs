@@ -435,6 +435,7 @@ impl CompiledGraph {
                 found: outputs.len(),
             });
         }
+        let compiles = engine.cache().stats().compiles;
         let mut blocked: Vec<Option<Buffer>> =
             (0..self.graph.values().count()).map(|_| None).collect();
         // The run drives its kernels from one of the engine's threads, which then takes a
@@ -450,6 +451,11 @@ impl CompiledGraph {
                 .budget()
                 .unwrap_or(engine.workspace_config().budget),
         );
+        // Compiling a kernel allocates and frees megabytes that the C heap would keep: a run
+        // that compiled gives those pages back.
+        if engine.cache().stats().compiles != compiles {
+            crate::exec::return_free_heap();
+        }
         let mut stats = result?;
         stats.workspace = workspace.stats();
         Ok(stats)
