@@ -53,7 +53,7 @@ pub fn page_size() -> usize {
 /// Returns the free pages of the C heap (every malloc arena) to the operating system, where
 /// the allocator is glibc's: compiling kernels allocates and frees megabytes, which glibc
 /// otherwise keeps mapped, and resident, in the compiling thread's arena. Elsewhere a no-op.
-pub fn return_free_heap() {
+pub(crate) fn return_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases memory the allocator holds free; it has no
     // preconditions and touches no live allocation.

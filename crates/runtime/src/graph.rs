@@ -438,8 +438,8 @@ impl CompiledGraph {
         let compiles = engine.cache().stats().compiles;
         let mut blocked: Vec<Option<Buffer>> =
             (0..self.graph.values().count()).map(|_| None).collect();
-        // The run drives its kernels from one of the engine's threads, which then takes a
-        // share of every parallel call itself, with the others waiting busily for theirs.
+        // The run drives its kernels from the engine's first thread, which takes a share of
+        // every parallel call itself, with the others waiting busily for theirs.
         let result =
             engine.run_hot(|| self.execute(engine, inputs, outputs, workspace, &mut blocked));
         // Every buffer goes back, also after an error, so that the workspace's count stays true.
