@@ -332,9 +332,10 @@ impl ConvDesc {
     /// Floats of scratch one thread needs: for Winograd, the transformed tiles and GEMM
     /// results of one block of tiles ([`crate::conv::winograd::WinogradPlan::scratch_len`]);
     /// with a fused pool, a band of [`Self::pool_band_rows`] output rows in `nChw4c`; else 0.
-    /// Winograd's is the most any call takes for a key with runtime extents, and a fixed-shape
-    /// key's own (a small image's blocks hold fewer tiles): pass the call's key
-    /// ([`Self::at`]) its scratch.
+    /// Winograd's depends on the tiles per block: for a fixed-shape key it is the key's own (a
+    /// small image's blocks hold fewer tiles), for a key with runtime extents the most any
+    /// call takes. A call needs the scratch of its own key ([`Self::at`] its extents); more
+    /// is allowed.
     pub fn scratch_len(&self) -> usize {
         if self.algo == ConvAlgo::WinogradF4x3 {
             return crate::conv::winograd::WinogradPlan::new(self).scratch_len();
