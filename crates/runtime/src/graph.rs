@@ -18,8 +18,8 @@ use primjit_codegen::{
     PoolDesc, PostOpDesc, PrimitiveKey,
 };
 use primjit_ir::{
-    Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, Tensor, Value, VerifyError,
-    infer_shapes, passes,
+    Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, Shapes, Tensor, Value,
+    VerifyError, infer_shapes, passes,
 };
 
 use crate::engine::Engine;
@@ -336,18 +336,24 @@ impl CompiledGraph {
         &self,
         bindings: &Bindings,
     ) -> Result<Option<(Segment, stream::Schedule)>, GraphError> {
-        let streaming = self.streaming();
-        let Some(band) = streaming.band() else {
+        if self.streaming().band().is_none() {
             return Ok(None);
-        };
+        }
         let shapes = infer_shapes(&self.graph, bindings)?;
-        Ok(
-            stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
-                .filter(|s| s.pays_at(band, streaming.threshold()))
-                .map(|s| {
-                    let schedule = s.schedule(band);
-                    (s, schedule)
-                }),
+        Ok(self.streamed_segment(&shapes).map(|(s, band)| {
+            let schedule = s.schedule(band);
+            (s, schedule)
+        }))
+    }
+
+    /// The segment a run with these shapes streams, and its band.
+    fn streamed_segment(&self, shapes: &Shapes) -> Option<(Segment, usize)> {
+        stream::streamed_segment(
+            &self.graph,
+            shapes,
+            &self.last_use,
+            &self.overwrites,
+            self.streaming(),
         )
     }
 
@@ -446,11 +452,7 @@ impl CompiledGraph {
         for buf in blocked.into_iter().flatten() {
             workspace.give(buf);
         }
-        workspace.trim(
-            workspace
-                .budget()
-                .unwrap_or(engine.workspace_config().budget),
-        );
+        workspace.trim_to_budget(engine.workspace_config().budget);
         // Compiling a kernel allocates and frees megabytes that the C heap would keep: a run
         // that compiled gives those pages back.
         if engine.cache().stats().compiles != compiles {
@@ -526,12 +528,7 @@ impl CompiledGraph {
 
         // The leading convolutions in bands, when the image is wider than one.
         let mut streamed = 0;
-        let streaming = self.streaming();
-        if let Some(band) = streaming.band()
-            && let Some(segment) =
-                stream::plan_segment(&self.graph, &shapes, &self.last_use, &self.overwrites, band)
-                    .filter(|s| s.pays_at(band, streaming.threshold()))
-        {
+        if let Some((segment, band)) = self.streamed_segment(&shapes) {
             let run = self.execute_segment(
                 &segment, band, engine, &keys, &shapes, inputs, workspace, blocked, live_bytes,
                 &mut stats,
@@ -552,11 +549,7 @@ impl CompiledGraph {
             // whole tensors and scratch: a workspace peak of 58 MB for 32 MB live). They are
             // idle for the rest of the run, so the budget for idle buffers applies to them now
             // rather than after the run; the next streamed call maps what it lost again.
-            workspace.trim(
-                workspace
-                    .budget()
-                    .unwrap_or(engine.workspace_config().budget),
-            );
+            workspace.trim_to_budget(engine.workspace_config().budget);
         }
 
         for (i, ((_, node), (name, key))) in self.graph.nodes().zip(&keys).enumerate() {
@@ -747,14 +740,14 @@ pub fn describe_stream_plan(
     bindings: &Bindings,
     streaming: Streaming,
 ) -> Result<Option<String>, GraphError> {
-    let Some(band) = streaming.band() else {
+    if streaming.band().is_none() {
         return Ok(None);
-    };
+    }
     let shapes = infer_shapes(graph, bindings)?;
     let last_use = last_uses(graph);
     let overwrites = residual_overwrites(graph, &last_use);
-    let Some(segment) = stream::plan_segment(graph, &shapes, &last_use, &overwrites, band)
-        .filter(|s| s.pays_at(band, streaming.threshold()))
+    let Some((segment, band)) =
+        stream::streamed_segment(graph, &shapes, &last_use, &overwrites, streaming)
     else {
         return Ok(None);
     };

@@ -429,6 +429,21 @@ pub fn plan_segment(
     })
 }
 
+/// The segment a run streams with `streaming`, and its band: [`plan_segment`]'s, where
+/// streaming is on and pays ([`Segment::pays_at`]); else `None`.
+pub fn streamed_segment(
+    graph: &Graph,
+    shapes: &Shapes,
+    last_use: &[usize],
+    overwrites: &[Option<Value>],
+    streaming: Streaming,
+) -> Option<(Segment, usize)> {
+    let band = streaming.band()?;
+    plan_segment(graph, shapes, last_use, overwrites, band)
+        .filter(|s| s.pays_at(band, streaming.threshold()))
+        .map(|s| (s, band))
+}
+
 impl Segment {
     /// The first node's output width.
     pub fn width(&self) -> usize {

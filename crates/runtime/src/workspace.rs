@@ -232,6 +232,11 @@ impl Workspace {
         self.stats.returned_bytes += buf.bytes() as u64;
     }
 
+    /// [`Self::trim`] to the workspace's own budget, else to `engine_budget`.
+    pub(crate) fn trim_to_budget(&mut self, engine_budget: Budget) {
+        self.trim(self.budget.unwrap_or(engine_budget));
+    }
+
     /// Keeps at most `budget` bytes of free buffers and returns the rest. Every mapped buffer
     /// is shrunk by the same factor (page-rounded down; its first pages stay as they are),
     /// heap buffers (below the mapping threshold) are dropped: a network's activations scale

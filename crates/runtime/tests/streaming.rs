@@ -43,6 +43,15 @@ fn model(algo: ConvAlgoChoice, mode: ShapeMode, streaming: Streaming) -> Compile
         .with_streaming(streaming)
 }
 
+/// The dynamic model streaming every run in bands of 8 columns, however small.
+fn streamed_in_narrow_bands() -> CompiledGraph {
+    model(
+        ConvAlgoChoice::Auto,
+        ShapeMode::Runtime,
+        Streaming::with_band(8).unwrap().above(0),
+    )
+}
+
 fn engine(threads: usize) -> Engine {
     Engine::new(EngineConfig {
         threads,
@@ -173,11 +182,7 @@ fn the_stream_plan_covers_the_wide_layers() {
 /// up), and the bytes held stay put.
 #[test]
 fn repeated_streamed_runs_reuse_their_buffers() {
-    let m = model(
-        ConvAlgoChoice::Auto,
-        ShapeMode::Runtime,
-        Streaming::with_band(8).unwrap().above(0),
-    );
+    let m = streamed_in_narrow_bands();
     let engine = engine(2);
     let mut ws = Workspace::with_budget(Budget::Unlimited);
     for widths in [[300, 300], [300, 160]] {
@@ -247,11 +252,7 @@ fn streaming_defaults_follow_the_shape_mode_and_bands_are_checked() {
 /// lower than with an unlimited budget, and the results are the same bits.
 #[test]
 fn a_budget_returns_the_segments_bands_before_the_whole_tensors() {
-    let m = model(
-        ConvAlgoChoice::Auto,
-        ShapeMode::Runtime,
-        Streaming::with_band(8).unwrap().above(0),
-    );
+    let m = streamed_in_narrow_bands();
     let engine = engine(2);
     let x = input(300);
     let run = |budget: Budget| {
