@@ -43,6 +43,12 @@ pub struct ActStrides {
     pub pixel: i64,
 }
 
+/// The pixels from one row of a buffer to the next: its `pitch` ([`crate::Pitches`]) where it
+/// has one, else its width `w`.
+pub fn row_pixels(pitch: Option<usize>, w: Scalar) -> Scalar {
+    pitch.map_or(w, |p| Scalar::Const(p as i64))
+}
+
 /// The emitter: a function builder plus the kernel's entry values.
 pub struct Emit<'a> {
     pub b: FunctionBuilder<'a>,

@@ -32,6 +32,20 @@ impl Layout {
         }
     }
 
+    /// The number of f32 elements a buffer of this layout holds for the given shape when its
+    /// rows are `pitch` pixels apart ([`Pitches`]): every row but the last spans the pitch,
+    /// the last only its `w` pixels, so that the buffer may end where the last row does.
+    pub fn pitched_len(self, [n, c, h, w]: [usize; 4], pitch: usize) -> usize {
+        let (rows, elem) = match self {
+            Layout::Nchw => (n * c * h, 1),
+            Layout::Nchw4c => (n * c.div_ceil(4) * h, 4),
+        };
+        match rows {
+            0 => 0,
+            _ => ((rows - 1) * pitch + w) * elem,
+        }
+    }
+
     /// The element offset of `(n, c, h, w)`.
     pub fn offset(
         self,
@@ -176,6 +190,24 @@ impl fmt::Display for ConvAlgo {
     }
 }
 
+/// Row pitches of a conv's activations, in pixels: how far apart the rows of the source and of
+/// the destination (and its residuals, which share its geometry) are. `None` is dense, rows
+/// as wide as the tensor. A pitched buffer is a window of columns of a wider one, which a
+/// width-streamed run reads and writes in place; an NCHW plane is `h` such rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Pitches {
+    pub src: Option<usize>,
+    pub dst: Option<usize>,
+}
+
+impl Pitches {
+    /// Dense rows on both sides.
+    pub const DENSE: Pitches = Pitches {
+        src: None,
+        dst: None,
+    };
+}
+
 /// A 2-D convolution. Every extent is fixed except those `runtime` names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvDesc {
@@ -200,6 +232,8 @@ pub struct ConvDesc {
     pub dst_layout: Layout,
     pub runtime: RuntimeDims,
     pub algo: ConvAlgo,
+    /// Row pitches of the source and destination; dense unless a caller works on windows.
+    pub pitches: Pitches,
 }
 
 impl ConvDesc {
@@ -230,7 +264,19 @@ impl ConvDesc {
             dst_layout: Layout::Nchw,
             runtime: RuntimeDims::NONE,
             algo: ConvAlgo::Direct,
+            pitches: Pitches::DENSE,
         }
+    }
+
+    /// The source's row pitch in pixels: its own, or the width when dense.
+    pub fn src_pitch(&self) -> usize {
+        self.pitches.src.unwrap_or(self.iw)
+    }
+
+    /// The destination's (and residuals') row pitch in pixels: its own, or the width when
+    /// dense.
+    pub fn dst_pitch(&self) -> usize {
+        self.pitches.dst.unwrap_or(self.dst_shape()[3])
     }
 
     /// Why Winograd F(4x4, 3x3) cannot compute this convolution, or `None` when it can.
@@ -705,6 +751,24 @@ impl PrimitiveKey {
                 }
                 check_count("input", d.src_shape())?;
                 check_count("output", [d.mb, d.oc, d.oh(), d.ow()])?;
+                // A pitch at least as wide as its rows is a call's own matter (a runtime key's
+                // width is its call's); its size is everyone's.
+                let [_, _, dh, dw] = d.dst_shape();
+                for (what, pitch, [c, h, w]) in [
+                    ("source", d.pitches.src, [d.ic, d.ih, d.iw]),
+                    ("destination", d.pitches.dst, [d.oc, dh, dw]),
+                ] {
+                    let Some(pitch) = pitch else { continue };
+                    if windows && pitch < w {
+                        return fail(format!(
+                            "the {what}'s row pitch ({pitch}) is narrower than its rows ({w})"
+                        ));
+                    }
+                    check_count(what, [d.mb, c, h, pitch.max(w)])?;
+                }
+                if d.pool.is_some() && d.pitches.dst.is_some() {
+                    return fail("a fused pool's destination cannot have a row pitch".into());
+                }
                 check_count("weights", [d.oc.div_ceil(4) * 4, d.ic, d.kh, d.kw])?;
                 if let Some(pool) = d.pool_desc() {
                     if d.residuals() > 0 {
@@ -806,16 +870,21 @@ impl PrimitiveKey {
         };
         match self {
             PrimitiveKey::Conv(d) => {
-                let mut v = vec![act("src", d.src_shape(), d.src_layout)];
+                let pitched = |role, shape: [usize; 4], layout: Layout, pitch: usize| BufferSpec {
+                    len: layout.pitched_len(shape, pitch),
+                    ..act(role, shape, layout)
+                };
+                let mut v = vec![pitched("src", d.src_shape(), d.src_layout, d.src_pitch())];
                 v.push(BufferSpec {
                     role: "weights",
                     shape: d.weight_shape().to_vec(),
                     layout: None,
                     len: d.packed_weights_len(),
                 });
-                v.push(act("dst", d.dst_shape(), d.dst_layout));
+                let dst_pitch = d.dst_pitch();
+                v.push(pitched("dst", d.dst_shape(), d.dst_layout, dst_pitch));
                 for _ in 0..d.residuals() {
-                    v.push(act("residual", d.dst_shape(), d.dst_layout));
+                    v.push(pitched("residual", d.dst_shape(), d.dst_layout, dst_pitch));
                 }
                 if d.scratch_len() > 0 {
                     v.push(BufferSpec {
@@ -935,6 +1004,12 @@ impl fmt::Display for PrimitiveKey {
                 }
                 if d.algo != ConvAlgo::Direct {
                     write!(f, " alg:{}", d.algo)?;
+                }
+                match (d.pitches.src, d.pitches.dst) {
+                    (None, None) => {}
+                    (Some(s), None) => write!(f, " pitch:src{s}")?,
+                    (None, Some(t)) => write!(f, " pitch:dst{t}")?,
+                    (Some(s), Some(t)) => write!(f, " pitch:src{s},dst{t}")?,
                 }
                 layouts(f, d.src_layout, d.dst_layout)
             }
@@ -1168,6 +1243,65 @@ mod tests {
             Layout::Nchw.offset(shape, [1, 4, 2, 6]),
             Layout::Nchw.buffer_len(shape) - 1
         );
+    }
+
+    #[test]
+    fn pitched_buffers_end_with_their_last_row() {
+        let shape = [2, 5, 3, 7];
+        // 2 images x 2 channel blocks x 3 rows: 11 rows at a pitch of 10, then 7 pixels.
+        assert_eq!(Layout::Nchw4c.pitched_len(shape, 10), (11 * 10 + 7) * 4);
+        assert_eq!(Layout::Nchw.pitched_len(shape, 10), 29 * 10 + 7);
+        assert_eq!(
+            Layout::Nchw4c.pitched_len(shape, 7),
+            Layout::Nchw4c.buffer_len(shape)
+        );
+        assert_eq!(Layout::Nchw.pitched_len([1, 0, 3, 7], 10), 0);
+
+        let mut d = ConvDesc::new(1, 8, [6, 9], 4, [3, 3]);
+        d.src_layout = Layout::Nchw4c;
+        d.dst_layout = Layout::Nchw4c;
+        d.post_ops = vec![PostOpDesc::Add];
+        d.pitches = Pitches {
+            src: Some(16),
+            dst: Some(12),
+        };
+        let key = PrimitiveKey::Conv(d.clone());
+        assert!(
+            key.to_string()
+                .ends_with(" pitch:src16,dst12 nChw4c>nChw4c"),
+            "{key}"
+        );
+        let lens: Vec<(&str, usize)> = key.buffers().iter().map(|b| (b.role, b.len)).collect();
+        assert_eq!(
+            lens,
+            [
+                ("src", (11 * 16 + 9) * 4),
+                ("weights", d.packed_weights_len()),
+                ("dst", (3 * 12 + 7) * 4),
+                ("residual", (3 * 12 + 7) * 4),
+            ]
+        );
+        // Pitches are part of the key.
+        assert_ne!(
+            key,
+            PrimitiveKey::Conv(ConvDesc {
+                pitches: Pitches::DENSE,
+                ..d.clone()
+            })
+        );
+        // A fused pool writes dense rows.
+        d.post_ops.clear();
+        d.pool = Some(PoolWindow {
+            kernel: [2, 2],
+            strides: [2, 2],
+            pads: Pads::default(),
+            dilations: [1, 1],
+            ceil_mode: false,
+        });
+        let err = PrimitiveKey::Conv(d.clone()).validate().unwrap_err();
+        assert!(err.reason.contains("cannot have a row pitch"), "{err}");
+        d.pitches.dst = None;
+        assert!(PrimitiveKey::Conv(d).validate().is_ok());
     }
 
     #[test]

@@ -21,6 +21,6 @@ pub use compile::{
 pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS};
 pub use key::{
     BufferSpec, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout,
-    MAX_STEP, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
+    MAX_STEP, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};

@@ -16,8 +16,8 @@ use cranelift_codegen::ir::InstBuilder;
 use cranelift_codegen::ir::condcodes::IntCC;
 
 use crate::conv::direct;
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
-use crate::key::{ConvDesc, Layout, PoolDesc};
+use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
+use crate::key::{ConvDesc, Layout, Pitches, PoolDesc};
 use crate::lower_pool;
 use crate::plan::{ConvPlan, LANES, PoolPlan};
 
@@ -41,6 +41,11 @@ impl FusedPlan {
             mb: 1,
             pool: None,
             dst_layout: Layout::Nchw4c,
+            // The band in scratch is dense; the source keeps the call's pitch.
+            pitches: Pitches {
+                dst: None,
+                ..d.pitches
+            },
             ..d.clone()
         };
         let mut conv = ConvPlan::new(&conv_stage);
@@ -76,7 +81,9 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
             let ow = e.extent_or(rt.w, ExtentArg::OutputW, d.ow());
             let out_h = e.extent_or(rt.h, ExtentArg::PooledH, ph);
             let out_w = e.extent_or(rt.w, ExtentArg::PooledW, pw);
-            let src_image = e.act_strides(d.src_layout, d.ic, ih, iw).image;
+            let src_image = e
+                .act_strides(d.src_layout, d.ic, ih, row_pixels(d.pitches.src, iw))
+                .image;
             let dst_image = e.act_strides(d.dst_layout, d.oc, out_h, out_w).image;
             let row_bytes = e.mul(ow, LANES as i64 * F32_BYTES);
 

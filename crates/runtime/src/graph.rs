@@ -15,7 +15,7 @@ use std::sync::Arc;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout,
-    PoolDesc, PostOpDesc, PrimitiveKey,
+    Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
 };
 use primjit_ir::{
     Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, Shapes, Tensor, Value,
@@ -779,12 +779,13 @@ pub fn describe_stream_plan(
             whole_bytes += column_bytes * node.out_width();
             format!("whole tensor ({} bytes)", column_bytes * node.out_width())
         } else {
-            let cols = schedule.window_columns[i];
-            window_bytes += column_bytes * cols;
+            let (cols, pitch) = (schedule.window_columns[i], schedule.window_pitch[i]);
+            window_bytes += column_bytes * pitch;
             format!(
-                "window of {cols} columns: bands of up to {widest} and {} of halo ({} bytes)",
+                "window of {cols} columns in rows of {pitch}: bands of up to {widest} and {} of \
+                 halo ({} bytes)",
                 cols - widest.min(cols),
-                column_bytes * cols
+                column_bytes * pitch
             )
         };
         text.push_str(&format!(
@@ -794,8 +795,9 @@ pub fn describe_stream_plan(
         ));
     }
     text.push_str(&format!(
-        "  holds {window_bytes} bytes of windows and {whole_bytes} bytes of whole tensors, \
-         besides each call's copies of its input columns and residuals\n"
+        "  holds {window_bytes} bytes of windows and {whole_bytes} bytes of whole tensors; \
+         kernels read and write the windows in place, and copy in only graph inputs and whole \
+         tensors\n"
     ));
     Ok(Some(text))
 }
@@ -998,6 +1000,7 @@ fn keys_at(
                         dst_layout: Layout::Nchw4c,
                         runtime: RuntimeDims::NONE,
                         algo: algos[i],
+                        pitches: Pitches::DENSE,
                     }
                     .with_runtime(rt),
                 )
@@ -1098,28 +1101,25 @@ impl CompiledGraph {
         let mut state = SegmentState {
             segment,
             shapes,
-            chunks: (0..segment.nodes.len()).map(|_| Vec::new()).collect(),
-            chunk_bytes: 0,
+            windows: Vec::with_capacity(segment.nodes.len()),
         };
-        let mut node_runs: Vec<Option<NodeRun>> = vec![None; segment.nodes.len()];
-        let held = live_bytes + run.whole_bytes;
-        run.peak_bytes = held;
         let mut result = Ok(());
-        for call in &schedule.calls {
-            let bands_before = state.chunk_bytes;
-            match self.execute_band(&mut state, call, engine, keys, inputs, workspace, blocked) {
-                Ok((temp_bytes, node_run)) => {
-                    // While the kernel ran: the bands before the call, its copies, scratch and
-                    // destination; after it, the bands it left.
-                    run.peak_bytes = run
-                        .peak_bytes
-                        .max(held + bands_before + temp_bytes)
-                        .max(held + state.chunk_bytes);
-                    run.window_bytes = run.window_bytes.max(state.chunk_bytes);
-                    match &mut node_runs[call.node] {
-                        Some(r) => r.seconds += node_run.seconds,
-                        slot => *slot = Some(node_run),
-                    }
+        for (i, s) in segment.nodes.iter().enumerate() {
+            let pitch = schedule.window_pitch[i];
+            if segment.whole[i] {
+                state.windows.push(None);
+                continue;
+            }
+            let (rows, _) = stream::rows_and_elem(Layout::Nchw4c, shape4(s.output));
+            match take_buffer(workspace, rows * pitch * 4) {
+                Ok(buf) => {
+                    run.window_bytes += buf.len() * 4;
+                    state.windows.push(Some(Window {
+                        buf,
+                        pitch,
+                        base: 0,
+                        end: 0,
+                    }));
                 }
                 Err(e) => {
                     result = Err(e);
@@ -1127,8 +1127,29 @@ impl CompiledGraph {
                 }
             }
         }
-        for chunk in state.chunks.into_iter().flatten() {
-            workspace.give(chunk.buf);
+        let mut node_runs: Vec<Option<NodeRun>> = vec![None; segment.nodes.len()];
+        let held = live_bytes + run.whole_bytes + run.window_bytes;
+        run.peak_bytes = held;
+        if result.is_ok() {
+            for call in &schedule.calls {
+                match self.execute_band(&mut state, call, engine, keys, inputs, workspace, blocked)
+                {
+                    Ok((temp_bytes, node_run)) => {
+                        run.peak_bytes = run.peak_bytes.max(held + temp_bytes);
+                        match &mut node_runs[call.node] {
+                            Some(r) => r.seconds += node_run.seconds,
+                            slot => *slot = Some(node_run),
+                        }
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        for window in state.windows.into_iter().flatten() {
+            workspace.give(window.buf);
         }
         result?;
         stats.nodes.extend(node_runs.into_iter().flatten());
@@ -1136,10 +1157,13 @@ impl CompiledGraph {
         Ok(run)
     }
 
-    /// One call of a streamed node: gathers its input columns (and residuals) from their
-    /// bands or whole tensors, runs the node's kernel on them, and keeps its output as a band
-    /// of its value (or puts it into the value's whole tensor). Returns the bytes of the
-    /// copies, scratch and destination it took, and the node's run.
+    /// One call of a streamed node. Its kernel reads its input columns and residuals where
+    /// they are, in the windows of their producers, at their row pitch, and writes its output
+    /// columns into its own window; only values outside the windows (graph inputs, whole
+    /// tensors) are copied in, a whole output (or a fused pool's, whose rows are dense) is
+    /// copied out, and a window slides its last columns to its start when the next band
+    /// would pass its end. Returns the bytes of the copies, scratch and destination it took,
+    /// and the node's run.
     #[allow(clippy::too_many_arguments)]
     fn execute_band(
         &self,
@@ -1151,66 +1175,169 @@ impl CompiledGraph {
         workspace: &mut Workspace,
         blocked: &mut [Option<Buffer>],
     ) -> Result<(usize, NodeRun), GraphError> {
-        let s = &state.segment.nodes[call.node];
+        let segment = state.segment;
+        let s = &segment.nodes[call.node];
         let (name, whole_key) = &keys[s.node];
         let [_, _, ih, iw] = state.shape4(s.input);
         let band_iw = call.input.end - call.input.begin;
-        let key = stream::band_key(s, whole_key, [ih, iw], &call.input);
-        let primitive = engine.compile(&key)?;
         let out_shape = state.shape4(s.output);
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
+        let window_of = |v: Value| {
+            segment
+                .nodes
+                .iter()
+                .position(|t| t.output == v)
+                .filter(|&j| !segment.whole[j])
+        };
+        let input_window = window_of(s.input);
+        let mut key = stream::band_key(s, whole_key, [ih, iw], &call.input);
+        let PrimitiveKey::Conv(desc) = &mut key else {
+            unreachable!("segments hold convolutions")
+        };
+        // A fused pool writes dense rows; any other conv writes at its window's pitch, or, for
+        // a whole output, at its residuals' (which it reads at its destination's pitch).
+        let out_window = state.windows[call.node].is_some();
+        let dst_pitch = match (desc.pool.is_some(), out_window) {
+            (true, _) => None,
+            (false, true) => state.windows[call.node].as_ref().map(|w| w.pitch),
+            (false, false) => s
+                .residuals
+                .iter()
+                .find_map(|&r| window_of(r))
+                .and_then(|j| state.windows[j].as_ref().map(|w| w.pitch)),
+        };
+        desc.pitches = Pitches {
+            src: input_window.and_then(|j| state.windows[j].as_ref().map(|w| w.pitch)),
+            dst: dst_pitch,
+        };
+        let primitive = engine.compile(&key)?;
+        let call_key = key.at([ih, band_iw]);
+        let specs = call_key.buffers();
+        let PrimitiveKey::Conv(call_desc) = &call_key else {
+            unreachable!("segments hold convolutions")
+        };
+        let dst_len = specs[2].len;
 
-        // The copies of the input columns and residuals, then the scratch: all go back after
-        // the call, also when it fails.
-        let mut temps: Vec<Buffer> = Vec::new();
-        let result = (|| -> Result<(usize, f64, Buffer), GraphError> {
-            let (in_rows, in_elem) =
-                stream::rows_and_elem(layout_of(&self.graph, s.input), state.shape4(s.input));
-            let mut src = take_buffer(workspace, in_rows * band_iw * in_elem)?;
-            self.gather(
-                state,
-                s.input,
-                call.input.begin,
-                &mut src,
-                band_iw,
-                engine,
-                blocked,
-                inputs,
-            );
-            temps.push(src);
-            for &r in &s.residuals {
-                let mut res = take_buffer(workspace, out_rows * cols * 4)?;
-                self.gather(state, r, call.x0, &mut res, cols, engine, blocked, inputs);
-                temps.push(res);
+        // The output window makes room for the call's columns first.
+        let mut out = state.windows[call.node].take();
+        if let Some(w) = out.as_mut() {
+            if call.x1 - w.base > w.pitch {
+                w.slide(call.keep_from, out_rows, engine);
             }
-            let mut dst = take_buffer(workspace, out_rows * cols * 4)?;
-            let scratch_len = match &key {
-                PrimitiveKey::Conv(d) => d.at([ih, band_iw]).scratch_len(),
-                _ => 0,
+            debug_assert!(
+                w.base <= call.x0 && call.x1 - w.base <= w.pitch,
+                "the window of %{} holds the call's columns",
+                self.graph.value_name(s.output)
+            );
+        }
+
+        // Copies in and the destination (when not a window), then the scratch: all go back
+        // after the call, also when it fails.
+        let mut temps: Vec<Buffer> = Vec::new();
+        let result = (|| -> Result<(usize, f64, Option<Buffer>), GraphError> {
+            let windows = &state.windows;
+            let src_copy = match input_window {
+                Some(_) => None,
+                None => {
+                    let mut src = take_buffer(workspace, specs[0].len)?;
+                    self.gather(
+                        state,
+                        s.input,
+                        call.input.begin,
+                        &mut src,
+                        band_iw,
+                        band_iw,
+                        engine,
+                        blocked,
+                        inputs,
+                    );
+                    Some(src)
+                }
             };
+            let src: &[f32] = match (input_window, &src_copy) {
+                (Some(j), _) => windows[j]
+                    .as_ref()
+                    .expect("a window")
+                    .columns(call.input.begin, specs[0].len),
+                (None, Some(copy)) => copy,
+                (None, None) => unreachable!("copied above"),
+            };
+            // Residuals in windows of the destination's pitch are read in place.
+            let res_pitch = call_desc.dst_pitch();
+            let mut residuals: Vec<Result<&[f32], Buffer>> = Vec::with_capacity(s.residuals.len());
+            for (&r, spec) in s.residuals.iter().zip(&specs[3..]) {
+                match window_of(r).and_then(|j| windows[j].as_ref()) {
+                    Some(w) if w.pitch == res_pitch => {
+                        residuals.push(Ok(w.columns(call.x0, spec.len)))
+                    }
+                    _ => {
+                        let mut res = match take_buffer(workspace, spec.len) {
+                            Ok(b) => b,
+                            Err(e) => {
+                                temps.extend(src_copy);
+                                temps.extend(residuals.into_iter().filter_map(Result::err));
+                                return Err(e);
+                            }
+                        };
+                        self.gather(
+                            state, r, call.x0, &mut res, cols, res_pitch, engine, blocked, inputs,
+                        );
+                        residuals.push(Err(res));
+                    }
+                }
+            }
+            let mut dst_copy = match &out {
+                Some(_) if dst_pitch.is_some() => None,
+                _ => match take_buffer(workspace, dst_len) {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        temps.extend(src_copy);
+                        temps.extend(residuals.into_iter().filter_map(Result::err));
+                        return Err(e);
+                    }
+                },
+            };
+            let scratch_len = call_desc.scratch_len();
             let mut scratch = match scratch_len {
                 0 => None,
                 n => match take_buffer(workspace, n * engine.threads()) {
                     Ok(b) => Some(b),
                     Err(e) => {
-                        temps.push(dst);
+                        temps.extend(src_copy);
+                        temps.extend(residuals.into_iter().filter_map(Result::err));
+                        temps.extend(dst_copy);
                         return Err(e);
                     }
                 },
             };
-            let temp_bytes = temps.iter().map(|t| t.len() * 4).sum::<usize>()
-                + scratch.as_ref().map_or(0, |b| b.len() * 4)
-                + dst.len() * 4;
+            let copies: Vec<&Buffer> = src_copy
+                .iter()
+                .chain(residuals.iter().filter_map(|r| r.as_ref().err()))
+                .chain(&dst_copy)
+                .chain(&scratch)
+                .collect();
+            let temp_bytes = copies.iter().map(|b| b.len() * 4).sum::<usize>();
             let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
                 unreachable!("convs are prepared")
             };
-            let residuals: Vec<&[f32]> = temps[1..].iter().map(|b| &b[..]).collect();
+            let extra: Vec<&[f32]> = residuals
+                .iter()
+                .map(|r| match r {
+                    Ok(slice) => *slice,
+                    Err(buf) => &buf[..],
+                })
+                .collect();
+            let dst: &mut [f32] = match (&mut dst_copy, out.as_mut()) {
+                (Some(copy), _) => copy,
+                (None, Some(w)) => w.columns_mut(call.x0, dst_len),
+                (None, None) => unreachable!("a destination is taken above"),
+            };
             let args = ExecArgs {
-                src: &temps[0],
+                src,
                 weights: Some(packed.as_slice()),
-                dst: &mut dst,
-                extra: &residuals,
+                dst,
+                extra: &extra,
                 scratch: scratch.as_deref_mut(),
             };
             let start = std::time::Instant::now();
@@ -1220,92 +1347,80 @@ impl CompiledGraph {
                 engine.execute(&primitive, args)
             };
             let seconds = start.elapsed().as_secs_f64();
-            if let Some(b) = scratch {
-                temps.push(b);
-            }
+            temps.extend(src_copy);
+            temps.extend(residuals.into_iter().filter_map(Result::err));
+            temps.extend(scratch);
             if let Err(e) = ran {
-                temps.push(dst);
+                temps.extend(dst_copy);
                 return Err(e.into());
             }
-            Ok((temp_bytes, seconds, dst))
+            Ok((temp_bytes, seconds, dst_copy))
         })();
         for t in temps {
             workspace.give(t);
         }
-        let (temp_bytes, seconds, dst) = result?;
-        // The output: a band of a windowed value, or columns of a whole tensor.
-        let chunks = &mut state.chunks[call.node];
-        if state.segment.whole[call.node] {
-            let whole = blocked[s.output.index()]
-                .as_deref_mut()
-                .expect("whole outputs are taken first");
-            stream::copy_columns(
-                &dst,
-                cols,
-                0,
-                whole,
-                out_shape[3],
-                call.x0,
-                cols,
-                out_rows,
-                4,
-            );
-            workspace.give(dst);
-        } else {
-            // Bands no consumer reads any more go back first; of a band that consumers read
-            // only the last few columns of (the next calls' halo), those columns move to a
-            // buffer of their own, so that a window holds about one band and its halo.
-            let mut kept = Vec::with_capacity(chunks.len() + 1);
-            for chunk in std::mem::take(chunks) {
-                let width = chunk.x1 - chunk.x0;
-                if chunk.x1 <= call.keep_from {
-                    state.chunk_bytes -= chunk.buf.len() * 4;
-                    workspace.give(chunk.buf);
-                } else if chunk.x0 < call.keep_from
-                    && 4 * (chunk.x1 - call.keep_from) <= width
-                    // Where no buffer can be had, the band stays whole.
-                    && let Ok(mut buf) = workspace
-                        .take_within(out_rows * (chunk.x1 - call.keep_from) * 4, REUSE_SLACK)
-                {
-                    let halo = chunk.x1 - call.keep_from;
-                    let from = call.keep_from - chunk.x0;
+        let (temp_bytes, seconds, dst_copy) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                state.windows[call.node] = out;
+                return Err(e);
+            }
+        };
+        // A destination of its own goes where the output lives: the whole tensor, or the
+        // window (a fused pool's dense rows).
+        if let Some(dst) = dst_copy {
+            let dst_width = dst_pitch.unwrap_or(cols);
+            match out.as_mut() {
+                Some(w) => stream::copy_columns(
+                    &dst,
+                    dst_width,
+                    0,
+                    &mut w.buf,
+                    w.pitch,
+                    call.x0 - w.base,
+                    cols,
+                    out_rows,
+                    4,
+                    engine,
+                ),
+                None => {
+                    let whole = blocked[s.output.index()]
+                        .as_deref_mut()
+                        .expect("whole outputs are taken first");
                     stream::copy_columns(
-                        &chunk.buf, width, from, &mut buf, halo, 0, halo, out_rows, 4,
+                        &dst,
+                        dst_width,
+                        0,
+                        whole,
+                        out_shape[3],
+                        call.x0,
+                        cols,
+                        out_rows,
+                        4,
+                        engine,
                     );
-                    state.chunk_bytes += buf.len() * 4;
-                    state.chunk_bytes -= chunk.buf.len() * 4;
-                    workspace.give(chunk.buf);
-                    kept.push(Chunk {
-                        x0: call.keep_from,
-                        x1: chunk.x1,
-                        buf,
-                    });
-                } else {
-                    kept.push(chunk);
                 }
             }
-            state.chunk_bytes += dst.len() * 4;
-            kept.push(Chunk {
-                x0: call.x0,
-                x1: call.x1,
-                buf: dst,
-            });
-            *chunks = kept;
+            workspace.give(dst);
         }
+        if let Some(w) = out.as_mut() {
+            w.end = call.x1;
+        }
+        state.windows[call.node] = out;
         Ok((
             temp_bytes,
             NodeRun {
                 name: name.clone(),
-                call_key: key.at([ih, band_iw]),
+                call_key,
                 primitive,
                 seconds,
             },
         ))
     }
 
-    /// Copies the columns `[begin, begin + cols)` of value `v` into `dst` (rows `cols` wide),
-    /// from its bands, its whole blocked tensor, or the caller's NCHW input; the rows are
-    /// shared among the engine's threads.
+    /// Copies the columns `[begin, begin + cols)` of value `v` into `dst`, in rows `pitch`
+    /// columns apart, from its window, its whole blocked tensor, or the caller's NCHW input;
+    /// the rows are shared among the engine's threads.
     #[allow(clippy::too_many_arguments)]
     fn gather(
         &self,
@@ -1314,6 +1429,7 @@ impl CompiledGraph {
         begin: usize,
         dst: &mut [f32],
         cols: usize,
+        pitch: usize,
         engine: &Engine,
         blocked: &[Option<Buffer>],
         inputs: &[(&str, TensorView<'_>)],
@@ -1321,15 +1437,11 @@ impl CompiledGraph {
         let shape = state.shape4(v);
         let layout = layout_of(&self.graph, v);
         let (_, elem) = stream::rows_and_elem(layout, shape);
-        let row_len = cols * elem;
-        // Sources as (first column, columns, data, row width).
+        // The source as (first column, its data, row width).
         let index = state.segment.nodes.iter().position(|s| s.output == v);
-        let sources: Vec<(usize, usize, &[f32], usize)> =
-            match index.filter(|&i| !state.segment.whole[i]) {
-                Some(i) => state.chunks[i]
-                    .iter()
-                    .map(|c| (c.x0, c.x1 - c.x0, &c.buf[..], c.x1 - c.x0))
-                    .collect(),
+        let (x0, data, width): (usize, &[f32], usize) =
+            match index.and_then(|i| state.windows[i].as_ref()) {
+                Some(w) => (w.base, &w.buf[..], w.pitch),
                 None => {
                     let data: &[f32] = match (&blocked[v.index()], layout) {
                         (Some(b), Layout::Nchw4c) => b,
@@ -1342,48 +1454,35 @@ impl CompiledGraph {
                                 .expect("bound inputs are present")
                         }
                     };
-                    vec![(0, shape[3], data, shape[3])]
+                    (0, data, shape[3])
                 }
             };
-        let end = begin + cols;
-        // The schedule keeps every column a later call reads (`Call::keep_from`).
-        debug_assert_eq!(
-            sources
-                .iter()
-                .map(|&(x0, n, _, _)| end.min(x0 + n).saturating_sub(begin.max(x0)))
-                .sum::<usize>(),
+        stream::copy_columns(
+            data,
+            width,
+            begin - x0,
+            dst,
+            pitch,
+            0,
             cols,
-            "the bands of %{} cover the columns read",
-            self.graph.value_name(v)
+            shape_rows(layout, shape),
+            elem,
+            engine,
         );
-        let copy_row = |r: usize, out: &mut [f32]| {
-            for &(x0, n, data, width) in &sources {
-                let (a, b) = (begin.max(x0), end.min(x0 + n));
-                if a < b {
-                    let s = (r * width + a - x0) * elem;
-                    out[(a - begin) * elem..(b - begin) * elem]
-                        .copy_from_slice(&data[s..s + (b - a) * elem]);
-                }
-            }
-        };
-        engine.install(|| {
-            use rayon::prelude::*;
-            dst.par_chunks_mut(row_len)
-                .with_min_len(64)
-                .enumerate()
-                .for_each(|(r, out)| copy_row(r, out));
-        });
     }
 }
 
-/// What a streamed segment holds between its calls: each windowed value's bands, the output
-/// columns of its producer's calls that a consumer still reads.
+/// Rows of a `layout` tensor of `shape`, as [`stream::copy_columns`] counts them.
+fn shape_rows(layout: Layout, shape: [usize; 4]) -> usize {
+    stream::rows_and_elem(layout, shape).0
+}
+
+/// What a streamed segment holds between its calls: each windowed value's window.
 struct SegmentState<'a> {
     segment: &'a Segment,
     shapes: &'a primjit_ir::Shapes,
-    chunks: Vec<Vec<Chunk>>,
-    /// Bytes of all bands held.
-    chunk_bytes: usize,
+    /// Per node of the segment: the window of its output (`None` for a whole output).
+    windows: Vec<Option<Window>>,
 }
 
 impl SegmentState<'_> {
@@ -1393,12 +1492,42 @@ impl SegmentState<'_> {
     }
 }
 
-/// Output columns `[x0, x1)` of one call, in rows `x1 - x0` wide: the kernel's own
-/// destination, kept as it is.
-struct Chunk {
-    x0: usize,
-    x1: usize,
+/// The columns `[base, end)` of a value read only inside its segment, in `nChw4c` rows
+/// `pitch` columns apart: its producer's calls write there, its consumers' read there.
+struct Window {
     buf: Buffer,
+    pitch: usize,
+    base: usize,
+    end: usize,
+}
+
+impl Window {
+    /// The kernel's view of `len` floats from column `x`.
+    fn columns(&self, x: usize, len: usize) -> &[f32] {
+        &self.buf[(x - self.base) * 4..][..len]
+    }
+
+    fn columns_mut(&mut self, x: usize, len: usize) -> &mut [f32] {
+        &mut self.buf[(x - self.base) * 4..][..len]
+    }
+
+    /// Moves the columns from `keep_from` on to the start of each of the `rows` rows, the
+    /// ones later calls still read (a band's halo): the columns before it are no longer read.
+    fn slide(&mut self, keep_from: usize, rows: usize, engine: &Engine) {
+        let keep_from = keep_from.clamp(self.base, self.end);
+        let (from, kept) = ((keep_from - self.base) * 4, (self.end - keep_from) * 4);
+        if kept > 0 && from > 0 {
+            let row_len = self.pitch * 4;
+            engine.install(|| {
+                use rayon::prelude::*;
+                self.buf[..rows * row_len]
+                    .par_chunks_mut(row_len)
+                    .with_min_len(64)
+                    .for_each(|row| row.copy_within(from..from + kept, 0));
+            });
+        }
+        self.base = keep_from;
+    }
 }
 
 /// A workspace buffer of `len` floats for a streamed segment (see [`REUSE_SLACK`]), its

@@ -8,17 +8,19 @@
 //! [`schedule`]s it as calls of each node's kernel on a range of its output columns:
 //!
 //! - The conv's window (and its pool's) maps the output columns to the input columns they
-//!   read. A call runs on a copy of exactly those columns, with the node's own padding on a
-//!   side where the range reaches the image's border and none elsewhere. Each output element
-//!   is then computed from the same inputs, with the same taps in the same order, as in a
+//!   read. A call runs on exactly those columns, with the node's own padding on a side where
+//!   the range reaches the image's border and none elsewhere. Each output element is then
+//!   computed from the same inputs, with the same taps in the same order, as in a
 //!   whole-tensor run: the results are the same to the bit.
 //! - Ranges start at multiples of [`COLUMN_ALIGN`] in every node's output, so Winograd's
 //!   4-wide tiles fall where they fall in a whole-tensor run.
-//! - A value read only inside the segment is kept as the bands its producer's calls wrote
-//!   (the kernels' own destinations) until no consumer reads their columns; of a band whose
-//!   last few columns (the next calls' halo) are still read, only those are kept. Its
-//!   *window*, the columns a consumer may still read, is about a band and its halo. A value
-//!   read after the segment, or a graph output, is written into a whole tensor.
+//! - A value read only inside the segment lives in a *window*: a buffer of its rows with a
+//!   fixed row pitch ([`Schedule::window_pitch`]) that holds the columns a consumer may still
+//!   read, about a band and its halo. Kernels take row pitches (`primjit_codegen::Pitches`),
+//!   so a call reads its input and residual columns where they lie and writes its output
+//!   columns into its window; before a band would pass the window's end, the columns still
+//!   read (the halo) move to its start. A value read after the segment, or a graph output,
+//!   is written into a whole tensor; graph inputs and whole tensors are copied in.
 //!
 //! The first node advances by the band per sweep, every other node by at most the band
 //! scaled to its own width and only as far as its inputs allow, so the chain moves through
@@ -27,11 +29,19 @@
 use std::fmt;
 
 use primjit_codegen::{ConvDesc, Layout, PrimitiveKey};
+
+use crate::engine::Engine;
 use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
 
 /// Every call's first output column is a multiple of this, in every node's own columns:
 /// the width of a Winograd F(4x4, 3x3) tile.
 pub const COLUMN_ALIGN: usize = 4;
+
+/// A window's row pitch is its widest extent rounded up to a multiple of this many columns,
+/// so that the pitch, part of its kernels' keys, stays the same over most image widths
+/// (whose rounding moves the windows by a few columns) and a width-generic model compiles
+/// its band kernels once.
+pub const PITCH_ALIGN: usize = 16;
 
 /// A run streams only an image more than this many bands wide. Each band costs calls and
 /// copies of its halo; a narrower image's whole tensors are small (10 MB on the trunk at
@@ -272,6 +282,9 @@ pub struct Schedule {
     /// Per node of the segment: the most columns of its output that consumers may still read
     /// at once, its window (0 for a whole output).
     pub window_columns: Vec<usize>,
+    /// Per node of the segment: the row pitch of its window's buffer, in columns: its window
+    /// rounded up to [`PITCH_ALIGN`] (0 for a whole output).
+    pub window_pitch: Vec<usize>,
     /// Passes over the segment's nodes.
     pub sweeps: usize,
 }
@@ -526,9 +539,14 @@ impl Segment {
             // The first unfinished node reads only finished values, so it reaches its width.
             assert!(progress, "a band schedule always advances");
         }
+        let window_pitch = window_columns
+            .iter()
+            .map(|&c| c.next_multiple_of(PITCH_ALIGN))
+            .collect();
         Schedule {
             calls,
             window_columns,
+            window_pitch,
             sweeps,
         }
     }
@@ -609,7 +627,8 @@ pub fn band_key(
 }
 
 /// Copies `cols` columns of `rows` rows of `elem` floats per pixel, from column `src_col` of
-/// rows `src_width` wide to column `dst_col` of rows `dst_width` wide.
+/// rows `src_width` apart to column `dst_col` of rows `dst_width` apart, the rows shared among
+/// the engine's threads. A buffer may end where its last row's columns do.
 #[allow(clippy::too_many_arguments)]
 pub fn copy_columns(
     src: &[f32],
@@ -621,13 +640,22 @@ pub fn copy_columns(
     cols: usize,
     rows: usize,
     elem: usize,
+    engine: &Engine,
 ) {
+    use rayon::prelude::*;
     let len = cols * elem;
-    for r in 0..rows {
-        let s = (r * src_width + src_col) * elem;
-        let d = (r * dst_width + dst_col) * elem;
-        dst[d..d + len].copy_from_slice(&src[s..s + len]);
+    if len == 0 || rows == 0 {
+        return;
     }
+    engine.install(|| {
+        dst.par_chunks_mut(dst_width * elem)
+            .zip(src.par_chunks(src_width * elem))
+            .take(rows)
+            .with_min_len(64)
+            .for_each(|(d, s)| {
+                d[dst_col * elem..][..len].copy_from_slice(&s[src_col * elem..][..len]);
+            });
+    });
 }
 
 /// Floats per pixel and rows of a tensor of `shape` in `layout`, as [`copy_columns`] sees it.

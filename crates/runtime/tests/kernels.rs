@@ -64,7 +64,7 @@ use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
     CHUNK_WEIGHT_BYTES, CodegenOptions, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    GlobalPoolDesc, Layout, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
+    GlobalPoolDesc, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -790,6 +790,7 @@ fn conv_problem() -> impl Strategy<Value = ConvProblem> {
                     dst_layout,
                     runtime: RuntimeDims::NONE,
                     algo: ConvAlgo::Direct,
+                    pitches: Pitches::DENSE,
                 },
                 seed,
             },
@@ -2371,4 +2372,215 @@ fn fma_peak_execute_runs_one_trip() {
     })
     .expect("execute");
     assert!(acc.iter().all(|&x| x == 4.0), "{acc:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row pitches: kernels on windows of wider buffers.
+// ---------------------------------------------------------------------------------------------
+
+/// Floats per pixel and rows of a `layout` tensor of `shape`.
+fn rows_and_elem(layout: Layout, [n, c, h, _]: [usize; 4]) -> (usize, usize) {
+    match layout {
+        Layout::Nchw => (n * c * h, 1),
+        Layout::Nchw4c => (n * c.div_ceil(4) * h, 4),
+    }
+}
+
+/// A dense `layout` buffer of `shape` laid out with rows `pitch` pixels apart, the pixels
+/// between them `fill`, ending where its last row does ([`Layout::pitched_len`]).
+fn to_pitched(
+    dense: &[f32],
+    layout: Layout,
+    shape: [usize; 4],
+    pitch: usize,
+    fill: f32,
+) -> Vec<f32> {
+    let (rows, elem) = rows_and_elem(layout, shape);
+    let row = shape[3] * elem;
+    let mut out = vec![fill; layout.pitched_len(shape, pitch)];
+    for r in 0..rows {
+        out[r * pitch * elem..][..row].copy_from_slice(&dense[r * row..][..row]);
+    }
+    out
+}
+
+/// The rows of a pitched buffer, dense again; fails where a pixel between the rows is not
+/// the sentinel any more (a kernel wrote outside its rows).
+fn from_pitched(
+    buf: &[f32],
+    layout: Layout,
+    shape: [usize; 4],
+    pitch: usize,
+    what: &str,
+) -> Result<Vec<f32>, TestCaseError> {
+    let (rows, elem) = rows_and_elem(layout, shape);
+    let row = shape[3] * elem;
+    let mut dense = Vec::with_capacity(rows * row);
+    for r in 0..rows {
+        dense.extend_from_slice(&buf[r * pitch * elem..][..row]);
+        if r + 1 < rows {
+            let gap = &buf[r * pitch * elem + row..(r + 1) * pitch * elem];
+            if let Some(i) = gap.iter().position(|x| x.to_bits() != SENTINEL) {
+                return Err(TestCaseError::fail(format!(
+                    "{what}: pixel {} after row {r} was written: {:?}",
+                    shape[3] + i / elem,
+                    gap[i]
+                )));
+            }
+        }
+    }
+    Ok(dense)
+}
+
+/// A problem of any algorithm with row pitches wider than its rows by `extra` pixels (the
+/// destination's only without a fused pool, which writes dense rows).
+fn pitched_problem() -> impl Strategy<Value = (ConvProblem, [usize; 2])> {
+    (
+        prop_oneof![
+            2 => conv_problem(),
+            2 => winograd_problem(),
+            1 => fused_conv_problem(),
+        ],
+        (0..=6usize, 0..=6usize),
+    )
+        .prop_map(|(mut p, (src_extra, dst_extra))| {
+            let dst_extra = if p.desc.pool.is_some() { 0 } else { dst_extra };
+            p.desc.pitches = Pitches {
+                src: Some(p.desc.iw + src_extra),
+                dst: (p.desc.pool.is_none()).then(|| p.desc.dst_shape()[3] + dst_extra),
+            };
+            (p, [src_extra, dst_extra])
+        })
+}
+
+impl ConvProblem {
+    /// Runs `p` (this problem's kernel with pitches, or its runtime-width twin at this
+    /// problem's extents) on pitched guard-page buffers whose pixels between rows are NaN on
+    /// the inputs and the sentinel on the destination, on 1, 2 and 3 threads, and returns the
+    /// destination's rows dense.
+    fn run_pitched(&self, p: &Primitive, runtime: bool) -> Result<Vec<f32>, TestCaseError> {
+        let d = &self.desc;
+        let dense = self.buffers();
+        let dst_shape = d.dst_shape();
+        let (src_pitch, dst_pitch) = (d.src_pitch(), d.dst_pitch());
+        let src = guarded(&to_pitched(
+            dense.src.as_slice(),
+            d.src_layout,
+            d.src_shape(),
+            src_pitch,
+            f32::NAN,
+        ));
+        let extra: Vec<GuardedBuffer> = dense
+            .extra
+            .iter()
+            .map(|r| {
+                guarded(&to_pitched(
+                    r.as_slice(),
+                    d.dst_layout,
+                    dst_shape,
+                    dst_pitch,
+                    f32::NAN,
+                ))
+            })
+            .collect();
+        let extra: Vec<&[f32]> = extra.iter().map(|b| b.as_slice()).collect();
+        let extents = runtime.then_some([d.ih, d.iw]);
+        let mut results = Vec::new();
+        for pool in std::iter::once(None).chain(pools().iter().map(Some)) {
+            let mut dst = sentinel_dst(d.dst_layout.pitched_len(dst_shape, dst_pitch));
+            let threads = pool.map_or(1, |p| p.current_num_threads());
+            let mut scratch = dense.scratch(threads);
+            let args = ExecArgs {
+                src: src.as_slice(),
+                weights: dense.weights.as_ref().map(|w| w.as_slice()),
+                dst: dst.as_mut_slice(),
+                extra: &extra,
+                scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
+            };
+            let ran = match (pool, extents) {
+                (Some(pool), e) => p.execute_parallel(args, e, pool),
+                (None, Some(e)) => p.execute_at(args, e),
+                (None, None) => p.execute(args),
+            };
+            ran.map_err(|e| TestCaseError::fail(format!("{}: {e}", p.key())))?;
+            results.push(from_pitched(
+                dst.as_slice(),
+                d.dst_layout,
+                dst_shape,
+                dst_pitch,
+                &p.key().to_string(),
+            )?);
+        }
+        for r in &results[1..] {
+            assert_bit_identical(&results[0], r, &format!("{} on more threads", p.key()))?;
+        }
+        Ok(results.swap_remove(0))
+    }
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// A kernel with row pitches (direct, Winograd, with a fused pool; fixed and runtime
+    /// width) reads and writes only its rows' pixels of guard-page buffers, leaves the pixels
+    /// between rows alone (NaN there would reach the result if read), and computes the dense
+    /// kernel's result bit for bit.
+    #[test]
+    fn conv_pitched_rows_match_dense(
+        (p, extra) in pitched_problem(),
+        runtime in any::<bool>(),
+    ) {
+        let mut dense = p.clone();
+        dense.desc.pitches = Pitches::DENSE;
+        let want = dense.buffers().execute(&*compile(&dense.key())?, None)?;
+        let key = match runtime {
+            true => PrimitiveKey::Conv(p.desc.clone().with_runtime(RuntimeDims { h: false, w: true })),
+            false => p.key(),
+        };
+        let got = p.run_pitched(&*compile(&key)?, runtime)?;
+        assert_bit_identical(&want, &got, &format!("{key} (pitches wider by {extra:?})"))?;
+    }
+}
+
+/// A pitch narrower than its rows is rejected: by the key's validation where the width is
+/// fixed, and by the call's where it is a runtime value.
+#[test]
+fn conv_pitch_narrower_than_rows_is_rejected() {
+    let mut d = ConvDesc::new(1, 4, [5, 9], 4, [3, 3]);
+    d.src_layout = Layout::Nchw4c;
+    d.dst_layout = Layout::Nchw4c;
+    d.pitches = Pitches {
+        src: Some(8),
+        dst: None,
+    };
+    let err = PrimitiveKey::Conv(d.clone()).validate().unwrap_err();
+    assert!(
+        err.reason
+            .contains("row pitch (8) is narrower than its rows (9)"),
+        "{err}"
+    );
+
+    d.pitches = Pitches {
+        src: Some(12),
+        dst: Some(12),
+    };
+    let generic = PrimitiveKey::Conv(d.with_runtime(RuntimeDims { h: false, w: true }));
+    let prim = compile(&generic).expect("a valid runtime key");
+    // At width 14 the rows (14 in, 12 out) pass the source's pitch.
+    let src = vec![0.0; Layout::Nchw4c.pitched_len([1, 4, 5, 14], 12)];
+    let weights = vec![0.0; prim.key().buffers()[1].len];
+    let mut dst = vec![0.0; Layout::Nchw4c.pitched_len([1, 4, 3, 12], 12)];
+    let args = ExecArgs {
+        src: &src,
+        weights: Some(&weights),
+        dst: &mut dst,
+        extra: &[],
+        scratch: None,
+    };
+    match prim.execute_at(args, [5, 14]) {
+        Err(ExecError::Extents { reason, .. }) => {
+            assert!(reason.contains("source's row pitch (12)"), "{reason}")
+        }
+        other => panic!("expected an extents error, got {other:?}"),
+    }
 }

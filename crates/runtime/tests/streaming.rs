@@ -2,8 +2,9 @@
 //! width (narrower than a band too), band, thread count, shape mode and convolution
 //! algorithm; and the streamed layers' whole tensors never exist.
 
-use primjit_codegen::ConvAlgoChoice;
+use primjit_codegen::{ConvAlgoChoice, PrimitiveKey};
 use primjit_ir::{Bindings, Params, Tensor, parse, random_tensor};
+use primjit_runtime::stream::PITCH_ALIGN;
 use primjit_runtime::{
     Budget, CompiledGraph, Engine, EngineConfig, ShapeMode, Streaming, Workspace,
 };
@@ -147,6 +148,29 @@ fn streaming_keeps_the_early_layers_out_of_whole_tensors() {
     );
     assert!(segment.peak_bytes >= segment.window_bytes + segment.whole_bytes);
     assert_eq!(streamed.nodes.len(), whole.nodes.len(), "one run per node");
+    // Kernels read the windows in place: every streamed node after the stem (which reads the
+    // graph's input) takes its source at a window's pitch, and every one whose output stays
+    // in the segment writes at its own; unstreamed nodes run dense.
+    let position = |name: &str| streamed.nodes.iter().position(|n| n.name == name);
+    let (first, last) = (position(&segment.first), position(&segment.last));
+    let last = last.expect("the segment's last node ran");
+    assert!(last >= 2, "{segment}");
+    for (i, node) in streamed.nodes.iter().enumerate() {
+        let PrimitiveKey::Conv(d) = &node.call_key else {
+            panic!("{}: a conv", node.name)
+        };
+        let in_window = first.is_some_and(|f| f < i) && i <= last;
+        assert_eq!(
+            d.pitches.src.is_some(),
+            in_window,
+            "{}: {}",
+            node.name,
+            node.call_key
+        );
+        if node.name == "a1" {
+            assert!(d.pitches.dst.is_some(), "{}: {}", node.name, node.call_key);
+        }
+    }
 }
 
 /// The plan names the streamed nodes, and a run at most four bands wide streams nothing.
@@ -165,12 +189,21 @@ fn the_stream_plan_covers_the_wide_layers() {
     assert!(m.stream_plan(&bind(1024)).expect("plans").is_none());
     let (segment, schedule) = m.stream_plan(&bind(4000)).expect("plans").expect("streams");
     assert!(segment.nodes.len() >= 3, "the stem and the first block");
-    // Every node's calls cover its output once, left to right, from multiples of 4.
+    // Every node's calls cover its output once, left to right, from multiples of 4, and a
+    // windowed output's window, at its pitch, holds each call's columns and those still read.
     for (i, node) in segment.nodes.iter().enumerate() {
+        let pitch = schedule.window_pitch[i];
+        assert_eq!(pitch == 0, segment.whole[i], "{i}: pitch {pitch}");
+        assert_eq!(pitch % PITCH_ALIGN, 0);
+        assert!(pitch >= schedule.window_columns[i]);
         let mut next = 0;
         for c in schedule.calls.iter().filter(|c| c.node == i) {
             assert_eq!(c.x0, next);
             assert_eq!(c.x0 % 4, 0);
+            assert!(c.keep_from <= c.x0);
+            if !segment.whole[i] {
+                assert!(c.x1 - c.keep_from <= pitch, "{i}: {c:?} in rows of {pitch}");
+            }
             next = c.x1;
         }
         assert_eq!(next, node.out_width());

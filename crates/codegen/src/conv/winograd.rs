@@ -34,7 +34,7 @@ use cranelift_codegen::ir::{
 };
 
 use super::apply_post_ops;
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
+use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::ConvDesc;
 use crate::plan::LANES;
 
@@ -572,7 +572,7 @@ fn input_transform(
         let (n, ty, tx) = grid.coords(e, l);
         let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
         let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-        let strides = Blocked::new(e, d.ic, ih, iw);
+        let strides = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw));
         let y0 = e.b.ins().imul_imm_s(ty, TILE as i64);
         let y0 = e.offset(y0, -(d.pads.top as i64));
         let x0 = e.b.ins().imul_imm_s(tx, TILE as i64);
@@ -583,7 +583,7 @@ fn input_transform(
     });
     let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
     let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-    let plane = Blocked::new(e, d.ic, ih, iw).block;
+    let plane = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).block;
     let scratch = e.buffer(scratch_index);
     let v_point = e.mul(stride, plan.icp() as i64 * F32_BYTES);
     let blocks = d.ic.div_ceil(LANES);
@@ -599,7 +599,7 @@ fn input_transform(
                 let [off, y0, x0] = slots.load_info(e, t);
                 let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
                 let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-                let row = Blocked::new(e, d.ic, ih, iw).row;
+                let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
                 let (ih, iw) = (e.value(ih), e.value(iw));
                 let inside = {
                     let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
@@ -887,7 +887,7 @@ fn output_transform(
         let (n, ty, tx) = grid.coords(e, l);
         let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
         let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-        let strides = Blocked::new(e, d.oc, oh, ow);
+        let strides = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow));
         let (oh, ow) = (e.value(oh), e.value(ow));
         let oy0 = e.b.ins().imul_imm_s(ty, TILE as i64);
         let ox0 = e.b.ins().imul_imm_s(tx, TILE as i64);
@@ -902,7 +902,7 @@ fn output_transform(
     });
     let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
     let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-    let plane = Blocked::new(e, d.oc, oh, ow).block;
+    let plane = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).block;
     // The chunk's first channel block, in the destination's planes and in the bias.
     let first_block = e.b.ins().imul_imm_s(chunk, plan.chunk_blocks() as i64);
     let plane_v = e.value(plane);
@@ -974,7 +974,7 @@ fn output_transform(
                 }
                 let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
                 let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-                let row_bytes = Blocked::new(e, d.oc, oh, ow).row;
+                let row_bytes = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
                 let row_bytes = e.value(row_bytes);
                 let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
                     let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
