@@ -1232,147 +1232,126 @@ impl CompiledGraph {
             );
         }
 
-        // Copies in and the destination (when not a window), then the scratch: all go back
-        // after the call, also when it fails.
+        // Buffers of the call's own: copies in, a destination where the output is not written
+        // in place, the scratch. All go back after the call, also when it fails.
         let mut temps: Vec<Buffer> = Vec::new();
-        let result = (|| -> Result<(usize, f64, Option<Buffer>), GraphError> {
+        let result = (|| -> Result<(usize, f64, Option<usize>), GraphError> {
             let windows = &state.windows;
+            let mut take = |temps: &mut Vec<Buffer>, len: usize| -> Result<usize, GraphError> {
+                temps.push(take_buffer(workspace, len)?);
+                Ok(temps.len() - 1)
+            };
             let src_copy = match input_window {
                 Some(_) => None,
-                None => {
-                    let mut src = take_buffer(workspace, specs[0].len)?;
+                None => Some(take(&mut temps, specs[0].len)?),
+            };
+            // Residuals in windows of the destination's pitch are read in place.
+            let res_pitch = call_desc.dst_pitch();
+            let res_window = |r: Value| {
+                window_of(r)
+                    .and_then(|j| windows[j].as_ref())
+                    .filter(|w| w.pitch == res_pitch)
+            };
+            let res_copies = s
+                .residuals
+                .iter()
+                .zip(&specs[3..])
+                .map(|(&r, spec)| match res_window(r) {
+                    Some(_) => Ok(None),
+                    None => take(&mut temps, spec.len).map(Some),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let dst_copy = match &out {
+                Some(_) if dst_pitch.is_some() => None,
+                _ => Some(take(&mut temps, dst_len)?),
+            };
+            let scratch = match call_desc.scratch_len() {
+                0 => None,
+                n => Some(take(&mut temps, n * engine.threads())?),
+            };
+            if let Some(i) = src_copy {
+                self.gather(
+                    state,
+                    s.input,
+                    call.input.begin,
+                    &mut temps[i],
+                    band_iw,
+                    band_iw,
+                    engine,
+                    blocked,
+                    inputs,
+                );
+            }
+            for (&r, copy) in s.residuals.iter().zip(&res_copies) {
+                if let Some(i) = *copy {
                     self.gather(
                         state,
-                        s.input,
-                        call.input.begin,
-                        &mut src,
-                        band_iw,
-                        band_iw,
+                        r,
+                        call.x0,
+                        &mut temps[i],
+                        cols,
+                        res_pitch,
                         engine,
                         blocked,
                         inputs,
                     );
-                    Some(src)
                 }
-            };
-            let src: &[f32] = match (input_window, &src_copy) {
+            }
+            let temp_bytes = temps.iter().map(|b| b.len() * 4).sum::<usize>();
+
+            let mut own: Vec<Option<&mut Buffer>> = temps.iter_mut().map(Some).collect();
+            let mut own = |i: usize| own[i].take().expect("each buffer serves once");
+            let src: &[f32] = match (input_window, src_copy) {
                 (Some(j), _) => windows[j]
                     .as_ref()
                     .expect("a window")
                     .columns(call.input.begin, specs[0].len),
-                (None, Some(copy)) => copy,
+                (None, Some(i)) => own(i),
                 (None, None) => unreachable!("copied above"),
             };
-            // Residuals in windows of the destination's pitch are read in place.
-            let res_pitch = call_desc.dst_pitch();
-            let mut residuals: Vec<Result<&[f32], Buffer>> = Vec::with_capacity(s.residuals.len());
-            for (&r, spec) in s.residuals.iter().zip(&specs[3..]) {
-                match window_of(r).and_then(|j| windows[j].as_ref()) {
-                    Some(w) if w.pitch == res_pitch => {
-                        residuals.push(Ok(w.columns(call.x0, spec.len)))
-                    }
-                    _ => {
-                        let mut res = match take_buffer(workspace, spec.len) {
-                            Ok(b) => b,
-                            Err(e) => {
-                                temps.extend(src_copy);
-                                temps.extend(residuals.into_iter().filter_map(Result::err));
-                                return Err(e);
-                            }
-                        };
-                        self.gather(
-                            state, r, call.x0, &mut res, cols, res_pitch, engine, blocked, inputs,
-                        );
-                        residuals.push(Err(res));
-                    }
-                }
-            }
-            let mut dst_copy = match &out {
-                Some(_) if dst_pitch.is_some() => None,
-                _ => match take_buffer(workspace, dst_len) {
-                    Ok(b) => Some(b),
-                    Err(e) => {
-                        temps.extend(src_copy);
-                        temps.extend(residuals.into_iter().filter_map(Result::err));
-                        return Err(e);
-                    }
-                },
-            };
-            let scratch_len = call_desc.scratch_len();
-            let mut scratch = match scratch_len {
-                0 => None,
-                n => match take_buffer(workspace, n * engine.threads()) {
-                    Ok(b) => Some(b),
-                    Err(e) => {
-                        temps.extend(src_copy);
-                        temps.extend(residuals.into_iter().filter_map(Result::err));
-                        temps.extend(dst_copy);
-                        return Err(e);
-                    }
-                },
-            };
-            let copies: Vec<&Buffer> = src_copy
+            let extra: Vec<&[f32]> = s
+                .residuals
                 .iter()
-                .chain(residuals.iter().filter_map(|r| r.as_ref().err()))
-                .chain(&dst_copy)
-                .chain(&scratch)
-                .collect();
-            let temp_bytes = copies.iter().map(|b| b.len() * 4).sum::<usize>();
-            let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
-                unreachable!("convs are prepared")
-            };
-            let extra: Vec<&[f32]> = residuals
-                .iter()
-                .map(|r| match r {
-                    Ok(slice) => *slice,
-                    Err(buf) => &buf[..],
+                .zip(&specs[3..])
+                .zip(&res_copies)
+                .map(|((&r, spec), copy)| match copy {
+                    Some(i) => &own(*i)[..],
+                    None => res_window(r)
+                        .expect("in a window")
+                        .columns(call.x0, spec.len),
                 })
                 .collect();
-            let dst: &mut [f32] = match (&mut dst_copy, out.as_mut()) {
-                (Some(copy), _) => copy,
+            let dst: &mut [f32] = match (dst_copy, out.as_mut()) {
+                (Some(i), _) => own(i),
                 (None, Some(w)) => w.columns_mut(call.x0, dst_len),
                 (None, None) => unreachable!("a destination is taken above"),
+            };
+            let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
+                unreachable!("convs are prepared")
             };
             let args = ExecArgs {
                 src,
                 weights: Some(packed.as_slice()),
                 dst,
                 extra: &extra,
-                scratch: scratch.as_deref_mut(),
+                scratch: scratch.map(|i| &mut own(i)[..]),
             };
             let start = std::time::Instant::now();
-            let ran = if key.runtime_dims().any() {
-                engine.execute_at(&primitive, args, [ih, band_iw])
+            if key.runtime_dims().any() {
+                engine.execute_at(&primitive, args, [ih, band_iw])?;
             } else {
-                engine.execute(&primitive, args)
-            };
-            let seconds = start.elapsed().as_secs_f64();
-            temps.extend(src_copy);
-            temps.extend(residuals.into_iter().filter_map(Result::err));
-            temps.extend(scratch);
-            if let Err(e) = ran {
-                temps.extend(dst_copy);
-                return Err(e.into());
+                engine.execute(&primitive, args)?;
             }
-            Ok((temp_bytes, seconds, dst_copy))
+            Ok((temp_bytes, start.elapsed().as_secs_f64(), dst_copy))
         })();
-        for t in temps {
-            workspace.give(t);
-        }
-        let (temp_bytes, seconds, dst_copy) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                state.windows[call.node] = out;
-                return Err(e);
-            }
-        };
+        let copied_out = result.as_ref().map(|(_, _, dst_copy)| *dst_copy);
         // A destination of its own goes where the output lives: the whole tensor, or the
         // window (a fused pool's dense rows).
-        if let Some(dst) = dst_copy {
-            let dst_width = dst_pitch.unwrap_or(cols);
+        if let Ok(Some(i)) = copied_out {
+            let (dst, dst_width) = (&temps[i], dst_pitch.unwrap_or(cols));
             match out.as_mut() {
                 Some(w) => stream::copy_columns(
-                    &dst,
+                    dst,
                     dst_width,
                     0,
                     &mut w.buf,
@@ -1388,7 +1367,7 @@ impl CompiledGraph {
                         .as_deref_mut()
                         .expect("whole outputs are taken first");
                     stream::copy_columns(
-                        &dst,
+                        dst,
                         dst_width,
                         0,
                         whole,
@@ -1401,12 +1380,17 @@ impl CompiledGraph {
                     );
                 }
             }
-            workspace.give(dst);
         }
-        if let Some(w) = out.as_mut() {
+        for t in temps {
+            workspace.give(t);
+        }
+        if result.is_ok()
+            && let Some(w) = out.as_mut()
+        {
             w.end = call.x1;
         }
         state.windows[call.node] = out;
+        let (temp_bytes, seconds, _) = result?;
         Ok((
             temp_bytes,
             NodeRun {
