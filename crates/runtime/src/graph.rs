@@ -452,7 +452,7 @@ impl CompiledGraph {
         for buf in blocked.into_iter().flatten() {
             workspace.give(buf);
         }
-        workspace.trim_to_budget(engine.workspace_config().budget);
+        workspace.finish_run(engine.workspace_config().budget);
         // Compiling a kernel allocates and frees megabytes that the C heap would keep: a run
         // that compiled gives those pages back.
         if engine.cache().stats().compiles != compiles {

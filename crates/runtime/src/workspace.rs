@@ -151,9 +151,18 @@ impl DerefMut for Buffer {
 /// its own. One workspace serves one run at a time: give each thread of a server its own.
 #[derive(Debug, Default)]
 pub struct Workspace {
-    free: Vec<Buffer>,
+    free: Vec<FreeBuffer>,
     budget: Option<Budget>,
     stats: WorkspaceStats,
+    /// Runs ended so far ([`Workspace::finish_run`]): the number of the current one.
+    runs: u64,
+}
+
+/// A free buffer and the run that last gave it back.
+#[derive(Debug)]
+struct FreeBuffer {
+    buf: Buffer,
+    run: u64,
 }
 
 impl Workspace {
@@ -191,23 +200,23 @@ impl Workspace {
     pub(crate) fn take_within(&mut self, len: usize, slack: usize) -> io::Result<Buffer> {
         let best = (0..self.free.len())
             .filter(|&i| {
-                let capacity = self.free[i].capacity();
+                let capacity = self.free[i].buf.capacity();
                 capacity >= len && capacity <= len.saturating_mul(slack)
             })
-            .min_by_key(|&i| self.free[i].capacity());
+            .min_by_key(|&i| self.free[i].buf.capacity());
         let mut buf = match best {
-            Some(i) => self.free.swap_remove(i),
+            Some(i) => self.free.swap_remove(i).buf,
             None => {
                 // None fits: replace the largest free buffer that is too small rather than
                 // keep it and add another, so that the workspace holds at most as many buffers
                 // as a run has live at once, each as large as its largest use. (A buffer too
                 // large for this request stays for the larger ones it serves.)
                 if let Some(i) = (0..self.free.len())
-                    .filter(|&i| self.free[i].capacity() < len)
-                    .max_by_key(|&i| self.free[i].capacity())
+                    .filter(|&i| self.free[i].buf.capacity() < len)
+                    .max_by_key(|&i| self.free[i].buf.capacity())
                 {
                     let old = self.free.swap_remove(i);
-                    self.release(old);
+                    self.release(old.buf);
                 }
                 let buf = Buffer::new(len)?;
                 self.stats.bytes += buf.bytes();
@@ -223,7 +232,10 @@ impl Workspace {
     }
 
     pub(crate) fn give(&mut self, buf: Buffer) {
-        self.free.push(buf);
+        self.free.push(FreeBuffer {
+            buf,
+            run: self.runs,
+        });
     }
 
     /// Drops `buf`, returning its memory.
@@ -237,6 +249,56 @@ impl Workspace {
         self.trim(self.budget.unwrap_or(engine_budget));
     }
 
+    /// Ends a run: the buffers it did not use go back to the system first (largest first),
+    /// then, if the rest still pass the budget, the pages of each beyond what the run used of
+    /// it, then [`Self::trim_to_budget`] shrinks them all alike.
+    ///
+    /// Why: after a wide run, shrinking every buffer alike left a narrow one with buffers of
+    /// sizes it did not need beside some it did; each narrow run then mapped one buffer again
+    /// and the trim shrank it once more (the workload's W=200 calls mapped 2 MB a call under
+    /// the 8 MiB budget while needing 6.6 MB). Dropping what a run left idle keeps the buffers
+    /// of the run just done, which the next similar run takes as they are.
+    pub(crate) fn finish_run(&mut self, engine_budget: Budget) {
+        if let Budget::Bytes(limit) = self.budget.unwrap_or(engine_budget) {
+            let mut total: usize = self.free.iter().map(|f| f.buf.bytes()).sum();
+            let runs = self.runs;
+            let mut idle: Vec<usize> = (0..self.free.len())
+                .filter(|&i| self.free[i].run < runs)
+                .collect();
+            idle.sort_by_key(|&i| std::cmp::Reverse(self.free[i].buf.bytes()));
+            let mut dropped = Vec::new();
+            for i in idle {
+                if total <= limit {
+                    break;
+                }
+                total -= self.free[i].buf.bytes();
+                dropped.push(i);
+            }
+            dropped.sort_unstable_by(|a, b| b.cmp(a));
+            for i in dropped {
+                let old = self.free.swap_remove(i);
+                self.release(old.buf);
+            }
+            // Still over: the run's buffers give up what it did not use of them (a narrow run
+            // takes the larger buffers a wide one left).
+            if total > limit {
+                let page = crate::exec::page_size();
+                for f in &mut self.free {
+                    let before = f.buf.bytes();
+                    if let Buffer::Mapped { map, len } = &mut f.buf {
+                        let used = (*len * 4).div_ceil(page).max(1) * page;
+                        if used < before && crate::exec::shrink_mapping(map, used).is_ok() {
+                            self.stats.bytes -= before - used;
+                            self.stats.returned_bytes += (before - used) as u64;
+                        }
+                    }
+                }
+            }
+        }
+        self.trim_to_budget(engine_budget);
+        self.runs += 1;
+    }
+
     /// Keeps at most `budget` bytes of free buffers and returns the rest. Every mapped buffer
     /// is shrunk by the same factor (page-rounded down; its first pages stay as they are),
     /// heap buffers (below the mapping threshold) are dropped: a network's activations scale
@@ -247,13 +309,13 @@ impl Workspace {
             Budget::Unlimited => return,
             Budget::Bytes(b) => b,
         };
-        let total: usize = self.free.iter().map(Buffer::bytes).sum();
+        let total: usize = self.free.iter().map(|f| f.buf.bytes()).sum();
         if total <= limit {
             return;
         }
         let page = crate::exec::page_size();
         let mut keep = Vec::with_capacity(self.free.len());
-        for mut buf in std::mem::take(&mut self.free) {
+        for FreeBuffer { mut buf, run } in std::mem::take(&mut self.free) {
             let before = buf.bytes();
             let share = (before as u128 * limit as u128 / total as u128) as usize / page * page;
             let shrunk = match &mut buf {
@@ -267,7 +329,7 @@ impl Workspace {
             if shrunk {
                 self.stats.bytes -= before - buf.bytes();
                 self.stats.returned_bytes += (before - buf.bytes()) as u64;
-                keep.push(buf);
+                keep.push(FreeBuffer { buf, run });
             } else {
                 self.release(buf);
             }
@@ -332,6 +394,39 @@ mod tests {
         ws.give(large);
     }
 
+    /// A run's buffers outlast the ones it left idle: after a wide run has been shrunk to the
+    /// budget, a narrow run that needs a larger buffer than the shrunk ones maps it once, and
+    /// the narrow runs after it map and return nothing (shrinking every buffer alike would
+    /// shrink the narrow run's buffer again after each run).
+    #[test]
+    fn finishing_a_run_drops_its_idle_buffers_first() {
+        let page = crate::exec::page_size();
+        let budget = Budget::Bytes(40 * page);
+        let mut ws = Workspace::with_budget(budget);
+        let wide: Vec<Buffer> = (0..3).map(|_| ws.take(64 * page / 4).unwrap()).collect();
+        for b in wide {
+            ws.give(b);
+        }
+        ws.finish_run(Budget::Unlimited);
+        assert!(ws.stats().bytes <= 40 * page);
+        let narrow = |ws: &mut Workspace| {
+            let b = ws.take(30 * page / 4).unwrap();
+            ws.give(b);
+            ws.finish_run(Budget::Unlimited);
+        };
+        narrow(&mut ws);
+        let settled = ws.stats();
+        assert_eq!(
+            settled.bytes,
+            30 * page,
+            "the wide run's buffers went first"
+        );
+        for _ in 0..3 {
+            narrow(&mut ws);
+        }
+        assert_eq!(ws.stats(), settled);
+    }
+
     /// After a trim, the free buffers fit the budget: each mapped buffer shrunk by the same
     /// factor, keeping its first floats; what was given up counts as returned, and the peak
     /// stays. Budget 0 returns everything.
@@ -355,7 +450,7 @@ mod tests {
         assert_eq!(ws.stats().bytes, total);
         // 50/112 of each, page-rounded down: 28, 14 and 7 pages.
         ws.trim(Budget::Bytes(50 * page));
-        let mut kept: Vec<usize> = ws.free.iter().map(Buffer::bytes).collect();
+        let mut kept: Vec<usize> = ws.free.iter().map(|f| f.buf.bytes()).collect();
         kept.sort_unstable();
         assert_eq!(kept, [7 * page, 14 * page, 28 * page]);
         assert_eq!(ws.stats().bytes, 49 * page);
