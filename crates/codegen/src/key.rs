@@ -575,7 +575,7 @@ pub enum PrimitiveKey {
 /// does not fit in the padded input or (pooling) covers only padding, average pooling with
 /// dilations, a stride, dilation or pad over [`MAX_STEP`], a tensor of more than
 /// `MAX_TENSOR_ELEMENTS` elements, clip bounds with
-/// `lo > hi` or NaN. `key` is the key's one-liner, `reason` what is wrong; fix that field.
+/// `lo > hi` or NaN, a row pitch narrower than its rows or on a fused pool's destination. `key` is the key's one-liner, `reason` what is wrong; fix that field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid primitive {key}: {reason}")]
 pub struct KeyError {
