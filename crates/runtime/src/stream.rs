@@ -29,9 +29,9 @@
 use std::fmt;
 
 use primjit_codegen::{ConvDesc, Layout, PrimitiveKey};
+use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
 
 use crate::engine::Engine;
-use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
 
 /// Every call's first output column is a multiple of this, in every node's own columns:
 /// the width of a Winograd F(4x4, 3x3) tile.
@@ -66,10 +66,10 @@ impl Streaming {
     /// and tiles to keep the threads busy (ARCHITECTURE.md, "Width-streamed execution").
     pub const DEFAULT_BAND: usize = 64;
 
-    /// 32 MiB: streaming costs each call copies of its bands' columns (6-8% of a wide call of
-    /// the trunk on 2 threads), worth paying only where whole tensors would be large. On the
-    /// workload, the calls wider than 3,260 columns stream: 8 of the first 100, 55% of the
-    /// time.
+    /// 32 MiB: streaming costs a call more, smaller kernel calls and its halos' slides (2-5%
+    /// of a wide call of the trunk on 2 threads), worth paying only where whole tensors would
+    /// be large. On the workload, the calls wider than 3,260 columns stream: 8 of the first
+    /// 100, 55% of the time.
     pub const DEFAULT_ABOVE: usize = 32 << 20;
 
     /// Streaming with the default band, for runs whose whole tensors would pass

@@ -256,7 +256,7 @@ impl Workspace {
     /// Why: after a wide run, shrinking every buffer alike left a narrow one with buffers of
     /// sizes it did not need beside some it did; each narrow run then mapped one buffer again
     /// and the trim shrank it once more (the workload's W=200 calls mapped 2 MB a call under
-    /// the 8 MiB budget while needing 6.6 MB). Dropping what a run left idle keeps the buffers
+    /// the 8 MiB budget while needing 6.2 MB). Dropping what a run left idle keeps the buffers
     /// of the run just done, which the next similar run takes as they are.
     pub(crate) fn finish_run(&mut self, engine_budget: Budget) {
         if let Budget::Bytes(limit) = self.budget.unwrap_or(engine_budget) {
