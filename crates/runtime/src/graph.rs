@@ -1087,22 +1087,18 @@ impl CompiledGraph {
             calls: schedule.calls.len(),
             ..SegmentRun::default()
         };
-        let shape4 = |v: Value| -> [usize; 4] {
-            let s = shapes.concrete(v).expect("bound");
-            [s[0], s[1], s[2], s[3]]
-        };
-        for (s, &whole) in segment.nodes.iter().zip(&segment.whole) {
-            if whole {
-                let len = Layout::Nchw4c.buffer_len(shape4(s.output));
-                blocked[s.output.index()] = Some(take_buffer(workspace, len)?);
-                run.whole_bytes += len * 4;
-            }
-        }
         let mut state = SegmentState {
             segment,
             shapes,
             windows: Vec::with_capacity(segment.nodes.len()),
         };
+        for (s, &whole) in segment.nodes.iter().zip(&segment.whole) {
+            if whole {
+                let len = Layout::Nchw4c.buffer_len(state.shape4(s.output));
+                blocked[s.output.index()] = Some(take_buffer(workspace, len)?);
+                run.whole_bytes += len * 4;
+            }
+        }
         let mut result = Ok(());
         for (i, s) in segment.nodes.iter().enumerate() {
             let pitch = schedule.window_pitch[i];
@@ -1110,7 +1106,7 @@ impl CompiledGraph {
                 state.windows.push(None);
                 continue;
             }
-            let (rows, _) = stream::rows_and_elem(Layout::Nchw4c, shape4(s.output));
+            let (rows, _) = stream::rows_and_elem(Layout::Nchw4c, state.shape4(s.output));
             match take_buffer(workspace, rows * pitch * 4) {
                 Ok(buf) => {
                     run.window_bytes += buf.len() * 4;
@@ -1195,20 +1191,20 @@ impl CompiledGraph {
         let PrimitiveKey::Conv(desc) = &mut key else {
             unreachable!("segments hold convolutions")
         };
+        let pitch_of = |j: usize| state.windows[j].as_ref().map(|w| w.pitch);
         // A fused pool writes dense rows; any other conv writes at its window's pitch, or, for
         // a whole output, at its residuals' (which it reads at its destination's pitch).
-        let out_window = state.windows[call.node].is_some();
-        let dst_pitch = match (desc.pool.is_some(), out_window) {
-            (true, _) => None,
-            (false, true) => state.windows[call.node].as_ref().map(|w| w.pitch),
-            (false, false) => s
-                .residuals
-                .iter()
-                .find_map(|&r| window_of(r))
-                .and_then(|j| state.windows[j].as_ref().map(|w| w.pitch)),
+        let dst_pitch = match desc.pool {
+            Some(_) => None,
+            None => pitch_of(call.node).or_else(|| {
+                s.residuals
+                    .iter()
+                    .find_map(|&r| window_of(r))
+                    .and_then(pitch_of)
+            }),
         };
         desc.pitches = Pitches {
-            src: input_window.and_then(|j| state.windows[j].as_ref().map(|w| w.pitch)),
+            src: input_window.and_then(pitch_of),
             dst: dst_pitch,
         };
         let primitive = engine.compile(&key)?;
@@ -1420,7 +1416,7 @@ impl CompiledGraph {
     ) {
         let shape = state.shape4(v);
         let layout = layout_of(&self.graph, v);
-        let (_, elem) = stream::rows_and_elem(layout, shape);
+        let (rows, elem) = stream::rows_and_elem(layout, shape);
         // The source as (first column, its data, row width).
         let index = state.segment.nodes.iter().position(|s| s.output == v);
         let (x0, data, width): (usize, &[f32], usize) =
@@ -1449,16 +1445,11 @@ impl CompiledGraph {
             pitch,
             0,
             cols,
-            shape_rows(layout, shape),
+            rows,
             elem,
             engine,
         );
     }
-}
-
-/// Rows of a `layout` tensor of `shape`, as [`stream::copy_columns`] counts them.
-fn shape_rows(layout: Layout, shape: [usize; 4]) -> usize {
-    stream::rows_and_elem(layout, shape).0
 }
 
 /// What a streamed segment holds between its calls: each windowed value's window.

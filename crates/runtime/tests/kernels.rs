@@ -69,6 +69,7 @@ use primjit_codegen::{
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
 use primjit_runtime::layout::{to_blocked, to_nchw};
+use primjit_runtime::stream::rows_and_elem;
 use primjit_runtime::{Engine, EngineConfig, ExecArgs, ExecError, Primitive, RuntimeError};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -2377,14 +2378,6 @@ fn fma_peak_execute_runs_one_trip() {
 // ---------------------------------------------------------------------------------------------
 // Row pitches: kernels on windows of wider buffers.
 // ---------------------------------------------------------------------------------------------
-
-/// Floats per pixel and rows of a `layout` tensor of `shape`.
-fn rows_and_elem(layout: Layout, [n, c, h, _]: [usize; 4]) -> (usize, usize) {
-    match layout {
-        Layout::Nchw => (n * c * h, 1),
-        Layout::Nchw4c => (n * c.div_ceil(4) * h, 4),
-    }
-}
 
 /// A dense `layout` buffer of `shape` laid out with rows `pitch` pixels apart, the pixels
 /// between them `fill`, ending where its last row does ([`Layout::pitched_len`]).
