@@ -37,9 +37,10 @@ pub struct WorkspaceConfig {
 
 impl WorkspaceConfig {
     /// 8 MiB: the smallest budget whose latency on the benchmark workload stayed within 2% of
-    /// an unlimited workspace (README.md, "Activation memory"). After a wide call, `trim`
-    /// shrinks its buffers to what a call about 600 columns wide needs (the workload's median
-    /// width is 232), which the narrower calls then reuse.
+    /// an unlimited workspace (README.md, "Activation memory"). It holds the buffers of the
+    /// trunk's calls up to about 300 columns wide (59 of the workload's first 100 calls; its
+    /// median width is 232); after a wider call, the buffers kept take the sizes of the latest
+    /// call that fit, which the narrower calls then reuse as they are.
     pub const DEFAULT_BUDGET: Budget = Budget::Bytes(8 << 20);
 
     /// Reads `PRIMJIT_WORKSPACE_BUDGET` (`64MiB`, `512KiB`, a number of bytes, `0`, `unlimited`),
@@ -82,17 +83,27 @@ pub struct WorkspaceStats {
 
 /// One activation buffer: `len` floats, in a mapping of its own or on the heap.
 #[derive(Debug)]
-pub(crate) enum Buffer {
+pub(crate) struct Buffer {
+    memory: Memory,
+    len: usize,
+    /// The most floats it has held since the workspace last took stock (the end of a run):
+    /// what the run needed of it, whatever it held last.
+    high_water: usize,
+}
+
+#[derive(Debug)]
+enum Memory {
+    /// A vector of the buffer's capacity.
     Heap(Vec<f32>),
-    Mapped { map: MmapMut, len: usize },
+    Mapped(MmapMut),
 }
 
 impl Buffer {
     /// Bytes this buffer holds (its capacity).
     fn bytes(&self) -> usize {
-        match self {
-            Buffer::Heap(v) => v.capacity() * 4,
-            Buffer::Mapped { map, .. } => map.len(),
+        match &self.memory {
+            Memory::Heap(v) => v.len() * 4,
+            Memory::Mapped(map) => map.len(),
         }
     }
 
@@ -101,24 +112,53 @@ impl Buffer {
         self.bytes() / 4
     }
 
+    /// Bytes of the most it held since the last stock-taking, in the units it can shrink by:
+    /// whole pages for a mapping, its capacity for a heap vector.
+    fn high_water_bytes(&self) -> usize {
+        match &self.memory {
+            Memory::Heap(_) => self.bytes(),
+            Memory::Mapped(_) => {
+                let page = crate::exec::page_size();
+                (self.high_water * 4).div_ceil(page).max(1) * page
+            }
+        }
+    }
+
     /// A zeroed buffer of `len` floats.
     fn new(len: usize) -> io::Result<Buffer> {
         let bytes = len * 4;
-        if bytes < MAP_THRESHOLD_BYTES {
-            return Ok(Buffer::Heap(vec![0.0; len]));
-        }
-        let page = crate::exec::page_size();
-        let map = MmapMut::map_anon(bytes.div_ceil(page) * page)?;
-        Ok(Buffer::Mapped { map, len })
+        let memory = if bytes < MAP_THRESHOLD_BYTES {
+            Memory::Heap(vec![0.0; len])
+        } else {
+            let page = crate::exec::page_size();
+            Memory::Mapped(MmapMut::map_anon(bytes.div_ceil(page) * page)?)
+        };
+        Ok(Buffer {
+            memory,
+            len,
+            high_water: len,
+        })
     }
 
     /// Sets the length (at most the capacity); contents are unspecified.
     fn set_len(&mut self, new_len: usize) {
         debug_assert!(new_len <= self.capacity());
-        match self {
-            Buffer::Heap(v) => v.resize(new_len, 0.0),
-            Buffer::Mapped { len, .. } => *len = new_len,
+        self.len = new_len;
+        self.high_water = self.high_water.max(new_len);
+    }
+
+    /// Shrinks a mapped buffer to its first `bytes` (a positive multiple of the page size, at
+    /// most its length), returning the rest of its pages; false if it is on the heap or the
+    /// system refused. The first floats keep their contents and their pages.
+    fn shrink_to(&mut self, bytes: usize) -> bool {
+        let Memory::Mapped(map) = &mut self.memory else {
+            return false;
+        };
+        if crate::exec::shrink_mapping(map, bytes).is_err() {
+            return false;
         }
+        self.len = self.len.min(bytes / 4);
+        true
     }
 }
 
@@ -126,20 +166,20 @@ impl Deref for Buffer {
     type Target = [f32];
 
     fn deref(&self) -> &[f32] {
-        match self {
-            Buffer::Heap(v) => v,
+        match &self.memory {
+            Memory::Heap(v) => &v[..self.len],
             // A mapping starts at a page boundary and spans whole pages, so its bytes are
             // f32-aligned and a multiple of 4 long: the cast cannot fail.
-            Buffer::Mapped { map, len } => &bytemuck::cast_slice::<u8, f32>(map)[..*len],
+            Memory::Mapped(map) => &bytemuck::cast_slice::<u8, f32>(map)[..self.len],
         }
     }
 }
 
 impl DerefMut for Buffer {
     fn deref_mut(&mut self) -> &mut [f32] {
-        match self {
-            Buffer::Heap(v) => v,
-            Buffer::Mapped { map, len } => &mut bytemuck::cast_slice_mut::<u8, f32>(map)[..*len],
+        match &mut self.memory {
+            Memory::Heap(v) => &mut v[..self.len],
+            Memory::Mapped(map) => &mut bytemuck::cast_slice_mut::<u8, f32>(map)[..self.len],
         }
     }
 }
@@ -156,6 +196,9 @@ pub struct Workspace {
     stats: WorkspaceStats,
     /// Runs ended so far ([`Workspace::finish_run`]): the number of the current one.
     runs: u64,
+    /// The bytes of each buffer the latest run within the budget needed, largest first: after
+    /// a run beyond the budget, the buffers kept take these sizes ([`Workspace::fit`]).
+    resident: Vec<usize>,
 }
 
 /// A free buffer and the run that last gave it back.
@@ -244,66 +287,91 @@ impl Workspace {
         self.stats.returned_bytes += buf.bytes() as u64;
     }
 
-    /// [`Self::trim`] to the workspace's own budget, else to `engine_budget`.
+    /// [`Self::fit`] to the workspace's own budget, else to `engine_budget`.
     pub(crate) fn trim_to_budget(&mut self, engine_budget: Budget) {
-        self.trim(self.budget.unwrap_or(engine_budget));
+        if let Budget::Bytes(limit) = self.budget.unwrap_or(engine_budget) {
+            self.fit(limit);
+        }
     }
 
-    /// Ends a run: the buffers it did not use go back to the system first (largest first),
-    /// then, if the rest still pass the budget, the pages of each beyond what the run used of
-    /// it, then [`Self::trim_to_budget`] shrinks them all alike.
+    /// Ends a run: if the buffers it used fit in the budget, their sizes become the ones the
+    /// workspace keeps; then [`Self::fit`] keeps at most the budget.
     ///
-    /// Why: after a wide run, shrinking every buffer alike left a narrow one with buffers of
-    /// sizes it did not need beside some it did; each narrow run then mapped one buffer again
-    /// and the trim shrank it once more (the workload's W=200 calls mapped 2 MB a call under
-    /// the 8 MiB budget while needing 6.2 MB). Dropping what a run left idle keeps the buffers
-    /// of the run just done, which the next similar run takes as they are.
+    /// Why: the runs of a server's workload differ in width, and a run beyond the budget (a
+    /// wide one, or a streamed one with its many band buffers) leaves buffers of the wrong
+    /// sizes for the narrow runs that make up most of the calls. Shrunk all alike, they left
+    /// a narrow run one or more buffers short, which it mapped again and faulted in page by
+    /// page: the workload's W=200 calls faulted 2-4 MB in after each wide call, 2-3% of their
+    /// time. Shaped after the latest run that fit, from pages the wide run had touched, they
+    /// serve the next narrow run as they are.
     pub(crate) fn finish_run(&mut self, engine_budget: Budget) {
         if let Budget::Bytes(limit) = self.budget.unwrap_or(engine_budget) {
-            let mut total: usize = self.free.iter().map(|f| f.buf.bytes()).sum();
             let runs = self.runs;
-            let mut idle: Vec<usize> = (0..self.free.len())
-                .filter(|&i| self.free[i].run < runs)
+            let mut used: Vec<usize> = self
+                .free
+                .iter()
+                .filter(|f| f.run == runs)
+                .map(|f| f.buf.high_water_bytes())
                 .collect();
-            idle.sort_by_key(|&i| std::cmp::Reverse(self.free[i].buf.bytes()));
-            let mut dropped = Vec::new();
-            for i in idle {
-                if total <= limit {
-                    break;
-                }
-                total -= self.free[i].buf.bytes();
-                dropped.push(i);
+            if !used.is_empty() && used.iter().sum::<usize>() <= limit {
+                used.sort_unstable_by(|a, b| b.cmp(a));
+                self.resident = used;
             }
-            dropped.sort_unstable_by(|a, b| b.cmp(a));
-            for i in dropped {
-                let old = self.free.swap_remove(i);
-                self.release(old.buf);
-            }
-            // Still over: the run's buffers give up what it did not use of them (a narrow run
-            // takes the larger buffers a wide one left).
-            if total > limit {
-                let page = crate::exec::page_size();
-                for f in &mut self.free {
-                    let before = f.buf.bytes();
-                    if let Buffer::Mapped { map, len } = &mut f.buf {
-                        let used = (*len * 4).div_ceil(page).max(1) * page;
-                        if used < before && crate::exec::shrink_mapping(map, used).is_ok() {
-                            self.stats.bytes -= before - used;
-                            self.stats.returned_bytes += (before - used) as u64;
-                        }
-                    }
-                }
-            }
+            self.fit(limit);
         }
-        self.trim_to_budget(engine_budget);
+        for f in &mut self.free {
+            f.buf.high_water = 0;
+        }
         self.runs += 1;
     }
 
-    /// Keeps at most `budget` bytes of free buffers and returns the rest. Every mapped buffer
-    /// is shrunk by the same factor (page-rounded down; its first pages stay as they are),
-    /// heap buffers (below the mapping threshold) are dropped: a network's activations scale
-    /// together with its input's width, so the workspace keeps what a narrower run needs,
-    /// rather than the few whole buffers of a wide run that a narrow one could not use.
+    /// Keeps at most `limit` bytes of free buffers: buffers of the sizes of the latest run
+    /// within the budget ([`Self::finish_run`]), each scaled alike to fill the budget so that
+    /// slightly wider runs fit too, cut from the free buffers that are at least as large (the
+    /// smallest for the largest size first; cutting keeps a buffer's first pages, which the run
+    /// that used it last has faulted in) or, where none is, the largest smaller one. The rest
+    /// goes back to the system. Before any run fits, or if the sizes kept still pass the
+    /// budget, [`Self::trim`] shrinks every buffer alike.
+    fn fit(&mut self, limit: usize) {
+        let total: usize = self.free.iter().map(|f| f.buf.bytes()).sum();
+        if total <= limit {
+            return;
+        }
+        if !self.resident.is_empty() {
+            let page = crate::exec::page_size();
+            let resident_total: usize = self.resident.iter().sum();
+            let mut candidates = std::mem::take(&mut self.free);
+            candidates.sort_by_key(|f| f.buf.bytes());
+            let mut kept = Vec::with_capacity(self.resident.len());
+            for &size in &self.resident {
+                if candidates.is_empty() {
+                    break;
+                }
+                let scaled = (size as u128 * limit as u128 / resident_total as u128) as usize;
+                let target = (scaled / page * page).max(size);
+                let at_least = candidates.partition_point(|f| f.buf.bytes() < target);
+                let mut f = candidates.remove(at_least.min(candidates.len() - 1));
+                let before = f.buf.bytes();
+                let cut = target.div_ceil(page) * page;
+                if before > cut && f.buf.shrink_to(cut) {
+                    self.stats.bytes -= before - cut;
+                    self.stats.returned_bytes += (before - cut) as u64;
+                }
+                kept.push(f);
+            }
+            for f in candidates {
+                self.release(f.buf);
+            }
+            self.free = kept;
+        }
+        self.trim(Budget::Bytes(limit));
+    }
+
+    /// Keeps at most `budget` bytes of free buffers and returns the rest, with no run to shape
+    /// them after ([`Self::fit`]'s fallback): every mapped buffer is shrunk by the same factor
+    /// (page-rounded down; its first pages stay as they are), heap buffers (below the mapping
+    /// threshold) are dropped. A network's activations scale together with its input's width,
+    /// so this keeps roughly what a narrower run needs.
     pub(crate) fn trim(&mut self, budget: Budget) {
         let limit = match budget {
             Budget::Unlimited => return,
@@ -318,15 +386,7 @@ impl Workspace {
         for FreeBuffer { mut buf, run } in std::mem::take(&mut self.free) {
             let before = buf.bytes();
             let share = (before as u128 * limit as u128 / total as u128) as usize / page * page;
-            let shrunk = match &mut buf {
-                Buffer::Mapped { map, len } if share > 0 => {
-                    let ok = crate::exec::shrink_mapping(map, share).is_ok();
-                    *len = 0;
-                    ok
-                }
-                _ => false,
-            };
-            if shrunk {
+            if share > 0 && buf.shrink_to(share) {
                 self.stats.bytes -= before - buf.bytes();
                 self.stats.returned_bytes += (before - buf.bytes()) as u64;
                 keep.push(FreeBuffer { buf, run });
@@ -375,8 +435,8 @@ mod tests {
         let large_len = MAP_THRESHOLD_BYTES / 4 + 3;
         let mut small = ws.take(small_len).unwrap();
         let mut large = ws.take(large_len).unwrap();
-        assert!(matches!(small, Buffer::Heap(_)));
-        assert!(matches!(large, Buffer::Mapped { .. }));
+        assert!(matches!(small.memory, Memory::Heap(_)));
+        assert!(matches!(large.memory, Memory::Mapped(_)));
         assert_eq!((small.len(), large.len()), (small_len, large_len));
         assert!(large.iter().all(|&x| x == 0.0));
         for (i, x) in large.iter_mut().enumerate() {
@@ -394,12 +454,11 @@ mod tests {
         ws.give(large);
     }
 
-    /// A run's buffers outlast the ones it left idle: after a wide run has been shrunk to the
-    /// budget, a narrow run that needs a larger buffer than the shrunk ones maps it once, and
-    /// the narrow runs after it map and return nothing (shrinking every buffer alike would
-    /// shrink the narrow run's buffer again after each run).
+    /// Before any run fits in the budget, a wide run's buffers are shrunk alike; the first
+    /// narrow run after it maps the buffer it lacks once, and from then on its own buffers are
+    /// the ones kept: the narrow runs after it map and return nothing.
     #[test]
-    fn finishing_a_run_drops_its_idle_buffers_first() {
+    fn narrow_runs_after_a_wide_one_map_once() {
         let page = crate::exec::page_size();
         let budget = Budget::Bytes(40 * page);
         let mut ws = Workspace::with_budget(budget);
@@ -425,6 +484,50 @@ mod tests {
             narrow(&mut ws);
         }
         assert_eq!(ws.stats(), settled);
+    }
+
+    /// After a run beyond the budget, the buffers kept have the sizes of the latest run within
+    /// it, scaled to fill the budget: a wide run of many small buffers (a streamed one's bands)
+    /// leaves the narrow runs after it the few large buffers they need, so they map nothing.
+    /// (Shrunk alike to the budget, the eight bands would leave eight buffers of 5 pages, and
+    /// every narrow run would map its 20 pages again.)
+    #[test]
+    fn buffers_kept_after_a_wide_run_have_the_sizes_of_the_last_run_that_fit() {
+        let page = crate::exec::page_size();
+        let floats = |pages: usize| pages * page / 4;
+        let mut ws = Workspace::with_budget(Budget::Bytes(40 * page));
+        let narrow = |ws: &mut Workspace| {
+            let a = ws.take(floats(20)).unwrap();
+            let b = ws.take(floats(10)).unwrap();
+            ws.give(a);
+            ws.give(b);
+            ws.finish_run(Budget::Unlimited);
+        };
+        narrow(&mut ws);
+        let before = ws.stats();
+        for _ in 0..3 {
+            let bands: Vec<Buffer> = (0..8).map(|_| ws.take(floats(20)).unwrap()).collect();
+            for b in bands {
+                ws.give(b);
+            }
+            ws.finish_run(Budget::Unlimited);
+            // 20 and 10 pages scaled by 40/30 are 26 and 13: no band reaches 26 pages, so the
+            // largest smaller one stays whole, and another is cut to 13.
+            let mut kept: Vec<usize> = ws.free.iter().map(|f| f.buf.bytes() / page).collect();
+            kept.sort_unstable();
+            assert_eq!(kept, [13, 20]);
+            let allocations = ws.stats().allocations;
+            for _ in 0..3 {
+                narrow(&mut ws);
+            }
+            assert_eq!(
+                ws.stats().allocations,
+                allocations,
+                "narrow runs map nothing"
+            );
+            assert!(ws.stats().bytes <= 40 * page);
+        }
+        assert!(ws.stats().allocations > before.allocations);
     }
 
     /// After a trim, the free buffers fit the budget: each mapped buffer shrunk by the same
