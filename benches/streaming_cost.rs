@@ -1,0 +1,197 @@
+//! What streaming and the workspace budget cost on the workload, call by call, in one process.
+//!
+//! A shared machine's speed moves by 10-25% from one minute to the next, more than the few
+//! percent this measures, so comparing two `bench` processes says little. Here one process
+//! runs each of the workload's widths twice back to back, on the trunk with `dynamic` keys:
+//! once as configured (streaming on, the default workspace budget) and once as the reference
+//! (streaming off, an unlimited workspace), the order alternating from call to call, after a
+//! warm pass that compiles every primitive. It prints the median of the per-call time ratios,
+//! over all calls and over the streamed ones, the two configurations' mean and p50 and their
+//! ratios, and the minor page faults each took.
+//!
+//! ```text
+//! cargo bench -p primjit-cli --bench streaming_cost -- [--n 100] [--threads 2] [--passes 2]
+//!     [--workspace-budget 8MiB] [--reference-streaming off|on]
+//! ```
+//!
+//! `--reference-streaming on` keeps streaming in the reference, so that only the workspace
+//! budget differs.
+
+use std::time::Instant;
+
+use clap::Parser;
+use primjit::{Budget, CompiledGraph, Engine, EngineConfig, Params, ShapeMode, Streaming};
+use primjit::{Tensor, Workspace};
+
+const TRUNK: &str = include_str!("../ir/resnet34_trunk.ir");
+const WIDTHS: &str = include_str!("data/widths.txt");
+
+#[derive(Parser)]
+struct Args {
+    /// The workload's first N widths
+    #[arg(long, default_value_t = 100)]
+    n: usize,
+    /// Threads per primitive (0: all cores)
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Timed passes over the widths, after the warm one
+    #[arg(long, default_value_t = 2)]
+    passes: usize,
+    /// The configured run's workspace budget (default: the engine's)
+    #[arg(long, value_parser = Budget::parse)]
+    workspace_budget: Option<Budget>,
+    /// Streaming in the reference run (its workspace is unlimited)
+    #[arg(long, value_parser = ["off", "on"], default_value = "off")]
+    reference_streaming: String,
+    /// A line per call
+    #[arg(long)]
+    verbose: bool,
+    /// `cargo bench` passes `--bench`
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// One configuration: a model, its workspace, its times and page faults.
+struct Side {
+    model: CompiledGraph,
+    workspace: Workspace,
+    seconds: Vec<f64>,
+    faults: u64,
+}
+
+impl Side {
+    /// Runs the trunk on `x`: its time, and whether it streamed.
+    fn run(&mut self, engine: &Engine, x: &Tensor, timed: bool) -> (f64, bool) {
+        let faults = minor_faults();
+        let start = Instant::now();
+        let (_, stats) = self
+            .model
+            .run(engine, &[("x", x)], &mut self.workspace)
+            .expect("the trunk runs");
+        let seconds = start.elapsed().as_secs_f64();
+        if timed {
+            self.seconds.push(seconds);
+            self.faults += minor_faults() - faults;
+        }
+        (seconds, !stats.segments.is_empty())
+    }
+}
+
+/// The process's minor page faults so far (`/proc/self/stat`, field 10), 0 where unreadable.
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) may hold spaces; the fields after it are plain.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+fn main() {
+    let args = Args::parse();
+    let widths: Vec<usize> = WIDTHS
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .take(args.n)
+        .collect();
+    let graph = primjit::ir::parse(TRUNK).expect("the trunk parses");
+    let params = Params::random(&graph, 0);
+    let mut config = EngineConfig::from_env().expect("PRIMJIT_* variables");
+    config.threads = args.threads;
+    let engine = Engine::new(config).expect("an engine");
+    let model = CompiledGraph::new(&graph, &params)
+        .expect("the trunk compiles")
+        .with_mode(ShapeMode::Runtime);
+    let reference_streaming = match args.reference_streaming.as_str() {
+        "on" => Streaming::ON,
+        _ => Streaming::OFF,
+    };
+    let mut configured = Side {
+        model: model.clone().with_streaming(Streaming::ON),
+        workspace: args
+            .workspace_budget
+            .map_or_else(Workspace::new, Workspace::with_budget),
+        seconds: Vec::new(),
+        faults: 0,
+    };
+    let mut reference = Side {
+        model: model.with_streaming(reference_streaming),
+        workspace: Workspace::with_budget(Budget::Unlimited),
+        seconds: Vec::new(),
+        faults: 0,
+    };
+    let mut streamed = Vec::new();
+    for pass in 0..=args.passes {
+        for (i, &w) in widths.iter().enumerate() {
+            let data = (0..3 * 320 * w)
+                .map(|k| ((k * 7919) % 1000) as f32 / 1000.0)
+                .collect();
+            let x = Tensor::new(vec![1, 3, 320, w], data).expect("an input");
+            let timed = pass > 0;
+            let ((a, was_streamed), (b, _)) = if (i + pass) % 2 == 0 {
+                let a = configured.run(&engine, &x, timed);
+                (a, reference.run(&engine, &x, timed))
+            } else {
+                let b = reference.run(&engine, &x, timed);
+                (configured.run(&engine, &x, timed), b)
+            };
+            if timed {
+                streamed.push(was_streamed);
+                if args.verbose {
+                    println!("W={w}: {a:.4} s against {b:.4} s, ratio {:.3}", a / b);
+                }
+            }
+        }
+    }
+    let ratios: Vec<f64> = configured
+        .seconds
+        .iter()
+        .zip(&reference.seconds)
+        .map(|(a, b)| a / b)
+        .collect();
+    let streamed_ratios: Vec<f64> = ratios
+        .iter()
+        .zip(&streamed)
+        .filter(|(_, s)| **s)
+        .map(|(r, _)| *r)
+        .collect();
+    let (a, b) = (&configured.seconds, &reference.seconds);
+    println!(
+        "{} calls ({} streamed), {} threads; reference: streaming {}, unlimited workspace",
+        ratios.len(),
+        streamed_ratios.len(),
+        engine.threads(),
+        args.reference_streaming
+    );
+    let streamed_median = match streamed_ratios.is_empty() {
+        true => "none streamed".to_string(),
+        false => format!("{:.4}", median(&streamed_ratios)),
+    };
+    println!(
+        "median ratio per call: {:.4} over all calls, {streamed_median} over the streamed ones",
+        median(&ratios),
+    );
+    println!(
+        "mean {:.4} s against {:.4} s: {:.4}; p50 {:.4} s against {:.4} s: {:.4}",
+        mean(a),
+        mean(b),
+        mean(a) / mean(b),
+        median(a),
+        median(b),
+        median(a) / median(b)
+    );
+    println!(
+        "minor page faults: {} against {}",
+        configured.faults, reference.faults
+    );
+}
