@@ -104,6 +104,10 @@ fn main() {
         .filter_map(|l| l.trim().parse().ok())
         .take(args.n)
         .collect();
+    if widths.is_empty() {
+        eprintln!("error: --n must be at least 1");
+        std::process::exit(2);
+    }
     let graph = primjit::ir::parse(TRUNK).expect("the trunk parses");
     let params = Params::random(&graph, 0);
     let mut config = EngineConfig::from_env().expect("PRIMJIT_* variables");
