@@ -61,19 +61,16 @@ struct Side {
 
 impl Side {
     /// Runs the trunk on `x`: its time, and whether it streamed.
-    fn run(&mut self, engine: &Engine, x: &Tensor, timed: bool) -> (f64, bool) {
+    fn run(&mut self, engine: &Engine, x: &Tensor, timed: bool) -> Result<(f64, bool), Error> {
         let faults = minor_faults();
         let start = Instant::now();
-        let (_, stats) = self
-            .model
-            .run(engine, &[("x", x)], &mut self.workspace)
-            .expect("the trunk runs");
+        let (_, stats) = self.model.run(engine, &[("x", x)], &mut self.workspace)?;
         let seconds = start.elapsed().as_secs_f64();
         if timed {
             self.seconds.push(seconds);
             self.faults += minor_faults() - faults;
         }
-        (seconds, !stats.segments.is_empty())
+        Ok((seconds, !stats.segments.is_empty()))
     }
 }
 
@@ -97,25 +94,24 @@ fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
 }
 
-fn main() {
+type Error = Box<dyn std::error::Error>;
+
+fn main() -> Result<(), Error> {
     let args = Args::parse();
     let widths: Vec<usize> = WIDTHS
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .take(args.n)
         .collect();
-    if widths.is_empty() {
-        eprintln!("error: --n must be at least 1");
-        std::process::exit(2);
+    if widths.is_empty() || args.passes == 0 {
+        return Err("--n and --passes must be at least 1".into());
     }
-    let graph = primjit::ir::parse(TRUNK).expect("the trunk parses");
+    let graph = primjit::ir::parse(TRUNK)?;
     let params = Params::random(&graph, 0);
-    let mut config = EngineConfig::from_env().expect("PRIMJIT_* variables");
+    let mut config = EngineConfig::from_env()?;
     config.threads = args.threads;
-    let engine = Engine::new(config).expect("an engine");
-    let model = CompiledGraph::new(&graph, &params)
-        .expect("the trunk compiles")
-        .with_mode(ShapeMode::Runtime);
+    let engine = Engine::new(config)?;
+    let model = CompiledGraph::new(&graph, &params)?.with_mode(ShapeMode::Runtime);
     let reference_streaming = match args.reference_streaming.as_str() {
         "on" => Streaming::ON,
         _ => Streaming::OFF,
@@ -140,14 +136,14 @@ fn main() {
             let data = (0..3 * 320 * w)
                 .map(|k| ((k * 7919) % 1000) as f32 / 1000.0)
                 .collect();
-            let x = Tensor::new(vec![1, 3, 320, w], data).expect("an input");
+            let x = Tensor::new(vec![1, 3, 320, w], data)?;
             let timed = pass > 0;
             let ((a, was_streamed), (b, _)) = if (i + pass) % 2 == 0 {
-                let a = configured.run(&engine, &x, timed);
-                (a, reference.run(&engine, &x, timed))
+                let a = configured.run(&engine, &x, timed)?;
+                (a, reference.run(&engine, &x, timed)?)
             } else {
-                let b = reference.run(&engine, &x, timed);
-                (configured.run(&engine, &x, timed), b)
+                let b = reference.run(&engine, &x, timed)?;
+                (configured.run(&engine, &x, timed)?, b)
             };
             if timed {
                 streamed.push(was_streamed);
@@ -198,4 +194,5 @@ fn main() {
         "minor page faults: {} against {}",
         configured.faults, reference.faults
     );
+    Ok(())
 }
