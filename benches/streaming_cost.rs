@@ -174,11 +174,11 @@ fn main() -> Result<(), Error> {
         args.reference_streaming
     );
     let streamed_median = match streamed_ratios.is_empty() {
-        true => "none streamed".to_string(),
-        false => format!("{:.4}", median(&streamed_ratios)),
+        true => "no call streamed".to_string(),
+        false => format!("{:.4} over the streamed ones", median(&streamed_ratios)),
     };
     println!(
-        "median ratio per call: {:.4} over all calls, {streamed_median} over the streamed ones",
+        "median ratio per call: {:.4} over all calls, {streamed_median}",
         median(&ratios),
     );
     println!(
