@@ -313,7 +313,9 @@ impl Workspace {
                 .filter(|f| f.run == runs)
                 .map(|f| f.buf.high_water_bytes())
                 .collect();
-            if !used.is_empty() && used.iter().sum::<usize>() <= limit {
+            let used_bytes: usize = used.iter().sum();
+            // Sizes that sum to 0 (empty heap buffers only) would give `fit` nothing to scale.
+            if used_bytes > 0 && used_bytes <= limit {
                 used.sort_unstable_by(|a, b| b.cmp(a));
                 self.resident = used;
             }
@@ -528,6 +530,22 @@ mod tests {
             assert!(ws.stats().bytes <= 40 * page);
         }
         assert!(ws.stats().allocations > before.allocations);
+    }
+
+    /// A run of empty buffers sets no sizes to keep (they would scale by a division by 0):
+    /// the next run beyond the budget is shrunk alike.
+    #[test]
+    fn a_run_of_empty_buffers_sets_no_sizes() {
+        let page = crate::exec::page_size();
+        let mut ws = Workspace::with_budget(Budget::Bytes(8 * page));
+        let empty = ws.take(0).unwrap();
+        ws.give(empty);
+        ws.finish_run(Budget::Unlimited);
+        assert!(ws.resident.is_empty());
+        let wide = ws.take(32 * page / 4).unwrap();
+        ws.give(wide);
+        ws.finish_run(Budget::Unlimited);
+        assert!(ws.stats().bytes <= 8 * page);
     }
 
     /// After a trim, the free buffers fit the budget: each mapped buffer shrunk by the same
