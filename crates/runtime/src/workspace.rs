@@ -287,6 +287,18 @@ impl Workspace {
         self.stats.returned_bytes += buf.bytes() as u64;
     }
 
+    /// Shrinks a mapped `buf` to its first `bytes` ([`Buffer::shrink_to`]), counting the pages
+    /// given back in `stats`; false if it could not.
+    fn cut(stats: &mut WorkspaceStats, buf: &mut Buffer, bytes: usize) -> bool {
+        let before = buf.bytes();
+        if !buf.shrink_to(bytes) {
+            return false;
+        }
+        stats.bytes -= before - bytes;
+        stats.returned_bytes += (before - bytes) as u64;
+        true
+    }
+
     /// [`Self::fit`] to the workspace's own budget, else to `engine_budget`.
     pub(crate) fn trim_to_budget(&mut self, engine_budget: Budget) {
         if let Budget::Bytes(limit) = self.budget.unwrap_or(engine_budget) {
@@ -353,11 +365,9 @@ impl Workspace {
                 let target = (scaled / page * page).max(size);
                 let at_least = candidates.partition_point(|f| f.buf.bytes() < target);
                 let mut f = candidates.remove(at_least.min(candidates.len() - 1));
-                let before = f.buf.bytes();
                 let cut = target.div_ceil(page) * page;
-                if before > cut && f.buf.shrink_to(cut) {
-                    self.stats.bytes -= before - cut;
-                    self.stats.returned_bytes += (before - cut) as u64;
+                if f.buf.bytes() > cut {
+                    Self::cut(&mut self.stats, &mut f.buf, cut);
                 }
                 kept.push(f);
             }
@@ -386,11 +396,9 @@ impl Workspace {
         let page = crate::exec::page_size();
         let mut keep = Vec::with_capacity(self.free.len());
         for FreeBuffer { mut buf, run } in std::mem::take(&mut self.free) {
-            let before = buf.bytes();
-            let share = (before as u128 * limit as u128 / total as u128) as usize / page * page;
-            if share > 0 && buf.shrink_to(share) {
-                self.stats.bytes -= before - buf.bytes();
-                self.stats.returned_bytes += (before - buf.bytes()) as u64;
+            let share =
+                (buf.bytes() as u128 * limit as u128 / total as u128) as usize / page * page;
+            if share > 0 && Self::cut(&mut self.stats, &mut buf, share) {
                 keep.push(FreeBuffer { buf, run });
             } else {
                 self.release(buf);
