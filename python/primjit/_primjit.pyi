@@ -38,7 +38,8 @@ class Engine:
     @staticmethod
     def from_env() -> Engine:
         """An engine configured from PRIMJIT_CACHE_BUDGET, PRIMJIT_CACHE_CAPACITY,
-        PRIMJIT_THREADS, PRIMJIT_VERBOSE and PRIMJIT_CONV_ALGO, as the command line's."""
+        PRIMJIT_WORKSPACE_BUDGET, PRIMJIT_THREADS, PRIMJIT_VERBOSE, PRIMJIT_CONV_ALGO and
+        PRIMJIT_PERF_MAP, as the command line's."""
     def load(
         self,
         path: _Path,

@@ -178,8 +178,9 @@ impl PyEngine {
     }
 
     /// An engine configured as the command line's: PRIMJIT_CACHE_BUDGET,
-    /// PRIMJIT_CACHE_CAPACITY, PRIMJIT_THREADS, PRIMJIT_VERBOSE and PRIMJIT_CONV_ALGO, with
-    /// the defaults for what is unset; a malformed value raises ConfigError.
+    /// PRIMJIT_CACHE_CAPACITY, PRIMJIT_WORKSPACE_BUDGET, PRIMJIT_THREADS, PRIMJIT_VERBOSE,
+    /// PRIMJIT_CONV_ALGO and PRIMJIT_PERF_MAP, with the defaults for what is unset; a
+    /// malformed value raises ConfigError.
     #[staticmethod]
     fn from_env(py: Python<'_>) -> PyResult<Self> {
         let config =

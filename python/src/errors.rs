@@ -80,11 +80,11 @@ pub fn ir_error(py: Python<'_>, e: impl Into<IrError>, file: &str, text: &str) -
 }
 
 /// A runtime error: a bad primitive argument is an `ExecError`, everything else (compiling,
-/// mapping pages, the thread pool) a `CompileError` or `ConfigError`.
+/// mapping pages, the thread pool, perf's map file) a `CompileError` or `ConfigError`.
 pub fn runtime_error(py: Python<'_>, e: RuntimeError) -> PyErr {
     let kind = match &e {
         RuntimeError::Exec(_) => Kind::Exec,
-        RuntimeError::Config(_) => Kind::Config,
+        RuntimeError::Config(_) | RuntimeError::PerfMap { .. } => Kind::Config,
         RuntimeError::Codegen(_) | RuntimeError::Map { .. } => Kind::Compile,
     };
     error(py, kind, e.to_string())

@@ -257,12 +257,15 @@ fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, PrimitiveKey, Opt
 }
 
 pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
+    // Every primitive stays cached, so that each code address keeps one name in perf's map
+    // (`PRIMJIT_PERF_MAP`, the one variable read here).
     let engine = Engine::new(EngineConfig {
         threads: args.threads,
         cache: CacheConfig {
             budget: Budget::Unlimited,
             capacity: None,
         },
+        perf_map: EngineConfig::from_env()?.perf_map,
         ..EngineConfig::default()
     })?;
     // The problem first, so that a bad descriptor fails before anything is measured.

@@ -9,6 +9,7 @@ use primjit_codegen::{CodegenOptions, ConvAlgoChoice, Dumps, PrimitiveKey, compi
 use crate::cache::{CacheConfig, CacheKey, Lookup, PrimitiveCache};
 use crate::error::{ConfigError, RuntimeError};
 use crate::exec::{PageSource, SystemPages};
+use crate::perf_map::PerfMap;
 use crate::primitive::{ExecArgs, Primitive};
 use crate::workspace::WorkspaceConfig;
 
@@ -29,12 +30,15 @@ pub struct EngineConfig {
     /// (`direct`, `winograd` or `auto`). A graph packs its weights for its algorithms, so the
     /// choice is made when it is compiled: pass it to `CompiledGraph::with_conv_algo`.
     pub conv_algo: ConvAlgoChoice,
+    /// `PRIMJIT_PERF_MAP`: `1` writes a line per primitive placed in executable pages to
+    /// `/tmp/perf-<pid>.map`, where Linux `perf report` finds the kernels' names.
+    pub perf_map: bool,
 }
 
 impl EngineConfig {
     /// The defaults, overridden by `PRIMJIT_CACHE_BUDGET`, `PRIMJIT_CACHE_CAPACITY`,
-    /// `PRIMJIT_WORKSPACE_BUDGET`, `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS` and `PRIMJIT_CONV_ALGO`;
-    /// a malformed value is an error.
+    /// `PRIMJIT_WORKSPACE_BUDGET`, `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS`, `PRIMJIT_CONV_ALGO`
+    /// and `PRIMJIT_PERF_MAP`; a malformed value is an error.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -73,6 +77,19 @@ impl EngineConfig {
                 reason: "expected direct, winograd or auto".into(),
             })?;
         }
+        if let Some(v) = var("PRIMJIT_PERF_MAP") {
+            config.perf_map = match v.trim() {
+                "" | "0" => false,
+                "1" => true,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        name: "PRIMJIT_PERF_MAP",
+                        value: v,
+                        reason: "expected 0 or 1".into(),
+                    });
+                }
+            };
+        }
         Ok(config)
     }
 }
@@ -91,6 +108,7 @@ pub struct Engine {
     pages: Box<dyn PageSource>,
     verbose: u8,
     workspace: WorkspaceConfig,
+    perf_map: Option<PerfMap>,
 }
 
 impl Engine {
@@ -114,6 +132,7 @@ impl Engine {
             .build()
             .map_err(|e| ConfigError::ThreadPool(e.to_string()))?;
         let trace = (config.verbose >= 1).then_some(trace_line as fn(&str));
+        let perf_map = config.perf_map.then(PerfMap::open).transpose()?;
         Ok(Engine {
             cache: PrimitiveCache::new(config.cache).with_trace(trace),
             pool,
@@ -121,6 +140,7 @@ impl Engine {
             pages,
             verbose: config.verbose,
             workspace: config.workspace,
+            perf_map,
         })
     }
 
@@ -171,16 +191,20 @@ impl Engine {
     /// `vm.max_map_count`), frees the cache's pages and tries once more.
     fn build(&self, key: &PrimitiveKey) -> Result<Primitive, RuntimeError> {
         let kernel = compile(key, self.codegen, Dumps::default())?;
-        match Primitive::new(&kernel, &*self.pages) {
-            Ok(p) => Ok(p),
+        let primitive = match Primitive::new(&kernel, &*self.pages) {
+            Ok(p) => p,
             Err(_) => {
                 self.cache.clear();
                 Primitive::new(&kernel, &*self.pages).map_err(|e| RuntimeError::Map {
                     key: key.to_string(),
                     message: e.to_string(),
-                })
+                })?
             }
+        };
+        if let Some(map) = &self.perf_map {
+            map.record(&primitive)?;
         }
+        Ok(primitive)
     }
 
     /// Runs `f` on the engine's thread pool (for its own data-parallel work, such as copies).

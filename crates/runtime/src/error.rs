@@ -105,6 +105,10 @@ pub enum RuntimeError {
     /// Lower the load, or raise `vm.max_map_count`.
     #[error("mapping executable pages for {key} failed: {message}")]
     Map { key: String, message: String },
+    /// `PRIMJIT_PERF_MAP` (`EngineConfig::perf_map`) is on and perf's map file could not be
+    /// opened (`Engine::new`) or written (`Engine::compile`).
+    #[error("writing perf's map of jit code {path} failed: {message}")]
+    PerfMap { path: String, message: String },
     /// Buffers that do not match the primitive; see [`ExecError`].
     #[error(transparent)]
     Exec(#[from] ExecError),

@@ -10,6 +10,7 @@ mod error;
 pub mod exec;
 mod graph;
 pub mod layout;
+mod perf_map;
 mod primitive;
 pub mod stream;
 mod workspace;

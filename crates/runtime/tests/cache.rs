@@ -997,6 +997,18 @@ fn engine_config_from_vars() {
             value,
         );
     }
+    assert!(!EngineConfig::from_vars(vars(&[])).unwrap().perf_map);
+    for (value, want) in [("0", false), ("1", true), (" 1 ", true), ("", false)] {
+        let c = EngineConfig::from_vars(vars(&[("PRIMJIT_PERF_MAP", value)])).unwrap();
+        assert_eq!(c.perf_map, want, "{value:?}");
+    }
+    for value in ["2", "yes", "true", "-1"] {
+        assert_invalid(
+            EngineConfig::from_vars(vars(&[("PRIMJIT_PERF_MAP", value)])),
+            "PRIMJIT_PERF_MAP",
+            value,
+        );
+    }
     for value in ["-1", "many", "", "2.5"] {
         assert_invalid(
             EngineConfig::from_vars(vars(&[("PRIMJIT_THREADS", value)])),
@@ -1027,6 +1039,39 @@ fn engine_config_from_vars() {
     let engine = Engine::new(c).unwrap();
     assert_eq!(engine.threads(), 2);
     assert_eq!(engine.cache().stats().budget, Some(0));
+}
+
+#[test]
+fn perf_map_names_each_compiled_primitive_at_its_address() {
+    // This process's map: only this test of the binary turns it on.
+    let path = format!("/tmp/perf-{}.map", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    let engine = Engine::new(EngineConfig {
+        perf_map: true,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let keys = [relu(4, 3, 5), relu(8, 2, 2)];
+    let primitives: Vec<_> = keys.iter().map(|k| engine.compile(k).unwrap()).collect();
+    // A cache hit places no new code, so it adds no line.
+    engine.compile(&keys[0]).unwrap();
+    let map = std::fs::read_to_string(&path).expect("the engine wrote perf's map");
+    for p in &primitives {
+        let line = format!(
+            "{:x} {:x} primjit {}",
+            p.code_range().start,
+            p.memory().code,
+            p.key()
+        );
+        let count = map.lines().filter(|l| *l == line).count();
+        assert_eq!(count, 1, "`{line}` in {path}:\n{map}");
+    }
+    // An engine without it writes nothing.
+    let before = std::fs::read_to_string(&path).unwrap();
+    let plain = Engine::new(EngineConfig::default()).unwrap();
+    plain.compile(&relu(4, 1, 7)).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+    std::fs::remove_file(&path).unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------
