@@ -21,10 +21,11 @@
 //! Tiles are numbered across images and tile rows, so a block can span rows, and a call's
 //! tiles are shared evenly among its blocks. Nothing depends on the spatial extents but the tile
 //! count: runtime extents (see [`crate::key::RuntimeDims`]) only make the tile arithmetic
-//! read the call's extents. The scratch holds `36 x block x (ic + oc / chunks)` floats per
-//! thread, where `block` is the call's tiles per block: it never grows past `block_tiles`, and
-//! a small image takes no more than its own tiles (`V` and `M` are laid out with the call's
-//! block as their stride, a runtime value for runtime extents).
+//! read the call's extents. The scratch holds `36 x block x (ic + oc / chunks)` floats, and a
+//! cache line after each point of `V` and `M` (`POINT_PAD`), per thread, where `block` is the
+//! call's tiles per block: it never grows past `block_tiles`, and a small image takes no more
+//! than its own tiles (`V` and `M` are laid out with the call's block as their stride, a
+//! runtime value for runtime extents).
 
 use std::fmt;
 
@@ -103,6 +104,16 @@ const _: () = assert!(
     GEMM_UNROLL.is_multiple_of(LANES),
     "a trip covers whole channel blocks"
 );
+
+/// Floats of padding after each point of `V` and `M` in the scratch: one cache line.
+///
+/// A transform writes (reads) a tile's 36 points at once, one vector in each point's array.
+/// Unpadded, the arrays lie `block x channels x 4` bytes apart, a multiple of 4 KiB for the
+/// 128- and 256-channel layers' 48-tile blocks (and of 1 KiB for the 64-channel layers' 12),
+/// so all 36 streams fall in the same few L1 sets, whose 8 ways cannot hold them. A line more
+/// makes the distance an odd number of lines for the trunk's layers, and the 36 streams take
+/// 36 different sets.
+const POINT_PAD: usize = 16;
 
 /// Buffer indices in the argument list.
 const SRC: usize = 0;
@@ -201,9 +212,20 @@ impl WinogradPlan {
         self.block_split().0 * self.oc_chunks
     }
 
-    /// Floats of `V` (transformed input tiles) in the scratch: `36 x block x icp`.
+    /// Floats of `V` (transformed input tiles) in the scratch: 36 points of `block x icp`
+    /// floats and a cache line each ([`POINT_PAD`]).
     fn v_len(&self) -> usize {
-        POINTS * self.stride_tiles() * self.icp()
+        POINTS * self.v_point_floats(self.stride_tiles())
+    }
+
+    /// Floats from one point of `V` to the next, for `stride` tiles per block.
+    fn v_point_floats(&self, stride: usize) -> usize {
+        stride * self.icp() + POINT_PAD
+    }
+
+    /// Floats from one point of `M` to the next, for `stride` tiles per block.
+    fn m_point_floats(&self, stride: usize) -> usize {
+        stride * self.m_tile_len() + POINT_PAD
     }
 
     /// Floats of one tile's GEMM results for one chunk of output channels.
@@ -211,10 +233,23 @@ impl WinogradPlan {
         self.chunk_blocks() * LANES
     }
 
-    /// Floats of scratch per thread: `V`, then `M` (the GEMMs' results for one chunk),
-    /// `36 x block x chunk`.
+    /// Floats of scratch per thread: `V`, then `M` (the GEMMs' results for one chunk), 36
+    /// points of `block x chunk` floats and a cache line each.
     pub fn scratch_len(&self) -> usize {
-        self.v_len() + POINTS * self.stride_tiles() * self.m_tile_len()
+        self.v_len() + POINTS * self.m_point_floats(self.stride_tiles())
+    }
+
+    /// Bytes from one point of `V` to the next, for `stride` tiles per block (a runtime
+    /// value for runtime extents): [`Self::v_point_floats`] in code.
+    fn v_point(&self, e: &mut Emit<'_>, stride: Scalar) -> Scalar {
+        let bytes = e.mul(stride, self.icp() as i64 * F32_BYTES);
+        e.add(bytes, POINT_PAD as i64 * F32_BYTES)
+    }
+
+    /// Bytes from one point of `M` to the next: [`Self::m_point_floats`] in code.
+    fn m_point(&self, e: &mut Emit<'_>, stride: Scalar) -> Scalar {
+        let bytes = e.mul(stride, self.m_tile_len() as i64 * F32_BYTES);
+        e.add(bytes, POINT_PAD as i64 * F32_BYTES)
     }
 
     /// Floats of the packed weights: `U[point][oc block][ic][4]`, then the bias padded to
@@ -585,7 +620,7 @@ fn input_transform(
     let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
     let plane = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).block;
     let scratch = e.buffer(scratch_index);
-    let v_point = e.mul(stride, plan.icp() as i64 * F32_BYTES);
+    let v_point = plan.v_point(e, stride);
     let blocks = d.ic.div_ceil(LANES);
     // `V[point][channel block][tile][4]`: a channel block's tiles are consecutive vectors.
     let steps = [plane, e.mul(stride, PIXEL_BYTES)];
@@ -743,10 +778,10 @@ fn gemm(
     let f = F32_BYTES;
     let block_bytes = e.mul(stride, PIXEL_BYTES);
     let scratch = e.buffer(scratch_index);
-    let v_point = e.mul(stride, plan.icp() as i64 * f);
+    let v_point = plan.v_point(e, stride);
     let m = e.offset_by(scratch, v_point, POINTS as i64);
     let u_point = d.ic as i64 * plan.ocp() as i64 * f;
-    let m_point = e.mul(stride, plan.m_tile_len() as i64 * f);
+    let m_point = plan.m_point(e, stride);
     // One output-channel vector's panel of weights: a vector per input channel.
     let u_panel = d.ic as i64 * PIXEL_BYTES;
     let weights = e.buffer(WEIGHTS);
@@ -908,8 +943,8 @@ fn output_transform(
     let plane_v = e.value(plane);
     let plane_off = e.b.ins().imul(first_block, plane_v);
     let scratch = e.buffer(scratch_index);
-    let v_len = e.mul(stride, (POINTS * plan.icp()) as i64 * f);
-    let m = e.offset_by(scratch, v_len, 1);
+    let v_point = plan.v_point(e, stride);
+    let m = e.offset_by(scratch, v_point, POINTS as i64);
     let mut ptrs = vec![plane_off, m];
     let mut steps = vec![plane, e.mul(stride, PIXEL_BYTES)];
     if d.bias {
@@ -918,7 +953,7 @@ fn output_transform(
         ptrs.push(e.scaled(w, first_block, PIXEL_BYTES, 0));
         steps.push(Scalar::Const(PIXEL_BYTES));
     }
-    let m_point = e.mul(stride, plan.m_tile_len() as i64 * f);
+    let m_point = plan.m_point(e, stride);
     e.for_ptrs(
         Scalar::Const(plan.chunk_blocks() as i64),
         &ptrs,
@@ -1089,6 +1124,36 @@ mod tests {
                     assert!(
                         (wino - direct).abs() < 1e-6,
                         "({y}, {x}): {wino} vs {direct}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The 36 points of `V` and of `M` start in 36 different sets of a 32 KiB, 8-way L1
+    /// (64 sets of 64-byte lines, set = address bits 6-11) for the trunk's layers, at every
+    /// block a call may take (an even number of tiles up to `block_tiles`), so that a
+    /// transform's 36 streams do not evict each other.
+    #[test]
+    fn the_points_of_v_and_m_fall_in_different_l1_sets() {
+        let sets = |point_floats: usize| -> std::collections::BTreeSet<usize> {
+            (0..POINTS)
+                .map(|p| p * point_floats * F32_BYTES as usize / 64 % 64)
+                .collect()
+        };
+        for channels in [64, 128, 256] {
+            let mut d = ConvDesc::new(1, channels, [20, 65], channels, [3, 3]);
+            d.algo = crate::key::ConvAlgo::WinogradF4x3;
+            let plan = WinogradPlan::new(&d);
+            for stride in (2..=plan.block_tiles).step_by(2) {
+                for (what, floats) in [
+                    ("V", plan.v_point_floats(stride)),
+                    ("M", plan.m_point_floats(stride)),
+                ] {
+                    assert_eq!(
+                        sets(floats).len(),
+                        POINTS,
+                        "{channels} channels, {stride} tiles: {what}'s points share sets"
                     );
                 }
             }
