@@ -45,7 +45,8 @@ impl PerfMap {
     }
 
     /// Appends `START SIZE primjit <key>` (hexadecimal, the code's bytes only) for
-    /// `primitive`, in one write so that lines of concurrent compiles never interleave.
+    /// `primitive`: the whole line in one `write_all` to a file opened for appending, under
+    /// the lock, so that concurrent compiles do not interleave their lines.
     pub(crate) fn record(&self, primitive: &Primitive) -> Result<(), RuntimeError> {
         let start = primitive.code_range().start;
         let line = format!(
