@@ -50,18 +50,7 @@ impl EngineConfig {
             ..EngineConfig::default()
         };
         if let Some(v) = var("PRIMJIT_VERBOSE") {
-            config.verbose = match v.trim() {
-                "" | "0" => 0,
-                "1" => 1,
-                "2" => 2,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        name: "PRIMJIT_VERBOSE",
-                        value: v,
-                        reason: "expected 0, 1 or 2".into(),
-                    });
-                }
-            };
+            config.verbose = level("PRIMJIT_VERBOSE", v, 2, "expected 0, 1 or 2")?;
         }
         if let Some(v) = var("PRIMJIT_THREADS") {
             config.threads = v.trim().parse().map_err(|_| ConfigError::Invalid {
@@ -78,19 +67,23 @@ impl EngineConfig {
             })?;
         }
         if let Some(v) = var("PRIMJIT_PERF_MAP") {
-            config.perf_map = match v.trim() {
-                "" | "0" => false,
-                "1" => true,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        name: "PRIMJIT_PERF_MAP",
-                        value: v,
-                        reason: "expected 0 or 1".into(),
-                    });
-                }
-            };
+            config.perf_map = level("PRIMJIT_PERF_MAP", v, 1, "expected 0 or 1")? == 1;
         }
         Ok(config)
+    }
+}
+
+/// A variable that takes a level from 0 to `max`, written as one digit (blank is 0).
+fn level(name: &'static str, value: String, max: u8, expected: &str) -> Result<u8, ConfigError> {
+    match value.trim() {
+        "" => Ok(0),
+        t => (0..=max)
+            .find(|l| t == l.to_string())
+            .ok_or_else(|| ConfigError::Invalid {
+                name,
+                value,
+                reason: expected.into(),
+            }),
     }
 }
 
