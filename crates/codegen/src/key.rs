@@ -575,7 +575,8 @@ pub enum PrimitiveKey {
 /// does not fit in the padded input or (pooling) covers only padding, average pooling with
 /// dilations, a stride, dilation or pad over [`MAX_STEP`], a tensor of more than
 /// `MAX_TENSOR_ELEMENTS` elements, clip bounds with
-/// `lo > hi` or NaN, a row pitch narrower than its rows or on a fused pool's destination. `key` is the key's one-liner, `reason` what is wrong; fix that field.
+/// `lo > hi` or NaN, a row pitch narrower than its rows. `key` is the key's one-liner,
+/// `reason` what is wrong; fix that field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid primitive {key}: {reason}")]
 pub struct KeyError {
@@ -765,9 +766,6 @@ impl PrimitiveKey {
                         ));
                     }
                     check_count(what, [d.mb, c, h, pitch.max(w)])?;
-                }
-                if d.pool.is_some() && d.pitches.dst.is_some() {
-                    return fail("a fused pool's destination cannot have a row pitch".into());
                 }
                 check_count("weights", [d.oc.div_ceil(4) * 4, d.ic, d.kh, d.kw])?;
                 if let Some(pool) = d.pool_desc() {
@@ -1289,7 +1287,7 @@ mod tests {
                 ..d.clone()
             })
         );
-        // A fused pool writes dense rows.
+        // A fused pool's destination pitch spans its pooled rows (2 x 3 pixels here).
         d.post_ops.clear();
         d.pool = Some(PoolWindow {
             kernel: [2, 2],
@@ -1298,10 +1296,16 @@ mod tests {
             dilations: [1, 1],
             ceil_mode: false,
         });
-        let err = PrimitiveKey::Conv(d.clone()).validate().unwrap_err();
-        assert!(err.reason.contains("cannot have a row pitch"), "{err}");
-        d.pitches.dst = None;
-        assert!(PrimitiveKey::Conv(d).validate().is_ok());
+        let key = PrimitiveKey::Conv(d.clone());
+        key.validate().unwrap();
+        assert_eq!(key.buffers()[2].len, (12 + 3) * 4);
+        d.pitches.dst = Some(2);
+        let err = PrimitiveKey::Conv(d).validate().unwrap_err();
+        assert!(
+            err.reason
+                .contains("destination's row pitch (2) is narrower than its rows (3)"),
+            "{err}"
+        );
     }
 
     #[test]

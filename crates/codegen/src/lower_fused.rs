@@ -55,6 +55,9 @@ impl FusedPlan {
         conv.rows_outer = false;
         let mut pool = PoolPlan::new(&PoolDesc { mb: 1, ..pool });
         pool.src_rows = Some(band);
+        // The pooled rows go where the call's destination has them: a window of a wider
+        // buffer when streamed.
+        pool.dst_pitch = d.pitches.dst;
         FusedPlan { conv, pool }
     }
 }
@@ -84,7 +87,9 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
             let src_image = e
                 .act_strides(d.src_layout, d.ic, ih, row_pixels(d.pitches.src, iw))
                 .image;
-            let dst_image = e.act_strides(d.dst_layout, d.oc, out_h, out_w).image;
+            let dst_image = e
+                .act_strides(d.dst_layout, d.oc, out_h, row_pixels(d.pitches.dst, out_w))
+                .image;
             let row_bytes = e.mul(ow, LANES as i64 * F32_BYTES);
 
             let src = e.buffer(SRC);

@@ -11,7 +11,7 @@ use cranelift_codegen::ir::{InstBuilder, Value, types};
 use primjit_ir::PoolKind;
 
 use crate::conv::direct::{ColumnSplit, RunLen};
-use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar};
+use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout};
 use crate::plan::{AxisPlan, LANES, PoolPlan, Strides};
 
@@ -111,7 +111,7 @@ impl Side {
         let d = &plan.desc;
         let h = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
         let w = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-        let strides = e.act_strides(d.dst_layout, d.c, h, w);
+        let strides = e.act_strides(d.dst_layout, d.c, h, row_pixels(plan.dst_pitch, w));
         Side { strides, h, w }
     }
 }

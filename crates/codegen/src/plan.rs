@@ -942,6 +942,9 @@ pub struct PoolPlan {
     /// Rows the source holds when it is a fused pool's scratch band (as
     /// [`ConvPlan::dst_rows`]).
     pub src_rows: Option<usize>,
+    /// The destination's row pitch in pixels when it is a fused pool's pitched destination
+    /// (`ConvDesc::pitches`), else dense rows.
+    pub dst_pitch: Option<usize>,
 }
 
 impl PoolPlan {
@@ -958,6 +961,7 @@ impl PoolPlan {
             rows: AxisPlan::rows(rows, d.runtime.h, count),
             cols: AxisPlan::columns(cols, d.runtime.w, d.window.ceil_mode, count),
             src_rows: None,
+            dst_pitch: None,
         }
     }
 }

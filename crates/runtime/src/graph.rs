@@ -1156,10 +1156,9 @@ impl CompiledGraph {
     /// One call of a streamed node. Its kernel reads its input columns and residuals where
     /// they are, in the windows of their producers, at their row pitch, and writes its output
     /// columns into its own window; only values outside the windows (graph inputs, whole
-    /// tensors) are copied in, a whole output (or a fused pool's, whose rows are dense) is
-    /// copied out, and a window slides its last columns to its start when the next band
-    /// would pass its end. Returns the bytes of the copies, scratch and destination it took,
-    /// and the node's run.
+    /// tensors) are copied in, a whole output is copied out, and a window slides its last
+    /// columns to its start when the next band would pass its end. Returns the bytes of the
+    /// copies, scratch and destination it took, and the node's run.
     #[allow(clippy::too_many_arguments)]
     fn execute_band(
         &self,
@@ -1192,17 +1191,14 @@ impl CompiledGraph {
             unreachable!("segments hold convolutions")
         };
         let pitch_of = |j: usize| state.windows[j].as_ref().map(|w| w.pitch);
-        // A fused pool writes dense rows; any other conv writes at its window's pitch, or, for
-        // a whole output, at its residuals' (which it reads at its destination's pitch).
-        let dst_pitch = match desc.pool {
-            Some(_) => None,
-            None => pitch_of(call.node).or_else(|| {
-                s.residuals
-                    .iter()
-                    .find_map(|&r| window_of(r))
-                    .and_then(pitch_of)
-            }),
-        };
+        // A conv (a fused pool's pooled rows included) writes at its window's pitch, or, for a
+        // whole output, at its residuals' (which it reads at its destination's pitch).
+        let dst_pitch = pitch_of(call.node).or_else(|| {
+            s.residuals
+                .iter()
+                .find_map(|&r| window_of(r))
+                .and_then(pitch_of)
+        });
         desc.pitches = Pitches {
             src: input_window.and_then(pitch_of),
             dst: dst_pitch,
@@ -1258,8 +1254,8 @@ impl CompiledGraph {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let dst_copy = match &out {
-                Some(_) if dst_pitch.is_some() => None,
-                _ => Some(take(&mut temps, dst_len)?),
+                Some(_) => None,
+                None => Some(take(&mut temps, dst_len)?),
             };
             let scratch = match call_desc.scratch_len() {
                 0 => None,
@@ -1341,41 +1337,24 @@ impl CompiledGraph {
             Ok((temp_bytes, start.elapsed().as_secs_f64(), dst_copy))
         })();
         let copied_out = result.as_ref().map(|(_, _, dst_copy)| *dst_copy);
-        // A destination of its own goes where the output lives: the whole tensor, or the
-        // window (a fused pool's dense rows).
+        // A destination of its own holds columns of a whole output (a window is written in
+        // place): they go to the whole tensor.
         if let Ok(Some(i)) = copied_out {
-            let (dst, dst_width) = (&temps[i], dst_pitch.unwrap_or(cols));
-            match out.as_mut() {
-                Some(w) => stream::copy_columns(
-                    dst,
-                    dst_width,
-                    0,
-                    &mut w.buf,
-                    w.pitch,
-                    call.x0 - w.base,
-                    cols,
-                    out_rows,
-                    4,
-                    engine,
-                ),
-                None => {
-                    let whole = blocked[s.output.index()]
-                        .as_deref_mut()
-                        .expect("whole outputs are taken first");
-                    stream::copy_columns(
-                        dst,
-                        dst_width,
-                        0,
-                        whole,
-                        out_shape[3],
-                        call.x0,
-                        cols,
-                        out_rows,
-                        4,
-                        engine,
-                    );
-                }
-            }
+            let whole = blocked[s.output.index()]
+                .as_deref_mut()
+                .expect("whole outputs are taken first");
+            stream::copy_columns(
+                &temps[i],
+                dst_pitch.unwrap_or(cols),
+                0,
+                whole,
+                out_shape[3],
+                call.x0,
+                cols,
+                out_rows,
+                4,
+                engine,
+            );
         }
         for t in temps {
             workspace.give(t);

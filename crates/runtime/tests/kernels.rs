@@ -2425,8 +2425,8 @@ fn from_pitched(
     Ok(dense)
 }
 
-/// A problem of any algorithm with row pitches wider than its rows by `extra` pixels (the
-/// destination's only without a fused pool, which writes dense rows).
+/// A problem of any algorithm with row pitches wider than its rows by `extra` pixels (a fused
+/// pool's destination by its pooled rows).
 fn pitched_problem() -> impl Strategy<Value = (ConvProblem, [usize; 2])> {
     (
         prop_oneof![
@@ -2437,10 +2437,9 @@ fn pitched_problem() -> impl Strategy<Value = (ConvProblem, [usize; 2])> {
         (0..=6usize, 0..=6usize),
     )
         .prop_map(|(mut p, (src_extra, dst_extra))| {
-            let dst_extra = if p.desc.pool.is_some() { 0 } else { dst_extra };
             p.desc.pitches = Pitches {
                 src: Some(p.desc.iw + src_extra),
-                dst: (p.desc.pool.is_none()).then(|| p.desc.dst_shape()[3] + dst_extra),
+                dst: Some(p.desc.dst_shape()[3] + dst_extra),
             };
             (p, [src_extra, dst_extra])
         })

@@ -170,6 +170,15 @@ fn streaming_keeps_the_early_layers_out_of_whole_tensors() {
         if node.name == "a1" {
             assert!(d.pitches.dst.is_some(), "{}: {}", node.name, node.call_key);
         }
+        // The stem's fused pool writes its pooled rows into its window too.
+        if Some(i) == first {
+            assert!(
+                d.pool.is_some() && d.pitches.dst.is_some(),
+                "{}: {}",
+                node.name,
+                node.call_key
+            );
+        }
     }
 }
 
