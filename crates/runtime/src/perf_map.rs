@@ -7,7 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use crate::error::RuntimeError;
@@ -34,10 +34,7 @@ impl PerfMap {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| RuntimeError::PerfMap {
-                path: path.display().to_string(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| failed(&path, e))?;
         Ok(PerfMap {
             path,
             file: Mutex::new(file),
@@ -56,9 +53,14 @@ impl PerfMap {
         );
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         file.write_all(line.as_bytes())
-            .map_err(|e| RuntimeError::PerfMap {
-                path: self.path.display().to_string(),
-                message: e.to_string(),
-            })
+            .map_err(|e| failed(&self.path, e))
+    }
+}
+
+/// The error of opening or writing the map at `path`.
+fn failed(path: &Path, e: std::io::Error) -> RuntimeError {
+    RuntimeError::PerfMap {
+        path: path.display().to_string(),
+        message: e.to_string(),
     }
 }
