@@ -2500,6 +2500,73 @@ fn bench_dynamic_streams_wide_calls_bit_identically_to_exact() {
     );
 }
 
+/// `dump --bands` shows, for each node of the streamed segment, the band kernels a streamed
+/// run calls (with their windows' row pitches) and the calls each serves, adding up to the
+/// plan's; the nodes after the segment keep their own keys; where nothing streams it says so.
+#[test]
+fn dump_bands_lists_the_kernels_of_a_streamed_run() {
+    let dump = |w: &str, stage: &str| {
+        primjit(&[
+            "dump",
+            TRUNK,
+            "--stage",
+            stage,
+            "--dims",
+            w,
+            "--dynamic",
+            "--bands",
+        ])
+    };
+    let out = success(&dump("W=7680", "plan"));
+    let bands: Vec<&str> = node_lines(&out)
+        .into_iter()
+        .filter(|l| l.starts_with("%layer1.0.conv1 "))
+        .collect();
+    assert_eq!(bands.len(), 3, "first, inner and last bands:\n{out}");
+    let calls: usize = bands
+        .iter()
+        .map(|l| {
+            let n = l.split("band kernel of ").nth(1).expect("a count");
+            n.split(' ')
+                .next()
+                .unwrap()
+                .parse::<usize>()
+                .expect("a number")
+        })
+        .sum();
+    assert!(
+        out.contains(&format!("%layer1.0.conv1: 1920 columns in {calls} calls")),
+        "the plan's calls:\n{out}"
+    );
+    assert!(
+        bands.iter().all(|l| l.contains("pitch:src80,dst80")),
+        "{bands:?}"
+    );
+    assert!(
+        out.contains("%layer3.1.conv1: conv mb1ic256ih20iw*"),
+        "after the segment, the node's own key:\n{out}"
+    );
+    let asm = success(&primjit(&[
+        "dump",
+        TRUNK,
+        "--stage",
+        "asm",
+        "--dims",
+        "W=7680",
+        "--dynamic",
+        "--bands",
+        "--node",
+        "layer3.0.conv2",
+    ]));
+    assert_eq!(node_lines(&asm).len(), 3, "{asm}");
+    assert!(asm.contains(" bytes of code"), "{asm}");
+    failure(
+        &dump("W=200", "plan"),
+        1,
+        &["--bands: nothing streams at these dims"],
+    );
+}
+
 /// `dump --stage plan` ends with the streamed segment, its windows and halos, at a width
 /// wider than a band; not at a narrow one, nor with `--streaming off`.
 #[test]

@@ -59,6 +59,14 @@ pub struct Args {
     /// Stage plan: the whole-tensor bytes above which a run streams, as `bench --stream-above`
     #[arg(long, value_name = "BYTES", value_parser = primjit::Budget::parse)]
     pub stream_above: Option<primjit::Budget>,
+
+    /// Per-node stages: for the nodes of the streamed segment, the kernels a streamed run calls
+    /// instead of the node's own (each distinct band kernel once: its width, padding and the
+    /// row pitches of the windows it reads and writes, with the calls it serves), as
+    /// `PRIMJIT_PERF_MAP` names them; the other nodes as without it. An error where nothing
+    /// streams at these dims
+    #[arg(long)]
+    pub bands: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -142,6 +150,46 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
             );
         }
     }
+    let streaming =
+        crate::bench::streaming_from_flags(args.streaming, None, None, args.stream_above)?
+            .unwrap_or(args.streaming);
+    // What each entry shows: a node and its key, or a band kernel of a streamed node.
+    let shown: Vec<(String, PrimitiveKey)> = if args.bands {
+        let Some(bands) =
+            primjit::stream_band_kernels(&graph, &loaded.bindings, mode, conv_algo, streaming)?
+        else {
+            bail!(
+                "--bands: nothing streams at these dims (a run streams where its whole tensors \
+                 would pass --stream-above, 32MiB by default, and its first convolution's output \
+                 is more than four bands wide)"
+            );
+        };
+        keys.iter()
+            .flat_map(|(name, key)| {
+                let own: Vec<(String, PrimitiveKey)> = bands
+                    .iter()
+                    .filter(|b| b.node == *name)
+                    .map(|b| {
+                        let [x0, x1] = b.first_columns;
+                        let label = match b.calls {
+                            1 => format!("{name} [band kernel of 1 call, on columns {x0}..{x1}]"),
+                            n => format!(
+                                "{name} [band kernel of {n} calls, the first on columns {x0}..{x1}]"
+                            ),
+                        };
+                        (label, b.key.clone())
+                    })
+                    .collect();
+                if own.is_empty() {
+                    vec![(name.clone(), key.clone())]
+                } else {
+                    own
+                }
+            })
+            .collect()
+    } else {
+        keys.clone()
+    };
     let mut text = String::new();
     match args.stage {
         Stage::Plan | Stage::Clif | Stage::Asm => {
@@ -149,7 +197,7 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 clif: args.stage == Stage::Clif,
                 disasm: args.stage == Stage::Asm,
             };
-            for (name, key) in &keys {
+            for (name, key) in &shown {
                 text.push_str(&format!("%{name}: {key}\n"));
                 let runtime = key.runtime_dims();
                 if runtime.any() {
@@ -179,17 +227,8 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 text.push('\n');
             }
             if args.stage == Stage::Plan
-                && let Some(plan) = primjit::describe_stream_plan(
-                    &graph,
-                    &loaded.bindings,
-                    crate::bench::streaming_from_flags(
-                        args.streaming,
-                        None,
-                        None,
-                        args.stream_above,
-                    )?
-                    .unwrap_or(args.streaming),
-                )?
+                && let Some(plan) =
+                    primjit::describe_stream_plan(&graph, &loaded.bindings, streaming)?
             {
                 text.push_str(&plan);
             }
@@ -208,7 +247,7 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 "{:<28} {:>7} {:>7} {:>6} {:>8} {:>9}  key\n",
                 "node", "code", "mapped", "heap", "total", "compile"
             ));
-            for (name, key) in &keys {
+            for (name, key) in &shown {
                 let p = engine.compile(key)?;
                 let m = p.memory();
                 text.push_str(&format!(

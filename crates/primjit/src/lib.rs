@@ -42,9 +42,9 @@ pub use primjit_codegen::{
 };
 pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{
-    Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig, EntryInfo,
-    ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache, PrimitiveMemory, RunStats,
-    RuntimeError, SegmentRun, ShapeMode, Streaming, TensorView, WeightBytes, Workspace,
-    WorkspaceConfig, WorkspaceStats, describe_stream_plan, exec, exec::GuardedBuffer, layout,
-    node_keys, node_keys_in, stream,
+    BandKernel, Budget, CacheConfig, CacheStats, CompiledGraph, ConfigError, Engine, EngineConfig,
+    EntryInfo, ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache,
+    PrimitiveMemory, RunStats, RuntimeError, SegmentRun, ShapeMode, Streaming, TensorView,
+    WeightBytes, Workspace, WorkspaceConfig, WorkspaceStats, describe_stream_plan, exec,
+    exec::GuardedBuffer, layout, node_keys, node_keys_in, stream, stream_band_kernels,
 };

@@ -27,7 +27,7 @@ use crate::error::RuntimeError;
 use crate::exec::WeightBuffer;
 use crate::layout;
 use crate::primitive::{ExecArgs, Primitive};
-use crate::stream::{self, Call, Segment, SegmentRun, Streaming};
+use crate::stream::{self, Call, Schedule, Segment, SegmentRun, Streaming};
 use crate::workspace::{Buffer, REUSE_SLACK, Workspace, WorkspaceStats};
 
 /// Why a graph could not be prepared (`CompiledGraph::new`) or run (`CompiledGraph::run`,
@@ -740,18 +740,15 @@ pub fn describe_stream_plan(
     bindings: &Bindings,
     streaming: Streaming,
 ) -> Result<Option<String>, GraphError> {
-    if streaming.band().is_none() {
-        return Ok(None);
-    }
-    let shapes = infer_shapes(graph, bindings)?;
-    let last_use = last_uses(graph);
-    let overwrites = residual_overwrites(graph, &last_use);
-    let Some((segment, band)) =
-        stream::streamed_segment(graph, &shapes, &last_use, &overwrites, streaming)
+    let Some(StreamedRun {
+        shapes,
+        segment,
+        band,
+        schedule,
+    }) = streamed_run(graph, bindings, streaming)?
     else {
         return Ok(None);
     };
-    let schedule = segment.schedule(band);
     let name = |v: Value| graph.value_name(v);
     let first = segment.nodes[0].output;
     let last = segment.nodes.last().expect("non-empty").output;
@@ -800,6 +797,87 @@ pub fn describe_stream_plan(
          tensors\n"
     ));
     Ok(Some(text))
+}
+
+/// What a run of an optimized graph at some bindings streams: the shapes, the segment, its
+/// band and its calls.
+struct StreamedRun {
+    shapes: primjit_ir::Shapes,
+    segment: Segment,
+    band: usize,
+    schedule: Schedule,
+}
+
+/// The streamed segment of a run of an optimized `graph` at `bindings` with `streaming`, as
+/// the run plans it; `None` when nothing streams.
+fn streamed_run(
+    graph: &Graph,
+    bindings: &Bindings,
+    streaming: Streaming,
+) -> Result<Option<StreamedRun>, GraphError> {
+    if streaming.band().is_none() {
+        return Ok(None);
+    }
+    let shapes = infer_shapes(graph, bindings)?;
+    let last_use = last_uses(graph);
+    let overwrites = residual_overwrites(graph, &last_use);
+    let streamed = stream::streamed_segment(graph, &shapes, &last_use, &overwrites, streaming);
+    Ok(streamed.map(|(segment, band)| StreamedRun {
+        schedule: segment.schedule(band),
+        shapes,
+        segment,
+        band,
+    }))
+}
+
+/// A kernel that a streamed run calls for one node of its segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BandKernel {
+    /// The node (its value's name, without `%`).
+    pub node: String,
+    /// The key: the node's with a band's width and padding and its windows' row pitches.
+    pub key: PrimitiveKey,
+    /// How many of the node's calls use it.
+    pub calls: usize,
+    /// The output columns `[begin, end)` of the first of them.
+    pub first_columns: [usize; 2],
+}
+
+/// The kernels a run of an optimized `graph` at `bindings` calls for the nodes of its
+/// streamed segment (`dump --bands`): each node's distinct keys once (nodes of one shape share
+/// their primitives in the engine's cache, but each lists its own), in the order of first call,
+/// made in `mode` with `conv_algo`'s algorithms as [`node_keys_in`] makes the nodes' own.
+/// `None` when nothing streams (see [`describe_stream_plan`]).
+pub fn stream_band_kernels(
+    graph: &Graph,
+    bindings: &Bindings,
+    mode: ShapeMode,
+    conv_algo: ConvAlgoChoice,
+    streaming: Streaming,
+) -> Result<Option<Vec<BandKernel>>, GraphError> {
+    let Some(run) = streamed_run(graph, bindings, streaming)? else {
+        return Ok(None);
+    };
+    let keys = node_keys_in(graph, bindings, mode, conv_algo)?;
+    let mut kernels: Vec<BandKernel> = Vec::new();
+    for call in &run.schedule.calls {
+        let s = &run.segment.nodes[call.node];
+        let input = run.shapes.concrete(s.input).expect("bound");
+        let (name, whole) = &keys[s.node];
+        let key = run
+            .segment
+            .call_key(&run.schedule, call, whole, [input[2], input[3]]);
+        match kernels.iter_mut().find(|k| k.node == *name && k.key == key) {
+            Some(k) => k.calls += 1,
+            None => kernels.push(BandKernel {
+                node: name.clone(),
+                key,
+                calls: 1,
+                first_columns: [call.x0, call.x1],
+            }),
+        }
+    }
+    Ok(Some(kernels))
 }
 
 /// Packed weights in pages of their own (huge pages where the system allows).
@@ -1089,6 +1167,7 @@ impl CompiledGraph {
         };
         let mut state = SegmentState {
             segment,
+            schedule: &schedule,
             shapes,
             windows: Vec::with_capacity(segment.nodes.len()),
         };
@@ -1178,37 +1257,16 @@ impl CompiledGraph {
         let out_shape = state.shape4(s.output);
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
-        let window_of = |v: Value| {
-            segment
-                .nodes
-                .iter()
-                .position(|t| t.output == v)
-                .filter(|&j| !segment.whole[j])
-        };
+        let window_of = |v: Value| segment.window_of(v);
         let input_window = window_of(s.input);
-        let mut key = stream::band_key(s, whole_key, [ih, iw], &call.input);
-        let PrimitiveKey::Conv(desc) = &mut key else {
-            unreachable!("segments hold convolutions")
-        };
-        let pitch_of = |j: usize| state.windows[j].as_ref().map(|w| w.pitch);
-        // A conv (a fused pool's pooled rows included) writes at its window's pitch, or, for a
-        // whole output, at its residuals' (which it reads at its destination's pitch).
-        let dst_pitch = pitch_of(call.node).or_else(|| {
-            s.residuals
-                .iter()
-                .find_map(|&r| window_of(r))
-                .and_then(pitch_of)
-        });
-        desc.pitches = Pitches {
-            src: input_window.and_then(pitch_of),
-            dst: dst_pitch,
-        };
+        let key = segment.call_key(state.schedule, call, whole_key, [ih, iw]);
         let primitive = engine.compile(&key)?;
         let call_key = key.at([ih, band_iw]);
         let specs = call_key.buffers();
         let PrimitiveKey::Conv(call_desc) = &call_key else {
             unreachable!("segments hold convolutions")
         };
+        let dst_pitch = call_desc.pitches.dst;
         let dst_len = specs[2].len;
 
         // The output window makes room for the call's columns first.
@@ -1434,6 +1492,8 @@ impl CompiledGraph {
 /// What a streamed segment holds between its calls: each windowed value's window.
 struct SegmentState<'a> {
     segment: &'a Segment,
+    /// The run's calls, and its windows' row pitches.
+    schedule: &'a Schedule,
     shapes: &'a primjit_ir::Shapes,
     /// Per node of the segment: the window of its output (`None` for a whole output).
     windows: Vec<Option<Window>>,

@@ -19,8 +19,8 @@ pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, Pr
 pub use engine::{Engine, EngineConfig};
 pub use error::{ConfigError, ExecError, RuntimeError};
 pub use graph::{
-    CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes,
-    describe_stream_plan, node_keys, node_keys_in,
+    BandKernel, CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes,
+    describe_stream_plan, node_keys, node_keys_in, stream_band_kernels,
 };
 pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};
 pub use stream::{SegmentRun, Streaming};

@@ -28,7 +28,7 @@
 
 use std::fmt;
 
-use primjit_codegen::{ConvDesc, Layout, PrimitiveKey};
+use primjit_codegen::{ConvDesc, Layout, Pitches, PrimitiveKey};
 use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
 
 use crate::engine::Engine;
@@ -549,6 +549,40 @@ impl Segment {
             window_pitch,
             sweeps,
         }
+    }
+
+    /// The node whose window holds `v`: a value of the segment that is not written whole.
+    pub fn window_of(&self, v: Value) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|t| t.output == v)
+            .filter(|&j| !self.whole[j])
+    }
+
+    /// The key of `call` in `schedule`: its node's whole-width key (`whole`, on an input of
+    /// `extents`) with the call's width and padding ([`band_key`]), reading its input and
+    /// writing its output at the row pitches of the windows they lie in. A conv (a fused
+    /// pool's pooled rows included) writes at its window's pitch or, for a whole output, at its
+    /// residuals' (which it reads at its destination's pitch; a residual in a window of
+    /// another pitch is copied), and its own columns are then copied into the whole tensor.
+    pub fn call_key(
+        &self,
+        schedule: &Schedule,
+        call: &Call,
+        whole: &PrimitiveKey,
+        extents: [usize; 2],
+    ) -> PrimitiveKey {
+        let s = &self.nodes[call.node];
+        let mut key = band_key(s, whole, extents, &call.input);
+        let PrimitiveKey::Conv(desc) = &mut key else {
+            unreachable!("segments hold convolutions")
+        };
+        let pitch = |v: Value| self.window_of(v).map(|j| schedule.window_pitch[j]);
+        desc.pitches = Pitches {
+            src: pitch(s.input),
+            dst: pitch(s.output).or_else(|| s.residuals.iter().find_map(|&r| pitch(r))),
+        };
+        key
     }
 
     /// The first column of node `i`'s output that a consumer in the segment still reads,

@@ -6,7 +6,8 @@ use primjit_codegen::{ConvAlgoChoice, PrimitiveKey};
 use primjit_ir::{Bindings, Params, Tensor, parse, random_tensor};
 use primjit_runtime::stream::PITCH_ALIGN;
 use primjit_runtime::{
-    Budget, CompiledGraph, Engine, EngineConfig, ShapeMode, Streaming, Workspace,
+    Budget, CompiledGraph, Engine, EngineConfig, ShapeMode, Streaming, Workspace, node_keys_in,
+    stream_band_kernels,
 };
 
 /// The trunk in small: a 7x7 stride-2 stem with a fused max pool, a residual block, a
@@ -216,6 +217,63 @@ fn the_stream_plan_covers_the_wide_layers() {
             next = c.x1;
         }
         assert_eq!(next, node.out_width());
+    }
+}
+
+/// The band kernels that `stream_band_kernels` lists (`dump --bands`) are the primitives a
+/// streamed run compiles for its segment, and their calls add up to the schedule's.
+#[test]
+fn the_listed_band_kernels_are_the_ones_a_run_compiles() {
+    let mut graph = parse(TRUNK).expect("parses");
+    primjit_ir::passes::optimize(&mut graph);
+    let streaming = Streaming::with_band(8).unwrap().above(0);
+    for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
+        for w in [203, 389] {
+            let mut bindings = Bindings::new();
+            bindings.insert("W".to_string(), w as u64);
+            let m = model(ConvAlgoChoice::Auto, mode, streaming);
+            let (segment, schedule) = m.stream_plan(&bindings).unwrap().expect("streams");
+            let bands =
+                stream_band_kernels(&graph, &bindings, mode, ConvAlgoChoice::Auto, streaming)
+                    .unwrap()
+                    .expect("streams");
+            let nodes = node_keys_in(&graph, &bindings, mode, ConvAlgoChoice::Auto).unwrap();
+            for (i, s) in segment.nodes.iter().enumerate() {
+                let name = &nodes[s.node].0;
+                let listed: usize = bands
+                    .iter()
+                    .filter(|b| b.node == *name)
+                    .map(|b| b.calls)
+                    .sum();
+                let scheduled = schedule.calls.iter().filter(|c| c.node == i).count();
+                assert_eq!(listed, scheduled, "{mode:?}, W={w}: %{name}");
+            }
+            let mut expected: Vec<PrimitiveKey> = Vec::new();
+            let in_segment = |n: usize| segment.nodes.iter().any(|s| s.node == n);
+            let rest = nodes.iter().enumerate().filter(|(n, _)| !in_segment(*n));
+            for key in bands
+                .iter()
+                .map(|b| &b.key)
+                .chain(rest.map(|(_, (_, k))| k))
+            {
+                if !expected.contains(key) {
+                    expected.push(key.clone());
+                }
+            }
+            let engine = engine(1);
+            m.run(&engine, &[("x", &input(w))], &mut Workspace::new())
+                .expect("runs");
+            let mut compiled: Vec<String> = engine
+                .cache()
+                .entries()
+                .into_iter()
+                .map(|e| e.key)
+                .collect();
+            let mut listed: Vec<String> = expected.iter().map(|k| k.to_string()).collect();
+            compiled.sort();
+            listed.sort();
+            assert_eq!(compiled, listed, "{mode:?}, W={w}");
+        }
     }
 }
 
