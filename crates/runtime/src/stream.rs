@@ -18,9 +18,10 @@
 //!   fixed row pitch ([`Schedule::window_pitch`]) that holds the columns a consumer may still
 //!   read, about a band and its halo. Kernels take row pitches (`primjit_codegen::Pitches`),
 //!   so a call reads its input and residual columns where they lie and writes its output
-//!   columns into its window; before a band would pass the window's end, the columns still
-//!   read (the halo) move to its start. A value read after the segment, or a graph output,
-//!   is written into a whole tensor; graph inputs and whole tensors are copied in.
+//!   columns into its window, whose rows move along the image with no copy: a column stays
+//!   where it was written until no consumer reads it (`Window` in graph.rs). A value read
+//!   after the segment, or a graph output, is written into a whole tensor; graph inputs and
+//!   whole tensors are copied in.
 //!
 //! The first node advances by the band per sweep, every other node by at most the band
 //! scaled to its own width and only as far as its inputs allow, so the chain moves through
@@ -66,8 +67,8 @@ impl Streaming {
     /// and tiles to keep the threads busy (ARCHITECTURE.md, "Width-streamed execution").
     pub const DEFAULT_BAND: usize = 64;
 
-    /// 32 MiB: streaming costs a call more, smaller kernel calls and its halos' slides (2-5%
-    /// of a wide call of the trunk on 2 threads), worth paying only where whole tensors would
+    /// 32 MiB: streaming costs a call more, in more and smaller kernel calls (2-5% of a wide
+    /// call of the trunk on 2 threads), worth paying only where whole tensors would
     /// be large. On the workload, the calls wider than 3,260 columns stream: 8 of the first
     /// 100, 55% of the time.
     pub const DEFAULT_ABOVE: usize = 32 << 20;
@@ -412,7 +413,8 @@ pub fn plan_segment(
             .sum()
     };
     // The windows of the values the segment keeps to itself: a band (scaled to the value's
-    // width) and a few columns of halo and lag each.
+    // width) and a few columns of halo and lag each, and a row's width over which the rows
+    // advance (see `Window` in graph.rs).
     let windows = |cut: usize| -> usize {
         let first = chain[0].out_width.max(1);
         chain[..cut]
@@ -420,7 +422,8 @@ pub fn plan_segment(
             .filter(|n| last_use[n.output.index()] < cut)
             .map(|n| {
                 let columns = band * n.out_width / first + 2 * COLUMN_ALIGN;
-                bytes(n.output) / n.out_width.max(1) * columns
+                let row = Layout::Nchw4c.buffer_len([1, 1, 1, n.out_width]) * 4;
+                bytes(n.output) / n.out_width.max(1) * columns + row
             })
             .sum()
     };
