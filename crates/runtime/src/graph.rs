@@ -1441,7 +1441,7 @@ impl CompiledGraph {
         let shape = state.shape4(v);
         let layout = layout_of(&self.graph, v);
         let (rows, elem) = stream::rows_and_elem(layout, shape);
-        // The source as (its data from its first row's column `x0`, row width).
+        // The source as (the column its data starts at, its data, row width).
         let index = state.segment.nodes.iter().position(|s| s.output == v);
         let (x0, data, width): (usize, &[f32], usize) =
             match index.and_then(|i| state.windows[i].as_ref()) {
