@@ -954,6 +954,34 @@ proptest! {
     }
 }
 
+/// Blocks whose last group is short after a full one, which the GEMM runs as groups of 8 and
+/// 6 to 10 tiles (`SPLIT_TILES`), and a neighbour that it does not split: rows of 13 to 19
+/// tiles, two rows of 13 and five of 5, with channels past `STREAMED_WEIGHT_BYTES` (blocks of 48
+/// tiles).
+#[test]
+fn winograd_blocks_with_short_last_groups() {
+    for (oh, tiles_per_row) in [
+        (4, 13),
+        (4, 14),
+        (4, 16),
+        (4, 18),
+        (4, 19),
+        (8, 13),
+        (20, 5),
+    ] {
+        let mut desc = ConvDesc::new(1, 96, [oh, 4 * tiles_per_row - 1], 100, [3, 3]);
+        desc.pads = same_pads(1);
+        desc.bias = true;
+        desc.post_ops = vec![PostOpDesc::Relu];
+        desc.src_layout = Layout::Nchw4c;
+        desc.dst_layout = Layout::Nchw4c;
+        desc.algo = ConvAlgo::WinogradF4x3;
+        ConvProblem { desc, seed: 3 }
+            .check()
+            .unwrap_or_else(|e| panic!("{oh} rows, {tiles_per_row} tiles a row: {e}"));
+    }
+}
+
 /// The trunk's 3x3 layers at small widths, each post-op combination they use.
 #[test]
 fn winograd_resnet_blocks() {

@@ -12,7 +12,8 @@
 //!    6x6 patch on the stack, so the transform itself never tests a bound;
 //! 2. 36 independent GEMMs, `M[point] = V[point] (tiles x ic) · U[point] (ic x oc)`, with the
 //!    direct kernels' register tile: 12 tiles x one output-channel vector, one broadcast load
-//!    per FMA (2 to 12 tiles for the block's last group), into `M[point][channel
+//!    per FMA (2 to 12 tiles for the block's last group; a last group of fewer than 8 after a
+//!    full one runs with it as 8 and 6 to 10, see [`SPLIT_TILES`]), into `M[point][channel
 //!    block][tile][4]`;
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
@@ -47,6 +48,21 @@ pub const PATCH: usize = TILE + 2;
 pub const POINTS: usize = PATCH * PATCH;
 /// Tiles of the GEMM's register tile: 12 accumulators.
 const GROUP_TILES: usize = 12;
+
+/// The fewest tiles a block's last group may have after a full group. Each FMA adds into its
+/// tile's accumulator, so a group of `n` tiles keeps `n` FMA chains, too few for two FMA pipes
+/// of 4 cycles' latency below 8: a block of 25 tiles ran as 12, 12 and a group of 2 (one tile
+/// computed in vain), and a 25-tile call of layer3 took 15% more per tile than 20- and 30-tile
+/// calls. With a shorter last group, [`gemm`] runs the full group before it and it as two groups
+/// of 8 and 6 to 10 tiles instead, through the same code (a loop of two turns around the last
+/// group's switch, 176 bytes more a kernel): the 25-tile call ran 7-10% faster (`bench-op
+/// mb1ic256ih20iw20oc256oh20ow20...`, three alternations), and layer3 of the trunk at W=265 and
+/// W=285 (25 tiles a call) at 0.94-0.97 of its time without (two engines in one process).
+const SPLIT_TILES: usize = 8;
+const _: () = assert!(
+    SPLIT_TILES.is_multiple_of(2) && SPLIT_TILES < GROUP_TILES,
+    "a split leaves two even groups"
+);
 
 /// Transformed weights larger than this are streamed from beyond L2 once per block: the plan
 /// then takes blocks of 48 tiles and splits output channels between work items.
@@ -760,7 +776,8 @@ fn transform_input(
 
 /// The 36 GEMMs of a work item: `M[point][oc]` = `Σ_ic V[point][ic] · U[point][ic][oc]` for
 /// each of the block's `count` tiles and the output channels of `chunk`, one output-channel
-/// vector at a time, in groups of 12 tiles (12 accumulators) and a last group of 2 to 12.
+/// vector at a time, in groups of 12 tiles (12 accumulators) and a last group of 2 to 12, or
+/// two of 8 and 6 to 10 where the last would have fewer than [`SPLIT_TILES`] after a full one.
 ///
 /// `V` is `[point][channel block][tile][4]` and `M` `[point][channel block][tile][4]`: the
 /// transforms, which run channel blocks outer and tiles inner, read and write whole cache
@@ -794,6 +811,22 @@ fn gemm(
     // 0 for no last group, else k for 2k tiles: at most one tile computed in vain.
     let last = e.offset(rest, 1);
     let last = e.b.ins().ushr_imm_s(last, 1);
+    // A last group shorter than `SPLIT_TILES` after a full one: the full group runs as a first
+    // last group of `SPLIT_TILES` tiles, and its other tiles join the last.
+    let has_full = e.b.ins().icmp_imm_s(IntCC::NotEqual, groups, 0);
+    let has_last = e.b.ins().icmp_imm_s(IntCC::NotEqual, rest, 0);
+    let short =
+        e.b.ins()
+            .icmp_imm_s(IntCC::SignedLessThan, rest, SPLIT_TILES as i64 - 1);
+    let splits = e.b.ins().band(has_full, has_last);
+    let splits = e.b.ins().band(splits, short);
+    let split = e.b.ins().uextend(types::I64, splits);
+    let groups = e.b.ins().isub(groups, split);
+    // The first last group's k, and how many last groups run (a `k` of 0 runs none).
+    let split_k = e.iconst(SPLIT_TILES as i64 / 2);
+    let first_k = e.b.ins().select(splits, split_k, last);
+    let last_groups = e.offset(split, 1);
+    let moved = (GROUP_TILES - SPLIT_TILES) as i64 / 2;
     let group_bytes = GROUP_TILES as i64 * PIXEL_BYTES;
     e.for_ptrs(
         Scalar::Const(POINTS as i64),
@@ -813,12 +846,27 @@ fn gemm(
                         &[Scalar::Const(group_bytes), Scalar::Const(group_bytes)],
                         |e, g| micro_tile(e, plan, GROUP_TILES, g[0], u, g[1], block_bytes),
                     );
-                    let (v_last, m_last) = (ends[0], ends[1]);
-                    e.switch(last, GROUP_TILES / 2 + 1, |e, k| {
-                        if k > 0 {
-                            micro_tile(e, plan, 2 * k, v_last, u, m_last, block_bytes);
-                        }
-                    });
+                    // One last group, or two after a split: `SPLIT_TILES` tiles, then the rest
+                    // of the full group's and the last group's.
+                    let zero = e.iconst(0);
+                    e.for_range(
+                        zero,
+                        last_groups,
+                        &[ends[0], ends[1], first_k],
+                        |e, _, s| {
+                            let (v_last, m_last, k) = (s[0], s[1], s[2]);
+                            e.switch(k, GROUP_TILES / 2 + 1, |e, k| {
+                                if k > 0 {
+                                    micro_tile(e, plan, 2 * k, v_last, u, m_last, block_bytes);
+                                }
+                            });
+                            let step = e.b.ins().imul_imm_s(k, 2 * PIXEL_BYTES);
+                            let v_next = e.b.ins().iadd(v_last, step);
+                            let m_next = e.b.ins().iadd(m_last, step);
+                            let k_next = e.offset(last, moved);
+                            vec![v_next, m_next, k_next]
+                        },
+                    );
                 },
             );
         },
