@@ -1252,8 +1252,7 @@ impl CompiledGraph {
         let out_shape = state.shape4(s.output);
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
-        let window_of = |v: Value| segment.window_of(v);
-        let input_window = window_of(s.input);
+        let input_window = segment.window_of(s.input);
         let key = segment.call_key(state.schedule, call, whole_key, [ih, iw]);
         let primitive = engine.compile(&key)?;
         let call_key = key.at([ih, band_iw]);
@@ -1290,7 +1289,8 @@ impl CompiledGraph {
             // Residuals in windows of the destination's pitch are read in place.
             let res_pitch = call_desc.dst_pitch();
             let res_window = |r: Value| {
-                window_of(r)
+                segment
+                    .window_of(r)
                     .and_then(|j| windows[j].as_ref())
                     .filter(|w| w.pitch == res_pitch)
             };

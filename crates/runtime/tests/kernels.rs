@@ -954,6 +954,25 @@ proptest! {
     }
 }
 
+/// A 3x3 convolution with padding 1 on every side, a bias and `post_ops`, `nChw4c` in and out,
+/// by `algo`: the shape of the trunk's 3x3 stride-1 layers.
+fn same_padded_3x3(
+    ic: usize,
+    hw: [usize; 2],
+    oc: usize,
+    post_ops: Vec<PostOpDesc>,
+    algo: ConvAlgo,
+) -> ConvDesc {
+    let mut desc = ConvDesc::new(1, ic, hw, oc, [3, 3]);
+    desc.pads = same_pads(1);
+    desc.bias = true;
+    desc.post_ops = post_ops;
+    desc.src_layout = Layout::Nchw4c;
+    desc.dst_layout = Layout::Nchw4c;
+    desc.algo = algo;
+    desc
+}
+
 /// Blocks whose last group is short after a full one, which the GEMM runs as groups of 8 and
 /// 6 to 10 tiles (`SPLIT_TILES`), and a neighbour that it does not split: rows of 13 to 19
 /// tiles, two rows of 13 and five of 5, with channels past `STREAMED_WEIGHT_BYTES` (blocks of 48
@@ -969,13 +988,8 @@ fn winograd_blocks_with_short_last_groups() {
         (8, 13),
         (20, 5),
     ] {
-        let mut desc = ConvDesc::new(1, 96, [oh, 4 * tiles_per_row - 1], 100, [3, 3]);
-        desc.pads = same_pads(1);
-        desc.bias = true;
-        desc.post_ops = vec![PostOpDesc::Relu];
-        desc.src_layout = Layout::Nchw4c;
-        desc.dst_layout = Layout::Nchw4c;
-        desc.algo = ConvAlgo::WinogradF4x3;
+        let hw = [oh, 4 * tiles_per_row - 1];
+        let desc = same_padded_3x3(96, hw, 100, vec![PostOpDesc::Relu], ConvAlgo::WinogradF4x3);
         ConvProblem { desc, seed: 3 }
             .check()
             .unwrap_or_else(|e| panic!("{oh} rows, {tiles_per_row} tiles a row: {e}"));
@@ -991,13 +1005,7 @@ fn winograd_resnet_blocks() {
         (128, [10, 7], vec![PostOpDesc::Relu]),
         (256, [5, 6], vec![PostOpDesc::Add, PostOpDesc::Relu]),
     ] {
-        let mut desc = ConvDesc::new(1, c, hw, c, [3, 3]);
-        desc.pads = same_pads(1);
-        desc.bias = true;
-        desc.post_ops = posts;
-        desc.src_layout = Layout::Nchw4c;
-        desc.dst_layout = Layout::Nchw4c;
-        desc.algo = ConvAlgo::WinogradF4x3;
+        let desc = same_padded_3x3(c, hw, c, posts, ConvAlgo::WinogradF4x3);
         ConvProblem { desc, seed: 7 }
             .check()
             .unwrap_or_else(|e| panic!("{e}"));
@@ -1013,13 +1021,8 @@ fn winograd_and_direct_error_on_the_trunk_layers() {
     for (c, hw) in [(64, [80, 51]), (128, [40, 26]), (256, [20, 13])] {
         let mut errors = Vec::new();
         for algo in [ConvAlgo::Direct, ConvAlgo::WinogradF4x3] {
-            let mut desc = ConvDesc::new(1, c, hw, c, [3, 3]);
-            desc.pads = same_pads(1);
-            desc.bias = true;
-            desc.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
-            desc.src_layout = Layout::Nchw4c;
-            desc.dst_layout = Layout::Nchw4c;
-            desc.algo = algo;
+            let posts = vec![PostOpDesc::Add, PostOpDesc::Relu];
+            let desc = same_padded_3x3(c, hw, c, posts, algo);
             let p = ConvProblem { desc, seed: 11 };
             let prim = compile(&p.key()).unwrap_or_else(|e| panic!("{e}"));
             let got = p.buffers().run_all(&prim).unwrap_or_else(|e| panic!("{e}"));
