@@ -1532,9 +1532,16 @@ fn bench_small_model_prints_summary_and_writes_json() {
     assert_eq!(json["model"], s(&f.model));
     assert!(json["bucket_error"].is_null(), "{json}");
     // Two primitives per width (the conv with its relu, the pool), three distinct widths,
-    // and the default 64 MiB budget keeps them all.
+    // and the default 64 MiB budget keeps them all. The untimed warm-up call at the first
+    // width compiles that width's two, which the first timed call finds.
+    assert!(
+        out.contains("warm-up: 1 call at W=32 in ") && out.contains("(2 compiles), not timed"),
+        "{out}"
+    );
+    assert_eq!(json["warm_up_calls"], 1, "{json}");
+    assert!(json["warm_up_s"].as_f64().unwrap() > 0.0, "{json}");
     assert_eq!(json["compiles"], 6, "{json}");
-    assert_eq!(json["hits"], 0, "{json}");
+    assert_eq!(json["hits"], 2, "{json}");
     assert_eq!(json["evictions"], 0, "{json}");
     assert_eq!(json["cache_entries"], 6, "{json}");
     let compiles: Vec<u64> = json["per_call"]
@@ -1544,6 +1551,35 @@ fn bench_small_model_prints_summary_and_writes_json() {
         .map(|c| c["compiles"].as_u64().unwrap())
         .collect();
     assert_eq!(compiles, [2, 4, 6]);
+
+    // `--warm-up 0` times the first call cold: it compiles, and nothing hits.
+    let cold_path = f.path("cold.json");
+    let out = success(&primjit(&[
+        "bench",
+        s(&f.model),
+        "--widths",
+        s(&f.widths),
+        "--n",
+        "3",
+        "--quiet",
+        "--json",
+        s(&cold_path),
+        "--threads",
+        "1",
+        "--warm-up",
+        "0",
+    ]));
+    assert!(!out.contains("warm-up"), "{out}");
+    let json = read_json(&cold_path);
+    check_report(&json, &[32, 40, 33], &[32, 40, 33]);
+    assert_eq!(
+        (json["warm_up_calls"].as_u64(), json["warm_up_s"].as_f64()),
+        (Some(0), Some(0.0))
+    );
+    assert_eq!(
+        (json["compiles"].as_u64(), json["hits"].as_u64()),
+        (Some(6), Some(0))
+    );
 }
 
 #[test]
@@ -1627,8 +1663,9 @@ fn bench_dynamic_policy_compiles_one_primitive_per_node_for_every_width() {
     let json = read_json(&json_path);
     check_report(&json, &[32, 40, 33], &[32, 40, 33]);
     assert_eq!(json["policy"], "dynamic");
+    // The warm-up compiles both; every timed call hits them.
     assert_eq!(json["compiles"], 2, "{json}");
-    assert_eq!(json["hits"], 4, "{json}");
+    assert_eq!(json["hits"], 6, "{json}");
     assert_eq!(json["node_configurations"], 2, "{json}");
     // The runtime-width kernels tile like the exact ones: equal to the last bit.
     let e = &json["bucket_error"];
@@ -1728,9 +1765,9 @@ fn bench_bucket_policy_reports_its_error_against_exact() {
     let json = read_json(&json_path);
     check_report(&json, &[32, 40, 33], &[320, 320, 320]);
     assert_eq!(json["policy"], "bucket320");
-    // One padded width: two primitives, reused by the later calls.
+    // One padded width: two primitives, compiled by the warm-up and reused by every call.
     assert_eq!(json["compiles"], 2, "{json}");
-    assert_eq!(json["hits"], 4, "{json}");
+    assert_eq!(json["hits"], 6, "{json}");
     let e = &json["bucket_error"];
     assert_eq!(e["calls_checked"], 2, "{json}");
     let (abs, rel) = (

@@ -77,6 +77,12 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 
+    /// Untimed calls at the first width before the timed ones, as the peers' harness
+    /// (`../shared/peers/bench_peer.py`) makes one; 0 times the first call cold, compiles
+    /// included
+    #[arg(long, value_name = "CALLS", default_value_t = 1)]
+    pub warm_up: usize,
+
     /// With a bucket or the dynamic policy, how many of the first calls to compare against
     /// `exact` after the timed run
     #[arg(long, default_value_t = 2)]
@@ -216,6 +222,9 @@ pub struct BenchReport {
     pub time_mean_s: f64,
     pub time_p50_s: f64,
     pub time_p95_s: f64,
+    /// Untimed calls at the first width before the timed ones, and their total seconds.
+    pub warm_up_calls: usize,
+    pub warm_up_s: f64,
     pub rss_initial_kb: u64,
     pub rss_growth_kb: i64,
     /// `(calls, growth kB)` every 100 calls.
@@ -391,6 +400,39 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let mut peak_activation = 0;
     let mut peak_segments = Vec::new();
     let mut workspace = primjit::WorkspaceStats::default();
+    // As the peers' harness does, the growth is counted from the RSS after the warm-up (or
+    // after the first call, when there is none), and the warm-up's time is not the workload's.
+    let mut warm_up_seconds = 0.0;
+    for _ in 0..args.warm_up {
+        let w = widths[0];
+        let (shape, data) = inputs.view(w, args.policy.padded_width(w));
+        let x = TensorView {
+            shape: &shape,
+            data,
+        };
+        let start = Instant::now();
+        let stats = model.run_into(&engine, &[(&input_name, x)], &mut outputs, &mut ws)?;
+        warm_up_seconds += start.elapsed().as_secs_f64();
+        for node in &stats.nodes {
+            configurations
+                .entry(node.primitive.key().clone())
+                .or_insert_with(|| node.primitive.compile_time());
+        }
+        rss_first = rss_kb()?;
+    }
+    if args.warm_up > 0 {
+        bar.suspend(|| {
+            writeln!(
+                out,
+                "warm-up: {} call{} at W={} in {:.3} s ({} compiles), not timed",
+                args.warm_up,
+                if args.warm_up == 1 { "" } else { "s" },
+                widths[0],
+                warm_up_seconds,
+                engine.cache().stats().compiles
+            )
+        })?;
+    }
     let mut total_seconds = 0.0;
     for (i, &w) in widths.iter().enumerate() {
         let run_width = args.policy.padded_width(w);
@@ -414,7 +456,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         }
         workspace = stats.workspace;
         let rss = rss_kb()?;
-        if i == 0 {
+        if i == 0 && args.warm_up == 0 {
             rss_first = rss;
         }
         let cache = engine.cache().stats();
@@ -468,6 +510,8 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         time_mean_s: total_seconds / widths.len() as f64,
         time_p50_s: percentile(&times, 50.0),
         time_p95_s: percentile(&times, 95.0),
+        warm_up_calls: args.warm_up,
+        warm_up_s: warm_up_seconds,
         rss_initial_kb: rss_first,
         rss_growth_kb: rss_last as i64 - rss_first as i64,
         growth_every_100: growth,

@@ -183,8 +183,12 @@ pub fn run(args: &Args) -> Result<()> {
     for (i, config) in configs.iter().enumerate() {
         let json = args.out_dir.join(format!("run{i}.json"));
         let mut cmd = Command::new(&exe);
+        // Every call is timed from cold, compiles included: the sweep compares the cache's
+        // policies, and what each compiles is part of that.
         cmd.arg("bench")
             .arg("--quiet")
+            .arg("--warm-up")
+            .arg("0")
             .arg("--n")
             .arg(args.workload.n.to_string())
             .arg("--threads")
