@@ -67,6 +67,7 @@ class Engine:
     def cache_stats(self) -> dict[str, Any]:
         """The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (None when
         unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,
+        prefetched (compiled ahead of their first lookup by a run on several threads),
         failed_compiles, compile_time_s, max_compile_time_s."""
     def cache_entries(self) -> list[dict[str, Any]]:
         """The cache's entries, most recently used first: key, bytes, code_bytes,

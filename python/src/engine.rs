@@ -109,6 +109,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDic
     d.set_item("evictions", s.evictions)?;
     d.set_item("evicted_bytes", s.evicted_bytes)?;
     d.set_item("compiles", s.compiles)?;
+    d.set_item("prefetched", s.prefetched)?;
     d.set_item("failed_compiles", s.failed_compiles)?;
     d.set_item("compile_time_s", s.compile_time.as_secs_f64())?;
     d.set_item("max_compile_time_s", s.max_compile_time.as_secs_f64())?;
@@ -253,6 +254,7 @@ impl PyEngine {
 
     /// The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (bytes, or None
     /// when unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,
+    /// prefetched (compiled ahead of their first lookup by a run on several threads),
     /// failed_compiles, compile_time_s and max_compile_time_s.
     fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.engine.cache().stats())

@@ -144,6 +144,9 @@ pub struct CacheStats {
     pub evictions: u64,
     pub evicted_bytes: u64,
     pub compiles: u64,
+    /// Compiles made ahead of their first lookup, by a run on several threads that needed
+    /// more than one new kernel (`Engine::prefetch`); a part of `compiles`.
+    pub prefetched: u64,
     pub failed_compiles: u64,
     pub compile_time: Duration,
     pub max_compile_time: Duration,
@@ -163,6 +166,9 @@ struct Entry {
     primitive: Arc<Primitive>,
     hits: u64,
     last_used: Instant,
+    /// Compiled by [`PrimitiveCache::prefetch`] and not looked up since: its first lookup
+    /// counts the miss that its compile stood for.
+    prefetched: bool,
 }
 
 /// How a flight ended: its result, or `None` if the compiling thread panicked.
@@ -259,9 +265,13 @@ impl PrimitiveCache {
         let flight = loop {
             let mut state = lock(&self.state);
             if let Some(entry) = state.lru.get_mut(key) {
-                entry.hits += 1;
                 entry.last_used = Instant::now();
                 let p = entry.primitive.clone();
+                if std::mem::take(&mut entry.prefetched) {
+                    state.stats.misses += 1;
+                    return (Ok(p), Lookup::Compiled);
+                }
+                entry.hits += 1;
                 state.stats.hits += 1;
                 return (Ok(p), Lookup::Hit);
             }
@@ -269,12 +279,19 @@ impl PrimitiveCache {
             if let Some(f) = state.in_flight.get(key) {
                 let f = f.clone();
                 drop(state);
-                let mut result = lock(&f.result);
-                while result.is_none() {
-                    result = f.done.wait(result).unwrap_or_else(|p| p.into_inner());
+                let mut result_slot = lock(&f.result);
+                while result_slot.is_none() {
+                    result_slot = f.done.wait(result_slot).unwrap_or_else(|p| p.into_inner());
                 }
-                match result.clone().expect("set before notify") {
-                    Some(result) => return (result, Lookup::Joined),
+                match result_slot.clone().expect("set before notify") {
+                    Some(result) => {
+                        drop(result_slot);
+                        // This lookup counted the miss that a prefetch's compile stood for.
+                        if let Some(entry) = lock(&self.state).lru.peek_mut(key) {
+                            entry.prefetched = false;
+                        }
+                        return (result, Lookup::Joined);
+                    }
                     // The compiling thread panicked: look again (and compile if need be).
                     None => continue,
                 }
@@ -284,10 +301,66 @@ impl PrimitiveCache {
             break f;
         };
 
+        let result = self.fly(key, &flight, compile, false);
+        (result, Lookup::Compiled)
+    }
+
+    /// Whether the cache holds `key`, or is compiling it; neither counts as a lookup nor
+    /// touches the entry's recency.
+    pub(crate) fn holds(&self, key: &CacheKey) -> bool {
+        let state = lock(&self.state);
+        state.lru.contains(key) || state.in_flight.contains_key(key)
+    }
+
+    /// Whether `count` more entries of at most `bytes_each` would fit the budget and the
+    /// capacity without evicting anything.
+    pub(crate) fn has_room(&self, count: usize, bytes_each: usize) -> bool {
+        let state = lock(&self.state);
+        let bytes = state
+            .stats
+            .bytes
+            .saturating_add(count.saturating_mul(bytes_each));
+        state.config.budget.allows(bytes)
+            && state
+                .config
+                .capacity
+                .is_none_or(|c| state.lru.len() + count <= c)
+    }
+
+    /// Compiles `key` ahead of its first lookup, unless the cache holds it or another caller
+    /// is compiling it. The statistics stay those of the lookups alone: the compile is
+    /// counted, and its entry's first lookup counts the miss; a failed compile is not kept or
+    /// counted (the lookup compiles again and reports it).
+    pub(crate) fn prefetch(
+        &self,
+        key: &CacheKey,
+        compile: impl FnOnce() -> Result<Primitive, RuntimeError>,
+    ) {
+        let flight = {
+            let mut state = lock(&self.state);
+            if state.lru.contains(key) || state.in_flight.contains_key(key) {
+                return;
+            }
+            let f = Arc::new(Flight::default());
+            state.in_flight.insert(key.clone(), f.clone());
+            f
+        };
+        let _ = self.fly(key, &flight, compile, true);
+    }
+
+    /// Compiles the key of `flight` (registered in `in_flight` by the caller), keeps the
+    /// primitive if it fits, and hands the result to the flight's waiters.
+    fn fly(
+        &self,
+        key: &CacheKey,
+        flight: &Flight,
+        compile: impl FnOnce() -> Result<Primitive, RuntimeError>,
+        prefetched: bool,
+    ) -> Result<Arc<Primitive>, RuntimeError> {
         let abandon = Abandon {
             cache: self,
             key,
-            flight: &flight,
+            flight,
         };
         let result = compile().map(Arc::new);
         std::mem::forget(abandon);
@@ -299,6 +372,7 @@ impl PrimitiveCache {
             match &result {
                 Ok(p) => {
                     state.stats.compiles += 1;
+                    state.stats.prefetched += u64::from(prefetched);
                     state.stats.compile_time += p.compile_time();
                     state.stats.max_compile_time =
                         state.stats.max_compile_time.max(p.compile_time());
@@ -311,6 +385,7 @@ impl PrimitiveCache {
                                 primitive: p.clone(),
                                 hits: 0,
                                 last_used: Instant::now(),
+                                prefetched,
                             },
                         );
                         state.stats.bytes += cost;
@@ -322,6 +397,7 @@ impl PrimitiveCache {
                     }
                     state.stats.entries = state.lru.len();
                 }
+                Err(_) if prefetched => {}
                 Err(_) => state.stats.failed_compiles += 1,
             }
         }
@@ -331,7 +407,7 @@ impl PrimitiveCache {
         // The evicted primitives are dropped here, outside the lock: their pages are unmapped
         // now, or later by whoever still executes them.
         drop(evicted);
-        (result, Lookup::Compiled)
+        result
     }
 
     /// Evicts least-recently-used entries until the cache is within its bounds; returns them

@@ -88,7 +88,7 @@ pub struct ExecutableCode {
 impl ExecutableCode {
     /// Copies `code` into fresh pages from `pages` and makes them read+execute.
     ///
-    /// `code` must be a complete, relocation-free kernel with the [`KernelFn`] signature,
+    /// `code` must be a complete, relocation-free kernel with the `KernelFn` signature,
     /// as `primjit_codegen::compile` produces; it is placed at the start of a page, which
     /// satisfies any alignment Cranelift asks for.
     pub fn publish(code: &[u8], pages: &dyn PageSource) -> io::Result<Self> {

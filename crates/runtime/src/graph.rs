@@ -526,12 +526,34 @@ impl CompiledGraph {
         }
         stats.peak_activation_bytes = live_bytes;
 
-        // The leading convolutions in bands, when the image is wider than one.
+        // The leading convolutions in bands, when the image is wider than one: their calls'
+        // kernels, and the other nodes', are all known before the first runs, so that the
+        // missing ones compile at once on the engine's threads.
+        let streamed_segment = self.streamed_segment(&shapes).map(|(segment, band)| {
+            let schedule = segment.schedule(band);
+            let call_keys: Vec<PrimitiveKey> = schedule
+                .calls
+                .iter()
+                .map(|call| {
+                    let s = &segment.nodes[call.node];
+                    let [_, _, ih, iw] = shape4(s.input);
+                    segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw])
+                })
+                .collect();
+            (segment, band, schedule, call_keys)
+        });
+        let first_whole = streamed_segment.as_ref().map_or(0, |s| s.0.nodes.len());
+        engine.prefetch(
+            streamed_segment
+                .iter()
+                .flat_map(|s| &s.3)
+                .chain(keys[first_whole..].iter().map(|(_, k)| k)),
+        );
         let mut streamed = 0;
-        if let Some((segment, band)) = self.streamed_segment(&shapes) {
+        if let Some((segment, band, schedule, call_keys)) = &streamed_segment {
             let run = self.execute_segment(
-                &segment, band, engine, &keys, &shapes, inputs, workspace, blocked, live_bytes,
-                &mut stats,
+                segment, *band, schedule, call_keys, engine, &keys, &shapes, inputs, workspace,
+                blocked, live_bytes, &mut stats,
             )?;
             streamed = segment.nodes.len();
             live_bytes += run.whole_bytes;
@@ -1139,13 +1161,16 @@ fn keys_at(
 }
 
 impl CompiledGraph {
-    /// Runs the streamed `segment` at the run's `shapes`: its whole outputs land in `blocked`,
-    /// its nodes' runs in `stats.nodes`. `live_bytes` is what the run holds besides.
+    /// Runs the streamed `segment` at the run's `shapes`, as `schedule`'s calls with their
+    /// kernels' `call_keys`: its whole outputs land in `blocked`, its nodes' runs in
+    /// `stats.nodes`. `live_bytes` is what the run holds besides.
     #[allow(clippy::too_many_arguments)]
     fn execute_segment(
         &self,
         segment: &Segment,
         band: usize,
+        schedule: &Schedule,
+        call_keys: &[PrimitiveKey],
         engine: &Engine,
         keys: &[(String, PrimitiveKey)],
         shapes: &primjit_ir::Shapes,
@@ -1155,7 +1180,6 @@ impl CompiledGraph {
         live_bytes: usize,
         stats: &mut RunStats,
     ) -> Result<SegmentRun, GraphError> {
-        let schedule = segment.schedule(band);
         let mut run = SegmentRun {
             first: keys[segment.nodes[0].node].0.clone(),
             last: keys[segment.nodes.last().expect("non-empty").node]
@@ -1168,7 +1192,6 @@ impl CompiledGraph {
         };
         let mut state = SegmentState {
             segment,
-            schedule: &schedule,
             shapes,
             windows: Vec::with_capacity(segment.nodes.len()),
         };
@@ -1202,9 +1225,10 @@ impl CompiledGraph {
         let held = live_bytes + run.whole_bytes + run.window_bytes;
         run.peak_bytes = held;
         if result.is_ok() {
-            for call in &schedule.calls {
-                match self.execute_band(&mut state, call, engine, keys, inputs, workspace, blocked)
-                {
+            for (call, key) in schedule.calls.iter().zip(call_keys) {
+                match self.execute_band(
+                    &mut state, call, key, engine, keys, inputs, workspace, blocked,
+                ) {
                     Ok((temp_bytes, node_run)) => {
                         run.peak_bytes = run.peak_bytes.max(held + temp_bytes);
                         match &mut node_runs[call.node] {
@@ -1228,7 +1252,8 @@ impl CompiledGraph {
         Ok(run)
     }
 
-    /// One call of a streamed node. Its kernel reads its input columns and residuals where
+    /// One call of a streamed node, with its kernel's `key` (`Segment::call_key`). The kernel
+    /// reads its input columns and residuals where
     /// they are, in the windows of their producers, at their row pitch, and writes its output
     /// columns into its own window; only values outside the windows (graph inputs, whole
     /// tensors) are copied in, and a whole output is copied out. Returns the bytes of the
@@ -1238,6 +1263,7 @@ impl CompiledGraph {
         &self,
         state: &mut SegmentState<'_>,
         call: &Call,
+        key: &PrimitiveKey,
         engine: &Engine,
         keys: &[(String, PrimitiveKey)],
         inputs: &[(&str, TensorView<'_>)],
@@ -1246,15 +1272,14 @@ impl CompiledGraph {
     ) -> Result<(usize, NodeRun), GraphError> {
         let segment = state.segment;
         let s = &segment.nodes[call.node];
-        let (name, whole_key) = &keys[s.node];
-        let [_, _, ih, iw] = state.shape4(s.input);
+        let name = &keys[s.node].0;
+        let ih = state.shape4(s.input)[2];
         let band_iw = call.input.end - call.input.begin;
         let out_shape = state.shape4(s.output);
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
         let input_window = segment.window_of(s.input);
-        let key = segment.call_key(state.schedule, call, whole_key, [ih, iw]);
-        let primitive = engine.compile(&key)?;
+        let primitive = engine.compile(key)?;
         let call_key = key.at([ih, band_iw]);
         let specs = call_key.buffers();
         let PrimitiveKey::Conv(call_desc) = &call_key else {
@@ -1479,8 +1504,6 @@ impl CompiledGraph {
 /// What a streamed segment holds between its calls: each windowed value's window.
 struct SegmentState<'a> {
     segment: &'a Segment,
-    /// The run's calls, and its windows' row pitches.
-    schedule: &'a Schedule,
     shapes: &'a primjit_ir::Shapes,
     /// Per node of the segment: the window of its output (`None` for a whole output).
     windows: Vec<Option<Window>>,

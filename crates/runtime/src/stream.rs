@@ -5,7 +5,7 @@
 //! tensors are 39 MB each at W=7680), but each output column reads only a few input columns.
 //! A [`Segment`] is a prefix of the graph's nodes, every one a convolution (post-ops and a
 //! fused max pool included) that reads graph inputs or values of the segment. A run
-//! [`schedule`]s it as calls of each node's kernel on a range of its output columns:
+//! [`schedule`](Segment::schedule)s it as calls of each node's kernel on a range of its output columns:
 //!
 //! - The conv's window (and its pool's) maps the output columns to the input columns they
 //!   read. A call runs on exactly those columns, with the node's own padding on a side where

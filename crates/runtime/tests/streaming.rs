@@ -369,3 +369,56 @@ fn a_budget_returns_the_segments_bands_before_the_whole_tensors() {
         "{returned_peak} bytes at the peak with the bands returned, {kept_peak} kept"
     );
 }
+
+/// A run on two threads compiles the kernels it lacks (band kernels and whole nodes') at once,
+/// ahead of their first use, and the cache's statistics come out as a one-thread run's; a run
+/// whose new kernels might not fit the cache compiles them one by one, as they come.
+#[test]
+fn a_run_on_two_threads_compiles_its_new_kernels_ahead_with_the_same_statistics() {
+    let m = streamed_in_narrow_bands();
+    let x = input(203);
+    let with = |threads: usize, budget: Budget| {
+        Engine::new(EngineConfig {
+            threads,
+            cache: primjit_runtime::CacheConfig {
+                budget,
+                capacity: None,
+            },
+            ..EngineConfig::default()
+        })
+        .expect("engine")
+    };
+    for budget in [Budget::DEFAULT, Budget::Bytes(1 << 20)] {
+        let (one, two) = (with(1, budget), with(2, budget));
+        let mut outputs = Vec::new();
+        for engine in [&one, &two] {
+            let mut ws = Workspace::new();
+            for _ in 0..2 {
+                let (y, _) = m.run(engine, &[("x", &x)], &mut ws).expect("runs");
+                outputs.push(bits(&y[0].1));
+            }
+        }
+        assert!(outputs.windows(2).all(|p| p[0] == p[1]), "{budget}");
+        let (s1, s2) = (one.cache().stats(), two.cache().stats());
+        assert_eq!(s1.prefetched, 0, "{budget}");
+        assert!(s1.compiles >= 5, "{s1:?}");
+        if budget == Budget::DEFAULT {
+            // Every kernel of the run was compiled ahead: the list the run prefetches is the
+            // list it looks up.
+            assert_eq!(s2.prefetched, s2.compiles, "{s2:?}");
+        } else {
+            assert_eq!(s2.prefetched, 0, "{s2:?}");
+        }
+        let counts = |s: &primjit_runtime::CacheStats| {
+            (
+                s.compiles,
+                s.hits,
+                s.misses,
+                s.failed_compiles,
+                s.entries,
+                s.evictions,
+            )
+        };
+        assert_eq!(counts(&s1), counts(&s2), "{budget}");
+    }
+}
