@@ -201,17 +201,19 @@ impl Engine {
         let Ok(host) = host_isa(self.codegen.verify) else {
             return;
         };
-        let mut missing: Vec<CacheKey> = Vec::new();
-        for key in keys {
-            let cache_key = CacheKey {
+        // A streamed run lists hundreds of calls of a few dozen kernels: each distinct key is
+        // looked for in the cache once.
+        let mut seen = std::collections::HashSet::new();
+        let missing: Vec<CacheKey> = keys
+            .into_iter()
+            .filter(|key| seen.insert(*key))
+            .map(|key| CacheKey {
                 key: key.clone(),
                 isa: host.description.as_str(),
                 options: self.codegen,
-            };
-            if !self.cache.holds(&cache_key) && !missing.contains(&cache_key) {
-                missing.push(cache_key);
-            }
-        }
+            })
+            .filter(|cache_key| !self.cache.holds(cache_key))
+            .collect();
         if missing.len() < 2 || !self.cache.has_room(missing.len(), PREFETCH_ENTRY_BYTES) {
             return;
         }
