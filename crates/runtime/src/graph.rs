@@ -529,9 +529,9 @@ impl CompiledGraph {
         // The leading convolutions in bands, when the image is wider than one: their calls'
         // kernels, and the other nodes', are all known before the first runs, so that the
         // missing ones compile at once on the engine's threads.
-        let streamed_segment = self.streamed_segment(&shapes).map(|(segment, band)| {
+        let banded = self.streamed_segment(&shapes).map(|(segment, band)| {
             let schedule = segment.schedule(band);
-            let call_keys: Vec<PrimitiveKey> = schedule
+            let call_keys = schedule
                 .calls
                 .iter()
                 .map(|call| {
@@ -540,17 +540,29 @@ impl CompiledGraph {
                     segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw])
                 })
                 .collect();
-            (segment, band, schedule, call_keys)
+            BandedRun {
+                segment,
+                band,
+                schedule,
+                call_keys,
+            }
         });
-        let first_whole = streamed_segment.as_ref().map_or(0, |s| s.0.nodes.len());
+        // The segment is the graph's first nodes; the others run on whole tensors.
+        let whole_from = banded.as_ref().map_or(0, |b| b.segment.nodes.len());
         engine.prefetch(
-            streamed_segment
+            banded
                 .iter()
-                .flat_map(|s| &s.3)
-                .chain(keys[first_whole..].iter().map(|(_, k)| k)),
+                .flat_map(|b| &b.call_keys)
+                .chain(keys[whole_from..].iter().map(|(_, k)| k)),
         );
         let mut streamed = 0;
-        if let Some((segment, band, schedule, call_keys)) = &streamed_segment {
+        if let Some(BandedRun {
+            segment,
+            band,
+            schedule,
+            call_keys,
+        }) = &banded
+        {
             let run = self.execute_segment(
                 segment, *band, schedule, call_keys, engine, &keys, &shapes, inputs, workspace,
                 blocked, live_bytes, &mut stats,
@@ -1253,11 +1265,11 @@ impl CompiledGraph {
     }
 
     /// One call of a streamed node, with its kernel's `key` (`Segment::call_key`). The kernel
-    /// reads its input columns and residuals where
-    /// they are, in the windows of their producers, at their row pitch, and writes its output
-    /// columns into its own window; only values outside the windows (graph inputs, whole
-    /// tensors) are copied in, and a whole output is copied out. Returns the bytes of the
-    /// copies, scratch and destination it took, and the node's run.
+    /// reads its input columns and residuals where they are, in the windows of their
+    /// producers, at their row pitch, and writes its output columns into its own window; only
+    /// values outside the windows (graph inputs, whole tensors) are copied in, and a whole
+    /// output is copied out. Returns the bytes of the copies, scratch and destination it took,
+    /// and the node's run.
     #[allow(clippy::too_many_arguments)]
     fn execute_band(
         &self,
@@ -1499,6 +1511,14 @@ impl CompiledGraph {
             engine,
         );
     }
+}
+
+/// A run's streamed segment with its band, its calls, and each call's kernel key.
+struct BandedRun {
+    segment: Segment,
+    band: usize,
+    schedule: Schedule,
+    call_keys: Vec<PrimitiveKey>,
 }
 
 /// What a streamed segment holds between its calls: each windowed value's window.
