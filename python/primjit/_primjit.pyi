@@ -38,8 +38,8 @@ class Engine:
     @staticmethod
     def from_env() -> Engine:
         """An engine configured from PRIMJIT_CACHE_BUDGET, PRIMJIT_CACHE_CAPACITY,
-        PRIMJIT_WORKSPACE_BUDGET, PRIMJIT_THREADS, PRIMJIT_VERBOSE, PRIMJIT_CONV_ALGO and
-        PRIMJIT_PERF_MAP, as the command line's."""
+        PRIMJIT_WORKSPACE_BUDGET, PRIMJIT_THREADS, PRIMJIT_VERBOSE, PRIMJIT_CONV_ALGO,
+        PRIMJIT_PERF_MAP and PRIMJIT_COMPILE_AHEAD, as the command line's."""
     def load(
         self,
         path: _Path,
@@ -67,7 +67,7 @@ class Engine:
     def cache_stats(self) -> dict[str, Any]:
         """The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (None when
         unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,
-        prefetched (compiled ahead of their first lookup by a run on several threads),
+        prefetched (compiled ahead of their first lookup, PRIMJIT_COMPILE_AHEAD),
         failed_compiles, compile_time_s, max_compile_time_s."""
     def cache_entries(self) -> list[dict[str, Any]]:
         """The cache's entries, most recently used first: key, bytes, code_bytes,

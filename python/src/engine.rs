@@ -180,8 +180,8 @@ impl PyEngine {
 
     /// An engine configured as the command line's: PRIMJIT_CACHE_BUDGET,
     /// PRIMJIT_CACHE_CAPACITY, PRIMJIT_WORKSPACE_BUDGET, PRIMJIT_THREADS, PRIMJIT_VERBOSE,
-    /// PRIMJIT_CONV_ALGO and PRIMJIT_PERF_MAP, with the defaults for what is unset; a
-    /// malformed value raises ConfigError.
+    /// PRIMJIT_CONV_ALGO, PRIMJIT_PERF_MAP and PRIMJIT_COMPILE_AHEAD, with the defaults for
+    /// what is unset; a malformed value raises ConfigError.
     #[staticmethod]
     fn from_env(py: Python<'_>) -> PyResult<Self> {
         let config =
@@ -254,7 +254,7 @@ impl PyEngine {
 
     /// The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (bytes, or None
     /// when unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,
-    /// prefetched (compiled ahead of their first lookup by a run on several threads),
+    /// prefetched (compiled ahead of their first lookup, PRIMJIT_COMPILE_AHEAD),
     /// failed_compiles, compile_time_s and max_compile_time_s.
     fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.engine.cache().stats())

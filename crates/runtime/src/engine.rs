@@ -38,12 +38,19 @@ pub struct EngineConfig {
     /// `PRIMJIT_PERF_MAP`: `1` writes a line per primitive placed in executable pages to
     /// `/tmp/perf-<pid>.map`, where Linux `perf report` finds the kernels' names.
     pub perf_map: bool,
+    /// `PRIMJIT_COMPILE_AHEAD`: `1` lets a graph run on more than one thread compile the
+    /// kernels it lacks at once, before its first call (`Engine::prefetch`): a cold call
+    /// waits for its longest compile rather than for their sum, and the process's peak RSS
+    /// grows by a second compiler's working memory (the main job's `VmHWM` by 5-10 MB). Off by
+    /// default: a server compiles each of its few dozen kernels once in its life, and keeps
+    /// the peak.
+    pub compile_ahead: bool,
 }
 
 impl EngineConfig {
     /// The defaults, overridden by `PRIMJIT_CACHE_BUDGET`, `PRIMJIT_CACHE_CAPACITY`,
-    /// `PRIMJIT_WORKSPACE_BUDGET`, `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS`, `PRIMJIT_CONV_ALGO`
-    /// and `PRIMJIT_PERF_MAP`; a malformed value is an error.
+    /// `PRIMJIT_WORKSPACE_BUDGET`, `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS`, `PRIMJIT_CONV_ALGO`,
+    /// `PRIMJIT_PERF_MAP` and `PRIMJIT_COMPILE_AHEAD`; a malformed value is an error.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -73,6 +80,9 @@ impl EngineConfig {
         }
         if let Some(v) = var("PRIMJIT_PERF_MAP") {
             config.perf_map = level("PRIMJIT_PERF_MAP", v, 1, "expected 0 or 1")? == 1;
+        }
+        if let Some(v) = var("PRIMJIT_COMPILE_AHEAD") {
+            config.compile_ahead = level("PRIMJIT_COMPILE_AHEAD", v, 1, "expected 0 or 1")? == 1;
         }
         Ok(config)
     }
@@ -107,6 +117,7 @@ pub struct Engine {
     verbose: u8,
     workspace: WorkspaceConfig,
     perf_map: Option<PerfMap>,
+    compile_ahead: bool,
 }
 
 impl Engine {
@@ -139,6 +150,7 @@ impl Engine {
             verbose: config.verbose,
             workspace: config.workspace,
             perf_map,
+            compile_ahead: config.compile_ahead,
         })
     }
 
@@ -187,15 +199,16 @@ impl Engine {
         result
     }
 
-    /// Compiles the kernels of `keys` that the cache lacks, at once on the engine's threads, so
-    /// that a run which needs several new kernels waits for the longest rather than for their
-    /// sum (a streamed call's first run at a new width compiles two dozen). The statistics
-    /// stay those of the run's own lookups ([`PrimitiveCache::prefetch`]). Nothing happens on
-    /// one thread, for fewer than two missing kernels, or where they might not all fit the
-    /// cache's bounds (at [`PREFETCH_ENTRY_BYTES`] each), since evicting one before its use
-    /// would compile it twice. Compile errors surface at the lookups.
+    /// With `EngineConfig::compile_ahead`, compiles the kernels of `keys` that the cache lacks,
+    /// at once on the engine's threads, so that a run which needs several new kernels waits
+    /// for the longest rather than for their sum (a streamed call's first run at a new width
+    /// compiles two dozen). The statistics stay those of the run's own lookups
+    /// ([`PrimitiveCache::prefetch`]). Nothing happens on one thread, for fewer than two
+    /// missing kernels, or where they might not all fit the cache's bounds (at
+    /// [`PREFETCH_ENTRY_BYTES`] each), since evicting one before its use would compile it
+    /// twice. Compile errors surface at the lookups.
     pub(crate) fn prefetch<'k>(&self, keys: impl IntoIterator<Item = &'k PrimitiveKey>) {
-        if self.pool.current_num_threads() <= 1 {
+        if !self.compile_ahead || self.pool.current_num_threads() <= 1 {
             return;
         }
         let Ok(host) = host_isa(self.codegen.verify) else {
@@ -226,8 +239,9 @@ impl Engine {
             }
         });
         // The compiles freed megabytes in every thread's malloc arena, which glibc keeps
-        // resident: returned now, before the run's activations take their pages, they do not
-        // add to the process's peak (the main job's `VmHWM` went from 224.9 to 237.7 MB).
+        // resident: returned now, before the run's activations take their pages, they add less
+        // to the process's peak (the main job's `VmHWM` 229.8-234.3 MB against 237.7 without,
+        // 224.4-224.9 MB with one compile at a time).
         crate::exec::return_free_heap();
     }
 

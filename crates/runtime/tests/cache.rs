@@ -1009,6 +1009,18 @@ fn engine_config_from_vars() {
             value,
         );
     }
+    assert!(!EngineConfig::from_vars(vars(&[])).unwrap().compile_ahead);
+    for (value, want) in [("0", false), ("1", true), (" 1 ", true), ("", false)] {
+        let c = EngineConfig::from_vars(vars(&[("PRIMJIT_COMPILE_AHEAD", value)])).unwrap();
+        assert_eq!(c.compile_ahead, want, "{value:?}");
+    }
+    for value in ["2", "on", "true", "-1"] {
+        assert_invalid(
+            EngineConfig::from_vars(vars(&[("PRIMJIT_COMPILE_AHEAD", value)])),
+            "PRIMJIT_COMPILE_AHEAD",
+            value,
+        );
+    }
     for value in ["-1", "many", "", "2.5"] {
         assert_invalid(
             EngineConfig::from_vars(vars(&[("PRIMJIT_THREADS", value)])),
