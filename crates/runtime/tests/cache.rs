@@ -997,29 +997,24 @@ fn engine_config_from_vars() {
             value,
         );
     }
-    assert!(!EngineConfig::from_vars(vars(&[])).unwrap().perf_map);
-    for (value, want) in [("0", false), ("1", true), (" 1 ", true), ("", false)] {
-        let c = EngineConfig::from_vars(vars(&[("PRIMJIT_PERF_MAP", value)])).unwrap();
-        assert_eq!(c.perf_map, want, "{value:?}");
-    }
-    for value in ["2", "yes", "true", "-1"] {
-        assert_invalid(
-            EngineConfig::from_vars(vars(&[("PRIMJIT_PERF_MAP", value)])),
-            "PRIMJIT_PERF_MAP",
-            value,
+    // The switches: off by default, `0` or `1` (blank is 0), anything else an error.
+    type Switch = fn(&EngineConfig) -> bool;
+    let switches: [(&str, Switch); 2] = [
+        ("PRIMJIT_PERF_MAP", |c| c.perf_map),
+        ("PRIMJIT_COMPILE_AHEAD", |c| c.compile_ahead),
+    ];
+    for (name, switch) in switches {
+        assert!(
+            !switch(&EngineConfig::from_vars(vars(&[])).unwrap()),
+            "{name}"
         );
-    }
-    assert!(!EngineConfig::from_vars(vars(&[])).unwrap().compile_ahead);
-    for (value, want) in [("0", false), ("1", true), (" 1 ", true), ("", false)] {
-        let c = EngineConfig::from_vars(vars(&[("PRIMJIT_COMPILE_AHEAD", value)])).unwrap();
-        assert_eq!(c.compile_ahead, want, "{value:?}");
-    }
-    for value in ["2", "on", "true", "-1"] {
-        assert_invalid(
-            EngineConfig::from_vars(vars(&[("PRIMJIT_COMPILE_AHEAD", value)])),
-            "PRIMJIT_COMPILE_AHEAD",
-            value,
-        );
+        for (value, want) in [("0", false), ("1", true), (" 1 ", true), ("", false)] {
+            let c = EngineConfig::from_vars(vars(&[(name, value)])).unwrap();
+            assert_eq!(switch(&c), want, "{name}={value:?}");
+        }
+        for value in ["2", "yes", "on", "true", "-1"] {
+            assert_invalid(EngineConfig::from_vars(vars(&[(name, value)])), name, value);
+        }
     }
     for value in ["-1", "many", "", "2.5"] {
         assert_invalid(
