@@ -73,8 +73,8 @@ fn capacity_from(py: Python<'_>, capacity: Option<i64>) -> PyResult<Option<usize
 /// verbose: 1 writes a line per primitive creation and eviction on stderr, 2 also one per
 ///     execution (the format of PRIMJIT_VERBOSE).
 /// conv_algo: the convolution algorithm of the models this engine loads and the ops it
-///     compiles: "direct", "winograd" (wherever it applies: 3x3, stride 1, no groups, nchw4c)
-///     or "auto" (Winograd where it is faster).
+///     compiles: "direct", "winograd" (wherever it applies: 3x3, stride 1 or 2, no groups,
+///     nchw4c) or "auto" (Winograd where it is faster).
 ///
 /// An engine is safe to share between Python threads; calls release the GIL while kernels run.
 #[pyclass(frozen, name = "Engine", module = "primjit")]

@@ -6,8 +6,8 @@ use primjit::{ConvAlgoChoice, EngineConfig};
 /// Which convolution algorithm the graph's or descriptor's convolutions use.
 #[derive(Clone, Debug, clap::Args)]
 pub struct AlgoArgs {
-    /// Convolution algorithm: `direct`, `winograd` (wherever it applies: 3x3, stride 1, no
-    /// groups) or `auto` (Winograd where it is faster); default: `PRIMJIT_CONV_ALGO`, else
+    /// Convolution algorithm: `direct`, `winograd` (wherever it applies: 3x3, stride 1 or 2,
+    /// no groups) or `auto` (Winograd where it is faster); default: `PRIMJIT_CONV_ALGO`, else
     /// `auto`
     #[arg(long = "conv-algo", value_name = "ALGO", value_parser = parse_algo)]
     pub conv_algo: Option<ConvAlgoChoice>,

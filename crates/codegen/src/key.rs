@@ -169,8 +169,9 @@ pub enum ConvAlgo {
     Direct,
     /// Winograd F(4x4, 3x3) (Lavin & Gray 2016): 6x6 input tiles with stride 4, 36
     /// independent GEMMs over channels, and an output transform that applies the bias and the
-    /// post-ops. 3x3 kernels with unit strides and dilations, no groups, `nChw4c` in and out,
-    /// no fused pool.
+    /// post-ops; at stride 2, its polyphase form: 9x9 input tiles with stride 8 and 81 GEMMs
+    /// (`conv::winograd::Form`). 3x3 kernels with strides 1 or 2 (the same on both axes) and
+    /// unit dilations, no groups, `nChw4c` in and out, no fused pool.
     WinogradF4x3,
 }
 
@@ -283,8 +284,10 @@ impl ConvDesc {
     pub fn winograd_unsupported(&self) -> Option<&'static str> {
         if (self.kh, self.kw) != (3, 3) {
             Some("winograd F(4x4, 3x3) needs a 3x3 kernel")
-        } else if self.strides != [1, 1] || self.dilations != [1, 1] {
-            Some("winograd F(4x4, 3x3) needs unit strides and dilations")
+        } else if !matches!(self.strides, [1, 1] | [2, 2]) {
+            Some("winograd F(4x4, 3x3) needs strides of 1 or 2 on both axes")
+        } else if self.dilations != [1, 1] {
+            Some("winograd F(4x4, 3x3) needs unit dilations")
         } else if self.groups != 1 {
             Some("winograd F(4x4, 3x3) does not support groups")
         } else if self.pool.is_some() {
@@ -420,14 +423,15 @@ impl ConvDesc {
     }
 
     /// Multiply-adds times two that the algorithm performs: the direct count for direct
-    /// kernels; for Winograd, the 36 GEMMs over the (padded) output tiles (the transforms,
-    /// a few percent of the work, are not counted).
+    /// kernels; for Winograd, the GEMMs over the (padded) output tiles, 36 or (stride 2) 81
+    /// (the transforms, a few percent of the work, are not counted).
     pub fn algo_flops(&self) -> u64 {
         match self.algo {
             ConvAlgo::Direct => self.flops(),
             ConvAlgo::WinogradF4x3 => {
                 let tiles = (self.mb * self.oh().div_ceil(4) * self.ow().div_ceil(4)) as u64;
-                2 * 36 * tiles * (self.ic * self.oc) as u64
+                let points = crate::conv::winograd::Form::of(self).points() as u64;
+                2 * points * tiles * (self.ic * self.oc) as u64
             }
         }
     }

@@ -515,92 +515,146 @@ impl ConvProblem {
     /// weight and input, plus the bias, residual and clip terms of [`Self::magnitude`] (see
     /// "Winograd" in the module documentation).
     fn winograd_magnitude(&self) -> Tensor {
-        const G: [[f64; 3]; 6] = [
-            [0.25, 0.0, 0.0],
-            [1.0 / 6.0, 1.0 / 6.0, 1.0 / 6.0],
-            [1.0 / 6.0, 1.0 / 6.0, 1.0 / 6.0],
-            [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
-            [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
-            [0.0, 0.0, 1.0],
-        ];
-        const BT: [[f64; 6]; 6] = [
-            [4.0, 0.0, 5.0, 0.0, 1.0, 0.0],
-            [0.0, 4.0, 4.0, 1.0, 1.0, 0.0],
-            [0.0, 4.0, 4.0, 1.0, 1.0, 0.0],
-            [0.0, 2.0, 1.0, 2.0, 1.0, 0.0],
-            [0.0, 2.0, 1.0, 2.0, 1.0, 0.0],
-            [0.0, 4.0, 0.0, 5.0, 0.0, 1.0],
-        ];
-        const AT: [[f64; 6]; 4] = [
-            [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
-            [0.0, 1.0, 1.0, 2.0, 2.0, 0.0],
-            [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
-            [0.0, 1.0, 1.0, 8.0, 8.0, 1.0],
-        ];
-        // `l · x · rᵀ` of small matrices, with l: a x p, x: p x q, r: b x q.
-        fn sandwich<const A: usize, const P: usize, const Q: usize, const B: usize>(
-            l: &[[f64; P]; A],
-            x: &[[f64; Q]; P],
-            r: &[[f64; Q]; B],
-        ) -> [[f64; B]; A] {
-            let mut out = [[0.0; B]; A];
-            for (i, row) in out.iter_mut().enumerate() {
-                for (j, o) in row.iter_mut().enumerate() {
-                    for p in 0..P {
-                        for q in 0..Q {
-                            *o += l[i][p] * x[p][q] * r[j][q];
-                        }
-                    }
+        type Matrix = Vec<Vec<f64>>;
+        let rows = |m: &[&[f64]]| -> Matrix { m.iter().map(|r| r.to_vec()).collect() };
+        // |G|, |Bᵀ| and |Aᵀ| of the key's form: F(4x4, 3x3), or at stride 2 F(4, 2)'s on the
+        // even patch positions beside the odd ones taken as they are (`conv::winograd`).
+        let (g, bt, at): (Matrix, Matrix, Matrix) = if self.desc.strides == [2, 2] {
+            let g2: [[f64; 2]; 5] = [
+                [0.5, 0.0],
+                [0.5, 0.5],
+                [1.0 / 6.0, 1.0 / 6.0],
+                [1.0 / 6.0, 1.0 / 3.0],
+                [0.0, 1.0],
+            ];
+            let bt2: [[f64; 5]; 5] = [
+                [2.0, 1.0, 2.0, 1.0, 0.0],
+                [0.0, 2.0, 1.0, 1.0, 0.0],
+                [0.0, 2.0, 3.0, 1.0, 0.0],
+                [0.0, 1.0, 0.0, 1.0, 0.0],
+                [0.0, 2.0, 1.0, 2.0, 1.0],
+            ];
+            let at2: [[f64; 5]; 4] = [
+                [1.0, 1.0, 1.0, 1.0, 0.0],
+                [0.0, 1.0, 1.0, 2.0, 0.0],
+                [0.0, 1.0, 1.0, 4.0, 0.0],
+                [0.0, 1.0, 1.0, 8.0, 1.0],
+            ];
+            let mut g: Matrix = g2.iter().map(|&[a, b]| vec![a, 0.0, b]).collect();
+            g.extend((0..4).map(|_| vec![0.0, 1.0, 0.0]));
+            let mut bt = vec![vec![0.0; 9]; 9];
+            for (i, row) in bt2.iter().enumerate() {
+                for (k, &x) in row.iter().enumerate() {
+                    bt[i][2 * k] = x;
                 }
             }
-            out
+            for k in 0..4 {
+                bt[5 + k][2 * k + 1] = 1.0;
+            }
+            let at = (0..4)
+                .map(|i| {
+                    let mut row = at2[i].to_vec();
+                    row.extend((0..4).map(|k| if k == i { 1.0 } else { 0.0 }));
+                    row
+                })
+                .collect();
+            (g, bt, at)
+        } else {
+            (
+                rows(&[
+                    &[0.25, 0.0, 0.0],
+                    &[1.0 / 6.0, 1.0 / 6.0, 1.0 / 6.0],
+                    &[1.0 / 6.0, 1.0 / 6.0, 1.0 / 6.0],
+                    &[1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+                    &[1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+                    &[0.0, 0.0, 1.0],
+                ]),
+                rows(&[
+                    &[4.0, 0.0, 5.0, 0.0, 1.0, 0.0],
+                    &[0.0, 4.0, 4.0, 1.0, 1.0, 0.0],
+                    &[0.0, 4.0, 4.0, 1.0, 1.0, 0.0],
+                    &[0.0, 2.0, 1.0, 2.0, 1.0, 0.0],
+                    &[0.0, 2.0, 1.0, 2.0, 1.0, 0.0],
+                    &[0.0, 4.0, 0.0, 5.0, 0.0, 1.0],
+                ]),
+                rows(&[
+                    &[1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+                    &[0.0, 1.0, 1.0, 2.0, 2.0, 0.0],
+                    &[0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+                    &[0.0, 1.0, 1.0, 8.0, 8.0, 1.0],
+                ]),
+            )
+        };
+        // `l · x · rᵀ` of small matrices.
+        fn sandwich(l: &[Vec<f64>], x: &[Vec<f64>], r: &[Vec<f64>]) -> Vec<Vec<f64>> {
+            l.iter()
+                .map(|li| {
+                    r.iter()
+                        .map(|rj| {
+                            (0..x.len())
+                                .flat_map(|p| (0..x[p].len()).map(move |q| (p, q)))
+                                .map(|(p, q)| li[p] * x[p][q] * rj[q])
+                                .sum()
+                        })
+                        .collect()
+                })
+                .collect()
         }
         let d = &self.desc;
         let data = self.data();
         let (oh, ow) = (d.oh(), d.ow());
-        let u: Vec<[[f64; 6]; 6]> = (0..d.oc * d.ic)
+        let (n_patch, step) = (bt.len(), 4 * d.strides[0]);
+        let u: Vec<Matrix> = (0..d.oc * d.ic)
             .map(|k| {
-                let g: [[f64; 3]; 3] = std::array::from_fn(|a| {
-                    std::array::from_fn(|b| f64::from(data.w.data[k * 9 + a * 3 + b].abs()))
-                });
-                sandwich(&G, &g, &G)
+                let w: Matrix = (0..3)
+                    .map(|a| {
+                        (0..3)
+                            .map(|b| f64::from(data.w.data[k * 9 + a * 3 + b].abs()))
+                            .collect()
+                    })
+                    .collect();
+                sandwich(&g, &w, &g)
             })
             .collect();
         let mut m = vec![0.0f64; d.mb * d.oc * oh * ow];
         for n in 0..d.mb {
             for ty in 0..oh.div_ceil(4) {
                 for tx in 0..ow.div_ceil(4) {
-                    let v: Vec<[[f64; 6]; 6]> = (0..d.ic)
+                    let v: Vec<Matrix> = (0..d.ic)
                         .map(|c| {
-                            let patch: [[f64; 6]; 6] = std::array::from_fn(|a| {
-                                std::array::from_fn(|b| {
-                                    let y = (ty * 4 + a) as isize - d.pads.top as isize;
-                                    let x = (tx * 4 + b) as isize - d.pads.left as isize;
-                                    if (0..d.ih as isize).contains(&y)
-                                        && (0..d.iw as isize).contains(&x)
-                                    {
-                                        let i = ((n * d.ic + c) * d.ih + y as usize) * d.iw
-                                            + x as usize;
-                                        f64::from(data.x.data[i].abs())
-                                    } else {
-                                        0.0
-                                    }
+                            let patch: Matrix = (0..n_patch)
+                                .map(|a| {
+                                    (0..n_patch)
+                                        .map(|b| {
+                                            let y = (ty * step + a) as isize - d.pads.top as isize;
+                                            let x = (tx * step + b) as isize - d.pads.left as isize;
+                                            if (0..d.ih as isize).contains(&y)
+                                                && (0..d.iw as isize).contains(&x)
+                                            {
+                                                let i = ((n * d.ic + c) * d.ih + y as usize) * d.iw
+                                                    + x as usize;
+                                                f64::from(data.x.data[i].abs())
+                                            } else {
+                                                0.0
+                                            }
+                                        })
+                                        .collect()
                                 })
-                            });
-                            sandwich(&BT, &patch, &BT)
+                                .collect();
+                            sandwich(&bt, &patch, &bt)
                         })
                         .collect();
                     for o in 0..d.oc {
-                        let mut prod = [[0.0f64; 6]; 6];
+                        let mut prod = vec![vec![0.0f64; n_patch]; n_patch];
                         for (c, v) in v.iter().enumerate() {
                             let u = &u[o * d.ic + c];
-                            for a in 0..6 {
-                                for b in 0..6 {
+                            for a in 0..n_patch {
+                                for b in 0..n_patch {
                                     prod[a][b] += u[a][b] * v[a][b];
                                 }
                             }
                         }
-                        let y = sandwich(&AT, &prod, &AT);
+                        let y = sandwich(&at, &prod, &at);
                         for (i, row) in y.iter().enumerate() {
                             for (j, val) in row.iter().enumerate() {
                                 let (py, px) = (ty * 4 + i, tx * 4 + j);
@@ -648,9 +702,11 @@ impl ConvProblem {
 
     /// The longest chain of roundings of a Winograd output (see the module documentation):
     /// the input transform (2 per pass, 2 passes), the weights' transform (1), the GEMM
-    /// (`ic`), the output transform (3 per pass), the bias and each residual add.
+    /// (`ic`), the output transform (3 per pass; 4 at stride 2, whose two phases' sums are
+    /// added), the bias and each residual add.
     fn winograd_depth(&self) -> usize {
-        4 + 1 + self.desc.ic + 6 + usize::from(self.desc.bias) + self.desc.residuals()
+        let output = if self.desc.strides == [2, 2] { 8 } else { 6 };
+        4 + 1 + self.desc.ic + output + usize::from(self.desc.bias) + self.desc.residuals()
     }
 
     fn buffers(&self) -> Buffers {
@@ -827,12 +883,16 @@ proptest! {
 // Winograd F(4x4, 3x3).
 // ---------------------------------------------------------------------------------------------
 
-/// Winograd problems: 3x3 kernels with unit strides, `nChw4c`, channels that are not whole
-/// blocks, extents from 1 (one pixel, with padding 1) to 4 tile rows with every remainder,
-/// widths sometimes past a block of 12 tiles, pads 0 to 2 on each side, every post-op.
+/// Winograd problems: 3x3 kernels with strides 1 and (polyphase) 2, `nChw4c`, channels that
+/// are not whole blocks, extents from 1 (one pixel, with padding 1) to 4 tile rows with every
+/// remainder, widths sometimes past a block of 12 tiles, pads 0 to 2 on each side, every
+/// post-op.
 fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
     (
-        1..=2usize,
+        (
+            1..=2usize,
+            prop_oneof![2 => Just(1usize), 1 => Just(2usize)],
+        ),
         prop_oneof![
             4 => (channels(), channels()),
             // Transformed weights past `STREAMED_WEIGHT_BYTES`: blocks of 48 tiles (two images
@@ -857,16 +917,19 @@ fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
             any::<u64>(),
         ),
     )
-        .prop_map(|(mb, (ic, oc), (ih, iw), pads, (bias, post_ops, seed))| {
-            let mut desc = ConvDesc::new(mb, ic, [ih, iw], oc, [3, 3]);
-            desc.pads = pads;
-            desc.bias = bias;
-            desc.post_ops = post_ops;
-            desc.src_layout = Layout::Nchw4c;
-            desc.dst_layout = Layout::Nchw4c;
-            desc.algo = ConvAlgo::WinogradF4x3;
-            ConvProblem { desc, seed }
-        })
+        .prop_map(
+            |((mb, stride), (ic, oc), (ih, iw), pads, (bias, post_ops, seed))| {
+                let mut desc = ConvDesc::new(mb, ic, [ih, iw], oc, [3, 3]);
+                desc.strides = [stride, stride];
+                desc.pads = pads;
+                desc.bias = bias;
+                desc.post_ops = post_ops;
+                desc.src_layout = Layout::Nchw4c;
+                desc.dst_layout = Layout::Nchw4c;
+                desc.algo = ConvAlgo::WinogradF4x3;
+                ConvProblem { desc, seed }
+            },
+        )
         .prop_filter("valid winograd key", |p| p.key().validate().is_ok())
 }
 
@@ -1010,6 +1073,20 @@ fn winograd_resnet_blocks() {
             .check()
             .unwrap_or_else(|e| panic!("{e}"));
     }
+    // The stride-2 convs that open layer2 and layer3, at odd and even extents.
+    for (ic, hw) in [(64, [20, 23]), (64, [17, 26]), (128, [10, 13])] {
+        let mut desc = same_padded_3x3(
+            ic,
+            hw,
+            2 * ic,
+            vec![PostOpDesc::Relu],
+            ConvAlgo::WinogradF4x3,
+        );
+        desc.strides = [2, 2];
+        ConvProblem { desc, seed: 7 }
+            .check()
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 /// The error of each of the trunk's 3x3 stride-1 layer shapes (at W=203) relative to the
@@ -1018,11 +1095,23 @@ fn winograd_resnet_blocks() {
 /// times direct's, both far below the 1e-4 the trunk is held to.
 #[test]
 fn winograd_and_direct_error_on_the_trunk_layers() {
-    for (c, hw) in [(64, [80, 51]), (128, [40, 26]), (256, [20, 13])] {
+    for (c, hw, stride) in [
+        (64, [80, 51], 1),
+        (128, [40, 26], 1),
+        (256, [20, 13], 1),
+        (64, [80, 51], 2),
+        (128, [40, 26], 2),
+    ] {
         let mut errors = Vec::new();
         for algo in [ConvAlgo::Direct, ConvAlgo::WinogradF4x3] {
-            let posts = vec![PostOpDesc::Add, PostOpDesc::Relu];
-            let desc = same_padded_3x3(c, hw, c, posts, algo);
+            // The stride-2 layers double the channels and have no residual.
+            let (oc, posts) = if stride == 2 {
+                (2 * c, vec![PostOpDesc::Relu])
+            } else {
+                (c, vec![PostOpDesc::Add, PostOpDesc::Relu])
+            };
+            let mut desc = same_padded_3x3(c, hw, oc, posts, algo);
+            desc.strides = [stride, stride];
             let p = ConvProblem { desc, seed: 11 };
             let prim = compile(&p.key()).unwrap_or_else(|e| panic!("{e}"));
             let got = p.buffers().run_all(&prim).unwrap_or_else(|e| panic!("{e}"));
@@ -1037,7 +1126,8 @@ fn winograd_and_direct_error_on_the_trunk_layers() {
             errors.push(max_err / max_ref);
         }
         println!(
-            "{c} channels, {hw:?}: max error / max |output|: direct {:.2e}, winograd {:.2e}",
+            "{c} channels, {hw:?}, stride {stride}: max error / max |output|: direct {:.2e}, \
+             winograd {:.2e}",
             errors[0], errors[1]
         );
         assert!(
@@ -1068,17 +1158,24 @@ fn winograd_rejects_what_it_cannot_compute() {
         ),
         (
             ConvDesc {
-                strides: [2, 2],
+                strides: [1, 2],
                 ..base.clone()
             },
-            "unit strides",
+            "strides of 1 or 2 on both axes",
+        ),
+        (
+            ConvDesc {
+                strides: [3, 3],
+                ..base.clone()
+            },
+            "strides of 1 or 2 on both axes",
         ),
         (
             ConvDesc {
                 dilations: [2, 1],
                 ..base.clone()
             },
-            "unit strides and dilations",
+            "unit dilations",
         ),
         (
             ConvDesc {

@@ -12,7 +12,7 @@ use primjit_runtime::{
 
 /// The trunk in small: a 7x7 stride-2 stem with a fused max pool, a residual block, a
 /// stride-2 block with a 1x1 downsample, and a block after it, over 16 and 32 channels (so
-/// that `auto` picks Winograd for the 3x3 stride-1 convs).
+/// that `auto` picks Winograd for the 3x3 convs, `%b1` in its stride-2 polyphase form).
 const TRUNK: &str = "
 graph small_trunk {
   input %x: f32[1, 3, 24, W]

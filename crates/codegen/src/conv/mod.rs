@@ -1,5 +1,5 @@
 //! Convolution lowerings, one module per algorithm: [`direct`] for every window, and
-//! [`winograd`] F(4x4, 3x3) for 3x3 stride-1 convolutions. Both tile from the key alone
+//! [`winograd`] F(4x4, 3x3) for 3x3 convolutions of stride 1 or (polyphase) 2. Both tile from the key alone
 //! ([`crate::plan::ConvPlan`], [`winograd::WinogradPlan`]), so one packed copy of the weights
 //! serves every spatial extent.
 
@@ -53,8 +53,8 @@ pub(crate) fn apply_post_ops(
 pub enum ConvAlgoChoice {
     /// Direct convolution everywhere.
     Direct,
-    /// Winograd F(4x4, 3x3) wherever it applies (3x3, stride 1, dilation 1, no groups, no
-    /// fused pool, `nChw4c` in and out), direct elsewhere.
+    /// Winograd F(4x4, 3x3) wherever it applies (3x3, stride 1 or 2, dilation 1, no groups,
+    /// no fused pool, `nChw4c` in and out), direct elsewhere.
     Winograd,
     /// Winograd where it applies and is faster, by the rule of [`ConvAlgoChoice::pick`].
     #[default]
@@ -70,6 +70,17 @@ pub enum ConvAlgoChoice {
 /// ARCHITECTURE.md, "Winograd", for the table).
 pub const WINOGRAD_MIN_CHANNELS: usize = 8;
 
+/// The most bytes of transformed weights at which `auto` picks Winograd's polyphase form for
+/// a stride-2 convolution.
+///
+/// Its transformed weights take 36 floats per channel pair against direct's 9, and each call
+/// streams them from memory: on the trunk at W=1031 on one thread both stride-2 3x3 layers ran
+/// 1.4-1.5x faster than direct, but on two threads at W=200 (the workload's median call) the
+/// 128-to-256-channel layer's 4.7 MB made it slower than direct (2.4 ms against 1.6-2.1),
+/// while the 64-to-128-channel layer's 1.2 MB stayed faster (1.1-1.2 ms against 1.5-2.0); see
+/// ARCHITECTURE.md, "Stride 2".
+pub const WINOGRAD_S2_MAX_WEIGHT_BYTES: usize = 2 << 20;
+
 impl ConvAlgoChoice {
     /// The algorithm for `desc` (whose `algo` is ignored). The choice depends on channels,
     /// window and layouts only, never on the spatial extents, so that a node keeps one
@@ -82,7 +93,8 @@ impl ConvAlgoChoice {
             ConvAlgoChoice::Auto
                 if applies
                     && desc.ic >= WINOGRAD_MIN_CHANNELS
-                    && desc.oc >= WINOGRAD_MIN_CHANNELS =>
+                    && desc.oc >= WINOGRAD_MIN_CHANNELS
+                    && !strided_weights_too_large(desc) =>
             {
                 ConvAlgo::WinogradF4x3
             }
@@ -99,7 +111,19 @@ impl ConvAlgoChoice {
             (ConvAlgoChoice::Winograd, None) => "winograd requested, and it applies".to_string(),
             (ConvAlgoChoice::Auto, None) if algo == ConvAlgo::WinogradF4x3 => format!(
                 "auto: winograd applies and both channel counts are at least \
-                 {WINOGRAD_MIN_CHANNELS}"
+                 {WINOGRAD_MIN_CHANNELS}{}",
+                if desc.strides == [2, 2] {
+                    format!(
+                        ", and its transformed weights take at most \
+                         {WINOGRAD_S2_MAX_WEIGHT_BYTES} bytes at stride 2"
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+            (ConvAlgoChoice::Auto, None) if strided_weights_too_large(desc) => format!(
+                "auto: at stride 2 winograd's transformed weights would take more than \
+                 {WINOGRAD_S2_MAX_WEIGHT_BYTES} bytes, which each call streams from memory"
             ),
             (ConvAlgoChoice::Auto, None) => format!(
                 "auto: fewer than {WINOGRAD_MIN_CHANNELS} input or output channels, where \
@@ -116,6 +140,14 @@ impl ConvAlgoChoice {
             ConvAlgoChoice::Auto => "auto",
         }
     }
+}
+
+/// Whether `desc` is a stride-2 convolution whose transformed weights would pass
+/// [`WINOGRAD_S2_MAX_WEIGHT_BYTES`].
+fn strided_weights_too_large(desc: &ConvDesc) -> bool {
+    let mut d = desc.clone();
+    d.algo = ConvAlgo::WinogradF4x3;
+    desc.strides == [2, 2] && d.packed_weights_len() * 4 > WINOGRAD_S2_MAX_WEIGHT_BYTES
 }
 
 impl fmt::Display for ConvAlgoChoice {

@@ -1,5 +1,6 @@
 //! Winograd F(4x4, 3x3) convolution (Lavin & Gray 2016): 36 multiplications per 4x4 output
-//! tile and channel pair instead of direct convolution's 144.
+//! tile and channel pair instead of direct convolution's 144, and, for stride 2, its polyphase
+//! form: 81 instead of 144.
 //!
 //! For a 3x3 kernel `g` and a 6x6 input patch `d` (stride 4 between patches), the 4x4 output
 //! is `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, summed over input channels. The weights' transform
@@ -9,8 +10,9 @@
 //!    `V[point][channel block][tile][4]` in the thread's scratch; a tile that reaches outside
 //!    the input
 //!    (padding, or the partial last tile of a row or column) is first copied into a zeroed
-//!    6x6 patch on the stack, so the transform itself never tests a bound;
-//! 2. 36 independent GEMMs, `M[point] = V[point] (tiles x ic) · U[point] (ic x oc)`, with the
+//!    patch on the stack, so the transform itself never tests a bound;
+//! 2. independent GEMMs, one per point, `M[point] = V[point] (tiles x ic) · U[point] (ic x
+//!    oc)`, with the
 //!    direct kernels' register tile: 12 tiles x one output-channel vector, one broadcast load
 //!    per FMA (2 to 12 tiles for the block's last group; a last group of fewer than 8 after a
 //!    full one runs with it as 8 and 6 to 10, see [`SPLIT_TILES`]), into `M[point][channel
@@ -19,10 +21,21 @@
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
 //!    or column stores only its pixels inside the output.
 //!
+//! **Stride 2** ([`Form::Polyphase`]). A 4x4 output tile reads a 9x9 patch (stride 8 between
+//! patches). Along each axis, the patch's even positions (the taps 0 and 2 of consecutive
+//! outputs) form a 2-tap correlation of 5 inputs, which F(4, 2) computes from 5 points, and its
+//! odd positions (tap 1) a 1-tap one of 4 inputs, which needs no transform: 9 points per axis,
+//! `Bᵀ = [B₂ᵀ on the even positions; the odd positions]`, `G = [G₂ on taps 0 and 2; tap 1]`,
+//! `Aᵀ = [A₂ᵀ | I₄]`. The 81 points are the four phases' transforms side by side (25, 20, 20
+//! and 16 points), the sum of their four correlations falls out of the one separable output
+//! transform, and the kernel is the stride-1 kernel with other 1-D transforms and 81 GEMMs.
+//! The patch is exactly the 4x4 outputs' receptive field, so no input outside it enters a
+//! tile's sums.
+//!
 //! Tiles are numbered across images and tile rows, so a block can span rows, and a call's
 //! tiles are shared evenly among its blocks. Nothing depends on the spatial extents but the tile
 //! count: runtime extents (see [`crate::key::RuntimeDims`]) only make the tile arithmetic
-//! read the call's extents. The scratch holds `36 x block x (ic + oc / chunks)` floats, and a
+//! read the call's extents. The scratch holds `points x block x (ic + oc / chunks)` floats, and a
 //! cache line after each point of `V` and `M` (`POINT_PAD`), per thread, where `block` is the
 //! call's tiles per block: it never grows past `block_tiles`, and a small image takes no more
 //! than its own tiles (`V` and `M` are laid out with the call's block as their stride, a
@@ -42,10 +55,83 @@ use crate::plan::LANES;
 
 /// Output pixels per tile side.
 pub const TILE: usize = 4;
-/// Input pixels per tile side: the output tile plus the kernel's reach.
+/// Input pixels per tile side at stride 1: the output tile plus the kernel's reach.
 pub const PATCH: usize = TILE + 2;
-/// Points of the transformed tile: the number of GEMMs.
-pub const POINTS: usize = PATCH * PATCH;
+/// Input pixels per tile side at stride 2: the receptive field of 4 outputs.
+const PATCH_S2: usize = 2 * TILE + 1;
+
+/// How a key's convolution maps onto Winograd's transforms, by its stride.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// Stride 1: F(4x4, 3x3), 6x6 patches, 36 points.
+    Unit,
+    /// Stride 2, computed as the sum of its four polyphase parts: F(4x4, 2x2), F(4x4, 2x1),
+    /// F(4x4, 1x2) and a plain 1x1 product, from 9x9 patches, 81 points (see the module
+    /// documentation).
+    Polyphase,
+}
+
+impl Form {
+    /// The form for a convolution's strides: 1 or 2 on both axes (`winograd_unsupported`
+    /// rejects the others).
+    pub fn of(d: &ConvDesc) -> Form {
+        if d.strides == [2, 2] {
+            Form::Polyphase
+        } else {
+            Form::Unit
+        }
+    }
+
+    /// The convolution's stride on both axes.
+    pub fn stride(self) -> usize {
+        match self {
+            Form::Unit => 1,
+            Form::Polyphase => 2,
+        }
+    }
+
+    /// Input pixels (and points) per patch side.
+    pub fn patch(self) -> usize {
+        match self {
+            Form::Unit => PATCH,
+            Form::Polyphase => PATCH_S2,
+        }
+    }
+
+    /// Points of a transformed tile: the number of GEMMs.
+    pub fn points(self) -> usize {
+        self.patch() * self.patch()
+    }
+
+    /// Distinct weight points per axis. At stride 2, the four odd points of an axis all
+    /// multiply by tap 1, so they share one row of `G`: 6 rows, as at stride 1, and 36
+    /// transformed weights per channel pair instead of 81.
+    pub fn weight_side(self) -> usize {
+        PATCH
+    }
+
+    /// Transformed weights per channel pair.
+    pub fn weight_points(self) -> usize {
+        self.weight_side() * self.weight_side()
+    }
+
+    /// The row of `G` (and of the packed weights) that point `i` of an axis multiplies by.
+    pub fn weight_row(self, i: usize) -> usize {
+        i.min(self.weight_side() - 1)
+    }
+
+    /// `G` as rows of the 3 taps' coefficients, one per distinct weight point of an axis:
+    /// at stride 2, `G₂` on taps 0 and 2, then tap 1 alone.
+    fn g(self) -> Vec<[f64; 3]> {
+        match self {
+            Form::Unit => G.to_vec(),
+            Form::Polyphase => {
+                let even = G2.iter().map(|&[a, b]| [a, 0.0, b]);
+                even.chain([[0.0, 1.0, 0.0]]).collect()
+            }
+        }
+    }
+}
 /// Tiles of the GEMM's register tile: 12 accumulators.
 const GROUP_TILES: usize = 12;
 
@@ -91,6 +177,15 @@ const G: [[f64; 3]; PATCH] = [
     [0.0, 0.0, 1.0],
 ];
 
+/// `G₂`, 5x2: the weights' transform of F(4, 2), points 0, 1, -1, 2 and infinity.
+const G2: [[f64; 2]; TILE + 1] = [
+    [1.0 / 2.0, 0.0],
+    [-1.0 / 2.0, -1.0 / 2.0],
+    [-1.0 / 6.0, 1.0 / 6.0],
+    [1.0 / 6.0, 1.0 / 3.0],
+    [0.0, 1.0],
+];
+
 /// `Bᵀ`, 6x6: the input transform `V = Bᵀ d B`.
 #[cfg(test)]
 const BT: [[f64; PATCH]; PATCH] = [
@@ -109,6 +204,25 @@ const AT: [[f64; PATCH]; TILE] = [
     [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
     [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
     [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+];
+
+/// `B₂ᵀ`, 5x5: F(4, 2)'s input transform.
+#[cfg(test)]
+const BT2: [[f64; TILE + 1]; TILE + 1] = [
+    [2.0, -1.0, -2.0, 1.0, 0.0],
+    [0.0, -2.0, -1.0, 1.0, 0.0],
+    [0.0, 2.0, -3.0, 1.0, 0.0],
+    [0.0, -1.0, 0.0, 1.0, 0.0],
+    [0.0, 2.0, -1.0, -2.0, 1.0],
+];
+
+/// `A₂ᵀ`, 4x5: F(4, 2)'s output transform.
+#[cfg(test)]
+const AT2: [[f64; TILE + 1]; TILE] = [
+    [1.0, 1.0, 1.0, 1.0, 0.0],
+    [0.0, 1.0, -1.0, 2.0, 0.0],
+    [0.0, 1.0, 1.0, 4.0, 0.0],
+    [0.0, 1.0, -1.0, 8.0, 1.0],
 ];
 
 /// Input channels per trip of a GEMM's reduction loop. Every FMA leaves its sum in its
@@ -152,6 +266,8 @@ const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
 #[derive(Clone, Debug)]
 pub struct WinogradPlan {
     pub desc: ConvDesc,
+    /// Stride 1 or the polyphase stride 2.
+    pub form: Form,
     /// Most tiles per block.
     pub block_tiles: usize,
     /// Work items per block: chunks of output-channel vectors.
@@ -161,9 +277,11 @@ pub struct WinogradPlan {
 impl WinogradPlan {
     pub fn new(d: &ConvDesc) -> Self {
         let oc_blocks = d.oc.div_ceil(LANES);
-        let streamed = POINTS * d.ic * oc_blocks * LANES * 4 > STREAMED_WEIGHT_BYTES;
+        let form = Form::of(d);
+        let streamed = form.points() * d.ic * oc_blocks * LANES * 4 > STREAMED_WEIGHT_BYTES;
         WinogradPlan {
             desc: d.clone(),
+            form,
             block_tiles: if streamed {
                 4 * GROUP_TILES
             } else {
@@ -228,10 +346,10 @@ impl WinogradPlan {
         self.block_split().0 * self.oc_chunks
     }
 
-    /// Floats of `V` (transformed input tiles) in the scratch: 36 points of `block x icp`
-    /// floats and a cache line each ([`POINT_PAD`]).
+    /// Floats of `V` (transformed input tiles) in the scratch: a point's `block x icp`
+    /// floats and a cache line ([`POINT_PAD`]) for each of the form's points.
     fn v_len(&self) -> usize {
-        POINTS * self.v_point_floats(self.stride_tiles())
+        self.form.points() * self.v_point_floats(self.stride_tiles())
     }
 
     /// Floats from one point of `V` to the next, for `stride` tiles per block.
@@ -249,10 +367,10 @@ impl WinogradPlan {
         self.chunk_blocks() * LANES
     }
 
-    /// Floats of scratch per thread: `V`, then `M` (the GEMMs' results for one chunk), 36
-    /// points of `block x chunk` floats and a cache line each.
+    /// Floats of scratch per thread: `V`, then `M` (the GEMMs' results for one chunk),
+    /// `block x chunk` floats and a cache line per point.
     pub fn scratch_len(&self) -> usize {
-        self.v_len() + POINTS * self.m_point_floats(self.stride_tiles())
+        self.v_len() + self.form.points() * self.m_point_floats(self.stride_tiles())
     }
 
     /// Bytes from one point of `V` to the next, for `stride` tiles per block (a runtime
@@ -275,11 +393,12 @@ impl WinogradPlan {
     }
 
     fn bias_offset(&self) -> usize {
-        POINTS * self.desc.ic * self.ocp()
+        self.form.weight_points() * self.desc.ic * self.ocp()
     }
 
     /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed as
-    /// `U[point][oc / 4][ic][oc % 4]`: a GEMM's output-channel vector reads its weights as one
+    /// `U[weight point][oc / 4][ic][oc % 4]` (36 weight points; at stride 2, the points whose
+    /// rows and columns of `G` are the same share them, [`Form::weight_row`]): a GEMM's output-channel vector reads its weights as one
     /// sequential stream (the 256-channel layers' 9.4 MB do not fit in L2, and a stride of a
     /// row of output channels defeated the prefetchers), with output channels padded to
     /// whole vectors by zeros (so the padding lanes of the destination get zero plus their
@@ -289,20 +408,24 @@ impl WinogradPlan {
         let (ic, oc, ocp) = (d.ic, d.oc, self.ocp());
         assert_eq!(weights.len(), oc * ic * 9, "OIHW 3x3 weights");
         let mut packed = vec![0.0f32; self.packed_weights_len()];
+        let big_g = self.form.g();
+        let side = self.form.weight_side();
         for o in 0..oc {
             for c in 0..ic {
                 let g = &weights[(o * ic + c) * 9..][..9];
-                // G g: 6x3.
-                let mut gg = [[0.0f64; 3]; PATCH];
-                for (i, row) in gg.iter_mut().enumerate() {
-                    for (b, x) in row.iter_mut().enumerate() {
-                        *x = (0..3).map(|a| G[i][a] * f64::from(g[a * 3 + b])).sum();
-                    }
-                }
+                // G g: points x 3.
+                let gg: Vec<[f64; 3]> = big_g
+                    .iter()
+                    .map(|gi| {
+                        std::array::from_fn(|b| {
+                            (0..3).map(|a| gi[a] * f64::from(g[a * 3 + b])).sum()
+                        })
+                    })
+                    .collect();
                 for (i, gg_row) in gg.iter().enumerate() {
-                    for (j, g_row) in G.iter().enumerate() {
+                    for (j, g_row) in big_g.iter().enumerate() {
                         let u: f64 = (0..3).map(|b| gg_row[b] * g_row[b]).sum();
-                        let block = (i * PATCH + j) * ocp / LANES + o / LANES;
+                        let block = (i * side + j) * ocp / LANES + o / LANES;
                         packed[(block * ic + c) * LANES + o % LANES] = u as f32;
                     }
                 }
@@ -327,11 +450,20 @@ impl fmt::Display for WinogradPlan {
                 tiles.to_string()
             }
         };
+        let (patch, points) = (self.form.patch(), self.form.points());
+        let form = match self.form {
+            Form::Unit => "winograd F(4x4, 3x3)",
+            Form::Polyphase => {
+                "winograd F(4x4, 3x3) at stride 2, polyphase (F(4x4, 2x2), F(4x4, 2x1), \
+                 F(4x4, 1x2) and 1x1 side by side)"
+            }
+        };
         writeln!(
             f,
-            "  winograd F(4x4, 3x3): 6x6 input tiles with stride 4, {n} x {} x {} tiles \
+            "  {form}: {patch}x{patch} input tiles with stride {}, {n} x {} x {} tiles \
              (images x rows x columns), shared evenly by blocks of at most {} tiles; {} work \
              item(s) per block, one per chunk of {} output channels",
+            TILE * self.form.stride(),
             extent(d.runtime.h, th),
             extent(d.runtime.w, tw),
             self.block_tiles,
@@ -340,9 +472,9 @@ impl fmt::Display for WinogradPlan {
         )?;
         writeln!(
             f,
-            "  per work item: input transform into scratch, 36 GEMMs of the block's tiles x {} \
-             input x {} output channels (register tile: 12 tiles x 1 oc vector; 8 or 4 for the \
-             last group), output transform with bias and post-ops",
+            "  per work item: input transform into scratch, {points} GEMMs of the block's tiles \
+             x {} input x {} output channels (register tile: 12 tiles x 1 oc vector; 2 to 12 \
+             for the last group), output transform with bias and post-ops",
             d.ic,
             self.m_tile_len(),
         )?;
@@ -353,7 +485,7 @@ impl fmt::Display for WinogradPlan {
             if d.runtime.any() { "at most " } else { "" },
             self.scratch_len() * 4,
             self.packed_weights_len() * 4,
-            POINTS,
+            self.form.weight_points(),
         )
     }
 }
@@ -400,6 +532,62 @@ fn output_1d(e: &mut Emit<'_>, m: [Value; PATCH]) -> [Value; TILE] {
     let o3 = e.fma(c8, d, b);
     let o3 = e.b.ins().fadd(o3, m5);
     [o0, o1, o2, o3]
+}
+
+/// The 1-D input transform of stride 2's nine vectors: F(4, 2)'s `B₂ᵀ` of the even
+/// positions (taps 0 and 2 of consecutive outputs), then the odd positions (tap 1) as they are.
+fn input_1d_s2(e: &mut Emit<'_>, x: [Value; PATCH_S2]) -> [Value; PATCH_S2] {
+    let [d0, d1, d2, d3, d4] = [x[0], x[2], x[4], x[6], x[8]];
+    let (c2, cm2, cm3) = (e.splat_const(2.0), e.splat_const(-2.0), e.splat_const(-3.0));
+    // r3 = d3 - d1
+    let r3 = e.b.ins().fsub(d3, d1);
+    // r0 = 2 (d0 - d2) + (d3 - d1)
+    let m02 = e.b.ins().fsub(d0, d2);
+    let r0 = e.fma(c2, m02, r3);
+    // r1 = -2 d1 + (d3 - d2)
+    let m32 = e.b.ins().fsub(d3, d2);
+    let r1 = e.fma(cm2, d1, m32);
+    // r2 = 2 d1 - 3 d2 + d3
+    let t = e.fma(cm3, d2, d3);
+    let r2 = e.fma(c2, d1, t);
+    // r4 = 2 (d1 - d3) + (d4 - d2)
+    let m13 = e.b.ins().fsub(d1, d3);
+    let m42 = e.b.ins().fsub(d4, d2);
+    let r4 = e.fma(c2, m13, m42);
+    [r0, r1, r2, r3, r4, x[1], x[3], x[5], x[7]]
+}
+
+/// The 1-D output transform of stride 2's nine vectors: `A₂ᵀ` of the first five plus the
+/// last four, the two phases' outputs summed.
+fn output_1d_s2(e: &mut Emit<'_>, m: [Value; PATCH_S2]) -> [Value; TILE] {
+    let [m0, m1, m2, m3, m4] = [m[0], m[1], m[2], m[3], m[4]];
+    let (c2, c4, c8) = (e.splat_const(2.0), e.splat_const(4.0), e.splat_const(8.0));
+    let a = e.b.ins().fadd(m1, m2);
+    let b = e.b.ins().fsub(m1, m2);
+    let o0 = e.b.ins().fadd(m0, a);
+    let o0 = e.b.ins().fadd(o0, m3);
+    let o1 = e.fma(c2, m3, b);
+    let o2 = e.fma(c4, m3, a);
+    let o3 = e.fma(c8, m3, b);
+    let o3 = e.b.ins().fadd(o3, m4);
+    let sums = [o0, o1, o2, o3];
+    std::array::from_fn(|i| e.b.ins().fadd(sums[i], m[5 + i]))
+}
+
+/// The form's 1-D input transform of `x` (its patch's length).
+fn input_1d_form(e: &mut Emit<'_>, form: Form, x: &[Value]) -> Vec<Value> {
+    match form {
+        Form::Unit => input_1d(e, x.try_into().expect("six vectors")).to_vec(),
+        Form::Polyphase => input_1d_s2(e, x.try_into().expect("nine vectors")).to_vec(),
+    }
+}
+
+/// The form's 1-D output transform of `m` (its patch's length).
+fn output_1d_form(e: &mut Emit<'_>, form: Form, m: &[Value]) -> [Value; TILE] {
+    match form {
+        Form::Unit => output_1d(e, m.try_into().expect("six vectors")),
+        Form::Polyphase => output_1d_s2(e, m.try_into().expect("nine vectors")),
+    }
 }
 
 /// A 16-byte aligned stack slot of `vectors` f32x4 vectors.
@@ -483,9 +671,10 @@ impl Blocked {
 pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
     let d = &plan.desc;
     let scratch_index = DST + 1 + d.residuals();
-    let patch = vector_slot(e, POINTS);
-    let in_tmp = vector_slot(e, POINTS);
-    let out_tmp = vector_slot(e, TILE * PATCH);
+    let points = plan.form.points();
+    let patch = vector_slot(e, points);
+    let in_tmp = vector_slot(e, points);
+    let out_tmp = vector_slot(e, TILE * plan.form.patch());
     let info = tile_info_slot(e, plan.block_tiles);
     let (begin, end) = (e.begin, e.end);
     e.for_range(begin, end, &[], |e, item, _| {
@@ -624,9 +813,10 @@ fn input_transform(
         let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
         let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
         let strides = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw));
-        let y0 = e.b.ins().imul_imm_s(ty, TILE as i64);
+        let step = (TILE * plan.form.stride()) as i64;
+        let y0 = e.b.ins().imul_imm_s(ty, step);
         let y0 = e.offset(y0, -(d.pads.top as i64));
-        let x0 = e.b.ins().imul_imm_s(tx, TILE as i64);
+        let x0 = e.b.ins().imul_imm_s(tx, step);
         let x0 = e.offset(x0, -(d.pads.left as i64));
         let off = pixel_offset(e, &strides, n, y0, x0);
         slots.store_info(e, t, [off, y0, x0]);
@@ -638,6 +828,7 @@ fn input_transform(
     let scratch = e.buffer(scratch_index);
     let v_point = plan.v_point(e, stride);
     let blocks = d.ic.div_ceil(LANES);
+    let patch = plan.form.patch();
     // `V[point][channel block][tile][4]`: a channel block's tiles are consecutive vectors.
     let steps = [plane, e.mul(stride, PIXEL_BYTES)];
     e.for_ptrs(
@@ -652,11 +843,12 @@ fn input_transform(
                 let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
                 let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
                 let (ih, iw) = (e.value(ih), e.value(iw));
+                let (ih, iw) = used_input(e, plan, ih, iw);
                 let inside = {
                     let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
                     let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
-                    let y1 = e.offset(y0, PATCH as i64);
-                    let x1 = e.offset(x0, PATCH as i64);
+                    let y1 = e.offset(y0, patch as i64);
+                    let x1 = e.offset(x0, patch as i64);
                     let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
                     let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
                     let a = e.b.ins().band(top, left);
@@ -674,30 +866,52 @@ fn input_transform(
                     inside,
                     |_| vec![src, row_bytes],
                     |e| {
-                        fill_patch(e, src, row_bytes, slots.patch, (y0, ih), (x0, iw));
+                        let clip = [(y0, ih), (x0, iw)];
+                        fill_patch(e, patch, src, row_bytes, slots.patch, clip);
                         let p = e.b.ins().stack_addr(types::I64, slots.patch, 0);
-                        let s = e.iconst(PATCH as i64 * PIXEL_BYTES);
+                        let s = e.iconst(patch as i64 * PIXEL_BYTES);
                         vec![p, s]
                     },
                 );
                 let v = e.scaled(v_block, t, PIXEL_BYTES, 0);
-                transform_input(e, vals[0], vals[1], slots.in_tmp, v, v_point);
+                transform_input(e, plan.form, vals[0], vals[1], slots.in_tmp, v, v_point);
                 Vec::new()
             });
         },
     );
 }
 
-/// Zeroes the patch and copies into it the pixels of the 6x6 window at `src` (row stride
-/// `row_bytes`) that lie inside the input: rows `y0 + r` in `0..ih`, columns `x0 + c` in
-/// `0..iw`.
+/// The input rows and columns a tile may read: all of them at stride 1. At stride 2, those
+/// inside some output's receptive field (`2 o + 1 - pad` for `o` outputs), which leaves out the
+/// last row or column where the floor of the output extent drops it: the partial last tile's
+/// patch would otherwise read it, and an element that no output uses (a NaN, say) would
+/// enter the tile's transform.
+fn used_input(e: &mut Emit<'_>, plan: &WinogradPlan, ih: Value, iw: Value) -> (Value, Value) {
+    let d = &plan.desc;
+    if plan.form == Form::Unit {
+        return (ih, iw);
+    }
+    let field = |e: &mut Emit<'_>, runtime: bool, arg: ExtentArg, extent: usize, pad: usize| {
+        let o = e.extent_or(runtime, arg, extent);
+        let o = e.value(o);
+        let two = e.b.ins().imul_imm_s(o, 2);
+        e.offset(two, 1 - pad as i64)
+    };
+    let fh = field(e, d.runtime.h, ExtentArg::OutputH, d.oh(), d.pads.top);
+    let fw = field(e, d.runtime.w, ExtentArg::OutputW, d.ow(), d.pads.left);
+    (e.imin(ih, fh), e.imin(iw, fw))
+}
+
+/// Zeroes the `patch` x `patch` slot and copies into it the pixels of the window at `src`
+/// (row stride `row_bytes`) that lie inside the input: rows `y0 + r` in `0..ih`, columns `x0
+/// + c` in `0..iw`.
 fn fill_patch(
     e: &mut Emit<'_>,
+    patch: usize,
     src: Value,
     row_bytes: Value,
-    patch: StackSlot,
-    (y0, ih): (Value, Value),
-    (x0, iw): (Value, Value),
+    slot: StackSlot,
+    [(y0, ih), (x0, iw)]: [(Value, Value); 2],
 ) {
     // The patch's rows (columns) `lo..hi` that land in `0..extent`.
     let clip = |e: &mut Emit<'_>, o: Value, extent: Value| -> (Value, Value) {
@@ -705,12 +919,12 @@ fn fill_patch(
         let neg = e.b.ins().ineg(o);
         let lo = e.imax(neg, zero);
         let hi = e.b.ins().isub(extent, o);
-        let six = e.iconst(PATCH as i64);
-        (lo, e.imin(hi, six))
+        let side = e.iconst(patch as i64);
+        (lo, e.imin(hi, side))
     };
-    let base = e.b.ins().stack_addr(types::I64, patch, 0);
+    let base = e.b.ins().stack_addr(types::I64, slot, 0);
     let zero = e.splat_const(0.0);
-    for i in 0..POINTS {
+    for i in 0..patch * patch {
         e.store_vec(zero, base, i as i64 * PIXEL_BYTES);
     }
     let (r0, r1) = clip(e, y0, ih);
@@ -718,7 +932,7 @@ fn fill_patch(
     e.for_range(r0, r1, &[], |e, r, _| {
         let row = e.b.ins().imul(r, row_bytes);
         let src_row = e.b.ins().iadd(src, row);
-        let dst_row = e.scaled(base, r, PATCH as i64 * PIXEL_BYTES, 0);
+        let dst_row = e.scaled(base, r, patch as i64 * PIXEL_BYTES, 0);
         e.for_range(c0, c1, &[], |e, c, _| {
             let s = e.scaled(src_row, c, PIXEL_BYTES, 0);
             let x = e.load_vec(s, 0);
@@ -730,39 +944,43 @@ fn fill_patch(
     });
 }
 
-/// `Bᵀ d B` of the 6x6 patch at `ptr` (rows `stride` bytes apart) into `V`: point `k` at
+/// `Bᵀ d B` of the form's patch at `ptr` (rows `stride` bytes apart) into `V`: point `k` at
 /// `v + k * v_point`. Columns first through `tmp`, so that at most a dozen vectors are live.
 fn transform_input(
     e: &mut Emit<'_>,
+    form: Form,
     ptr: Value,
     stride: Value,
     tmp: StackSlot,
     v: Value,
     v_point: Scalar,
 ) {
+    let patch = form.patch();
     let mut rows = vec![ptr];
-    for _ in 1..PATCH {
+    for _ in 1..patch {
         let last = *rows.last().expect("a first row");
         rows.push(e.b.ins().iadd(last, stride));
     }
     let t = e.b.ins().stack_addr(types::I64, tmp, 0);
-    for c in 0..PATCH {
-        let col: [Value; PATCH] =
-            std::array::from_fn(|r| e.load_vec(rows[r], c as i64 * PIXEL_BYTES));
-        let out = input_1d(e, col);
+    for c in 0..patch {
+        let col: Vec<Value> = (0..patch)
+            .map(|r| e.load_vec(rows[r], c as i64 * PIXEL_BYTES))
+            .collect();
+        let out = input_1d_form(e, form, &col);
         for (k, x) in out.into_iter().enumerate() {
-            e.store_vec(x, t, (k * PATCH + c) as i64 * PIXEL_BYTES);
+            e.store_vec(x, t, (k * patch + c) as i64 * PIXEL_BYTES);
         }
     }
     // The points in order: a runtime `v_point` moves one pointer along them.
     let mut point = v;
-    for k in 0..PATCH {
-        let row: [Value; PATCH] =
-            std::array::from_fn(|c| e.load_vec(t, (k * PATCH + c) as i64 * PIXEL_BYTES));
-        let out = input_1d(e, row);
+    for k in 0..patch {
+        let row: Vec<Value> = (0..patch)
+            .map(|c| e.load_vec(t, (k * patch + c) as i64 * PIXEL_BYTES))
+            .collect();
+        let out = input_1d_form(e, form, &row);
         for (m, x) in out.into_iter().enumerate() {
             match v_point {
-                Scalar::Const(c) => e.store_vec(x, v, (k * PATCH + m) as i64 * c),
+                Scalar::Const(c) => e.store_vec(x, v, (k * patch + m) as i64 * c),
                 Scalar::Dyn(step) => {
                     if k + m > 0 {
                         point = e.b.ins().iadd(point, step);
@@ -796,7 +1014,7 @@ fn gemm(
     let block_bytes = e.mul(stride, PIXEL_BYTES);
     let scratch = e.buffer(scratch_index);
     let v_point = plan.v_point(e, stride);
-    let m = e.offset_by(scratch, v_point, POINTS as i64);
+    let m = e.offset_by(scratch, v_point, plan.form.points() as i64);
     let u_point = d.ic as i64 * plan.ocp() as i64 * f;
     let m_point = plan.m_point(e, stride);
     // One output-channel vector's panel of weights: a vector per input channel.
@@ -828,49 +1046,99 @@ fn gemm(
     let last_groups = e.offset(split, 1);
     let moved = (GROUP_TILES - SPLIT_TILES) as i64 / 2;
     let group_bytes = GROUP_TILES as i64 * PIXEL_BYTES;
-    e.for_ptrs(
-        Scalar::Const(POINTS as i64),
-        &[scratch, u, m],
-        &[v_point, Scalar::Const(u_point), m_point],
-        |e, p| {
-            let (v, u, m) = (p[0], p[1], p[2]);
+    // One point's GEMM: `v`, `u` and `m` at its `V`, weights and `M`.
+    let point_gemm = |e: &mut Emit<'_>, v: Value, u: Value, m: Value| {
+        e.for_ptrs(
+            Scalar::Const(plan.chunk_blocks() as i64),
+            &[u, m],
+            &[Scalar::Const(u_panel), block_bytes],
+            |e, q| {
+                let (u, m) = (q[0], q[1]);
+                let ends = e.for_ptrs(
+                    Scalar::Dyn(groups),
+                    &[v, m],
+                    &[Scalar::Const(group_bytes), Scalar::Const(group_bytes)],
+                    |e, g| micro_tile(e, plan, GROUP_TILES, g[0], u, g[1], block_bytes),
+                );
+                // One last group, or two after a split: `SPLIT_TILES` tiles, then the rest
+                // of the full group's and the last group's.
+                let zero = e.iconst(0);
+                e.for_range(
+                    zero,
+                    last_groups,
+                    &[ends[0], ends[1], first_k],
+                    |e, _, s| {
+                        let (v_last, m_last, k) = (s[0], s[1], s[2]);
+                        e.switch(k, GROUP_TILES / 2 + 1, |e, k| {
+                            if k > 0 {
+                                micro_tile(e, plan, 2 * k, v_last, u, m_last, block_bytes);
+                            }
+                        });
+                        let step = e.b.ins().imul_imm_s(k, 2 * PIXEL_BYTES);
+                        let v_next = e.b.ins().iadd(v_last, step);
+                        let m_next = e.b.ins().iadd(m_last, step);
+                        let k_next = e.offset(last, moved);
+                        vec![v_next, m_next, k_next]
+                    },
+                );
+            },
+        );
+    };
+    match plan.form {
+        Form::Unit => {
             e.for_ptrs(
-                Scalar::Const(plan.chunk_blocks() as i64),
-                &[u, m],
-                &[Scalar::Const(u_panel), block_bytes],
-                |e, q| {
-                    let (u, m) = (q[0], q[1]);
-                    let ends = e.for_ptrs(
-                        Scalar::Dyn(groups),
-                        &[v, m],
-                        &[Scalar::Const(group_bytes), Scalar::Const(group_bytes)],
-                        |e, g| micro_tile(e, plan, GROUP_TILES, g[0], u, g[1], block_bytes),
-                    );
-                    // One last group, or two after a split: `SPLIT_TILES` tiles, then the rest
-                    // of the full group's and the last group's.
-                    let zero = e.iconst(0);
-                    e.for_range(
-                        zero,
-                        last_groups,
-                        &[ends[0], ends[1], first_k],
-                        |e, _, s| {
-                            let (v_last, m_last, k) = (s[0], s[1], s[2]);
-                            e.switch(k, GROUP_TILES / 2 + 1, |e, k| {
-                                if k > 0 {
-                                    micro_tile(e, plan, 2 * k, v_last, u, m_last, block_bytes);
-                                }
-                            });
-                            let step = e.b.ins().imul_imm_s(k, 2 * PIXEL_BYTES);
-                            let v_next = e.b.ins().iadd(v_last, step);
-                            let m_next = e.b.ins().iadd(m_last, step);
-                            let k_next = e.offset(last, moved);
-                            vec![v_next, m_next, k_next]
-                        },
-                    );
-                },
+                Scalar::Const(plan.form.points() as i64),
+                &[scratch, u, m],
+                &[v_point, Scalar::Const(u_point), m_point],
+                |e, p| point_gemm(e, p[0], p[1], p[2]),
             );
-        },
-    );
+        }
+        Form::Polyphase => {
+            // Weight points outer: the 1, 4 or 16 points that share one run one after the
+            // other, while its panels are in cache.
+            let side = plan.form.weight_side();
+            let patch = plan.form.patch() as i64;
+            let zero = e.iconst(0);
+            let sides = e.iconst(side as i64);
+            // The points of an axis that multiply by weight row `r`: `r` itself, or all from
+            // the last row on.
+            let axis = |e: &mut Emit<'_>, r: Value| -> (Value, Value) {
+                let last = e.b.ins().icmp_imm_s(IntCC::Equal, r, side as i64 - 1);
+                let next = e.offset(r, 1);
+                let end = e.iconst(patch);
+                (r, e.b.ins().select(last, end, next))
+            };
+            let step = |e: &mut Emit<'_>, base: Value, index: Value, by: Scalar| -> Value {
+                let bytes = match by {
+                    Scalar::Const(c) => e.b.ins().imul_imm_s(index, c),
+                    Scalar::Dyn(v) => e.b.ins().imul(index, v),
+                };
+                e.b.ins().iadd(base, bytes)
+            };
+            e.for_range(zero, sides, &[], |e, wr, _| {
+                e.for_range(zero, sides, &[], |e, wc, _| {
+                    let w = e.b.ins().imul_imm_s(wr, side as i64);
+                    let w = e.b.ins().iadd(w, wc);
+                    let u = step(e, u, w, Scalar::Const(u_point));
+                    let (r0, r1) = axis(e, wr);
+                    let (c0, c1) = axis(e, wc);
+                    e.for_range(r0, r1, &[], |e, r, _| {
+                        e.for_range(c0, c1, &[], |e, c, _| {
+                            let point = e.b.ins().imul_imm_s(r, patch);
+                            let point = e.b.ins().iadd(point, c);
+                            let v = step(e, scratch, point, v_point);
+                            let mp = step(e, m, point, m_point);
+                            point_gemm(e, v, u, mp);
+                            Vec::new()
+                        });
+                        Vec::new()
+                    });
+                    Vec::new()
+                });
+                Vec::new()
+            });
+        }
+    }
 }
 
 /// `tiles` tiles' sums over every input channel for one output-channel vector: `v` points to
@@ -992,7 +1260,8 @@ fn output_transform(
     let plane_off = e.b.ins().imul(first_block, plane_v);
     let scratch = e.buffer(scratch_index);
     let v_point = plan.v_point(e, stride);
-    let m = e.offset_by(scratch, v_point, POINTS as i64);
+    let m = e.offset_by(scratch, v_point, plan.form.points() as i64);
+    let (form, patch) = (plan.form, plan.form.patch());
     let mut ptrs = vec![plane_off, m];
     let mut steps = vec![plane, e.mul(stride, PIXEL_BYTES)];
     if d.bias {
@@ -1027,32 +1296,34 @@ fn output_transform(
                     .collect();
                 let m = e.scaled(m_block, t, PIXEL_BYTES, 0);
                 let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
-                // Point `6 i + j` of column `j`: an immediate offset from `m` for a constant
-                // `m_point`, a pointer moved along each column for a runtime one.
-                let m_row = e.mul(m_point, PATCH as i64);
+                // Point `patch i + j` of column `j`: an immediate offset from `m` for a
+                // constant `m_point`, a pointer moved along each column for a runtime one.
+                let m_row = e.mul(m_point, patch as i64);
                 let mut column = m;
-                for j in 0..PATCH {
-                    let col: [Value; PATCH] = match m_point {
-                        Scalar::Const(c) => {
-                            std::array::from_fn(|i| e.load_vec(m, (i * PATCH + j) as i64 * c))
-                        }
+                for j in 0..patch {
+                    let col: Vec<Value> = match m_point {
+                        Scalar::Const(c) => (0..patch)
+                            .map(|i| e.load_vec(m, (i * patch + j) as i64 * c))
+                            .collect(),
                         Scalar::Dyn(step) => {
                             if j > 0 {
                                 column = e.b.ins().iadd(column, step);
                             }
                             let row = e.value(m_row);
                             let mut at = column;
-                            std::array::from_fn(|i| {
-                                if i > 0 {
-                                    at = e.b.ins().iadd(at, row);
-                                }
-                                e.load_vec(at, 0)
-                            })
+                            (0..patch)
+                                .map(|i| {
+                                    if i > 0 {
+                                        at = e.b.ins().iadd(at, row);
+                                    }
+                                    e.load_vec(at, 0)
+                                })
+                                .collect()
                         }
                     };
-                    let out = output_1d(e, col);
+                    let out = output_1d_form(e, form, &col);
                     for (k, x) in out.into_iter().enumerate() {
-                        e.store_vec(x, tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES);
+                        e.store_vec(x, tmp_addr, (k * patch + j) as i64 * PIXEL_BYTES);
                     }
                 }
                 let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
@@ -1062,10 +1333,10 @@ fn output_transform(
                 let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
                     let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
                     for k in 0..TILE {
-                        let row: [Value; PATCH] = std::array::from_fn(|j| {
-                            e.load_vec(tmp_addr, (k * PATCH + j) as i64 * PIXEL_BYTES)
-                        });
-                        let y = output_1d(e, row);
+                        let row: Vec<Value> = (0..patch)
+                            .map(|j| e.load_vec(tmp_addr, (k * patch + j) as i64 * PIXEL_BYTES))
+                            .collect();
+                        let y = output_1d_form(e, form, &row);
                         let k_off = e.b.ins().imul_imm_s(row_bytes, k as i64);
                         for (mcol, x) in y.into_iter().enumerate() {
                             let px = mcol as i64 * PIXEL_BYTES;
@@ -1129,8 +1400,39 @@ fn post_ops(
 mod tests {
     use super::*;
 
-    /// `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` is the 4x4 correlation of a 6x6 patch with a 3x3 kernel,
-    /// to f64 rounding: the matrices here and the 1-D transforms the kernels emit agree.
+    /// `Bᵀ` and `Aᵀ` of a form, as matrices: stride 2's are F(4, 2)'s on the even positions
+    /// (points) beside the odd positions taken as they are.
+    fn form_matrices(form: Form) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+        match form {
+            Form::Unit => (
+                BT.iter().map(|r| r.to_vec()).collect(),
+                AT.iter().map(|r| r.to_vec()).collect(),
+            ),
+            Form::Polyphase => {
+                let mut bt = vec![vec![0.0; PATCH_S2]; PATCH_S2];
+                for (i, row) in BT2.iter().enumerate() {
+                    for (k, &x) in row.iter().enumerate() {
+                        bt[i][2 * k] = x;
+                    }
+                }
+                for k in 0..TILE {
+                    bt[TILE + 1 + k][2 * k + 1] = 1.0;
+                }
+                let at = (0..TILE)
+                    .map(|i| {
+                        let mut row = AT2[i].to_vec();
+                        row.extend((0..TILE).map(|k| if k == i { 1.0 } else { 0.0 }));
+                        row
+                    })
+                    .collect();
+                (bt, at)
+            }
+        }
+    }
+
+    /// `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` is the 4x4 correlation of a patch with a 3x3 kernel at the
+    /// form's stride (6x6 at stride 1, 9x9 at stride 2), to f64 rounding: the matrices here
+    /// and the weights' packing agree.
     #[test]
     fn the_transforms_compute_a_correlation() {
         let mut seed = 1u64;
@@ -1140,68 +1442,89 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             ((seed >> 33) as f64 / (1u64 << 31) as f64) - 0.5
         };
-        for _ in 0..20 {
-            let dpatch: Vec<f64> = (0..36).map(|_| next()).collect();
-            let g: Vec<f32> = (0..9).map(|_| next() as f32).collect();
-            let mut d = ConvDesc::new(1, 1, [3, 3], 1, [3, 3]);
-            d.algo = crate::key::ConvAlgo::WinogradF4x3;
-            let u = WinogradPlan::new(&d).pack_weights(&g, None);
-            // V = Bᵀ d B
-            let mut v = [[0.0f64; 6]; 6];
-            for i in 0..6 {
-                for j in 0..6 {
-                    v[i][j] = (0..6)
-                        .flat_map(|a| (0..6).map(move |b| (a, b)))
-                        .map(|(a, b)| BT[i][a] * dpatch[a * 6 + b] * BT[j][b])
-                        .sum();
+        for form in [Form::Unit, Form::Polyphase] {
+            let (bt, at) = form_matrices(form);
+            let (n, s) = (form.patch(), form.stride());
+            for _ in 0..20 {
+                let dpatch: Vec<f64> = (0..n * n).map(|_| next()).collect();
+                let g: Vec<f32> = (0..9).map(|_| next() as f32).collect();
+                let mut d = ConvDesc::new(1, 1, [9, 9], 1, [3, 3]);
+                d.strides = [s, s];
+                d.algo = crate::key::ConvAlgo::WinogradF4x3;
+                let plan = WinogradPlan::new(&d);
+                assert_eq!(plan.form, form);
+                let u = plan.pack_weights(&g, None);
+                // V = Bᵀ d B
+                let mut v = vec![vec![0.0f64; n]; n];
+                for i in 0..n {
+                    for j in 0..n {
+                        v[i][j] = (0..n)
+                            .flat_map(|a| (0..n).map(move |b| (a, b)))
+                            .map(|(a, b)| bt[i][a] * dpatch[a * n + b] * bt[j][b])
+                            .sum();
+                    }
                 }
-            }
-            for y in 0..4 {
-                for x in 0..4 {
-                    let wino: f64 = (0..6)
-                        .flat_map(|a| (0..6).map(move |b| (a, b)))
-                        .map(|(a, b)| {
-                            let ocp = 4;
-                            AT[y][a] * f64::from(u[(a * 6 + b) * ocp]) * v[a][b] * AT[x][b]
-                        })
-                        .sum();
-                    let direct: f64 = (0..3)
-                        .flat_map(|a| (0..3).map(move |b| (a, b)))
-                        .map(|(a, b)| dpatch[(y + a) * 6 + x + b] * f64::from(g[a * 3 + b]))
-                        .sum();
-                    assert!(
-                        (wino - direct).abs() < 1e-6,
-                        "({y}, {x}): {wino} vs {direct}"
-                    );
+                for y in 0..TILE {
+                    for x in 0..TILE {
+                        let wino: f64 = (0..n)
+                            .flat_map(|a| (0..n).map(move |b| (a, b)))
+                            .map(|(a, b)| {
+                                let ocp = 4;
+                                let w =
+                                    form.weight_row(a) * form.weight_side() + form.weight_row(b);
+                                at[y][a] * f64::from(u[w * ocp]) * v[a][b] * at[x][b]
+                            })
+                            .sum();
+                        let direct: f64 = (0..3)
+                            .flat_map(|a| (0..3).map(move |b| (a, b)))
+                            .map(|(a, b)| {
+                                dpatch[(s * y + a) * n + s * x + b] * f64::from(g[a * 3 + b])
+                            })
+                            .sum();
+                        assert!(
+                            (wino - direct).abs() < 1e-6,
+                            "{form:?} ({y}, {x}): {wino} vs {direct}"
+                        );
+                    }
                 }
             }
         }
     }
 
-    /// The 36 points of `V` and of `M` start in 36 different sets of a 32 KiB, 8-way L1
-    /// (64 sets of 64-byte lines, set = address bits 6-11) for the trunk's layers, at every
-    /// block a call may take (an even number of tiles up to `block_tiles`), so that a
-    /// transform's 36 streams do not evict each other.
+    /// The points of `V` and of `M` start in as many different sets of a 32 KiB, 8-way L1
+    /// (64 sets of 64-byte lines, set = address bits 6-11) as there are sets, up to 64, for
+    /// the trunk's layers, at every block a call may take (an even number of tiles up to
+    /// `block_tiles`), so that a transform's 36 (stride 2: 81) streams do not evict each
+    /// other: at most two share a set.
     #[test]
     fn the_points_of_v_and_m_fall_in_different_l1_sets() {
-        let sets = |point_floats: usize| -> std::collections::BTreeSet<usize> {
-            (0..POINTS)
+        let sets = |points: usize, point_floats: usize| -> std::collections::BTreeSet<usize> {
+            (0..points)
                 .map(|p| p * point_floats * F32_BYTES as usize / 64 % 64)
                 .collect()
         };
-        for channels in [64, 128, 256] {
-            let mut d = ConvDesc::new(1, channels, [20, 65], channels, [3, 3]);
+        for (ic, oc, stride) in [
+            (64, 64, 1),
+            (128, 128, 1),
+            (256, 256, 1),
+            (64, 128, 2),
+            (128, 256, 2),
+        ] {
+            let mut d = ConvDesc::new(1, ic, [40, 130], oc, [3, 3]);
+            d.strides = [stride, stride];
             d.algo = crate::key::ConvAlgo::WinogradF4x3;
             let plan = WinogradPlan::new(&d);
-            for stride in (2..=plan.block_tiles).step_by(2) {
+            let points = plan.form.points();
+            for tiles in (2..=plan.block_tiles).step_by(2) {
                 for (what, floats) in [
-                    ("V", plan.v_point_floats(stride)),
-                    ("M", plan.m_point_floats(stride)),
+                    ("V", plan.v_point_floats(tiles)),
+                    ("M", plan.m_point_floats(tiles)),
                 ] {
                     assert_eq!(
-                        sets(floats).len(),
-                        POINTS,
-                        "{channels} channels, {stride} tiles: {what}'s points share sets"
+                        sets(points, floats).len(),
+                        points.min(64),
+                        "{ic} to {oc} channels, stride {stride}, {tiles} tiles: {what}'s \
+                         points share sets"
                     );
                 }
             }
