@@ -1177,8 +1177,7 @@ fn dump_memory_lists_every_primitive_and_totals() {
     let mut tail = out.lines().rev();
     let weights = tail.next().unwrap();
     let totals = tail.next().unwrap();
-    // auto: Winograd for the 3x3 stride-1 layers and layer2.0.conv1, direct for conv1,
-    // layer3.0.conv1 and the downsamples.
+    // auto: Winograd for the 3x3 layers, direct for conv1 and the downsamples.
     assert!(
         weights.starts_with("# weights (auto convolutions): ")
             && weights.contains("bytes packed for direct kernels")

@@ -70,17 +70,6 @@ pub enum ConvAlgoChoice {
 /// ARCHITECTURE.md, "Winograd", for the table).
 pub const WINOGRAD_MIN_CHANNELS: usize = 8;
 
-/// The most bytes of transformed weights at which `auto` picks Winograd's polyphase form for
-/// a stride-2 convolution.
-///
-/// Its transformed weights take 36 floats per channel pair against direct's 9, and each call
-/// streams them from memory: on the trunk at W=1031 on one thread both stride-2 3x3 layers ran
-/// 1.4-1.5x faster than direct, but on two threads at W=200 (the workload's median call) the
-/// 128-to-256-channel layer's 4.7 MB made it slower than direct (2.4 ms against 1.6-2.1),
-/// while the 64-to-128-channel layer's 1.2 MB stayed faster (1.1-1.2 ms against 1.5-2.0); see
-/// ARCHITECTURE.md, "Stride 2".
-pub const WINOGRAD_S2_MAX_WEIGHT_BYTES: usize = 2 << 20;
-
 impl ConvAlgoChoice {
     /// The algorithm for `desc` (whose `algo` is ignored). The choice depends on channels,
     /// window and layouts only, never on the spatial extents, so that a node keeps one
@@ -93,8 +82,7 @@ impl ConvAlgoChoice {
             ConvAlgoChoice::Auto
                 if applies
                     && desc.ic >= WINOGRAD_MIN_CHANNELS
-                    && desc.oc >= WINOGRAD_MIN_CHANNELS
-                    && !strided_weights_too_large(desc) =>
+                    && desc.oc >= WINOGRAD_MIN_CHANNELS =>
             {
                 ConvAlgo::WinogradF4x3
             }
@@ -111,19 +99,7 @@ impl ConvAlgoChoice {
             (ConvAlgoChoice::Winograd, None) => "winograd requested, and it applies".to_string(),
             (ConvAlgoChoice::Auto, None) if algo == ConvAlgo::WinogradF4x3 => format!(
                 "auto: winograd applies and both channel counts are at least \
-                 {WINOGRAD_MIN_CHANNELS}{}",
-                if desc.strides == [2, 2] {
-                    format!(
-                        ", and its transformed weights take at most \
-                         {WINOGRAD_S2_MAX_WEIGHT_BYTES} bytes at stride 2"
-                    )
-                } else {
-                    String::new()
-                }
-            ),
-            (ConvAlgoChoice::Auto, None) if strided_weights_too_large(desc) => format!(
-                "auto: at stride 2 winograd's transformed weights would take more than \
-                 {WINOGRAD_S2_MAX_WEIGHT_BYTES} bytes, which each call streams from memory"
+                 {WINOGRAD_MIN_CHANNELS}"
             ),
             (ConvAlgoChoice::Auto, None) => format!(
                 "auto: fewer than {WINOGRAD_MIN_CHANNELS} input or output channels, where \
@@ -140,14 +116,6 @@ impl ConvAlgoChoice {
             ConvAlgoChoice::Auto => "auto",
         }
     }
-}
-
-/// Whether `desc` is a stride-2 convolution whose transformed weights would pass
-/// [`WINOGRAD_S2_MAX_WEIGHT_BYTES`].
-fn strided_weights_too_large(desc: &ConvDesc) -> bool {
-    let mut d = desc.clone();
-    d.algo = ConvAlgo::WinogradF4x3;
-    desc.strides == [2, 2] && d.packed_weights_len() * 4 > WINOGRAD_S2_MAX_WEIGHT_BYTES
 }
 
 impl fmt::Display for ConvAlgoChoice {

@@ -261,8 +261,15 @@ const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
 /// Small transformed weights (the 64-channel layers' 0.6 MB) stay in L2 across blocks: 12
 /// tiles a block, one chunk. Larger ones (2.4 MB at 128 channels, 9.4 MB at 256) stream from
 /// memory once per block: 48 tiles quarter that traffic (the trunk ran 5-8% faster than with
-/// 24, and no faster with 72), and two chunks let two threads share one block's weights instead of streaming all of them each (a call that runs both chunks of a
-/// block transforms its inputs once; two threads that share a block each do).
+/// 24, and no faster with 72), and two chunks let two threads share one block's weights
+/// instead of streaming all of them each (a call that runs both chunks of a block transforms
+/// its inputs once; two threads that share a block each do).
+///
+/// At stride 2 a block is 12 tiles whatever the weights: its 81 points make `V` and `M` 2.25
+/// times a stride-1 block's, and with 48 tiles (2 MB of them at 128 channels, twice L2) the
+/// trunk's stride-2 layers ran 1.4-2.3x slower on 2 threads than with 12 (layer3.0.conv1 at
+/// W=1031: 7.5-10.6 ms against 5.4-7.3; at W=200, one block of 20 tiles that both threads
+/// transformed, 2.6-3.3 ms against 1.1-1.5), and no faster on one.
 #[derive(Clone, Debug)]
 pub struct WinogradPlan {
     pub desc: ConvDesc,
@@ -282,7 +289,7 @@ impl WinogradPlan {
         WinogradPlan {
             desc: d.clone(),
             form,
-            block_tiles: if streamed {
+            block_tiles: if streamed && form == Form::Unit {
                 4 * GROUP_TILES
             } else {
                 GROUP_TILES
