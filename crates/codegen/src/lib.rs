@@ -18,7 +18,7 @@ pub use compile::{
     CodegenError, CodegenOptions, CompiledKernel, Dumps, HostIsa, compile, describe_plan, host_isa,
     lower,
 };
-pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS};
+pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS, WINOGRAD_S2_MIN_CHANNELS};
 pub use key::{
     BufferSpec, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, KeyError, Layout,
     MAX_STEP, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,

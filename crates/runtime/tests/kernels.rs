@@ -895,9 +895,9 @@ fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
         ),
         prop_oneof![
             4 => (channels(), channels()),
-            // Transformed weights past `STREAMED_WEIGHT_BYTES`: blocks of 48 tiles (two images
-            // of the widest problems make two blocks), and two
-            // output-channel chunks where the channel vectors split evenly (not 100).
+            // Transformed weights past `STREAMED_WEIGHT_BYTES`: at stride 1 blocks of 48 tiles
+            // (two images of the widest problems make two blocks), and two output-channel
+            // chunks where the channel vectors split evenly (not 100).
             1 => prop::sample::select(&[(96usize, 96usize), (100, 88), (88, 100)][..]),
         ],
         (
@@ -1089,9 +1089,48 @@ fn winograd_resnet_blocks() {
     }
 }
 
-/// The error of each of the trunk's 3x3 stride-1 layer shapes (at W=203) relative to the
-/// largest magnitude of its output, for both algorithms against the f64 reference: the
-/// figures ARCHITECTURE.md states (run with `--nocapture` to see them). Winograd's is a few
+/// At stride 2 with no padding and an even extent, the floor of the output extent leaves the
+/// input's last row and column out of every output's receptive field, yet the partial last
+/// tile's 9x9 patch reads them: as an odd position, which only an output past the image
+/// reads. A NaN there changes no stored output: the results are bit-identical to the same
+/// input without it, and match the reference.
+#[test]
+fn winograd_stride_2_ignores_the_row_and_column_no_output_reads() {
+    let mut desc = ConvDesc::new(1, 8, [12, 12], 8, [3, 3]);
+    desc.strides = [2, 2];
+    desc.bias = true;
+    desc.src_layout = Layout::Nchw4c;
+    desc.dst_layout = Layout::Nchw4c;
+    desc.algo = ConvAlgo::WinogradF4x3;
+    let p = ConvProblem { desc, seed: 5 };
+    assert_eq!(
+        p.desc.dst_shape(),
+        [1, 8, 5, 5],
+        "a partial last tile each way"
+    );
+    p.check().unwrap_or_else(|e| panic!("{e}"));
+    let prim = compile(&p.key()).unwrap_or_else(|e| panic!("{e}"));
+    let clean = p.buffers().run_all(&prim).unwrap_or_else(|e| panic!("{e}"));
+    let mut x = p.data().x;
+    for c in 0..8 {
+        for i in 0..12 {
+            x.data[(c * 12 + i) * 12 + 11] = f32::NAN;
+            x.data[(c * 12 + 11) * 12 + i] = f32::NAN;
+        }
+    }
+    let poisoned = Buffers {
+        src: guarded(&to_layout(&x, Layout::Nchw4c)),
+        ..p.buffers()
+    }
+    .run_all(&prim)
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_bit_identical(&clean, &poisoned, "a NaN in the unread row and column")
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The error of each of the trunk's 3x3 layer shapes (at W=203; stride 1 and the two stride-2
+/// ones) relative to the largest magnitude of its output, for both algorithms against the f64
+/// reference: the figures ARCHITECTURE.md states (run with `--nocapture` to see them). Winograd's is a few
 /// times direct's, both far below the 1e-4 the trunk is held to.
 #[test]
 fn winograd_and_direct_error_on_the_trunk_layers() {

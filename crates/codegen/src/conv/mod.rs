@@ -1,7 +1,7 @@
 //! Convolution lowerings, one module per algorithm: [`direct`] for every window, and
-//! [`winograd`] F(4x4, 3x3) for 3x3 convolutions of stride 1 or (polyphase) 2. Both tile from the key alone
-//! ([`crate::plan::ConvPlan`], [`winograd::WinogradPlan`]), so one packed copy of the weights
-//! serves every spatial extent.
+//! [`winograd`] F(4x4, 3x3) for 3x3 convolutions of stride 1 or (polyphase) 2. Both tile from
+//! the key alone ([`crate::plan::ConvPlan`], [`winograd::WinogradPlan`]), so one packed copy of
+//! the weights serves every spatial extent.
 
 pub(crate) mod direct;
 pub mod winograd;
@@ -70,6 +70,21 @@ pub enum ConvAlgoChoice {
 /// ARCHITECTURE.md, "Winograd", for the table).
 pub const WINOGRAD_MIN_CHANNELS: usize = 8;
 
+/// The same at stride 2, where Winograd's polyphase form saves less (81 multiplications per
+/// tile and channel pair against 144, not 36): measured on 3x3 stride-2 layers of an 80 x 258
+/// input, Winograd is 1.15-1.5x faster than direct from 16 to 32 channels and no faster from
+/// 8 to 16 (ARCHITECTURE.md, "Stride 2").
+pub const WINOGRAD_S2_MIN_CHANNELS: usize = 16;
+
+/// The smallest channel counts at which `auto` picks Winograd for `desc`'s strides.
+fn min_channels(desc: &ConvDesc) -> usize {
+    if desc.strides == [2, 2] {
+        WINOGRAD_S2_MIN_CHANNELS
+    } else {
+        WINOGRAD_MIN_CHANNELS
+    }
+}
+
 impl ConvAlgoChoice {
     /// The algorithm for `desc` (whose `algo` is ignored). The choice depends on channels,
     /// window and layouts only, never on the spatial extents, so that a node keeps one
@@ -80,9 +95,7 @@ impl ConvAlgoChoice {
             ConvAlgoChoice::Direct => ConvAlgo::Direct,
             ConvAlgoChoice::Winograd if applies => ConvAlgo::WinogradF4x3,
             ConvAlgoChoice::Auto
-                if applies
-                    && desc.ic >= WINOGRAD_MIN_CHANNELS
-                    && desc.oc >= WINOGRAD_MIN_CHANNELS =>
+                if applies && desc.ic >= min_channels(desc) && desc.oc >= min_channels(desc) =>
             {
                 ConvAlgo::WinogradF4x3
             }
@@ -98,12 +111,13 @@ impl ConvAlgoChoice {
             (_, Some(reason)) => reason.to_string(),
             (ConvAlgoChoice::Winograd, None) => "winograd requested, and it applies".to_string(),
             (ConvAlgoChoice::Auto, None) if algo == ConvAlgo::WinogradF4x3 => format!(
-                "auto: winograd applies and both channel counts are at least \
-                 {WINOGRAD_MIN_CHANNELS}"
+                "auto: winograd applies and both channel counts are at least {}",
+                min_channels(desc)
             ),
             (ConvAlgoChoice::Auto, None) => format!(
-                "auto: fewer than {WINOGRAD_MIN_CHANNELS} input or output channels, where \
-                 the transforms outweigh the saved multiplications"
+                "auto: fewer than {} input or output channels, where the transforms outweigh \
+                 the saved multiplications",
+                min_channels(desc)
             ),
         };
         format!("{algo} ({why})")
@@ -138,6 +152,47 @@ impl FromStr for ConvAlgoChoice {
             "winograd" => Ok(ConvAlgoChoice::Winograd),
             "auto" => Ok(ConvAlgoChoice::Auto),
             other => Err(UnknownConvAlgo(other.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv_3x3(channels: usize, stride: usize) -> ConvDesc {
+        let mut d = ConvDesc::new(1, channels, [16, 16], 2 * channels, [3, 3]);
+        d.strides = [stride, stride];
+        d.src_layout = crate::key::Layout::Nchw4c;
+        d.dst_layout = crate::key::Layout::Nchw4c;
+        d
+    }
+
+    /// `auto` takes Winograd from 8 channels at stride 1 and from 16 at stride 2; `winograd`
+    /// wherever it applies, and `dump`'s reason names the bound that decided.
+    #[test]
+    fn auto_takes_winograd_from_the_measured_channel_counts() {
+        let winograd = ConvAlgo::WinogradF4x3;
+        for (channels, stride, auto) in [
+            (4, 1, ConvAlgo::Direct),
+            (8, 1, winograd),
+            (8, 2, ConvAlgo::Direct),
+            (16, 2, winograd),
+        ] {
+            let d = conv_3x3(channels, stride);
+            assert_eq!(
+                ConvAlgoChoice::Auto.pick(&d),
+                auto,
+                "{channels} channels, stride {stride}"
+            );
+            assert_eq!(ConvAlgoChoice::Winograd.pick(&d), winograd);
+            assert_eq!(ConvAlgoChoice::Direct.pick(&d), ConvAlgo::Direct);
+            let bound = if stride == 2 { 16 } else { 8 };
+            let why = ConvAlgoChoice::Auto.explain(&d);
+            assert!(
+                why.contains(&format!(" {bound} ")) || why.ends_with(&format!(" {bound})")),
+                "{why}"
+            );
         }
     }
 }

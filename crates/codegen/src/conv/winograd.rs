@@ -8,15 +8,13 @@
 //! per work item (a block of tiles and a chunk of output channels, see [`WinogradPlan`]):
 //! 1. the input transform of each tile, four channels (one `nChw4c` vector) at a time, into
 //!    `V[point][channel block][tile][4]` in the thread's scratch; a tile that reaches outside
-//!    the input
-//!    (padding, or the partial last tile of a row or column) is first copied into a zeroed
-//!    patch on the stack, so the transform itself never tests a bound;
+//!    the input (padding, or the partial last tile of a row or column) is first copied into a
+//!    zeroed patch on the stack, so the transform itself never tests a bound;
 //! 2. independent GEMMs, one per point, `M[point] = V[point] (tiles x ic) · U[point] (ic x
-//!    oc)`, with the
-//!    direct kernels' register tile: 12 tiles x one output-channel vector, one broadcast load
-//!    per FMA (2 to 12 tiles for the block's last group; a last group of fewer than 8 after a
-//!    full one runs with it as 8 and 6 to 10, see [`SPLIT_TILES`]), into `M[point][channel
-//!    block][tile][4]`;
+//!    oc)`, with the direct kernels' register tile: 12 tiles x one output-channel vector, one
+//!    broadcast load per FMA (2 to 12 tiles for the block's last group; a last group of fewer
+//!    than 8 after a full one runs with it as 8 and 6 to 10, see [`SPLIT_TILES`]), into
+//!    `M[point][channel block][tile][4]`;
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
 //!    or column stores only its pixels inside the output.
@@ -29,8 +27,10 @@
 //! `Aᵀ = [A₂ᵀ | I₄]`. The 81 points are the four phases' transforms side by side (25, 20, 20
 //! and 16 points), the sum of their four correlations falls out of the one separable output
 //! transform, and the kernel is the stride-1 kernel with other 1-D transforms and 81 GEMMs.
-//! The patch is exactly the 4x4 outputs' receptive field, so no input outside it enters a
-//! tile's sums.
+//! The patch is exactly the 4x4 outputs' receptive field. Only a partial last tile may read
+//! one more input row or column (where the floor of the output extent drops its output): an
+//! odd position, which only its output `q` reads, through the identity part of the
+//! transforms, and that output lies outside the image and is never stored.
 //!
 //! Tiles are numbered across images and tile rows, so a block can span rows, and a call's
 //! tiles are shared evenly among its blocks. Nothing depends on the spatial extents but the tile
@@ -151,7 +151,7 @@ const _: () = assert!(
 );
 
 /// Transformed weights larger than this are streamed from beyond L2 once per block: the plan
-/// then takes blocks of 48 tiles and splits output channels between work items.
+/// then splits output channels between work items and, at stride 1, takes blocks of 48 tiles.
 const STREAMED_WEIGHT_BYTES: usize = 1 << 20;
 
 /// `tiles` rounded up to an even count, at least 2.
@@ -237,12 +237,12 @@ const _: () = assert!(
 
 /// Floats of padding after each point of `V` and `M` in the scratch: one cache line.
 ///
-/// A transform writes (reads) a tile's 36 points at once, one vector in each point's array.
-/// Unpadded, the arrays lie `block x channels x 4` bytes apart, a multiple of 4 KiB for the
-/// 128- and 256-channel layers' 48-tile blocks (and of 1 KiB for the 64-channel layers' 12),
-/// so all 36 streams fall in the same few L1 sets, whose 8 ways cannot hold them. A line more
-/// makes the distance an odd number of lines for the trunk's layers, and the 36 streams take
-/// 36 different sets.
+/// A transform writes (reads) a tile's 36 (stride 2: 81) points at once, one vector in each
+/// point's array. Unpadded, the arrays lie `block x channels x 4` bytes apart, a multiple of
+/// 4 KiB for the 128- and 256-channel layers' 48-tile blocks (and of 1 KiB for the 64-channel
+/// layers' 12), so all the streams fall in the same few L1 sets, whose 8 ways cannot hold them.
+/// A line more makes the distance an odd number of lines for the trunk's layers, and the 36
+/// streams take 36 different sets (the 81 at most two to a set).
 const POINT_PAD: usize = 16;
 
 /// Buffer indices in the argument list.
@@ -285,7 +285,7 @@ impl WinogradPlan {
     pub fn new(d: &ConvDesc) -> Self {
         let oc_blocks = d.oc.div_ceil(LANES);
         let form = Form::of(d);
-        let streamed = form.points() * d.ic * oc_blocks * LANES * 4 > STREAMED_WEIGHT_BYTES;
+        let streamed = form.weight_points() * d.ic * oc_blocks * LANES * 4 > STREAMED_WEIGHT_BYTES;
         WinogradPlan {
             desc: d.clone(),
             form,
@@ -393,8 +393,8 @@ impl WinogradPlan {
         e.add(bytes, POINT_PAD as i64 * F32_BYTES)
     }
 
-    /// Floats of the packed weights: `U[point][oc block][ic][4]`, then the bias padded to
-    /// `ocp`.
+    /// Floats of the packed weights: `U[weight point][oc block][ic][4]`, then the bias padded
+    /// to `ocp`.
     pub fn packed_weights_len(&self) -> usize {
         self.bias_offset() + if self.desc.bias { self.ocp() } else { 0 }
     }
@@ -405,9 +405,10 @@ impl WinogradPlan {
 
     /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed as
     /// `U[weight point][oc / 4][ic][oc % 4]` (36 weight points; at stride 2, the points whose
-    /// rows and columns of `G` are the same share them, [`Form::weight_row`]): a GEMM's output-channel vector reads its weights as one
-    /// sequential stream (the 256-channel layers' 9.4 MB do not fit in L2, and a stride of a
-    /// row of output channels defeated the prefetchers), with output channels padded to
+    /// rows and columns of `G` are the same share them, [`Form::weight_row`]): a GEMM's
+    /// output-channel vector reads its weights as one sequential stream (the 256-channel
+    /// layers' 9.4 MB do not fit in L2, and a stride of a row of output channels defeated the
+    /// prefetchers), with output channels padded to
     /// whole vectors by zeros (so the padding lanes of the destination get zero plus their
     /// post-ops), followed by the bias.
     pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
@@ -850,7 +851,6 @@ fn input_transform(
                 let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
                 let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
                 let (ih, iw) = (e.value(ih), e.value(iw));
-                let (ih, iw) = used_input(e, plan, ih, iw);
                 let inside = {
                     let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
                     let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
@@ -886,27 +886,6 @@ fn input_transform(
             });
         },
     );
-}
-
-/// The input rows and columns a tile may read: all of them at stride 1. At stride 2, those
-/// inside some output's receptive field (`2 o + 1 - pad` for `o` outputs), which leaves out the
-/// last row or column where the floor of the output extent drops it: the partial last tile's
-/// patch would otherwise read it, and an element that no output uses (a NaN, say) would
-/// enter the tile's transform.
-fn used_input(e: &mut Emit<'_>, plan: &WinogradPlan, ih: Value, iw: Value) -> (Value, Value) {
-    let d = &plan.desc;
-    if plan.form == Form::Unit {
-        return (ih, iw);
-    }
-    let field = |e: &mut Emit<'_>, runtime: bool, arg: ExtentArg, extent: usize, pad: usize| {
-        let o = e.extent_or(runtime, arg, extent);
-        let o = e.value(o);
-        let two = e.b.ins().imul_imm_s(o, 2);
-        e.offset(two, 1 - pad as i64)
-    };
-    let fh = field(e, d.runtime.h, ExtentArg::OutputH, d.oh(), d.pads.top);
-    let fw = field(e, d.runtime.w, ExtentArg::OutputW, d.ow(), d.pads.left);
-    (e.imin(ih, fh), e.imin(iw, fw))
 }
 
 /// Zeroes the `patch` x `patch` slot and copies into it the pixels of the window at `src`
@@ -999,10 +978,11 @@ fn transform_input(
     }
 }
 
-/// The 36 GEMMs of a work item: `M[point][oc]` = `Σ_ic V[point][ic] · U[point][ic][oc]` for
-/// each of the block's `count` tiles and the output channels of `chunk`, one output-channel
-/// vector at a time, in groups of 12 tiles (12 accumulators) and a last group of 2 to 12, or
-/// two of 8 and 6 to 10 where the last would have fewer than [`SPLIT_TILES`] after a full one.
+/// The GEMMs of a work item, one per point of the form: `M[point][oc]` = `Σ_ic V[point][ic] ·
+/// U[weight point][ic][oc]` for each of the block's `count` tiles and the output channels of
+/// `chunk`, one output-channel vector at a time, in groups of 12 tiles (12 accumulators) and a
+/// last group of 2 to 12, or two of 8 and 6 to 10 where the last would have fewer than
+/// [`SPLIT_TILES`] after a full one.
 ///
 /// `V` is `[point][channel block][tile][4]` and `M` `[point][channel block][tile][4]`: the
 /// transforms, which run channel blocks outer and tiles inner, read and write whole cache
@@ -1505,10 +1485,13 @@ mod tests {
     /// other: at most two share a set.
     #[test]
     fn the_points_of_v_and_m_fall_in_different_l1_sets() {
-        let sets = |points: usize, point_floats: usize| -> std::collections::BTreeSet<usize> {
-            (0..points)
-                .map(|p| p * point_floats * F32_BYTES as usize / 64 % 64)
-                .collect()
+        // The most points that start in one set.
+        let crowding = |points: usize, point_floats: usize| -> usize {
+            let mut per_set = [0usize; 64];
+            for p in 0..points {
+                per_set[p * point_floats * F32_BYTES as usize / 64 % 64] += 1;
+            }
+            per_set.into_iter().max().unwrap_or(0)
         };
         for (ic, oc, stride) in [
             (64, 64, 1),
@@ -1528,10 +1511,10 @@ mod tests {
                     ("M", plan.m_point_floats(tiles)),
                 ] {
                     assert_eq!(
-                        sets(points, floats).len(),
-                        points.min(64),
+                        crowding(points, floats),
+                        points.div_ceil(64),
                         "{ic} to {oc} channels, stride {stride}, {tiles} tiles: {what}'s \
-                         points share sets"
+                         points crowd a set"
                     );
                 }
             }
