@@ -285,7 +285,7 @@ impl ConvDesc {
         if (self.kh, self.kw) != (3, 3) {
             Some("winograd F(4x4, 3x3) needs a 3x3 kernel")
         } else if !matches!(self.strides, [1, 1] | [2, 2]) {
-            Some("winograd F(4x4, 3x3) needs strides of 1 or 2 on both axes")
+            Some("winograd F(4x4, 3x3) needs strides of 1 and 1 or of 2 and 2")
         } else if self.dilations != [1, 1] {
             Some("winograd F(4x4, 3x3) needs unit dilations")
         } else if self.groups != 1 {

@@ -359,7 +359,7 @@ fn key_error_winograd_on_a_strided_convolution() {
     assert_eq!(
         err.to_string(),
         "invalid primitive conv mb1ic8ih8iw8oc8oh2ow2kh3kw3sh3sw3ph0pw0 alg:wino_f4x3 \
-         nChw4c>nChw4c: winograd F(4x4, 3x3) needs strides of 1 or 2 on both axes"
+         nChw4c>nChw4c: winograd F(4x4, 3x3) needs strides of 1 and 1 or of 2 and 2"
     );
 }
 

@@ -39,12 +39,13 @@
 //! * Winograd F(4x4, 3x3) convolution computes `Aᵀ [Σ_ic U ⊙ V] A + bias` with `U = G g Gᵀ`
 //!   (in f64, rounded once) and `V = Bᵀ d B` in f32 (two passes of 1-D transforms whose
 //!   outputs take at most two roundings each), a GEMM over `ic` channels, and two passes of
-//!   the output transform (at most three roundings each). By the same analysis as above,
-//!   every rounding is bounded by `u` times the value it rounds, and every value is bounded
-//!   by the same computation done with the absolute values of every matrix, weight and input:
-//!   `m_w = |Aᵀ| [Σ_ic (|G| |g| |Gᵀ|) ⊙ (|Bᵀ| |d| |B|)] |A|` plus the bias, residual and clip
-//!   terms. With the chain length `K_w = 4 + 1 + ic + 6 + 1 (bias) + adds`, we allow
-//!   `(K_w + 4) * 2^-23 * m_w + 1e-30`. `m_w` is larger than the direct `m` (the transforms'
+//!   the output transform (at most three roundings each; four at stride 2, whose polyphase
+//!   form adds its two phases' sums, with its own `Bᵀ`, `G` and `Aᵀ`). By the same analysis
+//!   as above, every rounding is bounded by `u` times the value it rounds, and every value is
+//!   bounded by the same computation done with the absolute values of every matrix, weight
+//!   and input: `m_w = |Aᵀ| [Σ_ic (|G| |g| |Gᵀ|) ⊙ (|Bᵀ| |d| |B|)] |A|` plus the bias,
+//!   residual and clip terms. With the chain length `K_w = 4 + 1 + ic + 6 (stride 2: 8) + 1
+//!   (bias) + adds`, we allow `(K_w + 4) * 2^-23 * m_w + 1e-30`. `m_w` is larger than the direct `m` (the transforms'
 //!   coefficients reach 5 and 8): that is Winograd's larger f32 error, stated per element
 //!   rather than by loosening the direct kernels' tolerance.
 //! * Average pooling: the kernel sums the `n <= kh * kw` valid taps in f32 (`(n - 1)` roundings
@@ -1200,14 +1201,14 @@ fn winograd_rejects_what_it_cannot_compute() {
                 strides: [1, 2],
                 ..base.clone()
             },
-            "strides of 1 or 2 on both axes",
+            "strides of 1 and 1 or of 2 and 2",
         ),
         (
             ConvDesc {
                 strides: [3, 3],
                 ..base.clone()
             },
-            "strides of 1 or 2 on both axes",
+            "strides of 1 and 1 or of 2 and 2",
         ),
         (
             ConvDesc {

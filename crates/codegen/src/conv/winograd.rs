@@ -35,11 +35,11 @@
 //! Tiles are numbered across images and tile rows, so a block can span rows, and a call's
 //! tiles are shared evenly among its blocks. Nothing depends on the spatial extents but the tile
 //! count: runtime extents (see [`crate::key::RuntimeDims`]) only make the tile arithmetic
-//! read the call's extents. The scratch holds `points x block x (ic + oc / chunks)` floats, and a
-//! cache line after each point of `V` and `M` (`POINT_PAD`), per thread, where `block` is the
-//! call's tiles per block: it never grows past `block_tiles`, and a small image takes no more
-//! than its own tiles (`V` and `M` are laid out with the call's block as their stride, a
-//! runtime value for runtime extents).
+//! read the call's extents. The scratch holds `points x block x (ic + oc / chunks)` floats,
+//! and a cache line after each point of `V` and `M` (`POINT_PAD`), per thread, where `block`
+//! is the call's tiles per block: it never grows past `block_tiles`, and a small image takes
+//! no more than its own tiles (`V` and `M` are laid out with the call's block as their
+//! stride, a runtime value for runtime extents).
 
 use std::fmt;
 
@@ -132,6 +132,7 @@ impl Form {
         }
     }
 }
+
 /// Tiles of the GEMM's register tile: 12 accumulators.
 const GROUP_TILES: usize = 12;
 
@@ -408,9 +409,8 @@ impl WinogradPlan {
     /// rows and columns of `G` are the same share them, [`Form::weight_row`]): a GEMM's
     /// output-channel vector reads its weights as one sequential stream (the 256-channel
     /// layers' 9.4 MB do not fit in L2, and a stride of a row of output channels defeated the
-    /// prefetchers), with output channels padded to
-    /// whole vectors by zeros (so the padding lanes of the destination get zero plus their
-    /// post-ops), followed by the bias.
+    /// prefetchers), with output channels padded to whole vectors by zeros (so the padding
+    /// lanes of the destination get zero plus their post-ops), followed by the bias.
     pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         let d = &self.desc;
         let (ic, oc, ocp) = (d.ic, d.oc, self.ocp());
