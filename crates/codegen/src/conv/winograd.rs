@@ -528,17 +528,30 @@ fn input_1d(e: &mut Emit<'_>, x: [Value; PATCH]) -> [Value; PATCH] {
 /// The 1-D output transform `Aᵀ m` of six vectors.
 fn output_1d(e: &mut Emit<'_>, m: [Value; PATCH]) -> [Value; TILE] {
     let [m0, m1, m2, m3, m4, m5] = m;
+    let c = e.b.ins().fadd(m3, m4);
+    let d = e.b.ins().fsub(m3, m4);
+    output_rows(e, m0, [m1, m2], [c, d], m5)
+}
+
+/// The rows of `Aᵀ` on points 0, 1, -1, 2, -2 and infinity, given the sum `c` and difference
+/// `d` of the ±2 points: `[m0 + (m1 + m2) + c, (m1 - m2) + 2 d, (m1 + m2) + 4 c, (m1 - m2) + 8
+/// d + last]`. F(4, 2)'s single point 2 is the case `c = d = m3`.
+fn output_rows(
+    e: &mut Emit<'_>,
+    m0: Value,
+    [m1, m2]: [Value; 2],
+    [c, d]: [Value; 2],
+    last: Value,
+) -> [Value; TILE] {
     let (c2, c4, c8) = (e.splat_const(2.0), e.splat_const(4.0), e.splat_const(8.0));
     let a = e.b.ins().fadd(m1, m2);
     let b = e.b.ins().fsub(m1, m2);
-    let c = e.b.ins().fadd(m3, m4);
-    let d = e.b.ins().fsub(m3, m4);
     let o0 = e.b.ins().fadd(m0, a);
     let o0 = e.b.ins().fadd(o0, c);
     let o1 = e.fma(c2, d, b);
     let o2 = e.fma(c4, c, a);
     let o3 = e.fma(c8, d, b);
-    let o3 = e.b.ins().fadd(o3, m5);
+    let o3 = e.b.ins().fadd(o3, last);
     [o0, o1, o2, o3]
 }
 
@@ -568,17 +581,7 @@ fn input_1d_s2(e: &mut Emit<'_>, x: [Value; PATCH_S2]) -> [Value; PATCH_S2] {
 /// The 1-D output transform of stride 2's nine vectors: `A₂ᵀ` of the first five plus the
 /// last four, the two phases' outputs summed.
 fn output_1d_s2(e: &mut Emit<'_>, m: [Value; PATCH_S2]) -> [Value; TILE] {
-    let [m0, m1, m2, m3, m4] = [m[0], m[1], m[2], m[3], m[4]];
-    let (c2, c4, c8) = (e.splat_const(2.0), e.splat_const(4.0), e.splat_const(8.0));
-    let a = e.b.ins().fadd(m1, m2);
-    let b = e.b.ins().fsub(m1, m2);
-    let o0 = e.b.ins().fadd(m0, a);
-    let o0 = e.b.ins().fadd(o0, m3);
-    let o1 = e.fma(c2, m3, b);
-    let o2 = e.fma(c4, m3, a);
-    let o3 = e.fma(c8, m3, b);
-    let o3 = e.b.ins().fadd(o3, m4);
-    let sums = [o0, o1, o2, o3];
+    let sums = output_rows(e, m[0], [m[1], m[2]], [m[3], m[3]], m[4]);
     std::array::from_fn(|i| e.b.ins().fadd(sums[i], m[5 + i]))
 }
 
