@@ -78,6 +78,23 @@ pub fn shrink_mapping(map: &mut MmapMut, len: usize) -> io::Result<()> {
     unsafe { map.remap(len, memmap2::RemapOptions::new()) }
 }
 
+/// Grows `map` to `len` bytes (a multiple of the page size, at least its length), in place
+/// where the address space allows and elsewhere by moving it: its pages keep their contents
+/// and stay resident, and the new ones read as zero until written.
+pub fn grow_mapping(map: &mut MmapMut, len: usize) -> io::Result<()> {
+    if len < map.len() || !len.is_multiple_of(page_size()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot grow a mapping of {} bytes to {len}", map.len()),
+        ));
+    }
+    // SAFETY: `remap`'s hazard is growing a file-backed mapping past its file's end; `map` is
+    // an anonymous private mapping (`PageSource` and the workspace map nothing else), whose
+    // new pages are zero-filled memory of its own. Moving it is sound because the `&mut`
+    // borrow means no slice into the old address is alive.
+    unsafe { map.remap(len, memmap2::RemapOptions::new().may_move(true)) }
+}
+
 /// Machine code in pages this value alone owns, mapped read+execute.
 #[derive(Debug)]
 pub struct ExecutableCode {
@@ -628,6 +645,32 @@ mod tests {
         assert_eq!(buf.as_slice(), &data[..]);
         assert!(buf.mapped_bytes() >= 4_000_000);
         assert!(WeightBuffer::from_slice(&[]).unwrap().as_slice().is_empty());
+    }
+
+    /// Growing keeps a mapping's bytes (wherever it now lies) and zero-fills the new pages;
+    /// a length below its own or not in whole pages is refused, and the mapping is unchanged.
+    #[test]
+    fn grown_mappings_keep_their_bytes_and_read_zero_beyond() {
+        let page = page_size();
+        let mut map = MmapMut::map_anon(2 * page).unwrap();
+        for (i, b) in map.iter_mut().enumerate() {
+            *b = (i % 251) as u8 + 1;
+        }
+        assert!(grow_mapping(&mut map, page).is_err());
+        assert!(grow_mapping(&mut map, 3 * page + 1).is_err());
+        assert_eq!(map.len(), 2 * page);
+        grow_mapping(&mut map, 64 * page).unwrap();
+        assert_eq!(map.len(), 64 * page);
+        assert!(
+            map[..2 * page]
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == (i % 251) as u8 + 1)
+        );
+        assert!(map[2 * page..].iter().all(|&b| b == 0));
+        map[64 * page - 1] = 7;
+        grow_mapping(&mut map, 64 * page).unwrap();
+        assert_eq!(map[64 * page - 1], 7);
     }
 
     #[test]
