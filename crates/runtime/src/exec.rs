@@ -78,20 +78,23 @@ pub fn shrink_mapping(map: &mut MmapMut, len: usize) -> io::Result<()> {
     unsafe { map.remap(len, memmap2::RemapOptions::new()) }
 }
 
-/// Grows `map` to `len` bytes (a multiple of the page size, at least its length), in place
-/// where the address space allows and elsewhere by moving it: its pages keep their contents
-/// and stay resident, and the new ones read as zero until written.
-pub fn grow_mapping(map: &mut MmapMut, len: usize) -> io::Result<()> {
+/// Grows `map`, an anonymous mapping (the workspace's buffers), to `len` bytes (a multiple
+/// of the page size, at least its length), in place where the address space allows and
+/// elsewhere by moving it: its pages keep their contents and stay resident, and the new ones
+/// read as zero until written. Crate-private: a file-backed mapping grown past its file's
+/// end would fault where it is read.
+pub(crate) fn grow_mapping(map: &mut MmapMut, len: usize) -> io::Result<()> {
     if len < map.len() || !len.is_multiple_of(page_size()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("cannot grow a mapping of {} bytes to {len}", map.len()),
         ));
     }
-    // SAFETY: `remap`'s hazard is growing a file-backed mapping past its file's end; `map` is
-    // an anonymous private mapping (`PageSource` and the workspace map nothing else), whose
-    // new pages are zero-filled memory of its own. Moving it is sound because the `&mut`
-    // borrow means no slice into the old address is alive.
+    // SAFETY: `remap`'s hazard is growing a file-backed mapping past its file's end; every
+    // caller (the workspace's `Buffer::grow_to`, this module's test) passes an anonymous
+    // private mapping made by `MmapMut::map_anon`, whose new pages are zero-filled memory of
+    // its own. Moving it is sound because the `&mut` borrow means no slice into the old
+    // address is alive.
     unsafe { map.remap(len, memmap2::RemapOptions::new().may_move(true)) }
 }
 
