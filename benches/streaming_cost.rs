@@ -11,11 +11,13 @@
 //!
 //! ```text
 //! cargo bench -p primjit-cli --bench streaming_cost -- [--n 100] [--threads 2] [--passes 2]
-//!     [--workspace-budget 8MiB] [--reference-streaming off|on]
+//!     [--workspace-budget 8MiB] [--band 64] [--reference-streaming off|on] [--nodes]
 //! ```
 //!
 //! `--reference-streaming on` keeps streaming in the reference, so that only the workspace
-//! budget differs.
+//! budget differs; `--workspace-budget unlimited`, so that only streaming does. `--nodes`
+//! prints where the streamed calls' time goes: per node, its kernel time summed over those
+//! calls on both sides, and their time outside kernels (splits, joins, copies, bookkeeping).
 
 use std::time::Instant;
 
@@ -40,15 +42,30 @@ struct Args {
     /// The configured run's workspace budget (default: the engine's)
     #[arg(long, value_parser = Budget::parse)]
     workspace_budget: Option<Budget>,
+    /// The configured run's band, in columns of the first streamed node's output (default:
+    /// `Streaming::DEFAULT_BAND`)
+    #[arg(long, value_name = "COLUMNS", value_parser = parse_band)]
+    band: Option<Streaming>,
     /// Streaming in the reference run (its workspace is unlimited)
     #[arg(long, value_parser = ["off", "on"], default_value = "off")]
     reference_streaming: String,
     /// A line per call
     #[arg(long)]
     verbose: bool,
+    /// Per node, the time of the streamed calls on both sides (a streamed node's time is the
+    /// sum of its band calls), and the time outside kernels
+    #[arg(long)]
+    nodes: bool,
     /// `cargo bench` passes `--bench`
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+fn parse_band(s: &str) -> Result<Streaming, String> {
+    let columns = s
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a number of columns"))?;
+    Streaming::with_band(columns).map_err(|e| e.to_string())
 }
 
 /// One configuration: a model, its workspace, its times and page faults.
@@ -57,6 +74,9 @@ struct Side {
     workspace: Workspace,
     seconds: Vec<f64>,
     faults: u64,
+    /// Per node, its kernel seconds in each timed call, and the names.
+    node_seconds: Vec<Vec<f64>>,
+    node_names: Vec<String>,
 }
 
 impl Side {
@@ -69,6 +89,11 @@ impl Side {
         if timed {
             self.seconds.push(seconds);
             self.faults += minor_faults() - faults;
+            self.node_seconds
+                .push(stats.nodes.iter().map(|n| n.seconds).collect());
+            if self.node_names.is_empty() {
+                self.node_names = stats.nodes.iter().map(|n| n.name.clone()).collect();
+            }
         }
         Ok((seconds, !stats.segments.is_empty()))
     }
@@ -117,18 +142,24 @@ fn main() -> Result<(), Error> {
         _ => Streaming::OFF,
     };
     let mut configured = Side {
-        model: model.clone().with_streaming(Streaming::ON),
+        model: model
+            .clone()
+            .with_streaming(args.band.unwrap_or(Streaming::ON)),
         workspace: args
             .workspace_budget
             .map_or_else(Workspace::new, Workspace::with_budget),
         seconds: Vec::new(),
         faults: 0,
+        node_seconds: Vec::new(),
+        node_names: Vec::new(),
     };
     let mut reference = Side {
         model: model.with_streaming(reference_streaming),
         workspace: Workspace::with_budget(Budget::Unlimited),
         seconds: Vec::new(),
         faults: 0,
+        node_seconds: Vec::new(),
+        node_names: Vec::new(),
     };
     let mut streamed = Vec::new();
     for pass in 0..=args.passes {
@@ -194,5 +225,33 @@ fn main() -> Result<(), Error> {
         "minor page faults: {} against {}",
         configured.faults, reference.faults
     );
+    if args.nodes {
+        print_nodes(&configured, &reference, &streamed)?;
+    }
+    Ok(())
+}
+
+/// Per node, the summed kernel time of the streamed calls on both sides, then the time of
+/// those calls outside their kernels.
+fn print_nodes(configured: &Side, reference: &Side, streamed: &[bool]) -> Result<(), Error> {
+    if configured.node_names != reference.node_names {
+        return Err("the two runs report different nodes".into());
+    }
+    let sum = |side: &Side, node: Option<usize>| -> f64 {
+        (0..streamed.len())
+            .filter(|&c| streamed[c])
+            .map(|c| match node {
+                Some(n) => side.node_seconds[c][n],
+                None => side.seconds[c] - side.node_seconds[c].iter().sum::<f64>(),
+            })
+            .sum()
+    };
+    println!("streamed calls, seconds in all: node, configured, reference, ratio");
+    for (n, name) in configured.node_names.iter().enumerate() {
+        let (a, b) = (sum(configured, Some(n)), sum(reference, Some(n)));
+        println!("{name:<22} {a:8.4} {b:8.4} {:6.3}", a / b);
+    }
+    let (a, b) = (sum(configured, None), sum(reference, None));
+    println!("{:<22} {a:8.4} {b:8.4} {:6.3}", "outside kernels", a / b);
     Ok(())
 }
