@@ -61,6 +61,7 @@ struct Args {
     bench: bool,
 }
 
+/// `--band`: a positive multiple of `stream::COLUMN_ALIGN` columns.
 fn parse_band(s: &str) -> Result<Streaming, String> {
     let columns = s
         .parse()
@@ -236,6 +237,10 @@ fn main() -> Result<(), Error> {
 fn print_nodes(configured: &Side, reference: &Side, streamed: &[bool]) -> Result<(), Error> {
     if configured.node_names != reference.node_names {
         return Err("the two runs report different nodes".into());
+    }
+    if !streamed.contains(&true) {
+        println!("no call streamed: no per-node times");
+        return Ok(());
     }
     let sum = |side: &Side, node: Option<usize>| -> f64 {
         (0..streamed.len())
