@@ -99,6 +99,12 @@ enum Memory {
     Mapped(MmapMut),
 }
 
+/// Bytes of the whole pages that a mapping of `floats` floats takes.
+fn mapped_bytes(floats: usize) -> usize {
+    let page = crate::exec::page_size();
+    (floats * 4).div_ceil(page) * page
+}
+
 impl Buffer {
     /// Bytes this buffer holds (its capacity).
     fn bytes(&self) -> usize {
@@ -118,10 +124,7 @@ impl Buffer {
     fn high_water_bytes(&self) -> usize {
         match &self.memory {
             Memory::Heap(_) => self.bytes(),
-            Memory::Mapped(_) => {
-                let page = crate::exec::page_size();
-                (self.high_water * 4).div_ceil(page).max(1) * page
-            }
+            Memory::Mapped(_) => mapped_bytes(self.high_water).max(crate::exec::page_size()),
         }
     }
 
@@ -131,8 +134,7 @@ impl Buffer {
         let memory = if bytes < MAP_THRESHOLD_BYTES {
             Memory::Heap(vec![0.0; len])
         } else {
-            let page = crate::exec::page_size();
-            Memory::Mapped(MmapMut::map_anon(bytes.div_ceil(page) * page)?)
+            Memory::Mapped(MmapMut::map_anon(mapped_bytes(len))?)
         };
         Ok(Buffer {
             memory,
@@ -154,8 +156,7 @@ impl Buffer {
         let Memory::Mapped(map) = &mut self.memory else {
             return false;
         };
-        let page = crate::exec::page_size();
-        crate::exec::grow_mapping(map, (len * 4).div_ceil(page) * page).is_ok()
+        crate::exec::grow_mapping(map, mapped_bytes(len)).is_ok()
     }
 
     /// Shrinks a mapped buffer to its first `bytes` (a positive multiple of the page size, at
