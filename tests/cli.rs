@@ -2575,9 +2575,14 @@ fn dump_bands_lists_the_kernels_of_a_streamed_run() {
         out.contains(&format!("%layer1.0.conv1: 1920 columns in {calls} calls")),
         "the plan's calls:\n{out}"
     );
+    // %conv1's window also holds layer1's residual stream, written over it block by block.
     assert!(
-        bands.iter().all(|l| l.contains("pitch:src80,dst80")),
+        bands.iter().all(|l| l.contains("pitch:src96,dst80")),
         "{bands:?}"
+    );
+    assert!(
+        out.contains("%layer1.2.conv2: 1920 columns in 31 calls, written over %layer1.1.conv2 in the window of %conv1"),
+        "the plan's shared windows:\n{out}"
     );
     assert!(
         out.contains("%layer3.1.conv1: conv mb1ic256ih20iw*"),

@@ -228,7 +228,7 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
             }
             if args.stage == Stage::Plan
                 && let Some(plan) =
-                    primjit::describe_stream_plan(&graph, &loaded.bindings, streaming)?
+                    primjit::describe_stream_plan(&graph, &loaded.bindings, conv_algo, streaming)?
             {
                 text.push_str(&plan);
             }

@@ -340,19 +340,28 @@ impl CompiledGraph {
             return Ok(None);
         }
         let shapes = infer_shapes(&self.graph, bindings)?;
-        Ok(self.streamed_segment(&shapes).map(|(s, band)| {
+        let keys = keys_at(&self.graph, &shapes, self.runtime_dims(), &self.algos())?;
+        Ok(self.streamed_segment(&shapes, &keys).map(|(s, band)| {
             let schedule = s.schedule(band);
             (s, schedule)
         }))
     }
 
-    /// The segment a run with these shapes streams, and its band.
-    fn streamed_segment(&self, shapes: &Shapes) -> Option<(Segment, usize)> {
+    /// The segment a run with these shapes and node keys streams, and its band.
+    fn streamed_segment(
+        &self,
+        shapes: &Shapes,
+        keys: &[(String, PrimitiveKey)],
+    ) -> Option<(Segment, usize)> {
+        let overwrites = match self.in_place {
+            true => honoured_overwrites(&self.overwrites, keys),
+            false => vec![None; self.overwrites.len()],
+        };
         stream::streamed_segment(
             &self.graph,
             shapes,
             &self.last_use,
-            &self.overwrites,
+            &overwrites,
             self.streaming(),
         )
     }
@@ -529,24 +538,26 @@ impl CompiledGraph {
         // The leading convolutions in bands, when the image is wider than one: their calls'
         // kernels, and the other nodes', are all known before the first runs, so that the
         // missing ones compile at once on the engine's threads.
-        let banded = self.streamed_segment(&shapes).map(|(segment, band)| {
-            let schedule = segment.schedule(band);
-            let call_keys = schedule
-                .calls
-                .iter()
-                .map(|call| {
-                    let s = &segment.nodes[call.node];
-                    let [_, _, ih, iw] = shape4(s.input);
-                    segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw])
-                })
-                .collect();
-            BandedRun {
-                segment,
-                band,
-                schedule,
-                call_keys,
-            }
-        });
+        let banded = self
+            .streamed_segment(&shapes, &keys)
+            .map(|(segment, band)| {
+                let schedule = segment.schedule(band);
+                let call_keys = schedule
+                    .calls
+                    .iter()
+                    .map(|call| {
+                        let s = &segment.nodes[call.node];
+                        let [_, _, ih, iw] = shape4(s.input);
+                        segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw])
+                    })
+                    .collect();
+                BandedRun {
+                    segment,
+                    band,
+                    schedule,
+                    call_keys,
+                }
+            });
         // The segment is the graph's first nodes; the others run on whole tensors.
         let whole_from = banded.as_ref().map_or(0, |b| b.segment.nodes.len());
         engine.prefetch(
@@ -772,6 +783,7 @@ fn last_uses(graph: &Graph) -> Vec<usize> {
 pub fn describe_stream_plan(
     graph: &Graph,
     bindings: &Bindings,
+    conv_algo: ConvAlgoChoice,
     streaming: Streaming,
 ) -> Result<Option<String>, GraphError> {
     let Some(StreamedRun {
@@ -779,7 +791,7 @@ pub fn describe_stream_plan(
         segment,
         band,
         schedule,
-    }) = streamed_run(graph, bindings, streaming)?
+    }) = streamed_run(graph, bindings, conv_algo, streaming)?
     else {
         return Ok(None);
     };
@@ -809,6 +821,9 @@ pub fn describe_stream_plan(
         let held = if whole {
             whole_bytes += column_bytes * node.out_width();
             format!("whole tensor ({} bytes)", column_bytes * node.out_width())
+        } else if let Some(r) = schedule.overwritten(&segment, i) {
+            let home = segment.nodes[schedule.home[i]].output;
+            format!("written over %{} in the window of %{}", name(r), name(home))
         } else {
             let (cols, pitch) = (schedule.window_columns[i], schedule.window_pitch[i]);
             let (rows, _) = stream::rows_and_elem(Layout::Nchw4c, [s[0], s[1], s[2], s[3]]);
@@ -843,11 +858,12 @@ struct StreamedRun {
     schedule: Schedule,
 }
 
-/// The streamed segment of a run of an optimized `graph` at `bindings` with `streaming`, as
-/// the run plans it; `None` when nothing streams.
+/// The streamed segment of a run of an optimized `graph` at `bindings` with `streaming` and
+/// `conv_algo`'s algorithms, as the run plans it; `None` when nothing streams.
 fn streamed_run(
     graph: &Graph,
     bindings: &Bindings,
+    conv_algo: ConvAlgoChoice,
     streaming: Streaming,
 ) -> Result<Option<StreamedRun>, GraphError> {
     if streaming.band().is_none() {
@@ -855,7 +871,9 @@ fn streamed_run(
     }
     let shapes = infer_shapes(graph, bindings)?;
     let last_use = last_uses(graph);
-    let overwrites = residual_overwrites(graph, &last_use);
+    // Whether a kernel writes over its residual does not depend on the shape mode.
+    let keys = node_keys_in(graph, bindings, ShapeMode::Exact, conv_algo)?;
+    let overwrites = honoured_overwrites(&residual_overwrites(graph, &last_use), &keys);
     let streamed = stream::streamed_segment(graph, &shapes, &last_use, &overwrites, streaming);
     Ok(streamed.map(|(segment, band)| StreamedRun {
         schedule: segment.schedule(band),
@@ -890,7 +908,7 @@ pub fn stream_band_kernels(
     conv_algo: ConvAlgoChoice,
     streaming: Streaming,
 ) -> Result<Option<Vec<BandKernel>>, GraphError> {
-    let Some(run) = streamed_run(graph, bindings, streaming)? else {
+    let Some(run) = streamed_run(graph, bindings, conv_algo, streaming)? else {
         return Ok(None);
     };
     let keys = node_keys_in(graph, bindings, mode, conv_algo)?;
@@ -920,6 +938,20 @@ fn weight_buffer(packed: &[f32]) -> Result<Arc<WeightBuffer>, GraphError> {
     WeightBuffer::from_slice(packed)
         .map(Arc::new)
         .map_err(|e| GraphError::Weights(e.to_string()))
+}
+
+/// Of `overwrites` (per node, the residual its conv may write over), those whose node's kernel
+/// (`keys`) can (`primjit_codegen::residual_in_place`); the kernel's width, padding and row
+/// pitches do not change that, so a streamed node's band kernels can as its whole key can.
+fn honoured_overwrites(
+    overwrites: &[Option<Value>],
+    keys: &[(String, PrimitiveKey)],
+) -> Vec<Option<Value>> {
+    overwrites
+        .iter()
+        .zip(keys)
+        .map(|(r, (_, key))| r.filter(|_| primjit_codegen::residual_in_place(key)))
+        .collect()
 }
 
 /// Per node of an optimized graph: the residual its conv may write its output over. That is a
@@ -1204,6 +1236,7 @@ impl CompiledGraph {
         };
         let mut state = SegmentState {
             segment,
+            schedule,
             shapes,
             windows: Vec::with_capacity(segment.nodes.len()),
         };
@@ -1217,7 +1250,8 @@ impl CompiledGraph {
         let mut result = Ok(());
         for (i, s) in segment.nodes.iter().enumerate() {
             let pitch = schedule.window_pitch[i];
-            if segment.whole[i] {
+            // A value written over its residual lies in its home's window.
+            if segment.whole[i] || schedule.home[i] != i {
                 state.windows.push(None);
                 continue;
             }
@@ -1290,7 +1324,11 @@ impl CompiledGraph {
         let out_shape = state.shape4(s.output);
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
-        let input_window = segment.window_of(s.input);
+        let schedule = state.schedule;
+        let input_window = schedule.window_of(segment, s.input);
+        // The residual this call writes its output over, in the window of its destination.
+        let over_residual = schedule.overwritten(segment, call.node);
+        let home = schedule.home[call.node];
         let primitive = engine.compile(key)?;
         let call_key = key.at([ih, band_iw]);
         let specs = call_key.buffers();
@@ -1301,7 +1339,7 @@ impl CompiledGraph {
         let dst_len = specs[2].len;
 
         // The call's columns overwrite only columns no consumer reads any more (see `Window`).
-        let mut out = state.windows[call.node].take();
+        let mut out = state.windows[home].take();
         if let Some(w) = &out {
             debug_assert!(
                 call.keep_from <= call.x0 && call.x1 - call.keep_from <= w.pitch,
@@ -1323,18 +1361,26 @@ impl CompiledGraph {
                 Some(_) => None,
                 None => Some(take(&mut temps, specs[0].len)?),
             };
-            // Residuals in windows of the destination's pitch are read in place.
+            // Residuals in windows of the destination's pitch are read in place; the one it
+            // writes over is the destination itself.
             let res_pitch = call_desc.dst_pitch();
             let res_window = |r: Value| {
-                segment
-                    .window_of(r)
+                schedule
+                    .window_of(segment, r)
                     .and_then(|j| windows[j].as_ref())
                     .filter(|w| w.pitch == res_pitch)
             };
-            let res_copies = s
+            let residuals: Vec<Value> = s
                 .residuals
                 .iter()
-                .zip(&specs[3..])
+                .copied()
+                .filter(|&r| Some(r) != over_residual)
+                .collect();
+            // The kernel takes the residuals it reads from buffers of their own, in order.
+            let res_specs = &specs[3..][..residuals.len()];
+            let res_copies = residuals
+                .iter()
+                .zip(res_specs)
                 .map(|(&r, spec)| match res_window(r) {
                     Some(_) => Ok(None),
                     None => take(&mut temps, spec.len).map(Some),
@@ -1361,7 +1407,7 @@ impl CompiledGraph {
                     inputs,
                 );
             }
-            for (&r, copy) in s.residuals.iter().zip(&res_copies) {
+            for (&r, copy) in residuals.iter().zip(&res_copies) {
                 if let Some(i) = *copy {
                     self.gather(
                         state,
@@ -1388,10 +1434,9 @@ impl CompiledGraph {
                 (None, Some(i)) => own(i),
                 (None, None) => unreachable!("copied above"),
             };
-            let extra: Vec<&[f32]> = s
-                .residuals
+            let extra: Vec<&[f32]> = residuals
                 .iter()
-                .zip(&specs[3..])
+                .zip(res_specs)
                 .zip(&res_copies)
                 .map(|((&r, spec), copy)| match copy {
                     Some(i) => &own(*i)[..],
@@ -1415,11 +1460,12 @@ impl CompiledGraph {
                 extra: &extra,
                 scratch: scratch.map(|i| &mut own(i)[..]),
             };
+            let extents = key.runtime_dims().any().then_some([ih, band_iw]);
             let start = std::time::Instant::now();
-            if key.runtime_dims().any() {
-                engine.execute_at(&primitive, args, [ih, band_iw])?;
-            } else {
-                engine.execute(&primitive, args)?;
+            match (over_residual, extents) {
+                (Some(_), e) => engine.execute_over_residual(&primitive, args, e)?,
+                (None, Some(e)) => engine.execute_at(&primitive, args, e)?,
+                (None, None) => engine.execute(&primitive, args)?,
             }
             Ok((temp_bytes, start.elapsed().as_secs_f64(), dst_copy))
         })();
@@ -1446,7 +1492,7 @@ impl CompiledGraph {
         for t in temps {
             workspace.give(t);
         }
-        state.windows[call.node] = out;
+        state.windows[home] = out;
         let (temp_bytes, seconds, _) = result?;
         Ok((
             temp_bytes,
@@ -1479,9 +1525,9 @@ impl CompiledGraph {
         let layout = layout_of(&self.graph, v);
         let (rows, elem) = stream::rows_and_elem(layout, shape);
         // The source as (the column its data starts at, its data, row width).
-        let index = state.segment.nodes.iter().position(|s| s.output == v);
+        let home = state.schedule.window_of(state.segment, v);
         let (x0, data, width): (usize, &[f32], usize) =
-            match index.and_then(|i| state.windows[i].as_ref()) {
+            match home.and_then(|i| state.windows[i].as_ref()) {
                 Some(w) => (begin, w.rows_from(begin), w.pitch),
                 None => {
                     let data: &[f32] = match (&blocked[v.index()], layout) {
@@ -1524,8 +1570,10 @@ struct BandedRun {
 /// What a streamed segment holds between its calls: each windowed value's window.
 struct SegmentState<'a> {
     segment: &'a Segment,
+    schedule: &'a Schedule,
     shapes: &'a primjit_ir::Shapes,
-    /// Per node of the segment: the window of its output (`None` for a whole output).
+    /// Per node of the segment: the window of the values it is the home of
+    /// (`Schedule::home`; `None` for a whole output or a value in another node's window).
     windows: Vec<Option<Window>>,
 }
 

@@ -22,6 +22,11 @@
 //!   where it was written until no consumer reads it (`Window` in graph.rs). A value read
 //!   after the segment, or a graph output, is written into a whole tensor; graph inputs and
 //!   whole tensors are copied in.
+//! - A conv that writes its output over its residual in a whole-tensor run (the residual's
+//!   last reader, with a kernel that reads each residual element right before it writes the
+//!   output element there) writes it over the residual's window too, when the schedule shows
+//!   that the residual's other readers are past each call's columns: a residual block's
+//!   input, its output and the next block's output share one window ([`Schedule::home`]).
 //!
 //! The first node advances by the band per sweep, every other node by at most the band
 //! scaled to its own width and only as far as its inputs allow, so the chain moves through
@@ -62,9 +67,9 @@ pub struct Streaming {
 }
 
 impl Streaming {
-    /// 64 columns: on the trunk at W=7680 the streamed layers then hold 34 MB at their peak
-    /// (32 columns: 27 MB, for more calls and copies), and each call still has enough rows
-    /// and tiles to keep the threads busy (ARCHITECTURE.md, "Width-streamed execution").
+    /// 64 columns: on the trunk at W=7680 the streamed layers then hold 26.4 MB at their peak,
+    /// and each call still has enough rows and tiles to keep the threads busy; 128 columns
+    /// held 38.1 MB and ran no faster (ARCHITECTURE.md, "Width-streamed execution").
     pub const DEFAULT_BAND: usize = 64;
 
     /// 32 MiB: streaming costs a call more, in more and smaller kernel calls (2-5% of a wide
@@ -260,6 +265,10 @@ pub struct Segment {
     pub whole: Vec<bool>,
     /// The most bytes of whole tensors alive at once in a run that does not stream.
     pub unstreamed_bytes: usize,
+    /// Per node: the node whose output its conv may write its own over (its only residual,
+    /// which no later node reads: `plan_segment`'s `overwrites`), where both values live in
+    /// windows. The schedule decides whether it does ([`Schedule::home`]).
+    pub overwrites: Vec<Option<usize>>,
 }
 
 /// One kernel call of a schedule.
@@ -288,6 +297,16 @@ pub struct Schedule {
     pub window_pitch: Vec<usize>,
     /// Passes over the segment's nodes.
     pub sweeps: usize,
+    /// Per node of the segment: the node whose window holds its output. A conv that writes
+    /// its output over its residual (`Segment::overwrites`, where the schedule allows it)
+    /// shares its residual's window: the residual's readers other than the conv are past the
+    /// columns each of its calls writes, and the conv reads each residual element right before
+    /// it writes the output element at the same place. Only a node that is its own home has a
+    /// window, whose columns and pitch cover every value it holds.
+    pub home: Vec<usize>,
+    /// Per node of the segment: the node whose output it writes its own over, as the schedule
+    /// does.
+    pub overwrites: Vec<Option<usize>>,
 }
 
 /// Which leading nodes of `graph` stream in bands of `band` columns, at the concrete `shapes`
@@ -299,7 +318,8 @@ pub struct Schedule {
 ///
 /// `last_use` gives, per value, the index of the last node reading it (`usize::MAX` for graph
 /// outputs), and `overwrites`, per node, the residual its conv writes its output over (whose
-/// buffer it then takes instead of a new one).
+/// buffer, or window, it then takes instead of a new one): the caller's, where liveness and
+/// the node's kernel allow it.
 pub fn plan_segment(
     graph: &Graph,
     shapes: &Shapes,
@@ -414,16 +434,21 @@ pub fn plan_segment(
     };
     // The windows of the values the segment keeps to itself: a band (scaled to the value's
     // width) and a few columns of halo and lag each, and a row's width over which the rows
-    // advance (see `Window` in graph.rs).
+    // advance (see `Window` in graph.rs). A value written over its residual adds its lag to
+    // the residual's window instead.
     let windows = |cut: usize| -> usize {
         let first = chain[0].out_width.max(1);
         chain[..cut]
             .iter()
             .filter(|n| last_use[n.output.index()] < cut)
             .map(|n| {
+                let column = bytes(n.output) / n.out_width.max(1);
+                if overwrites[n.node].is_some() {
+                    return column * 2 * COLUMN_ALIGN;
+                }
                 let columns = band * n.out_width / first + 2 * COLUMN_ALIGN;
                 let row = Layout::Nchw4c.buffer_len([1, 1, 1, n.out_width]) * 4;
-                bytes(n.output) / n.out_width.max(1) * columns + row
+                column * columns + row
             })
             .sum()
     };
@@ -434,14 +459,25 @@ pub fn plan_segment(
         })
         .expect("a non-empty chain");
     chain.truncate(cut);
-    let whole = chain
+    let whole: Vec<bool> = chain
         .iter()
         .map(|n| last_use[n.output.index()] >= cut || last_use[n.output.index()] == usize::MAX)
+        .collect();
+    // Residuals are produced by earlier nodes of the segment (checked above).
+    let segment_overwrites = chain
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let r = overwrites[n.node]?;
+            let p = chain.iter().position(|m| m.output == r)?;
+            (!whole[i] && !whole[p]).then_some(p)
+        })
         .collect();
     Some(Segment {
         nodes: chain,
         whole,
         unstreamed_bytes: rest_peak(0),
+        overwrites: segment_overwrites,
     })
 }
 
@@ -474,10 +510,31 @@ impl Segment {
     }
 
     /// The segment's calls with bands of `band` columns of the first node's output (a
-    /// multiple of [`COLUMN_ALIGN`]).
+    /// multiple of [`COLUMN_ALIGN`]). A node writes its output over its residual's window
+    /// ([`Segment::overwrites`]) unless one of its calls would overwrite residual columns that
+    /// another node still reads; it then gets a window of its own.
     pub fn schedule(&self, band: usize) -> Schedule {
+        let mut overwrites = self.overwrites.clone();
+        loop {
+            match self.schedule_with(band, &overwrites) {
+                Ok(schedule) => return schedule,
+                Err(node) => overwrites[node] = None,
+            }
+        }
+    }
+
+    /// [`Self::schedule`] with the nodes in `overwrites` writing over their residuals, or the
+    /// first of them that cannot.
+    fn schedule_with(&self, band: usize, overwrites: &[Option<usize>]) -> Result<Schedule, usize> {
         debug_assert!(band > 0 && band.is_multiple_of(COLUMN_ALIGN));
         let n = self.nodes.len();
+        // Residuals come before their readers, so a residual's home is known first.
+        let mut home: Vec<usize> = (0..n).collect();
+        for (i, p) in overwrites.iter().enumerate() {
+            if let Some(p) = *p {
+                home[i] = home[p];
+            }
+        }
         let index_of = |v: Value| self.nodes.iter().position(|s| s.output == v);
         let mut done = vec![0usize; n];
         let mut window_columns = vec![0usize; n];
@@ -521,13 +578,27 @@ impl Segment {
                 if x1 <= x0 {
                     continue;
                 }
+                // Writing over the residual's columns [x0, x1) needs its other readers past
+                // them; the node's own read of each element comes right before its write.
+                if let Some(p) = overwrites[i]
+                    && self.keep_from(p, &done, Some(i)) < x1
+                {
+                    return Err(i);
+                }
+                // A window keeps the columns still read of every value it holds.
                 let keep_from = if self.whole[i] {
                     0
                 } else {
-                    self.keep_from(i, &done).min(x0)
+                    (0..n)
+                        .filter(|&j| home[j] == home[i])
+                        .map(|j| self.keep_from(j, &done, None))
+                        .min()
+                        .unwrap_or(usize::MAX)
+                        .min(x0)
                 };
                 if !self.whole[i] {
-                    window_columns[i] = window_columns[i].max(x1 - keep_from);
+                    let h = home[i];
+                    window_columns[h] = window_columns[h].max(x1 - keep_from);
                 }
                 calls.push(Call {
                     node: i,
@@ -546,16 +617,19 @@ impl Segment {
             .iter()
             .map(|&c| c.next_multiple_of(PITCH_ALIGN))
             .collect();
-        Schedule {
+        Ok(Schedule {
             calls,
             window_columns,
             window_pitch,
             sweeps,
-        }
+            home,
+            overwrites: overwrites.to_vec(),
+        })
     }
 
-    /// The node whose window holds `v`: a value of the segment that is not written whole.
-    pub fn window_of(&self, v: Value) -> Option<usize> {
+    /// The node of the segment that writes `v` into a window: a value of the segment that is
+    /// not written whole. Its window is the one of its home ([`Schedule::window_of`]).
+    pub fn windowed(&self, v: Value) -> Option<usize> {
         self.nodes
             .iter()
             .position(|t| t.output == v)
@@ -580,7 +654,11 @@ impl Segment {
         let PrimitiveKey::Conv(desc) = &mut key else {
             unreachable!("segments hold convolutions")
         };
-        let pitch = |v: Value| self.window_of(v).map(|j| schedule.window_pitch[j]);
+        let pitch = |v: Value| {
+            schedule
+                .window_of(self, v)
+                .map(|j| schedule.window_pitch[j])
+        };
         desc.pitches = Pitches {
             src: pitch(s.input),
             dst: pitch(s.output).or_else(|| s.residuals.iter().find_map(|&r| pitch(r))),
@@ -590,20 +668,35 @@ impl Segment {
 
     /// The first column of node `i`'s output that a consumer in the segment still reads,
     /// given how far each node has got (`done`): the smallest start of the consumers' next
-    /// calls; `usize::MAX` when none remains.
-    fn keep_from(&self, i: usize, done: &[usize]) -> usize {
+    /// calls, leaving out node `except`'s reads of it as a residual; `usize::MAX` when none
+    /// remains.
+    fn keep_from(&self, i: usize, done: &[usize], except: Option<usize>) -> usize {
         let v = self.nodes[i].output;
         self.nodes
             .iter()
             .zip(done)
-            .filter(|(c, d)| **d < c.out_width)
-            .flat_map(|(c, &d)| {
+            .enumerate()
+            .filter(|(_, (c, d))| **d < c.out_width)
+            .flat_map(|(j, (c, &d))| {
                 let as_input = (c.input == v).then(|| c.band_input(d, d + 1).begin);
-                let as_residual = c.residuals.contains(&v).then_some(d);
+                let as_residual = (c.residuals.contains(&v) && except != Some(j)).then_some(d);
                 as_input.into_iter().chain(as_residual)
             })
             .min()
             .unwrap_or(usize::MAX)
+    }
+}
+
+impl Schedule {
+    /// The node whose window holds `v`, a value of `segment` not written whole: its
+    /// producer's home.
+    pub fn window_of(&self, segment: &Segment, v: Value) -> Option<usize> {
+        segment.windowed(v).map(|j| self.home[j])
+    }
+
+    /// The residual that node `i` writes its output over, in its window.
+    pub fn overwritten(&self, segment: &Segment, i: usize) -> Option<Value> {
+        self.overwrites[i].map(|p| segment.nodes[p].output)
     }
 }
 

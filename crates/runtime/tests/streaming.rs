@@ -183,6 +183,127 @@ fn streaming_keeps_the_early_layers_out_of_whole_tensors() {
     }
 }
 
+/// A block's second conv writes its output over its residual's window, as over its whole
+/// tensor in an unstreamed run: the same bits as with a window of its own, in fewer bytes.
+#[test]
+fn residual_blocks_write_over_their_inputs_windows() {
+    let w = 2048;
+    let streaming = Streaming::with_band(16).expect("a multiple of 4").above(0);
+    let in_place = model(ConvAlgoChoice::Auto, ShapeMode::Runtime, streaming);
+    let mut b = Bindings::new();
+    b.insert("W".to_string(), w as u64);
+    let (segment, schedule) = in_place.stream_plan(&b).expect("plans").expect("streams");
+    let index = |name: &str| {
+        segment
+            .nodes
+            .iter()
+            .position(|n| in_place.graph().value_name(n.output) == name)
+            .unwrap_or_else(|| panic!("%{name} streams"))
+    };
+    // %a2 adds %stem, %b2 adds %bd; %c2 is the graph's output, written whole.
+    assert_eq!(schedule.overwrites[index("a2")], Some(index("stem")));
+    assert_eq!(schedule.home[index("a2")], index("stem"));
+    assert_eq!(schedule.home[index("b2")], index("bd"));
+    assert!(
+        segment
+            .overwrites
+            .iter()
+            .zip(&segment.whole)
+            .all(|(o, &whole)| !whole || o.is_none())
+    );
+
+    let apart =
+        model(ConvAlgoChoice::Auto, ShapeMode::Runtime, streaming).with_residual_in_place(false);
+    let (_, apart_schedule) = apart.stream_plan(&b).expect("plans").expect("streams");
+    assert!(apart_schedule.overwrites.iter().all(Option::is_none));
+    for threads in [1, 2] {
+        let engine = engine(threads);
+        let run = |m: &CompiledGraph| {
+            let mut ws = Workspace::with_budget(Budget::Unlimited);
+            m.run(&engine, &[("x", &input(w))], &mut ws).expect("runs")
+        };
+        let (out, stats) = run(&in_place);
+        let (apart_out, apart_stats) = run(&apart);
+        assert!(
+            bits(&out[0].1) == bits(&apart_out[0].1),
+            "{threads} threads"
+        );
+        let (held, apart_held) = (&stats.segments[0], &apart_stats.segments[0]);
+        assert!(
+            held.window_bytes < apart_held.window_bytes,
+            "windows: {} bytes written over residuals, {} apart",
+            held.window_bytes,
+            apart_held.window_bytes
+        );
+        assert!(held.peak_bytes < apart_held.peak_bytes);
+    }
+}
+
+/// A conv whose residual another node still reads behind its calls' columns cannot write
+/// over the residual's window: the schedule gives it a window of its own, and the results
+/// stay those of an unstreamed run.
+#[test]
+fn an_overwrite_the_schedule_cannot_honour_gets_a_window_of_its_own() {
+    // %late reads %r (as its input) only as far as %q3 allows, three 3x3 convs behind %r;
+    // %i, the last reader of %r, adds it and gets ahead of %late through %u.
+    let text = "
+graph lagging_reader {
+  input %x: f32[1, 4, 6, W]
+  param @r.weight: f32[4, 4, 1, 1]
+  param @q1.weight: f32[4, 4, 3, 3]
+  param @q2.weight: f32[4, 4, 3, 3]
+  param @q3.weight: f32[4, 4, 3, 3]
+  param @late.weight: f32[4, 4, 1, 1]
+  param @u.weight: f32[4, 4, 1, 1]
+  param @i.weight: f32[4, 4, 1, 1]
+  param @z.weight: f32[4, 4, 1, 1]
+  %r = conv2d(%x, @r.weight)
+  %q1 = conv2d(%r, @q1.weight, pads=[1, 1, 1, 1])
+  %q2 = conv2d(%q1, @q2.weight, pads=[1, 1, 1, 1])
+  %q3 = conv2d(%q2, @q3.weight, pads=[1, 1, 1, 1])
+  %late = conv2d(%r, @late.weight, post=[add(%q3)])
+  %u = conv2d(%r, @u.weight)
+  %i = conv2d(%u, @i.weight, post=[add(%r), relu])
+  %z = conv2d(%i, @z.weight, post=[add(%late)])
+  output y = %z
+}
+";
+    let graph = parse(text).expect("parses");
+    let params = Params::random(&graph, 3);
+    let build = |streaming| {
+        CompiledGraph::with_conv_algo(&graph, &params, ConvAlgoChoice::Direct)
+            .expect("prepares")
+            .with_mode(ShapeMode::Runtime)
+            .with_streaming(streaming)
+    };
+    let streamed = build(Streaming::with_band(8).expect("a multiple of 4").above(0));
+    let whole = build(Streaming::OFF);
+    let w = 203;
+    let mut b = Bindings::new();
+    b.insert("W".to_string(), w as u64);
+    let (segment, schedule) = streamed.stream_plan(&b).expect("plans").expect("streams");
+    let name = |j: usize| streamed.graph().value_name(segment.nodes[j].output);
+    let i = (0..segment.nodes.len())
+        .find(|&j| name(j) == "i")
+        .expect("%i streams");
+    assert_eq!(
+        segment.overwrites[i].map(name),
+        Some("r"),
+        "liveness allows it"
+    );
+    assert_eq!(schedule.overwrites[i], None, "the schedule does not");
+    assert_eq!(schedule.home[i], i);
+    assert!(schedule.window_pitch[i] > 0);
+
+    let x = random_tensor(9, "x", vec![1, 4, 6, w], -1.0, 1.0);
+    let engine = engine(2);
+    let mut ws = Workspace::new();
+    let (expected, _) = whole.run(&engine, &[("x", &x)], &mut ws).expect("runs");
+    let (out, stats) = streamed.run(&engine, &[("x", &x)], &mut ws).expect("runs");
+    assert_eq!(stats.segments.len(), 1);
+    assert!(bits(&out[0].1) == bits(&expected[0].1));
+}
+
 /// The plan names the streamed nodes, and a run at most four bands wide streams nothing.
 #[test]
 fn the_stream_plan_covers_the_wide_layers() {
@@ -200,12 +321,17 @@ fn the_stream_plan_covers_the_wide_layers() {
     let (segment, schedule) = m.stream_plan(&bind(4000)).expect("plans").expect("streams");
     assert!(segment.nodes.len() >= 3, "the stem and the first block");
     // Every node's calls cover its output once, left to right, from multiples of 4, and a
-    // windowed output's window, at its pitch, holds each call's columns and those still read.
+    // windowed output's window (its home's), at its pitch, holds each call's columns and
+    // those still read.
     for (i, node) in segment.nodes.iter().enumerate() {
-        let pitch = schedule.window_pitch[i];
+        let home = schedule.home[i];
+        let pitch = schedule.window_pitch[home];
         assert_eq!(pitch == 0, segment.whole[i], "{i}: pitch {pitch}");
         assert_eq!(pitch % PITCH_ALIGN, 0);
-        assert!(pitch >= schedule.window_columns[i]);
+        assert!(pitch >= schedule.window_columns[home]);
+        // Only a value written over its residual lies in another node's window.
+        assert_eq!(home != i, schedule.overwrites[i].is_some(), "{i}");
+        assert!(home <= i);
         let mut next = 0;
         for c in schedule.calls.iter().filter(|c| c.node == i) {
             assert_eq!(c.x0, next);
