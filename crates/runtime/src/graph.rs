@@ -776,8 +776,8 @@ fn last_uses(graph: &Graph) -> Vec<usize> {
     last_use
 }
 
-/// The streamed segment of an optimized graph at `bindings` with `streaming`, as a run would
-/// execute it (`dump --stage plan`): its nodes, their calls, windows and halos, and the bytes
+/// The streamed segment of an optimized graph at `bindings` with `streaming` and `conv_algo`'s
+/// algorithms, as a run would execute it (`dump --stage plan`): its nodes, their calls, windows and halos, and the bytes
 /// it holds. `None` when nothing streams (streaming is off, no convolution leads the graph,
 /// or the run is too narrow or small to stream: `Segment::pays_at`).
 pub fn describe_stream_plan(
@@ -791,7 +791,12 @@ pub fn describe_stream_plan(
         segment,
         band,
         schedule,
-    }) = streamed_run(graph, bindings, conv_algo, streaming)?
+    }) = streamed_run(
+        graph,
+        bindings,
+        &node_keys_in(graph, bindings, ShapeMode::Exact, conv_algo)?,
+        streaming,
+    )?
     else {
         return Ok(None);
     };
@@ -822,7 +827,7 @@ pub fn describe_stream_plan(
             whole_bytes += column_bytes * node.out_width();
             format!("whole tensor ({} bytes)", column_bytes * node.out_width())
         } else if let Some(r) = schedule.overwritten(&segment, i) {
-            let home = segment.nodes[schedule.home[i]].output;
+            let home = segment.nodes[schedule.home(i)].output;
             format!("written over %{} in the window of %{}", name(r), name(home))
         } else {
             let (cols, pitch) = (schedule.window_columns[i], schedule.window_pitch[i]);
@@ -858,12 +863,13 @@ struct StreamedRun {
     schedule: Schedule,
 }
 
-/// The streamed segment of a run of an optimized `graph` at `bindings` with `streaming` and
-/// `conv_algo`'s algorithms, as the run plans it; `None` when nothing streams.
+/// The streamed segment of a run of an optimized `graph` at `bindings` with `streaming`, whose
+/// nodes have `keys` (in any shape mode: whether a kernel writes over its residual does not
+/// depend on it), as the run plans it; `None` when nothing streams.
 fn streamed_run(
     graph: &Graph,
     bindings: &Bindings,
-    conv_algo: ConvAlgoChoice,
+    keys: &[(String, PrimitiveKey)],
     streaming: Streaming,
 ) -> Result<Option<StreamedRun>, GraphError> {
     if streaming.band().is_none() {
@@ -871,9 +877,7 @@ fn streamed_run(
     }
     let shapes = infer_shapes(graph, bindings)?;
     let last_use = last_uses(graph);
-    // Whether a kernel writes over its residual does not depend on the shape mode.
-    let keys = node_keys_in(graph, bindings, ShapeMode::Exact, conv_algo)?;
-    let overwrites = honoured_overwrites(&residual_overwrites(graph, &last_use), &keys);
+    let overwrites = honoured_overwrites(&residual_overwrites(graph, &last_use), keys);
     let streamed = stream::streamed_segment(graph, &shapes, &last_use, &overwrites, streaming);
     Ok(streamed.map(|(segment, band)| StreamedRun {
         schedule: segment.schedule(band),
@@ -908,10 +912,10 @@ pub fn stream_band_kernels(
     conv_algo: ConvAlgoChoice,
     streaming: Streaming,
 ) -> Result<Option<Vec<BandKernel>>, GraphError> {
-    let Some(run) = streamed_run(graph, bindings, conv_algo, streaming)? else {
+    let keys = node_keys_in(graph, bindings, mode, conv_algo)?;
+    let Some(run) = streamed_run(graph, bindings, &keys, streaming)? else {
         return Ok(None);
     };
-    let keys = node_keys_in(graph, bindings, mode, conv_algo)?;
     let mut kernels: Vec<BandKernel> = Vec::new();
     for call in &run.schedule.calls {
         let s = &run.segment.nodes[call.node];
@@ -1251,7 +1255,7 @@ impl CompiledGraph {
         for (i, s) in segment.nodes.iter().enumerate() {
             let pitch = schedule.window_pitch[i];
             // A value written over its residual lies in its home's window.
-            if segment.whole[i] || schedule.home[i] != i {
+            if segment.whole[i] || schedule.home(i) != i {
                 state.windows.push(None);
                 continue;
             }
@@ -1328,7 +1332,7 @@ impl CompiledGraph {
         let input_window = schedule.window_of(segment, s.input);
         // The residual this call writes its output over, in the window of its destination.
         let over_residual = schedule.overwritten(segment, call.node);
-        let home = schedule.home[call.node];
+        let home = schedule.home(call.node);
         let primitive = engine.compile(key)?;
         let call_key = key.at([ih, band_iw]);
         let specs = call_key.buffers();

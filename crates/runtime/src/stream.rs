@@ -297,16 +297,18 @@ pub struct Schedule {
     pub window_pitch: Vec<usize>,
     /// Passes over the segment's nodes.
     pub sweeps: usize,
-    /// Per node of the segment: the node whose window holds its output. A conv that writes
-    /// its output over its residual (`Segment::overwrites`, where the schedule allows it)
-    /// shares its residual's window: the residual's readers other than the conv are past the
-    /// columns each of its calls writes, and the conv reads each residual element right before
-    /// it writes the output element at the same place. Only a node that is its own home has a
-    /// window, whose columns and pitch cover every value it holds.
-    pub home: Vec<usize>,
     /// Per node of the segment: the node whose output it writes its own over, as the schedule
-    /// does.
+    /// does (see [`Schedule::home`]).
     pub overwrites: Vec<Option<usize>>,
+}
+
+/// The node whose window holds node `i`'s output, given which node each writes its output
+/// over: the first of the chain of residuals that `i` writes over.
+fn home_of(overwrites: &[Option<usize>], mut i: usize) -> usize {
+    while let Some(p) = overwrites[i] {
+        i = p;
+    }
+    i
 }
 
 /// Which leading nodes of `graph` stream in bands of `band` columns, at the concrete `shapes`
@@ -528,13 +530,7 @@ impl Segment {
     fn schedule_with(&self, band: usize, overwrites: &[Option<usize>]) -> Result<Schedule, usize> {
         debug_assert!(band > 0 && band.is_multiple_of(COLUMN_ALIGN));
         let n = self.nodes.len();
-        // Residuals come before their readers, so a residual's home is known first.
-        let mut home: Vec<usize> = (0..n).collect();
-        for (i, p) in overwrites.iter().enumerate() {
-            if let Some(p) = *p {
-                home[i] = home[p];
-            }
-        }
+        let home: Vec<usize> = (0..n).map(|i| home_of(overwrites, i)).collect();
         let index_of = |v: Value| self.nodes.iter().position(|s| s.output == v);
         let mut done = vec![0usize; n];
         let mut window_columns = vec![0usize; n];
@@ -622,7 +618,6 @@ impl Segment {
             window_columns,
             window_pitch,
             sweeps,
-            home,
             overwrites: overwrites.to_vec(),
         })
     }
@@ -688,10 +683,20 @@ impl Segment {
 }
 
 impl Schedule {
+    /// The node whose window holds node `i`'s output. A conv that writes its output over its
+    /// residual (`Segment::overwrites`, where the schedule allows it) shares its residual's
+    /// window: the residual's readers other than the conv are past the columns each of its
+    /// calls writes, and the conv reads each residual element right before it writes the
+    /// output element at the same place. Only a node that is its own home has a window, whose
+    /// columns and pitch cover every value it holds.
+    pub fn home(&self, i: usize) -> usize {
+        home_of(&self.overwrites, i)
+    }
+
     /// The node whose window holds `v`, a value of `segment` not written whole: its
     /// producer's home.
     pub fn window_of(&self, segment: &Segment, v: Value) -> Option<usize> {
-        segment.windowed(v).map(|j| self.home[j])
+        segment.windowed(v).map(|j| self.home(j))
     }
 
     /// The residual that node `i` writes its output over, in its window.

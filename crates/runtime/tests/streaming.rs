@@ -202,8 +202,8 @@ fn residual_blocks_write_over_their_inputs_windows() {
     };
     // %a2 adds %stem, %b2 adds %bd; %c2 is the graph's output, written whole.
     assert_eq!(schedule.overwrites[index("a2")], Some(index("stem")));
-    assert_eq!(schedule.home[index("a2")], index("stem"));
-    assert_eq!(schedule.home[index("b2")], index("bd"));
+    assert_eq!(schedule.home(index("a2")), index("stem"));
+    assert_eq!(schedule.home(index("b2")), index("bd"));
     assert!(
         segment
             .overwrites
@@ -292,7 +292,7 @@ graph lagging_reader {
         "liveness allows it"
     );
     assert_eq!(schedule.overwrites[i], None, "the schedule does not");
-    assert_eq!(schedule.home[i], i);
+    assert_eq!(schedule.home(i), i);
     assert!(schedule.window_pitch[i] > 0);
 
     let x = random_tensor(9, "x", vec![1, 4, 6, w], -1.0, 1.0);
@@ -324,7 +324,7 @@ fn the_stream_plan_covers_the_wide_layers() {
     // windowed output's window (its home's), at its pitch, holds each call's columns and
     // those still read.
     for (i, node) in segment.nodes.iter().enumerate() {
-        let home = schedule.home[i];
+        let home = schedule.home(i);
         let pitch = schedule.window_pitch[home];
         assert_eq!(pitch == 0, segment.whole[i], "{i}: pitch {pitch}");
         assert_eq!(pitch % PITCH_ALIGN, 0);
