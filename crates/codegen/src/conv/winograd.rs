@@ -256,7 +256,8 @@ const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
 
 /// Everything the Winograd lowering derives from a key.
 ///
-/// A call's tiles are shared evenly among `ceil(tiles / block_tiles)` blocks, and each block
+/// A call's tiles are shared evenly, in pairs, among `ceil(tiles / block_tiles)` blocks (made
+/// even where a block is one work item, see [`WinogradPlan::blocks_for`]), and each block
 /// among `oc_chunks` chunks of output channels: a work item is one chunk of one block, and
 /// computes the block's input transform, the GEMMs of its chunk and their output transform.
 /// Small transformed weights (the 64-channel layers' 0.6 MB) stay in L2 across blocks: 12
@@ -308,11 +309,24 @@ impl WinogradPlan {
         self.desc.oc.div_ceil(LANES) / self.oc_chunks
     }
 
-    /// Blocks of a fixed-shape key, and tiles per block (the last may have fewer).
+    /// Blocks for `tiles` tiles: enough for at most `block_tiles` each and, where a block is
+    /// one work item (one chunk), an even number of them when there are several, so that two
+    /// threads get the same work. (With 27 blocks of a 64-channel layer's 320 tiles, one
+    /// thread had 164 tiles and the other 156.) See [`block_start`].
+    fn blocks_for(&self, tiles: usize) -> usize {
+        let blocks = tiles.div_ceil(self.block_tiles).max(1);
+        if blocks > 1 && !self.oc_chunks.is_multiple_of(2) {
+            blocks.next_multiple_of(2)
+        } else {
+            blocks
+        }
+    }
+
+    /// Blocks of a fixed-shape key, and the most tiles a block has.
     fn block_split(&self) -> (usize, usize) {
         let tiles: usize = self.tiles().iter().product();
-        let blocks = tiles.div_ceil(self.block_tiles);
-        (blocks, tiles.div_ceil(blocks.max(1)))
+        let blocks = self.blocks_for(tiles);
+        (blocks, 2 * tiles.div_ceil(2).div_ceil(blocks))
     }
 
     /// Tiles per block of the scratch's layout: the call's own for a fixed-shape key, the most
@@ -329,8 +343,11 @@ impl WinogradPlan {
     /// The work item that computes output channel `channel` of tile `tile` (numbered by
     /// image, tile row and tile column), for a fixed-shape key.
     pub fn work_item_of(&self, tile: usize, channel: usize) -> usize {
-        let (_, per_block) = self.block_split();
-        tile / per_block * self.oc_chunks + channel / LANES / self.chunk_blocks()
+        let tiles: usize = self.tiles().iter().product();
+        let (blocks, pairs) = (self.blocks_for(tiles), tiles.div_ceil(2));
+        // The last block whose first pair (`block_start`) is at most the tile's.
+        let block = ((tile / 2 + 1) * blocks - 1) / pairs;
+        block * self.oc_chunks + channel / LANES / self.chunk_blocks()
     }
 
     /// Input channels rounded up to whole `nChw4c` blocks.
@@ -694,20 +711,31 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         let grid = TileGrid::new(e, d);
         let total = grid.total(e, d.mb);
         let total = e.value(total);
-        // ceil(total / block_tiles) blocks share the tiles evenly.
+        // `WinogradPlan::blocks_for(total)` blocks share the tiles' pairs evenly.
         let blocks = e.offset(total, plan.block_tiles as i64 - 1);
-        let blocks = e.udiv_const(blocks, plan.block_tiles as u64);
-        let per_block = e.b.ins().iadd(total, blocks);
-        let per_block = e.offset(per_block, -1);
-        let per_block = e.b.ins().udiv(per_block, blocks);
-        let first = e.b.ins().imul(block, per_block);
-        let left = e.b.ins().isub(total, first);
-        let count = e.imin(left, per_block);
+        let mut blocks = e.udiv_const(blocks, plan.block_tiles as u64);
+        if !plan.oc_chunks.is_multiple_of(2) {
+            // One more block where there are several and an odd number of them.
+            let odd = e.b.ins().band_imm_s(blocks, 1);
+            let several = e.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThan, blocks, 1);
+            let several = e.b.ins().uextend(types::I64, several);
+            let more = e.b.ins().band(odd, several);
+            blocks = e.b.ins().iadd(blocks, more);
+        }
+        let pairs = e.offset(total, 1);
+        let pairs = e.b.ins().ushr_imm_s(pairs, 1);
+        let first = block_start(e, block, pairs, blocks);
+        let next = e.offset(block, 1);
+        let end = block_start(e, next, pairs, blocks);
+        let end = e.imin(end, total);
+        let count = e.b.ins().isub(end, first);
         // The scratch's tiles per block, the stride of `V` and `M` (see `stride_tiles`).
         let stride = if d.runtime.any() {
-            // `even_tiles(per_block)`: per_block is at least 1 wherever an item runs.
-            let plus_one = e.offset(per_block, 1);
-            Scalar::Dyn(e.b.ins().band_imm_s(plus_one, !1))
+            // `block_split`'s most tiles per block: twice ceil(pairs / blocks), even.
+            let most = e.b.ins().iadd(pairs, blocks);
+            let most = e.offset(most, -1);
+            let most = e.b.ins().udiv(most, blocks);
+            Scalar::Dyn(e.b.ins().ishl_imm_s(most, 1))
         } else {
             Scalar::Const(plan.stride_tiles() as i64)
         };
@@ -736,6 +764,16 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         output_transform(e, plan, &tiles, chunk, scratch_index, &slots);
         Vec::new()
     });
+}
+
+/// The first tile of block `block` of `blocks` that share `pairs` pairs of tiles: twice
+/// floor(block x pairs / blocks). Consecutive blocks differ by at most a pair, every block
+/// but the last of an odd count of tiles is even, and two threads that take half the blocks
+/// each get the same number of tiles, give or take a pair.
+fn block_start(e: &mut Emit<'_>, block: Value, pairs: Value, blocks: Value) -> Value {
+    let start = e.b.ins().imul(block, pairs);
+    let start = e.b.ins().udiv(start, blocks);
+    e.b.ins().ishl_imm_s(start, 1)
 }
 
 /// A work item's block of tiles: its first tile, how many it has, and the tiles per block of
@@ -1519,6 +1557,57 @@ mod tests {
                         "{ic} to {oc} channels, stride {stride}, {tiles} tiles: {what}'s \
                          points crowd a set"
                     );
+                }
+            }
+        }
+    }
+
+    /// Two threads, each taking half of a call's work items as `Kernel::run` splits them,
+    /// get the same work give or take a pair of tiles per chunk, and every block holds at
+    /// most `block_tiles` tiles, an even number of them but for the last of an odd count.
+    #[test]
+    fn two_threads_get_the_same_tiles() {
+        for (ic, oc) in [(64, 64), (256, 256)] {
+            for rows in [1, 4, 17, 40, 80] {
+                for cols in [1, 5, 16, 48, 63, 64, 250] {
+                    let mut d = ConvDesc::new(1, ic, [rows, cols], oc, [3, 3]);
+                    d.pads = primjit_ir::Pads {
+                        top: 1,
+                        left: 1,
+                        bottom: 1,
+                        right: 1,
+                    };
+                    d.algo = crate::key::ConvAlgo::WinogradF4x3;
+                    let plan = WinogradPlan::new(&d);
+                    let (chunks, chunk_channels) = (plan.oc_chunks, plan.m_tile_len());
+                    let tiles: usize = plan.tiles().iter().product();
+                    let (blocks, most) = plan.block_split();
+                    assert!(most <= plan.block_tiles && most.is_multiple_of(2));
+                    // Tiles per work item.
+                    let mut work = vec![0usize; plan.work_items()];
+                    for tile in 0..tiles {
+                        for chunk in 0..chunks {
+                            work[plan.work_item_of(tile, chunk * chunk_channels)] += 1;
+                        }
+                    }
+                    for b in 0..blocks {
+                        let n = work[b * chunks];
+                        assert!(n > 0 && n <= most, "{rows}x{cols}: block {b} has {n} tiles");
+                        assert!(
+                            n.is_multiple_of(2) || b + 1 == blocks,
+                            "{rows}x{cols}: block {b} has {n} tiles"
+                        );
+                    }
+                    let items = work.len();
+                    let (first, second) = work.split_at(items / 2);
+                    let (first, second) = (first.iter().sum::<usize>(), second.iter().sum());
+                    if items > 1 {
+                        assert!(
+                            first.abs_diff(second) <= 2 * chunks,
+                            "{ic} channels, {rows}x{cols}: {tiles} tiles in {blocks} blocks: \
+                             {first} against {second}"
+                        );
+                    }
                 }
             }
         }
