@@ -1720,6 +1720,62 @@ fn bench_op_runs_a_runtime_width_descriptor() {
     );
 }
 
+/// A band call of a width-streamed run, alone: its rows at the window's pitches, and
+/// alternated with dense rows.
+#[test]
+fn bench_op_runs_a_descriptor_at_row_pitches() {
+    let out = success(&primjit(&[
+        "bench-op",
+        "mb1ic8ih6iw18*oc8oh6ow16kh3ph1pw0",
+        "--pitch",
+        "32,24",
+        "--vs-pitch",
+        "dense",
+        "--runs",
+        "3",
+    ]));
+    assert!(
+        out.contains("runtime extents, run at ih=6 iw=18: conv mb1ic8ih6iw18oc8oh6ow16")
+            && out.contains("pitch:src32,dst24"),
+        "{out}"
+    );
+    assert!(
+        out.contains("median ratio over 3 alternating pairs (vs / first)"),
+        "{out}"
+    );
+    let vs = out.lines().find(|l| l.starts_with("vs conv")).expect(&out);
+    assert!(!vs.contains("pitch:"), "{out}");
+
+    // Rows wider than their pitch, a malformed pair, and a pool are refused.
+    let err = failure(
+        &primjit(&["bench-op", "mb1ic8ih6iw18oc8kh3ph1", "--pitch", "17,18"]),
+        1,
+        &["row pitch (17) is narrower than its rows (18)"],
+    );
+    assert!(err.contains("pitch:src17,dst18"), "{err}");
+    failure(
+        &primjit(&["bench-op", "mb1ic8ih6iw18oc8kh3ph1", "--vs-pitch", "18"]),
+        2,
+        &["expected `SRC,DST`"],
+    );
+    failure(
+        &primjit(&["bench-op", "mb1ic8ih6iw18oc8kh3ph1", "--pitch", "0,18"]),
+        2,
+        &["`0` is not a row pitch"],
+    );
+    failure(
+        &primjit(&[
+            "bench-op",
+            "mb1ic8ih6iw18oc8kh3ph1",
+            "--pool",
+            "--pitch",
+            "32,32",
+        ]),
+        2,
+        &["cannot be used with"],
+    );
+}
+
 /// A Winograd primitive (`auto` picks it for 8 channels) reports its actual and its
 /// direct-equivalent ("effective") rate.
 #[test]

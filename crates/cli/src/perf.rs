@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
+use primjit::codegen::Pitches;
 use primjit::descriptor::{self, DescriptorOp};
 use primjit::ir::{Tensor, random_tensor};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, ExecArgs, Layout, Params, Primitive,
-    PrimitiveKey, ShapeMode, Workspace,
+    Budget, CacheConfig, CompiledGraph, ConvDesc, Engine, EngineConfig, ExecArgs, Layout, Params,
+    Primitive, PrimitiveKey, ShapeMode, Workspace,
 };
 
 use crate::source::GraphArgs;
@@ -182,8 +183,109 @@ pub struct BenchOpArgs {
           value_parser = |s: &str| s.parse::<primjit::ConvAlgoChoice>().map_err(|e| e.to_string()))]
     pub vs_algo: Option<primjit::ConvAlgoChoice>,
 
+    /// Row pitches of the descriptor's source and destination, in pixels (`SRC,DST`): its rows
+    /// lie this far apart inside wider buffers, as in a width-streamed run's band calls
+    /// (`pitch:src96,dst80` in a key's one-liner)
+    #[arg(long, value_name = "SRC,DST", conflicts_with_all = ["model", "pool"],
+          value_parser = parse_pitches)]
+    pub pitch: Option<Pitches>,
+
+    /// Also run the descriptor with these row pitches (`SRC,DST`, or `dense`), alternating with
+    /// the first run by run, and print both and the median over pairs of their ratio
+    /// (second / first)
+    #[arg(long, value_name = "SRC,DST", conflicts_with_all = ["model", "pool"],
+          value_parser = parse_pitches)]
+    pub vs_pitch: Option<Pitches>,
+
     #[command(flatten)]
     pub algo: crate::algo::AlgoArgs,
+}
+
+/// `SRC,DST` row pitches in pixels, or `dense` for rows as wide as the tensors.
+fn parse_pitches(text: &str) -> Result<Pitches, String> {
+    if text == "dense" {
+        return Ok(Pitches::DENSE);
+    }
+    let pitch = |part: &str| {
+        part.trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("`{part}` is not a row pitch (a positive number of pixels)"))
+    };
+    match text.split_once(',') {
+        Some((src, dst)) => Ok(Pitches {
+            src: Some(pitch(src)?),
+            dst: Some(pitch(dst)?),
+        }),
+        None => Err(format!(
+            "expected `SRC,DST` (two row pitches in pixels) or `dense`, found `{text}`"
+        )),
+    }
+}
+
+/// `key` with its convolution's rows at `pitches`, validated.
+fn with_pitches(key: &PrimitiveKey, pitches: Pitches) -> Result<PrimitiveKey> {
+    let PrimitiveKey::Conv(d) = key else {
+        bail!("row pitches apply to convolutions only");
+    };
+    let key = PrimitiveKey::Conv(ConvDesc {
+        pitches,
+        ..d.clone()
+    });
+    key.validate()?;
+    Ok(key)
+}
+
+/// One `bench-op` problem ready to time: its compiled primitive and buffers of random data.
+struct OpProblem {
+    primitive: std::sync::Arc<Primitive>,
+    extents: Option<[usize; 2]>,
+    src: Vec<f32>,
+    weights: Option<Vec<f32>>,
+    dst: Vec<f32>,
+}
+
+impl OpProblem {
+    /// Compiles `compiled_key` and fills buffers for a call of `key` (its extents).
+    fn new(engine: &Engine, key: &PrimitiveKey, compiled_key: &PrimitiveKey) -> Result<Self> {
+        let primitive = engine.compile(compiled_key)?;
+        let extents = compiled_key
+            .runtime_dims()
+            .any()
+            .then(|| key.input_extents());
+        let bufs = key.buffers();
+        let src = guarded_random(bufs[0].len, 1);
+        let (weights, dst) = match key {
+            PrimitiveKey::Conv(d) => {
+                let w = guarded_random(d.weight_shape().iter().product(), 2);
+                let b = guarded_random(d.oc, 3);
+                (Some(d.pack_weights(&w, Some(&b))), vec![0.0; bufs[2].len])
+            }
+            _ => (None, vec![0.0; bufs[1].len]),
+        };
+        Ok(Self {
+            primitive,
+            extents,
+            src,
+            weights,
+            dst,
+        })
+    }
+
+    /// Seconds of `runs` executions after a warm-up, sorted.
+    fn time(&mut self, engine: &Engine, runs: usize) -> Result<Vec<f64>> {
+        time_runs(
+            engine,
+            &self.primitive,
+            self.extents,
+            &self.src,
+            self.weights.as_deref(),
+            &mut self.dst,
+            &[],
+            runs,
+        )
+    }
 }
 
 fn guarded_random(len: usize, seed: u64) -> Vec<f32> {
@@ -253,7 +355,14 @@ fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, PrimitiveKey, Opt
         DescriptorOp::Conv(args.algo.choice()?)
     };
     let (key, compiled) = desc.keys(op, layout)?;
-    Ok((key, compiled, desc.name))
+    match args.pitch {
+        Some(p) => Ok((
+            with_pitches(&key, p)?,
+            with_pitches(&compiled, p)?,
+            desc.name,
+        )),
+        None => Ok((key, compiled, desc.name)),
+    }
 }
 
 pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
@@ -287,38 +396,38 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         let model = args.model.as_ref().expect("no descriptor means a model");
         return bench_model(&engine, model, args, peak_before, &mut out);
     };
-    let p = engine.compile(&compiled_key)?;
-    let extents = compiled_key
-        .runtime_dims()
-        .any()
-        .then(|| key.input_extents());
-    let bufs = key.buffers();
-    let src = guarded_random(bufs[0].len, 1);
-    let (weights, mut dst) = match &key {
-        PrimitiveKey::Conv(d) => {
-            let w = guarded_random(d.weight_shape().iter().product(), 2);
-            let b = guarded_random(d.oc, 3);
-            (Some(d.pack_weights(&w, Some(&b))), vec![0.0; bufs[2].len])
+    let mut first = OpProblem::new(&engine, &key, &compiled_key)?;
+    let mut second = match args.vs_pitch {
+        Some(pitches) => {
+            let (k, c) = (
+                with_pitches(&key, pitches)?,
+                with_pitches(&compiled_key, pitches)?,
+            );
+            Some((OpProblem::new(&engine, &k, &c)?, c))
         }
-        _ => (None, vec![0.0; bufs[1].len]),
+        None => None,
     };
-    let mut times = time_runs(
-        &engine,
-        &p,
-        extents,
-        &src,
-        weights.as_deref(),
-        &mut dst,
-        &[],
-        args.runs,
-    )?;
+    let (mut times, mut vs_times) = match &mut second {
+        None => (first.time(&engine, args.runs)?, Vec::new()),
+        // Run by run, so that a change of the host's load meets both alike.
+        Some((other, _)) => {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..args.runs.max(1) {
+                a.push(first.time(&engine, 1)?[0]);
+                b.push(other.time(&engine, 1)?[0]);
+            }
+            (a, b)
+        }
+    };
+    let mut ratios: Vec<f64> = vs_times.iter().zip(&times).map(|(b, a)| b / a).collect();
     let (med, min) = (median(&mut times), times[0]);
     let machine_peak = peak_after(&engine, peak_before, &mut out)?;
     let label = name.map(|n| format!(" ({n})")).unwrap_or_default();
     writeln!(out, "{compiled_key}{label}")?;
-    if let Some([ih, iw]) = extents {
+    if let Some([ih, iw]) = first.extents {
         writeln!(out, "runtime extents, run at ih={ih} iw={iw}: {key}")?;
     }
+    let p = &first.primitive;
     writeln!(
         out,
         "compile {:.3} ms, {} bytes of code; median {:.3} ms, min {:.3} ms",
@@ -327,6 +436,17 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         med * 1e3,
         min * 1e3
     )?;
+    if let Some((_, vs_key)) = &second {
+        let (vs_med, ratio) = (median(&mut vs_times), median(&mut ratios));
+        writeln!(
+            out,
+            "vs {vs_key}: median {:.3} ms, min {:.3} ms; median ratio over {} alternating \
+             pairs (vs / first) {ratio:.3}",
+            vs_med * 1e3,
+            vs_times[0] * 1e3,
+            ratios.len()
+        )?;
+    }
     match &key {
         PrimitiveKey::Conv(d) => {
             let gflops = key.flops() as f64 / med / 1e9;
@@ -352,7 +472,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         _ => {
             // Pooling is bound by memory: compare with a plain copy of the same bytes.
             let bytes = key.activation_bytes() as f64;
-            let mut a = vec![0.0f32; src.len() + dst.len()];
+            let mut a = vec![0.0f32; first.src.len() + first.dst.len()];
             let b = guarded_random(a.len(), 4);
             let mut copies: Vec<f64> = (0..args.runs.max(1))
                 .map(|_| {
