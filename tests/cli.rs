@@ -1746,7 +1746,7 @@ fn bench_op_runs_a_descriptor_at_row_pitches() {
     let vs = out.lines().find(|l| l.starts_with("vs conv")).expect(&out);
     assert!(!vs.contains("pitch:"), "{out}");
 
-    // Rows wider than their pitch, a malformed pair, and a pool are refused.
+    // Rows wider than their pitch, a malformed pair, a zero pitch and a pool are refused.
     let err = failure(
         &primjit(&["bench-op", "mb1ic8ih6iw18oc8kh3ph1", "--pitch", "17,18"]),
         1,
