@@ -244,6 +244,9 @@ struct OpProblem {
     src: Vec<f32>,
     weights: Option<Vec<f32>>,
     dst: Vec<f32>,
+    /// A conv that needs scratch (Winograd's tiles) gets one band per thread, of the call's
+    /// own key (a small image's blocks take less than a runtime key's largest); empty if none.
+    scratch: Vec<f32>,
 }
 
 impl OpProblem {
@@ -256,13 +259,14 @@ impl OpProblem {
             .then(|| key.input_extents());
         let bufs = key.buffers();
         let src = guarded_random(bufs[0].len, 1);
-        let (weights, dst) = match key {
+        let (weights, dst, scratch_len) = match key {
             PrimitiveKey::Conv(d) => {
                 let w = guarded_random(d.weight_shape().iter().product(), 2);
                 let b = guarded_random(d.oc, 3);
-                (Some(d.pack_weights(&w, Some(&b))), vec![0.0; bufs[2].len])
+                let weights = d.pack_weights(&w, Some(&b));
+                (Some(weights), vec![0.0; bufs[2].len], d.scratch_len())
             }
-            _ => (None, vec![0.0; bufs[1].len]),
+            _ => (None, vec![0.0; bufs[1].len], 0),
         };
         Ok(Self {
             primitive,
@@ -270,70 +274,42 @@ impl OpProblem {
             src,
             weights,
             dst,
+            scratch: vec![0.0; scratch_len * engine.threads()],
         })
+    }
+
+    /// One execution.
+    fn execute(&mut self, engine: &Engine) -> Result<()> {
+        let args = ExecArgs {
+            src: &self.src,
+            weights: self.weights.as_deref(),
+            dst: &mut self.dst,
+            extra: &[],
+            scratch: (!self.scratch.is_empty()).then_some(self.scratch.as_mut_slice()),
+        };
+        match self.extents {
+            Some(e) => engine.execute_at(&self.primitive, args, e)?,
+            None => engine.execute(&self.primitive, args)?,
+        }
+        Ok(())
     }
 
     /// Seconds of `runs` executions after a warm-up, sorted.
     fn time(&mut self, engine: &Engine, runs: usize) -> Result<Vec<f64>> {
-        time_runs(
-            engine,
-            &self.primitive,
-            self.extents,
-            &self.src,
-            self.weights.as_deref(),
-            &mut self.dst,
-            &[],
-            runs,
-        )
+        self.execute(engine)?;
+        let mut t = Vec::with_capacity(runs);
+        for _ in 0..runs.max(1) {
+            let start = Instant::now();
+            self.execute(engine)?;
+            t.push(start.elapsed().as_secs_f64());
+        }
+        t.sort_by(f64::total_cmp);
+        Ok(t)
     }
 }
 
 fn guarded_random(len: usize, seed: u64) -> Vec<f32> {
     random_tensor(seed, "bench", vec![len], -1.0, 1.0).data
-}
-
-/// Times `runs` executions after a warm-up; returns the sorted seconds.
-#[allow(clippy::too_many_arguments)]
-fn time_runs(
-    engine: &Engine,
-    p: &Primitive,
-    extents: Option<[usize; 2]>,
-    src: &[f32],
-    weights: Option<&[f32]>,
-    dst: &mut [f32],
-    extra: &[&[f32]],
-    runs: usize,
-) -> Result<Vec<f64>> {
-    // A conv that needs scratch (Winograd's tiles) gets one band per thread, of the call's
-    // own key (a small image's blocks take less than a runtime key's largest).
-    let band = match p.key() {
-        PrimitiveKey::Conv(d) => extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len(),
-        _ => 0,
-    };
-    let mut scratch = vec![0.0f32; band * engine.threads()];
-    let mut once = |dst: &mut [f32]| -> Result<()> {
-        let args = ExecArgs {
-            src,
-            weights,
-            dst,
-            extra,
-            scratch: (band > 0).then_some(scratch.as_mut_slice()),
-        };
-        match extents {
-            Some(e) => engine.execute_at(p, args, e)?,
-            None => engine.execute(p, args)?,
-        }
-        Ok(())
-    };
-    once(dst)?;
-    let mut t = Vec::with_capacity(runs);
-    for _ in 0..runs.max(1) {
-        let start = Instant::now();
-        once(dst)?;
-        t.push(start.elapsed().as_secs_f64());
-    }
-    t.sort_by(f64::total_cmp);
-    Ok(t)
 }
 
 /// The key of a `bench-op` descriptor at its extents (validated), the key to compile (with
@@ -409,7 +385,8 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
     };
     let (mut times, mut vs_times) = match &mut second {
         None => (first.time(&engine, args.runs)?, Vec::new()),
-        // Run by run, so that a change of the host's load meets both alike.
+        // Run by run, so that a change of the host's load meets both alike; each timed run
+        // after a warm-up of its own, as the other problem's run has just taken the caches.
         Some((other, _)) => {
             let (mut a, mut b) = (Vec::new(), Vec::new());
             for _ in 0..args.runs.max(1) {
