@@ -2069,6 +2069,18 @@ fn peak_reports_a_rate_and_a_clock() {
     let out = success(&primjit(&["peak"]));
     assert!(out.contains("GFLOP/s"), "{out}");
     assert!(out.contains("GHz"), "{out}");
+    // The register tile's rate and its ratio to the peak: a positive number.
+    let tile = out
+        .lines()
+        .find(|l| l.starts_with("register tile: "))
+        .unwrap_or_else(|| panic!("no register tile line: {out}"));
+    let ratio: f64 = tile
+        .split("; ")
+        .last()
+        .and_then(|r| r.split(' ').next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no ratio: {tile}"));
+    assert!(ratio > 0.0, "{tile}");
 }
 
 #[test]

@@ -10,8 +10,8 @@ use primjit::codegen::Pitches;
 use primjit::descriptor::{self, DescriptorOp};
 use primjit::ir::{Tensor, random_tensor};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, ConvDesc, Engine, EngineConfig, ExecArgs, Layout, Params,
-    Primitive, PrimitiveKey, ShapeMode, Workspace,
+    Budget, CacheConfig, CompiledGraph, ConvDesc, Engine, EngineConfig, ExecArgs, FmaPattern,
+    Layout, Params, Primitive, PrimitiveKey, ShapeMode, Workspace,
 };
 
 use crate::source::GraphArgs;
@@ -47,14 +47,26 @@ impl Peak {
 /// ~40 ms each. The rate is the sum over the threads, so that where hardware threads share
 /// their FMA units (SMT siblings) the peak says so.
 pub fn measure_peak(engine: &Engine, threads: usize) -> Result<Peak> {
-    let p = engine.compile(&PrimitiveKey::FmaPeak)?;
-    let src = [1e-7f32; 8];
+    let [peak] = measure_patterns(engine, [FmaPattern::Registers], threads)?;
+    Ok(peak.0)
+}
+
+/// Runs each pattern's FMA peak kernel on `threads` threads at once, 9 runs of ~40 ms each,
+/// the patterns alternating run by run (so that each pair shares the host's moment): each
+/// pattern's peak, and the median over the runs of its rate over the first pattern's.
+fn measure_patterns<const N: usize>(
+    engine: &Engine,
+    patterns: [FmaPattern; N],
+    threads: usize,
+) -> Result<[(Peak, f64); N]> {
+    let threads = threads.max(1);
     let acc_len = primjit::codegen::key::FMA_PEAK_ACCUMULATORS * 4;
-    let flops = PrimitiveKey::FmaPeak.flops() as f64;
-    let run = |trips: usize| -> Result<f64> {
+    let run = |p: &Primitive, pattern: FmaPattern, trips: usize| -> Result<f64> {
+        // Small values: the sums stay normal and finite for any trip count.
+        let src = vec![1e-7f32; pattern.source_len()];
         let start = Instant::now();
         std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads.max(1))
+            let handles: Vec<_> = (0..threads)
                 .map(|_| {
                     s.spawn(|| {
                         let mut acc = vec![0.0f32; acc_len];
@@ -76,26 +88,42 @@ pub fn measure_peak(engine: &Engine, threads: usize) -> Result<Peak> {
                 .into_iter()
                 .try_for_each(|h| h.join().expect("peak thread"))
         })?;
-        Ok(flops * (trips * threads.max(1)) as f64 / start.elapsed().as_secs_f64() / 1e9)
+        let flops = pattern.flops_per_item() as f64 * (trips * threads) as f64;
+        Ok(flops / start.elapsed().as_secs_f64() / 1e9)
     };
-    // Calibrate the trip count to ~40 ms.
-    let mut trips = 10_000usize;
-    loop {
-        let t = Instant::now();
-        run(trips)?;
-        let s = t.elapsed().as_secs_f64();
-        if s > 0.02 || trips > 1 << 28 {
-            trips = ((trips as f64) * 0.04 / s.max(1e-6)) as usize;
-            break;
+    let mut kernels = Vec::with_capacity(N);
+    for pattern in patterns {
+        let p = engine.compile(&PrimitiveKey::FmaPeak(pattern))?;
+        // Calibrate the trip count to ~40 ms.
+        let mut trips = 10_000usize;
+        loop {
+            let t = Instant::now();
+            run(&p, pattern, trips)?;
+            let s = t.elapsed().as_secs_f64();
+            if s > 0.02 || trips > 1 << 28 {
+                trips = ((trips as f64) * 0.04 / s.max(1e-6)) as usize;
+                break;
+            }
+            trips *= 4;
         }
-        trips *= 4;
+        kernels.push((p, pattern, trips));
     }
-    let mut rates: Vec<f64> = (0..9).map(|_| run(trips)).collect::<Result<_>>()?;
-    let best = rates.iter().copied().fold(0.0, f64::max);
-    Ok(Peak {
-        gflops: best,
-        median_gflops: median(&mut rates),
-    })
+    let mut rates = vec![Vec::with_capacity(9); N];
+    for _ in 0..9 {
+        for ((p, pattern, trips), r) in kernels.iter().zip(&mut rates) {
+            r.push(run(p, *pattern, *trips)?);
+        }
+    }
+    let first = rates[0].clone();
+    Ok(std::array::from_fn(|i| {
+        let mut ratios: Vec<f64> = rates[i].iter().zip(&first).map(|(r, f)| r / f).collect();
+        let best = rates[i].iter().copied().fold(0.0, f64::max);
+        let peak = Peak {
+            gflops: best,
+            median_gflops: median(&mut rates[i]),
+        };
+        (peak, median(&mut ratios))
+    }))
 }
 
 #[derive(Debug, clap::Args)]
@@ -110,7 +138,8 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         threads: 1,
         ..EngineConfig::default()
     })?;
-    let peak = measure_peak(&engine, 1)?;
+    let [(peak, _), (tile, tile_ratio)] =
+        measure_patterns(&engine, [FmaPattern::Registers, FmaPattern::Broadcast], 1)?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -118,6 +147,11 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         peak.gflops,
         peak.median_gflops,
         peak.ghz()
+    )?;
+    writeln!(
+        out,
+        "register tile: {:.1} GFLOP/s with a broadcast load per FMA, the convolutions' pattern (best of 9 runs; median {:.1}); {:.2} of the peak, the median of runs alternated with it",
+        tile.gflops, tile.median_gflops, tile_ratio
     )?;
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -11,7 +11,7 @@ use cranelift_codegen::settings::{self, Configurable};
 
 use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
-use crate::key::{ConvAlgo, KeyError, PrimitiveKey};
+use crate::key::{ConvAlgo, FmaPattern, KeyError, PrimitiveKey};
 use crate::plan::{ConvPlan, PoolPlan};
 use crate::{lower_fused, lower_pool};
 
@@ -178,8 +178,13 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
         PrimitiveKey::Eltwise(_) => {
             "  element-wise: four floats at a time over each plane's span of rows\n".to_string()
         }
-        PrimitiveKey::FmaPeak => {
+        PrimitiveKey::FmaPeak(FmaPattern::Registers) => {
             "  12 independent f32x4 FMA chains, 8 steps per loop trip\n".to_string()
+        }
+        PrimitiveKey::FmaPeak(FmaPattern::Broadcast) => {
+            "  12 f32x4 FMA chains, 12 channels per loop trip: per channel a weight-vector load, \
+             then a broadcast load per FMA\n"
+                .to_string()
         }
     }
 }
@@ -198,7 +203,7 @@ pub fn lower(key: &PrimitiveKey, host: &HostIsa) -> Function {
         PrimitiveKey::Pool(d) => lower_pool::lower_pool(&mut e, &PoolPlan::new(d)),
         PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(&mut e, d),
         PrimitiveKey::Eltwise(d) => lower_pool::lower_eltwise(&mut e, d),
-        PrimitiveKey::FmaPeak => lower_pool::lower_fma_peak(&mut e),
+        PrimitiveKey::FmaPeak(pattern) => lower_pool::lower_fma_peak(&mut e, *pattern),
     }
     e.finish(host.isa.frontend_config());
     func

@@ -551,8 +551,45 @@ pub struct EltwiseDesc {
 /// Accumulators of the FMA peak kernel: enough independent chains to cover the FMA latency
 /// on two pipes.
 pub const FMA_PEAK_ACCUMULATORS: usize = 12;
-/// Flops of one work item of the FMA peak kernel: 8 unrolled steps of 12 f32x4 FMAs.
-pub const FMA_PEAK_FLOPS_PER_ITEM: u64 = 8 * FMA_PEAK_ACCUMULATORS as u64 * 8;
+/// Input channels per loop trip of the broadcast FMA peak kernel, as in the Winograd GEMM.
+pub const FMA_BROADCAST_CHANNELS: usize = 12;
+/// Floats of the broadcast FMA peak kernel's source: a weight vector per channel, then a
+/// scalar per channel and accumulator.
+pub const FMA_BROADCAST_SOURCE: usize =
+    FMA_BROADCAST_CHANNELS * 4 + FMA_BROADCAST_CHANNELS * FMA_PEAK_ACCUMULATORS;
+
+/// The instruction pattern an FMA peak kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FmaPattern {
+    /// Independent FMAs on registers alone: the machine's 128-bit peak. A work item is 8
+    /// steps of 12 FMAs (768 flops), reading `a` and `b` (8 floats) from the source.
+    Registers,
+    /// The convolutions' register tile: per channel a weight-vector load, then for each of the
+    /// 12 accumulators a broadcast load and an FMA, from a source that stays in L1
+    /// ([`FMA_BROADCAST_SOURCE`] floats). A work item is 12 channels (1152 flops). Cranelift
+    /// ties an FMA's result to a multiplicand, so a GEMM that reuses a loaded value needs a
+    /// copy or a load per FMA: this is the ceiling of the code it emits for one.
+    Broadcast,
+}
+
+impl FmaPattern {
+    /// Flops of one work item (loop trip).
+    pub fn flops_per_item(self) -> u64 {
+        let fmas = match self {
+            FmaPattern::Registers => 8 * FMA_PEAK_ACCUMULATORS,
+            FmaPattern::Broadcast => FMA_BROADCAST_CHANNELS * FMA_PEAK_ACCUMULATORS,
+        };
+        fmas as u64 * 8
+    }
+
+    /// Floats of the source buffer.
+    pub fn source_len(self) -> usize {
+        match self {
+            FmaPattern::Registers => 8,
+            FmaPattern::Broadcast => FMA_BROADCAST_SOURCE,
+        }
+    }
+}
 
 /// The largest stride, dilation or pad of a valid key, `2^29`: times a row of at most `2^33`
 /// bytes (a tensor of `MAX_TENSOR_ELEMENTS` floats) it fits the kernels' i64 byte offsets.
@@ -568,10 +605,10 @@ pub enum PrimitiveKey {
     Pool(PoolDesc),
     GlobalPool(GlobalPoolDesc),
     Eltwise(EltwiseDesc),
-    /// Not an op: a loop of independent f32x4 FMAs that measures the machine's peak. Its work
-    /// items are loop trips of 8 x 12 FMAs (768 flops); it reads `a` and `b` (8 floats) from
-    /// the source and keeps its 12 accumulators (48 floats) in the destination.
-    FmaPeak,
+    /// Not an op: a loop of f32x4 FMAs into 12 accumulators that measures the machine's peak
+    /// (or, with [`FmaPattern::Broadcast`], the peak of the convolutions' register tile). Its
+    /// work items are loop trips; it keeps its accumulators (48 floats) in the destination.
+    FmaPeak(FmaPattern),
 }
 
 /// A key that describes no valid kernel ([`PrimitiveKey::validate`], and so every compile):
@@ -630,7 +667,7 @@ impl PrimitiveKey {
             PrimitiveKey::Pool(d) => [d.ih, d.iw],
             PrimitiveKey::GlobalPool(d) => [d.ih, d.iw],
             PrimitiveKey::Eltwise(d) => [d.shape[2], d.shape[3]],
-            PrimitiveKey::FmaPeak => [1, 1],
+            PrimitiveKey::FmaPeak(_) => [1, 1],
         }
     }
 
@@ -856,7 +893,7 @@ impl PrimitiveKey {
                 positive("extents", &d.shape)?;
                 check_count("tensor", d.shape)?;
             }
-            PrimitiveKey::FmaPeak => {}
+            PrimitiveKey::FmaPeak(_) => {}
         }
         Ok(())
     }
@@ -915,14 +952,17 @@ impl PrimitiveKey {
                 }
                 v
             }
-            PrimitiveKey::FmaPeak => {
+            PrimitiveKey::FmaPeak(pattern) => {
                 let raw = |role, len: usize| BufferSpec {
                     role,
                     shape: vec![len],
                     layout: None,
                     len,
                 };
-                vec![raw("src", 8), raw("dst", FMA_PEAK_ACCUMULATORS * 4)]
+                vec![
+                    raw("src", pattern.source_len()),
+                    raw("dst", FMA_PEAK_ACCUMULATORS * 4),
+                ]
             }
         }
     }
@@ -936,7 +976,7 @@ impl PrimitiveKey {
             }
             PrimitiveKey::GlobalPool(d) => (d.mb * d.c * d.ih * d.iw) as u64,
             PrimitiveKey::Eltwise(d) => d.shape.iter().product::<usize>() as u64,
-            PrimitiveKey::FmaPeak => FMA_PEAK_FLOPS_PER_ITEM,
+            PrimitiveKey::FmaPeak(pattern) => pattern.flops_per_item(),
         }
     }
 
@@ -961,7 +1001,7 @@ impl PrimitiveKey {
             PrimitiveKey::GlobalPool(_) => 1,
             PrimitiveKey::Eltwise(d) => d.shape[2],
             // The caller chooses the trip count through the range of work items.
-            PrimitiveKey::FmaPeak => 1,
+            PrimitiveKey::FmaPeak(_) => 1,
         }
     }
 }
@@ -1057,7 +1097,10 @@ impl fmt::Display for PrimitiveKey {
                 let [n, c, h, w] = d.shape;
                 write!(f, "eltwise_{kind} mb{n}ic{c}ih{h}iw{w} {}", d.layout)
             }
-            PrimitiveKey::FmaPeak => f.write_str("fma_peak 8x12 f32x4"),
+            PrimitiveKey::FmaPeak(FmaPattern::Registers) => f.write_str("fma_peak 8x12 f32x4"),
+            PrimitiveKey::FmaPeak(FmaPattern::Broadcast) => {
+                f.write_str("fma_peak broadcast 12x12 f32x4")
+            }
         }
     }
 }

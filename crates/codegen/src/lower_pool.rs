@@ -1,4 +1,5 @@
-//! Lowers pooling (windowed and global) and standalone element-wise ops to Cranelift IR.
+//! Lowers pooling (windowed and global), standalone element-wise ops and the FMA peak loops to
+//! Cranelift IR.
 //!
 //! All of them vectorize over four channels: a vector load per pixel in `nChw4c`, a gather of
 //! four channel planes in NCHW (whose last, partial block of channels gets code of its own so
@@ -12,7 +13,10 @@ use primjit_ir::PoolKind;
 
 use crate::conv::direct::{ColumnSplit, RunLen};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
-use crate::key::{EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout};
+use crate::key::{
+    EltwiseDesc, EltwiseKind, FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS, FmaPattern,
+    GlobalPoolDesc, Layout,
+};
 use crate::plan::{AxisPlan, LANES, PoolPlan, Strides};
 
 const SRC: usize = 0;
@@ -658,25 +662,44 @@ pub fn lower_eltwise(e: &mut Emit<'_>, d: &EltwiseDesc) {
     });
 }
 
-/// The FMA peak loop: `[begin, end)` trips of 8 x 12 independent `vfmadd`s on registers.
-pub fn lower_fma_peak(e: &mut Emit<'_>) {
+/// The FMA peak loop: `[begin, end)` trips of `pattern` into 12 accumulators: 8 x 12
+/// independent `vfmadd`s on registers, or the convolutions' register tile over 12 channels
+/// (a weight vector, then a broadcast load and an FMA per accumulator).
+pub fn lower_fma_peak(e: &mut Emit<'_>, pattern: FmaPattern) {
     let src = e.buffer(SRC);
     let dst = e.buffer(DST);
-    let a = e.load_vec(src, 0);
-    let b = e.load_vec(src, 16);
-    let acc: Vec<Value> = (0..crate::key::FMA_PEAK_ACCUMULATORS)
+    let acc: Vec<Value> = (0..FMA_PEAK_ACCUMULATORS)
         .map(|k| e.load_vec(dst, 16 * k as i64))
         .collect();
     let (begin, end) = (e.begin, e.end);
-    let out = e.for_range(begin, end, &acc, |e, _, acc| {
-        let mut acc = acc.to_vec();
-        for _ in 0..8 {
-            for x in acc.iter_mut() {
-                *x = e.fma(a, b, *x);
-            }
+    let out = match pattern {
+        FmaPattern::Registers => {
+            let a = e.load_vec(src, 0);
+            let b = e.load_vec(src, 16);
+            e.for_range(begin, end, &acc, |e, _, acc| {
+                let mut acc = acc.to_vec();
+                for _ in 0..8 {
+                    for x in acc.iter_mut() {
+                        *x = e.fma(a, b, *x);
+                    }
+                }
+                acc
+            })
         }
-        acc
-    });
+        FmaPattern::Broadcast => e.for_range(begin, end, &acc, |e, _, acc| {
+            let mut acc = acc.to_vec();
+            let scalars = 4 * FMA_BROADCAST_CHANNELS as i64;
+            for channel in 0..FMA_BROADCAST_CHANNELS as i64 {
+                let w = e.load_vec(src, 16 * channel);
+                for (k, x) in acc.iter_mut().enumerate() {
+                    let at = scalars + channel * FMA_PEAK_ACCUMULATORS as i64 + k as i64;
+                    let b = e.splat_load(src, 4 * at);
+                    *x = e.fma(b, w, *x);
+                }
+            }
+            acc
+        }),
+    };
     for (k, &x) in out.iter().enumerate() {
         e.store_vec(x, dst, 16 * k as i64);
     }

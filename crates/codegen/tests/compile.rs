@@ -1,8 +1,8 @@
 //! Every kind of key compiles with the verifier on, to relocation-free code.
 
 use primjit_codegen::{
-    CodegenOptions, ConvDesc, Dumps, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc,
-    PostOpDesc, PrimitiveKey, compile,
+    CodegenOptions, ConvDesc, Dumps, EltwiseDesc, EltwiseKind, FmaPattern, GlobalPoolDesc, Layout,
+    PoolDesc, PostOpDesc, PrimitiveKey, compile,
 };
 use primjit_ir::{Pads, PoolKind, PoolWindow};
 
@@ -88,6 +88,8 @@ fn keys() -> Vec<PrimitiveKey> {
             shape: [1, 3, 5, 7],
             layout: Layout::Nchw4c,
         }),
+        PrimitiveKey::FmaPeak(FmaPattern::Registers),
+        PrimitiveKey::FmaPeak(FmaPattern::Broadcast),
     ]
 }
 
@@ -108,6 +110,29 @@ fn every_kind_of_key_compiles_with_the_verifier() {
         assert!(k.clif().unwrap().contains("function"), "{key}");
         assert!(k.disasm().unwrap().contains("ret"), "{key}");
     }
+}
+
+/// The register tile's peak kernel runs the instructions it stands for: a broadcast load from
+/// memory per FMA, and nothing spilled to the stack.
+#[test]
+fn the_broadcast_peak_loads_a_broadcast_per_fma() {
+    let key = PrimitiveKey::FmaPeak(FmaPattern::Broadcast);
+    let dumps = Dumps {
+        clif: false,
+        disasm: true,
+    };
+    let k = compile(&key, verified(), dumps).expect("compile");
+    let asm = k.disasm().expect("disassembly");
+    let count = |f: &dyn Fn(&str) -> bool| asm.lines().filter(|l| f(l.trim())).count();
+    let fmas = count(&|l| l.starts_with("vfmadd"));
+    let broadcasts = count(&|l| l.starts_with("vbroadcastss") && l.contains('('));
+    assert_eq!(fmas, 144, "{asm}");
+    assert_eq!(broadcasts, fmas, "{asm}");
+    assert_eq!(
+        count(&|l| l.contains("rsp") && l.contains("xmm")),
+        0,
+        "{asm}"
+    );
 }
 
 #[test]

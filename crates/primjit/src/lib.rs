@@ -37,8 +37,8 @@ pub use primjit_reference as reference;
 
 pub use primjit_codegen::{
     CodegenError, CodegenOptions, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc,
-    EltwiseKind, GlobalPoolDesc, KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey,
-    key::RuntimeDims,
+    EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc,
+    PrimitiveKey, key::RuntimeDims,
 };
 pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{

@@ -298,7 +298,7 @@ impl Kernel {
         );
         let limit = match key {
             // The FMA peak kernel takes any number of loop trips.
-            PrimitiveKey::FmaPeak => usize::MAX >> 1,
+            PrimitiveKey::FmaPeak(_) => usize::MAX >> 1,
             _ => key.work_items(),
         };
         // A whole execution is the key's work items (one loop trip of the FMA peak kernel).

@@ -65,7 +65,7 @@ use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
     CHUNK_WEIGHT_BYTES, CodegenOptions, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    GlobalPoolDesc, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
+    FmaPattern, GlobalPoolDesc, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -2524,23 +2524,62 @@ fn work_item_ranges_outside_the_rows_are_typed_errors() {
     assert!(untouched);
 }
 
-/// `execute` runs a key's whole work: for the FMA peak kernel, one loop trip of 8 FMAs into
-/// each of its 12 accumulators (not every trip `execute_range` could ask for).
-#[test]
-fn fma_peak_execute_runs_one_trip() {
-    let p = compile(&PrimitiveKey::FmaPeak).expect("compile");
-    let mut src = [1.0f32; 8];
-    src[4..].fill(0.5);
+/// One `execute` of the FMA peak kernel of `pattern` from zeroed accumulators: their sums.
+fn fma_peak_sums(pattern: FmaPattern, src: &[f32]) -> Vec<f32> {
+    let p = compile(&PrimitiveKey::FmaPeak(pattern)).expect("compile");
     let mut acc = vec![0.0f32; primjit_codegen::key::FMA_PEAK_ACCUMULATORS * 4];
     p.execute(ExecArgs {
-        src: &src,
+        src,
         weights: None,
         dst: &mut acc,
         extra: &[],
         scratch: None,
     })
     .expect("execute");
+    acc
+}
+
+/// `execute` runs a key's whole work: for the FMA peak kernel, one loop trip of 8 FMAs into
+/// each of its 12 accumulators (not every trip `execute_range` could ask for).
+#[test]
+fn fma_peak_execute_runs_one_trip() {
+    let mut src = [1.0f32; 8];
+    src[4..].fill(0.5);
+    let acc = fma_peak_sums(FmaPattern::Registers, &src);
     assert!(acc.iter().all(|&x| x == 4.0), "{acc:?}");
+}
+
+/// The broadcast pattern's trip: per channel, each accumulator adds its own scalar times the
+/// channel's weight vector, so that a scalar read for the wrong accumulator or channel, or a
+/// weight lane out of place, shows in the sums.
+#[test]
+fn fma_peak_broadcast_sums_each_accumulators_scalars() {
+    use primjit_codegen::key::{FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS};
+    let (channels, accs) = (FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS);
+    let mut src = vec![0.0f32; FmaPattern::Broadcast.source_len()];
+    // Weight vector of channel c: lanes (c + 1) * [1, 2, 3, 4].
+    for c in 0..channels {
+        for lane in 0..4 {
+            src[4 * c + lane] = ((c + 1) * (lane + 1)) as f32;
+        }
+    }
+    // Scalar of channel c and accumulator k: k + 1 on channel 0, 0 on the others but the last,
+    // where it is 1.
+    for k in 0..accs {
+        src[4 * channels + k] = (k + 1) as f32;
+        src[4 * channels + (channels - 1) * accs + k] = 1.0;
+    }
+    let acc = fma_peak_sums(FmaPattern::Broadcast, &src);
+    for k in 0..accs {
+        for lane in 0..4 {
+            let want = ((k + 1) * (lane + 1) + channels * (lane + 1)) as f32;
+            assert_eq!(
+                acc[4 * k + lane],
+                want,
+                "accumulator {k}, lane {lane}: {acc:?}"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
