@@ -562,7 +562,8 @@ pub const FMA_BROADCAST_SOURCE: usize =
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FmaPattern {
     /// Independent FMAs on registers alone: the machine's 128-bit peak. A work item is 8
-    /// steps of 12 FMAs (768 flops), reading `a` and `b` (8 floats) from the source.
+    /// steps of 12 FMAs (768 flops), each chain `x <- x * b + a`, reading `a` and `b` (8
+    /// floats) from the source.
     Registers,
     /// The convolutions' register tile: per channel a weight-vector load, then for each of the
     /// 12 accumulators a broadcast load and an FMA, from a source that stays in L1

@@ -2539,14 +2539,15 @@ fn fma_peak_sums(pattern: FmaPattern, src: &[f32]) -> Vec<f32> {
     acc
 }
 
-/// `execute` runs a key's whole work: for the FMA peak kernel, one loop trip of 8 FMAs into
-/// each of its 12 accumulators (not every trip `execute_range` could ask for).
+/// `execute` runs a key's whole work: for the FMA peak kernel, one loop trip of 8 steps
+/// `x <- x * b + a` on each of its 12 chains (not every trip `execute_range` could ask for).
 #[test]
 fn fma_peak_execute_runs_one_trip() {
     let mut src = [1.0f32; 8];
     src[4..].fill(0.5);
     let acc = fma_peak_sums(FmaPattern::Registers, &src);
-    assert!(acc.iter().all(|&x| x == 4.0), "{acc:?}");
+    // From 0, eight steps of `x * 0.5 + 1`: 2 - 2^-7.
+    assert!(acc.iter().all(|&x| x == 2.0 - 1.0 / 128.0), "{acc:?}");
 }
 
 /// The broadcast pattern's trip: per channel, each accumulator adds its own scalar times the
