@@ -2090,6 +2090,10 @@ fn bench_op_times_one_primitive() {
     assert!(conv.contains(&format!("conv {desc} bias")), "{conv}");
     assert!(conv.contains("GFLOP/s"), "{conv}");
     assert!(conv.contains("% of peak"), "{conv}");
+    assert!(
+        conv.contains("register tile (a broadcast load per FMA)"),
+        "{conv}"
+    );
 
     let pool = success(&primjit(&[
         "bench-op", desc, "--runs", "2", "--pool", "--alg", "avg_p",

@@ -392,14 +392,19 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         Some(_) => None,
         None => Some(descriptor_key(args)?),
     };
-    // The peak of as many threads as the engine runs, all running at once.
-    let peak = measure_peak(&engine, engine.threads())?;
+    // The peak of as many threads as the engine runs, all running at once, and the
+    // convolutions' register tile alternated with it: how much of the peak their instruction
+    // pattern reaches on this host at this moment.
+    let patterns = [FmaPattern::Registers, FmaPattern::Broadcast];
+    let [(peak, _), (tile, tile_ratio)] = measure_patterns(&engine, patterns, engine.threads())?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "peak: {:.1} GFLOP/s with {} thread(s) at once",
+        "peak: {:.1} GFLOP/s with {} thread(s) at once; register tile (a broadcast load per FMA): {:.1} GFLOP/s, {:.2} of the peak",
         peak.gflops,
-        engine.threads()
+        engine.threads(),
+        tile.gflops,
+        tile_ratio
     )?;
     let peak_before = peak.gflops;
     let Some((key, compiled_key, name)) = problem else {
