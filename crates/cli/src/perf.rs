@@ -150,7 +150,7 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
     )?;
     writeln!(
         out,
-        "register tile: {:.1} GFLOP/s with a broadcast load per FMA, the convolutions' pattern (best of 9 runs; median {:.1}); {:.2} of the peak, the median of runs alternated with it",
+        "register tile: {:.1} GFLOP/s with a broadcast load per FMA, the direct convolutions' pattern (best of 9 runs; median {:.1}); {:.2} of the peak, the median of runs alternated with it",
         tile.gflops, tile.median_gflops, tile_ratio
     )?;
     let threads = if args.threads == 0 {
@@ -392,7 +392,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         Some(_) => None,
         None => Some(descriptor_key(args)?),
     };
-    // The peak of as many threads as the engine runs, all running at once, and the
+    // The peak of as many threads as the engine runs, all running at once, and the direct
     // convolutions' register tile alternated with it: how much of the peak their instruction
     // pattern reaches on this host at this moment.
     let patterns = [FmaPattern::Registers, FmaPattern::Broadcast];

@@ -565,11 +565,12 @@ pub enum FmaPattern {
     /// steps of 12 FMAs (768 flops), each chain `x <- x * b + a`, reading `a` and `b` (8
     /// floats) from the source.
     Registers,
-    /// The convolutions' register tile: per channel a weight-vector load, then for each of the
-    /// 12 accumulators a broadcast load and an FMA, from a source that stays in L1
+    /// The direct convolutions' register tile: per channel a weight-vector load, then for each
+    /// of the 12 accumulators a broadcast load and an FMA, from a source that stays in L1
     /// ([`FMA_BROADCAST_SOURCE`] floats). A work item is 12 channels (1152 flops). Cranelift
     /// ties an FMA's result to a multiplicand, so a GEMM that reuses a loaded value needs a
-    /// copy or a load per FMA: this is the ceiling of the code it emits for one.
+    /// copy or a load per FMA: this is the ceiling of the code it emits for one. (Winograd's
+    /// GEMM shares each broadcast between two FMAs through a copy, `conv::winograd`.)
     Broadcast,
 }
 
@@ -607,7 +608,8 @@ pub enum PrimitiveKey {
     GlobalPool(GlobalPoolDesc),
     Eltwise(EltwiseDesc),
     /// Not an op: a loop of f32x4 FMAs into 12 accumulators that measures the machine's peak
-    /// (or, with [`FmaPattern::Broadcast`], the peak of the convolutions' register tile). Its
+    /// (or, with [`FmaPattern::Broadcast`], the peak of the direct convolutions' register
+    /// tile). Its
     /// work items are loop trips; it keeps its accumulators (48 floats) in the destination.
     FmaPeak(FmaPattern),
 }

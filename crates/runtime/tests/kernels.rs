@@ -886,7 +886,7 @@ proptest! {
 
 /// Winograd problems: 3x3 kernels with strides 1 and (polyphase) 2, `nChw4c`, channels that
 /// are not whole blocks, extents from 1 (one pixel, with padding 1) to 4 tile rows with every
-/// remainder, widths sometimes past a block of 12 tiles, pads 0 to 2 on each side, every
+/// remainder, widths sometimes past a block of 10 tiles, pads 0 to 2 on each side, every
 /// post-op.
 fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
     (
@@ -896,7 +896,7 @@ fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
         ),
         prop_oneof![
             4 => (channels(), channels()),
-            // Transformed weights past `STREAMED_WEIGHT_BYTES`: at stride 1 blocks of 48 tiles
+            // Transformed weights past `STREAMED_WEIGHT_BYTES`: at stride 1 blocks of 50 tiles
             // (two images of the widest problems make two blocks), and two output-channel
             // chunks where the channel vectors split evenly (not 100).
             1 => prop::sample::select(&[(96usize, 96usize), (100, 88), (88, 100)][..]),
@@ -1037,12 +1037,12 @@ fn same_padded_3x3(
     desc
 }
 
-/// Blocks whose last group is short after a full one, which the GEMM runs as groups of 8 and
-/// 6 to 10 tiles (`SPLIT_TILES`), and a neighbour that it does not split: rows of 13 to 19
-/// tiles, two rows of 13 and five of 5, with channels past `STREAMED_WEIGHT_BYTES` (blocks of 48
-/// tiles).
+/// Calls whose last group of 5 tiles is partial (the GEMM computes its missing tiles in vain)
+/// or whole, in one block or several: rows of 13 to 19 tiles, two rows of 13 and five of 5,
+/// with channels past `STREAMED_WEIGHT_BYTES` (blocks of 50 tiles) and 25 output-channel
+/// vectors in one chunk, whose odd last vector runs alone.
 #[test]
-fn winograd_blocks_with_short_last_groups() {
+fn winograd_partial_groups_and_an_odd_last_vector() {
     for (oh, tiles_per_row) in [
         (4, 13),
         (4, 14),

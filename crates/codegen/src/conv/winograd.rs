@@ -11,10 +11,8 @@
 //!    the input (padding, or the partial last tile of a row or column) is first copied into a
 //!    zeroed patch on the stack, so the transform itself never tests a bound;
 //! 2. independent GEMMs, one per point, `M[point] = V[point] (tiles x ic) · U[point] (ic x
-//!    oc)`, with the direct kernels' register tile: 12 tiles x one output-channel vector, one
-//!    broadcast load per FMA (2 to 12 tiles for the block's last group; a last group of fewer
-//!    than 8 after a full one runs with it as 8 and 6 to 10, see [`SPLIT_TILES`]), into
-//!    `M[point][channel block][tile][4]`;
+//!    oc)`, with a register tile of 5 tiles x two output-channel vectors, one broadcast load
+//!    per two FMAs (see [`GROUP_TILES`]), into `M[point][channel block][tile][4]`;
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
 //!    or column stores only its pixels inside the output.
@@ -133,39 +131,48 @@ impl Form {
     }
 }
 
-/// Tiles of the GEMM's register tile: 12 accumulators.
-const GROUP_TILES: usize = 12;
+/// Tiles of the GEMM's register tile, which computes them for [`GROUP_VECTORS`] output-channel
+/// vectors at once: 10 accumulators, two weight vectors, a broadcast and its copy, 14 of the 16
+/// xmm registers.
+///
+/// Each broadcast feeds two FMAs, so a channel takes 7 loads for 10 FMAs, where the tile of 12
+/// tiles by one vector took 13 for 12. That tile's load and broadcast per FMA held it to
+/// 0.88-0.92 of the FMA peak (`primjit peak`), and Cranelift cannot keep a third operand of an
+/// FMA in memory. Six tiles by two vectors (12 accumulators) left too few registers, and
+/// regalloc2 spilled.
+///
+/// A block's tiles come in groups of this many; a call's last group may be partial, and the
+/// GEMM then computes its missing tiles in vain (at most 4 a call) from whatever the scratch
+/// holds there, and the output transform never reads them.
+const GROUP_TILES: usize = 5;
 
-/// The fewest tiles a block's last group may have after a full group. Each FMA adds into its
-/// tile's accumulator, so a group of `n` tiles keeps `n` FMA chains, too few for two FMA pipes
-/// of 4 cycles' latency below 8: a block of 25 tiles ran as 12, 12 and a group of 2 (one tile
-/// computed in vain), and a 25-tile call of layer3 took 15% more per tile than 20- and 30-tile
-/// calls. With a shorter last group, [`gemm`] runs the full group before it and it as two groups
-/// of 8 and 6 to 10 tiles instead, through the same code (a loop of two turns around the last
-/// group's switch, 176 bytes more a kernel): the 25-tile call ran 7-10% faster (`bench-op
-/// mb1ic256ih20iw20oc256oh20ow20...`, three alternations), and layer3 of the trunk at W=265 and
-/// W=285 (25 tiles a call) at 0.94-0.97 of its time without (two engines in one process).
-const SPLIT_TILES: usize = 8;
-const _: () = assert!(
-    SPLIT_TILES.is_multiple_of(2) && SPLIT_TILES < GROUP_TILES,
-    "a split leaves two even groups"
-);
+/// Output-channel vectors of the GEMM's register tile. A chunk with an odd number of vectors
+/// runs its last vector with a tile of [`GROUP_TILES`] tiles by one vector.
+const GROUP_VECTORS: usize = 2;
+
+/// Tiles per block of the layers whose transformed weights stay in L2.
+const CACHED_BLOCK_TILES: usize = 2 * GROUP_TILES;
+
+/// Tiles per block of the stride-1 layers whose transformed weights stream from memory.
+const STREAMED_BLOCK_TILES: usize = 10 * GROUP_TILES;
 
 /// Transformed weights larger than this are streamed from beyond L2 once per block: the plan
-/// then splits output channels between work items and, at stride 1, takes blocks of 48 tiles.
+/// then splits output channels between work items and, at stride 1, takes blocks of
+/// [`STREAMED_BLOCK_TILES`] tiles.
 const STREAMED_WEIGHT_BYTES: usize = 1 << 20;
 
-/// `tiles` rounded up to an even count, at least 2.
-const fn even_tiles(tiles: usize) -> usize {
-    if tiles < 2 {
-        2
+/// `tiles` rounded up to whole groups, at least one.
+const fn whole_groups(tiles: usize) -> usize {
+    if tiles == 0 {
+        GROUP_TILES
     } else {
-        tiles.next_multiple_of(2)
+        tiles.next_multiple_of(GROUP_TILES)
     }
 }
 const _: () = assert!(
-    GROUP_TILES.is_multiple_of(2),
-    "block_tiles, a multiple of the group, is even"
+    CACHED_BLOCK_TILES.is_multiple_of(GROUP_TILES)
+        && STREAMED_BLOCK_TILES.is_multiple_of(GROUP_TILES),
+    "blocks hold whole groups"
 );
 
 /// `G`, 6x3: the weights' transform `U = G g Gᵀ`.
@@ -226,10 +233,12 @@ const AT2: [[f64; TILE + 1]; TILE] = [
     [0.0, 1.0, -1.0, 8.0, 1.0],
 ];
 
-/// Input channels per trip of a GEMM's reduction loop. Every FMA leaves its sum in its
-/// broadcast's register, so the 12 accumulators move by one register per channel; regalloc2
-/// spilled accumulators inside the loop with 4 and 8 channels per trip (16 and 8 stack
-/// accesses per trip) and with 12 needs neither spills nor moves (`dump --stage asm`).
+/// Input channels per trip of a GEMM's reduction loop. Every FMA leaves its sum in a
+/// multiplicand's register, so the accumulators move from register to register from channel to
+/// channel, and a trip's end must bring them back: with 12 channels a trip (120 FMAs of the
+/// 5 x 2 tile) regalloc2 keeps 2 to 6 stack accesses a trip in the trunk's kernels, with 8 (80
+/// FMAs) 12 (`dump --stage asm`). The tile of 12 tiles by one vector before it spilled with 4
+/// and 8 channels a trip and needed neither spills nor moves with 12.
 const GEMM_UNROLL: usize = 12;
 const _: () = assert!(
     GEMM_UNROLL.is_multiple_of(LANES),
@@ -256,18 +265,19 @@ const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
 
 /// Everything the Winograd lowering derives from a key.
 ///
-/// A call's tiles are shared evenly, in pairs, among `ceil(tiles / block_tiles)` blocks (made
-/// even where a block is one work item, see [`WinogradPlan::blocks_for`]), and each block
-/// among `oc_chunks` chunks of output channels: a work item is one chunk of one block, and
-/// computes the block's input transform, the GEMMs of its chunk and their output transform.
-/// Small transformed weights (the 64-channel layers' 0.6 MB) stay in L2 across blocks: 12
-/// tiles a block, one chunk. Larger ones (2.4 MB at 128 channels, 9.4 MB at 256) stream from
-/// memory once per block: 48 tiles quarter that traffic (the trunk ran 5-8% faster than with
-/// 24, and no faster with 72), and two chunks let two threads share one block's weights
-/// instead of streaming all of them each (a call that runs both chunks of a block transforms
-/// its inputs once; two threads that share a block each do).
+/// A call's tiles are shared evenly, in groups of [`GROUP_TILES`], among `ceil(tiles /
+/// block_tiles)` blocks (made even where a block is one work item, see
+/// [`WinogradPlan::blocks_for`]), and each block among `oc_chunks` chunks of output channels: a
+/// work item is one chunk of one block, and computes the block's input transform, the GEMMs of
+/// its chunk and their output transform. Small transformed weights (the 64-channel layers' 0.6
+/// MB) stay in L2 across blocks: 10 tiles a block, one chunk. Larger ones (2.4 MB at 128
+/// channels, 9.4 MB at 256) stream from memory once per block: 50 tiles a block. About 48
+/// quarter that traffic: with the earlier register tile of 12 tiles by one vector, the trunk
+/// ran 5-8% faster with 48 than with 24, and no faster with 72. Two chunks let two threads
+/// share one block's weights instead of streaming all of them each (a call that runs both
+/// chunks of a block transforms its inputs once; two threads that share a block each do).
 ///
-/// At stride 2 a block is 12 tiles whatever the weights: its 81 points make `V` and `M` 2.25
+/// At stride 2 a block is 10 tiles whatever the weights: its 81 points make `V` and `M` 2.25
 /// times a stride-1 block's, and with 48 tiles (2 MB of them at 128 channels, twice L2) the
 /// trunk's stride-2 layers ran 1.4-2.3x slower on 2 threads than with 12 (layer3.0.conv1 at
 /// W=1031: 7.5-10.6 ms against 5.4-7.3; at W=200, one block of 20 tiles that both threads
@@ -292,9 +302,9 @@ impl WinogradPlan {
             desc: d.clone(),
             form,
             block_tiles: if streamed && form == Form::Unit {
-                4 * GROUP_TILES
+                STREAMED_BLOCK_TILES
             } else {
-                GROUP_TILES
+                CACHED_BLOCK_TILES
             },
             oc_chunks: if streamed && oc_blocks.is_multiple_of(2) {
                 2
@@ -326,17 +336,20 @@ impl WinogradPlan {
     fn block_split(&self) -> (usize, usize) {
         let tiles: usize = self.tiles().iter().product();
         let blocks = self.blocks_for(tiles);
-        (blocks, 2 * tiles.div_ceil(2).div_ceil(blocks))
+        (
+            blocks,
+            GROUP_TILES * tiles.div_ceil(GROUP_TILES).div_ceil(blocks),
+        )
     }
 
     /// Tiles per block of the scratch's layout: the call's own for a fixed-shape key, the most
-    /// any call takes (`block_tiles`) for a key with runtime extents; even (at least 2), as
-    /// the GEMM's last group computes an odd block's one tile more (see [`gemm`]).
+    /// any call takes (`block_tiles`) for a key with runtime extents; whole groups (at least
+    /// one), as the GEMM computes a partial last group's missing tiles (see [`gemm`]).
     fn stride_tiles(&self) -> usize {
         if self.desc.runtime.any() {
             self.block_tiles
         } else {
-            even_tiles(self.block_split().1)
+            whole_groups(self.block_split().1)
         }
     }
 
@@ -344,9 +357,9 @@ impl WinogradPlan {
     /// image, tile row and tile column), for a fixed-shape key.
     pub fn work_item_of(&self, tile: usize, channel: usize) -> usize {
         let tiles: usize = self.tiles().iter().product();
-        let (blocks, pairs) = (self.blocks_for(tiles), tiles.div_ceil(2));
-        // The last block whose first pair (`block_start`) is at most the tile's.
-        let block = ((tile / 2 + 1) * blocks - 1) / pairs;
+        let (blocks, groups) = (self.blocks_for(tiles), tiles.div_ceil(GROUP_TILES));
+        // The last block whose first group (`block_start`) is at most the tile's.
+        let block = ((tile / GROUP_TILES + 1) * blocks - 1) / groups;
         block * self.oc_chunks + channel / LANES / self.chunk_blocks()
     }
 
@@ -417,20 +430,40 @@ impl WinogradPlan {
         self.bias_offset() + if self.desc.bias { self.ocp() } else { 0 }
     }
 
+    /// Where the packed weights keep `U[point][o][c]`: at the weight point's `ic x ocp`
+    /// floats, the chunk's `ic x chunk_blocks` vectors, then the pair of output-channel vectors
+    /// that holds `o`, each input channel's two vectors side by side, or the chunk's odd last
+    /// vector alone.
+    fn u_float(&self, point: usize, o: usize, c: usize) -> usize {
+        let (ic, chunk_blocks) = (self.desc.ic, self.chunk_blocks());
+        let vector = o / LANES;
+        let (chunk, q) = (vector / chunk_blocks, vector % chunk_blocks);
+        let paired = chunk_blocks / GROUP_VECTORS * GROUP_VECTORS;
+        let chunk_start = (point * self.ocp() + chunk * chunk_blocks * LANES) * ic;
+        let within = if q < paired {
+            let (pair, half) = (q / GROUP_VECTORS, q % GROUP_VECTORS);
+            ((pair * ic + c) * GROUP_VECTORS + half) * LANES
+        } else {
+            (paired * ic + c) * LANES
+        };
+        chunk_start + within + o % LANES
+    }
+
     fn bias_offset(&self) -> usize {
         self.form.weight_points() * self.desc.ic * self.ocp()
     }
 
-    /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed as
-    /// `U[weight point][oc / 4][ic][oc % 4]` (36 weight points; at stride 2, the points whose
-    /// rows and columns of `G` are the same share them, [`Form::weight_row`]): a GEMM's
-    /// output-channel vector reads its weights as one sequential stream (the 256-channel
-    /// layers' 9.4 MB do not fit in L2, and a stride of a row of output channels defeated the
-    /// prefetchers), with output channels padded to whole vectors by zeros (so the padding
-    /// lanes of the destination get zero plus their post-ops), followed by the bias.
+    /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed per weight
+    /// point (36; at stride 2, the points whose rows and columns of `G` are the same share
+    /// them, [`Form::weight_row`]) and chunk as `[oc vector pair][ic][2][4]`, and a chunk's odd
+    /// last vector as `[ic][4]` (see [`Self::u_float`]): a GEMM's register tile reads its
+    /// weights as one sequential stream (the 256-channel layers' 9.4 MB do not fit in L2, and
+    /// a stride of a row of output channels defeated the prefetchers), with output channels
+    /// padded to whole vectors by zeros (so the padding lanes of the destination get zero plus
+    /// their post-ops), followed by the bias.
     pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         let d = &self.desc;
-        let (ic, oc, ocp) = (d.ic, d.oc, self.ocp());
+        let (ic, oc) = (d.ic, d.oc);
         assert_eq!(weights.len(), oc * ic * 9, "OIHW 3x3 weights");
         let mut packed = vec![0.0f32; self.packed_weights_len()];
         let big_g = self.form.g();
@@ -450,8 +483,7 @@ impl WinogradPlan {
                 for (i, gg_row) in gg.iter().enumerate() {
                     for (j, g_row) in big_g.iter().enumerate() {
                         let u: f64 = (0..3).map(|b| gg_row[b] * g_row[b]).sum();
-                        let block = (i * side + j) * ocp / LANES + o / LANES;
-                        packed[(block * ic + c) * LANES + o % LANES] = u as f32;
+                        packed[self.u_float(i * side + j, o, c)] = u as f32;
                     }
                 }
             }
@@ -498,10 +530,12 @@ impl fmt::Display for WinogradPlan {
         writeln!(
             f,
             "  per work item: input transform into scratch, {points} GEMMs of the block's tiles \
-             x {} input x {} output channels (register tile: 12 tiles x 1 oc vector; 2 to 12 \
-             for the last group), output transform with bias and post-ops",
+             x {} input x {} output channels (register tile: {} tiles x {} oc vectors), \
+             output transform with bias and post-ops",
             d.ic,
             self.m_tile_len(),
+            GROUP_TILES,
+            GROUP_VECTORS,
         )?;
         writeln!(
             f,
@@ -711,7 +745,7 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         let grid = TileGrid::new(e, d);
         let total = grid.total(e, d.mb);
         let total = e.value(total);
-        // `WinogradPlan::blocks_for(total)` blocks share the tiles' pairs evenly.
+        // `WinogradPlan::blocks_for(total)` blocks share the tiles' groups evenly.
         let blocks = e.offset(total, plan.block_tiles as i64 - 1);
         let mut blocks = e.udiv_const(blocks, plan.block_tiles as u64);
         if !plan.oc_chunks.is_multiple_of(2) {
@@ -722,20 +756,20 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
             let more = e.b.ins().band(odd, several);
             blocks = e.b.ins().iadd(blocks, more);
         }
-        let pairs = e.offset(total, 1);
-        let pairs = e.b.ins().ushr_imm_s(pairs, 1);
-        let first = block_start(e, block, pairs, blocks);
+        let groups = e.offset(total, GROUP_TILES as i64 - 1);
+        let groups = e.udiv_const(groups, GROUP_TILES as u64);
+        let first = block_start(e, block, groups, blocks);
         let next = e.offset(block, 1);
-        let end = block_start(e, next, pairs, blocks);
+        let end = block_start(e, next, groups, blocks);
         let end = e.imin(end, total);
         let count = e.b.ins().isub(end, first);
         // The scratch's tiles per block, the stride of `V` and `M` (see `stride_tiles`).
         let stride = if d.runtime.any() {
-            // `block_split`'s most tiles per block: twice ceil(pairs / blocks), even.
-            let most = e.b.ins().iadd(pairs, blocks);
+            // `block_split`'s most tiles per block: ceil(groups / blocks) whole groups.
+            let most = e.b.ins().iadd(groups, blocks);
             let most = e.offset(most, -1);
             let most = e.b.ins().udiv(most, blocks);
-            Scalar::Dyn(e.b.ins().ishl_imm_s(most, 1))
+            Scalar::Dyn(e.b.ins().imul_imm_s(most, GROUP_TILES as i64))
         } else {
             Scalar::Const(plan.stride_tiles() as i64)
         };
@@ -766,14 +800,14 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
     });
 }
 
-/// The first tile of block `block` of `blocks` that share `pairs` pairs of tiles: twice
-/// floor(block x pairs / blocks). Consecutive blocks differ by at most a pair, every block
-/// but the last of an odd count of tiles is even, and two threads that take half the blocks
-/// each get the same number of tiles, give or take a pair.
-fn block_start(e: &mut Emit<'_>, block: Value, pairs: Value, blocks: Value) -> Value {
-    let start = e.b.ins().imul(block, pairs);
+/// The first tile of block `block` of `blocks` that share `groups` groups of [`GROUP_TILES`]
+/// tiles: floor(block x groups / blocks) groups. Consecutive blocks differ by at most a group,
+/// every block but the call's last holds whole groups, and two threads that take half the
+/// blocks each get the same number of tiles, give or take a group.
+fn block_start(e: &mut Emit<'_>, block: Value, groups: Value, blocks: Value) -> Value {
+    let start = e.b.ins().imul(block, groups);
     let start = e.b.ins().udiv(start, blocks);
-    e.b.ins().ishl_imm_s(start, 1)
+    e.b.ins().imul_imm_s(start, GROUP_TILES as i64)
 }
 
 /// A work item's block of tiles: its first tile, how many it has, and the tiles per block of
@@ -1021,9 +1055,9 @@ fn transform_input(
 
 /// The GEMMs of a work item, one per point of the form: `M[point][oc]` = `Σ_ic V[point][ic] ·
 /// U[weight point][ic][oc]` for each of the block's `count` tiles and the output channels of
-/// `chunk`, one output-channel vector at a time, in groups of 12 tiles (12 accumulators) and a
-/// last group of 2 to 12, or two of 8 and 6 to 10 where the last would have fewer than
-/// [`SPLIT_TILES`] after a full one.
+/// `chunk`, [`GROUP_VECTORS`] output-channel vectors by a group of [`GROUP_TILES`] tiles at a
+/// time (a chunk's odd last vector alone). A partial last group computes its missing tiles in
+/// vain: `V` and `M` hold whole groups (see [`WinogradPlan::stride_tiles`]).
 ///
 /// `V` is `[point][channel block][tile][4]` and `M` `[point][channel block][tile][4]`: the
 /// transforms, which run channel blocks outer and tiles inner, read and write whole cache
@@ -1052,65 +1086,37 @@ fn gemm(
         e.b.ins()
             .imul_imm_s(chunk, plan.chunk_blocks() as i64 * u_panel);
     let u = e.b.ins().iadd(weights, chunk_bytes);
-    let groups = e.udiv_const(count, GROUP_TILES as u64);
-    let rest = e.urem_const(count, GROUP_TILES as u64);
-    // 0 for no last group, else k for 2k tiles: at most one tile computed in vain.
-    let last = e.offset(rest, 1);
-    let last = e.b.ins().ushr_imm_s(last, 1);
-    // A last group shorter than `SPLIT_TILES` after a full one: the full group runs as a first
-    // last group of `SPLIT_TILES` tiles, and its other tiles join the last.
-    let has_full = e.b.ins().icmp_imm_s(IntCC::NotEqual, groups, 0);
-    let has_last = e.b.ins().icmp_imm_s(IntCC::NotEqual, rest, 0);
-    let short =
-        e.b.ins()
-            .icmp_imm_s(IntCC::SignedLessThan, rest, SPLIT_TILES as i64 - 1);
-    let splits = e.b.ins().band(has_full, has_last);
-    let splits = e.b.ins().band(splits, short);
-    let split = e.b.ins().uextend(types::I64, splits);
-    let groups = e.b.ins().isub(groups, split);
-    // The first last group's k, and how many last groups run (a `k` of 0 runs none).
-    let split_k = e.iconst(SPLIT_TILES as i64 / 2);
-    let first_k = e.b.ins().select(splits, split_k, last);
-    let last_groups = e.offset(split, 1);
-    let moved = (GROUP_TILES - SPLIT_TILES) as i64 / 2;
-    let group_bytes = GROUP_TILES as i64 * PIXEL_BYTES;
+    let groups = e.offset(count, GROUP_TILES as i64 - 1);
+    let groups = Scalar::Dyn(e.udiv_const(groups, GROUP_TILES as u64));
+    let group_bytes = Scalar::Const(GROUP_TILES as i64 * PIXEL_BYTES);
+    let (vector_tiles, odd_vector) = (
+        plan.chunk_blocks() / GROUP_VECTORS,
+        plan.chunk_blocks() % GROUP_VECTORS,
+    );
+    let tile_bytes = e.mul(block_bytes, GROUP_VECTORS as i64);
     // One point's GEMM: `v`, `u` and `m` at its `V`, weights and `M`.
     let point_gemm = |e: &mut Emit<'_>, v: Value, u: Value, m: Value| {
-        e.for_ptrs(
-            Scalar::Const(plan.chunk_blocks() as i64),
+        let tile = RegisterTile {
+            tiles: GROUP_TILES,
+            block_bytes,
+        };
+        let ends = e.for_ptrs(
+            Scalar::Const(vector_tiles as i64),
             &[u, m],
-            &[Scalar::Const(u_panel), block_bytes],
+            &[Scalar::Const(GROUP_VECTORS as i64 * u_panel), tile_bytes],
             |e, q| {
                 let (u, m) = (q[0], q[1]);
-                let ends = e.for_ptrs(
-                    Scalar::Dyn(groups),
-                    &[v, m],
-                    &[Scalar::Const(group_bytes), Scalar::Const(group_bytes)],
-                    |e, g| micro_tile(e, plan, GROUP_TILES, g[0], u, g[1], block_bytes),
-                );
-                // One last group, or two after a split: `SPLIT_TILES` tiles, then the rest
-                // of the full group's and the last group's.
-                let zero = e.iconst(0);
-                e.for_range(
-                    zero,
-                    last_groups,
-                    &[ends[0], ends[1], first_k],
-                    |e, _, s| {
-                        let (v_last, m_last, k) = (s[0], s[1], s[2]);
-                        e.switch(k, GROUP_TILES / 2 + 1, |e, k| {
-                            if k > 0 {
-                                micro_tile(e, plan, 2 * k, v_last, u, m_last, block_bytes);
-                            }
-                        });
-                        let step = e.b.ins().imul_imm_s(k, 2 * PIXEL_BYTES);
-                        let v_next = e.b.ins().iadd(v_last, step);
-                        let m_next = e.b.ins().iadd(m_last, step);
-                        let k_next = e.offset(last, moved);
-                        vec![v_next, m_next, k_next]
-                    },
-                );
+                e.for_ptrs(groups, &[v, m], &[group_bytes, group_bytes], |e, g| {
+                    tile.emit(e, plan, GROUP_VECTORS, g[0], u, g[1]);
+                });
             },
         );
+        if odd_vector > 0 {
+            let (u, m) = (ends[0], ends[1]);
+            e.for_ptrs(groups, &[v, m], &[group_bytes, group_bytes], |e, g| {
+                tile.emit(e, plan, 1, g[0], u, g[1]);
+            });
+        }
     };
     match plan.form {
         Form::Unit => {
@@ -1169,71 +1175,97 @@ fn gemm(
     }
 }
 
-/// `tiles` tiles' sums over every input channel for one output-channel vector: `v` points to
-/// the first tile's transformed inputs, `u` to the vector's panel of weights, `m` to where
-/// the first tile's result goes; `V`'s channel blocks lie `block_bytes` apart.
-fn micro_tile(
-    e: &mut Emit<'_>,
-    plan: &WinogradPlan,
+/// The GEMM's register tile: `tiles` tiles' sums over every input channel for one or
+/// [`GROUP_VECTORS`] output-channel vectors.
+struct RegisterTile {
     tiles: usize,
-    v: Value,
-    u: Value,
-    m: Value,
+    /// Bytes from one channel block of `V` (and of `M`) to the next.
     block_bytes: Scalar,
-) {
-    let d = &plan.desc;
-    let f = F32_BYTES;
-    let (full_trips, rest) = (d.ic / GEMM_UNROLL, d.ic % GEMM_UNROLL);
-    // Where each channel block of a trip starts: an immediate offset from `v` for a constant
-    // stride, a pointer per block (an add each) for a runtime one.
-    let trip_blocks = |e: &mut Emit<'_>, v: Value| -> Vec<(Value, i64)> {
-        let mut bases = Vec::with_capacity(GEMM_UNROLL / LANES);
-        for j in 0..(GEMM_UNROLL / LANES) as i64 {
-            bases.push(match block_bytes {
-                Scalar::Const(c) => (v, j * c),
-                Scalar::Dyn(step) if j > 0 => {
-                    let (previous, _) = bases[j as usize - 1];
-                    (e.b.ins().iadd(previous, step), 0)
+}
+
+impl RegisterTile {
+    /// The tile's sums for `vectors` output-channel vectors: `v` points to the first tile's
+    /// transformed inputs, `u` to the vectors' weights (`[ic][vectors][4]`), `m` to where the
+    /// first vector's first tile goes. Per channel, one weight vector per output-channel
+    /// vector, then per tile a broadcast shared by the vectors' FMAs.
+    fn emit(
+        &self,
+        e: &mut Emit<'_>,
+        plan: &WinogradPlan,
+        vectors: usize,
+        v: Value,
+        u: Value,
+        m: Value,
+    ) {
+        let d = &plan.desc;
+        let f = F32_BYTES;
+        let (tiles, block_bytes) = (self.tiles, self.block_bytes);
+        // Bytes of one input channel's weights.
+        let channel_bytes = vectors as i64 * PIXEL_BYTES;
+        let (full_trips, rest) = (d.ic / GEMM_UNROLL, d.ic % GEMM_UNROLL);
+        // Where each channel block of a trip starts: an immediate offset from `v` for a
+        // constant stride, a pointer per block (an add each) for a runtime one.
+        let trip_blocks = |e: &mut Emit<'_>, v: Value| -> Vec<(Value, i64)> {
+            let mut bases = Vec::with_capacity(GEMM_UNROLL / LANES);
+            for j in 0..(GEMM_UNROLL / LANES) as i64 {
+                bases.push(match block_bytes {
+                    Scalar::Const(c) => (v, j * c),
+                    Scalar::Dyn(step) if j > 0 => {
+                        let (previous, _) = bases[j as usize - 1];
+                        (e.b.ins().iadd(previous, step), 0)
+                    }
+                    Scalar::Dyn(_) => (v, 0),
+                });
+            }
+            bases
+        };
+        let zero = e.splat_const(0.0);
+        // Accumulators vector-major: `acc[j * tiles + t]` is vector `j` of tile `t`.
+        let acc = vec![zero; vectors * tiles];
+        let step =
+            |e: &mut Emit<'_>, bases: &[(Value, i64)], u: Value, s: i64, acc: &mut [Value]| {
+                let w: Vec<Value> = (0..vectors as i64)
+                    .map(|j| e.load_vec(u, s * channel_bytes + j * PIXEL_BYTES))
+                    .collect();
+                let (base, offset) = bases[s as usize / LANES];
+                let lane = s % LANES as i64 * f;
+                for tile in 0..tiles {
+                    let x = e.splat_load(base, offset + tile as i64 * PIXEL_BYTES + lane);
+                    for (j, &w) in w.iter().enumerate() {
+                        let a = &mut acc[j * tiles + tile];
+                        *a = e.fma(x, w, *a);
+                    }
                 }
-                Scalar::Dyn(_) => (v, 0),
-            });
+            };
+        let carried: Vec<Value> = [v, u].into_iter().chain(acc.iter().copied()).collect();
+        let after = e.for_count(full_trips, &carried, |e, _, state| {
+            let (v, u) = (state[0], state[1]);
+            let mut acc = state[2..].to_vec();
+            let bases = trip_blocks(e, v);
+            for s in 0..GEMM_UNROLL as i64 {
+                step(e, &bases, u, s, &mut acc);
+            }
+            let v = e.offset_by(v, block_bytes, (GEMM_UNROLL / LANES) as i64);
+            let u = e.offset(u, GEMM_UNROLL as i64 * channel_bytes);
+            [v, u].into_iter().chain(acc).collect()
+        });
+        let (v_rest, u_rest) = (after[0], after[1]);
+        let mut acc = after[2..].to_vec();
+        if rest > 0 {
+            let bases = trip_blocks(e, v_rest);
+            for s in 0..rest as i64 {
+                step(e, &bases, u_rest, s, &mut acc);
+            }
         }
-        bases
-    };
-    let zero = e.splat_const(0.0);
-    let acc = vec![zero; tiles];
-    // A channel: one weight vector, then a broadcast and an FMA per tile.
-    let step = |e: &mut Emit<'_>, bases: &[(Value, i64)], u: Value, s: i64, acc: &mut [Value]| {
-        let w = e.load_vec(u, s * PIXEL_BYTES);
-        let (base, offset) = bases[s as usize / LANES];
-        let lane = s % LANES as i64 * f;
-        for (tile, a) in acc.iter_mut().enumerate() {
-            let x = e.splat_load(base, offset + tile as i64 * PIXEL_BYTES + lane);
-            *a = e.fma(x, w, *a);
+        let mut m_vector = m;
+        for (j, sums) in acc.chunks(tiles).enumerate() {
+            if j > 0 {
+                m_vector = e.offset_by(m_vector, block_bytes, 1);
+            }
+            for (tile, &a) in sums.iter().enumerate() {
+                e.store_vec(a, m_vector, tile as i64 * PIXEL_BYTES);
+            }
         }
-    };
-    let carried: Vec<Value> = [v, u].into_iter().chain(acc.iter().copied()).collect();
-    let after = e.for_count(full_trips, &carried, |e, _, state| {
-        let (v, u) = (state[0], state[1]);
-        let mut acc = state[2..].to_vec();
-        let bases = trip_blocks(e, v);
-        for s in 0..GEMM_UNROLL as i64 {
-            step(e, &bases, u, s, &mut acc);
-        }
-        let v = e.offset_by(v, block_bytes, (GEMM_UNROLL / LANES) as i64);
-        let u = e.offset(u, GEMM_UNROLL as i64 * PIXEL_BYTES);
-        [v, u].into_iter().chain(acc).collect()
-    });
-    let (v_rest, u_rest) = (after[0], after[1]);
-    let mut acc = after[2..].to_vec();
-    if rest > 0 {
-        let bases = trip_blocks(e, v_rest);
-        for s in 0..rest as i64 {
-            step(e, &bases, u_rest, s, &mut acc);
-        }
-    }
-    for (tile, a) in acc.into_iter().enumerate() {
-        e.store_vec(a, m, tile as i64 * PIXEL_BYTES);
     }
 }
 
@@ -1521,7 +1553,7 @@ mod tests {
 
     /// The points of `V` and of `M` start in as many different sets of a 32 KiB, 8-way L1
     /// (64 sets of 64-byte lines, set = address bits 6-11) as there are sets, up to 64, for
-    /// the trunk's layers, at every block a call may take (an even number of tiles up to
+    /// the trunk's layers, at every block a call may take (whole groups of tiles up to
     /// `block_tiles`), so that a transform's 36 (stride 2: 81) streams do not evict each
     /// other: at most two share a set.
     #[test]
@@ -1546,7 +1578,7 @@ mod tests {
             d.algo = crate::key::ConvAlgo::WinogradF4x3;
             let plan = WinogradPlan::new(&d);
             let points = plan.form.points();
-            for tiles in (2..=plan.block_tiles).step_by(2) {
+            for tiles in (GROUP_TILES..=plan.block_tiles).step_by(GROUP_TILES) {
                 for (what, floats) in [
                     ("V", plan.v_point_floats(tiles)),
                     ("M", plan.m_point_floats(tiles)),
@@ -1563,8 +1595,8 @@ mod tests {
     }
 
     /// Two threads, each taking half of a call's work items as `Kernel::run` splits them,
-    /// get the same work give or take a pair of tiles per chunk, and every block holds at
-    /// most `block_tiles` tiles, an even number of them but for the last of an odd count.
+    /// get the same work give or take a group of tiles per chunk, and every block holds at
+    /// most `block_tiles` tiles, whole groups of them but for the call's last block.
     #[test]
     fn two_threads_get_the_same_tiles() {
         for (ic, oc) in [(64, 64), (256, 256)] {
@@ -1582,7 +1614,7 @@ mod tests {
                     let (chunks, chunk_channels) = (plan.oc_chunks, plan.m_tile_len());
                     let tiles: usize = plan.tiles().iter().product();
                     let (blocks, most) = plan.block_split();
-                    assert!(most <= plan.block_tiles && most.is_multiple_of(2));
+                    assert!(most <= plan.block_tiles && most.is_multiple_of(GROUP_TILES));
                     // Tiles per work item.
                     let mut work = vec![0usize; plan.work_items()];
                     for tile in 0..tiles {
@@ -1594,7 +1626,7 @@ mod tests {
                         let n = work[b * chunks];
                         assert!(n > 0 && n <= most, "{rows}x{cols}: block {b} has {n} tiles");
                         assert!(
-                            n.is_multiple_of(2) || b + 1 == blocks,
+                            n.is_multiple_of(GROUP_TILES) || b + 1 == blocks,
                             "{rows}x{cols}: block {b} has {n} tiles"
                         );
                     }
@@ -1603,7 +1635,7 @@ mod tests {
                     let (first, second) = (first.iter().sum::<usize>(), second.iter().sum());
                     if items > 1 {
                         assert!(
-                            first.abs_diff(second) <= 2 * chunks,
+                            first.abs_diff(second) <= GROUP_TILES * chunks,
                             "{ic} channels, {rows}x{cols}: {tiles} tiles in {blocks} blocks: \
                              {first} against {second}"
                         );
