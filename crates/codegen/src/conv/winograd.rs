@@ -1089,11 +1089,13 @@ fn gemm(
     let groups = e.offset(count, GROUP_TILES as i64 - 1);
     let groups = Scalar::Dyn(e.udiv_const(groups, GROUP_TILES as u64));
     let group_bytes = Scalar::Const(GROUP_TILES as i64 * PIXEL_BYTES);
-    let (vector_tiles, odd_vector) = (
+    let (vector_pairs, odd_vector) = (
         plan.chunk_blocks() / GROUP_VECTORS,
         plan.chunk_blocks() % GROUP_VECTORS,
     );
-    let tile_bytes = e.mul(block_bytes, GROUP_VECTORS as i64);
+    // From one pair of output-channel vectors to the next: their weights, and their rows of `M`.
+    let pair_u_bytes = GROUP_VECTORS as i64 * u_panel;
+    let pair_m_bytes = e.mul(block_bytes, GROUP_VECTORS as i64);
     // One point's GEMM: `v`, `u` and `m` at its `V`, weights and `M`.
     let point_gemm = |e: &mut Emit<'_>, v: Value, u: Value, m: Value| {
         let tile = RegisterTile {
@@ -1101,9 +1103,9 @@ fn gemm(
             block_bytes,
         };
         let ends = e.for_ptrs(
-            Scalar::Const(vector_tiles as i64),
+            Scalar::Const(vector_pairs as i64),
             &[u, m],
-            &[Scalar::Const(GROUP_VECTORS as i64 * u_panel), tile_bytes],
+            &[Scalar::Const(pair_u_bytes), pair_m_bytes],
             |e, q| {
                 let (u, m) = (q[0], q[1]);
                 e.for_ptrs(groups, &[v, m], &[group_bytes, group_bytes], |e, g| {
