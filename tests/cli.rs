@@ -2081,6 +2081,10 @@ fn peak_reports_a_rate_and_a_clock() {
         .and_then(|r| r.parse().ok())
         .unwrap_or_else(|| panic!("no ratio: {tile}"));
     assert!(ratio > 0.0, "{tile}");
+    assert!(
+        out.lines().any(|l| l.starts_with("winograd tile: ")),
+        "no winograd tile line: {out}"
+    );
 }
 
 #[test]
@@ -2092,6 +2096,10 @@ fn bench_op_times_one_primitive() {
     assert!(conv.contains("% of peak"), "{conv}");
     assert!(
         conv.contains("register tile (a broadcast load per FMA)"),
+        "{conv}"
+    );
+    assert!(
+        conv.contains("winograd tile (a broadcast load per two FMAs)"),
         "{conv}"
     );
 

@@ -138,8 +138,13 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         threads: 1,
         ..EngineConfig::default()
     })?;
-    let [(peak, _), (tile, tile_ratio)] =
-        measure_patterns(&engine, [FmaPattern::Registers, FmaPattern::Broadcast], 1)?;
+    let patterns = [
+        FmaPattern::Registers,
+        FmaPattern::Broadcast,
+        FmaPattern::SharedBroadcast,
+    ];
+    let [(peak, _), (tile, tile_ratio), (shared, shared_ratio)] =
+        measure_patterns(&engine, patterns, 1)?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -152,6 +157,11 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         out,
         "register tile: {:.1} GFLOP/s with a broadcast load per FMA, the direct convolutions' pattern (best of 9 runs; median {:.1}); {:.2} of the peak, the median of runs alternated with it",
         tile.gflops, tile.median_gflops, tile_ratio
+    )?;
+    writeln!(
+        out,
+        "winograd tile: {:.1} GFLOP/s with a broadcast load per two FMAs (5 tiles x 2 vectors), the Winograd GEMM's pattern (best of 9 runs; median {:.1}); {:.2} of the peak, the median of runs alternated with it",
+        shared.gflops, shared.median_gflops, shared_ratio
     )?;
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -392,19 +402,26 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         Some(_) => None,
         None => Some(descriptor_key(args)?),
     };
-    // The peak of as many threads as the engine runs, all running at once, and the direct
-    // convolutions' register tile alternated with it: how much of the peak their instruction
-    // pattern reaches on this host at this moment.
-    let patterns = [FmaPattern::Registers, FmaPattern::Broadcast];
-    let [(peak, _), (tile, tile_ratio)] = measure_patterns(&engine, patterns, engine.threads())?;
+    // The peak of as many threads as the engine runs, all running at once, and the direct and
+    // Winograd convolutions' register tiles alternated with it: how much of the peak their
+    // instruction patterns reach on this host at this moment.
+    let patterns = [
+        FmaPattern::Registers,
+        FmaPattern::Broadcast,
+        FmaPattern::SharedBroadcast,
+    ];
+    let [(peak, _), (tile, tile_ratio), (shared, shared_ratio)] =
+        measure_patterns(&engine, patterns, engine.threads())?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "peak: {:.1} GFLOP/s with {} thread(s) at once; register tile (a broadcast load per FMA): {:.1} GFLOP/s, {:.2} of the peak",
+        "peak: {:.1} GFLOP/s with {} thread(s) at once; register tile (a broadcast load per FMA): {:.1} GFLOP/s, {:.2} of the peak; winograd tile (a broadcast load per two FMAs): {:.1} GFLOP/s, {:.2}",
         peak.gflops,
         engine.threads(),
         tile.gflops,
-        tile_ratio
+        tile_ratio,
+        shared.gflops,
+        shared_ratio
     )?;
     let peak_before = peak.gflops;
     let Some((key, compiled_key, name)) = problem else {

@@ -186,6 +186,11 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
              then a broadcast load per FMA\n"
                 .to_string()
         }
+        PrimitiveKey::FmaPeak(FmaPattern::SharedBroadcast) => {
+            "  10 f32x4 FMA chains (5 tiles x 2 vectors), 12 channels per loop trip: per channel \
+             two weight-vector loads, then per tile a broadcast load shared by two FMAs\n"
+                .to_string()
+        }
     }
 }
 

@@ -11,6 +11,8 @@ use std::hash::{Hash, Hasher};
 pub use primjit_ir::PoolWindow;
 use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
 
+use crate::conv::winograd::{GROUP_TILES, GROUP_VECTORS};
+
 /// The memory layout of an activation tensor.
 ///
 /// `Nchw` is the public layout. `Nchw4c` (oneDNN's `nChw4c`) groups channels by four, the
@@ -557,6 +559,10 @@ pub const FMA_BROADCAST_CHANNELS: usize = 12;
 /// scalar per channel and accumulator.
 pub const FMA_BROADCAST_SOURCE: usize =
     FMA_BROADCAST_CHANNELS * 4 + FMA_BROADCAST_CHANNELS * FMA_PEAK_ACCUMULATORS;
+/// Floats of the shared-broadcast FMA peak kernel's source: the Winograd tile's weight vectors
+/// per channel, then a scalar per channel and tile.
+pub const FMA_SHARED_SOURCE: usize =
+    FMA_BROADCAST_CHANNELS * 4 * GROUP_VECTORS + FMA_BROADCAST_CHANNELS * GROUP_TILES;
 
 /// The instruction pattern an FMA peak kernel runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -569,9 +575,14 @@ pub enum FmaPattern {
     /// of the 12 accumulators a broadcast load and an FMA, from a source that stays in L1
     /// ([`FMA_BROADCAST_SOURCE`] floats). A work item is 12 channels (1152 flops). Cranelift
     /// ties an FMA's result to a multiplicand, so a GEMM that reuses a loaded value needs a
-    /// copy or a load per FMA: this is the ceiling of the code it emits for one. (Winograd's
-    /// GEMM shares each broadcast between two FMAs through a copy, `conv::winograd`.)
+    /// copy or a load per FMA: this is the ceiling of the code it emits for one.
     Broadcast,
+    /// The Winograd GEMM's register tile (`conv::winograd`): per channel a weight-vector load
+    /// for each of [`GROUP_VECTORS`] output-channel vectors, then for each of [`GROUP_TILES`]
+    /// tiles a broadcast load that feeds one FMA per vector (through a register copy, as
+    /// Cranelift emits it), from a source that stays in L1 ([`FMA_SHARED_SOURCE`] floats). A
+    /// work item is 12 channels (960 flops), on 10 of the 12 accumulators.
+    SharedBroadcast,
 }
 
 impl FmaPattern {
@@ -580,6 +591,7 @@ impl FmaPattern {
         let fmas = match self {
             FmaPattern::Registers => 8 * FMA_PEAK_ACCUMULATORS,
             FmaPattern::Broadcast => FMA_BROADCAST_CHANNELS * FMA_PEAK_ACCUMULATORS,
+            FmaPattern::SharedBroadcast => FMA_BROADCAST_CHANNELS * GROUP_TILES * GROUP_VECTORS,
         };
         fmas as u64 * 8
     }
@@ -589,6 +601,7 @@ impl FmaPattern {
         match self {
             FmaPattern::Registers => 8,
             FmaPattern::Broadcast => FMA_BROADCAST_SOURCE,
+            FmaPattern::SharedBroadcast => FMA_SHARED_SOURCE,
         }
     }
 }
@@ -1103,6 +1116,9 @@ impl fmt::Display for PrimitiveKey {
             PrimitiveKey::FmaPeak(FmaPattern::Registers) => f.write_str("fma_peak 8x12 f32x4"),
             PrimitiveKey::FmaPeak(FmaPattern::Broadcast) => {
                 f.write_str("fma_peak broadcast 12x12 f32x4")
+            }
+            PrimitiveKey::FmaPeak(FmaPattern::SharedBroadcast) => {
+                f.write_str("fma_peak shared broadcast 12x5x2 f32x4")
             }
         }
     }

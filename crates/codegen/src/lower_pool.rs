@@ -12,6 +12,7 @@ use cranelift_codegen::ir::{InstBuilder, Value, types};
 use primjit_ir::PoolKind;
 
 use crate::conv::direct::{ColumnSplit, RunLen};
+use crate::conv::winograd::{GROUP_TILES, GROUP_VECTORS};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{
     EltwiseDesc, EltwiseKind, FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS, FmaPattern,
@@ -663,12 +664,20 @@ pub fn lower_eltwise(e: &mut Emit<'_>, d: &EltwiseDesc) {
 }
 
 /// The FMA peak loop: `[begin, end)` trips of `pattern` on 12 chains: 8 x 12 independent
-/// `vfmadd`s on registers (each chain `x <- x * b + a`), or the convolutions' register tile
-/// over 12 channels (a weight vector, then a broadcast load and an FMA per accumulator).
+/// `vfmadd`s on registers (each chain `x <- x * b + a`), or the direct convolutions' register
+/// tile over 12 channels (a weight vector, then a broadcast load and an FMA per accumulator),
+/// or, on 10 chains, the Winograd GEMM's (two weight vectors, then per tile a broadcast load
+/// and an FMA per vector).
 pub fn lower_fma_peak(e: &mut Emit<'_>, pattern: FmaPattern) {
     let src = e.buffer(SRC);
     let dst = e.buffer(DST);
-    let acc: Vec<Value> = (0..FMA_PEAK_ACCUMULATORS)
+    // Only the chains the pattern runs: a value carried through the loop untouched would take
+    // a register of the 16.
+    let chains = match pattern {
+        FmaPattern::Registers | FmaPattern::Broadcast => FMA_PEAK_ACCUMULATORS,
+        FmaPattern::SharedBroadcast => GROUP_TILES * GROUP_VECTORS,
+    };
+    let acc: Vec<Value> = (0..chains)
         .map(|k| e.load_vec(dst, 16 * k as i64))
         .collect();
     let (begin, end) = (e.begin, e.end);
@@ -698,6 +707,27 @@ pub fn lower_fma_peak(e: &mut Emit<'_>, pattern: FmaPattern) {
                     let at = scalars + channel * FMA_PEAK_ACCUMULATORS as i64 + k as i64;
                     let b = e.splat_load(src, 4 * at);
                     *x = e.fma(b, w, *x);
+                }
+            }
+            acc
+        }),
+        // As `conv::winograd`'s register tile emits it: the broadcast is the FMAs' first
+        // multiplicand, and the accumulators are vector-major.
+        FmaPattern::SharedBroadcast => e.for_range(begin, end, &acc, |e, _, acc| {
+            let mut acc = acc.to_vec();
+            let vector_floats = 4 * GROUP_VECTORS as i64;
+            let scalars = vector_floats * FMA_BROADCAST_CHANNELS as i64;
+            for channel in 0..FMA_BROADCAST_CHANNELS as i64 {
+                let w: Vec<Value> = (0..GROUP_VECTORS as i64)
+                    .map(|j| e.load_vec(src, 4 * (channel * vector_floats + 4 * j)))
+                    .collect();
+                for tile in 0..GROUP_TILES {
+                    let at = scalars + channel * GROUP_TILES as i64 + tile as i64;
+                    let b = e.splat_load(src, 4 * at);
+                    for (j, &w) in w.iter().enumerate() {
+                        let x = &mut acc[j * GROUP_TILES + tile];
+                        *x = e.fma(b, w, *x);
+                    }
                 }
             }
             acc

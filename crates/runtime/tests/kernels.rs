@@ -2583,6 +2583,52 @@ fn fma_peak_broadcast_sums_each_accumulators_scalars() {
     }
 }
 
+/// The shared-broadcast pattern's trip (the Winograd GEMM's tile): per channel, accumulator
+/// `j * 5 + t` (vector `j`, tile `t`) adds tile `t`'s scalar times the channel's weight vector
+/// `j`, so that a scalar read for the wrong tile or channel, a weight vector of the wrong pair
+/// half, or a lane out of place shows in the sums; the two accumulators the tile leaves alone
+/// stay zero.
+#[test]
+fn fma_peak_shared_broadcast_sums_each_tiles_scalars() {
+    use primjit_codegen::conv::winograd::{GROUP_TILES, GROUP_VECTORS};
+    use primjit_codegen::key::{FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS};
+    let (channels, tiles, vectors) = (FMA_BROADCAST_CHANNELS, GROUP_TILES, GROUP_VECTORS);
+    let mut src = vec![0.0f32; FmaPattern::SharedBroadcast.source_len()];
+    // Weight vector j of channel c: lanes (c + 1) * (j + 1) * [1, 10, 100, 1000].
+    for c in 0..channels {
+        for j in 0..vectors {
+            for lane in 0..4 {
+                src[(c * vectors + j) * 4 + lane] =
+                    ((c + 1) * (j + 1) * 10usize.pow(lane as u32)) as f32;
+            }
+        }
+    }
+    // Scalar of channel c and tile t: t + 1 on channel 0, 0 on the others but the last, where
+    // it is 1.
+    let scalars = channels * vectors * 4;
+    for t in 0..tiles {
+        src[scalars + t] = (t + 1) as f32;
+        src[scalars + (channels - 1) * tiles + t] = 1.0;
+    }
+    let acc = fma_peak_sums(FmaPattern::SharedBroadcast, &src);
+    for k in 0..FMA_PEAK_ACCUMULATORS {
+        for lane in 0..4 {
+            let want = if k < tiles * vectors {
+                let (j, t) = (k / tiles, k % tiles);
+                let unit = (j + 1) * 10usize.pow(lane as u32);
+                ((t + 1) * unit + channels * unit) as f32
+            } else {
+                0.0
+            };
+            assert_eq!(
+                acc[4 * k + lane],
+                want,
+                "accumulator {k}, lane {lane}: {acc:?}"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Row pitches: kernels on windows of wider buffers.
 // ---------------------------------------------------------------------------------------------

@@ -144,11 +144,11 @@ impl Form {
 /// A block's tiles come in groups of this many; a call's last group may be partial, and the
 /// GEMM then computes its missing tiles in vain (at most 4 a call) from whatever the scratch
 /// holds there, and the output transform never reads them.
-const GROUP_TILES: usize = 5;
+pub const GROUP_TILES: usize = 5;
 
 /// Output-channel vectors of the GEMM's register tile. A chunk with an odd number of vectors
 /// runs its last vector with a tile of [`GROUP_TILES`] tiles by one vector.
-const GROUP_VECTORS: usize = 2;
+pub const GROUP_VECTORS: usize = 2;
 
 /// Tiles per block of the layers whose transformed weights stay in L2.
 const CACHED_BLOCK_TILES: usize = 2 * GROUP_TILES;
