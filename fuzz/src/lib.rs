@@ -391,7 +391,7 @@ impl Problem {
                     tolerance: None,
                 }
             }
-            PrimitiveKey::FmaPeak => panic!("the FMA peak loop has no reference"),
+            PrimitiveKey::FmaPeak(_) => panic!("the FMA peak loop has no reference"),
         }
     }
 
