@@ -51,6 +51,14 @@ pub fn measure_peak(engine: &Engine, threads: usize) -> Result<Peak> {
     Ok(peak.0)
 }
 
+/// The peak and the convolutions' register tiles, the direct kernels' and Winograd's, in the
+/// order `peak` and `bench-op` print them.
+const PEAK_AND_TILES: [FmaPattern; 3] = [
+    FmaPattern::Registers,
+    FmaPattern::Broadcast,
+    FmaPattern::SharedBroadcast,
+];
+
 /// Runs each pattern's FMA peak kernel on `threads` threads at once, 9 runs of ~40 ms each,
 /// the patterns alternating run by run (so that each pair shares the host's moment): each
 /// pattern's peak, and the median over the runs of its rate over the first pattern's.
@@ -138,13 +146,8 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         threads: 1,
         ..EngineConfig::default()
     })?;
-    let patterns = [
-        FmaPattern::Registers,
-        FmaPattern::Broadcast,
-        FmaPattern::SharedBroadcast,
-    ];
     let [(peak, _), (tile, tile_ratio), (shared, shared_ratio)] =
-        measure_patterns(&engine, patterns, 1)?;
+        measure_patterns(&engine, PEAK_AND_TILES, 1)?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -405,13 +408,8 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
     // The peak of as many threads as the engine runs, all running at once, and the direct and
     // Winograd convolutions' register tiles alternated with it: how much of the peak their
     // instruction patterns reach on this host at this moment.
-    let patterns = [
-        FmaPattern::Registers,
-        FmaPattern::Broadcast,
-        FmaPattern::SharedBroadcast,
-    ];
     let [(peak, _), (tile, tile_ratio), (shared, shared_ratio)] =
-        measure_patterns(&engine, patterns, engine.threads())?;
+        measure_patterns(&engine, PEAK_AND_TILES, engine.threads())?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

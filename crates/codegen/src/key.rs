@@ -11,7 +11,7 @@ use std::hash::{Hash, Hasher};
 pub use primjit_ir::PoolWindow;
 use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
 
-use crate::conv::winograd::{GROUP_TILES, GROUP_VECTORS};
+use crate::conv::winograd::{GEMM_UNROLL, GROUP_TILES, GROUP_VECTORS};
 
 /// The memory layout of an activation tensor.
 ///
@@ -553,8 +553,8 @@ pub struct EltwiseDesc {
 /// Accumulators of the FMA peak kernel: enough independent chains to cover the FMA latency
 /// on two pipes.
 pub const FMA_PEAK_ACCUMULATORS: usize = 12;
-/// Input channels per loop trip of the broadcast FMA peak kernel, as in the Winograd GEMM.
-pub const FMA_BROADCAST_CHANNELS: usize = 12;
+/// Input channels per loop trip of the broadcast FMA peak kernels: the Winograd GEMM's.
+pub const FMA_BROADCAST_CHANNELS: usize = GEMM_UNROLL;
 /// Floats of the broadcast FMA peak kernel's source: a weight vector per channel, then a
 /// scalar per channel and accumulator.
 pub const FMA_BROADCAST_SOURCE: usize =
@@ -620,10 +620,9 @@ pub enum PrimitiveKey {
     Pool(PoolDesc),
     GlobalPool(GlobalPoolDesc),
     Eltwise(EltwiseDesc),
-    /// Not an op: a loop of f32x4 FMAs into 12 accumulators that measures the machine's peak
-    /// (or, with [`FmaPattern::Broadcast`], the peak of the direct convolutions' register
-    /// tile). Its
-    /// work items are loop trips; it keeps its accumulators (48 floats) in the destination.
+    /// Not an op: a loop of f32x4 FMAs that measures the machine's peak, or the peak of a
+    /// convolution's register tile ([`FmaPattern`]). Its work items are loop trips; it keeps
+    /// its accumulators (12 vectors, 48 floats) in the destination.
     FmaPeak(FmaPattern),
 }
 

@@ -239,7 +239,7 @@ const AT2: [[f64; TILE + 1]; TILE] = [
 /// 5 x 2 tile) regalloc2 keeps 2 to 6 stack accesses a trip in the trunk's kernels, with 8 (80
 /// FMAs) 12 (`dump --stage asm`). The tile of 12 tiles by one vector before it spilled with 4
 /// and 8 channels a trip and needed neither spills nor moves with 12.
-const GEMM_UNROLL: usize = 12;
+pub const GEMM_UNROLL: usize = 12;
 const _: () = assert!(
     GEMM_UNROLL.is_multiple_of(LANES),
     "a trip covers whole channel blocks"
