@@ -1,17 +1,19 @@
 //! A thin layer over Cranelift's `FunctionBuilder`: addressing, vector helpers and loops.
 //!
 //! Every kernel has the signature
-//! `fn(buffers: *const *mut f32, begin: i64, end: i64, extents: *const i64)` in the System V
-//! convention: `buffers` lists the source, weights, destination and extra buffers in the order
-//! of [`crate::PrimitiveKey::buffers`]; `[begin, end)` is the range of work items (output rows)
-//! this call computes, so that threads can split one execution; `extents` points to the
-//! call's spatial extents `[ih, iw, oh, ow, ph, pw]` (the last two: a fused pool's output),
-//! which only kernels with runtime extents read.
+//! `fn(buffers: *const *mut f32, begin: i64, end: i64, extents: *const i64, prefetch: fn)` in
+//! the System V convention: `buffers` lists the source, weights, destination and extra buffers
+//! in the order of [`crate::PrimitiveKey::buffers`]; `[begin, end)` is the range of work items
+//! (output rows) this call computes, so that threads can split one execution; `extents` points
+//! to the call's spatial extents `[ih, iw, oh, ow, ph, pw]` (the last two: a fused pool's
+//! output), which only kernels with runtime extents read; `prefetch` is the runtime's
+//! `extern "C" fn(start: *const u8, bytes: i64)`, which asks the caches for those bytes (see
+//! [`Emit::prefetch`]).
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    AbiParam, BlockArg, ConstantData, Endianness, Function, InstBuilder, MemFlagsData, Signature,
-    StackSlotData, StackSlotKind, UserFuncName, Value, types,
+    AbiParam, BlockArg, ConstantData, Endianness, Function, InstBuilder, MemFlagsData, SigRef,
+    Signature, StackSlotData, StackSlotKind, UserFuncName, Value, types,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -26,7 +28,17 @@ pub fn kernel_signature() -> Signature {
         AbiParam::new(types::I64),
         AbiParam::new(types::I64),
         AbiParam::new(types::I64),
+        AbiParam::new(types::I64),
     ]);
+    sig
+}
+
+/// The signature of the runtime's prefetch function: `extern "C" fn(start: *const u8, bytes:
+/// i64)`.
+fn prefetch_signature() -> Signature {
+    let mut sig = Signature::new(CallConv::SystemV);
+    sig.params
+        .extend([AbiParam::new(types::I64), AbiParam::new(types::I64)]);
     sig
 }
 
@@ -58,6 +70,9 @@ pub struct Emit<'a> {
     pub begin: Value,
     pub end: Value,
     extents: Value,
+    prefetch: Value,
+    /// The prefetch function's signature, imported at its first call.
+    prefetch_sig: Option<SigRef>,
 }
 
 /// Index of each extent in the kernel's `extents` argument.
@@ -99,6 +114,8 @@ impl<'a> Emit<'a> {
             begin: params[1],
             end: params[2],
             extents: params[3],
+            prefetch: params[4],
+            prefetch_sig: None,
         }
     }
 
@@ -136,6 +153,28 @@ impl<'a> Emit<'a> {
         (self.buffers, self.begin, self.end, self.extents) = (table, begin, end, extents);
         body(self);
         (self.buffers, self.begin, self.end, self.extents) = saved;
+    }
+
+    /// Asks the caches for the `bytes` bytes at `start` through the runtime's prefetch
+    /// function, a call whose only effect is on the caches' contents.
+    ///
+    /// Cranelift has no prefetch instruction (wasmtime issue 13075), and a plain load of a
+    /// line that misses to memory holds up retirement until the line arrives. A call
+    /// clobbers the caller-saved registers, every vector register among them, so it belongs
+    /// where no vector is live: between register tiles. Every byte of the range must lie in
+    /// one of the call's buffers, as if the kernel read it.
+    pub fn prefetch(&mut self, start: Value, bytes: Value) {
+        let sig = match self.prefetch_sig {
+            Some(sig) => sig,
+            None => {
+                let sig = self.b.import_signature(prefetch_signature());
+                self.prefetch_sig = Some(sig);
+                sig
+            }
+        };
+        self.b
+            .ins()
+            .call_indirect(sig, self.prefetch, &[start, bytes]);
     }
 
     /// The pointer of buffer `index` in the argument list.

@@ -1,8 +1,8 @@
 //! Every kind of key compiles with the verifier on, to relocation-free code.
 
 use primjit_codegen::{
-    CodegenOptions, ConvDesc, Dumps, EltwiseDesc, EltwiseKind, FmaPattern, GlobalPoolDesc, Layout,
-    PoolDesc, PostOpDesc, PrimitiveKey, compile,
+    CodegenOptions, ConvAlgo, ConvDesc, Dumps, EltwiseDesc, EltwiseKind, FmaPattern,
+    GlobalPoolDesc, Layout, PoolDesc, PostOpDesc, PrimitiveKey, compile,
 };
 use primjit_ir::{Pads, PoolKind, PoolWindow};
 
@@ -160,6 +160,47 @@ fn the_peak_kernels_run_their_pattern_and_nothing_else() {
         assert_eq!(copies, shared, "{pattern:?}: {asm}");
         let spills = count(&|l| l.contains("rsp") && l.contains("xmm"));
         assert_eq!(spills, 0, "{pattern:?}: {asm}");
+    }
+}
+
+/// A stride-1 Winograd conv whose transformed weights stream from beyond L2 (128 channels:
+/// 2.4 MB) asks the runtime to prefetch its weight panels: one indirect call, in the loop over
+/// panels; one whose weights stay in L2 (64 channels: 0.6 MB) and a stride-2 one call
+/// nothing.
+#[test]
+fn only_streamed_stride_1_winograd_kernels_prefetch() {
+    let winograd = |channels: usize, stride: usize| {
+        let mut d = ConvDesc::new(1, channels, [20, 24], channels, [3, 3]);
+        d.strides = [stride, stride];
+        d.pads = Pads {
+            top: 1,
+            left: 1,
+            bottom: 1,
+            right: 1,
+        };
+        d.bias = true;
+        d.src_layout = Layout::Nchw4c;
+        d.dst_layout = Layout::Nchw4c;
+        d.algo = ConvAlgo::WinogradF4x3;
+        PrimitiveKey::Conv(d)
+    };
+    for (key, calls) in [
+        (winograd(128, 1), 1),
+        (winograd(64, 1), 0),
+        (winograd(256, 2), 0),
+    ] {
+        let k = compile(
+            &key,
+            verified(),
+            Dumps {
+                clif: false,
+                disasm: true,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+        let asm = k.disasm().expect("disassembly");
+        let found = asm.lines().filter(|l| l.trim().starts_with("call")).count();
+        assert_eq!(found, calls, "{key}: {asm}");
     }
 }
 

@@ -7,6 +7,7 @@
 //! Kernels are called with pointers to buffers whose lengths the caller has checked against
 //! the key; code generation guarantees that a kernel touches nothing outside them.
 
+use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 use std::io;
 use std::ops::Range;
 
@@ -21,8 +22,32 @@ use crate::error::ExecError;
 use crate::primitive::ExecArgs;
 
 /// The signature of every generated kernel; see `primjit_codegen` (`emit.rs`).
-type KernelFn =
-    unsafe extern "C" fn(buffers: *const *mut f32, begin: i64, end: i64, extents: *const i64);
+type KernelFn = unsafe extern "C" fn(
+    buffers: *const *mut f32,
+    begin: i64,
+    end: i64,
+    extents: *const i64,
+    prefetch: PrefetchFn,
+);
+
+/// The function a kernel calls to prefetch a range of one of its buffers.
+type PrefetchFn = extern "C" fn(start: *const u8, bytes: i64);
+
+/// Asks the caches for the `bytes` bytes at `start`, a 64-byte line at a time (a no-op for
+/// `bytes <= 0`). Generated code calls it where Cranelift offers no prefetch instruction
+/// (`Emit::prefetch` in `primjit_codegen`).
+extern "C" fn prefetch_lines(start: *const u8, bytes: i64) {
+    const LINE: usize = 64;
+    let Ok(bytes) = usize::try_from(bytes) else {
+        return;
+    };
+    for offset in (0..bytes).step_by(LINE) {
+        let line = start.wrapping_add(offset).cast::<i8>();
+        // SAFETY: a prefetch is a hint to the caches: it dereferences nothing, never faults,
+        // whatever the address, and changes no memory or register that the program sees.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
+    }
+}
 
 /// Where page mappings come from; a seam for fault injection in tests.
 pub trait PageSource: Send + Sync {
@@ -157,6 +182,22 @@ impl ExecutableCode {
     /// rows of concurrent calls on the same destination must be disjoint, and their scratch
     /// bands too.
     unsafe fn call(&self, buffers: &[*mut f32], rows: Range<usize>, extents: &[i64; EXTENT_ARGS]) {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { self.call_prefetching(buffers, rows, extents, prefetch_lines) }
+    }
+
+    /// [`ExecutableCode::call`], with the kernel's prefetches going to `prefetch`.
+    ///
+    /// # Safety
+    ///
+    /// As [`ExecutableCode::call`].
+    unsafe fn call_prefetching(
+        &self,
+        buffers: &[*mut f32],
+        rows: Range<usize>,
+        extents: &[i64; EXTENT_ARGS],
+        prefetch: PrefetchFn,
+    ) {
         // SAFETY: the mapping holds a complete kernel with the `KernelFn` ABI, published
         // read+execute by `publish` and alive as long as `self`.
         let entry: KernelFn =
@@ -169,6 +210,7 @@ impl ExecutableCode {
                 rows.start as i64,
                 rows.end as i64,
                 extents.as_ptr(),
+                prefetch,
             )
         }
     }
@@ -674,6 +716,88 @@ mod tests {
         map[64 * page - 1] = 7;
         grow_mapping(&mut map, 64 * page).unwrap();
         assert_eq!(map[64 * page - 1], 7);
+    }
+
+    /// A streamed Winograd kernel prefetches only bytes of its weights, each panel it reads
+    /// but a work item's first, once, and its results do not depend on the prefetches.
+    #[test]
+    fn winograd_prefetches_stay_inside_the_weights() {
+        use primjit_codegen::{CodegenOptions, ConvAlgo, ConvDesc, Dumps, Layout, compile};
+        use primjit_ir::Pads;
+        use std::sync::Mutex;
+
+        static RANGES: Mutex<Vec<(usize, i64)>> = Mutex::new(Vec::new());
+        extern "C" fn record(start: *const u8, bytes: i64) {
+            RANGES.lock().unwrap().push((start as usize, bytes));
+        }
+
+        // 128 channels: 2.4 MB of transformed weights, streamed; two chunks of 16 vectors,
+        // 8 pairs of 2 KB panels each (4 KB a pair) at each of the 36 points.
+        let (channels, points, pair_bytes, pairs) = (128, 36, 4096, 8);
+        let mut d = ConvDesc::new(1, channels, [9, 23], channels, [3, 3]);
+        d.pads = Pads {
+            top: 1,
+            left: 1,
+            bottom: 1,
+            right: 1,
+        };
+        d.bias = true;
+        d.src_layout = Layout::Nchw4c;
+        d.dst_layout = Layout::Nchw4c;
+        d.algo = ConvAlgo::WinogradF4x3;
+        let key = PrimitiveKey::Conv(d.clone());
+        let compiled = compile(&key, CodegenOptions::default(), Dumps::default()).unwrap();
+        let kernel = Kernel::publish(&compiled, &SystemPages).unwrap();
+        let specs = key.buffers();
+        let src: Vec<f32> = (0..specs[0].len).map(|i| (i % 7) as f32 - 3.0).collect();
+        let weight_count = channels * channels * 9;
+        let w: Vec<f32> = (0..weight_count).map(|i| (i % 5) as f32 * 0.1).collect();
+        let bias = vec![0.5; channels];
+        let weights = d.pack_weights(&w, Some(&bias));
+        let mut scratch = vec![0.0; d.scratch_len()];
+        let run = |prefetch: Option<PrefetchFn>, scratch: &mut [f32]| {
+            let mut dst = vec![0.0; specs[2].len];
+            let args = ExecArgs {
+                src: &src,
+                weights: Some(&weights),
+                dst: &mut dst,
+                extra: &[],
+                scratch: Some(scratch),
+            };
+            let (ptrs, _) = pointers(&key, &specs, args, Residual::Extra).unwrap();
+            let items = 0..key.work_items();
+            // SAFETY: `pointers` checked every buffer against the key the kernel implements;
+            // they live through the call, on this thread alone, with one band of scratch.
+            unsafe {
+                match prefetch {
+                    Some(p) => kernel
+                        .code
+                        .call_prefetching(&ptrs, items, &key.extent_args(), p),
+                    None => kernel.code.call(&ptrs, items, &key.extent_args()),
+                }
+            }
+            dst
+        };
+        RANGES.lock().unwrap().clear();
+        let recorded = run(Some(record), &mut scratch);
+        assert_eq!(recorded, run(None, &mut scratch));
+        let ranges = RANGES.lock().unwrap().clone();
+
+        let items = key.work_items();
+        assert_eq!(ranges.len(), items * points * pairs);
+        let lo = weights.as_ptr() as usize;
+        let hi = lo + weights.len() * 4;
+        for &(start, bytes) in &ranges {
+            assert!(
+                bytes == 0 || (start >= lo && start + bytes as usize <= hi),
+                "prefetch of {bytes} bytes at {start:#x} outside the weights {lo:#x}..{hi:#x}"
+            );
+        }
+        // Each work item reads its chunk's 8 panels at each point and asks for all of them
+        // but its first; its last panel asks for nothing (no next point).
+        let total: i64 = ranges.iter().map(|&(_, b)| b).sum();
+        assert_eq!(total as usize, items * (points * pairs - 1) * pair_bytes);
+        assert_eq!(ranges.iter().filter(|&&(_, b)| b == 0).count(), items);
     }
 
     #[test]

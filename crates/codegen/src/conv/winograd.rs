@@ -291,6 +291,10 @@ pub struct WinogradPlan {
     pub block_tiles: usize,
     /// Work items per block: chunks of output-channel vectors.
     pub oc_chunks: usize,
+    /// The transformed weights are larger than [`STREAMED_WEIGHT_BYTES`]: each block reads
+    /// them from beyond L2, and the GEMM prefetches the next weight panel while it computes
+    /// the current one (see [`gemm`]).
+    pub streamed: bool,
 }
 
 impl WinogradPlan {
@@ -311,7 +315,15 @@ impl WinogradPlan {
             } else {
                 1
             },
+            streamed,
         }
+    }
+
+    /// Whether the GEMM prefetches each weight panel while it computes the one before: where
+    /// the weights stream, at stride 1. (At stride 2, whose 10-tile blocks read each panel
+    /// for two groups, it measured 0.98-1.03 of the time without it: not worth a call.)
+    pub fn prefetches(&self) -> bool {
+        self.streamed && self.form == Form::Unit
     }
 
     /// Output-channel vectors per chunk.
@@ -540,11 +552,19 @@ impl fmt::Display for WinogradPlan {
         writeln!(
             f,
             "  scratch: {}{} bytes per thread; transformed weights: {} bytes ({} floats per \
-             channel pair, against the direct kernel's 9)",
+             channel pair, against the direct kernel's 9), {}",
             if d.runtime.any() { "at most " } else { "" },
             self.scratch_len() * 4,
             self.packed_weights_len() * 4,
             self.form.weight_points(),
+            match (self.streamed, self.prefetches()) {
+                (true, true) => {
+                    "streamed from beyond L2 once per block, each panel prefetched during the \
+                     one before"
+                }
+                (true, false) => "streamed from beyond L2 once per block",
+                (false, _) => "held in L2 across blocks",
+            },
         )
     }
 }
@@ -1096,18 +1116,27 @@ fn gemm(
     // From one pair of output-channel vectors to the next: their weights, and their rows of `M`.
     let pair_u_bytes = GROUP_VECTORS as i64 * u_panel;
     let pair_m_bytes = e.mul(block_bytes, GROUP_VECTORS as i64);
-    // One point's GEMM: `v`, `u` and `m` at its `V`, weights and `M`.
+    // The end of the weights of every point (the bias follows them).
+    let u_limit = e.offset(weights, plan.form.weight_points() as i64 * u_point);
+    // One point's GEMM: `v`, `u` and `m` at its `V`, the chunk's weights and `M`.
     let point_gemm = |e: &mut Emit<'_>, v: Value, u: Value, m: Value| {
         let tile = RegisterTile {
             tiles: GROUP_TILES,
             block_bytes,
         };
+        let prefetch = plan
+            .prefetches()
+            .then(|| PanelPrefetch::new(e, plan, u, u_limit));
         let ends = e.for_ptrs(
             Scalar::Const(vector_pairs as i64),
             &[u, m],
             &[Scalar::Const(pair_u_bytes), pair_m_bytes],
             |e, q| {
                 let (u, m) = (q[0], q[1]);
+                if let Some(p) = &prefetch {
+                    let next = e.offset(u, pair_u_bytes);
+                    p.emit(e, next);
+                }
                 e.for_ptrs(groups, &[v, m], &[group_bytes, group_bytes], |e, g| {
                     tile.emit(e, plan, GROUP_VECTORS, g[0], u, g[1]);
                 });
@@ -1115,6 +1144,10 @@ fn gemm(
         );
         if odd_vector > 0 {
             let (u, m) = (ends[0], ends[1]);
+            if let Some(p) = &prefetch {
+                let next = e.offset(u, u_panel);
+                p.emit(e, next);
+            }
             e.for_ptrs(groups, &[v, m], &[group_bytes, group_bytes], |e, g| {
                 tile.emit(e, plan, 1, g[0], u, g[1]);
             });
@@ -1174,6 +1207,67 @@ fn gemm(
                 Vec::new()
             });
         }
+    }
+}
+
+/// Where a work item's GEMM prefetches the weights it reads next: while one panel (a pair of
+/// output-channel vectors' weights for every input channel, 8 KB at 256 channels) meets the
+/// block's tiles, the next panel of the same point and chunk, or after the chunk's last one
+/// the first panel of the next weight point.
+///
+/// Why: a panel is read from memory by the block's first group of tiles and from L1 by the
+/// others, so without it the first group's loads wait on memory at a rate the core's share
+/// of bandwidth cannot feed, and the other groups leave the memory idle. The narrow calls,
+/// whose blocks have few groups, lost most: on one thread at W=232 layer2's and layer3's
+/// convs took 8-10% longer without it (ARCHITECTURE.md, "Winograd F(4x4, 3x3)").
+struct PanelPrefetch {
+    /// The end of the point's chunk of weights.
+    chunk_end: Value,
+    /// The next weight point's chunk of weights, and whether there is one.
+    next_point: Value,
+    next_point_bytes: Value,
+    /// Bytes prefetched at a time: one pair's panel.
+    bytes: i64,
+}
+
+impl PanelPrefetch {
+    /// For the point whose chunk of weights starts at `u`; `u_limit` is the end of the
+    /// weights of every point.
+    fn new(e: &mut Emit<'_>, plan: &WinogradPlan, u: Value, u_limit: Value) -> Self {
+        let u_panel = plan.desc.ic as i64 * PIXEL_BYTES;
+        let chunk_bytes = plan.chunk_blocks() as i64 * u_panel;
+        let bytes = (GROUP_VECTORS as i64 * u_panel).min(chunk_bytes);
+        let u_point = plan.desc.ic as i64 * plan.ocp() as i64 * F32_BYTES;
+        let chunk_end = e.offset(u, chunk_bytes);
+        let next_point = e.offset(u, u_point);
+        // The chunk's weights at the next point lie inside the weights only if there is a
+        // next point: `u` is less than a point's weights past its point's start.
+        let exists = e.b.ins().icmp(IntCC::UnsignedLessThan, next_point, u_limit);
+        let full = e.iconst(bytes);
+        let none = e.iconst(0);
+        let next_point_bytes = e.b.ins().select(exists, full, none);
+        PanelPrefetch {
+            chunk_end,
+            next_point,
+            next_point_bytes,
+            bytes,
+        }
+    }
+
+    /// Prefetches the panel at `next` if it is still in the point's chunk, else the next
+    /// point's first panel: never a byte outside the weights.
+    fn emit(&self, e: &mut Emit<'_>, next: Value) {
+        let within =
+            e.b.ins()
+                .icmp(IntCC::UnsignedLessThan, next, self.chunk_end);
+        let left = e.b.ins().isub(self.chunk_end, next);
+        let full = e.iconst(self.bytes);
+        let within_bytes = e.imin(left, full);
+        let start = e.b.ins().select(within, next, self.next_point);
+        let bytes =
+            e.b.ins()
+                .select(within, within_bytes, self.next_point_bytes);
+        e.prefetch(start, bytes);
     }
 }
 
