@@ -11,11 +11,15 @@
 //!
 //! ```text
 //! cargo bench -p primjit-cli --bench streaming_cost -- [--n 100] [--threads 2] [--passes 2]
-//!     [--workspace-budget 8MiB] [--band 64] [--reference-streaming off|on] [--nodes]
+//!     [--workspace-budget 8MiB] [--band 64] [--reference-streaming off|on]
+//!     [--reference-prefetch on|off] [--nodes]
 //! ```
 //!
 //! `--reference-streaming on` keeps streaming in the reference, so that only the workspace
-//! budget differs; `--workspace-budget unlimited`, so that only streaming does. `--nodes`
+//! budget differs; `--workspace-budget unlimited`, so that only streaming does. With both,
+//! `--reference-prefetch off` compares the kernels' weight prefetches alone: the reference
+//! runs on a second engine that compiles without them (`CodegenOptions::prefetch_weights`).
+//! `--nodes`
 //! prints where the streamed calls' time goes: per node, its kernel time summed over those
 //! calls on both sides, and their time outside kernels (splits, joins, copies, bookkeeping).
 
@@ -49,6 +53,10 @@ struct Args {
     /// Streaming in the reference run (its workspace is unlimited)
     #[arg(long, value_parser = ["off", "on"], default_value = "off")]
     reference_streaming: String,
+    /// The Winograd kernels' weight prefetches in the reference run (`off`: its own engine,
+    /// which compiles without them)
+    #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+    reference_prefetch: String,
     /// A line per call
     #[arg(long)]
     verbose: bool,
@@ -136,7 +144,15 @@ fn main() -> Result<(), Error> {
     let params = Params::random(&graph, 0);
     let mut config = EngineConfig::from_env()?;
     config.threads = args.threads;
-    let engine = Engine::new(config)?;
+    let engine = Engine::new(config.clone())?;
+    let reference_engine = match args.reference_prefetch.as_str() {
+        "off" => {
+            config.codegen.prefetch_weights = false;
+            Some(Engine::new(config)?)
+        }
+        _ => None,
+    };
+    let reference_engine = reference_engine.as_ref().unwrap_or(&engine);
     let model = CompiledGraph::new(&graph, &params)?.with_mode(ShapeMode::Runtime);
     let reference_streaming = match args.reference_streaming.as_str() {
         "on" => Streaming::ON,
@@ -172,9 +188,9 @@ fn main() -> Result<(), Error> {
             let timed = pass > 0;
             let ((a, was_streamed), (b, _)) = if (i + pass) % 2 == 0 {
                 let a = configured.run(&engine, &x, timed)?;
-                (a, reference.run(&engine, &x, timed)?)
+                (a, reference.run(reference_engine, &x, timed)?)
             } else {
-                let b = reference.run(&engine, &x, timed)?;
+                let b = reference.run(reference_engine, &x, timed)?;
                 (configured.run(&engine, &x, timed)?, b)
             };
             if timed {
@@ -199,11 +215,13 @@ fn main() -> Result<(), Error> {
         .collect();
     let (a, b) = (&configured.seconds, &reference.seconds);
     println!(
-        "{} calls ({} streamed), {} threads; reference: streaming {}, unlimited workspace",
+        "{} calls ({} streamed), {} threads; reference: streaming {}, unlimited workspace, \
+         weight prefetches {}",
         ratios.len(),
         streamed_ratios.len(),
         engine.threads(),
-        args.reference_streaming
+        args.reference_streaming,
+        args.reference_prefetch
     );
     let streamed_median = match streamed_ratios.is_empty() {
         true => "no call streamed".to_string(),

@@ -16,10 +16,24 @@ use crate::plan::{ConvPlan, PoolPlan};
 use crate::{lower_fused, lower_pool};
 
 /// Options that change the generated code or what is kept of it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CodegenOptions {
     /// Run Cranelift's IR verifier (30-45% of compile time; on in tests).
     pub verify: bool,
+    /// Winograd kernels whose weights stream from memory prefetch each weight panel while
+    /// they compute the one before (ARCHITECTURE.md, "Weight panels prefetched"). On by
+    /// default; off to measure what it gains on a host, in one process beside an engine
+    /// with it on (`streaming_cost --reference-prefetch off`).
+    pub prefetch_weights: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions {
+            verify: false,
+            prefetch_weights: true,
+        }
+    }
 }
 
 /// What a caller wants back besides the machine code.
@@ -195,10 +209,11 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
 }
 
 /// Builds the Cranelift function of a key.
-pub fn lower(key: &PrimitiveKey, host: &HostIsa) -> Function {
+pub fn lower(key: &PrimitiveKey, host: &HostIsa, options: CodegenOptions) -> Function {
     let mut func = Function::new();
     let mut fctx = new_context();
     let mut e = Emit::new(&mut func, &mut fctx, host.has_fma);
+    e.prefetch_weights = options.prefetch_weights;
     match key {
         PrimitiveKey::Conv(d) if d.pool.is_some() => lower_fused::lower(&mut e, d),
         PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
@@ -223,7 +238,7 @@ pub fn compile(
     let start = Instant::now();
     key.validate()?;
     let host = host_isa(options.verify)?;
-    let func = lower(key, host);
+    let func = lower(key, host, options);
     let clif = dumps.clif.then(|| func.display().to_string());
     let mut ctx = Context::for_function(func);
     let compiled = ctx

@@ -65,6 +65,8 @@ pub fn row_pixels(pitch: Option<usize>, w: Scalar) -> Scalar {
 pub struct Emit<'a> {
     pub b: FunctionBuilder<'a>,
     pub use_fma: bool,
+    /// Whether kernels may prefetch streamed weights (`CodegenOptions::prefetch_weights`).
+    pub prefetch_weights: bool,
     flags: MemFlagsData,
     pub buffers: Value,
     pub begin: Value,
@@ -109,6 +111,7 @@ impl<'a> Emit<'a> {
         Emit {
             b,
             use_fma,
+            prefetch_weights: true,
             flags,
             buffers: params[0],
             begin: params[1],

@@ -7,7 +7,10 @@ use primjit_codegen::{
 use primjit_ir::{Pads, PoolKind, PoolWindow};
 
 fn verified() -> CodegenOptions {
-    CodegenOptions { verify: true }
+    CodegenOptions {
+        verify: true,
+        ..CodegenOptions::default()
+    }
 }
 
 fn keys() -> Vec<PrimitiveKey> {
@@ -165,7 +168,8 @@ fn the_peak_kernels_run_their_pattern_and_nothing_else() {
 
 /// A stride-1 Winograd conv whose transformed weights stream from beyond L2 (128 channels:
 /// 2.4 MB) asks the runtime to prefetch its weight panels: one indirect call, in the loop over
-/// panels; one whose weights stay in L2 (64 channels: 0.6 MB) and a stride-2 one call
+/// panels; one whose weights stay in L2 (64 channels: 0.6 MB), a stride-2 one, and the
+/// streamed one compiled without prefetches (`CodegenOptions::prefetch_weights`) call
 /// nothing.
 #[test]
 fn only_streamed_stride_1_winograd_kernels_prefetch() {
@@ -184,14 +188,19 @@ fn only_streamed_stride_1_winograd_kernels_prefetch() {
         d.algo = ConvAlgo::WinogradF4x3;
         PrimitiveKey::Conv(d)
     };
-    for (key, calls) in [
-        (winograd(128, 1), 1),
-        (winograd(64, 1), 0),
-        (winograd(256, 2), 0),
+    let without = CodegenOptions {
+        prefetch_weights: false,
+        ..verified()
+    };
+    for (key, options, calls) in [
+        (winograd(128, 1), verified(), 1),
+        (winograd(64, 1), verified(), 0),
+        (winograd(256, 2), verified(), 0),
+        (winograd(128, 1), without, 0),
     ] {
         let k = compile(
             &key,
-            verified(),
+            options,
             Dumps {
                 clif: false,
                 disasm: true,

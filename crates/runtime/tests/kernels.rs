@@ -91,7 +91,10 @@ fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| {
         Engine::new(EngineConfig {
             threads: 1,
-            codegen: CodegenOptions { verify: true },
+            codegen: CodegenOptions {
+                verify: true,
+                ..CodegenOptions::default()
+            },
             ..EngineConfig::default()
         })
         .expect("engine")

@@ -156,6 +156,12 @@ const CACHED_BLOCK_TILES: usize = 2 * GROUP_TILES;
 /// Tiles per block of the stride-1 layers whose transformed weights stream from memory.
 const STREAMED_BLOCK_TILES: usize = 10 * GROUP_TILES;
 
+/// The least a group of tiles prefetches of the next weight panel: 32 lines.
+const PREFETCH_SLICE: i64 = 2048;
+
+/// Bytes of a cache line.
+const LINE_BYTES: i64 = 64;
+
 /// Transformed weights larger than this are streamed from beyond L2 once per block: the plan
 /// then splits output channels between work items and, at stride 1, takes blocks of
 /// [`STREAMED_BLOCK_TILES`] tiles.
@@ -1118,39 +1124,50 @@ fn gemm(
     let pair_m_bytes = e.mul(block_bytes, GROUP_VECTORS as i64);
     // The end of the weights of every point (the bias follows them).
     let u_limit = e.offset(weights, plan.form.weight_points() as i64 * u_point);
+    let prefetching = plan.prefetches() && e.prefetch_weights;
+    // The bytes each group of tiles prefetches: the next panel shared among the groups.
+    let slice = prefetching.then(|| {
+        let groups = e.value(groups);
+        PanelPrefetch::slice(e, pair_u_bytes, groups)
+    });
     // One point's GEMM: `v`, `u` and `m` at its `V`, the chunk's weights and `M`.
     let point_gemm = |e: &mut Emit<'_>, v: Value, u: Value, m: Value| {
         let tile = RegisterTile {
             tiles: GROUP_TILES,
             block_bytes,
         };
-        let prefetch = plan
-            .prefetches()
-            .then(|| PanelPrefetch::new(e, plan, u, u_limit));
+        let prefetch = slice.map(|slice| PanelPrefetch::new(e, plan, u, u_limit, slice));
+        // The groups of tiles of one panel (`vectors` vectors at `u`), the next panel's
+        // bytes asked for a slice a group.
+        let panel = |e: &mut Emit<'_>, vectors: usize, u: Value, m: Value, next: i64| {
+            let Some(p) = &prefetch else {
+                e.for_ptrs(groups, &[v, m], &[group_bytes, group_bytes], |e, g| {
+                    tile.emit(e, plan, vectors, g[0], u, g[1]);
+                });
+                return;
+            };
+            let next = e.offset(u, next);
+            let (at, left) = p.target(e, next);
+            let slice = Scalar::Dyn(p.slice);
+            let back = Scalar::Dyn(e.b.ins().ineg(p.slice));
+            e.for_ptrs(
+                groups,
+                &[v, m, at, left],
+                &[group_bytes, group_bytes, slice, back],
+                |e, g| {
+                    p.emit(e, g[2], g[3]);
+                    tile.emit(e, plan, vectors, g[0], u, g[1]);
+                },
+            );
+        };
         let ends = e.for_ptrs(
             Scalar::Const(vector_pairs as i64),
             &[u, m],
             &[Scalar::Const(pair_u_bytes), pair_m_bytes],
-            |e, q| {
-                let (u, m) = (q[0], q[1]);
-                if let Some(p) = &prefetch {
-                    let next = e.offset(u, pair_u_bytes);
-                    p.emit(e, next);
-                }
-                e.for_ptrs(groups, &[v, m], &[group_bytes, group_bytes], |e, g| {
-                    tile.emit(e, plan, GROUP_VECTORS, g[0], u, g[1]);
-                });
-            },
+            |e, q| panel(e, GROUP_VECTORS, q[0], q[1], pair_u_bytes),
         );
         if odd_vector > 0 {
-            let (u, m) = (ends[0], ends[1]);
-            if let Some(p) = &prefetch {
-                let next = e.offset(u, u_panel);
-                p.emit(e, next);
-            }
-            e.for_ptrs(groups, &[v, m], &[group_bytes, group_bytes], |e, g| {
-                tile.emit(e, plan, 1, g[0], u, g[1]);
-            });
+            panel(e, 1, ends[0], ends[1], u_panel);
         }
     };
     match plan.form {
@@ -1212,28 +1229,45 @@ fn gemm(
 
 /// Where a work item's GEMM prefetches the weights it reads next: while one panel (a pair of
 /// output-channel vectors' weights for every input channel, 8 KB at 256 channels) meets the
-/// block's tiles, the next panel of the same point and chunk, or after the chunk's last one
-/// the first panel of the next weight point.
+/// block's groups of tiles, each group asks for a slice of the next panel of the same point
+/// and chunk (after the chunk's last panel, of the next weight point's first).
 ///
-/// Why: a panel is read from memory by the block's first group of tiles and from L1 by the
-/// others, so without it the first group's loads wait on memory at a rate the core's share
-/// of bandwidth cannot feed, and the other groups leave the memory idle. The narrow calls,
-/// whose blocks have few groups, lost most: on one thread at W=232 layer2's and layer3's
-/// convs took 8-10% longer without it (ARCHITECTURE.md, "Winograd F(4x4, 3x3)").
+/// Why: a panel is read from memory by the block's first group and from L1 by the others, so
+/// without it the first group's loads wait on memory at a rate the core's share of bandwidth
+/// cannot feed, and the other groups leave the memory idle; the narrow calls, whose blocks
+/// have few groups, lost most. In slices, because a whole 8 KB panel asked for at once (128
+/// lines) outruns the lines the core can have in flight, and then slowed layer3 down on a
+/// busy host, where a slice a group sped it up (ARCHITECTURE.md, "Weight panels prefetched").
 struct PanelPrefetch {
     /// The end of the point's chunk of weights.
     chunk_end: Value,
-    /// The next weight point's chunk of weights, and whether there is one.
+    /// The next weight point's chunk of weights, and its bytes to prefetch (0 after the last
+    /// point).
     next_point: Value,
     next_point_bytes: Value,
-    /// Bytes prefetched at a time: one pair's panel.
+    /// Bytes of a panel (of a pair of vectors).
     bytes: i64,
+    /// Bytes a group prefetches.
+    slice: Value,
 }
 
 impl PanelPrefetch {
+    /// The smallest slice of a panel's `bytes` that `groups` groups cover, in whole lines,
+    /// but at least [`PREFETCH_SLICE`]: fewer calls where the groups are many.
+    fn slice(e: &mut Emit<'_>, bytes: i64, groups: Value) -> Value {
+        let one = e.iconst(1);
+        let groups = e.imax(groups, one);
+        let share = e.offset(groups, bytes - 1);
+        let share = e.b.ins().udiv(share, groups);
+        let share = e.offset(share, LINE_BYTES - 1);
+        let share = e.b.ins().band_imm_s(share, -LINE_BYTES);
+        let least = e.iconst(PREFETCH_SLICE);
+        e.imax(share, least)
+    }
+
     /// For the point whose chunk of weights starts at `u`; `u_limit` is the end of the
     /// weights of every point.
-    fn new(e: &mut Emit<'_>, plan: &WinogradPlan, u: Value, u_limit: Value) -> Self {
+    fn new(e: &mut Emit<'_>, plan: &WinogradPlan, u: Value, u_limit: Value, slice: Value) -> Self {
         let u_panel = plan.desc.ic as i64 * PIXEL_BYTES;
         let chunk_bytes = plan.chunk_blocks() as i64 * u_panel;
         let bytes = (GROUP_VECTORS as i64 * u_panel).min(chunk_bytes);
@@ -1251,12 +1285,14 @@ impl PanelPrefetch {
             next_point,
             next_point_bytes,
             bytes,
+            slice,
         }
     }
 
-    /// Prefetches the panel at `next` if it is still in the point's chunk, else the next
-    /// point's first panel: never a byte outside the weights.
-    fn emit(&self, e: &mut Emit<'_>, next: Value) {
+    /// Where the panel after the one read now starts and its bytes: the panel at `next` if
+    /// it is still in the point's chunk, else the next point's first panel; never a byte
+    /// outside the weights.
+    fn target(&self, e: &mut Emit<'_>, next: Value) -> (Value, Value) {
         let within =
             e.b.ins()
                 .icmp(IntCC::UnsignedLessThan, next, self.chunk_end);
@@ -1267,7 +1303,21 @@ impl PanelPrefetch {
         let bytes =
             e.b.ins()
                 .select(within, within_bytes, self.next_point_bytes);
-        e.prefetch(start, bytes);
+        (start, bytes)
+    }
+
+    /// A group's slice: up to `slice` of the `left` bytes at `at`, if any are left.
+    fn emit(&self, e: &mut Emit<'_>, at: Value, left: Value) {
+        let more = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, left, 0);
+        let slice = self.slice;
+        e.if_else(
+            more,
+            |e| {
+                let bytes = e.imin(left, slice);
+                e.prefetch(at, bytes);
+            },
+            |_| {},
+        );
     }
 }
 
