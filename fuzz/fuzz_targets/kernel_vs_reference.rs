@@ -34,7 +34,10 @@ fn engine() -> &'static Engine {
                 capacity: None,
             },
             threads: 3,
-            codegen: CodegenOptions { verify: true },
+            codegen: CodegenOptions {
+                verify: true,
+                ..CodegenOptions::default()
+            },
             ..EngineConfig::default()
         })
         .expect("engine")
