@@ -203,7 +203,8 @@ impl ExecutableCode {
         let entry: KernelFn =
             unsafe { std::mem::transmute::<*const u8, KernelFn>(self.map.as_ptr()) };
         // SAFETY: the caller guarantees the buffers match the key; the kernel reads and writes
-        // only inside them, for rows in `rows`.
+        // only inside them, for rows in `rows`; `prefetch` is a plain `extern "C"` function of
+        // the kernel's prefetch signature, which it may call with any arguments.
         unsafe {
             entry(
                 buffers.as_ptr(),
