@@ -14,7 +14,7 @@
 //!    oc)`, with a register tile of 5 tiles x two output-channel vectors, one broadcast load
 //!    per two FMAs (see [`GROUP_TILES`]), into `M[point][channel block][tile][4]`; where the
 //!    weights stream from memory, each group of tiles prefetches a slice of the next weight
-//!    panel (see [`PanelPrefetch`]);
+//!    panel (see `PanelPrefetch`);
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
 //!    or column stores only its pixels inside the output.
