@@ -735,9 +735,8 @@ mod tests {
 
         // 128 channels: 2.4 MB of transformed weights, streamed; two chunks of 16 vectors,
         // 8 pairs of 2 KB panels each (4 KB a pair) at each of the 36 points. 3 x 6 tiles
-        // make one block of 4 groups, which ask for 2 KB each (the least slice) while the
-        // panel has bytes left.
-        let (channels, points, pair_bytes, pairs, slice) = (128, 36, 4096, 8, 2048);
+        // make one block of 4 groups, which ask for a quarter of the next pair's 4 KB each.
+        let (channels, points, pair_bytes, pairs, slice) = (128, 36, 4096, 8, 1024);
         let mut d = ConvDesc::new(1, channels, [9, 23], channels, [3, 3]);
         d.pads = Pads {
             top: 1,
@@ -798,7 +797,7 @@ mod tests {
             );
         }
         // Each work item reads its chunk's 8 panels at each point and asks for all of them
-        // but its first, in two slices each; its last panel asks for nothing (no next point).
+        // but its first, in four slices each; its last panel asks for nothing (no next point).
         let total: i64 = ranges.iter().map(|&(_, b)| b).sum();
         let asked = items * (points * pairs - 1);
         assert_eq!(total as usize, asked * pair_bytes);
