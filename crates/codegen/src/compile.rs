@@ -212,8 +212,7 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
 pub fn lower(key: &PrimitiveKey, host: &HostIsa, options: CodegenOptions) -> Function {
     let mut func = Function::new();
     let mut fctx = new_context();
-    let mut e = Emit::new(&mut func, &mut fctx, host.has_fma);
-    e.prefetch_weights = options.prefetch_weights;
+    let mut e = Emit::new(&mut func, &mut fctx, host.has_fma, options.prefetch_weights);
     match key {
         PrimitiveKey::Conv(d) if d.pool.is_some() => lower_fused::lower(&mut e, d),
         PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {

@@ -97,7 +97,12 @@ pub enum Scalar {
 }
 
 impl<'a> Emit<'a> {
-    pub fn new(func: &'a mut Function, ctx: &'a mut FunctionBuilderContext, use_fma: bool) -> Self {
+    pub fn new(
+        func: &'a mut Function,
+        ctx: &'a mut FunctionBuilderContext,
+        use_fma: bool,
+        prefetch_weights: bool,
+    ) -> Self {
         func.signature = kernel_signature();
         func.name = UserFuncName::user(0, 0);
         let mut b = FunctionBuilder::new(func, ctx);
@@ -111,7 +116,7 @@ impl<'a> Emit<'a> {
         Emit {
             b,
             use_fma,
-            prefetch_weights: true,
+            prefetch_weights,
             flags,
             buffers: params[0],
             begin: params[1],
