@@ -1171,12 +1171,7 @@ mod tests {
     #[test]
     fn conv_one_liner_is_benchdnn_style() {
         let mut d = ConvDesc::new(1, 64, [80, 80], 64, [3, 3]);
-        d.pads = Pads {
-            top: 1,
-            left: 1,
-            bottom: 1,
-            right: 1,
-        };
+        d.pads = Pads::uniform(1);
         let key = PrimitiveKey::Conv(d.clone());
         assert_eq!(
             key.to_string(),
@@ -1194,22 +1189,16 @@ mod tests {
 
     #[test]
     fn a_fused_pool_shapes_the_destination_the_work_and_the_scratch() {
-        let pads = |p| Pads {
-            top: p,
-            left: p,
-            bottom: p,
-            right: p,
-        };
         // The trunk's stem at W=1031: conv 160x516, pooled 80x258.
         let mut d = ConvDesc::new(1, 3, [320, 1031], 64, [7, 7]);
         d.strides = [2, 2];
-        d.pads = pads(3);
+        d.pads = Pads::uniform(3);
         d.bias = true;
         d.post_ops = vec![PostOpDesc::Relu];
         d.pool = Some(PoolWindow {
             kernel: [3, 3],
             strides: [2, 2],
-            pads: pads(1),
+            pads: Pads::uniform(1),
             dilations: [1, 1],
             ceil_mode: false,
         });
@@ -1248,7 +1237,7 @@ mod tests {
         assert!(err.reason.contains("cannot follow a residual add"), "{err}");
         // The pool's own rules hold on the conv's output.
         let mut padding_only = d;
-        padding_only.pool.as_mut().unwrap().pads = pads(3);
+        padding_only.pool.as_mut().unwrap().pads = Pads::uniform(3);
         let err = PrimitiveKey::Conv(padding_only).validate().unwrap_err();
         assert!(err.reason.starts_with("fused pool: "), "{err}");
     }
@@ -1256,12 +1245,7 @@ mod tests {
     #[test]
     fn runtime_extents_print_as_stars_and_instantiate_per_call() {
         let mut d = ConvDesc::new(1, 64, [80, 1031], 64, [3, 3]);
-        d.pads = Pads {
-            top: 1,
-            left: 1,
-            bottom: 1,
-            right: 1,
-        };
+        d.pads = Pads::uniform(1);
         let w = RuntimeDims { h: false, w: true };
         let key = PrimitiveKey::Conv(d.clone().with_runtime(w));
         assert_eq!(

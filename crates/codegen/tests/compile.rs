@@ -15,12 +15,7 @@ fn verified() -> CodegenOptions {
 
 fn keys() -> Vec<PrimitiveKey> {
     let mut conv = ConvDesc::new(1, 64, [20, 21], 64, [3, 3]);
-    conv.pads = Pads {
-        top: 1,
-        left: 1,
-        bottom: 1,
-        right: 1,
-    };
+    conv.pads = Pads::uniform(1);
     conv.bias = true;
     conv.post_ops = vec![
         PostOpDesc::Add,
@@ -49,12 +44,7 @@ fn keys() -> Vec<PrimitiveKey> {
         window: PoolWindow {
             kernel: [3, 3],
             strides: [2, 2],
-            pads: Pads {
-                top: 1,
-                left: 1,
-                bottom: 1,
-                right: 1,
-            },
+            pads: Pads::uniform(1),
             dilations: [1, 1],
             ceil_mode: true,
         },
@@ -176,12 +166,7 @@ fn only_streamed_stride_1_winograd_kernels_prefetch() {
     let winograd = |channels: usize, stride: usize| {
         let mut d = ConvDesc::new(1, channels, [20, 24], channels, [3, 3]);
         d.strides = [stride, stride];
-        d.pads = Pads {
-            top: 1,
-            left: 1,
-            bottom: 1,
-            right: 1,
-        };
+        d.pads = Pads::uniform(1);
         d.bias = true;
         d.src_layout = Layout::Nchw4c;
         d.dst_layout = Layout::Nchw4c;

@@ -51,6 +51,16 @@ pub struct Pads {
 }
 
 impl Pads {
+    /// The same padding `n` on all four sides, as a `pads` attribute of four equal values.
+    pub const fn uniform(n: usize) -> Pads {
+        Pads {
+            top: n,
+            left: n,
+            bottom: n,
+            right: n,
+        }
+    }
+
     pub fn is_zero(&self) -> bool {
         *self == Pads::default()
     }

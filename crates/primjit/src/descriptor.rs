@@ -310,15 +310,7 @@ mod tests {
             .conv(Layout::Nchw)
             .unwrap();
         assert_eq!((d.mb, d.ic, d.oc, d.oh(), d.ow()), (1, 64, 64, 80, 80));
-        assert_eq!(
-            d.pads,
-            Pads {
-                top: 1,
-                left: 1,
-                bottom: 1,
-                right: 1
-            }
-        );
+        assert_eq!(d.pads, Pads::uniform(1));
     }
 
     #[test]

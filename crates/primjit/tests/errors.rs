@@ -491,12 +491,7 @@ fn exec_error_extra_count() {
 /// A conv with a fused 2x2 max pool: it takes a band of scratch per thread.
 fn fused_key() -> PrimitiveKey {
     let mut d = ConvDesc::new(1, 4, [6, 6], 4, [3, 3]);
-    d.pads = Pads {
-        top: 1,
-        left: 1,
-        bottom: 1,
-        right: 1,
-    };
+    d.pads = Pads::uniform(1);
     d.pool = Some(PoolWindow {
         kernel: [2, 2],
         strides: [2, 2],

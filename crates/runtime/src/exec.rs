@@ -738,12 +738,7 @@ mod tests {
         // make one block of 4 groups, which ask for a quarter of the next pair's 4 KB each.
         let (channels, points, pair_bytes, pairs, slice) = (128, 36, 4096, 8, 1024);
         let mut d = ConvDesc::new(1, channels, [9, 23], channels, [3, 3]);
-        d.pads = Pads {
-            top: 1,
-            left: 1,
-            bottom: 1,
-            right: 1,
-        };
+        d.pads = Pads::uniform(1);
         d.bias = true;
         d.src_layout = Layout::Nchw4c;
         d.dst_layout = Layout::Nchw4c;

@@ -323,12 +323,7 @@ graph kept {
 
 fn residual_conv(channels: usize) -> ConvDesc {
     let mut d = ConvDesc::new(1, channels, [5, 9], channels, [3, 3]);
-    d.pads = Pads {
-        top: 1,
-        left: 1,
-        bottom: 1,
-        right: 1,
-    };
+    d.pads = Pads::uniform(1);
     d.bias = true;
     d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
     d.src_layout = Layout::Nchw4c;

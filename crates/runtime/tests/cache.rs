@@ -60,12 +60,7 @@ fn global_avg(c: usize, h: usize, w: usize) -> PrimitiveKey {
 /// A 3x3 convolution with padding 1 (output as large as the input) and a fused relu.
 fn conv_desc(ic: usize, oc: usize, hw: usize) -> ConvDesc {
     let mut d = ConvDesc::new(1, ic, [hw, hw], oc, [3, 3]);
-    d.pads = Pads {
-        top: 1,
-        left: 1,
-        bottom: 1,
-        right: 1,
-    };
+    d.pads = Pads::uniform(1);
     d.post_ops = vec![PostOpDesc::Relu];
     d
 }
@@ -73,12 +68,7 @@ fn conv_desc(ic: usize, oc: usize, hw: usize) -> ConvDesc {
 /// A 5x5 convolution with padding 2 whose code spans several pages.
 fn big_conv_desc() -> ConvDesc {
     let mut d = ConvDesc::new(1, 5, [11, 11], 12, [5, 5]);
-    d.pads = Pads {
-        top: 2,
-        left: 2,
-        bottom: 2,
-        right: 2,
-    };
+    d.pads = Pads::uniform(2);
     d.post_ops = vec![PostOpDesc::Relu];
     d
 }

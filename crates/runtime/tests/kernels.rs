@@ -381,12 +381,7 @@ fn dilation() -> impl Strategy<Value = usize> {
 fn pads(max: usize) -> impl Strategy<Value = Pads> {
     prop_oneof![
         1 => Just(Pads::default()),
-        1 => (1..=max).prop_map(|p| Pads {
-            top: p,
-            left: p,
-            bottom: p,
-            right: p,
-        }),
+        1 => (1..=max).prop_map(Pads::uniform),
         3 => (0..=max, 0..=max, 0..=max, 0..=max).prop_map(|(top, left, bottom, right)| Pads {
             top,
             left,
@@ -910,7 +905,7 @@ fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
         ),
         prop_oneof![
             1 => Just(Pads::default()),
-            2 => Just(same_pads(1)),
+            2 => Just(Pads::uniform(1)),
             2 => (0..=2usize, 0..=2usize, 0..=2usize, 0..=2usize).prop_map(
                 |(top, left, bottom, right)| Pads { top, left, bottom, right }
             ),
@@ -1031,7 +1026,7 @@ fn same_padded_3x3(
     algo: ConvAlgo,
 ) -> ConvDesc {
     let mut desc = ConvDesc::new(1, ic, hw, oc, [3, 3]);
-    desc.pads = same_pads(1);
+    desc.pads = Pads::uniform(1);
     desc.bias = true;
     desc.post_ops = post_ops;
     desc.src_layout = Layout::Nchw4c;
@@ -1512,7 +1507,7 @@ proptest! {
 #[test]
 fn tiles_outer_loop_order_matches_reference() {
     let mut desc = ConvDesc::new(2, 256, [4, 7], 256, [3, 3]);
-    desc.pads = same_pads(1);
+    desc.pads = Pads::uniform(1);
     desc.bias = true;
     desc.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
     desc.src_layout = Layout::Nchw4c;
@@ -1553,7 +1548,7 @@ fn conv_runtime_width_covers_every_remainder() {
         let mut desc = ConvDesc::new(1, ic, [5, 1], oc, [k, k]);
         desc.strides = [s, s];
         desc.dilations = [d, d];
-        desc.pads = same_pads(pad);
+        desc.pads = Pads::uniform(pad);
         desc.bias = true;
         desc.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
         desc.src_layout = layout;
@@ -1564,7 +1559,7 @@ fn conv_runtime_width_covers_every_remainder() {
     // `ROWS_OUTER_WEIGHT_BYTES` (see `tiles_outer_loop_order_matches_reference`).
     let mut grouped = ConvDesc::new(1, 8, [5, 1], 16, [3, 3]);
     grouped.groups = 2;
-    grouped.pads = same_pads(1);
+    grouped.pads = Pads::uniform(1);
     grouped.bias = true;
     grouped.src_layout = Layout::Nchw4c;
     grouped.dst_layout = Layout::Nchw4c;
@@ -1582,13 +1577,13 @@ fn conv_runtime_width_covers_every_remainder() {
     // The trunk's stem: conv1 with its relu and max pool fused.
     let mut stem = ConvDesc::new(1, 3, [5, 1], 8, [7, 7]);
     stem.strides = [2, 2];
-    stem.pads = same_pads(3);
+    stem.pads = Pads::uniform(3);
     stem.bias = true;
     stem.post_ops = vec![PostOpDesc::Relu];
     stem.pool = Some(PoolWindow {
         kernel: [3, 3],
         strides: [2, 2],
-        pads: same_pads(1),
+        pads: Pads::uniform(1),
         dilations: [1, 1],
         ceil_mode: false,
     });
@@ -1776,7 +1771,7 @@ fn pool_runtime_width_covers_every_remainder() {
             window: PoolWindow {
                 kernel: [k, k],
                 strides: [s, s],
-                pads: same_pads(pad),
+                pads: Pads::uniform(pad),
                 dilations: [1, 1],
                 ceil_mode,
             },
@@ -2035,15 +2030,6 @@ proptest! {
 // Named regression tests.
 // ---------------------------------------------------------------------------------------------
 
-fn same_pads(p: usize) -> Pads {
-    Pads {
-        top: p,
-        left: p,
-        bottom: p,
-        right: p,
-    }
-}
-
 /// Checks a conv problem against the reference, plus a few row splits run alone.
 fn check_conv(desc: ConvDesc, seed: u64) {
     let p = ConvProblem { desc, seed };
@@ -2057,7 +2043,7 @@ fn check_conv(desc: ConvDesc, seed: u64) {
 #[test]
 fn resnet34_3x3_pad1_64_channels_nchw4c_add_relu() {
     let mut d = ConvDesc::new(1, 64, [10, 13], 64, [3, 3]);
-    d.pads = same_pads(1);
+    d.pads = Pads::uniform(1);
     d.bias = true;
     d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
     d.src_layout = Layout::Nchw4c;
@@ -2069,7 +2055,7 @@ fn resnet34_3x3_pad1_64_channels_nchw4c_add_relu() {
 fn stem_7x7_stride2_pad3_3_to_64_nchw_to_nchw4c() {
     let mut d = ConvDesc::new(1, 3, [17, 22], 64, [7, 7]);
     d.strides = [2, 2];
-    d.pads = same_pads(3);
+    d.pads = Pads::uniform(3);
     d.bias = true;
     d.post_ops = vec![PostOpDesc::Relu];
     d.dst_layout = Layout::Nchw4c;
@@ -2104,7 +2090,7 @@ fn conv_1x1_width_1() {
 fn depthwise_and_straddling_groups() {
     let mut d = ConvDesc::new(1, 24, [6, 5], 24, [3, 3]);
     d.groups = 24;
-    d.pads = same_pads(1);
+    d.pads = Pads::uniform(1);
     d.src_layout = Layout::Nchw4c;
     check_conv(d, 3);
     // Tiles of 8 output channels over groups of 3 cross group boundaries irregularly.
@@ -2155,7 +2141,7 @@ fn maxpool_3x3_stride2_pad1() {
                 window: PoolWindow {
                     kernel: [3, 3],
                     strides: [2, 2],
-                    pads: same_pads(1),
+                    pads: Pads::uniform(1),
                     dilations: [1, 1],
                     ceil_mode: false,
                 },
@@ -2259,7 +2245,7 @@ fn nchw4c_padding_lanes_do_not_leak_into_results() {
         }
     }
     let mut d = ConvDesc::new(2, 5, [4, 6], 6, [3, 3]);
-    d.pads = same_pads(1);
+    d.pads = Pads::uniform(1);
     d.src_layout = Layout::Nchw4c;
     d.dst_layout = Layout::Nchw4c;
     let conv = ConvProblem { desc: d, seed: 21 };
@@ -2273,7 +2259,7 @@ fn nchw4c_padding_lanes_do_not_leak_into_results() {
             window: PoolWindow {
                 kernel: [2, 2],
                 strides: [1, 2],
-                pads: same_pads(0),
+                pads: Pads::uniform(0),
                 dilations: [1, 1],
                 ceil_mode: false,
             },
@@ -2409,7 +2395,7 @@ fn wrong_buffers_are_typed_errors() {
         window: PoolWindow {
             kernel: [2, 2],
             strides: [2, 2],
-            pads: same_pads(0),
+            pads: Pads::uniform(0),
             dilations: [1, 1],
             ceil_mode: false,
         },

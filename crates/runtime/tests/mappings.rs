@@ -228,12 +228,7 @@ fn executable_bytes_grow_by_exactly_the_mapped_bytes() {
     // Larger kernels, some spanning several pages.
     for (ic, oc, hw, k, pad) in [(3, 4, 6, 3, 0), (5, 12, 11, 5, 2), (64, 64, 20, 3, 1)] {
         let mut d = ConvDesc::new(1, ic, [hw, hw], oc, [k, k]);
-        d.pads = Pads {
-            top: pad,
-            left: pad,
-            bottom: pad,
-            right: pad,
-        };
+        d.pads = Pads::uniform(pad);
         keys.push(PrimitiveKey::Conv(d));
     }
     keys.push(PrimitiveKey::GlobalPool(GlobalPoolDesc {

@@ -277,12 +277,7 @@ fn random_key(rng: &mut Rng) -> PrimitiveKey {
     };
     let pads = |rng: &mut Rng| {
         let p = rng.range(0, 1);
-        Pads {
-            top: p,
-            left: p,
-            bottom: p,
-            right: p,
-        }
+        Pads::uniform(p)
     };
     loop {
         let key = match rng.range(0, 3) {

@@ -1754,12 +1754,7 @@ mod tests {
             for rows in [1, 4, 17, 40, 80] {
                 for cols in [1, 5, 16, 48, 63, 64, 250] {
                     let mut d = ConvDesc::new(1, ic, [rows, cols], oc, [3, 3]);
-                    d.pads = primjit_ir::Pads {
-                        top: 1,
-                        left: 1,
-                        bottom: 1,
-                        right: 1,
-                    };
+                    d.pads = primjit_ir::Pads::uniform(1);
                     d.algo = crate::key::ConvAlgo::WinogradF4x3;
                     let plan = WinogradPlan::new(&d);
                     let (chunks, chunk_channels) = (plan.oc_chunks, plan.m_tile_len());

@@ -44,12 +44,7 @@ fn runs_a_parsed_graph_op_by_op() {
         let x = input(h, w);
         let out = run_graph(&g, &params, &[("x", &x)]).unwrap();
         let attrs = ConvAttrs {
-            pads: Pads {
-                top: 1,
-                left: 1,
-                bottom: 1,
-                right: 1,
-            },
+            pads: Pads::uniform(1),
             ..ConvAttrs::default()
         };
         let c = conv2d(&x, p("w"), Some(p("b")), &attrs, &[]);
