@@ -1674,6 +1674,43 @@ fn bench_dynamic_policy_compiles_one_primitive_per_node_for_every_width() {
 }
 
 #[test]
+fn bench_names_the_check_calls_kernels_in_the_perf_map_too() {
+    // The calls checked against exact shapes run on an engine of their own; it takes the
+    // timed engine's settings, `PRIMJIT_PERF_MAP` among them, so that a profile of `bench`
+    // names their kernels as well.
+    let f = BenchFiles::new();
+    let child = Command::new(env!("CARGO_BIN_EXE_primjit"))
+        .args(["bench", s(&f.model), "--widths", s(&f.widths), "--n", "3"])
+        .args(["--quiet", "--threads", "1", "--policy", "dynamic"])
+        .env("PRIMJIT_PERF_MAP", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the primjit binary runs");
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", child.id()));
+    let out = child.wait_with_output().unwrap();
+    let text = std::fs::read_to_string(&map);
+    let _ = std::fs::remove_file(&map);
+    success(&out);
+    let text = text.unwrap_or_else(|e| panic!("{}: {e}", map.display()));
+    let keys: Vec<&str> = text
+        .lines()
+        .map(|l| l.splitn(3, ' ').nth(2).expect("START SIZE NAME"))
+        .collect();
+    // The timed run's runtime-width kernels, and the exact ones of the two checked widths.
+    for key in [
+        "primjit conv mb1ic3ih16iw*oc8oh16ow*",
+        "primjit conv mb1ic3ih16iw32oc8oh16ow32",
+        "primjit conv mb1ic3ih16iw40oc8oh16ow40",
+    ] {
+        assert!(
+            keys.iter().any(|k| k.starts_with(key)),
+            "{key} not in {keys:?}"
+        );
+    }
+}
+
+#[test]
 fn dump_dynamic_marks_runtime_fields_and_the_remainder_dispatch() {
     let f = BenchFiles::new();
     let out = success(&primjit(&[

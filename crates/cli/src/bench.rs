@@ -496,6 +496,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
             args,
             widths,
             &mut inputs,
+            &config,
         )?)
     } else {
         None
@@ -694,17 +695,19 @@ fn output_tensors(model: &CompiledGraph, input: &str, widest: [usize; 4]) -> Res
 
 /// Runs the first calls again both under the policy and exact, on an engine of their own so
 /// that the timed run's cache and memory are untouched, and compares the cropped outputs.
+///
+/// The engine takes the timed one's `config` (codegen options, `PRIMJIT_PERF_MAP`, verbosity):
+/// with the defaults instead, a `perf` profile of `bench` left the check calls' kernels
+/// unnamed, a third of the samples of a W=7680 run.
 fn bucket_error(
     model: &CompiledGraph,
     input: &str,
     args: &Args,
     widths: &[usize],
     inputs: &mut Inputs,
+    config: &EngineConfig,
 ) -> Result<BucketError> {
-    let engine = Engine::new(EngineConfig {
-        threads: args.workload.threads,
-        ..EngineConfig::default()
-    })?;
+    let engine = Engine::new(config.clone())?;
     let mut ws = Workspace::new();
     let exact_model = model.clone().with_mode(ShapeMode::Exact);
     let (mut max_abs, mut max_ref) = (0.0f64, 0.0f64);
