@@ -2181,6 +2181,12 @@ fn bench_op_times_every_node_of_a_model() {
 
 /// Runs the small model at W=9 with `vars` set (and every other PRIMJIT_ variable unset).
 fn run_small_with_env(vars: &[(&str, &str)]) -> Output {
+    let vars: Vec<(&str, &std::ffi::OsStr)> = vars.iter().map(|&(n, v)| (n, v.as_ref())).collect();
+    run_small_with_os_env(&vars)
+}
+
+/// As [`run_small_with_env`], with values that need not be UTF-8.
+fn run_small_with_os_env(vars: &[(&str, &std::ffi::OsStr)]) -> Output {
     let f = BenchFiles::new();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_primjit"));
     cmd.args([
@@ -2286,6 +2292,13 @@ fn malformed_primjit_variables_are_errors() {
         &run_small_with_env(&[("PRIMJIT_THREADS", "many")]),
         1,
         &["PRIMJIT_THREADS", "many"],
+    );
+    // A value that is not UTF-8 is malformed, not unset.
+    use std::os::unix::ffi::OsStrExt;
+    failure(
+        &run_small_with_os_env(&[("PRIMJIT_THREADS", std::ffi::OsStr::from_bytes(b"2\xff"))]),
+        1,
+        &["PRIMJIT_THREADS", "2\u{fffd}"],
     );
     // Well-formed values run.
     success(&run_small_with_env(&[

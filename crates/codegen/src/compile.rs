@@ -161,6 +161,11 @@ pub fn host_isa(verify: bool) -> Result<&'static HostIsa, CodegenError> {
 }
 
 /// The tiling plan of a key, as `dump --stage plan` prints it.
+///
+/// # Panics
+///
+/// If `key` is not valid ([`PrimitiveKey::validate`], which [`compile`] calls first): a plan
+/// divides by its strides and groups.
 pub fn describe_plan(key: &PrimitiveKey) -> String {
     match key {
         PrimitiveKey::Conv(d) if d.pool.is_some() => {
@@ -209,6 +214,10 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
 }
 
 /// Builds the Cranelift function of a key.
+///
+/// # Panics
+///
+/// If `key` is not valid ([`PrimitiveKey::validate`], which [`compile`] calls first).
 pub fn lower(key: &PrimitiveKey, host: &HostIsa, options: CodegenOptions) -> Function {
     let mut func = Function::new();
     let mut fctx = new_context();

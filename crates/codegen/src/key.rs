@@ -402,6 +402,10 @@ impl ConvDesc {
     }
 
     /// The packed weights' length in floats, for this key's algorithm.
+    ///
+    /// # Panics
+    ///
+    /// If the key is not valid ([`PrimitiveKey::validate`]): its plan divides by the groups.
     pub fn packed_weights_len(&self) -> usize {
         match self.algo {
             ConvAlgo::Direct => crate::plan::ConvPlan::new(self).packed_weights_len(),
@@ -415,6 +419,12 @@ impl ConvDesc {
     /// kernels' layout ([`crate::ConvPlan::pack_weights`]) or the Winograd-transformed weights
     /// ([`crate::conv::winograd::WinogradPlan::pack_weights`]). Depends on channels, kernel and
     /// layouts only, never on the spatial shape.
+    ///
+    /// # Panics
+    ///
+    /// If the key is not valid ([`PrimitiveKey::validate`]), or `weights` (OIHW,
+    /// [`ConvDesc::weight_shape`]) or `bias` (`oc`) have another length: callers check both
+    /// first, as `CompiledGraph::new` does.
     pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
         match self.algo {
             ConvAlgo::Direct => crate::plan::ConvPlan::new(self).pack_weights(weights, bias),

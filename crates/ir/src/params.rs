@@ -17,12 +17,13 @@ pub struct Tensor {
 
 impl Tensor {
     /// A tensor of the given shape; fails when `data` has the wrong length.
+    /// A shape whose element count overflows `usize` is reported as needing `usize::MAX`.
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Self, ParamError> {
-        let expected: usize = shape.iter().product();
-        if expected != data.len() {
+        let expected = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if expected != Some(data.len()) {
             return Err(ParamError::Length {
                 shape,
-                expected,
+                expected: expected.unwrap_or(usize::MAX),
                 found: data.len(),
             });
         }
@@ -62,6 +63,11 @@ pub enum ParamError {
         expected: Vec<usize>,
         found: Vec<usize>,
     },
+    /// A derived parameter's declared shape disagrees with the parameters it is computed from
+    /// ([`Params::materialize`], [`Params::for_graph`]); `Graph::verify` reports the same
+    /// graph with its source location. Fix the declarations.
+    #[error("derived parameter @{name}: {message}")]
+    Derived { name: String, message: String },
     /// A tensor's data does not fill its shape ([`Tensor::new`]). Pass exactly the product of
     /// the shape's extents.
     #[error("tensor data has {found} elements but shape {shape:?} needs {expected}")]
@@ -180,9 +186,9 @@ impl Params {
                 random_tensor(seed, &data.name, data.shape.clone(), lo, hi),
             );
         }
-        params
-            .materialize(graph)
-            .expect("random parameters have the declared shapes");
+        // Derived parameters that disagree with their sources are left out: `for_graph`,
+        // `materialize` and `Graph::verify` report them, and no value could be computed.
+        let _ = params.materialize(graph);
         params
     }
 
@@ -212,10 +218,15 @@ impl Params {
         })
     }
 
-    /// Checks every non-derived parameter of `graph` against its declaration.
+    /// Checks every non-derived parameter of `graph` against its declaration, and every
+    /// derived one's declared shape against its sources' (what [`derive`] relies on).
     fn check(&self, graph: &Graph) -> Result<(), ParamError> {
         for (_, data) in graph.params() {
-            if data.derived.is_some() {
+            if let Some(d) = &data.derived {
+                check_derived(graph, d, &data.shape).map_err(|message| ParamError::Derived {
+                    name: data.name.clone(),
+                    message,
+                })?;
                 continue;
             }
             match self.tensors.get(&data.name) {
@@ -292,7 +303,54 @@ impl<'a> GraphParams<'a> {
     }
 }
 
-/// The value of a derived parameter of `shape`, its sources read through `data`.
+/// Whether a derived parameter of `shape` can be computed from its sources' declared shapes:
+/// a folded weight has its weight's shape and one scale and variance per output channel, a
+/// folded bias is a vector with one of each source per element. Else why not.
+fn check_derived(graph: &Graph, d: &DerivedParam, shape: &[usize]) -> Result<(), String> {
+    let channels = match (d, shape) {
+        (DerivedParam::BnFoldWeight { .. }, [o, ..]) | (DerivedParam::BnFoldBias { .. }, [o]) => *o,
+        (DerivedParam::BnFoldWeight { .. }, _) => {
+            return Err("a folded weight needs at least one dimension".into());
+        }
+        (DerivedParam::BnFoldBias { .. }, _) => {
+            return Err(format!("a folded bias must have rank 1, found {shape:?}"));
+        }
+    };
+    let expect = |p: Param, want: &[usize]| -> Result<(), String> {
+        let source = graph.param(p);
+        if source.shape == want {
+            return Ok(());
+        }
+        Err(format!(
+            "@{} has shape {:?}, expected {want:?}",
+            source.name, source.shape
+        ))
+    };
+    let per_channel = [channels];
+    match d {
+        DerivedParam::BnFoldWeight {
+            weight, scale, var, ..
+        } => {
+            expect(*weight, shape)?;
+            expect(*scale, &per_channel)?;
+            expect(*var, &per_channel)
+        }
+        DerivedParam::BnFoldBias {
+            conv_bias,
+            scale,
+            bias,
+            mean,
+            var,
+            ..
+        } => conv_bias
+            .iter()
+            .chain([scale, bias, mean, var])
+            .try_for_each(|p| expect(*p, &per_channel)),
+    }
+}
+
+/// The value of a derived parameter of `shape`, its sources read through `data`; `shape`
+/// agrees with its sources' (checked by [`check_derived`]).
 fn derive<'t>(d: &DerivedParam, shape: &[usize], data: impl Fn(Param) -> &'t [f32]) -> Tensor {
     let inv_std = |var: Param, eps: f32| -> Vec<f64> {
         data(var)
@@ -310,7 +368,8 @@ fn derive<'t>(d: &DerivedParam, shape: &[usize], data: impl Fn(Param) -> &'t [f3
             let w = data(*weight);
             let s = data(*scale);
             let inv = inv_std(*var, *epsilon);
-            let per_out = w.len() / shape[0];
+            // At least 1: a weight with no elements (an extent of 0) maps nothing.
+            let per_out = (w.len() / shape[0].max(1)).max(1);
             let values = w
                 .iter()
                 .enumerate()
@@ -449,6 +508,53 @@ mod tests {
     }
 
     #[test]
+    fn derived_parameters_that_disagree_with_their_sources_are_errors_not_panics() {
+        // Parsed but not verified: the folded weight's scale has 2 channels, not 4; a folded
+        // bias of rank 2.
+        for (text, bad) in [
+            (
+                "graph g {
+  input %x: f32[1, 3, 6, 6]
+  param @w: f32[4, 3, 1, 1]
+  param @s: f32[2]
+  param @v: f32[4]
+  param @w2: f32[4, 3, 1, 1] = bnfold_weight(@w, @s, @v, epsilon=0.001)
+  %c = conv2d(%x, @w2)
+  output y = %c
+}
+",
+                "@s has shape [2], expected [4]",
+            ),
+            (
+                "graph g {
+  input %x: f32[1, 3, 6, 6]
+  param @w: f32[4, 3, 1, 1]
+  param @s: f32[4]
+  param @t: f32[4]
+  param @m: f32[4]
+  param @v: f32[4]
+  param @b2: f32[4, 1] = bnfold_bias(@s, @t, @m, @v, epsilon=0.001)
+  %c = conv2d(%x, @w)
+  output y = %c
+}
+",
+                "a folded bias must have rank 1, found [4, 1]",
+            ),
+        ] {
+            let g = crate::parse(text).unwrap();
+            let mut params = Params::random(&g, 1);
+            let name = if text.contains("@w2") { "w2" } else { "b2" };
+            assert!(params.get(name).is_none(), "{text}");
+            let want = ParamError::Derived {
+                name: name.into(),
+                message: bad.into(),
+            };
+            assert_eq!(params.for_graph(&g).err(), Some(want.clone()));
+            assert_eq!(params.materialize(&g), Err(want));
+        }
+    }
+
+    #[test]
     fn tensor_new_checks_length() {
         assert!(Tensor::new(vec![2, 3], vec![0.0; 6]).is_ok());
         assert_eq!(
@@ -457,6 +563,15 @@ mod tests {
                 shape: vec![2, 3],
                 expected: 6,
                 found: 5
+            })
+        );
+        // The element count overflows: an error, not a wrapped product that matches.
+        assert_eq!(
+            Tensor::new(vec![1 << 32, 1 << 32], vec![]),
+            Err(ParamError::Length {
+                shape: vec![1 << 32, 1 << 32],
+                expected: usize::MAX,
+                found: 0
             })
         );
     }

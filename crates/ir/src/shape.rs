@@ -366,11 +366,31 @@ pub fn infer_shapes(graph: &Graph, bindings: &Bindings) -> Result<Shapes, Verify
             subject: format!("%{}", graph.value_name(input.value)),
             loc: input.loc,
         };
-        let dims = input
+        let dims = match input
             .shape
             .iter()
-            .map(|d| d.resolve(bindings).expect("inputs hold no windows"))
-            .collect::<Vec<_>>();
+            .map(|d| d.resolve(bindings))
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(dims) => dims,
+            Err(WindowError {
+                padded_input,
+                extent,
+            }) => {
+                return ctx.fail(format!(
+                    "a graph input's dimension is a window that does not fit: the padded \
+                     input is {padded_input} but the window spans {extent}"
+                ));
+            }
+        };
+        // Every operation reads NCHW values, and a graph input passed straight to an output
+        // is one too: the runtime hands out outputs as 4-dimensional tensors.
+        if dims.len() != 4 {
+            return ctx.fail(format!(
+                "a graph input must have rank 4 (NCHW), found {}",
+                describe(&dims)
+            ));
+        }
         if element_count(&dims).is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
             return ctx.fail(format!(
                 "{} has more than {MAX_TENSOR_ELEMENTS} elements",

@@ -153,14 +153,17 @@ fn f16_to_f32(h: u16) -> f32 {
 /// Decodes `t`; `external` resolves data stored outside the model.
 pub(crate) fn decode(t: &TensorProto, external: &mut ExternalFiles) -> Result<Const, String> {
     let mut dims = Vec::with_capacity(t.dims.len());
-    let mut count: u64 = 1;
+    // `None` once a prefix's count overflows, even if a later dimension is 0: such dims are
+    // refused, and every product of a decoded tensor's dims fits (`Const::len`).
+    let mut count = Some(1u64);
     for &d in &t.dims {
         if d < 0 {
             return Err(format!("dims {:?} has a negative dimension", t.dims));
         }
-        count = count.saturating_mul(d as u64);
+        count = count.and_then(|c| c.checked_mul(d as u64));
         dims.push(d as usize);
     }
+    let count = count.unwrap_or(u64::MAX);
     if count > MAX_ELEMENTS {
         return Err(format!(
             "dims {:?} has more than {MAX_ELEMENTS} elements",
@@ -305,8 +308,20 @@ mod tests {
         );
         let huge = TensorProto {
             dims: vec![1 << 40, 1 << 40],
-            ..typed
+            ..typed.clone()
         };
         assert!(decode(&huge, &mut ext).unwrap_err().contains("more than"));
+        // A count that overflows before a 0: refused too, not decoded as an empty tensor whose
+        // dims no later product can take.
+        let overflow_then_empty = TensorProto {
+            dims: vec![1 << 32, 1 << 32, 0],
+            float_data: vec![],
+            ..typed
+        };
+        assert!(
+            decode(&overflow_then_empty, &mut ext)
+                .unwrap_err()
+                .contains("more than")
+        );
     }
 }

@@ -181,28 +181,49 @@ impl Descriptor {
             .get(&format!("s{a}"))
             .or(self.get(&format!("s{b}")))
             .unwrap_or(1);
+        // Checked throughout: the numbers come from the user, and a wrapped extent would
+        // describe another problem.
+        let too_large = || {
+            DescriptorError::Problem(format!(
+                "the descriptor's extents along `{a}` are too large"
+            ))
+        };
         let dilation = self
             .get(&format!("d{a}"))
             .or(self.get(&format!("d{b}")))
             .unwrap_or(0)
-            + 1;
+            .checked_add(1)
+            .ok_or_else(too_large)?;
         if stride == 0 || kernel == 0 || input == 0 {
             return Err(DescriptorError::Problem(
                 "the descriptor's extents, kernel and strides must be at least 1".into(),
             ));
         }
-        let extent = dilation * (kernel - 1) + 1;
+        let extent = dilation
+            .checked_mul(kernel - 1)
+            .and_then(|e| e.checked_add(1))
+            .ok_or_else(too_large)?;
+        // The padded input `output` windows span.
+        let spanned = |output: usize| {
+            output
+                .checked_sub(1)
+                .and_then(|o| o.checked_mul(stride))
+                .and_then(|o| o.checked_add(extent))
+                .ok_or_else(too_large)
+        };
         let pad = self.get(&format!("p{a}")).or(self.get(&format!("p{b}")));
         let out = self.get(&format!("o{a}"));
         let (pad_begin, output) = match (pad, out) {
             (Some(p), Some(o)) => (p, o),
-            (Some(p), None) => (
-                p,
-                (input + 2 * p)
-                    .checked_sub(extent)
-                    .map_or(0, |s| s / stride + 1),
-            ),
-            (None, Some(o)) => (((o - 1) * stride + extent).saturating_sub(input) / 2, o),
+            (Some(p), None) => {
+                let padded = p
+                    .checked_mul(2)
+                    .and_then(|p| p.checked_add(input))
+                    .ok_or_else(too_large)?;
+                (p, padded.checked_sub(extent).map_or(0, |s| s / stride + 1))
+            }
+            (None, Some(0)) => (0, 0),
+            (None, Some(o)) => (spanned(o)?.saturating_sub(input) / 2, o),
             (None, None) => (0, input.checked_sub(extent).map_or(0, |s| s / stride + 1)),
         };
         if output == 0 {
@@ -210,7 +231,8 @@ impl Descriptor {
                 "the descriptor's output along `{a}` would be empty"
             )));
         }
-        let pad_end = ((output - 1) * stride + extent).saturating_sub(input + pad_begin);
+        let begin = input.checked_add(pad_begin).ok_or_else(too_large)?;
+        let pad_end = spanned(output)?.saturating_sub(begin);
         Ok((input, pad_begin, kernel, stride, dilation, pad_end))
     }
 

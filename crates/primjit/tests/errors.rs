@@ -185,6 +185,31 @@ fn ir_param_error_shape_names_both_shapes() {
 }
 
 #[test]
+fn ir_param_error_derived_names_the_parameter_and_the_source_at_fault() {
+    // Parsed, not verified (`Graph::verify` would report it at its line): the folded weight's
+    // scale has 2 channels where the weight has 4.
+    let graph = parse(
+        "graph g {
+  input %x: f32[1, 3, 6, 6]
+  param @w: f32[4, 3, 1, 1]
+  param @s: f32[2]
+  param @v: f32[4]
+  param @w2: f32[4, 3, 1, 1] = bnfold_weight(@w, @s, @v)
+  %c = conv2d(%x, @w2)
+  output y = %c
+}",
+    )
+    .unwrap();
+    let mut params = Params::random(&graph, 0);
+    let err = params.materialize(&graph).unwrap_err();
+    assert!(matches!(err, ParamError::Derived { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "derived parameter @w2: @s has shape [2], expected [4]"
+    );
+}
+
+#[test]
 fn ir_param_error_length_of_a_tensor() {
     let err = Tensor::new(vec![2, 3], vec![0.0; 5]).unwrap_err();
     assert!(matches!(err, ParamError::Length { .. }));
@@ -697,6 +722,23 @@ fn graph_error_input_data_names_the_input() {
         err.to_string(),
         "input %x: the tensor has 59 values but its shape [1, 3, 4, 5] needs 60"
     );
+    // A shape whose element count overflows: the same error, not a wrapped product.
+    let huge = Tensor {
+        shape: vec![1, 3, 4, 1 << 62],
+        data: vec![],
+    };
+    let err = model()
+        .run(&engine(), &[("x", &huge)], &mut primjit::Workspace::new())
+        .unwrap_err();
+    assert_eq!(
+        err,
+        GraphError::InputData {
+            name: "x".into(),
+            shape: vec![1, 3, 4, 1 << 62],
+            expected: usize::MAX,
+            found: 0
+        }
+    );
 }
 
 #[test]
@@ -851,6 +893,35 @@ fn descriptor_errors_name_the_entry_or_the_problem() {
         err.to_string(),
         "the descriptor's output along `h` would be empty"
     );
+    // Numbers at the ends of `usize`: an error each, never an overflow (`oh0` without a
+    // padding, a dilation of `usize::MAX`, a padding that overflows the padded input, an
+    // output whose windows span more than `usize` can count).
+    let max = usize::MAX;
+    for (descriptor, message) in [
+        (
+            "ic4oc4ih8kh3oh0".to_string(),
+            "the descriptor's output along `h` would be empty",
+        ),
+        (
+            format!("ic4oc4ih8kh3dh{max}"),
+            "the descriptor's extents along `h` are too large",
+        ),
+        (
+            format!("ic4oc4ih8kh3ph{}", max / 2 + 1),
+            "the descriptor's extents along `h` are too large",
+        ),
+        (
+            format!("ic4oc4ih8kh3sh2oh{max}"),
+            "the descriptor's extents along `h` are too large",
+        ),
+    ] {
+        let err = parse(&descriptor).unwrap().conv(Layout::Nchw).unwrap_err();
+        assert_eq!(
+            err,
+            DescriptorError::Problem(message.into()),
+            "{descriptor}"
+        );
+    }
     let conv = DescriptorOp::Conv(primjit::ConvAlgoChoice::Direct);
     let err = parse("mb1g3ic8ih10oc8kh3")
         .unwrap()

@@ -93,7 +93,7 @@ impl Default for CacheConfig {
 impl CacheConfig {
     /// Reads `PRIMJIT_CACHE_BUDGET` and `PRIMJIT_CACHE_CAPACITY`, defaulting what is unset.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(|name| std::env::var(name).ok())
+        Self::from_vars(crate::engine::env_var)
     }
 
     /// As [`CacheConfig::from_env`], reading variables through `var`.

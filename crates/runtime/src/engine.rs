@@ -47,12 +47,19 @@ pub struct EngineConfig {
     pub compile_ahead: bool,
 }
 
+/// The value of the environment variable `name`; a value that is not UTF-8 comes back with
+/// replacement characters, so that the strict parsers report it as malformed instead of
+/// treating it as unset.
+pub(crate) fn env_var(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
 impl EngineConfig {
     /// The defaults, overridden by `PRIMJIT_CACHE_BUDGET`, `PRIMJIT_CACHE_CAPACITY`,
     /// `PRIMJIT_WORKSPACE_BUDGET`, `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS`, `PRIMJIT_CONV_ALGO`,
     /// `PRIMJIT_PERF_MAP` and `PRIMJIT_COMPILE_AHEAD`; a malformed value is an error.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(|name| std::env::var(name).ok())
+        Self::from_vars(env_var)
     }
 
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {

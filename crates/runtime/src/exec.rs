@@ -586,9 +586,22 @@ impl GuardedBuffer {
     /// A zeroed buffer of `len` floats followed by a guard page.
     pub fn new(len: usize) -> io::Result<Self> {
         let page = page_size();
-        let bytes = len * std::mem::size_of::<f32>();
+        // Checked: a wrapped size would map less than the `len` floats `as_slice` hands out.
+        let too_large = || {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a guarded buffer of {len} floats does not fit the address space"),
+            )
+        };
+        let bytes = len
+            .checked_mul(std::mem::size_of::<f32>())
+            .ok_or_else(too_large)?;
         let data_pages = bytes.div_ceil(page).max(1);
-        let mut map = MmapMut::map_anon((data_pages + 1) * page)?;
+        let mapped = data_pages
+            .checked_add(1)
+            .and_then(|p| p.checked_mul(page))
+            .ok_or_else(too_large)?;
+        let mut map = MmapMut::map_anon(mapped)?;
         let guard = map.as_mut_ptr().wrapping_add(data_pages * page);
         // SAFETY: `guard` is the page-aligned start of the mapping's last page, which this
         // value owns; making it inaccessible affects nothing else.
@@ -691,6 +704,24 @@ mod tests {
         assert_eq!(buf.as_slice(), &data[..]);
         assert!(buf.mapped_bytes() >= 4_000_000);
         assert!(WeightBuffer::from_slice(&[]).unwrap().as_slice().is_empty());
+    }
+
+    /// A length whose bytes overflow is refused: wrapped, it mapped a page and handed out a
+    /// slice of `len` floats over it.
+    #[test]
+    fn guarded_buffers_too_large_for_the_address_space_are_refused() {
+        for len in [usize::MAX / 4 + 1, usize::MAX, usize::MAX / 4 - 1] {
+            let e = GuardedBuffer::new(len).err().expect("refused");
+            assert!(
+                matches!(
+                    e.kind(),
+                    io::ErrorKind::InvalidInput | io::ErrorKind::OutOfMemory
+                ),
+                "{len}: {e}"
+            );
+        }
+        let b = GuardedBuffer::new(3).unwrap();
+        assert_eq!(b.as_slice(), &[0.0; 3]);
     }
 
     /// Growing keeps a mapping's bytes (wherever it now lies) and zero-fills the new pages;

@@ -484,12 +484,13 @@ impl CompiledGraph {
         let given: Vec<(&str, &[usize])> = inputs.iter().map(|(n, t)| (*n, t.shape)).collect();
         let bindings = self.graph.bind_inputs(&given, &Bindings::new())?;
         for (name, t) in inputs {
-            let expected: usize = t.shape.iter().product();
-            if t.data.len() != expected {
+            // A count that overflows is reported as needing `usize::MAX`, as the reference does.
+            let expected = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            if expected != Some(t.data.len()) {
                 return Err(GraphError::InputData {
                     name: name.to_string(),
                     shape: t.shape.to_vec(),
-                    expected,
+                    expected: expected.unwrap_or(usize::MAX),
                     found: t.data.len(),
                 });
             }

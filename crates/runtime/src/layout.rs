@@ -3,6 +3,10 @@
 use primjit_codegen::Layout;
 
 /// Copies an NCHW tensor of `shape` into `nChw4c`, zeroing the padding lanes.
+///
+/// # Panics
+///
+/// If `src` is shorter than `Layout::Nchw.buffer_len(shape)`.
 pub fn to_blocked(src: &[f32], shape: [usize; 4]) -> Vec<f32> {
     let mut out = vec![0.0; Layout::Nchw4c.buffer_len(shape)];
     reorder(src, Layout::Nchw, &mut out, Layout::Nchw4c, shape);
@@ -10,6 +14,10 @@ pub fn to_blocked(src: &[f32], shape: [usize; 4]) -> Vec<f32> {
 }
 
 /// Copies an `nChw4c` tensor of `shape` into NCHW, dropping the padding lanes.
+///
+/// # Panics
+///
+/// If `src` is shorter than `Layout::Nchw4c.buffer_len(shape)`.
 pub fn to_nchw(src: &[f32], shape: [usize; 4]) -> Vec<f32> {
     let mut out = vec![0.0; Layout::Nchw.buffer_len(shape)];
     reorder(src, Layout::Nchw4c, &mut out, Layout::Nchw, shape);
@@ -17,6 +25,10 @@ pub fn to_nchw(src: &[f32], shape: [usize; 4]) -> Vec<f32> {
 }
 
 /// Copies every element of `shape` from `src` in layout `from` to `dst` in layout `to`.
+///
+/// # Panics
+///
+/// If `src` or `dst` is shorter than its layout's `buffer_len(shape)`, as slice indexing does.
 pub fn reorder(src: &[f32], from: Layout, dst: &mut [f32], to: Layout, shape: [usize; 4]) {
     let [n, c, h, w] = shape;
     for ni in 0..n {

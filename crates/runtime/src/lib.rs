@@ -4,9 +4,13 @@
 //! All `unsafe` code of primjit lives in [`exec`]: mapping pages, flipping them to
 //! read+execute, and calling kernels.
 
+// The compiler holds every other module to that.
+#![deny(unsafe_code)]
+
 mod cache;
 mod engine;
 mod error;
+#[allow(unsafe_code)]
 pub mod exec;
 mod graph;
 pub mod layout;
