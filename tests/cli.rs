@@ -1674,6 +1674,30 @@ fn bench_dynamic_policy_compiles_one_primitive_per_node_for_every_width() {
 }
 
 #[test]
+fn bench_pads_narrow_calls_when_the_widest_needs_no_padding() {
+    // 320 is its own bucket; 33 pads to 320 (the workload's widest, 7680, is a multiple of 320
+    // too, and the harness once kept no padded buffer then).
+    let f = BenchFiles::new();
+    let widths = write(f.dir.path(), "bucket.txt", "33\n320\n33\n");
+    for policy in ["bucket320", "bucketflex"] {
+        let out = success(&primjit(&[
+            "bench",
+            s(&f.model),
+            "--widths",
+            s(&widths),
+            "--n",
+            "3",
+            "--quiet",
+            "--threads",
+            "1",
+            "--policy",
+            policy,
+        ]));
+        assert!(out.contains(&format!("policy={policy}")), "{out}");
+    }
+}
+
+#[test]
 fn bench_names_the_check_calls_kernels_in_the_perf_map_too() {
     // The calls checked against exact shapes run on an engine of their own; it takes the
     // timed engine's settings, `PRIMJIT_PERF_MAP` among them, so that a profile of `bench`

@@ -390,7 +390,8 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
 
     let widest = widths.iter().copied().max().unwrap_or(1);
     let widest_padded = args.policy.padded_width(widest);
-    let mut inputs = Inputs::new(args.seed, [n, c, h], widest, widest_padded);
+    let pads = widths.iter().any(|&w| args.policy.padded_width(w) != w);
+    let mut inputs = Inputs::new(args.seed, [n, c, h], widest, widest_padded, pads);
     let mut outputs = output_tensors(&model, &input_name, [n, c, h, widest_padded])?;
     let mut ws = Workspace::new();
     let mut configurations = std::collections::HashMap::new();
