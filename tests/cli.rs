@@ -1698,6 +1698,48 @@ fn bench_pads_narrow_calls_when_the_widest_needs_no_padding() {
 }
 
 #[test]
+fn bench_refuses_sizes_beyond_the_ir_before_allocating_them() {
+    let f = BenchFiles::new();
+    // A width whose input would take terabytes: refused when the call's shapes are bound.
+    let widths = write(f.dir.path(), "huge.txt", "33\n99999999999\n");
+    failure(
+        &primjit(&[
+            "bench",
+            s(&f.model),
+            "--widths",
+            s(&widths),
+            "--n",
+            "2",
+            "--quiet",
+        ]),
+        1,
+        &["elements"],
+    );
+    // A parameter of 2^62 floats: the model is verified before its parameters are drawn.
+    let model = write(
+        f.dir.path(),
+        "huge_param.ir",
+        &SMALL.replace(
+            "@w: f32[8, 3, 3, 3]",
+            "@w: f32[8, 3, 3, 3]\n  param @big: f32[2147483648, 2147483648]",
+        ),
+    );
+    failure(
+        &primjit(&[
+            "bench",
+            s(&model),
+            "--widths",
+            s(&f.widths),
+            "--n",
+            "1",
+            "--quiet",
+        ]),
+        1,
+        &["@big", "elements"],
+    );
+}
+
+#[test]
 fn bench_names_the_check_calls_kernels_in_the_perf_map_too() {
     // The calls checked against exact shapes run on an engine of their own; it takes the
     // timed engine's settings, `PRIMJIT_PERF_MAP` among them, so that a profile of `bench`

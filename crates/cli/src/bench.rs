@@ -310,6 +310,9 @@ pub fn run(args: &Args) -> Result<()> {
 pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let mut source = model_source(args.workload.file.as_ref())?;
     let graph = source.parse()?;
+    // Verified before parameters are drawn for it: verification bounds every parameter's
+    // size, which `Params::random` allocates as declared.
+    graph.verify().map_err(|e| source.diagnose(e))?;
     let (input_name, [n, c, h]) = width_symbol(&graph)?;
     let widths = workload::load_widths(args.workload.widths.as_deref())?;
     if args.workload.n == 0 || args.workload.n > widths.len() {
@@ -390,9 +393,11 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
 
     let widest = widths.iter().copied().max().unwrap_or(1);
     let widest_padded = args.policy.padded_width(widest);
+    // The outputs first: binding the widest call's shape checks that its tensors are of a
+    // size the IR accepts before the inputs are allocated for it.
+    let mut outputs = output_tensors(&model, &input_name, [n, c, h, widest_padded])?;
     let pads = widths.iter().any(|&w| args.policy.padded_width(w) != w);
     let mut inputs = Inputs::new(args.seed, [n, c, h], widest, widest_padded, pads);
-    let mut outputs = output_tensors(&model, &input_name, [n, c, h, widest_padded])?;
     let mut ws = Workspace::new();
     let mut configurations = std::collections::HashMap::new();
     let mut records = Vec::with_capacity(widths.len());

@@ -70,7 +70,8 @@ impl Policy {
             Policy::Bucketflex if w < 2560 => 160,
             Policy::Bucketflex => 320,
         };
-        w.div_ceil(step) * step
+        // Saturating: a width this large is refused when the call's shapes are bound.
+        w.div_ceil(step).saturating_mul(step)
     }
 
     pub fn name(self) -> &'static str {
