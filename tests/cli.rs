@@ -2216,12 +2216,20 @@ fn bench_op_times_one_primitive() {
         &["ic8x3", "`x`"],
     );
     assert!(err.contains("unknown entry"), "{err}");
-    // clap rejects an unknown algorithm.
+    // clap rejects an unknown algorithm, and run counts outside 1..=1000 (which were kept
+    // per run, up to a capacity overflow).
     failure(
         &primjit(&["bench-op", desc, "--pool", "--alg", "median"]),
         2,
         &["median"],
     );
+    for runs in ["0", "1001", "18446744073709551615"] {
+        failure(
+            &primjit(&["bench-op", desc, "--runs", runs]),
+            2,
+            &["expected a number of runs from 1 to 1000", runs],
+        );
+    }
 }
 
 #[test]
@@ -2727,7 +2735,7 @@ fn bench_dynamic_streams_wide_calls_bit_identically_to_exact() {
             "--quiet",
         ]),
         1,
-        &["a band of 30 columns: expected a positive multiple of 4"],
+        &["a band of 30 columns: expected a positive multiple of 4 up to 2147483648"],
     );
 }
 

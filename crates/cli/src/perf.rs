@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use primjit::codegen::Pitches;
 use primjit::descriptor::{self, DescriptorOp};
 use primjit::ir::{Tensor, random_tensor};
@@ -74,9 +74,10 @@ fn measure_patterns<const N: usize>(
         let src = vec![1e-7f32; pattern.source_len()];
         let start = Instant::now();
         std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
+            // Spawned fallibly: a thread count the system refuses is an error, not a panic.
+            let handles = (0..threads)
                 .map(|_| {
-                    s.spawn(|| {
+                    std::thread::Builder::new().spawn_scoped(s, || {
                         let mut acc = vec![0.0f32; acc_len];
                         p.execute_range(
                             ExecArgs {
@@ -91,10 +92,11 @@ fn measure_patterns<const N: usize>(
                         )
                     })
                 })
-                .collect();
+                .collect::<std::io::Result<Vec<_>>>()
+                .context("cannot start the peak measurement's threads")?;
             handles
                 .into_iter()
-                .try_for_each(|h| h.join().expect("peak thread"))
+                .try_for_each(|h| h.join().expect("peak thread").map_err(anyhow::Error::from))
         })?;
         let flops = pattern.flops_per_item() as f64 * (trips * threads) as f64;
         Ok(flops / start.elapsed().as_secs_f64() / 1e9)
@@ -139,6 +141,16 @@ pub struct PeakArgs {
     /// Also measure this many threads running the loop at once (0: all cores)
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+}
+
+/// `--runs`: from 1 to 1000 (timings are kept per run).
+fn parse_runs(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n @ 1..=1000) => Ok(n),
+        _ => Err(format!(
+            "expected a number of runs from 1 to 1000, found `{text}`"
+        )),
+    }
 }
 
 pub fn run_peak(args: &PeakArgs) -> Result<()> {
@@ -213,8 +225,8 @@ pub struct BenchOpArgs {
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
 
-    /// Timed executions (after one warm-up)
-    #[arg(long, default_value_t = 20)]
+    /// Timed executions (after one warm-up), 1 to 1000
+    #[arg(long, default_value_t = 20, value_parser = parse_runs)]
     pub runs: usize,
 
     /// With --model: also run the graph with runtime extents for its symbols (the `dynamic`
@@ -345,7 +357,7 @@ impl OpProblem {
     fn time(&mut self, engine: &Engine, runs: usize) -> Result<Vec<f64>> {
         self.execute(engine)?;
         let mut t = Vec::with_capacity(runs);
-        for _ in 0..runs.max(1) {
+        for _ in 0..runs {
             let start = Instant::now();
             self.execute(engine)?;
             t.push(start.elapsed().as_secs_f64());
@@ -443,7 +455,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         // after a warm-up of its own, as the other problem's run has just taken the caches.
         Some((other, _)) => {
             let (mut a, mut b) = (Vec::new(), Vec::new());
-            for _ in 0..args.runs.max(1) {
+            for _ in 0..args.runs {
                 a.push(first.time(&engine, 1)?[0]);
                 b.push(other.time(&engine, 1)?[0]);
             }
@@ -505,7 +517,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
             let bytes = key.activation_bytes() as f64;
             let mut a = vec![0.0f32; first.src.len() + first.dst.len()];
             let b = guarded_random(a.len(), 4);
-            let mut copies: Vec<f64> = (0..args.runs.max(1))
+            let mut copies: Vec<f64> = (0..args.runs)
                 .map(|_| {
                     let t = Instant::now();
                     a.copy_from_slice(std::hint::black_box(&b));
@@ -587,7 +599,7 @@ fn bench_model(
     for model in &models {
         firsts.push(model.run(engine, &[(&name, &x)], &mut ws)?.1);
     }
-    let runs = args.runs.clamp(1, 1000);
+    let runs = args.runs;
     // [model][node][run]; the models alternate run by run, so they see the same machine.
     let mut per_node: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); firsts[0].nodes.len()]; models.len()];

@@ -210,7 +210,23 @@ fn check_windows_touch_input(
     stride: usize,
     dilation: usize,
 ) -> Result<(), VerifyError> {
-    for o in 0..out {
+    // A window that starts inside the input covers its first cell, and one that starts past
+    // the input covers none; only the windows that start in the begin padding need a look.
+    // (A loop over every position ran as long as the output extent, not checked yet: 2^50
+    // times for a kernel of 2^50 over as much padding.)
+    let stride = stride.max(1) as u128;
+    let starting_in_padding = (pad_begin as u128).div_ceil(stride).min(out as u128);
+    if starting_in_padding > MAX_TENSOR_ELEMENTS as u128 {
+        return ctx.fail(format!(
+            "the pooling output {axis} would exceed {MAX_TENSOR_ELEMENTS} positions"
+        ));
+    }
+    let only_padding = |o: u128| {
+        ctx.fail(format!(
+            "pooling window at output {axis} {o} covers only padding"
+        ))
+    };
+    for o in 0..starting_in_padding {
         // The window's cells are `start + k * dilation` for k in 0..kernel; the first one at
         // or after 0 is the only candidate inside the input.
         let start = o as i128 * stride as i128 - pad_begin as i128;
@@ -222,10 +238,12 @@ fn check_windows_touch_input(
         };
         let touches = first < kernel as i128 && start + first * dilation < input as i128;
         if !touches {
-            return ctx.fail(format!(
-                "pooling window at output {axis} {o} covers only padding"
-            ));
+            return only_padding(o);
         }
+    }
+    let past_input = (input as u128 + pad_begin as u128).div_ceil(stride);
+    if past_input < out as u128 {
+        return only_padding(past_input);
     }
     Ok(())
 }
@@ -366,23 +384,19 @@ pub fn infer_shapes(graph: &Graph, bindings: &Bindings) -> Result<Shapes, Verify
             subject: format!("%{}", graph.value_name(input.value)),
             loc: input.loc,
         };
-        let dims = match input
+        // Numbers and symbols only: `bind_inputs` binds a given tensor's extents to them, and
+        // a window (which only the API can declare) would leave its extent unchecked.
+        if input.shape.iter().any(|d| matches!(d, Dim::Window { .. })) {
+            return ctx.fail(format!(
+                "a graph input's dimensions must be numbers or symbols, found {}",
+                describe(&input.shape)
+            ));
+        }
+        let dims = input
             .shape
             .iter()
-            .map(|d| d.resolve(bindings))
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(dims) => dims,
-            Err(WindowError {
-                padded_input,
-                extent,
-            }) => {
-                return ctx.fail(format!(
-                    "a graph input's dimension is a window that does not fit: the padded \
-                     input is {padded_input} but the window spans {extent}"
-                ));
-            }
-        };
+            .map(|d| d.resolve(bindings).unwrap_or_else(|_| d.clone()))
+            .collect::<Vec<_>>();
         // Every operation reads NCHW values, and a graph input passed straight to an output
         // is one too: the runtime hands out outputs as 4-dimensional tensors.
         if dims.len() != 4 {
@@ -436,6 +450,7 @@ fn infer_node(
                 ));
             }
             let [o, i, kh, kw] = [w.shape[0], w.shape[1], w.shape[2], w.shape[3]];
+            ctx.positive("the weight's output and input channels", &[o, i])?;
             ctx.positive("kernel", &[kh, kw])?;
             ctx.positive("groups", &[c.groups])?;
             ctx.positive("strides", &c.strides)?;
@@ -452,11 +467,12 @@ fn infer_node(
                     w.name
                 ));
             }
-            if i as u64 * g != channels {
+            // In u128, so that no product of a weight's channels and groups wraps.
+            let expected = i as u128 * g as u128;
+            if expected != channels as u128 {
                 return ctx.fail(format!(
-                    "channel mismatch: the input has {channels} channels but @{} expects {} ({i} per group x {g} groups)",
+                    "channel mismatch: the input has {channels} channels but @{} expects {expected} ({i} per group x {g} groups)",
                     w.name,
-                    i as u64 * g
                 ));
             }
             if let Some(b) = c.bias {

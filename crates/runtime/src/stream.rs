@@ -92,9 +92,10 @@ impl Streaming {
     };
 
     /// Streaming in bands of `band` columns, which must be a positive multiple of
-    /// [`COLUMN_ALIGN`], for runs whose whole tensors would pass [`Self::DEFAULT_ABOVE`].
+    /// [`COLUMN_ALIGN`] and at most [`MAX_BAND`], for runs whose whole tensors would pass
+    /// [`Self::DEFAULT_ABOVE`].
     pub fn with_band(band: usize) -> Result<Streaming, InvalidBand> {
-        if band == 0 || !band.is_multiple_of(COLUMN_ALIGN) {
+        if band == 0 || !band.is_multiple_of(COLUMN_ALIGN) || band > MAX_BAND {
             return Err(InvalidBand(band));
         }
         Ok(Streaming {
@@ -131,9 +132,13 @@ impl Streaming {
     }
 }
 
-/// A band width that is not a positive multiple of [`COLUMN_ALIGN`].
+/// The widest band: no tensor is wider (the IR caps a tensor at `MAX_TENSOR_ELEMENTS`), and
+/// the schedule's products of band and width stay far from overflowing.
+pub const MAX_BAND: usize = primjit_ir::MAX_TENSOR_ELEMENTS as usize;
+
+/// A band width that is not a positive multiple of [`COLUMN_ALIGN`] up to [`MAX_BAND`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("a band of {0} columns: expected a positive multiple of {COLUMN_ALIGN}")]
+#[error("a band of {0} columns: expected a positive multiple of {COLUMN_ALIGN} up to {MAX_BAND}")]
 pub struct InvalidBand(pub usize);
 
 /// Not `on` or `off`.
@@ -362,6 +367,12 @@ pub fn plan_segment(
             break;
         };
         let kw = graph.param(c.weight).shape[3];
+        // A conv padded by its whole window or more has output columns that read only
+        // padding: no band of input columns computes them, so it runs whole.
+        let extent = c.dilations[1].saturating_mul(kw.saturating_sub(1)) + 1;
+        if c.pads.left >= extent || c.pads.right >= extent {
+            break;
+        }
         let conv = Axis {
             kernel: kw,
             stride: c.strides[1],

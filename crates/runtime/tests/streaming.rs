@@ -304,6 +304,47 @@ graph lagging_reader {
     assert!(bits(&out[0].1) == bits(&expected[0].1));
 }
 
+/// A conv padded by its whole window has columns that read only padding: the segment ends
+/// before it (the band calls' input ranges ran backwards and wrapped), and results match.
+#[test]
+fn a_conv_padded_past_its_window_ends_the_segment() {
+    let text = "
+graph wide_pads {
+  input %x: f32[1, 4, 6, W]
+  param @a.weight: f32[4, 4, 3, 3]
+  param @b.weight: f32[4, 4, 1, 1]
+  param @c.weight: f32[4, 4, 3, 3]
+  %a = conv2d(%x, @a.weight, pads=[1, 1, 1, 1])
+  %b = conv2d(%a, @b.weight, pads=[0, 65, 0, 68])
+  %c = conv2d(%b, @c.weight, pads=[1, 1, 1, 1])
+  output y = %c
+}
+";
+    let graph = parse(text).expect("parses");
+    let params = Params::random(&graph, 3);
+    let build = |streaming| {
+        CompiledGraph::with_conv_algo(&graph, &params, ConvAlgoChoice::Direct)
+            .expect("prepares")
+            .with_mode(ShapeMode::Runtime)
+            .with_streaming(streaming)
+    };
+    let streamed = build(Streaming::with_band(8).expect("a multiple of 4").above(0));
+    let whole = build(Streaming::OFF);
+    let engine = engine(2);
+    let mut ws = Workspace::new();
+    for w in [40, 203] {
+        let mut b = Bindings::new();
+        b.insert("W".to_string(), w as u64);
+        let (segment, _) = streamed.stream_plan(&b).expect("plans").expect("streams");
+        assert_eq!(segment.nodes.len(), 1, "only %a streams");
+        let x = random_tensor(9, "x", vec![1, 4, 6, w], -1.0, 1.0);
+        let (expected, _) = whole.run(&engine, &[("x", &x)], &mut ws).expect("runs");
+        let (out, _) = streamed.run(&engine, &[("x", &x)], &mut ws).expect("runs");
+        assert_eq!(out[0].1.shape, [1, 4, 6, w + 133]);
+        assert!(bits(&out[0].1) == bits(&expected[0].1), "W={w}");
+    }
+}
+
 /// The plan names the streamed nodes, and a run at most four bands wide streams nothing.
 #[test]
 fn the_stream_plan_covers_the_wide_layers() {
@@ -447,14 +488,15 @@ fn streaming_defaults_follow_the_shape_mode_and_bands_are_checked() {
     let m = m.with_mode(ShapeMode::Runtime);
     assert_eq!(m.streaming(), Streaming::ON);
     assert_eq!(m.with_streaming(Streaming::OFF).streaming(), Streaming::OFF);
-    for bad in [0, 6, 30] {
-        let e = Streaming::with_band(bad).expect_err("not a multiple of 4");
+    for bad in [0, 6, 30, (1 << 31) + 4, 1 << 62] {
+        let e = Streaming::with_band(bad).expect_err("not a multiple of 4 up to 2^31");
         assert_eq!(
             e.to_string(),
-            format!("a band of {bad} columns: expected a positive multiple of 4")
+            format!("a band of {bad} columns: expected a positive multiple of 4 up to 2147483648")
         );
     }
     assert_eq!(Streaming::with_band(32).unwrap().band(), Some(32));
+    assert_eq!(Streaming::with_band(1 << 31).unwrap().band(), Some(1 << 31));
     assert_eq!(Streaming::ON.threshold(), 32 << 20);
     // Below the threshold a run keeps its whole tensors: this graph's are small.
     let small = CompiledGraph::new(&graph, &Params::random(&graph, 1))
