@@ -112,6 +112,10 @@ pub(crate) fn import_model(
     })
 }
 
+/// What a parameter made from a constant is: the constant's name, the role that shaped it, its
+/// shape and the scale applied to its values (an f32's bits).
+type ParamOrigin = (String, &'static str, Vec<usize>, u32);
+
 struct Importer {
     opset: i64,
     graph: Graph,
@@ -122,8 +126,9 @@ struct Importer {
     uses: HashMap<String, usize>,
     /// How many reads are still to come of each IR value, over every ONNX name bound to it.
     pending_reads: HashMap<Value, usize>,
-    /// Parameters made from constants, by constant name and the role that shaped them.
-    param_of: HashMap<(String, &'static str), Param>,
+    /// Parameters made from constants, by constant name, the role that shaped them, their
+    /// shape and the scale applied to the values (bits of an f32).
+    param_of: HashMap<ParamOrigin, Param>,
     external: ExternalFiles,
     values: Namespace,
     param_names: Namespace,
@@ -473,22 +478,23 @@ impl Importer {
             })
     }
 
-    /// A parameter holding `data` with `shape`, named after the constant `c`; one parameter per
-    /// constant and `role` (the same weights used twice are one parameter).
+    /// A parameter holding `data` with `shape`, named after the constant `c`, whose values
+    /// `scale` multiplied; one parameter per constant, `role`, shape and scale (the same
+    /// weights used twice are one parameter, and a Gemm's `B` shared with another `alpha` is
+    /// another).
     fn param(
         &mut self,
         c: &Const,
         role: &'static str,
-        suffix: &str,
+        scale: f32,
         shape: Vec<usize>,
         data: Vec<f32>,
     ) -> Param {
-        if let Some(&p) = self.param_of.get(&(c.name.clone(), role)) {
+        let origin = (c.name.clone(), role, shape.clone(), scale.to_bits());
+        if let Some(&p) = self.param_of.get(&origin) {
             return p;
         }
-        let name = self
-            .param_names
-            .fresh(format!("{}{suffix}", sanitize_value(&c.name)));
+        let name = self.param_names.fresh(sanitize_value(&c.name));
         let p = self
             .graph
             .add_param(ParamData {
@@ -507,7 +513,7 @@ impl Importer {
             ir: name,
             onnx: c.name.clone(),
         });
-        self.param_of.insert((c.name.clone(), role), p);
+        self.param_of.insert(origin, p);
         p
     }
 
@@ -529,7 +535,7 @@ impl Importer {
                 c.dims
             ));
         }
-        Ok(self.param(c, role, "", shape.to_vec(), data))
+        Ok(self.param(c, role, 1.0, shape.to_vec(), data))
     }
 
     // ---- emitting --------------------------------------------------------------------------
@@ -820,7 +826,7 @@ impl Importer {
                     ));
                 }
                 let data = data.to_vec();
-                let bias = self.param(&c, "dense bias", "", vec![k], data);
+                let bias = self.param(&c, "dense bias", 1.0, vec![k], data);
                 self.replace_op(
                     value,
                     Op::Conv2d(Conv2d {
@@ -902,7 +908,7 @@ impl Importer {
             dims: vec![c, 1, 1, 1],
             data: ConstData::F32(vec![1.0; c]),
         };
-        let weight = self.param(&ones, "clip identity", "", vec![c, 1, 1, 1], vec![1.0; c]);
+        let weight = self.param(&ones, "clip identity", 1.0, vec![c, 1, 1, 1], vec![1.0; c]);
         self.push(
             node,
             Op::Conv2d(Conv2d {
@@ -1137,7 +1143,7 @@ impl Importer {
         } else {
             "dense weight transposed"
         };
-        let weight = self.param(&b, role, "", vec![k, c, 1, 1], weight);
+        let weight = self.param(&b, role, alpha, vec![k, c, 1, 1], weight);
         let bias = match (gemm, self.optional_constant(node, 2, "C")?) {
             (true, Some(cb)) => {
                 let beta = float(node, "beta")?.unwrap_or(1.0);
@@ -1154,7 +1160,7 @@ impl Importer {
                         ));
                     }
                 };
-                Some(self.param(&cb, "dense bias", "", vec![k], data))
+                Some(self.param(&cb, "dense bias", beta, vec![k], data))
             }
             _ => None,
         };

@@ -604,6 +604,58 @@ fn classifier_head_becomes_a_1x1_conv() {
 }
 
 #[test]
+fn a_constant_shared_by_dense_layers_of_other_scales_becomes_one_parameter_each() {
+    // The same B and C in two Gemms, with another alpha and beta in the second: each gets
+    // its own scaled parameter (the second reused the first's), and the same scales share.
+    let gemm = |name: &str, out: &str, alpha: f32, beta: f32| {
+        node(
+            "Gemm",
+            name,
+            &["f", "w", "b"],
+            &[out],
+            vec![
+                ("transB", A::I(1)),
+                ("alpha", A::F(alpha)),
+                ("beta", A::F(beta)),
+            ],
+        )
+    };
+    let m = model(
+        13,
+        vec![x4("x", 3, 4, 4)],
+        vec![
+            node("GlobalAveragePool", "gap", &["x"], &["p"], vec![]),
+            node("Flatten", "flat", &["p"], &["f"], vec![("axis", A::I(1))]),
+            gemm("one", "y1", 1.0, 1.0),
+            gemm("three", "y3", 3.0, 2.0),
+            gemm("again", "y1b", 1.0, 1.0),
+        ],
+        vec![
+            values("w", &[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            values("b", &[2], vec![0.5, -0.5]),
+        ],
+        &["y1", "y3", "y1b"],
+    );
+    let i = import(&m);
+    let convs: Vec<Conv2d> = ops(&i)
+        .into_iter()
+        .filter_map(|op| match op {
+            Op::Conv2d(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(convs.len(), 3);
+    let data = |p: primjit_ir::Param| i.params.get(&i.graph.param(p).name).unwrap().data.clone();
+    assert_eq!(data(convs[0].weight), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    assert_eq!(data(convs[1].weight), vec![3.0, 6.0, 9.0, 12.0, 15.0, 18.0]);
+    assert_eq!(data(convs[0].bias.unwrap()), vec![0.5, -0.5]);
+    assert_eq!(data(convs[1].bias.unwrap()), vec![1.0, -1.0]);
+    assert_eq!(convs[2].weight, convs[0].weight);
+    assert_eq!(convs[2].bias, convs[0].bias);
+    assert_eq!(i.graph.params().count(), 4);
+}
+
+#[test]
 fn reshape_and_squeeze_flatten_a_1x1_image_like_flatten() {
     let shape = TensorProto {
         name: "shape".into(),
