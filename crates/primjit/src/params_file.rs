@@ -54,7 +54,10 @@ pub enum ParamFileError {
 ///
 /// The file is mapped, not read into memory: the parameters' values are converted from the
 /// mapping, which is gone when this returns, so the file's bytes are never a second copy of
-/// the weights on the heap (and tensors the graph does not use are never read).
+/// the weights on the heap (and tensors the graph does not use are never read). So the file
+/// must not be truncated or rewritten while this runs, as for every loader that maps its
+/// weights: a checkpoint saved over it at that moment can end the process with `SIGBUS`. Where
+/// that can happen, read the file and pass its bytes to [`safetensors_params`].
 pub fn read_safetensors(
     path: &Path,
     graph: &Graph,
