@@ -20,7 +20,7 @@
 //!   byte-budgeted [`PrimitiveCache`], and the [`CompiledGraph`] executor; [`exec`] holds the
 //!   page source an engine maps code from ([`Engine::with_pages`], for fault injection) and
 //!   the guard-paged buffers of the tests;
-//! - [`reference`]: the reference interpreter that every kernel is tested against.
+//! - [`reference`](mod@reference): the reference interpreter that every kernel is tested against.
 //!
 //! Around them, for the tools and bindings that take problems from users: [`descriptor`]
 //! parses benchdnn problem descriptors into keys, and [`params_file`] reads a graph's
