@@ -1777,6 +1777,29 @@ fn bench_names_the_check_calls_kernels_in_the_perf_map_too() {
 }
 
 #[test]
+fn dump_plan_refuses_a_key_the_kernels_cannot_take() {
+    // The IR takes a stride of 2^30; primitive keys stop at 2^29, and the plan stage checks
+    // the keys as the stages that compile do (it planned them unchecked).
+    let dir = temp_dir();
+    let model = write(
+        dir.path(),
+        "stride.ir",
+        "graph g {
+  input %x: f32[1, 3, 8, 8]
+  param @w: f32[4, 3, 1, 1]
+  %c = conv2d(%x, @w, strides=[1073741824, 1])
+  output y = %c
+}
+",
+    );
+    failure(
+        &primjit(&["dump", s(&model), "--stage", "plan"]),
+        1,
+        &["strides must be at most 536870912"],
+    );
+}
+
+#[test]
 fn dump_dynamic_marks_runtime_fields_and_the_remainder_dispatch() {
     let f = BenchFiles::new();
     let out = success(&primjit(&[

@@ -728,7 +728,13 @@ fn bucket_error(
         for ((_, e), (_, b)) in exact.iter().zip(&bucketed) {
             let b: Tensor = crop_width(b, *e.shape.last().expect("rank 4"));
             for (&x, &y) in e.data.iter().zip(&b.data) {
-                max_abs = max_abs.max((x as f64 - y as f64).abs());
+                // A NaN on one side only is an infinite error (`f64::max` would drop it).
+                let diff = match (x.is_nan(), y.is_nan()) {
+                    (false, false) => (x as f64 - y as f64).abs(),
+                    (true, true) => 0.0,
+                    _ => f64::INFINITY,
+                };
+                max_abs = max_abs.max(diff);
                 max_ref = max_ref.max((x as f64).abs());
             }
         }

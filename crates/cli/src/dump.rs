@@ -213,6 +213,8 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 }
                 match args.stage {
                     Stage::Plan => {
+                        // As `compile` does for the other stages: a plan takes a valid key.
+                        key.validate()?;
                         if let PrimitiveKey::Conv(d) = key {
                             text.push_str(&format!("  algorithm: {}\n", conv_algo.explain(d)));
                         }

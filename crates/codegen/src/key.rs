@@ -638,8 +638,8 @@ pub enum PrimitiveKey {
 
 /// A key that describes no valid kernel ([`PrimitiveKey::validate`], and so every compile):
 /// a zero extent, stride or dilation, groups that do not divide the channels, a window that
-/// does not fit in the padded input or (pooling) covers only padding, average pooling with
-/// dilations, a stride, dilation or pad over [`MAX_STEP`], a tensor of more than
+/// does not fit in the padded input or (pooling) covers only padding, a stride, dilation or
+/// pad over [`MAX_STEP`], channels too many to round up to whole vectors, a tensor of more than
 /// `MAX_TENSOR_ELEMENTS` elements, clip bounds with
 /// `lo > hi` or NaN, a row pitch narrower than its rows. `key` is the key's one-liner,
 /// `reason` what is wrong; fix that field.
@@ -751,11 +751,14 @@ impl PrimitiveKey {
                 reason,
             })
         };
+        // Checked throughout, the channels' rounding up to whole vectors included: channels
+        // of 2^64 - 1 rounded to 0 and passed as an empty tensor.
         let check_count = |what: &str, shape: [usize; 4]| -> Result<(), KeyError> {
-            let padded = [shape[0], shape[1].div_ceil(4) * 4, shape[2], shape[3]];
-            let count = padded
-                .iter()
-                .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+            let count = shape[1].checked_next_multiple_of(4).and_then(|c| {
+                [shape[0], c, shape[2], shape[3]]
+                    .iter()
+                    .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+            });
             match count {
                 Some(c) if c <= MAX_TENSOR_ELEMENTS => Ok(()),
                 _ => fail(format!(
@@ -809,7 +812,9 @@ impl PrimitiveKey {
                 else {
                     return fail("the window extent overflows".into());
                 };
-                if d.ih + d.pads.top + d.pads.bottom < eh || d.iw + d.pads.left + d.pads.right < ew
+                // Saturating: the pads are bounded above, the extents only by the counts below.
+                if d.ih.saturating_add(d.pads.top + d.pads.bottom) < eh
+                    || d.iw.saturating_add(d.pads.left + d.pads.right) < ew
                 {
                     return fail(
                         "the output would be empty: the window does not fit in the padded input"
@@ -833,7 +838,10 @@ impl PrimitiveKey {
                     }
                     check_count(what, [d.mb, c, h, pitch.max(w)])?;
                 }
-                check_count("weights", [d.oc.div_ceil(4) * 4, d.ic, d.kh, d.kw])?;
+                let Some(oc) = d.oc.checked_next_multiple_of(4) else {
+                    return fail(format!("{} output channels are too many", d.oc));
+                };
+                check_count("weights", [oc, d.ic, d.kh, d.kw])?;
                 if let Some(pool) = d.pool_desc() {
                     if d.residuals() > 0 {
                         return fail(

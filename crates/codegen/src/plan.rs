@@ -89,14 +89,23 @@ impl Axis {
                 CountMode::None => 0,
                 CountMode::Valid => taps.len(),
                 CountMode::Padded => {
+                    // The taps inside the padded input, `[-pad_begin, input + pad_end)`, in
+                    // closed form: counted one by one, a window of 2^24 taps over as many
+                    // outputs took 2^48 steps to plan.
                     let start = (o * self.stride) as i64 - self.pad_begin as i64;
-                    let end = (self.input + self.pad_end) as i64;
-                    (0..self.kernel as i64)
-                        .filter(|k| {
-                            start + k * self.dilation as i64 >= -(self.pad_begin as i64)
-                                && start + k * (self.dilation as i64) < end
-                        })
-                        .count()
+                    let (lo, hi) = (-(self.pad_begin as i64), (self.input + self.pad_end) as i64);
+                    let d = self.dilation.max(1) as i64;
+                    let first = if start >= lo {
+                        0
+                    } else {
+                        (lo - start + d - 1) / d
+                    };
+                    let end = if hi <= start {
+                        0
+                    } else {
+                        (hi - start + d - 1) / d
+                    };
+                    (end.min(self.kernel as i64) - first).max(0) as usize
                 }
             };
             match runs.last_mut() {
@@ -1011,6 +1020,58 @@ mod tests {
         assert_eq!(tap_interval(0, 1, 2, 5, 1, 1), 2..3);
         // A window entirely in padding is empty.
         assert!(tap_interval(0, 1, 3, 2, 1, 1).is_empty());
+    }
+
+    /// The padded count in closed form agrees with counting the taps one by one, on every
+    /// small axis (outputs past the last window included, as in ceil mode).
+    #[test]
+    fn padded_counts_match_counting_the_taps() {
+        for input in 1..6usize {
+            for (pad_begin, pad_end) in [(0, 0), (1, 0), (0, 2), (2, 1), (3, 3)] {
+                for kernel in 1..6usize {
+                    for stride in 1..4usize {
+                        for dilation in 1..4usize {
+                            let axis = Axis {
+                                input,
+                                output: 8,
+                                pad_begin,
+                                pad_end,
+                                kernel,
+                                stride,
+                                dilation,
+                            };
+                            let mut got = vec![0; 8];
+                            for r in axis.runs(CountMode::Padded) {
+                                got[r.outputs].fill(r.count);
+                            }
+                            let want: Vec<usize> = (0..8)
+                                .map(|o| {
+                                    let start = (o * stride) as i64 - pad_begin as i64;
+                                    (0..kernel as i64)
+                                        .map(|k| start + k * dilation as i64)
+                                        .filter(|&x| {
+                                            x >= -(pad_begin as i64) && x < (input + pad_end) as i64
+                                        })
+                                        .count()
+                                })
+                                .collect();
+                            assert_eq!(got, want, "{axis:?}");
+                        }
+                    }
+                }
+            }
+        }
+        // A window of 2^24 taps over 2^24 outputs plans at once.
+        let huge = Axis {
+            input: 1,
+            output: 1 << 24,
+            pad_begin: (1 << 24) - 1,
+            pad_end: (1 << 24) - 1,
+            kernel: 1 << 24,
+            stride: 1,
+            dilation: 1,
+        };
+        assert!(!huge.runs(CountMode::Padded).is_empty());
     }
 
     #[test]

@@ -287,6 +287,30 @@ fn key_with_zero_dilation_is_an_error_whose_key_prints_a_gap_of_minus_one() {
     }
 }
 
+/// Channel counts next to `usize::MAX` rounded up to whole vectors wrapped to 0, so that a
+/// pool of 2^64 - 1 channels validated as an empty tensor, its buffers had no floats, and its
+/// kernel wrote past them; an input extent that large wrapped the padded input's sum.
+#[test]
+fn channels_or_extents_next_to_the_largest_integer_are_invalid_keys() {
+    for c in [usize::MAX, usize::MAX - 2] {
+        let mut pool = PoolDesc {
+            src_layout: Layout::Nchw4c,
+            dst_layout: Layout::Nchw4c,
+            ..small_max_pool()
+        };
+        pool.c = c;
+        let err = PrimitiveKey::Pool(pool).validate().unwrap_err();
+        assert!(err.reason.contains("elements"), "{err}");
+        let conv = ConvDesc::new(1, 4, [10, 11], c, [3, 3]);
+        assert!(PrimitiveKey::Conv(conv).validate().is_err());
+        let conv = ConvDesc::new(1, c, [10, 11], 4, [3, 3]);
+        assert!(PrimitiveKey::Conv(conv).validate().is_err());
+    }
+    let mut wide = ConvDesc::new(1, 4, [10, usize::MAX], 4, [3, 3]);
+    wide.pads = primjit_ir::Pads::uniform(1);
+    assert!(PrimitiveKey::Conv(wide).validate().is_err());
+}
+
 /// Fuzzing finding (engine_api with overflow checks): a conv whose stride was 2^63 had one
 /// output row, so it validated, and its lowering overflowed computing the row stride in bytes
 /// (a panic with overflow checks). Strides, dilations and pads are now bounded by `MAX_STEP`,

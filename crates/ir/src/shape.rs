@@ -598,15 +598,23 @@ impl Graph {
 impl Graph {
     /// Derives symbol bindings from the concrete shapes of the graph's inputs, given by input
     /// name (without `%`), merged over `explicit` bindings. Fails, naming the input, when an
-    /// input is missing or unknown, has the wrong rank or a wrong fixed dimension, or when a
-    /// symbol would take two values.
+    /// input is missing, unknown or given twice, has the wrong rank or a wrong fixed
+    /// dimension, or when a symbol would take two values.
     pub fn bind_inputs(
         &self,
         given: &[(&str, &[usize])],
         explicit: &Bindings,
     ) -> Result<Bindings, VerifyError> {
         let mut bindings = explicit.clone();
-        for (name, _) in given {
+        for (i, (name, _)) in given.iter().enumerate() {
+            // Given twice, one tensor would be bound and the other silently dropped.
+            if given[..i].iter().any(|(n, _)| n == name) {
+                return Err(VerifyError {
+                    loc: None,
+                    subject: format!("%{name}"),
+                    message: "the input is given twice".into(),
+                });
+            }
             if !self
                 .inputs
                 .iter()

@@ -233,6 +233,15 @@ impl Descriptor {
         }
         let begin = input.checked_add(pad_begin).ok_or_else(too_large)?;
         let pad_end = spanned(output)?.saturating_sub(begin);
+        // A given output that no padding reaches (fewer windows than the input holds without
+        // any) is refused, not replaced by the extent the input gives.
+        let padded = begin.checked_add(pad_end).ok_or_else(too_large)?;
+        let computed = padded.checked_sub(extent).map_or(0, |s| s / stride + 1);
+        if computed != output {
+            return Err(DescriptorError::Problem(format!(
+                "the descriptor's output along `{a}` is {output}, but its input and padding give {computed}"
+            )));
+        }
         Ok((input, pad_begin, kernel, stride, dilation, pad_end))
     }
 

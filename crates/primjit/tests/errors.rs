@@ -664,6 +664,18 @@ fn model() -> CompiledGraph {
 }
 
 #[test]
+fn graph_error_verify_names_an_input_given_twice() {
+    let err = model()
+        .run(
+            &engine(),
+            &[("x", &x(5)), ("x", &x(6))],
+            &mut primjit::Workspace::new(),
+        )
+        .unwrap_err();
+    assert_eq!(err.to_string(), "%x: the input is given twice");
+}
+
+#[test]
 fn graph_error_verify_names_the_input() {
     let err = model()
         .run(&engine(), &[("z", &x(5))], &mut primjit::Workspace::new())
@@ -913,6 +925,11 @@ fn descriptor_errors_name_the_entry_or_the_problem() {
         (
             format!("ic4oc4ih8kh3sh2oh{max}"),
             "the descriptor's extents along `h` are too large",
+        ),
+        // An output that no padding reaches: refused, not replaced by the input's 8.
+        (
+            "ic1oc1ih10kh3oh2".to_string(),
+            "the descriptor's output along `h` is 2, but its input and padding give 8",
         ),
     ] {
         let err = parse(&descriptor).unwrap().conv(Layout::Nchw).unwrap_err();
