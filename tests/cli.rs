@@ -2071,6 +2071,30 @@ fn bench_rejects_bad_widths_and_counts() {
 }
 
 #[test]
+fn sweep_configurations_run_what_their_labels_say_whatever_the_environment() {
+    // A capacity and a budget in the environment reach no configuration that leaves them out.
+    let f = BenchFiles::new();
+    let out_dir = f.path("sweep_env");
+    let out = Command::new(env!("CARGO_BIN_EXE_primjit"))
+        .args(["sweep", "--n", "1", "--widths", s(&f.widths)])
+        .args(["--config", "exact:unlimited", "--threads", "1"])
+        .args(["--out-dir", s(&out_dir), s(&f.model)])
+        .env("PRIMJIT_CACHE_CAPACITY", "1")
+        .env("PRIMJIT_CACHE_BUDGET", "0")
+        .output()
+        .expect("the primjit binary runs");
+    let out = success(&out);
+    let row: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("policy"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no table row:\n{out}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..3], ["exact", "unlimited", "-"], "{out}");
+}
+
+#[test]
 fn sweep_small_model_tabulates_and_plots() {
     let f = BenchFiles::new();
     let out_dir = f.path("sweep");
