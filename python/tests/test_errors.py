@@ -156,6 +156,9 @@ def test_inputs_that_do_not_fit_the_graph_are_shape_errors(engine):
         model.run({"y": random_input((1, 3, 9, 11))})
     with pytest.raises(primjit.ShapeError, match="%x"):
         model.run({})
+    x = random_input((1, 3, 9, 11))
+    with pytest.raises(primjit.ShapeError, match="%x: the input is given twice"):
+        model.run({"x": x, "%x": x})
     two = engine.load(EXAMPLES / "symbolic.ir", random_params=0)
     with pytest.raises(primjit.ShapeError, match=r"the graph has 2 inputs \(%a: \[1, 2, H, W\], %b: \[1, 2, H, W\]\)"):
         two(random_input((1, 2, 8, 8)))
