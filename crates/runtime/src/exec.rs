@@ -359,6 +359,12 @@ impl Kernel {
             None => pointers(&self.key, &self.buffers, args, residual)?,
         };
         let extent_args = key.extent_args();
+        // The FMA peak kernel's trips all accumulate into the one destination: they are not
+        // rows of it, and split across threads they raced on it. It runs on one thread.
+        let chunks = match (key, pool) {
+            (PrimitiveKey::FmaPeak(_), _) | (_, None) => 1,
+            (_, Some(pool)) => pool.current_num_threads(),
+        };
         match pool {
             // SAFETY: `pointers` matched every buffer's length to `key`, which this code
             // implements (the kernel's own key, or its runtime key at validated extents that
@@ -366,8 +372,9 @@ impl Kernel {
             // except for the shared read-only ones, for the call (a residual in the
             // destination is its one `&mut` borrow, passed twice only to a kernel whose key
             // allows it, checked above); the chunks of rows are
-            // disjoint and within the key's work items, and each has a band of the scratch
-            // of its own (at most `scratch.bands` chunks).
+            // disjoint and within the key's work items (the FMA peak kernel, whose trips
+            // share the destination, is one chunk), and each has a band of the scratch of its
+            // own (at most `scratch.bands` chunks).
             Some(pool) => unsafe {
                 call_parallel(
                     &self.code,
@@ -376,7 +383,7 @@ impl Kernel {
                     items,
                     &extent_args,
                     pool,
-                    pool.current_num_threads(),
+                    chunks,
                 )
             },
             // SAFETY: as above, on one thread with the scratch's first band.
@@ -555,7 +562,9 @@ unsafe fn call_parallel(
     let shared = SharedBuffers(buffers);
     pool.scope(|s| {
         for i in 0..chunks {
-            let range = rows.start + n * i / chunks..rows.start + n * (i + 1) / chunks;
+            // In u128: `n` times a chunk index must not wrap for any range the kernel takes.
+            let bound = |i: usize| rows.start + (n as u128 * i as u128 / chunks as u128) as usize;
+            let range = bound(i)..bound(i + 1);
             s.spawn(move |_| {
                 let shared = shared;
                 let Some(scratch) = scratch else {
@@ -748,6 +757,42 @@ mod tests {
         map[64 * page - 1] = 7;
         grow_mapping(&mut map, 64 * page).unwrap();
         assert_eq!(map[64 * page - 1], 7);
+    }
+
+    /// The FMA peak kernel's trips share their destination: asked for many trips with a
+    /// pool, it runs them on one thread (split across four, the threads' stores raced and the
+    /// sums differed from run to run), so every run gives the one-thread sums.
+    #[test]
+    fn fma_peak_trips_are_not_split_across_threads() {
+        use primjit_codegen::{CodegenOptions, Dumps, FmaPattern, compile};
+        let key = PrimitiveKey::FmaPeak(FmaPattern::Registers);
+        let compiled = compile(&key, CodegenOptions::default(), Dumps::default()).unwrap();
+        let kernel = Kernel::publish(&compiled, &SystemPages).unwrap();
+        let specs = key.buffers();
+        let src = vec![1.0f32; specs[0].len];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .unwrap();
+        let run = |pool: Option<&rayon::ThreadPool>| {
+            let mut dst = vec![0.0f32; specs[1].len];
+            let args = ExecArgs {
+                src: &src,
+                weights: None,
+                dst: &mut dst,
+                extra: &[],
+                scratch: None,
+            };
+            kernel
+                .run(args, None, Some(0..20_000), pool, Residual::Extra)
+                .unwrap();
+            dst
+        };
+        let alone = run(None);
+        assert!(alone.iter().all(|&x| x > 0.0), "{alone:?}");
+        for _ in 0..20 {
+            assert_eq!(run(Some(&pool)), alone);
+        }
     }
 
     /// A streamed Winograd kernel prefetches only bytes of its weights, each panel it reads
