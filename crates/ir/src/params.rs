@@ -65,7 +65,7 @@ pub enum ParamError {
     },
     /// A derived parameter's declared shape disagrees with the parameters it is computed from
     /// ([`Params::materialize`], [`Params::for_graph`]); `Graph::verify` reports the same
-    /// graph with its source location. Fix the declarations.
+    /// fault at its line. Fix the declarations.
     #[error("derived parameter @{name}: {message}")]
     Derived { name: String, message: String },
     /// A tensor's data does not fill its shape ([`Tensor::new`]). Pass exactly the product of

@@ -395,6 +395,7 @@ pub fn infer_shapes(graph: &Graph, bindings: &Bindings) -> Result<Shapes, Verify
         let dims = input
             .shape
             .iter()
+            // Numbers and symbols resolve without error; the fallback is never taken.
             .map(|d| d.resolve(bindings).unwrap_or_else(|_| d.clone()))
             .collect::<Vec<_>>();
         // Every operation reads NCHW values, and a graph input passed straight to an output
