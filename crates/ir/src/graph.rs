@@ -322,7 +322,67 @@ pub enum DerivedParam {
     },
 }
 
+/// A source of a derived parameter, its role in the derivation ("the scale") and the shape
+/// the derived parameter's own shape requires of it ([`DerivedParam::source_shapes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceShape {
+    pub param: Param,
+    pub role: &'static str,
+    pub shape: Vec<usize>,
+}
+
+impl SourceShape {
+    fn new(param: Param, role: &'static str, shape: Vec<usize>) -> Self {
+        SourceShape { param, role, shape }
+    }
+}
+
 impl DerivedParam {
+    /// Each parameter that one of `shape` is computed from, with its role and the shape it
+    /// must have: a folded weight has its weight's shape and one scale and variance per output
+    /// channel, a folded bias is a vector with one of each source per element. Fails, saying
+    /// why, when `shape` itself cannot be one. Verification and `Params` both check by it.
+    pub fn source_shapes(&self, shape: &[usize]) -> Result<Vec<SourceShape>, String> {
+        match (self, shape) {
+            (
+                DerivedParam::BnFoldWeight {
+                    weight, scale, var, ..
+                },
+                [o, ..],
+            ) => Ok(vec![
+                SourceShape::new(*weight, "the folded weight", shape.to_vec()),
+                SourceShape::new(*scale, "the scale", vec![*o]),
+                SourceShape::new(*var, "the variance", vec![*o]),
+            ]),
+            (
+                DerivedParam::BnFoldBias {
+                    conv_bias,
+                    scale,
+                    bias,
+                    mean,
+                    var,
+                    ..
+                },
+                [o],
+            ) => Ok([
+                (*scale, "the scale"),
+                (*bias, "the bias"),
+                (*mean, "the mean"),
+                (*var, "the variance"),
+            ]
+            .into_iter()
+            .chain(conv_bias.map(|b| (b, "the conv bias")))
+            .map(|(p, role)| SourceShape::new(p, role, vec![*o]))
+            .collect()),
+            (DerivedParam::BnFoldWeight { .. }, _) => {
+                Err("a folded weight needs at least one dimension".into())
+            }
+            (DerivedParam::BnFoldBias { .. }, _) => {
+                Err(format!("a folded bias must have rank 1, found {shape:?}"))
+            }
+        }
+    }
+
     /// The parameters this one is computed from.
     pub fn sources(&self) -> Vec<Param> {
         match self {

@@ -38,7 +38,7 @@ pub use error::{IrError, ParseError, SourceLoc, VerifyError};
 pub use graph::InputData;
 pub use graph::{
     BatchNorm, Conv2d, DerivedParam, Graph, Node, NodeData, Op, OpKind, Pads, Param, ParamData,
-    Pool2d, PoolKind, PoolWindow, PostOp, Value,
+    Pool2d, PoolKind, PoolWindow, PostOp, SourceShape, Value,
 };
 pub use params::{GraphParams, ParamError, Params, Tensor, random_tensor};
 pub use parser::parse;

@@ -303,50 +303,19 @@ impl<'a> GraphParams<'a> {
     }
 }
 
-/// Whether a derived parameter of `shape` can be computed from its sources' declared shapes:
-/// a folded weight has its weight's shape and one scale and variance per output channel, a
-/// folded bias is a vector with one of each source per element. Else why not.
+/// Whether a derived parameter of `shape` can be computed from its sources' declared shapes
+/// ([`DerivedParam::source_shapes`], as verification checks them), else why not.
 fn check_derived(graph: &Graph, d: &DerivedParam, shape: &[usize]) -> Result<(), String> {
-    let channels = match (d, shape) {
-        (DerivedParam::BnFoldWeight { .. }, [o, ..]) | (DerivedParam::BnFoldBias { .. }, [o]) => *o,
-        (DerivedParam::BnFoldWeight { .. }, _) => {
-            return Err("a folded weight needs at least one dimension".into());
+    for source in d.source_shapes(shape)? {
+        let declared = graph.param(source.param);
+        if declared.shape != source.shape {
+            return Err(format!(
+                "{} @{} must have shape {:?}, found {:?}",
+                source.role, declared.name, source.shape, declared.shape
+            ));
         }
-        (DerivedParam::BnFoldBias { .. }, _) => {
-            return Err(format!("a folded bias must have rank 1, found {shape:?}"));
-        }
-    };
-    let expect = |p: Param, want: &[usize]| -> Result<(), String> {
-        let source = graph.param(p);
-        if source.shape == want {
-            return Ok(());
-        }
-        Err(format!(
-            "@{} has shape {:?}, expected {want:?}",
-            source.name, source.shape
-        ))
-    };
-    let per_channel = [channels];
-    match d {
-        DerivedParam::BnFoldWeight {
-            weight, scale, var, ..
-        } => {
-            expect(*weight, shape)?;
-            expect(*scale, &per_channel)?;
-            expect(*var, &per_channel)
-        }
-        DerivedParam::BnFoldBias {
-            conv_bias,
-            scale,
-            bias,
-            mean,
-            var,
-            ..
-        } => conv_bias
-            .iter()
-            .chain([scale, bias, mean, var])
-            .try_for_each(|p| expect(*p, &per_channel)),
     }
+    Ok(())
 }
 
 /// The value of a derived parameter of `shape`, its sources read through `data`; `shape`
@@ -523,7 +492,7 @@ mod tests {
   output y = %c
 }
 ",
-                "@s has shape [2], expected [4]",
+                "the scale @s must have shape [4], found [2]",
             ),
             (
                 "graph g {

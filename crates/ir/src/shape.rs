@@ -2,7 +2,7 @@
 
 use crate::dim::{Bindings, Dim, WindowError};
 use crate::error::{SourceLoc, VerifyError};
-use crate::graph::{DerivedParam, Graph, Op, Pads, PoolWindow, PostOp, Value};
+use crate::graph::{Graph, Op, Pads, PoolWindow, PostOp, Value};
 
 /// The largest number of elements any tensor may have: 2^31, so that every byte offset a
 /// kernel forms fits in a signed 32-bit displacement times four and no count overflows.
@@ -338,42 +338,8 @@ pub fn infer_shapes(graph: &Graph, bindings: &Bindings) -> Result<Shapes, Verify
             ));
         }
         if let Some(d) = &param.derived {
-            let out_channels = param.shape.first().copied().unwrap_or(0);
-            let per_channel = [out_channels];
-            match d {
-                DerivedParam::BnFoldWeight {
-                    weight, scale, var, ..
-                } => {
-                    ctx.param_shape(*weight, &param.shape, "the folded weight")?;
-                    ctx.param_shape(*scale, &per_channel, "the scale")?;
-                    ctx.param_shape(*var, &per_channel, "the variance")?;
-                }
-                DerivedParam::BnFoldBias {
-                    conv_bias,
-                    scale,
-                    bias,
-                    mean,
-                    var,
-                    ..
-                } => {
-                    if param.shape.len() != 1 {
-                        return ctx.fail(format!(
-                            "a folded bias must have rank 1, found {:?}",
-                            param.shape
-                        ));
-                    }
-                    for (p, role) in [
-                        (*scale, "the scale"),
-                        (*bias, "the bias"),
-                        (*mean, "the mean"),
-                        (*var, "the variance"),
-                    ] {
-                        ctx.param_shape(p, &per_channel, role)?;
-                    }
-                    if let Some(b) = conv_bias {
-                        ctx.param_shape(*b, &per_channel, "the conv bias")?;
-                    }
-                }
+            for source in d.source_shapes(&param.shape).or_else(|why| ctx.fail(why))? {
+                ctx.param_shape(source.param, &source.shape, source.role)?;
             }
         }
     }

@@ -205,7 +205,7 @@ fn ir_param_error_derived_names_the_parameter_and_the_source_at_fault() {
     assert!(matches!(err, ParamError::Derived { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
-        "derived parameter @w2: @s has shape [2], expected [4]"
+        "derived parameter @w2: the scale @s must have shape [4], found [2]"
     );
 }
 

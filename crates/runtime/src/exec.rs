@@ -359,12 +359,6 @@ impl Kernel {
             None => pointers(&self.key, &self.buffers, args, residual)?,
         };
         let extent_args = key.extent_args();
-        // The FMA peak kernel's trips all accumulate into the one destination: they are not
-        // rows of it, and split across threads they raced on it. It runs on one thread.
-        let chunks = match (key, pool) {
-            (PrimitiveKey::FmaPeak(_), _) | (_, None) => 1,
-            (_, Some(pool)) => pool.current_num_threads(),
-        };
         match pool {
             // SAFETY: `pointers` matched every buffer's length to `key`, which this code
             // implements (the kernel's own key, or its runtime key at validated extents that
@@ -383,7 +377,13 @@ impl Kernel {
                     items,
                     &extent_args,
                     pool,
-                    chunks,
+                    // The FMA peak kernel's trips all accumulate into the one destination:
+                    // they are not rows of it, and split across threads they raced on it.
+                    if matches!(key, PrimitiveKey::FmaPeak(_)) {
+                        1
+                    } else {
+                        pool.current_num_threads()
+                    },
                 )
             },
             // SAFETY: as above, on one thread with the scratch's first band.

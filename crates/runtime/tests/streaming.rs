@@ -54,6 +54,23 @@ fn streamed_in_narrow_bands() -> CompiledGraph {
     )
 }
 
+/// `text` with direct kernels and runtime widths, twice: streamed in bands of 8 columns at
+/// every width, and whole.
+fn streamed_and_whole(text: &str) -> (CompiledGraph, CompiledGraph) {
+    let graph = parse(text).expect("parses");
+    let params = Params::random(&graph, 3);
+    let build = |streaming| {
+        CompiledGraph::with_conv_algo(&graph, &params, ConvAlgoChoice::Direct)
+            .expect("prepares")
+            .with_mode(ShapeMode::Runtime)
+            .with_streaming(streaming)
+    };
+    (
+        build(Streaming::with_band(8).expect("a multiple of 4").above(0)),
+        build(Streaming::OFF),
+    )
+}
+
 fn engine(threads: usize) -> Engine {
     Engine::new(EngineConfig {
         threads,
@@ -268,16 +285,7 @@ graph lagging_reader {
   output y = %z
 }
 ";
-    let graph = parse(text).expect("parses");
-    let params = Params::random(&graph, 3);
-    let build = |streaming| {
-        CompiledGraph::with_conv_algo(&graph, &params, ConvAlgoChoice::Direct)
-            .expect("prepares")
-            .with_mode(ShapeMode::Runtime)
-            .with_streaming(streaming)
-    };
-    let streamed = build(Streaming::with_band(8).expect("a multiple of 4").above(0));
-    let whole = build(Streaming::OFF);
+    let (streamed, whole) = streamed_and_whole(text);
     let w = 203;
     let mut b = Bindings::new();
     b.insert("W".to_string(), w as u64);
@@ -320,16 +328,7 @@ graph wide_pads {
   output y = %c
 }
 ";
-    let graph = parse(text).expect("parses");
-    let params = Params::random(&graph, 3);
-    let build = |streaming| {
-        CompiledGraph::with_conv_algo(&graph, &params, ConvAlgoChoice::Direct)
-            .expect("prepares")
-            .with_mode(ShapeMode::Runtime)
-            .with_streaming(streaming)
-    };
-    let streamed = build(Streaming::with_band(8).expect("a multiple of 4").above(0));
-    let whole = build(Streaming::OFF);
+    let (streamed, whole) = streamed_and_whole(text);
     let engine = engine(2);
     let mut ws = Workspace::new();
     for w in [40, 203] {
