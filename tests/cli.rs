@@ -2235,6 +2235,27 @@ fn peak_reports_a_rate_and_a_clock() {
     }
 }
 
+/// More threads than an engine runs are refused up front: `peak` would otherwise measure one
+/// core first and then fail to spawn them, the other commands' pools would quietly start fewer.
+#[test]
+fn more_threads_than_an_engine_runs_are_refused() {
+    failure(
+        &primjit(&["peak", "--threads", "65536"]),
+        2,
+        &["expected 0 (all cores) to 65535 threads, found `65536`"],
+    );
+    failure(
+        &primjit(&[
+            "bench-op",
+            "mb1ic8ih8iw8oc8oh8ow8kh3kw3sh1sw1ph1pw1",
+            "--threads",
+            "18446744073709551615",
+        ]),
+        1,
+        &["threads 18446744073709551615: expected 0 (one per core) to 65535"],
+    );
+}
+
 #[test]
 fn bench_op_times_one_primitive() {
     let desc = "mb1ic8ih10iw10oc8oh10ow10kh3kw3sh1sw1ph1pw1";

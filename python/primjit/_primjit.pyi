@@ -32,9 +32,10 @@ class Engine:
     ) -> Engine:
         """budget: "64MiB", "512KiB", "1GiB", "unlimited", "0" or a number of bytes;
         capacity: an entry-count bound applied with the budget, or None; threads: threads
-        per execution, 0 for one per core; verbose: 1 a stderr line per primitive creation
-        and eviction, 2 also per execution; conv_algo: the convolution algorithm of the
-        models it loads and the ops it compiles. Raises ConfigError for a bad value."""
+        per execution, 0 for one per core, up to 65535; verbose: 1 a stderr line per
+        primitive creation and eviction, 2 also per execution; conv_algo: the convolution
+        algorithm of the models it loads and the ops it compiles. Raises ConfigError for a
+        bad value (a bool, a float or an int out of range included)."""
     @staticmethod
     def from_env() -> Engine:
         """An engine configured from PRIMJIT_CACHE_BUDGET, PRIMJIT_CACHE_CAPACITY,

@@ -19,17 +19,9 @@ fn budget_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Budget> {
             .map_err(|reason| error(py, Kind::Config, format!("budget `{text}`: {reason}")));
     }
     if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() {
-        let n: i128 = value.extract()?;
-        return usize::try_from(n).map(Budget::Bytes).map_err(|_| {
-            error(
-                py,
-                Kind::Config,
-                format!(
-                    "budget {n}: expected a number of bytes from 0 to {}",
-                    usize::MAX
-                ),
-            )
-        });
+        let expected = format!("expected a number of bytes from 0 to {}", usize::MAX);
+        let n = whole_number(py, value, "budget", usize::MAX as u64, &expected)?;
+        return Ok(Budget::Bytes(n as usize));
     }
     Err(error(
         py,
@@ -49,16 +41,53 @@ fn conv_algo_from(py: Python<'_>, name: &str) -> PyResult<ConvAlgoChoice> {
         })
 }
 
-fn capacity_from(py: Python<'_>, capacity: Option<i64>) -> PyResult<Option<usize>> {
+/// A whole number from 0 to `max`: a Python `int` (not a `bool`, whose `True` would pass as
+/// 1), or a `ConfigError` that names the setting and what it expects, where pyo3's own
+/// conversion raised `TypeError` or `OverflowError`.
+fn whole_number(
+    py: Python<'_>,
+    value: &Bound<'_, PyAny>,
+    name: &str,
+    max: u64,
+    expected: &str,
+) -> PyResult<u64> {
+    if !value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>() {
+        return Err(error(
+            py,
+            Kind::Config,
+            format!("{name}: {expected}, found {}", value.get_type().name()?),
+        ));
+    }
+    value
+        .extract::<u64>()
+        .ok()
+        .filter(|&n| n <= max)
+        .ok_or_else(|| error(py, Kind::Config, format!("{name} {value}: {expected}")))
+}
+
+/// The threads setting: 0 (one per core) up to the pool's limit.
+fn threads_from(py: Python<'_>, threads: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let n = whole_number(
+        py,
+        threads,
+        "threads",
+        Engine::MAX_THREADS as u64,
+        &format!("expected 0 (one per core) to {}", Engine::MAX_THREADS),
+    )?;
+    Ok(n as usize)
+}
+
+fn capacity_from(py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
     capacity
         .map(|c| {
-            usize::try_from(c).map_err(|_| {
-                error(
-                    py,
-                    Kind::Config,
-                    format!("capacity {c}: expected a number of entries, 0 or more, or None"),
-                )
-            })
+            let n = whole_number(
+                py,
+                c,
+                "capacity",
+                usize::MAX as u64,
+                "expected a number of entries, 0 or more, or None",
+            )?;
+            Ok(n as usize)
         })
         .transpose()
 }
@@ -69,7 +98,7 @@ fn capacity_from(py: Python<'_>, capacity: Option<i64>) -> PyResult<Option<usize
 /// budget: the cache's byte budget, "64MiB", "512KiB", "1GiB", "unlimited", "0" (no
 ///     caching) or a number of bytes.
 /// capacity: an entry-count bound applied with the budget (oneDNN-style), or None.
-/// threads: threads per execution; 0 for one per core.
+/// threads: threads per execution, up to 65535; 0 for one per core.
 /// verbose: 1 writes a line per primitive creation and eviction on stderr, 2 also one per
 ///     execution (the format of PRIMJIT_VERBOSE).
 /// conv_algo: the convolution algorithm of the models this engine loads and the ops it
@@ -133,38 +162,26 @@ fn entry_dict<'py>(py: Python<'py>, e: &EntryInfo) -> PyResult<Bound<'py, PyDict
 impl PyEngine {
     #[new]
     #[pyo3(
-        signature = (budget=None, capacity=None, threads=0, verbose=0, conv_algo="auto"),
+        signature = (budget=None, capacity=None, threads=None, verbose=None, conv_algo="auto"),
         text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0, conv_algo=\"auto\")"
     )]
     fn new(
         py: Python<'_>,
         budget: Option<&Bound<'_, PyAny>>,
-        capacity: Option<i64>,
-        threads: i64,
-        verbose: i64,
+        capacity: Option<&Bound<'_, PyAny>>,
+        threads: Option<&Bound<'_, PyAny>>,
+        verbose: Option<&Bound<'_, PyAny>>,
         conv_algo: &str,
     ) -> PyResult<Self> {
         let budget = match budget {
             Some(b) => budget_from(py, b)?,
             None => Budget::DEFAULT,
         };
-        let threads = usize::try_from(threads).map_err(|_| {
-            error(
-                py,
-                Kind::Config,
-                format!("threads {threads}: expected 0 (one per core) or more"),
-            )
+        // None (the signature's default, shown as 0) is 0: one thread per core, silent.
+        let threads = threads.map_or(Ok(0), |t| threads_from(py, t))?;
+        let verbose = verbose.map_or(Ok(0), |v| {
+            whole_number(py, v, "verbose", 2, "expected 0, 1 or 2").map(|v| v as u8)
         })?;
-        let verbose = u8::try_from(verbose)
-            .ok()
-            .filter(|v| *v <= 2)
-            .ok_or_else(|| {
-                error(
-                    py,
-                    Kind::Config,
-                    format!("verbose {verbose}: expected 0, 1 or 2"),
-                )
-            })?;
         let config = EngineConfig {
             cache: CacheConfig {
                 budget,
@@ -282,7 +299,7 @@ impl PyEngine {
 
     /// Changes the cache's entry-count bound (None for no bound), evicting at once what no
     /// longer fits.
-    fn set_capacity(&self, py: Python<'_>, capacity: Option<i64>) -> PyResult<()> {
+    fn set_capacity(&self, py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let capacity = capacity_from(py, capacity)?;
         self.engine.cache().set_capacity(capacity);
         Ok(())

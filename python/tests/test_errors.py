@@ -119,8 +119,16 @@ def test_bad_settings_are_config_errors(engine):
         ({"budget": -1}, r"budget -1"),
         ({"budget": 1.5}, r"budget: expected a string"),
         ({"capacity": -1}, r"capacity -1"),
+        ({"capacity": 2**64}, r"capacity 18446744073709551616"),
+        ({"capacity": "8"}, r"capacity: expected a number of entries.*found str"),
+        ({"budget": 2**200}, r"budget 1606938044258990275541962092341162602522202993782792835301376"),
         ({"threads": -2}, r"threads -2"),
+        ({"threads": 2**64}, r"threads 18446744073709551616: expected 0 \(one per core\) to 65535"),
+        ({"threads": 65536}, r"threads 65536: expected 0 \(one per core\) to 65535"),
+        ({"threads": True}, r"threads: expected 0 \(one per core\) to 65535, found bool"),
+        ({"threads": 2.0}, r"threads: .*found float"),
         ({"verbose": 3}, r"verbose 3"),
+        ({"verbose": False}, r"verbose: expected 0, 1 or 2, found bool"),
         ({"conv_algo": "fft"}, r"conv_algo: unknown convolution algorithm `fft`"),
     ]:
         with pytest.raises(primjit.ConfigError, match=pattern):
@@ -129,6 +137,8 @@ def test_bad_settings_are_config_errors(engine):
         engine.load(EXAMPLES / "pooling.ir", mode="fast")
     with pytest.raises(primjit.ConfigError, match=r"budget `lots`"):
         engine.set_budget("lots")
+    with pytest.raises(primjit.ConfigError, match=r"capacity -3"):
+        engine.set_capacity(-3)
     assert engine.budget == "64MiB", "a rejected budget changes nothing"
 
 

@@ -139,8 +139,20 @@ fn measure_patterns<const N: usize>(
 #[derive(Debug, clap::Args)]
 pub struct PeakArgs {
     /// Also measure this many threads running the loop at once (0: all cores)
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = parse_peak_threads)]
     pub threads: usize,
+}
+
+/// `peak --threads`: 0 to as many as an engine runs, refused before the one-core
+/// measurement rather than after it.
+fn parse_peak_threads(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n <= Engine::MAX_THREADS => Ok(n),
+        _ => Err(format!(
+            "expected 0 (all cores) to {} threads, found `{text}`",
+            Engine::MAX_THREADS
+        )),
+    }
 }
 
 /// `--runs`: from 1 to 1000 (timings are kept per run).

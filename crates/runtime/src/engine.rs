@@ -128,6 +128,10 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// The most threads an engine runs: rayon's limit (65,535), beyond which its pool would
+    /// quietly start fewer than asked.
+    pub const MAX_THREADS: usize = 65_535;
+
     pub fn new(config: EngineConfig) -> Result<Self, RuntimeError> {
         Self::with_pages(config, Box::new(SystemPages))
     }
@@ -142,6 +146,9 @@ impl Engine {
         } else {
             config.threads
         };
+        if threads > Self::MAX_THREADS {
+            return Err(ConfigError::TooManyThreads(threads).into());
+        }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("primjit-{i}"))
@@ -436,6 +443,27 @@ mod tests {
     }
 
     /// A run that panics still releases the waiting threads (else the run would never return):
+    /// rayon would start fewer threads than asked beyond its limit; the engine refuses them.
+    #[test]
+    fn more_threads_than_the_pool_runs_are_a_config_error() {
+        assert_eq!(Engine::MAX_THREADS, rayon::max_num_threads());
+        for threads in [Engine::MAX_THREADS + 1, usize::MAX] {
+            let config = EngineConfig {
+                threads,
+                ..EngineConfig::default()
+            };
+            let err = Engine::new(config).err().expect("too many threads");
+            assert_eq!(
+                err,
+                RuntimeError::Config(ConfigError::TooManyThreads(threads))
+            );
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("threads {threads}: expected 0"))
+            );
+        }
+    }
+
     /// the panic reaches the caller, and the engine runs again.
     #[test]
     fn a_panicking_hot_run_releases_the_waiting_threads() {

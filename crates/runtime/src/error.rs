@@ -90,6 +90,10 @@ pub enum ConfigError {
     /// needs the process's thread creation to fail, which would disturb the test harness.
     #[error("the thread pool could not be created: {0}")]
     ThreadPool(String),
+    /// More threads than the pool can run ([`crate::Engine::MAX_THREADS`]), which it would
+    /// otherwise lower to its limit without a word.
+    #[error("threads {0}: expected 0 (one per core) to {max}", max = crate::Engine::MAX_THREADS)]
+    TooManyThreads(usize),
 }
 
 /// Any error of compiling or running a primitive (`Engine::new`, `Engine::compile`,
@@ -113,7 +117,8 @@ pub enum RuntimeError {
     #[error(transparent)]
     Exec(#[from] ExecError),
     /// The engine could not be configured; from `Engine::new` only when its thread pool
-    /// cannot start ([`ConfigError::ThreadPool`]).
+    /// cannot start ([`ConfigError::ThreadPool`]) or would need more threads than it can run
+    /// ([`ConfigError::TooManyThreads`]).
     #[error(transparent)]
     Config(#[from] ConfigError),
 }
