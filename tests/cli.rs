@@ -2858,20 +2858,37 @@ fn dump_bands_lists_the_kernels_of_a_streamed_run() {
         out.contains("%layer3.1.conv1: conv mb1ic256ih20iw*"),
         "after the segment, the node's own key:\n{out}"
     );
-    let asm = success(&primjit(&[
-        "dump",
-        TRUNK,
-        "--stage",
-        "asm",
-        "--dims",
-        "W=7680",
-        "--dynamic",
-        "--bands",
-        "--node",
-        "layer3.0.conv2",
-    ]));
-    assert_eq!(node_lines(&asm).len(), 3, "{asm}");
+    let node_asm = |node: &str| {
+        success(&primjit(&[
+            "dump",
+            TRUNK,
+            "--stage",
+            "asm",
+            "--dims",
+            "W=7680",
+            "--dynamic",
+            "--bands",
+            "--node",
+            node,
+        ]))
+    };
+    // The segment's last conv: a band kernel for its left border, one for the rest.
+    let asm = node_asm("layer3.0.conv1");
+    assert_eq!(node_lines(&asm).len(), 2, "{asm}");
+    assert!(
+        node_lines(&asm)
+            .iter()
+            .all(|l| l.contains("[band kernel of ")),
+        "{asm}"
+    );
     assert!(asm.contains(" bytes of code"), "{asm}");
+    // The node after it runs whole: its own key.
+    let asm = node_asm("layer3.0.conv2");
+    assert_eq!(node_lines(&asm).len(), 1, "{asm}");
+    assert!(
+        node_lines(&asm)[0].starts_with("%layer3.0.conv2: conv "),
+        "{asm}"
+    );
     failure(
         &dump("W=200", "plan"),
         1,
@@ -2911,4 +2928,28 @@ fn dump_plan_shows_the_streamed_segment() {
     );
     assert!(!plan("W=60", &[]).contains("streamed segment"));
     assert!(!plan("W=300", &["--streaming", "off"]).contains("streamed segment"));
+    // The trunk's segment stops before layer3.0.conv2, whose 9.4 MB of transformed weights
+    // its bands of 16 columns would read 2.5 times as often per flop, and says so.
+    let trunk = success(&primjit(&[
+        "dump",
+        TRUNK,
+        "--stage",
+        "plan",
+        "--dims",
+        "W=7680",
+        "--dynamic",
+    ]));
+    assert!(
+        trunk.contains(
+            "streamed segment %conv1..%layer3.0.downsample.0: bands of 64 columns of %conv1"
+        ),
+        "{trunk}"
+    );
+    assert!(
+        trunk.contains(
+            "  ends before %layer3.0.conv2: its band calls would read its weights from memory \
+             2.50 times as often per flop as a whole call (more than 1.5)"
+        ),
+        "{trunk}"
+    );
 }

@@ -397,6 +397,20 @@ impl ConvDesc {
         self.oc.div_ceil(4) * 4 * self.pool_band_rows() * self.ow()
     }
 
+    /// Bytes of weights a call of this fixed-shape key ([`Self::at`] a call's extents) reads
+    /// from memory beyond L2: for a Winograd kernel whose transformed weights stream, all of
+    /// them once per block of tiles, so the fewer tiles a call has, the more it reads per
+    /// flop; 0 for weights that stay in L2 across blocks, and for direct kernels, which read
+    /// their packed weights once per output row whatever the call's width.
+    pub fn streamed_weight_bytes(&self) -> u64 {
+        match self.algo {
+            ConvAlgo::Direct => 0,
+            ConvAlgo::WinogradF4x3 => {
+                crate::conv::winograd::WinogradPlan::new(self).streamed_weight_bytes()
+            }
+        }
+    }
+
     pub fn weight_shape(&self) -> [usize; 4] {
         [self.oc, self.ic / self.groups.max(1), self.kh, self.kw]
     }

@@ -360,6 +360,7 @@ impl CompiledGraph {
         stream::streamed_segment(
             &self.graph,
             shapes,
+            keys,
             &self.last_use,
             &overwrites,
             self.streaming(),
@@ -812,6 +813,20 @@ pub fn describe_stream_plan(
         schedule.sweeps,
         schedule.calls.len()
     );
+    if let Some((node, reads)) = segment.ends_before {
+        let next = graph
+            .nodes()
+            .nth(node)
+            .expect("a node of the graph")
+            .1
+            .result;
+        text.push_str(&format!(
+            "  ends before %{}: its band calls would read its weights from memory {reads:.2} \
+             times as often per flop as a whole call (more than {})\n",
+            name(next),
+            stream::MAX_BAND_WEIGHT_READS
+        ));
+    }
     let (mut window_bytes, mut whole_bytes) = (0, 0);
     for (i, (node, &whole)) in segment.nodes.iter().zip(&segment.whole).enumerate() {
         let s = shapes.concrete(node.output).expect("bound");
@@ -879,7 +894,8 @@ fn streamed_run(
     let shapes = infer_shapes(graph, bindings)?;
     let last_use = last_uses(graph);
     let overwrites = honoured_overwrites(&residual_overwrites(graph, &last_use), keys);
-    let streamed = stream::streamed_segment(graph, &shapes, &last_use, &overwrites, streaming);
+    let streamed =
+        stream::streamed_segment(graph, &shapes, keys, &last_use, &overwrites, streaming);
     Ok(streamed.map(|(segment, band)| StreamedRun {
         schedule: segment.schedule(band),
         shapes,

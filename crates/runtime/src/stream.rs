@@ -55,6 +55,17 @@ pub const PITCH_ALIGN: usize = 16;
 /// the trunk) slowed the workload's median call by 10%.
 pub const MIN_BANDS: usize = 4;
 
+/// A conv streams only if its band calls read its weights from memory at most this many
+/// times as often per flop as its whole-tensor call. A Winograd kernel whose transformed
+/// weights stream from beyond L2 reads them once per block of tiles, and a band call has fewer
+/// tiles. On the trunk at W=7680 with bands of 64 columns (`streaming_cost --nodes`, 2
+/// threads): layer2's stride-1 convs (80 tiles a call, 1.25 times the reads) ran at 1.00-1.13
+/// of their whole-tensor time, layer3.0.conv2 (20 tiles, 2.5 times) at 1.20-1.30; left out of
+/// the segment, it ran at 0.94-1.07, and the segment's peak rose from 26.4 to 34.8 MB
+/// (ARCHITECTURE.md, "Width-streamed execution"). The bound lies between the two measured
+/// ratios; at W=4246, layer3.0.conv2's bands of 20 columns give 1.91.
+pub const MAX_BAND_WEIGHT_READS: f64 = 1.5;
+
 /// How a compiled graph runs its leading convolutions: in column bands of a given width, or
 /// as whole tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -67,9 +78,11 @@ pub struct Streaming {
 }
 
 impl Streaming {
-    /// 64 columns: on the trunk at W=7680 the streamed layers then hold 26.4 MB at their peak,
-    /// and each call still has enough rows and tiles to keep the threads busy; 128 columns
-    /// held 38.1 MB and ran no faster (ARCHITECTURE.md, "Width-streamed execution").
+    /// 64 columns: on the trunk at W=7680 the streamed layers through layer3.0.conv2 then
+    /// held 26.4 MB at their peak, and each call still has enough rows and tiles to keep the
+    /// threads busy; 128 columns held 38.1 MB and ran no faster (ARCHITECTURE.md,
+    /// "Width-streamed execution"). The segment now stops before layer3.0.conv2
+    /// ([`MAX_BAND_WEIGHT_READS`]) and holds 34.8 MB.
     pub const DEFAULT_BAND: usize = 64;
 
     /// 32 MiB: streaming costs a call more, in more and smaller kernel calls (2-5% of a wide
@@ -246,6 +259,27 @@ impl SegmentNode {
         self.out_width
     }
 
+    /// The most columns one call computes: `band` (the first node's) scaled to this node's
+    /// width, in whole tiles.
+    fn own_band(&self, band: usize, first_width: usize) -> usize {
+        (band * self.out_width)
+            .div_ceil(first_width.max(1))
+            .next_multiple_of(COLUMN_ALIGN)
+    }
+
+    /// How many times as often per flop this node's band calls read its weights from memory
+    /// as a whole-tensor call does (`whole`: its fixed-shape key at the run's extents; see
+    /// `ConvDesc::streamed_weight_bytes`); 1 where the weights stay in cache.
+    fn band_weight_reads(&self, whole: &ConvDesc, band: usize, first_width: usize) -> f64 {
+        let cols = self.own_band(band, first_width).min(self.out_width);
+        let band = self.band_desc(whole, &self.band_input(0, cols));
+        let per_flop = |d: &ConvDesc| d.streamed_weight_bytes() as f64 / d.flops().max(1) as f64;
+        match per_flop(whole) {
+            0.0 => 1.0,
+            w => per_flop(&band) / w,
+        }
+    }
+
     /// The fixed-shape key of the call computing output columns `[x0, x1)`, from the node's
     /// whole-width fixed-shape key.
     pub fn band_desc(&self, whole: &ConvDesc, band: &BandInput) -> ConvDesc {
@@ -274,6 +308,10 @@ pub struct Segment {
     /// which no later node reads: `plan_segment`'s `overwrites`), where both values live in
     /// windows. The schedule decides whether it does ([`Schedule::home`]).
     pub overwrites: Vec<Option<usize>>,
+    /// The node right after the segment, where that node could not stream because its band
+    /// calls would read its weights more than [`MAX_BAND_WEIGHT_READS`] times as often per
+    /// flop as a whole call: its graph index and that ratio.
+    pub ends_before: Option<(usize, f64)>,
 }
 
 /// One kernel call of a schedule.
@@ -318,18 +356,22 @@ fn home_of(overwrites: &[Option<usize>], mut i: usize) -> usize {
 
 /// Which leading nodes of `graph` stream in bands of `band` columns, at the concrete `shapes`
 /// of a run: of the longest prefix of convolutions that read graph inputs or earlier nodes (a
-/// fused pool in floor mode), the shortest that holds the fewest activation bytes at once:
+/// fused pool in floor mode) and whose band calls do not reread their weights much more often
+/// than whole calls ([`MAX_BAND_WEIGHT_READS`]), the shortest that holds the fewest
+/// activation bytes at once:
 /// the larger of the unstreamed rest's peak and what the segment holds (the whole tensors it
 /// writes for the rest, and an estimate of its windows). The graph's nodes of a prefix are
 /// nodes `0..k`. `None` when no node can stream.
 ///
-/// `last_use` gives, per value, the index of the last node reading it (`usize::MAX` for graph
-/// outputs), and `overwrites`, per node, the residual its conv writes its output over (whose
+/// `keys` gives the nodes' keys (as the run compiles them, in graph order), `last_use`, per
+/// value, the index of the last node reading it (`usize::MAX` for graph outputs), and
+/// `overwrites`, per node, the residual its conv writes its output over (whose
 /// buffer, or window, it then takes instead of a new one): the caller's, where liveness and
 /// the node's kernel allow it.
 pub fn plan_segment(
     graph: &Graph,
     shapes: &Shapes,
+    keys: &[(String, PrimitiveKey)],
     last_use: &[usize],
     overwrites: &[Option<Value>],
     band: usize,
@@ -340,6 +382,7 @@ pub fn plan_segment(
     };
     let is_input = |v: Value| graph.inputs().iter().any(|i| i.value == v);
     let mut chain: Vec<SegmentNode> = Vec::new();
+    let mut ends_before = None;
     for (i, (_, node)) in graph.nodes().enumerate() {
         let Op::Conv2d(c) = &node.op else { break };
         let produced = |v: Value| chain.iter().any(|n| n.output == v);
@@ -389,7 +432,7 @@ pub fn plan_segment(
         ) else {
             break;
         };
-        chain.push(SegmentNode {
+        let node = SegmentNode {
             node: i,
             input: c.input,
             residuals,
@@ -404,7 +447,17 @@ pub fn plan_segment(
             in_width: src[3],
             conv_width,
             out_width: dst[3],
-        });
+        };
+        let Some((_, PrimitiveKey::Conv(whole))) = keys.get(i) else {
+            break;
+        };
+        let first_width = chain.first().unwrap_or(&node).out_width;
+        let reads = node.band_weight_reads(&whole.at([src[2], src[3]]), band, first_width);
+        if reads > MAX_BAND_WEIGHT_READS {
+            ends_before = Some((i, reads));
+            break;
+        }
+        chain.push(node);
     }
     if chain.is_empty() {
         return None;
@@ -491,6 +544,7 @@ pub fn plan_segment(
         whole,
         unstreamed_bytes: rest_peak(0),
         overwrites: segment_overwrites,
+        ends_before: ends_before.filter(|&(i, _)| i == cut),
     })
 }
 
@@ -499,12 +553,13 @@ pub fn plan_segment(
 pub fn streamed_segment(
     graph: &Graph,
     shapes: &Shapes,
+    keys: &[(String, PrimitiveKey)],
     last_use: &[usize],
     overwrites: &[Option<Value>],
     streaming: Streaming,
 ) -> Option<(Segment, usize)> {
     let band = streaming.band()?;
-    plan_segment(graph, shapes, last_use, overwrites, band)
+    plan_segment(graph, shapes, keys, last_use, overwrites, band)
         .filter(|s| s.pays_at(band, streaming.threshold()))
         .map(|s| (s, band))
 }
@@ -563,10 +618,7 @@ impl Segment {
                 // Every node advances by at most a band scaled to its width, so that a node
                 // lagging behind its inputs catches up over several sweeps rather than in one
                 // wide call (which would widen every window it reads and writes).
-                let own_band = (band * s.out_width)
-                    .div_ceil(first_width)
-                    .next_multiple_of(COLUMN_ALIGN);
-                let mut x1 = (x0 + own_band).min(s.out_width);
+                let mut x1 = (x0 + s.own_band(band, first_width)).min(s.out_width);
                 if let Some(a) = available(&done, s.input)
                     && a < self.nodes[index_of(s.input).expect("in segment")].out_width
                 {

@@ -344,6 +344,62 @@ graph wide_pads {
     }
 }
 
+/// A Winograd conv whose transformed weights stream from memory once per block of tiles
+/// (256 channels: 9.4 MB) ends the segment where a band call's few tiles would read them far
+/// more often per flop than a whole call; the same graph over 32 channels (weights that stay
+/// in cache) streams through. Both run bit-identical to whole tensors.
+#[test]
+fn a_conv_whose_band_calls_reread_its_weights_ends_the_segment() {
+    let graph = |c: usize| {
+        format!(
+            "
+graph heavy {{
+  input %x: f32[1, 8, 8, W]
+  param @a.weight: f32[{c}, 8, 3, 3]
+  param @b.weight: f32[{c}, {c}, 3, 3]
+  %a = conv2d(%x, @a.weight, pads=[1, 1, 1, 1], post=[relu])
+  %b = conv2d(%a, @b.weight, pads=[1, 1, 1, 1])
+  output y = %b
+}}
+"
+        )
+    };
+    let engine = engine(2);
+    let mut ws = Workspace::new();
+    let mut b = Bindings::new();
+    b.insert("W".to_string(), 400);
+    let x = random_tensor(5, "x", vec![1, 8, 8, 400], -1.0, 1.0);
+    for (channels, streamed_nodes) in [(256, 1), (32, 2)] {
+        let graph = parse(&graph(channels)).expect("parses");
+        let params = Params::random(&graph, 4);
+        let build = |streaming| {
+            CompiledGraph::with_conv_algo(&graph, &params, ConvAlgoChoice::Winograd)
+                .expect("prepares")
+                .with_mode(ShapeMode::Runtime)
+                .with_streaming(streaming)
+        };
+        let streamed = build(Streaming::with_band(8).unwrap().above(0));
+        let (segment, _) = streamed.stream_plan(&b).expect("plans").expect("streams");
+        assert_eq!(segment.nodes.len(), streamed_nodes, "{channels} channels");
+        match segment.ends_before {
+            // 4 tiles a band call in one block, against 4 blocks of 200 tiles whole.
+            Some((node, reads)) => {
+                assert_eq!((channels, node), (256, 1));
+                assert!((reads - 12.5).abs() < 1e-9, "{reads}");
+            }
+            None => assert_eq!(channels, 32),
+        }
+        let (expected, _) = build(Streaming::OFF)
+            .run(&engine, &[("x", &x)], &mut ws)
+            .expect("runs");
+        let (out, _) = streamed.run(&engine, &[("x", &x)], &mut ws).expect("runs");
+        assert!(
+            bits(&out[0].1) == bits(&expected[0].1),
+            "{channels} channels"
+        );
+    }
+}
+
 /// The plan names the streamed nodes, and a run at most four bands wide streams nothing.
 #[test]
 fn the_stream_plan_covers_the_wide_layers() {

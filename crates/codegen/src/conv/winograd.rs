@@ -365,6 +365,16 @@ impl WinogradPlan {
         )
     }
 
+    /// Bytes of transformed weights a call of this fixed-shape key reads from beyond L2: all
+    /// of them once per block (each of a block's work items reads its chunk's) where they
+    /// stream, none where they stay in L2 across blocks.
+    pub fn streamed_weight_bytes(&self) -> u64 {
+        if !self.streamed {
+            return 0;
+        }
+        self.block_split().0 as u64 * self.packed_weights_len() as u64 * F32_BYTES as u64
+    }
+
     /// Tiles per block of the scratch's layout: the call's own for a fixed-shape key, the most
     /// any call takes (`block_tiles`) for a key with runtime extents; whole groups (at least
     /// one), as the GEMM computes a partial last group's missing tiles (see [`gemm`]).
