@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use primjit::{Budget, CacheConfig, CacheStats, ConvAlgoChoice, Engine, EngineConfig, EntryInfo};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyString};
+use pyo3::types::{PyBool, PyDict, PyString};
 
 use crate::errors::{Kind, error, runtime_error};
 use crate::model::{self, PyModel};
@@ -18,7 +18,7 @@ fn budget_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Budget> {
         return Budget::parse(&text)
             .map_err(|reason| error(py, Kind::Config, format!("budget `{text}`: {reason}")));
     }
-    if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() {
+    if !value.is_instance_of::<PyBool>() && value.hasattr("__index__")? {
         let expected = format!("expected a number of bytes from 0 to {}", usize::MAX);
         let n = whole_number(py, value, "budget", usize::MAX as u64, &expected)?;
         return Ok(Budget::Bytes(n as usize));
@@ -41,9 +41,10 @@ fn conv_algo_from(py: Python<'_>, name: &str) -> PyResult<ConvAlgoChoice> {
         })
 }
 
-/// A whole number from 0 to `max`: a Python `int` (not a `bool`, whose `True` would pass as
-/// 1), or a `ConfigError` that names the setting and what it expects, where pyo3's own
-/// conversion raised `TypeError` or `OverflowError`.
+/// A whole number from 0 to `max`: a Python `int` or an integer-like object (`__index__`,
+/// such as numpy's integers), not a `bool` (whose `True` would pass as 1); else a
+/// `ConfigError` that names the setting and what it expects, where pyo3's own conversion
+/// raised `TypeError` or `OverflowError`.
 fn whole_number(
     py: Python<'_>,
     value: &Bound<'_, PyAny>,
@@ -51,7 +52,8 @@ fn whole_number(
     max: u64,
     expected: &str,
 ) -> PyResult<u64> {
-    if !value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>() {
+    let integer = !value.is_instance_of::<PyBool>() && value.hasattr("__index__")?;
+    if !integer {
         return Err(error(
             py,
             Kind::Config,

@@ -139,6 +139,9 @@ def test_bad_settings_are_config_errors(engine):
         engine.set_budget("lots")
     with pytest.raises(primjit.ConfigError, match=r"capacity -3"):
         engine.set_capacity(-3)
+    # Integer-like objects are ints.
+    e = primjit.Engine(budget=np.int64(1 << 20), capacity=np.uint8(3), threads=np.int32(1))
+    assert (e.budget, e.capacity, e.threads) == ("1MiB", 3, 1)
     assert engine.budget == "64MiB", "a rejected budget changes nothing"
 
 

@@ -272,6 +272,9 @@ impl SegmentNode {
     /// `ConvDesc::streamed_weight_bytes`); 1 where the weights stay in cache.
     fn band_weight_reads(&self, whole: &ConvDesc, band: usize, first_width: usize) -> f64 {
         let cols = self.own_band(band, first_width).min(self.out_width);
+        if cols == 0 {
+            return 1.0;
+        }
         let band = self.band_desc(whole, &self.band_input(0, cols));
         let per_flop = |d: &ConvDesc| d.streamed_weight_bytes() as f64 / d.flops().max(1) as f64;
         match per_flop(whole) {
