@@ -54,13 +54,13 @@ fn streamed_in_narrow_bands() -> CompiledGraph {
     )
 }
 
-/// `text` with direct kernels and runtime widths, twice: streamed in bands of 8 columns at
+/// `text` with `algo`'s kernels and runtime widths, twice: streamed in bands of 8 columns at
 /// every width, and whole.
-fn streamed_and_whole(text: &str) -> (CompiledGraph, CompiledGraph) {
+fn streamed_and_whole(text: &str, algo: ConvAlgoChoice) -> (CompiledGraph, CompiledGraph) {
     let graph = parse(text).expect("parses");
     let params = Params::random(&graph, 3);
     let build = |streaming| {
-        CompiledGraph::with_conv_algo(&graph, &params, ConvAlgoChoice::Direct)
+        CompiledGraph::with_conv_algo(&graph, &params, algo)
             .expect("prepares")
             .with_mode(ShapeMode::Runtime)
             .with_streaming(streaming)
@@ -285,7 +285,7 @@ graph lagging_reader {
   output y = %z
 }
 ";
-    let (streamed, whole) = streamed_and_whole(text);
+    let (streamed, whole) = streamed_and_whole(text, ConvAlgoChoice::Direct);
     let w = 203;
     let mut b = Bindings::new();
     b.insert("W".to_string(), w as u64);
@@ -328,7 +328,7 @@ graph wide_pads {
   output y = %c
 }
 ";
-    let (streamed, whole) = streamed_and_whole(text);
+    let (streamed, whole) = streamed_and_whole(text, ConvAlgoChoice::Direct);
     let engine = engine(2);
     let mut ws = Workspace::new();
     for w in [40, 203] {
@@ -370,15 +370,7 @@ graph heavy {{
     b.insert("W".to_string(), 400);
     let x = random_tensor(5, "x", vec![1, 8, 8, 400], -1.0, 1.0);
     for (channels, streamed_nodes) in [(256, 1), (32, 2)] {
-        let graph = parse(&graph(channels)).expect("parses");
-        let params = Params::random(&graph, 4);
-        let build = |streaming| {
-            CompiledGraph::with_conv_algo(&graph, &params, ConvAlgoChoice::Winograd)
-                .expect("prepares")
-                .with_mode(ShapeMode::Runtime)
-                .with_streaming(streaming)
-        };
-        let streamed = build(Streaming::with_band(8).unwrap().above(0));
+        let (streamed, whole) = streamed_and_whole(&graph(channels), ConvAlgoChoice::Winograd);
         let (segment, _) = streamed.stream_plan(&b).expect("plans").expect("streams");
         assert_eq!(segment.nodes.len(), streamed_nodes, "{channels} channels");
         match segment.ends_before {
@@ -389,9 +381,7 @@ graph heavy {{
             }
             None => assert_eq!(channels, 32),
         }
-        let (expected, _) = build(Streaming::OFF)
-            .run(&engine, &[("x", &x)], &mut ws)
-            .expect("runs");
+        let (expected, _) = whole.run(&engine, &[("x", &x)], &mut ws).expect("runs");
         let (out, _) = streamed.run(&engine, &[("x", &x)], &mut ws).expect("runs");
         assert!(
             bits(&out[0].1) == bits(&expected[0].1),
