@@ -7,12 +7,15 @@
 //! (streaming off, an unlimited workspace), the order alternating from call to call, after a
 //! warm pass that compiles every primitive. It prints the median of the per-call time ratios,
 //! over all calls and over the streamed ones, the two configurations' mean and p50 and their
-//! ratios, and the minor page faults each took.
+//! ratios, the minor page faults each took, and where the configured run's extra time lies:
+//! per group of calls by width (the streamed ones a group of their own), its calls, their
+//! median ratio, their extra seconds and share of the reference's total, and the configured
+//! run's page faults a call.
 //!
 //! ```text
 //! cargo bench -p primjit-cli --bench streaming_cost -- [--n 100] [--threads 2] [--passes 2]
 //!     [--workspace-budget 8MiB] [--band 64] [--reference-streaming off|on]
-//!     [--reference-prefetch on|off] [--nodes]
+//!     [--reference-prefetch on|off] [--nodes] [--verbose]
 //! ```
 //!
 //! `--reference-streaming on` keeps streaming in the reference, so that only the workspace
@@ -57,7 +60,7 @@ struct Args {
     /// which compiles without them)
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     reference_prefetch: String,
-    /// A line per call
+    /// A line per call: its width, both times, and the configured run's minor page faults
     #[arg(long)]
     verbose: bool,
     /// Per node, the time of the streamed calls on both sides (a streamed node's time is the
@@ -82,29 +85,31 @@ struct Side {
     model: CompiledGraph,
     workspace: Workspace,
     seconds: Vec<f64>,
-    faults: u64,
+    /// Minor page faults of each timed call.
+    faults: Vec<u64>,
     /// Per node, its kernel seconds in each timed call, and the names.
     node_seconds: Vec<Vec<f64>>,
     node_names: Vec<String>,
 }
 
 impl Side {
-    /// Runs the trunk on `x`: its time, and whether it streamed.
-    fn run(&mut self, engine: &Engine, x: &Tensor, timed: bool) -> Result<(f64, bool), Error> {
-        let faults = minor_faults();
+    /// Runs the trunk on `x`: its time, whether it streamed, and its minor page faults.
+    fn run(&mut self, engine: &Engine, x: &Tensor, timed: bool) -> Result<(f64, bool, u64), Error> {
+        let before = minor_faults();
         let start = Instant::now();
         let (_, stats) = self.model.run(engine, &[("x", x)], &mut self.workspace)?;
         let seconds = start.elapsed().as_secs_f64();
+        let faults = minor_faults().saturating_sub(before);
         if timed {
             self.seconds.push(seconds);
-            self.faults += minor_faults() - faults;
+            self.faults.push(faults);
             self.node_seconds
                 .push(stats.nodes.iter().map(|n| n.seconds).collect());
             if self.node_names.is_empty() {
                 self.node_names = stats.nodes.iter().map(|n| n.name.clone()).collect();
             }
         }
-        Ok((seconds, !stats.segments.is_empty()))
+        Ok((seconds, !stats.segments.is_empty(), faults))
     }
 }
 
@@ -166,7 +171,7 @@ fn main() -> Result<(), Error> {
             .workspace_budget
             .map_or_else(Workspace::new, Workspace::with_budget),
         seconds: Vec::new(),
-        faults: 0,
+        faults: Vec::new(),
         node_seconds: Vec::new(),
         node_names: Vec::new(),
     };
@@ -174,11 +179,12 @@ fn main() -> Result<(), Error> {
         model: model.with_streaming(reference_streaming),
         workspace: Workspace::with_budget(Budget::Unlimited),
         seconds: Vec::new(),
-        faults: 0,
+        faults: Vec::new(),
         node_seconds: Vec::new(),
         node_names: Vec::new(),
     };
     let mut streamed = Vec::new();
+    let mut timed_widths = Vec::new();
     for pass in 0..=args.passes {
         for (i, &w) in widths.iter().enumerate() {
             let data = (0..3 * 320 * w)
@@ -186,7 +192,7 @@ fn main() -> Result<(), Error> {
                 .collect();
             let x = Tensor::new(vec![1, 3, 320, w], data)?;
             let timed = pass > 0;
-            let ((a, was_streamed), (b, _)) = if (i + pass) % 2 == 0 {
+            let ((a, was_streamed, faults), (b, _, _)) = if (i + pass) % 2 == 0 {
                 let a = configured.run(&engine, &x, timed)?;
                 (a, reference.run(reference_engine, &x, timed)?)
             } else {
@@ -195,8 +201,12 @@ fn main() -> Result<(), Error> {
             };
             if timed {
                 streamed.push(was_streamed);
+                timed_widths.push(w);
                 if args.verbose {
-                    println!("W={w}: {a:.4} s against {b:.4} s, ratio {:.3}", a / b);
+                    println!(
+                        "W={w}: {a:.4} s against {b:.4} s, ratio {:.3}, {faults} page faults",
+                        a / b
+                    );
                 }
             }
         }
@@ -242,12 +252,63 @@ fn main() -> Result<(), Error> {
     );
     println!(
         "minor page faults: {} against {}",
-        configured.faults, reference.faults
+        configured.faults.iter().sum::<u64>(),
+        reference.faults.iter().sum::<u64>()
     );
+    print_groups(&configured, &reference, &timed_widths, &streamed);
     if args.nodes {
         print_nodes(&configured, &reference, &streamed)?;
     }
     Ok(())
+}
+
+/// The calls of each width group (the streamed ones apart): how many, their median ratio,
+/// their extra seconds and its share of the reference's total, and the configured run's page
+/// faults a call. The mean's ratio is the groups' shares summed, plus one.
+fn print_groups(configured: &Side, reference: &Side, widths: &[usize], streamed: &[bool]) {
+    const BOUNDS: [(usize, usize); 4] = [(0, 299), (300, 699), (700, 1499), (1500, usize::MAX)];
+    let total: f64 = reference.seconds.iter().sum();
+    let groups = BOUNDS
+        .iter()
+        .map(|&(lo, hi)| {
+            let label = match (lo, hi) {
+                (0, _) => format!("W<={hi}, unstreamed"),
+                (_, usize::MAX) => format!("W>={lo}, unstreamed"),
+                _ => format!("W={lo}-{hi}, unstreamed"),
+            };
+            let calls: Vec<usize> = (0..widths.len())
+                .filter(|&c| !streamed[c] && (lo..=hi).contains(&widths[c]))
+                .collect();
+            (label, calls)
+        })
+        .chain(std::iter::once((
+            "streamed".to_string(),
+            (0..widths.len()).filter(|&c| streamed[c]).collect(),
+        )));
+    println!(
+        "by width: group, calls, median ratio, extra s (share of the reference's total), faults a call"
+    );
+    for (label, calls) in groups {
+        if calls.is_empty() {
+            continue;
+        }
+        let ratios: Vec<f64> = calls
+            .iter()
+            .map(|&c| configured.seconds[c] / reference.seconds[c])
+            .collect();
+        let extra: f64 = calls
+            .iter()
+            .map(|&c| configured.seconds[c] - reference.seconds[c])
+            .sum();
+        let faults: u64 = calls.iter().map(|&c| configured.faults[c]).sum();
+        println!(
+            "{label:<24} {:>4} {:>7.3} {extra:>+8.3} ({:+.2}%) {:>7}",
+            calls.len(),
+            median(&ratios),
+            100.0 * extra / total,
+            faults / calls.len() as u64
+        );
+    }
 }
 
 /// Per node, the summed kernel time of the streamed calls on both sides, then the time of
