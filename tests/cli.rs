@@ -2233,6 +2233,30 @@ fn peak_reports_a_rate_and_a_clock() {
             .unwrap_or_else(|| panic!("no ratio: {tile}"));
         assert!(ratio > 0.0, "{tile}");
     }
+    // The widest vectors this CPU has, against the kernels' 128 bits, by the kernel's account
+    // of the CPU's flags rather than cpuid's, which the command reads.
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").expect("/proc/cpuinfo is readable");
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .and_then(|l| l.split_once(':'))
+        .map_or(vec![], |(_, f)| f.split_whitespace().collect());
+    let (bits, feature) = if flags.contains(&"avx512f") {
+        (512, "avx512f")
+    } else if flags.contains(&"avx") {
+        (256, "avx")
+    } else {
+        (128, "sse2")
+    };
+    let widest = format!("widest vectors: {bits} bits on this CPU ({feature})");
+    assert!(
+        out.lines().any(|l| l.starts_with(&widest)),
+        "{widest}: {out}"
+    );
+    if bits > 128 {
+        let factor = format!("up to {}x this peak", bits / 128);
+        assert!(out.contains(&factor), "{factor}: {out}");
+    }
 }
 
 /// More threads than an engine runs are refused up front: `peak` would otherwise measure one

@@ -190,6 +190,17 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         "winograd tile: {:.1} GFLOP/s with a broadcast load per two FMAs (5 tiles x 2 vectors), the Winograd GEMM's pattern (best of 9 runs; median {:.1}); {:.2} of the peak, the median of runs alternated with it",
         shared.gflops, shared.median_gflops, shared_ratio
     )?;
+    match widest_vectors() {
+        (128, feature) => writeln!(
+            out,
+            "widest vectors: 128 bits on this CPU ({feature}), as in primjit's kernels"
+        )?,
+        (bits, feature) => writeln!(
+            out,
+            "widest vectors: {bits} bits on this CPU ({feature}), 128 in primjit's kernels (Cranelift's x64 backend has no wider ones); code that uses the widest may reach up to {}x this peak where the FMA units are as wide",
+            bits / 128
+        )?,
+    }
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -205,6 +216,27 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The widest vectors this CPU's instruction set has, in bits, and the feature that gives
+/// them. A peer library free to use them is measured against that width, so `peak` says how
+/// far above its 128-bit peak such code may go. (The instruction set is not the datapath: Zen4
+/// runs AVX-512 on 256-bit units, two halves a 512-bit FMA.)
+#[cfg(target_arch = "x86_64")]
+fn widest_vectors() -> (u32, &'static str) {
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        (512, "avx512f")
+    } else if std::arch::is_x86_feature_detected!("avx") {
+        (256, "avx")
+    } else {
+        (128, "sse2")
+    }
+}
+
+/// Elsewhere, the 128 bits the kernels have.
+#[cfg(not(target_arch = "x86_64"))]
+fn widest_vectors() -> (u32, &'static str) {
+    (128, "its baseline")
 }
 
 #[derive(Debug, clap::Args)]
