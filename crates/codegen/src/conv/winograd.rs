@@ -168,7 +168,9 @@ const LINE_BYTES: i64 = 64;
 
 /// Transformed weights larger than this are streamed from beyond L2 once per block: the plan
 /// then splits output channels between work items and, at stride 1, takes blocks of
-/// [`STREAMED_BLOCK_TILES`] tiles.
+/// [`STREAMED_BLOCK_TILES`] tiles. 1 MiB is the L2 of a Zen4 or Zen5 core, where this was
+/// measured; a Zen1-3 core has 512 KiB, where the 64-channel layers' 0.6 MB would not stay
+/// (not measured there: a plan that read the cache's size would take it from cpuid).
 const STREAMED_WEIGHT_BYTES: usize = 1 << 20;
 
 /// `tiles` rounded up to whole groups, at least one.
@@ -281,9 +283,9 @@ const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
 /// work item is one chunk of one block, and computes the block's input transform, the GEMMs of
 /// its chunk and their output transform. Small transformed weights (the 64-channel layers' 0.6
 /// MB) stay in L2 across blocks: 10 tiles a block, one chunk. Larger ones (2.4 MB at 128
-/// channels, 9.4 MB at 256) stream from memory once per block: 50 tiles a block. About 48
-/// quarter that traffic: with the earlier register tile of 12 tiles by one vector, the trunk
-/// ran 5-8% faster with 48 than with 24, and no faster with 72. Two chunks let two threads
+/// channels, 9.4 MB at 256) stream from memory once per block: 50 tiles a block, a quarter of
+/// the traffic of blocks of 12: with the earlier register tile of 12 tiles by one vector, the
+/// trunk ran 5-8% faster with 48 than with 24, and no faster with 72. Two chunks let two threads
 /// share one block's weights instead of streaming all of them each (a call that runs both
 /// chunks of a block transforms its inputs once; two threads that share a block each do).
 ///
