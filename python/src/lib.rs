@@ -1,9 +1,9 @@
 //! primjit's Python package: the extension module `primjit._primjit`, which `primjit/__init__.py`
 //! re-exports as `primjit`.
 //!
-//! A thin layer over the facade crate: `Engine` ([`engine`]), `Model` ([`model`]) and
-//! `Primitive` ([`primitive`]) hold the Rust objects; numpy arrays cross in [`arrays`] and
-//! errors in [`errors`]. The GIL is released wherever kernels run or code is compiled.
+//! A thin layer over the facade crate: `Engine` (module `engine`), `Model` (`model`) and
+//! `Primitive` (`primitive`) hold the Rust objects; numpy arrays cross in `arrays` and errors
+//! in `errors`. The GIL is released wherever kernels run or code is compiled.
 
 mod arrays;
 mod engine;

@@ -18,7 +18,7 @@ pub struct Args {
     #[command(flatten)]
     pub workload: crate::bench::Workload,
 
-    /// Configurations as POLICY[:BUDGET[:CAPACITY[:WORKSPACE]]], e.g. exact:8MiB,
+    /// Configurations as `POLICY[:BUDGET[:CAPACITY[:WORKSPACE]]]`, e.g. exact:8MiB,
     /// exact:unlimited:128 or dynamic:::16MiB (WORKSPACE: the workspace budget) (default: exact
     /// with unlimited, 64MiB, 8MiB, 1MiB and 0; exact with capacity 128; bucket320;
     /// bucketflex; dynamic with workspace budgets 0, 16MiB and unlimited)

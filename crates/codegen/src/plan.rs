@@ -693,7 +693,7 @@ impl ConvPlan {
     /// chains from the output channels instead: the tile of output-channel tile `t` (with `t`
     /// a multiple of the group) also computes tiles `t + 1 ..`, whose own narrow tiles are
     /// skipped. The group is the largest divisor of the tile count that keeps the tile within
-    /// the full tile's accumulators (see [`Self::accumulators`]), taken only where the tile has
+    /// the full tile's accumulators (see `ConvPlan::accumulators`), taken only where the tile has
     /// fewer than 8 chains; an NCHW destination, whose last tile may store fewer lanes, and
     /// a grouped convolution, whose tiles read different input channels, keep groups of 1.
     pub fn narrow_group(&self, pixels: usize) -> usize {

@@ -1,4 +1,4 @@
-//! Convolution lowerings, one module per algorithm: [`direct`] for every window, and
+//! Convolution lowerings, one module per algorithm: `direct` for every window, and
 //! [`winograd`] F(4x4, 3x3) for 3x3 convolutions of stride 1 or (polyphase) 2. Both tile from
 //! the key alone ([`crate::plan::ConvPlan`], [`winograd::WinogradPlan`]), so one packed copy of
 //! the weights serves every spatial extent.

@@ -279,7 +279,7 @@ const PIXEL_BYTES: i64 = LANES as i64 * F32_BYTES;
 ///
 /// A call's tiles are shared evenly, in groups of [`GROUP_TILES`], among `ceil(tiles /
 /// block_tiles)` blocks (made even where a block is one work item, see
-/// [`WinogradPlan::blocks_for`]), and each block among `oc_chunks` chunks of output channels: a
+/// `WinogradPlan::blocks_for`), and each block among `oc_chunks` chunks of output channels: a
 /// work item is one chunk of one block, and computes the block's input transform, the GEMMs of
 /// its chunk and their output transform. Small transformed weights (the 64-channel layers' 0.6
 /// MB) stay in L2 across blocks: 10 tiles a block, one chunk. Larger ones (2.4 MB at 128
@@ -303,9 +303,9 @@ pub struct WinogradPlan {
     pub block_tiles: usize,
     /// Work items per block: chunks of output-channel vectors.
     pub oc_chunks: usize,
-    /// The transformed weights are larger than [`STREAMED_WEIGHT_BYTES`]: each block reads
-    /// them from beyond L2, and the GEMM prefetches the next weight panel while it computes
-    /// the current one (see [`gemm`]).
+    /// The transformed weights are larger than `STREAMED_WEIGHT_BYTES` (1 MiB): each block
+    /// reads them from beyond L2, and the GEMM prefetches the next weight panel while it
+    /// computes the current one.
     pub streamed: bool,
 }
 
@@ -491,7 +491,7 @@ impl WinogradPlan {
     /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed per weight
     /// point (36; at stride 2, the points whose rows and columns of `G` are the same share
     /// them, [`Form::weight_row`]) and chunk as `[oc vector pair][ic][2][4]`, and a chunk's odd
-    /// last vector as `[ic][4]` (see [`Self::u_float`]): a GEMM's register tile reads its
+    /// last vector as `[ic][4]` (see `WinogradPlan::u_float`): a GEMM's register tile reads its
     /// weights as one sequential stream (the 256-channel layers' 9.4 MB do not fit in L2, and
     /// a stride of a row of output channels defeated the prefetchers), with output channels
     /// padded to whole vectors by zeros (so the padding lanes of the destination get zero plus
