@@ -18,7 +18,7 @@ fn budget_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Budget> {
         return Budget::parse(&text)
             .map_err(|reason| error(py, Kind::Config, format!("budget `{text}`: {reason}")));
     }
-    if !value.is_instance_of::<PyBool>() && value.hasattr("__index__")? {
+    if is_integer(value)? {
         let expected = format!("expected a number of bytes from 0 to {}", usize::MAX);
         let n = whole_number(py, value, "budget", usize::MAX as u64, &expected)?;
         return Ok(Budget::Bytes(n as usize));
@@ -41,10 +41,15 @@ fn conv_algo_from(py: Python<'_>, name: &str) -> PyResult<ConvAlgoChoice> {
         })
 }
 
-/// A whole number from 0 to `max`: a Python `int` or an integer-like object (`__index__`,
-/// such as numpy's integers), not a `bool` (whose `True` would pass as 1); else a
-/// `ConfigError` that names the setting and what it expects, where pyo3's own conversion
-/// raised `TypeError` or `OverflowError`.
+/// A Python `int` or an integer-like object (`__index__`, such as numpy's integers), but not
+/// a `bool`, whose `True` would pass as 1.
+fn is_integer(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(!value.is_instance_of::<PyBool>() && value.hasattr("__index__")?)
+}
+
+/// A whole number from 0 to `max` ([`is_integer`]), else a `ConfigError` that names the
+/// setting and what it expects, where pyo3's own conversion raised `TypeError` or
+/// `OverflowError`.
 fn whole_number(
     py: Python<'_>,
     value: &Bound<'_, PyAny>,
@@ -52,8 +57,7 @@ fn whole_number(
     max: u64,
     expected: &str,
 ) -> PyResult<u64> {
-    let integer = !value.is_instance_of::<PyBool>() && value.hasattr("__index__")?;
-    if !integer {
+    if !is_integer(value)? {
         return Err(error(
             py,
             Kind::Config,
