@@ -67,7 +67,8 @@ class DescriptorError(Error, ValueError):
 class ConfigError(Error, ValueError):
     """A bad setting: a budget, capacity, thread count, verbosity, mode, layout or pooling
     algorithm that is not one of the accepted values, or a malformed ``PRIMJIT_*`` variable
-    (``Engine.from_env``)."""
+    (``Engine.from_env``); also a run in a child of ``fork``, which inherits the engine but
+    not its threads (create a new engine in the child)."""
 
 
 class CompileError(Error, RuntimeError):

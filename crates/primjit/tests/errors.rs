@@ -687,6 +687,69 @@ fn graph_error_verify_names_the_input() {
     assert_eq!(err.to_string(), "%z: the graph has no such input");
 }
 
+/// A child of `fork` inherits the engine but not its pool's threads: a run there returns
+/// `ConfigError::OtherProcess` at once instead of waiting for them forever. The child only
+/// compares plain values and exits, allocating nothing, since another test's thread may hold
+/// the allocator's lock at the fork.
+#[test]
+fn config_error_other_process_after_a_fork() {
+    let engine = Engine::new(EngineConfig {
+        threads: 2,
+        ..EngineConfig::default()
+    })
+    .expect("engine");
+    let model = model();
+    let input = x(5);
+    let inputs = [("x", primjit::TensorView::from(&input))];
+    let mut outputs = vec![Tensor::zeros(vec![0])];
+    let mut workspace = primjit::Workspace::new();
+    model
+        .run_into(&engine, &inputs, &mut outputs, &mut workspace)
+        .expect("runs in its own process");
+    let parent = std::process::id();
+    // SAFETY: the child calls only `run_into`, which returns before it allocates, compares
+    // integers, and leaves with `_exit`, which runs no destructors and no atexit handlers.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let current = std::process::id();
+        let result = model.run_into(&engine, &inputs, &mut outputs, &mut workspace);
+        let code = match result {
+            Err(GraphError::Runtime(RuntimeError::Config(ConfigError::OtherProcess {
+                created,
+                current: reported,
+            }))) if created == parent && reported == current => 0,
+            Err(_) => 2,
+            Ok(_) => 3,
+        };
+        // SAFETY: ends the child without unwinding into the test harness's state.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above; `status` is a valid out-pointer.
+    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+    assert_eq!(waited, child);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's run did not return OtherProcess (status {status})"
+    );
+    let err = ConfigError::OtherProcess {
+        created: parent,
+        current: child as u32,
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "this engine was created in process {parent}, and a fork does not copy its threads \
+             into process {child}: create a new engine in this process"
+        )
+    );
+    // The engine still runs in its own process.
+    model
+        .run_into(&engine, &inputs, &mut outputs, &mut workspace)
+        .expect("runs in its own process");
+}
+
 #[test]
 fn graph_error_param_names_the_parameter() {
     let err = CompiledGraph::new(&tiny(), &Params::new()).unwrap_err();

@@ -125,6 +125,8 @@ pub struct Engine {
     workspace: WorkspaceConfig,
     perf_map: Option<PerfMap>,
     compile_ahead: bool,
+    /// The process that created the engine, the only one where its pool's threads run.
+    process: u32,
 }
 
 impl Engine {
@@ -165,7 +167,23 @@ impl Engine {
             workspace: config.workspace,
             perf_map,
             compile_ahead: config.compile_ahead,
+            process: std::process::id(),
         })
+    }
+
+    /// Whether this is the process that created the engine. A child of `fork` inherits the
+    /// engine but not its pool's threads, so that a run there would wait for them forever;
+    /// runs call this first and return [`ConfigError::OtherProcess`] instead.
+    pub fn check_process(&self) -> Result<(), ConfigError> {
+        let current = std::process::id();
+        if current == self.process {
+            Ok(())
+        } else {
+            Err(ConfigError::OtherProcess {
+                created: self.process,
+                current,
+            })
+        }
     }
 
     pub fn cache(&self) -> &PrimitiveCache {
@@ -365,6 +383,7 @@ impl Engine {
         extents: Option<[usize; 2]>,
         over_residual: bool,
     ) -> Result<(), RuntimeError> {
+        self.check_process()?;
         let start = Instant::now();
         let pool = (self.pool.current_num_threads() > 1).then_some(&self.pool);
         if over_residual {

@@ -94,6 +94,15 @@ pub enum ConfigError {
     /// otherwise lower to its limit without a word.
     #[error("threads {0}: expected 0 (one per core) to {max}", max = crate::Engine::MAX_THREADS)]
     TooManyThreads(usize),
+    /// An engine used in a process other than the one that created it: a child of `fork`
+    /// (Python's `multiprocessing` forks by default on Linux up to 3.13) inherits the engine
+    /// but not its pool's threads, and a run would wait for them forever. Runs
+    /// (`Engine::execute`, `CompiledGraph::run_into`) check the process first.
+    #[error(
+        "this engine was created in process {created}, and a fork does not copy its threads \
+         into process {current}: create a new engine in this process"
+    )]
+    OtherProcess { created: u32, current: u32 },
 }
 
 /// Any error of compiling or running a primitive (`Engine::new`, `Engine::compile`,

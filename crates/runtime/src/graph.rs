@@ -445,6 +445,7 @@ impl CompiledGraph {
         outputs: &mut [Tensor],
         workspace: &mut Workspace,
     ) -> Result<RunStats, GraphError> {
+        engine.check_process().map_err(RuntimeError::from)?;
         if outputs.len() != self.graph.outputs().len() {
             return Err(GraphError::OutputCount {
                 expected: self.graph.outputs().len(),
