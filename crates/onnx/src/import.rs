@@ -377,6 +377,16 @@ impl Importer {
     }
 
     fn convert(&mut self, node: &NodeProto) -> NodeResult<()> {
+        // An input past the op's last is an invalid model, and ignoring it would compute
+        // something else than the file asks (an `Add` of three inputs as one of two).
+        let most = max_inputs(&node.op_type);
+        if node.input.len() > most {
+            return Err(format!(
+                "{} inputs, but {} takes at most {most}",
+                node.input.len(),
+                node.op_type
+            ));
+        }
         match node.op_type.as_str() {
             "Conv" => self.conv(node),
             "MaxPool" => self.pool(node, PoolKind::Max),
@@ -1265,6 +1275,18 @@ pub const SUPPORTED: &[&str] = &[
     "MatMul",
     "Constant",
 ];
+
+/// The most inputs (optional ones included) that a [`SUPPORTED`] op takes in the ONNX
+/// operator set.
+fn max_inputs(op: &str) -> usize {
+    match op {
+        "Constant" => 0,
+        "Add" | "MatMul" | "Reshape" | "Squeeze" => 2,
+        "Conv" | "Clip" | "Dropout" | "Gemm" => 3,
+        "BatchNormalization" => 5,
+        _ => 1,
+    }
+}
 
 fn describe(shape: &[Dim], flat: bool) -> String {
     let dims: Vec<String> = if flat {

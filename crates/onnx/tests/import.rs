@@ -1204,6 +1204,36 @@ fn add_of_different_shapes_is_an_error() {
     );
 }
 
+/// An input past an op's last is refused: ignored, `Add(x, x, x)` computed `2 x`.
+#[test]
+fn an_input_past_the_ops_last_is_an_error() {
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![
+            node("Add", "a", &["x", "x", "x"], &["s"], vec![]),
+            node("Relu", "r", &["s", "x"], &["y"], vec![]),
+        ],
+        vec![],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: node \"a\" (Add, opset 17): 3 inputs, but Add takes at most 2"
+    );
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![node("Relu", "r", &["x", "x"], &["y"], vec![])],
+        vec![],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: node \"r\" (Relu, opset 17): 2 inputs, but Relu takes at most 1"
+    );
+}
+
 #[test]
 fn model_level_errors() {
     let ok = model(
