@@ -725,10 +725,26 @@ fn config_error_other_process_after_a_fork() {
         // SAFETY: ends the child without unwinding into the test harness's state.
         unsafe { libc::_exit(code) };
     }
+    // A child that hangs (the bug this guards against) is killed after 60 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut status = 0;
-    // SAFETY: waits for the child forked above; `status` is a valid out-pointer.
-    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
-    assert_eq!(waited, child);
+    loop {
+        // SAFETY: polls the child forked above; `status` is a valid out-pointer.
+        let waited = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        assert!(waited == 0 || waited == child, "waitpid failed");
+        if waited == child {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kills and reaps the child forked above, which has hung.
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+                libc::waitpid(child, &mut status, 0);
+            }
+            panic!("the forked child's run hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the child's run did not return OtherProcess (status {status})"
