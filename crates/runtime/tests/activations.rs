@@ -65,7 +65,9 @@ fn results_are_bit_identical_across_workspace_budgets_and_threads() {
     for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
         let model = model(mode);
         let mut expected: Vec<Vec<u32>> = Vec::new();
-        for threads in [1, 2] {
+        // More threads than cores: the run's waiting threads sleep instead of spinning.
+        let oversubscribed = 4 * std::thread::available_parallelism().map_or(1, |n| n.get());
+        for threads in [1, 2, oversubscribed] {
             for budget in [
                 Budget::Unlimited,
                 Budget::Bytes(0),
