@@ -503,15 +503,25 @@ mod tests {
         assert_eq!(e.run_hot(|| 7), 7);
     }
 
-    /// Every hot run runs on the pool's first thread, so that its allocations stay in one
-    /// malloc arena.
+    /// Every hot run of an engine with at most a thread per core runs on the pool's first
+    /// thread, so that its allocations stay in one malloc arena; one with more threads than
+    /// cores runs it as an ordinary job (its waiting threads would spin on others' cores).
     #[test]
     fn hot_runs_run_on_the_first_thread() {
-        for threads in [2, 3] {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for threads in [2, 3].into_iter().filter(|&t| t <= cores) {
             let e = engine(threads);
             for _ in 0..5 {
                 assert_eq!(e.run_hot(rayon::current_thread_index), Some(0));
             }
+        }
+        let e = engine(cores + 1);
+        assert!(!e.spin_waits);
+        for _ in 0..5 {
+            assert!(
+                e.run_hot(rayon::current_thread_index)
+                    .is_some_and(|i| i <= cores)
+            );
         }
     }
 }
