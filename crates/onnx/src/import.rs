@@ -186,6 +186,15 @@ impl Importer {
 
     fn run(&mut self, g: &GraphProto) {
         for t in &g.initializer {
+            // A second initializer of a name would silently replace the first.
+            if self.bound.contains_key(&t.name) {
+                self.problem(
+                    Subject::Initializer(t.name.clone()),
+                    "is given twice: an initializer's name must be unique",
+                );
+                self.bound.insert(t.name.clone(), Bound::Failed);
+                continue;
+            }
             match tensor::decode(t, &mut self.external) {
                 Ok(c) => {
                     self.bound.insert(t.name.clone(), Bound::Const(Rc::new(c)));
@@ -347,8 +356,18 @@ impl Importer {
             .input
             .iter()
             .any(|i| matches!(self.bound.get(i), Some(Bound::Failed)));
+        // A value is defined once (ONNX graphs are in SSA form): a second definition would
+        // replace the first for every later reader.
+        let redefined = node
+            .output
+            .iter()
+            .find(|o| !o.is_empty() && self.bound.contains_key(*o));
         let result = if !supported {
             Err("unsupported op".to_string())
+        } else if let Some(o) = redefined {
+            Err(format!(
+                "output {o:?} is already defined: a value is defined once"
+            ))
         } else if inputs_failed {
             // Reported where it failed; this node cannot be checked further.
             self.fail_outputs(node);

@@ -1234,6 +1234,37 @@ fn an_input_past_the_ops_last_is_an_error() {
     );
 }
 
+/// A value defined twice, or two initializers of one name, is an invalid model: the second
+/// would silently replace the first for every later reader.
+#[test]
+fn a_value_or_initializer_defined_twice_is_an_error() {
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![
+            node("Relu", "r", &["x"], &["y"], vec![]),
+            node("Relu", "again", &["x"], &["y"], vec![]),
+        ],
+        vec![],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: node \"again\" (Relu, opset 17): output \"y\" is already defined: a value is defined once"
+    );
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![node("Conv", "c", &["x", "w"], &["y"], vec![])],
+        vec![init("w", &[2, 2, 3, 3]), init("w", &[2, 2, 1, 1])],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: initializer \"w\": is given twice: an initializer's name must be unique"
+    );
+}
+
 #[test]
 fn model_level_errors() {
     let ok = model(
