@@ -14,7 +14,7 @@ __version__: str
 """The package's version (the Rust workspace's)."""
 
 _Budget = Union[str, int]
-_Path = Union[str, "os.PathLike[str]"]
+_Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _F32 = npt.NDArray[np.float32]
 
 @final
@@ -51,8 +51,9 @@ class Engine:
     ) -> Model:
         """Loads an .ir or .onnx model with its parameters (a .safetensors file, a dict of
         float32 arrays by parameter name, or None for a graph without parameters or an ONNX
-        model's initializers; random_params draws them from a seed). Raises IrError,
-        ParamError, ConfigError or OSError."""
+        model's initializers; random_params draws them from a seed, an int from 0 to
+        2**64 - 1). Paths are str, bytes or os.PathLike. Raises IrError, ParamError,
+        ConfigError, OSError, or TypeError for a path of another type."""
     def compile_op(
         self,
         descriptor: str,
@@ -64,7 +65,7 @@ class Engine:
         """Compiles one primitive from a benchdnn descriptor
         ("mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1"): a convolution with bias (its
         algorithm conv_algo, None for the engine's), or a pooling with pool=. Raises
-        DescriptorError or ConfigError."""
+        DescriptorError (also for a descriptor that is not a str) or ConfigError."""
     def cache_stats(self) -> dict[str, Any]:
         """The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (None when
         unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,
@@ -99,10 +100,10 @@ class Model:
 
     def __call__(self, x: _F32) -> _F32 | tuple[_F32, ...]:
         """Runs the model on its single input: its output, or a tuple of its outputs.
-        Raises ShapeError or DtypeError."""
+        Raises ShapeError (also for a numpy scalar or a 0-d array) or DtypeError."""
     def run(self, inputs: Mapping[str, _F32]) -> dict[str, _F32]:
         """Runs the model on inputs by name; returns its outputs by name. Raises ShapeError
-        or DtypeError."""
+        (also for inputs that are not a mapping of str to arrays) or DtypeError."""
     @property
     def inputs(self) -> dict[str, list[int | str]]:
         """The inputs' declared shapes; symbolic dimensions are strings."""
@@ -154,9 +155,10 @@ class Primitive:
         src: _F32,
         dst: _F32,
         weights: _F32 | None = None,
-        extra: Sequence[_F32] = (),
+        extra: Sequence[_F32] | None = (),
         scratch: _F32 | None = None,
     ) -> None:
-        """Reads src (weights, extra), writes dst in place; scratch, when the primitive takes
-        one, is allocated for the call unless given. Raises ExecError or DtypeError; a
-        rejected call writes nothing."""
+        """Reads src (weights, extra: a list or tuple, None for none), writes dst in place;
+        scratch, when the primitive takes one, is allocated for the call unless given. dst
+        and scratch may not share memory with another buffer of the call. Raises ExecError
+        or DtypeError; a rejected call writes nothing."""

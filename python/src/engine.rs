@@ -1,26 +1,33 @@
 //! `primjit.Engine`: the engine with its byte-budgeted primitive cache and thread pool.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use primjit::{Budget, CacheConfig, CacheStats, ConvAlgoChoice, Engine, EngineConfig, EntryInfo};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyString};
+use pyo3::types::PyDict;
 
+use crate::args::{self, is_integer, type_name, whole_number};
 use crate::errors::{Kind, error, runtime_error};
 use crate::model::{self, PyModel};
 use crate::primitive::{self, PyPrimitive};
 
 /// A budget given as `"64MiB"`, `"512KiB"`, `"unlimited"`, `"0"` or a number of bytes.
 fn budget_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Budget> {
-    if value.is_instance_of::<PyString>() {
-        let text: String = value.extract()?;
+    if let Some(text) = args::text(value) {
         return Budget::parse(&text)
             .map_err(|reason| error(py, Kind::Config, format!("budget `{text}`: {reason}")));
     }
     if is_integer(value)? {
         let expected = format!("expected a number of bytes from 0 to {}", usize::MAX);
-        let n = whole_number(py, value, "budget", usize::MAX as u64, &expected)?;
+        let n = whole_number(
+            py,
+            value,
+            Kind::Config,
+            "budget",
+            usize::MAX as u64,
+            &expected,
+        )?;
         return Ok(Budget::Bytes(n as usize));
     }
     Err(error(
@@ -28,47 +35,25 @@ fn budget_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Budget> {
         Kind::Config,
         format!(
             "budget: expected a string such as \"64MiB\" or \"unlimited\", or a number of bytes, found {}",
-            value.get_type().name()?
+            type_name(value)
         ),
     ))
 }
 
 /// `conv_algo="direct" | "winograd" | "auto"`.
-fn conv_algo_from(py: Python<'_>, name: &str) -> PyResult<ConvAlgoChoice> {
+fn conv_algo_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<ConvAlgoChoice> {
+    let expected = "expected \"direct\", \"winograd\" or \"auto\"";
+    let name = args::text_arg(py, value, Kind::Config, "conv_algo", expected)?;
     name.parse()
         .map_err(|e: primjit::codegen::UnknownConvAlgo| {
             error(py, Kind::Config, format!("conv_algo: {e}"))
         })
 }
 
-/// A Python `int` or an integer-like object (`__index__`, such as numpy's integers), but not
-/// a `bool`, whose `True` would pass as 1.
-fn is_integer(value: &Bound<'_, PyAny>) -> PyResult<bool> {
-    Ok(!value.is_instance_of::<PyBool>() && value.hasattr("__index__")?)
-}
-
-/// A whole number from 0 to `max` ([`is_integer`]), else a `ConfigError` that names the
-/// setting and what it expects, where pyo3's own conversion raised `TypeError` or
-/// `OverflowError`.
-fn whole_number(
-    py: Python<'_>,
-    value: &Bound<'_, PyAny>,
-    name: &str,
-    max: u64,
-    expected: &str,
-) -> PyResult<u64> {
-    if !is_integer(value)? {
-        return Err(error(
-            py,
-            Kind::Config,
-            format!("{name}: {expected}, found {}", value.get_type().name()?),
-        ));
-    }
-    value
-        .extract::<u64>()
-        .ok()
-        .filter(|&n| n <= max)
-        .ok_or_else(|| error(py, Kind::Config, format!("{name} {value}: {expected}")))
+/// `random_params`: a seed as the command line's `--random-params` takes it, any `u64`.
+fn seed_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let expected = format!("expected a seed from 0 to {}, or None", u64::MAX);
+    whole_number(py, value, Kind::Param, "random_params", u64::MAX, &expected)
 }
 
 /// The threads setting: 0 (one per core) up to the pool's limit.
@@ -76,6 +61,7 @@ fn threads_from(py: Python<'_>, threads: &Bound<'_, PyAny>) -> PyResult<usize> {
     let n = whole_number(
         py,
         threads,
+        Kind::Config,
         "threads",
         Engine::MAX_THREADS as u64,
         &format!("expected 0 (one per core) to {}", Engine::MAX_THREADS),
@@ -89,6 +75,7 @@ fn capacity_from(py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResul
             let n = whole_number(
                 py,
                 c,
+                Kind::Config,
                 "capacity",
                 usize::MAX as u64,
                 "expected a number of entries, 0 or more, or None",
@@ -168,7 +155,7 @@ fn entry_dict<'py>(py: Python<'py>, e: &EntryInfo) -> PyResult<Bound<'py, PyDict
 impl PyEngine {
     #[new]
     #[pyo3(
-        signature = (budget=None, capacity=None, threads=None, verbose=None, conv_algo="auto"),
+        signature = (budget=None, capacity=None, threads=None, verbose=None, conv_algo=None),
         text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0, conv_algo=\"auto\")"
     )]
     fn new(
@@ -177,16 +164,17 @@ impl PyEngine {
         capacity: Option<&Bound<'_, PyAny>>,
         threads: Option<&Bound<'_, PyAny>>,
         verbose: Option<&Bound<'_, PyAny>>,
-        conv_algo: &str,
+        conv_algo: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let budget = match budget {
             Some(b) => budget_from(py, b)?,
             None => Budget::DEFAULT,
         };
-        // None (the signature's default, shown as 0) is 0: one thread per core, silent.
+        // None (the signature's default, shown as 0) is 0: one thread per core, silent; and
+        // "auto" for conv_algo.
         let threads = threads.map_or(Ok(0), |t| threads_from(py, t))?;
         let verbose = verbose.map_or(Ok(0), |v| {
-            whole_number(py, v, "verbose", 2, "expected 0, 1 or 2").map(|v| v as u8)
+            whole_number(py, v, Kind::Config, "verbose", 2, "expected 0, 1 or 2").map(|v| v as u8)
         })?;
         let config = EngineConfig {
             cache: CacheConfig {
@@ -195,7 +183,7 @@ impl PyEngine {
             },
             threads,
             verbose,
-            conv_algo: conv_algo_from(py, conv_algo)?,
+            conv_algo: conv_algo.map_or(Ok(ConvAlgoChoice::Auto), |c| conv_algo_from(py, c))?,
             ..EngineConfig::default()
         };
         Self::with_config(py, config)
@@ -215,35 +203,50 @@ impl PyEngine {
     /// Loads a model: an IR file (.ir) or an ONNX model (.onnx), verified, optimized
     /// (batch-norm folding, post-op and pool fusion) and with its convolution weights packed.
     ///
-    /// params: a .safetensors file whose tensors are named as the graph's parameters, a dict
-    ///     of float32 arrays by parameter name, or None for a graph without parameters. An
-    ///     ONNX model's initializers are its parameters; a file or dict replaces those it
-    ///     names.
+    /// path: the model file, a str, bytes or os.PathLike, as Python's own file functions take.
+    /// params: a .safetensors file (a path, as path), a mapping (dict) of float32 arrays by
+    ///     parameter name, or None for a graph without parameters. An ONNX model's
+    ///     initializers are its parameters; a file or dict replaces those it names. Tensors the
+    ///     graph does not declare are ignored, as in a full model's state dict.
     /// mode: "exact" compiles one primitive per node and shape; "dynamic" gives convolutions
     ///     and pooling over a symbolic extent one primitive for every value of it.
-    /// random_params: draw the parameters from this seed instead (the CLI's --random-params).
+    /// random_params: draw the parameters from this seed instead (the CLI's --random-params),
+    ///     an int from 0 to 2**64 - 1 (not a bool).
     ///
     /// Raises IrError (the file does not parse, import or verify), ParamError (a parameter is
-    /// missing, of the wrong shape or dtype), ConfigError (an unknown mode) and OSError (the
-    /// file cannot be read).
-    #[pyo3(signature = (path, params=None, mode="exact", *, random_params=None))]
+    /// missing, of the wrong shape or dtype; params or random_params of the wrong type or
+    /// range), ConfigError (an unknown mode), OSError (the file cannot be read) and TypeError
+    /// (a path that is not a str, bytes or os.PathLike).
+    #[pyo3(
+        signature = (path, params=None, mode=None, *, random_params=None),
+        text_signature = "($self, path, params=None, mode=\"exact\", *, random_params=None)"
+    )]
     fn load(
         &self,
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         params: Option<&Bound<'_, PyAny>>,
-        mode: &str,
-        random_params: Option<u64>,
+        mode: Option<&Bound<'_, PyAny>>,
+        random_params: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyModel> {
-        model::load(
-            py,
-            &self.engine,
-            self.conv_algo,
-            &path,
-            params,
-            mode,
-            random_params,
-        )
+        let path = args::path(py, path)?.ok_or_else(|| {
+            PyTypeError::new_err(format!(
+                "path: expected a str, bytes or os.PathLike, found {}",
+                type_name(path)
+            ))
+        })?;
+        let mode = match mode {
+            Some(m) => args::text_arg(
+                py,
+                m,
+                Kind::Config,
+                "mode",
+                "expected \"exact\" or \"dynamic\"",
+            )?,
+            None => "exact".to_string(),
+        };
+        let seed = random_params.map(|r| seed_from(py, r)).transpose()?;
+        model::load(py, &self.engine, self.conv_algo, &path, params, &mode, seed)
     }
 
     /// Compiles one primitive from a benchdnn problem descriptor, such as
@@ -258,21 +261,52 @@ impl PyEngine {
     ///
     /// A `*` after ih or iw ("iw1031*") leaves that extent to run time; the number is the
     /// extent the primitive runs at. Raises DescriptorError for a descriptor that does not
-    /// describe a valid problem.
-    #[pyo3(signature = (descriptor, *, pool=None, layout="nchw", conv_algo=None))]
+    /// describe a valid problem (or is not a str), ConfigError for a bad pool, layout or
+    /// conv_algo.
+    #[pyo3(
+        signature = (descriptor, *, pool=None, layout=None, conv_algo=None),
+        text_signature = "($self, descriptor, *, pool=None, layout=\"nchw\", conv_algo=None)"
+    )]
     fn compile_op(
         &self,
         py: Python<'_>,
-        descriptor: &str,
-        pool: Option<&str>,
-        layout: &str,
-        conv_algo: Option<&str>,
+        descriptor: &Bound<'_, PyAny>,
+        pool: Option<&Bound<'_, PyAny>>,
+        layout: Option<&Bound<'_, PyAny>>,
+        conv_algo: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyPrimitive> {
+        let descriptor = args::text_arg(
+            py,
+            descriptor,
+            Kind::Descriptor,
+            "descriptor",
+            "expected a str such as \"mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1\"",
+        )?;
+        let pool = pool
+            .map(|p| {
+                let expected = "expected None, \"max\", \"avg_np\" or \"avg_p\"";
+                args::text_arg(py, p, Kind::Config, "pool", expected)
+            })
+            .transpose()?;
+        let layout = match layout {
+            Some(l) => {
+                let expected = "expected \"nchw\" or \"nchw4c\"";
+                args::text_arg(py, l, Kind::Config, "layout", expected)?
+            }
+            None => "nchw".to_string(),
+        };
         let conv_algo = match conv_algo {
             Some(name) => conv_algo_from(py, name)?,
             None => self.conv_algo,
         };
-        primitive::compile_op(py, &self.engine, descriptor, pool, layout, conv_algo)
+        primitive::compile_op(
+            py,
+            &self.engine,
+            &descriptor,
+            pool.as_deref(),
+            &layout,
+            conv_algo,
+        )
     }
 
     /// The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (bytes, or None

@@ -2,9 +2,11 @@
 //! re-exports as `primjit`.
 //!
 //! A thin layer over the facade crate: `Engine` (module `engine`), `Model` (`model`) and
-//! `Primitive` (`primitive`) hold the Rust objects; numpy arrays cross in `arrays` and errors
-//! in `errors`. The GIL is released wherever kernels run or code is compiled.
+//! `Primitive` (`primitive`) hold the Rust objects; numpy arrays cross in `arrays`, other
+//! arguments (paths, names, numbers) in `args`, and errors in `errors`. The GIL is released
+//! wherever kernels run or code is compiled.
 
+mod args;
 mod arrays;
 mod engine;
 mod errors;

@@ -8,8 +8,9 @@ use primjit::{
     CompiledGraph, ConvAlgoChoice, Engine, Params, ShapeMode, Tensor, TensorView, Workspace,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyMapping, PyMappingMethods, PyTuple};
 
+use crate::args::{self, type_name};
 use crate::arrays::{self, Input};
 use crate::errors::{Kind, error, ir_error, load_error, os_error, param_file_error, run_error};
 
@@ -104,14 +105,18 @@ fn params_from(
             ))
         }
         (Some(p), None) => {
-            if let Ok(dict) = p.cast::<PyDict>() {
+            if let Ok(mapping) = p.cast::<PyMapping>() {
                 let mut params = initializers.unwrap_or_default();
-                for (name, value) in dict.iter() {
-                    let name: String = name.extract().map_err(|_| {
+                for item in mapping.items()?.iter() {
+                    let (name, value) = item.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+                    let name = args::text(&name).ok_or_else(|| {
                         error(
                             py,
                             Kind::Param,
-                            "params: the dict's keys must be parameter names (str)",
+                            format!(
+                                "params: the dict's keys must be parameter names (str), found {}",
+                                type_name(&name)
+                            ),
                         )
                     })?;
                     let name = name.strip_prefix('@').unwrap_or(&name).to_string();
@@ -126,25 +131,22 @@ fn params_from(
                         },
                     );
                 }
-                Ok(params)
-            } else {
-                let path: std::path::PathBuf = p.extract().map_err(|_| {
-                    error(
-                        py,
-                        Kind::Param,
-                        format!(
-                            "params: expected a .safetensors path or a dict of arrays, found {}",
-                            p.get_type()
-                                .name()
-                                .map_or_else(|_| "?".into(), |n| n.to_string())
-                        ),
-                    )
-                })?;
-                py.detach(|| {
-                    primjit::params_file::read_safetensors(&path, graph, initializers.as_ref())
-                })
-                .map_err(|e| param_file_error(py, &path, e))
+                return Ok(params);
             }
+            let path = args::path(py, p)?.ok_or_else(|| {
+                error(
+                    py,
+                    Kind::Param,
+                    format!(
+                        "params: expected a .safetensors path (str, bytes or os.PathLike) or a dict of float32 arrays by parameter name, found {}",
+                        type_name(p)
+                    ),
+                )
+            })?;
+            py.detach(|| {
+                primjit::params_file::read_safetensors(&path, graph, initializers.as_ref())
+            })
+            .map_err(|e| param_file_error(py, &path, e))
         }
     }
 }
@@ -281,7 +283,7 @@ impl PyModel {
                 ),
             ));
         };
-        let input = arrays::input(py, &format!("input %{name}"), x)?;
+        let input = self.graph_input(py, name, x)?;
         let mut outputs = self.run_named(py, &[(name.clone(), input)])?;
         if outputs.len() == 1 {
             let (_, t) = outputs.pop().expect("one output");
@@ -302,19 +304,34 @@ impl PyModel {
     fn run<'py>(
         &self,
         py: Python<'py>,
-        inputs: &Bound<'py, PyDict>,
+        inputs: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let mut named = Vec::with_capacity(inputs.len());
-        for (name, value) in inputs.iter() {
-            let name: String = name.extract().map_err(|_| {
+        let inputs = inputs.cast::<PyMapping>().map_err(|_| {
+            error(
+                py,
+                Kind::Shape,
+                format!(
+                    "inputs: expected a dict of float32 arrays by input name, found {}",
+                    type_name(inputs)
+                ),
+            )
+        })?;
+        let items = inputs.items()?;
+        let mut named = Vec::with_capacity(items.len());
+        for item in items.iter() {
+            let (name, value) = item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
+            let name = args::text(&name).ok_or_else(|| {
                 error(
                     py,
                     Kind::Shape,
-                    "inputs: the dict's keys must be input names (str)",
+                    format!(
+                        "inputs: the dict's keys must be input names (str), found {}",
+                        type_name(&name)
+                    ),
                 )
             })?;
             let name = name.strip_prefix('%').unwrap_or(&name).to_string();
-            let input = arrays::input(py, &format!("input %{name}"), &value)?;
+            let input = self.graph_input(py, &name, &value)?;
             named.push((name, input));
         }
         let outputs = self.run_named(py, &named)?;
@@ -383,14 +400,42 @@ impl PyModel {
 }
 
 impl PyModel {
+    /// The array given for the input `name`. A numpy scalar or a 0-d array for a declared
+    /// input is refused by the rank it lacks; an unknown name is left to the graph to report.
+    fn graph_input<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        obj: &Bound<'py, PyAny>,
+    ) -> PyResult<Input<'py>> {
+        let what = format!("input %{name}");
+        if let Some((_, shape)) = self.inputs.iter().find(|(n, _)| n == name)
+            && let Some(found) = arrays::rank0_kind(py, obj)?
+        {
+            return Err(error(
+                py,
+                Kind::Shape,
+                format!(
+                    "{what}: expected an array of rank {} ({}), found {found}",
+                    shape.len(),
+                    dims_text(shape)
+                ),
+            ));
+        }
+        arrays::input(py, &what, obj)
+    }
+
     fn input_list(&self) -> String {
         self.inputs
             .iter()
-            .map(|(n, s)| {
-                let dims: Vec<String> = s.iter().map(|d| d.to_string()).collect();
-                format!("%{n}: [{}]", dims.join(", "))
-            })
+            .map(|(n, s)| format!("%{n}: {}", dims_text(s)))
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// A declared shape as the graph prints it: `[1, 3, H, W]`.
+fn dims_text(shape: &[Dim]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", dims.join(", "))
 }

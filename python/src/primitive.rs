@@ -1,5 +1,6 @@
 //! `primjit.Primitive`: one compiled kernel from a benchdnn descriptor, run on numpy buffers.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use numpy::{PyArray1, PyReadwriteArrayDyn};
@@ -7,8 +8,9 @@ use primjit::codegen::BufferSpec;
 use primjit::descriptor::{self, DescriptorOp};
 use primjit::{ConvAlgoChoice, Engine, ExecArgs, Layout, Primitive, PrimitiveKey};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PySequence, PyString};
 
+use crate::args::type_name;
 use crate::arrays::{self, Input};
 use crate::errors::{Kind, descriptor_error, error, runtime_error};
 
@@ -54,6 +56,31 @@ pub fn compile_op(
         key,
         name: desc.name,
     })
+}
+
+/// `execute`'s `extra`: a sequence of arrays (a list, a tuple), or None for none. A str or
+/// bytes is a sequence too, but of characters; an ndarray would be one of its rows.
+fn extra_arrays<'py>(
+    py: Python<'py>,
+    extra: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let Some(extra) = extra else {
+        return Ok(Vec::new());
+    };
+    let text_like = extra.is_instance_of::<PyString>()
+        || extra.is_instance_of::<PyBytes>()
+        || extra.is_instance_of::<PyByteArray>();
+    match extra.cast::<PySequence>() {
+        Ok(seq) if !text_like => Ok(seq.to_list()?.iter().collect()),
+        _ => Err(error(
+            py,
+            Kind::Exec,
+            format!(
+                "extra: expected a list or tuple of float32 arrays (one per residual or second source), found {}",
+                type_name(extra)
+            ),
+        )),
+    }
 }
 
 /// One compiled primitive (Engine.compile_op): a kernel with its executable pages, run on
@@ -211,19 +238,20 @@ impl PyPrimitive {
         Ok(PyArray1::from_vec(py, packed))
     }
 
-    /// Runs the primitive on the engine's threads: reads src (and weights and extra, the
-    /// residuals of a convolution with fused adds), writes dst in place. dst must be a
-    /// writable C-contiguous float32 array; the others are read in place when C-contiguous.
-    /// scratch is working memory for the primitives that take one (Winograd convolutions):
-    /// None allocates it for the call, or pass a writable float32 array of at least
-    /// scratch_len floats per thread (the call runs on as many threads as it holds), to reuse
-    /// one.
+    /// Runs the primitive on the engine's threads: reads src (and weights and extra, a list or
+    /// tuple of the residuals of a convolution with fused adds, or of an add's second source),
+    /// writes dst in place. dst must be a writable C-contiguous float32 array; the others are
+    /// read in place when C-contiguous. scratch is working memory for the primitives that take
+    /// one (Winograd convolutions): None allocates it for the call, or pass a writable float32
+    /// array of at least scratch_len floats per thread (the call runs on as many threads as it
+    /// holds), to reuse one. Neither dst nor scratch may share memory with another buffer of
+    /// the call.
     ///
     /// Every buffer is checked against the key before any code runs: a wrong length, a
-    /// missing or unexpected buffer raises ExecError and writes nothing. The GIL is released
-    /// while the kernel runs.
+    /// missing or unexpected buffer, or overlapping buffers raise ExecError and write nothing.
+    /// The GIL is released while the kernel runs.
     #[pyo3(
-        signature = (src, dst, weights=None, extra=Vec::new(), scratch=None),
+        signature = (src, dst, weights=None, extra=None, scratch=None),
         text_signature = "($self, src, dst, weights=None, extra=(), scratch=None)"
     )]
     fn execute<'py>(
@@ -232,23 +260,34 @@ impl PyPrimitive {
         src: &Bound<'py, PyAny>,
         dst: &Bound<'py, PyAny>,
         weights: Option<&Bound<'py, PyAny>>,
-        extra: Vec<Bound<'py, PyAny>>,
+        extra: Option<&Bound<'py, PyAny>>,
         scratch: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<()> {
         let src = arrays::input(py, "src", src)?;
         let weights = weights
             .map(|w| arrays::input(py, "weights", w))
             .transpose()?;
-        let extra: Vec<Input<'_>> = extra
+        let extra: Vec<Input<'_>> = extra_arrays(py, extra)?
             .iter()
             .enumerate()
             .map(|(i, e)| arrays::input(py, &format!("extra[{i}]"), e))
             .collect::<PyResult<_>>()?;
-        let mut dst_array: PyReadwriteArrayDyn<'py, f32> = arrays::output(py, "dst", dst)?;
+        // The call's buffers that lie in the caller's memory (a copy is the package's own),
+        // which dst, and then scratch, must not overlap.
+        let extra_names: Vec<String> = (0..extra.len()).map(|i| format!("extra[{i}]")).collect();
+        let mut buffers: Vec<(&str, Range<usize>)> = [("src", &src)]
+            .into_iter()
+            .chain(weights.as_ref().map(|w| ("weights", w)))
+            .chain(extra_names.iter().map(String::as_str).zip(&extra))
+            .filter_map(|(name, input)| Some((name, input.caller_span()?)))
+            .collect();
+        let mut dst_array: PyReadwriteArrayDyn<'py, f32> =
+            arrays::output(py, "dst", dst, &buffers)?;
         let dst = dst_array.as_slice_mut().expect("checked by arrays::output");
+        buffers.push(("dst", arrays::slice_span(dst)));
         let extra_views: Vec<&[f32]> = extra.iter().map(|e| e.view().data).collect();
         let mut scratch_array = scratch
-            .map(|s| arrays::output(py, "scratch", s))
+            .map(|s| arrays::output(py, "scratch", s, &buffers))
             .transpose()?;
         // One band per thread, as the graph executor gives it.
         let mut own_scratch = match (&scratch_array, self.scratch_len()) {

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import collections.abc
+import os
+import types
+
 import numpy as np
 import pytest
 
@@ -93,7 +97,7 @@ def test_bad_dict_params(engine):
     double = dict(good, **{"dw.bias": np.zeros((8,), np.float64)})
     with pytest.raises(primjit.DtypeError, match=r"parameter @dw.bias: the array's dtype is float64"):
         engine.load(ir, params=double)
-    with pytest.raises(primjit.ParamError, match="expected a .safetensors path or a dict"):
+    with pytest.raises(primjit.ParamError, match=r"expected a .safetensors path \(str, bytes or os.PathLike\) or a dict"):
         engine.load(ir, params=42)
 
 
@@ -270,3 +274,248 @@ def test_destinations_must_be_writable_float32_in_c_order(engine):
     frozen.flags.writeable = False
     with pytest.raises(primjit.ExecError, match="dst: the array cannot be written"):
         op.execute(src, frozen)
+
+
+# ---- arguments of the wrong kind or type ----
+
+
+GROUPS_PARAMS = {
+    "grouped.weight": np.zeros((8, 2, 3, 3), np.float32),
+    "dw.weight": np.zeros((8, 1, 3, 3), np.float32),
+    "dw.bias": np.zeros((8,), np.float32),
+    "mult.weight": np.zeros((8, 1, 3, 3), np.float32),
+}
+
+
+def test_a_numpy_scalar_or_0d_array_input_is_a_shape_error_naming_the_rank(engine):
+    model = engine.load(EXAMPLES / "conv_basics.ir", random_params=0)
+    for value, found in [
+        (np.float32(1.0), "a numpy scalar (numpy.float32)"),
+        (np.float64(1.0), "a numpy scalar (numpy.float64)"),
+        (np.array(1.0, np.float32), "a 0-d array"),
+        (np.array(1.0, np.float64), "a 0-d array"),
+    ]:
+        want = f"input %x: expected an array of rank 4 ([1, 3, H, W]), found {found}"
+        with pytest.raises(primjit.ShapeError) as called:
+            model(value)
+        assert str(called.value) == want
+        with pytest.raises(primjit.ShapeError) as run:
+            model.run({"x": value})
+        assert str(run.value) == want
+    # A scalar under a name the graph does not have: the name is the fault.
+    with pytest.raises(primjit.ShapeError, match="%y"):
+        model.run({"x": random_input((1, 3, 9, 11)), "y": np.float32(1.0)})
+
+
+def test_a_numpy_scalar_is_read_as_a_0d_array_and_never_written(engine):
+    params = dict(GROUPS_PARAMS, **{"dw.bias": np.float32(1.0)})
+    with pytest.raises(primjit.ParamError, match=r"parameter @dw.bias has shape \[\] but the graph declares \[8\]"):
+        engine.load(EXAMPLES / "conv_groups.ir", params=params)
+    params["dw.bias"] = np.float64(1.0)
+    with pytest.raises(primjit.DtypeError) as e:
+        engine.load(EXAMPLES / "conv_groups.ir", params=params)
+    assert str(e.value).startswith("parameter @dw.bias: the numpy scalar's dtype is float64, expected float32")
+    op = engine.compile_op(CONV)
+    src, _, dst = (np.zeros(b["len"], np.float32) for b in op.buffers())
+    packed = op.pack_weights(np.zeros((8, 8, 3, 3), np.float32))
+    with pytest.raises(primjit.ExecError, match=r"the src buffer holds 1 floats"):
+        op.execute(np.float32(1.0), dst, packed)
+    with pytest.raises(primjit.ExecError) as e:
+        op.execute(src, np.float32(0.0), packed)
+    assert str(e.value) == "dst: a numpy scalar (numpy.float32) cannot be written: pass a writable float32 array"
+
+
+def test_buffers_a_call_writes_must_not_overlap_the_others(engine):
+    op = engine.compile_op(CONV)
+    n = op.buffers()[0]["len"]
+    src = random_input((n,))
+    packed = op.pack_weights(random_input((8, 8, 3, 3), seed=1))
+    overlap = "a buffer the kernels write must not overlap another of the call (pass a separate array)"
+    buf = np.zeros(2 * n, np.float32)
+    for args, kwargs, message in [
+        ((src, src, packed), {}, f"dst: the array shares memory with src: {overlap}"),
+        ((src, packed[:n], packed), {}, f"dst: the array shares memory with weights: {overlap}"),
+        ((src, buf[1 : n + 1], packed), {"extra": [buf[:n]]}, f"dst: the array shares memory with extra[0]: {overlap}"),
+    ]:
+        with pytest.raises(primjit.ExecError) as e:
+            op.execute(*args, **kwargs)
+        assert str(e.value) == message
+    # Halves of one array do not overlap: the check is by memory, not by array.
+    buf[:n] = src
+    op.execute(buf[:n], buf[n:], packed)
+    want = np.zeros(n, np.float32)
+    op.execute(src, want, packed)
+    assert buf[n:].tobytes() == want.tobytes()
+
+    # Two arrays over one buffer through different objects, which numpy's borrow flags do not
+    # relate: the kernels would have read what they wrote.
+    shared = bytearray(src.tobytes())
+    a = np.frombuffer(memoryview(shared), np.float32)
+    b = np.frombuffer(memoryview(shared), np.float32)
+    assert a.base is not b.base
+    with pytest.raises(primjit.ExecError, match=r"^dst: the array shares memory with src: "):
+        op.execute(a, b, packed)
+    assert bytes(shared) == src.tobytes(), "a rejected call writes nothing"
+
+    wino = engine.compile_op(CONV, layout="nchw4c", conv_algo="winograd")
+    s, _, d, scratch = (np.zeros(b["len"], np.float32) for b in wino.buffers())
+    w = wino.pack_weights(np.zeros((8, 8, 3, 3), np.float32))
+    for given, other in [(d, "dst"), (s, "src"), (w, "weights")]:
+        with pytest.raises(primjit.ExecError) as e:
+            wino.execute(s, d, w, scratch=given)
+        assert str(e.value) == f"scratch: the array shares memory with {other}: {overlap}"
+    wino.execute(s, d, w, scratch=scratch)
+
+
+def test_an_array_another_running_call_holds_is_refused(engine):
+    # Calls that run Python code while they hold their arrays (reading a sequence, an
+    # isinstance check) stand in for a call running in another thread.
+    op = engine.compile_op(CONV)
+    src, _, dst = (np.zeros(b["len"], np.float32) for b in op.buffers())
+    packed = op.pack_weights(np.zeros((8, 8, 3, 3), np.float32))
+    model = engine.load(EXAMPLES / "pooling.ir")
+    errors = []
+
+    class Extra(collections.abc.Sequence):
+        """Writes src with another call while execute reads it."""
+
+        def __len__(self):
+            return 0
+
+        def __getitem__(self, i):
+            try:
+                op.execute(np.zeros_like(src), src, packed)
+            except primjit.ExecError as e:
+                errors.append(str(e))
+            raise IndexError(i)
+
+    op.execute(src, dst, packed, extra=Extra())
+    assert errors == ["dst: the array cannot be written: another call still running reads or writes it"]
+
+    class Scratch:
+        """Reads dst with a model run while execute writes it (isinstance looks up __class__)."""
+
+        @property
+        def __class__(self):
+            try:
+                model(dst)
+            except primjit.ExecError as e:
+                errors.append(str(e))
+            return type(self)
+
+    errors.clear()
+    with pytest.raises(primjit.DtypeError, match="scratch: expected a numpy.ndarray of float32, found Scratch"):
+        op.execute(src, dst, packed, scratch=Scratch())
+    assert set(errors) == {
+        "input %x: the array cannot be read: another call still running writes it (a Primitive.execute's dst or scratch)"
+    }
+
+    frozen = np.zeros_like(dst)
+    frozen.flags.writeable = False
+    with pytest.raises(primjit.ExecError) as e:
+        op.execute(src, frozen, packed)
+    assert str(e.value) == "dst: the array cannot be written: it is read-only (flags.writeable is False)"
+
+
+def test_containers_of_the_wrong_type_are_named(engine):
+    model = engine.load(EXAMPLES / "conv_basics.ir", random_params=0)
+    x = random_input((1, 3, 9, 11))
+    for inputs, found in [([x], "list"), (None, "NoneType"), (x, "ndarray")]:
+        with pytest.raises(primjit.ShapeError) as e:
+            model.run(inputs)
+        assert str(e.value) == f"inputs: expected a dict of float32 arrays by input name, found {found}"
+    with pytest.raises(primjit.ShapeError, match=r"^inputs: the dict's keys must be input names \(str\), found int$"):
+        model.run({0: x})
+    # Any mapping will do, as the stubs say.
+    assert model.run(types.MappingProxyType({"x": x}))[model.outputs[0]].tobytes() == model(x).tobytes()
+
+    ir = EXAMPLES / "conv_groups.ir"
+    for params, found in [(list(GROUPS_PARAMS.values()), "list"), (42, "int")]:
+        with pytest.raises(primjit.ParamError) as e:
+            engine.load(ir, params=params)
+        assert str(e.value) == (
+            "params: expected a .safetensors path (str, bytes or os.PathLike) or a dict of float32"
+            f" arrays by parameter name, found {found}"
+        )
+    with pytest.raises(primjit.ParamError, match=r"^params: the dict's keys must be parameter names \(str\), found int$"):
+        engine.load(ir, params={1: np.zeros(1, np.float32)})
+    assert engine.load(ir, params=types.MappingProxyType(GROUPS_PARAMS)).outputs == ["dw", "mult"]
+
+    op = engine.compile_op(CONV)
+    src, _, dst = (np.zeros(b["len"], np.float32) for b in op.buffers())
+    packed = op.pack_weights(np.zeros((8, 8, 3, 3), np.float32))
+    for extra, found in [("ab", "str"), (b"ab", "bytes"), (3, "int"), (src, "ndarray")]:
+        with pytest.raises(primjit.ExecError) as e:
+            op.execute(src, dst, packed, extra=extra)
+        assert str(e.value) == (
+            "extra: expected a list or tuple of float32 arrays (one per residual or second source),"
+            f" found {found}"
+        )
+    # A tuple is a sequence of buffers (one too many here), None none.
+    with pytest.raises(primjit.ExecError, match=r"expected 0 extra buffers \(residuals or second source\), found 1"):
+        op.execute(src, dst, packed, extra=(src,))
+    op.execute(src, dst, packed, extra=None)
+
+
+def test_random_params_is_a_seed_from_0_to_2_64(engine):
+    ir = EXAMPLES / "conv_basics.ir"
+    expected = "expected a seed from 0 to 18446744073709551615, or None"
+    for seed, message in [
+        (-1, f"random_params -1: {expected}"),
+        (2**64, f"random_params 18446744073709551616: {expected}"),
+        (True, f"random_params: {expected}, found bool"),
+        (False, f"random_params: {expected}, found bool"),
+        (1.0, f"random_params: {expected}, found float"),
+        ("3", f"random_params: {expected}, found str"),
+    ]:
+        with pytest.raises(primjit.ParamError) as e:
+            engine.load(ir, random_params=seed)
+        assert str(e.value) == message
+    x = random_input((1, 3, 9, 11))
+    three = engine.load(ir, random_params=3)(x)
+    assert engine.load(ir, random_params=np.uint8(3))(x).tobytes() == three.tobytes()
+    assert engine.load(ir, random_params=2**64 - 1)(x).tobytes() != three.tobytes()
+
+
+def test_paths_are_str_bytes_or_path_like(engine, tmp_path):
+    ir = EXAMPLES / "pooling.ir"
+
+    class BytesPath:
+        def __fspath__(self) -> bytes:
+            return os.fsencode(ir)
+
+    for path in [str(ir), ir, os.fsencode(ir), BytesPath()]:
+        assert engine.load(path).path == str(ir)
+    # A file name that is not UTF-8 opens by its bytes.
+    odd = os.fsencode(tmp_path) + b"/pool\xff.ir"
+    with open(odd, "wb") as f:
+        f.write(ir.read_bytes())
+    assert engine.load(odd).outputs == engine.load(ir).outputs
+    with pytest.raises(FileNotFoundError) as missing:
+        engine.load(os.fsencode(tmp_path / "none.ir"))
+    assert missing.value.filename == str(tmp_path / "none.ir")
+    for path, found in [(3, "int"), (None, "NoneType"), ([str(ir)], "list")]:
+        with pytest.raises(TypeError) as e:
+            engine.load(path)
+        assert str(e.value) == f"path: expected a str, bytes or os.PathLike, found {found}"
+        assert not isinstance(e.value, primjit.Error)
+    st = tmp_path / "groups.safetensors"
+    write_safetensors(st, GROUPS_PARAMS)
+    assert engine.load(EXAMPLES / "conv_groups.ir", params=os.fsencode(st)).outputs == ["dw", "mult"]
+
+
+def test_names_of_the_wrong_type_are_config_or_descriptor_errors(engine):
+    for call, error, message in [
+        (lambda: engine.load(EXAMPLES / "pooling.ir", mode=1), primjit.ConfigError, 'mode: expected "exact" or "dynamic", found int'),
+        (lambda: primjit.Engine(conv_algo=1), primjit.ConfigError, 'conv_algo: expected "direct", "winograd" or "auto", found int'),
+        (lambda: engine.compile_op(CONV, conv_algo=b"direct"), primjit.ConfigError, 'conv_algo: expected "direct", "winograd" or "auto", found bytes'),
+        (lambda: engine.compile_op(CONV, layout=4), primjit.ConfigError, 'layout: expected "nchw" or "nchw4c", found int'),
+        (lambda: engine.compile_op("mb1ic8ih10kh3", pool=True), primjit.ConfigError, 'pool: expected None, "max", "avg_np" or "avg_p", found bool'),
+        (lambda: engine.compile_op(b"mb1ic8ih10kh3"), primjit.DescriptorError, 'descriptor: expected a str such as "mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1", found bytes'),
+    ]:
+        with pytest.raises(error) as e:
+            call()
+        assert str(e.value) == message
+    # The defaults, given or not.
+    assert engine.compile_op(CONV, layout="nchw").key == engine.compile_op(CONV).key
+    assert engine.load(EXAMPLES / "pooling.ir", mode="exact").mode == "exact"
