@@ -1778,8 +1778,9 @@ fn bench_names_the_check_calls_kernels_in_the_perf_map_too() {
 
 #[test]
 fn dump_plan_refuses_a_key_the_kernels_cannot_take() {
-    // The IR takes a stride of 2^30; primitive keys stop at 2^29, and the plan stage checks
-    // the keys as the stages that compile do (it planned them unchecked).
+    // Primitive keys stop at a stride of 2^29, and so does the IR's verification: a stride of
+    // 2^30 is refused at its line before the plan stage, which checks keys as the stages that
+    // compile do, plans anything.
     let dir = temp_dir();
     let model = write(
         dir.path(),
@@ -1795,7 +1796,10 @@ fn dump_plan_refuses_a_key_the_kernels_cannot_take() {
     failure(
         &primjit(&["dump", s(&model), "--stage", "plan"]),
         1,
-        &["strides must be at most 536870912"],
+        &[&format!(
+            "{}:4:3: error: %c: strides must be at most 536870912, found [1073741824, 1]",
+            model.display()
+        )],
     );
 }
 
@@ -2751,15 +2755,21 @@ fn onnx_errors_list_every_unsupported_node_and_reject_malformed_files() {
         );
     }
     let junk = write(dir.path(), "junk.onnx", "not a model\n");
-    failure(
+    let err = failure(
         &primjit(&["import", s(&junk)]),
         1,
         &["junk.onnx: not a valid ONNX model: "],
     );
-    failure(
+    // The decoder's reason is printed once (it was the message's and its source's).
+    assert_eq!(err.matches("failed to decode").count(), 1, "{err}");
+    let err = failure(
         &primjit(&["check", "/nonexistent/model.onnx"]),
         1,
         &["cannot read `/nonexistent/model.onnx`"],
+    );
+    assert_eq!(
+        err,
+        "error: cannot read `/nonexistent/model.onnx`: No such file or directory (os error 2)\n"
     );
 }
 
@@ -2976,4 +2986,228 @@ fn dump_plan_shows_the_streamed_segment() {
         ),
         "{trunk}"
     );
+}
+
+/// Runs `primjit` with `args`, killing it if it has not ended after a minute: what a reader
+/// blocked on a FIFO or reading `/dev/zero` without end (the bugs guarded here) would do.
+fn primjit_or_kill(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_primjit"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the primjit binary runs");
+    for _ in 0..600 {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    panic!("primjit {args:?} did not end:\n{}", stderr(&out));
+}
+
+/// Models, parameters, inputs and widths that are not regular files (a device, also through
+/// a symlink, a FIFO, a directory) are refused, naming the path and what it is: `/dev/zero`
+/// was read without end and a FIFO blocked.
+#[test]
+fn files_that_are_not_regular_are_refused_naming_the_path() {
+    let t = Tiny::new();
+    let dir = t.dir.path();
+    let link = |name: &str| {
+        let path = dir.join(name);
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        path
+    };
+    let zero_ir = link("zero.ir");
+    let zero_onnx = link("zero.onnx");
+    let zero_params = link("zero.safetensors");
+    let zero_npy = link("zero.npy");
+    let fifo = dir.join("fifo.ir");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let folder = dir.join("folder.onnx");
+    std::fs::create_dir(&folder).unwrap();
+    let device = "it is a character device, not a regular file";
+    for (path, what) in [
+        (Path::new("/dev/zero"), device),
+        (zero_ir.as_path(), device),
+        (zero_onnx.as_path(), device),
+        (fifo.as_path(), "it is a FIFO, not a regular file"),
+        (folder.as_path(), "it is a directory, not a regular file"),
+    ] {
+        let err = failure(&primjit_or_kill(&["check", s(path)]), 1, &[]);
+        // One line, the reason once (a directory's OS error was printed twice).
+        assert_eq!(
+            err,
+            format!("error: cannot read `{}`: {what}\n", path.display())
+        );
+    }
+    let y = t.path("y.npy");
+    let err = failure(
+        &primjit_or_kill(&[
+            "run",
+            s(&t.ir),
+            "--input",
+            s(&t.input),
+            "--params",
+            s(&zero_params),
+            "--output",
+            s(&y),
+        ]),
+        1,
+        &[],
+    );
+    assert_eq!(
+        err,
+        format!("error: cannot read `{}`: {device}\n", zero_params.display())
+    );
+    let err = failure(
+        &primjit_or_kill(&[
+            "run",
+            s(&t.ir),
+            "--input",
+            s(&zero_npy),
+            "--params",
+            s(&t.params),
+            "--output",
+            s(&y),
+        ]),
+        1,
+        &[],
+    );
+    assert_eq!(
+        err,
+        format!(
+            "error: input %x: cannot open `{}`: {device}\n",
+            zero_npy.display()
+        )
+    );
+    let f = BenchFiles::new();
+    for widths in [Path::new("/dev/zero"), fifo.as_path()] {
+        failure(
+            &primjit_or_kill(&["bench", s(&f.model), "--widths", s(widths), "--quiet"]),
+            1,
+            &[&format!(
+                "error: cannot read `{}`: it is a ",
+                widths.display()
+            )],
+        );
+    }
+}
+
+/// Numbers past what their option holds are said to be too large, with the limit, not
+/// malformed.
+#[test]
+fn numbers_that_overflow_are_too_large_with_the_limit() {
+    let huge = "99999999999999999999";
+    let f = BenchFiles::new();
+    failure(
+        &primjit(&["bench", s(&f.model), "--n", huge, "--quiet"]),
+        2,
+        &[&format!(
+            "`{huge}` is too large: at most the workload's number of widths (1000 in the shipped workload)"
+        )],
+    );
+    failure(
+        &primjit(&["bench", s(&f.model), "--capacity", huge, "--quiet"]),
+        2,
+        &[&format!(
+            "`{huge}` is too large: at most 18446744073709551615"
+        )],
+    );
+    failure(
+        &primjit(&["bench", s(&f.model), "--threads", "many", "--quiet"]),
+        2,
+        &["`many` is not a non-negative integer"],
+    );
+    let widths = write(f.dir.path(), "huge.txt", &format!("32\n{huge}\n"));
+    failure(
+        &primjit(&[
+            "bench",
+            s(&f.model),
+            "--widths",
+            s(&widths),
+            "--n",
+            "1",
+            "--quiet",
+        ]),
+        1,
+        &[&format!(
+            "{}:2: the width `{huge}` is too large: at most 18446744073709551615",
+            widths.display()
+        )],
+    );
+    failure(
+        &primjit(&["check", s(&f.model), "--dims", &format!("W={huge}")]),
+        2,
+        &[&format!(
+            "the value of `W`, `{huge}`, is too large: at most 18446744073709551615"
+        )],
+    );
+    failure(
+        &primjit(&[
+            "sweep",
+            "--n",
+            "1",
+            "--config",
+            &format!("exact:64MiB:{huge}"),
+        ]),
+        1,
+        &[&format!(
+            "config `exact:64MiB:{huge}`: capacity `{huge}` is too large: at most 18446744073709551615"
+        )],
+    );
+}
+
+/// `check` refuses a stride over the kernels' bound at its line, as `run` would only have
+/// refused it when compiling (naming a key, not the node); at the bound, both run.
+#[test]
+fn check_refuses_a_stride_the_kernels_cannot_take_and_run_takes_the_largest() {
+    assert_eq!(primjit_ir::MAX_STEP, primjit::codegen::MAX_STEP);
+    let dir = temp_dir();
+    let graph = |stride: usize| {
+        format!(
+            "graph g {{
+  input %x: f32[1, 2, 8, 8]
+  param @w: f32[2, 2, 1, 1]
+  %c = conv2d(%x, @w, strides=[{stride}, 1], dilations=[1, 1])
+  %p = maxpool2d(%c, kernel=[1, 1], dilations=[{stride}, 1])
+  output y = %p
+}}
+"
+        )
+    };
+    let past = write(dir.path(), "past.ir", &graph(primjit_ir::MAX_STEP + 1));
+    let err = failure(&primjit(&["check", s(&past)]), 1, &[]);
+    assert_eq!(
+        err.lines().next().unwrap(),
+        format!(
+            "{}:4:3: error: %c: strides must be at most 536870912, found [536870913, 1]",
+            past.display()
+        )
+    );
+    let at = write(dir.path(), "at.ir", &graph(primjit_ir::MAX_STEP));
+    assert_eq!(
+        success(&primjit(&["check", s(&at)])),
+        "%c = conv2d: [1, 2, 1, 8]\n%p = maxpool2d: [1, 2, 1, 8]\n"
+    );
+    let y = dir.path().join("y.npy");
+    success(&primjit(&[
+        "run",
+        s(&at),
+        "--random-input",
+        "1",
+        "--random-params",
+        "1",
+        "--output",
+        s(&y),
+    ]));
+    assert_eq!(read_npy(&y).0, [1, 2, 1, 8]);
 }

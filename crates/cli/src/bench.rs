@@ -34,11 +34,11 @@ pub struct Workload {
     pub widths: Option<PathBuf>,
 
     /// How many calls, from the start of the widths (the full workload is 1000)
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = workload::parse_calls)]
     pub n: usize,
 
     /// Threads per primitive (default: all cores)
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = workload::parse_count)]
     pub threads: usize,
 }
 
@@ -57,7 +57,7 @@ pub struct Args {
     pub budget: Option<Budget>,
 
     /// An entry-count bound applied with the budget, as oneDNN's cache capacity
-    #[arg(long)]
+    #[arg(long, value_parser = workload::parse_count)]
     pub capacity: Option<usize>,
 
     /// The most bytes of activation buffers kept between calls: 16MiB, 0 (none) or unlimited

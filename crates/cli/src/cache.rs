@@ -13,7 +13,7 @@ pub struct Args {
     pub bench: bench::Args,
 
     /// How many entries to list (most recently used first); all with 0
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::workload::parse_count)]
     pub entries: usize,
 }
 

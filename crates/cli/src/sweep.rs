@@ -11,7 +11,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Deserialize;
 
-use crate::workload::{Policy, thousands};
+use crate::workload::{self, Policy, thousands};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -103,8 +103,7 @@ fn parse_config(spec: &str) -> Result<Config> {
         .next()
         .filter(|s| !s.is_empty())
         .map(|c| {
-            c.parse()
-                .with_context(|| format!("config `{spec}`: capacity `{c}` is not a number"))
+            workload::parse_count(c).map_err(|e| anyhow::anyhow!("config `{spec}`: capacity {e}"))
         })
         .transpose()?;
     let workspace = parts.next().filter(|s| !s.is_empty()).map(str::to_string);

@@ -1,6 +1,7 @@
 //! The variable-width workload: the shipped widths, shape policies, deterministic inputs, and
 //! the process's resident memory.
 
+use std::num::IntErrorKind;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -10,6 +11,25 @@ use primjit_ir::{Tensor, random_tensor};
 pub const SHIPPED_WIDTHS: &str = include_str!("../../../benches/data/widths.txt");
 /// The default model: the ResNet34 trunk of the original report.
 pub const TRUNK_IR: &str = include_str!("../../../ir/resnet34_trunk.ir");
+
+/// A count given on the command line (`--threads`, `--capacity`, `--entries`, a sweep's
+/// capacity): a non-negative integer, and one past `usize` is too large, not malformed.
+pub fn parse_count(text: &str) -> Result<usize, String> {
+    text.parse::<usize>().map_err(|e| match e.kind() {
+        IntErrorKind::PosOverflow => format!("`{text}` is too large: at most {}", usize::MAX),
+        _ => format!("`{text}` is not a non-negative integer"),
+    })
+}
+
+/// `--n`: a count of calls, whose limit is the workload's length (checked once it is read).
+pub fn parse_calls(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Err(e) if *e.kind() == IntErrorKind::PosOverflow => Err(format!(
+            "`{text}` is too large: at most the workload's number of widths (1000 in the shipped workload)"
+        )),
+        _ => parse_count(text),
+    }
+}
 
 /// Reads widths, one per line (blank lines and `#` comments ignored).
 pub fn parse_widths(text: &str, origin: &str) -> Result<Vec<usize>> {
@@ -21,6 +41,11 @@ pub fn parse_widths(text: &str, origin: &str) -> Result<Vec<usize>> {
         }
         match line.parse::<usize>() {
             Ok(w) if w > 0 => out.push(w),
+            Err(e) if *e.kind() == IntErrorKind::PosOverflow => bail!(
+                "{origin}:{}: the width `{line}` is too large: at most {}",
+                i + 1,
+                usize::MAX
+            ),
             _ => bail!(
                 "{origin}:{}: expected a positive width, found `{line}`",
                 i + 1
@@ -37,8 +62,8 @@ pub fn load_widths(path: Option<&Path>) -> Result<Vec<usize>> {
     match path {
         None => parse_widths(SHIPPED_WIDTHS, "benches/data/widths.txt"),
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read {}", p.display()))?;
+            let text = crate::io::read_regular_to_string(p)
+                .with_context(|| format!("cannot read `{}`", p.display()))?;
             parse_widths(&text, &p.display().to_string())
         }
     }

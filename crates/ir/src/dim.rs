@@ -17,11 +17,16 @@ pub fn parse_bindings(text: &str) -> Result<Bindings, String> {
         if !is_symbol(name) {
             return Err(format!("`{name}` is not a valid symbol name"));
         }
-        let value: u64 = value.trim().parse().map_err(|_| {
-            format!(
-                "the value of `{name}` is not a non-negative integer: `{}`",
-                value.trim()
-            )
+        let value = value.trim();
+        let value: u64 = value.parse().map_err(|e: std::num::ParseIntError| {
+            if *e.kind() == std::num::IntErrorKind::PosOverflow {
+                format!(
+                    "the value of `{name}`, `{value}`, is too large: at most {}",
+                    u64::MAX
+                )
+            } else {
+                format!("the value of `{name}` is not a non-negative integer: `{value}`")
+            }
         })?;
         if value == 0 {
             return Err(format!("`{name}` must be at least 1"));

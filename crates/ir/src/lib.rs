@@ -43,5 +43,5 @@ pub use graph::{
 pub use params::{GraphParams, ParamError, Params, Tensor, random_tensor};
 pub use parser::parse;
 pub use shape::{
-    MAX_TENSOR_ELEMENTS, Shapes, conv_output_extent, infer_shapes, pool_output_extent,
+    MAX_STEP, MAX_TENSOR_ELEMENTS, Shapes, conv_output_extent, infer_shapes, pool_output_extent,
 };

@@ -4,6 +4,8 @@
 //! first into a [`Call`] and then checked against what each op accepts, so that every error
 //! points at the token at fault.
 
+use std::num::IntErrorKind;
+
 use crate::dim::{Dim, is_symbol};
 use crate::error::{ParseError, SourceLoc};
 use crate::graph::{
@@ -278,6 +280,12 @@ impl Parser {
                 match self.next() {
                     (Tok::Number(n), loc) => match n.parse::<u64>() {
                         Ok(v) if v > 0 => dims.push(Dim::Known(v)),
+                        Err(e) if *e.kind() == IntErrorKind::PosOverflow => {
+                            return err(
+                                loc,
+                                format!("the dimension `{n}` is too large: at most {}", u64::MAX),
+                            );
+                        }
                         _ => {
                             return err(
                                 loc,
@@ -857,11 +865,13 @@ impl<'p> Attrs<'p> {
 
 fn uint_arg(arg: &Arg, loc: SourceLoc, key: &str) -> Result<usize, ParseError> {
     match arg {
-        Arg::Number(n) => n.parse::<usize>().or_else(|_| {
-            err(
-                loc,
-                format!("`{key}` takes non-negative integers, found `{n}`"),
-            )
+        Arg::Number(n) => n.parse::<usize>().or_else(|e| {
+            let message = if *e.kind() == IntErrorKind::PosOverflow {
+                format!("`{key}` value `{n}` is too large: at most {}", usize::MAX)
+            } else {
+                format!("`{key}` takes non-negative integers, found `{n}`")
+            };
+            err(loc, message)
         }),
         _ => err(loc, format!("`{key}` takes integers")),
     }

@@ -8,6 +8,12 @@ use crate::graph::{Graph, Op, Pads, PoolWindow, PostOp, Value};
 /// kernel forms fits in a signed 32-bit displacement times four and no count overflows.
 pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 31;
 
+/// The largest stride, dilation or pad of a convolution or pooling window: 2^29. Compiled
+/// kernels address rows with i64 byte offsets, a step times a row of up to 2^33 bytes, so code
+/// generation refuses larger ones (its `MAX_STEP`, the same bound); verification refuses them
+/// first, at the node.
+pub const MAX_STEP: usize = 1 << 29;
+
 /// The inferred shape of every value of a graph.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Shapes {
@@ -103,6 +109,30 @@ impl Ctx<'_> {
     fn positive(&self, what: &str, values: &[usize]) -> Result<(), VerifyError> {
         if values.contains(&0) {
             return self.fail(format!("{what} must be at least 1, found {values:?}"));
+        }
+        Ok(())
+    }
+
+    /// Strides, dilations and pads: at least 1 (but pads) and at most [`MAX_STEP`].
+    fn window_steps(
+        &self,
+        strides: &[usize; 2],
+        dilations: &[usize; 2],
+        pads: &Pads,
+    ) -> Result<(), VerifyError> {
+        self.positive("strides", strides)?;
+        self.positive("dilations", dilations)?;
+        let pads = [pads.top, pads.left, pads.bottom, pads.right];
+        for (what, values) in [
+            ("strides", &strides[..]),
+            ("dilations", &dilations[..]),
+            ("pads", &pads[..]),
+        ] {
+            if values.iter().any(|&v| v > MAX_STEP) {
+                return self.fail(format!(
+                    "{what} must be at most {MAX_STEP}, found {values:?}"
+                ));
+            }
         }
         Ok(())
     }
@@ -253,8 +283,7 @@ fn check_windows_touch_input(
 /// conv's output.
 fn pool_shape(ctx: &Ctx<'_>, x: &[Dim], window: &PoolWindow) -> Result<Vec<Dim>, VerifyError> {
     ctx.positive("kernel", &window.kernel)?;
-    ctx.positive("strides", &window.strides)?;
-    ctx.positive("dilations", &window.dilations)?;
+    ctx.window_steps(&window.strides, &window.dilations, &window.pads)?;
     let Pads {
         top,
         left,
@@ -420,8 +449,7 @@ fn infer_node(
             ctx.positive("the weight's output and input channels", &[o, i])?;
             ctx.positive("kernel", &[kh, kw])?;
             ctx.positive("groups", &[c.groups])?;
-            ctx.positive("strides", &c.strides)?;
-            ctx.positive("dilations", &c.dilations)?;
+            ctx.window_steps(&c.strides, &c.dilations, &c.pads)?;
             let g = c.groups as u64;
             if channels % g != 0 {
                 return ctx.fail(format!(

@@ -8,12 +8,13 @@ use std::fmt;
 pub enum Subject {
     /// The model as a whole (its opsets, its graph).
     Model,
-    /// A node: its name (or `#index` when it has none), op type, domain and the opset in force.
+    /// A node: its name (or `#index` when it has none), op type, domain and the version the
+    /// model imports of its domain (`None`: the model imports none).
     Node {
         name: String,
         op_type: String,
         domain: String,
-        opset: i64,
+        opset: Option<i64>,
     },
     /// A graph input, by its ONNX name.
     Input(String),
@@ -33,13 +34,14 @@ impl fmt::Display for Subject {
                 domain,
                 opset,
             } => {
-                if domain.is_empty() || domain == "ai.onnx" {
-                    write!(f, "node {name:?} ({op_type}, opset {opset})")
-                } else {
-                    write!(
-                        f,
-                        "node {name:?} ({domain}.{op_type}, domain opset {opset})"
-                    )
+                let default_domain = domain.is_empty() || domain == "ai.onnx";
+                match (default_domain, opset) {
+                    (true, Some(v)) => write!(f, "node {name:?} ({op_type}, opset {v})"),
+                    (true, None) => write!(f, "node {name:?} ({op_type})"),
+                    (false, Some(v)) => {
+                        write!(f, "node {name:?} ({domain}.{op_type}, {domain} opset {v})")
+                    }
+                    (false, None) => write!(f, "node {name:?} ({domain}.{op_type})"),
                 }
             }
             Subject::Input(n) => write!(f, "input {n:?}"),
@@ -66,17 +68,20 @@ impl fmt::Display for Problem {
 /// Why a model could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
-    /// The model file could not be read. Check the path and its permissions.
-    #[error("cannot read `{path}`: {source}")]
+    /// The model file could not be read: missing, unreadable, or not a regular file (a
+    /// directory, a device, a FIFO); `source` says why. Check the path and its permissions.
+    #[error("cannot read `{path}`")]
     Read {
         path: String,
         source: std::io::Error,
     },
     /// The bytes are not a valid protobuf `ModelProto` (truncated, corrupt, or not ONNX).
-    #[error("{file}: not a valid ONNX model: {source}")]
+    /// `error` is part of the message, not its `source`, so that a chain of causes prints it
+    /// once.
+    #[error("{file}: not a valid ONNX model: {error}")]
     Decode {
         file: String,
-        source: prost::DecodeError,
+        error: prost::DecodeError,
     },
     /// The model decodes but has parts the importer does not support or that are invalid:
     /// every problem, one per line, each node listed once (`file: node "Resize_42" (Resize,

@@ -87,7 +87,7 @@ pub(crate) fn import_model(
     let opset = model
         .opset_import
         .iter()
-        .filter(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .filter(|o| is_default_domain(&o.domain))
         .map(|o| o.version)
         .max();
     let Some(opset) = opset else {
@@ -95,10 +95,22 @@ pub(crate) fn import_model(
             "the model imports no version of the default (ai.onnx) opset".into(),
         ));
     };
+    if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
+        return Err(model_problem(format!(
+            "the model imports ai.onnx opset {opset}, but primjit imports opsets {MIN_OPSET} to {MAX_OPSET}"
+        )));
+    }
+    let mut domains: HashMap<String, i64> = HashMap::new();
+    for o in &model.opset_import {
+        if !is_default_domain(&o.domain) {
+            let v = domains.entry(o.domain.clone()).or_insert(o.version);
+            *v = (*v).max(o.version);
+        }
+    }
     let Some(graph) = &model.graph else {
         return Err(model_problem("the model has no graph".into()));
     };
-    let mut importer = Importer::new(graph, opset, base_dir);
+    let mut importer = Importer::new(graph, opset, domains, base_dir);
     importer.run(graph);
     if !importer.problems.is_empty() {
         return Err(fail(importer.problems));
@@ -118,6 +130,10 @@ type ParamOrigin = (String, &'static str, Vec<usize>, u32);
 
 struct Importer {
     opset: i64,
+    /// The version the model imports of each other domain than the default one.
+    domains: HashMap<String, i64>,
+    /// The index and op type of the first node of each (non-empty) node name.
+    node_names: HashMap<String, (usize, String)>,
     graph: Graph,
     shapes: Option<Shapes>,
     params: Params,
@@ -140,7 +156,12 @@ struct Importer {
 }
 
 impl Importer {
-    fn new(g: &GraphProto, opset: i64, base_dir: Option<PathBuf>) -> Self {
+    fn new(
+        g: &GraphProto,
+        opset: i64,
+        domains: HashMap<String, i64>,
+        base_dir: Option<PathBuf>,
+    ) -> Self {
         let mut uses: HashMap<String, usize> = HashMap::new();
         for node in &g.node {
             for i in node.input.iter().filter(|i| !i.is_empty()) {
@@ -159,6 +180,8 @@ impl Importer {
         });
         Importer {
             opset,
+            domains,
+            node_names: HashMap::new(),
             graph: Graph::new(graph_name),
             shapes: None,
             params: Params::new(),
@@ -340,6 +363,12 @@ impl Importer {
     }
 
     fn node(&mut self, index: usize, node: &NodeProto) {
+        let default_domain = is_default_domain(&node.domain);
+        let domain_opset = if default_domain {
+            Some(self.opset)
+        } else {
+            self.domains.get(&node.domain).copied()
+        };
         let subject = Subject::Node {
             name: if node.name.is_empty() {
                 format!("#{index}")
@@ -348,10 +377,23 @@ impl Importer {
             },
             op_type: node.op_type.clone(),
             domain: node.domain.clone(),
-            opset: self.opset,
+            opset: domain_opset,
         };
-        let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
         let supported = default_domain && SUPPORTED.contains(&node.op_type.as_str());
+        // A node's name is unique when it has one (onnxruntime refuses a model otherwise); the
+        // second node of a name is the one at fault.
+        let first_of_name = if node.name.is_empty() {
+            None
+        } else {
+            match self.node_names.get(&node.name) {
+                Some(first) => Some(first.clone()),
+                None => {
+                    self.node_names
+                        .insert(node.name.clone(), (index, node.op_type.clone()));
+                    None
+                }
+            }
+        };
         let inputs_failed = node
             .input
             .iter()
@@ -362,8 +404,20 @@ impl Importer {
             .output
             .iter()
             .find(|o| !o.is_empty() && self.bound.contains_key(*o));
-        let result = if !supported {
-            Err("unsupported op".to_string())
+        let result = if let Some((first, first_op)) = first_of_name {
+            Err(format!(
+                "node #{index} has the name of node #{first} ({first_op}): node names must be unique"
+            ))
+        } else if !supported {
+            Err(match domain_opset {
+                _ if default_domain => "unsupported op".to_string(),
+                Some(_) => "unsupported op: only ops of the default (ai.onnx) domain are supported"
+                    .to_string(),
+                None => format!(
+                    "unsupported op of the domain {}, which the model does not import: only ops of the default (ai.onnx) domain are supported",
+                    node.domain
+                ),
+            })
         } else if let Some(o) = redefined {
             Err(format!(
                 "output {o:?} is already defined: a value is defined once"
@@ -398,14 +452,16 @@ impl Importer {
     fn convert(&mut self, node: &NodeProto) -> NodeResult<()> {
         // An input past the op's last is an invalid model, and ignoring it would compute
         // something else than the file asks (an `Add` of three inputs as one of two).
-        let most = max_inputs(&node.op_type);
+        let (most, more_from) = max_inputs(&node.op_type, self.opset);
         if node.input.len() > most {
             return Err(format!(
-                "{} inputs, but {} takes at most {most}",
+                "{} inputs, but {} takes at most {most}{}",
                 node.input.len(),
-                node.op_type
+                node.op_type,
+                more_from.map_or(String::new(), |v| format!(" before opset {v}"))
             ));
         }
+        check_attr_opsets(node, self.opset)?;
         match node.op_type.as_str() {
             "Conv" => self.conv(node),
             "MaxPool" => self.pool(node, PoolKind::Max),
@@ -1024,6 +1080,11 @@ impl Importer {
     fn flatten(&mut self, node: &NodeProto) -> NodeResult<()> {
         check_attrs(node, &["axis"])?;
         let axis = int(node, "axis")?.unwrap_or(1);
+        if axis < 0 && self.opset < 11 {
+            return Err(format!(
+                "attribute axis is {axis}: negative axes are only defined from opset 11 on"
+            ));
+        }
         let (x, flat) = self.act_any(node, 0, "input")?;
         if flat {
             return Err("the input is already flat".into());
@@ -1097,6 +1158,13 @@ impl Importer {
                 },
                 (true, None) => vec![2, 3],
             };
+            if self.opset < 11
+                && let Some(a) = axes.iter().find(|&&a| a < 0)
+            {
+                return Err(format!(
+                    "attribute axes has {a}: negative axes are only defined from opset 11 on"
+                ));
+            }
             let mut axes: Vec<i64> = axes
                 .iter()
                 .map(|&a| if a < 0 { a + 4 } else { a })
@@ -1295,16 +1363,91 @@ pub const SUPPORTED: &[&str] = &[
     "Constant",
 ];
 
+/// The oldest default-domain (`ai.onnx`) opset the importer reads. Opset 7 (ONNX 1.2) gave
+/// the supported ops the attributes they still have: older ones carry `is_test`,
+/// `consumed_inputs` or Add's and Gemm's `broadcast`, which mean something else.
+pub const MIN_OPSET: i64 = 7;
+
+/// The newest default-domain opset the importer reads, that of ONNX 1.22: from opset 22 on,
+/// the supported ops only widened the element types they take (the conformance cases of
+/// `tests/onnx/node` are at opsets 13 to 25).
+pub const MAX_OPSET: i64 = 27;
+
+/// Whether `domain` names the default operator set (`""` or `"ai.onnx"`).
+fn is_default_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
 /// The most inputs (optional ones included) that a [`SUPPORTED`] op takes in the ONNX
-/// operator set.
-fn max_inputs(op: &str) -> usize {
-    match op {
+/// operator set at `opset`, and the opset from which it takes more, if a later one does.
+fn max_inputs(op: &str, opset: i64) -> (usize, Option<i64>) {
+    let most = match op {
+        // Their inputs past the first were attributes before (min and max; ratio; axes).
+        "Clip" if opset < 11 => return (1, Some(11)),
+        "Dropout" if opset < 12 => return (1, Some(12)),
+        "Squeeze" if opset < 13 => return (1, Some(13)),
         "Constant" => 0,
         "Add" | "MatMul" | "Reshape" | "Squeeze" => 2,
         "Conv" | "Clip" | "Dropout" | "Gemm" => 3,
         "BatchNormalization" => 5,
         _ => 1,
+    };
+    (most, None)
+}
+
+/// The attributes of [`SUPPORTED`] ops that exist in some opsets only: the op, the attribute,
+/// the first opset that defines it and the first that no longer does (onnxruntime refuses
+/// them outside that range, and the importer would read a value the model cannot mean).
+const VERSIONED_ATTRIBUTES: &[(&str, &str, i64, Option<i64>)] = &[
+    ("AveragePool", "ceil_mode", 10, None),
+    ("AveragePool", "dilations", 19, None),
+    ("MaxPool", "storage_order", 8, None),
+    ("MaxPool", "ceil_mode", 10, None),
+    ("MaxPool", "dilations", 10, None),
+    ("BatchNormalization", "consumed_inputs", 1, Some(6)),
+    ("BatchNormalization", "is_test", 1, Some(7)),
+    ("BatchNormalization", "spatial", 1, Some(9)),
+    ("BatchNormalization", "training_mode", 14, None),
+    ("Dropout", "is_test", 1, Some(7)),
+    ("Dropout", "ratio", 1, Some(12)),
+    ("Dropout", "seed", 12, None),
+    ("Gemm", "broadcast", 1, Some(7)),
+    ("Clip", "min", 1, Some(11)),
+    ("Clip", "max", 1, Some(11)),
+    ("Squeeze", "axes", 1, Some(13)),
+    ("Reshape", "allowzero", 14, None),
+    ("Constant", "sparse_value", 11, None),
+    ("Constant", "value_float", 12, None),
+    ("Constant", "value_floats", 12, None),
+    ("Constant", "value_int", 12, None),
+    ("Constant", "value_ints", 12, None),
+    ("Constant", "value_string", 12, None),
+    ("Constant", "value_strings", 12, None),
+];
+
+/// Fails at the first attribute of `node` that the model's `opset` does not define.
+fn check_attr_opsets(node: &NodeProto, opset: i64) -> NodeResult<()> {
+    for a in &node.attribute {
+        let Some(&(_, _, first, removed)) = VERSIONED_ATTRIBUTES
+            .iter()
+            .find(|(op, name, ..)| *op == node.op_type && *name == a.name)
+        else {
+            continue;
+        };
+        if opset < first {
+            return Err(format!(
+                "attribute {} is only defined from opset {first} on",
+                a.name
+            ));
+        }
+        if let Some(removed) = removed.filter(|&r| opset >= r) {
+            return Err(format!(
+                "attribute {} was removed in opset {removed}",
+                a.name
+            ));
+        }
     }
+    Ok(())
 }
 
 fn describe(shape: &[Dim], flat: bool) -> String {

@@ -4,8 +4,9 @@
 //! The protobuf is decoded in pure Rust with prost, from message structs written by hand for
 //! the part of `onnx.proto` the importer reads ([`proto`]); no protoc, no build script.
 //!
-//! Supported (default domain, opsets 7 to 21): `Conv` (2-D; `auto_pad`, `group`, `dilations`,
-//! `pads`, `strides`, optional bias, missing `kernel_shape`), `MaxPool` and `AveragePool`
+//! Supported (default domain, opsets [`MIN_OPSET`] to [`MAX_OPSET`], 7 to 27): `Conv` (2-D;
+//! `auto_pad`, `group`, `dilations`, `pads`, `strides`, optional bias, missing
+//! `kernel_shape`), `MaxPool` and `AveragePool`
 //! (2-D; `ceil_mode`, `dilations`, `pads`, `auto_pad`, `count_include_pad`),
 //! `GlobalAveragePool`, `GlobalMaxPool`, `Relu`, `Add` of equal shapes, `Clip` (attributes or
 //! constant inputs), `BatchNormalization` (inference), `Identity`, `Dropout` (inference),
@@ -21,25 +22,32 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod file;
 mod import;
 mod names;
 pub mod proto;
 mod tensor;
 
+use std::io::Read;
 use std::path::Path;
 
 use prost::Message;
 
 pub use error::{OnnxError, Problem, Subject};
-pub use import::{Imported, SUPPORTED};
+pub use import::{Imported, MAX_OPSET, MIN_OPSET, SUPPORTED};
 pub use names::{NameKind, Rename};
 
-/// Reads and imports the model at `path`; external data is looked up beside it.
+/// Reads and imports the model at `path`; external data is looked up beside it. A path that
+/// is not a regular file (a directory, a device such as `/dev/zero`, a FIFO), also through a
+/// symlink, is an [`OnnxError::Read`].
 pub fn import_file(path: &Path) -> Result<Imported, OnnxError> {
-    let bytes = std::fs::read(path).map_err(|source| OnnxError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let mut bytes = Vec::new();
+    file::open_regular(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|source| OnnxError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
     let base = path
         .parent()
         .map(|p| {
@@ -60,9 +68,9 @@ pub fn import_bytes(
     file: &str,
     base_dir: Option<&Path>,
 ) -> Result<Imported, OnnxError> {
-    let model = proto::ModelProto::decode(bytes).map_err(|source| OnnxError::Decode {
+    let model = proto::ModelProto::decode(bytes).map_err(|error| OnnxError::Decode {
         file: file.to_string(),
-        source,
+        error,
     })?;
     import_model(&model, file, base_dir)
 }
@@ -79,9 +87,9 @@ pub fn import_model(
 /// Decodes a serialized float `TensorProto` (a `.pb` file of the ONNX test data sets) into its
 /// name and a tensor. `file` names it in errors.
 pub fn decode_tensor(bytes: &[u8], file: &str) -> Result<(String, primjit_ir::Tensor), OnnxError> {
-    let t = proto::TensorProto::decode(bytes).map_err(|source| OnnxError::Decode {
+    let t = proto::TensorProto::decode(bytes).map_err(|error| OnnxError::Decode {
         file: file.to_string(),
-        source,
+        error,
     })?;
     let problem = |message: String| OnnxError::Problems {
         file: file.to_string(),

@@ -2,8 +2,10 @@
 //! their data inline (typed fields or `raw_data`) or in an external file beside the model.
 
 use std::collections::HashMap;
+use std::num::IntErrorKind;
 use std::path::{Component, Path, PathBuf};
 
+use crate::file::open_regular;
 use crate::proto::{TensorProto, data_location, data_type};
 
 /// The largest constant the importer accepts, in elements: the IR's tensor limit.
@@ -47,8 +49,8 @@ impl Const {
     }
 }
 
-/// Memory maps of the external data files read so far, by path: a model keeps every tensor in
-/// one file, which is mapped once.
+/// Memory maps of the external data files read so far, by resolved path: a model keeps every
+/// tensor in one file, which is mapped once.
 #[derive(Default)]
 pub(crate) struct ExternalFiles {
     base_dir: Option<PathBuf>,
@@ -71,8 +73,14 @@ impl ExternalFiles {
         let mut length = None;
         for e in &t.external_data {
             let number = |v: &str| {
-                v.parse::<u64>()
-                    .map_err(|_| format!("external data {}={v:?} is not a number", e.key))
+                v.parse::<u64>().map_err(|error| match error.kind() {
+                    IntErrorKind::PosOverflow => format!(
+                        "external data {}={v:?} is too large: at most {}",
+                        e.key,
+                        u64::MAX
+                    ),
+                    _ => format!("external data {}={v:?} is not a number", e.key),
+                })
             };
             match e.key.as_str() {
                 "location" => location = Some(e.value.clone()),
@@ -100,9 +108,21 @@ impl ExternalFiles {
             ));
         };
         let path = base.join(relative);
-        if !self.maps.contains_key(&path) {
-            let file = std::fs::File::open(&path)
-                .map_err(|e| format!("cannot open external data `{}`: {e}", path.display()))?;
+        let cannot_open =
+            |e: std::io::Error| format!("cannot open external data `{}`: {e}", path.display());
+        // The location has no `..` and is not absolute, but a symlink on the way can still
+        // lead out of the folder: the resolved path must stay under the resolved folder.
+        let folder = std::fs::canonicalize(base).map_err(cannot_open)?;
+        let target = std::fs::canonicalize(&path).map_err(cannot_open)?;
+        if !target.starts_with(&folder) {
+            return Err(format!(
+                "external data location {location:?} leads to `{}` through a symlink, outside the model's folder `{}`",
+                target.display(),
+                folder.display()
+            ));
+        }
+        if !self.maps.contains_key(&target) {
+            let file = open_regular(&target).map_err(cannot_open)?;
             #[allow(unsafe_code)]
             // SAFETY: the map is read-only and private to this importer, which copies the
             // bytes out before returning. memmap2 requires that the file not be truncated
@@ -110,22 +130,25 @@ impl ExternalFiles {
             // model is not written while the model is imported (as for every ONNX loader).
             let map = unsafe { memmap2::Mmap::map(&file) }
                 .map_err(|e| format!("cannot map external data `{}`: {e}", path.display()))?;
-            self.maps.insert(path.clone(), map);
+            self.maps.insert(target.clone(), map);
         }
-        let map = &self.maps[&path];
+        let map = &self.maps[&target];
+        let size = map.len() as u64;
         let end = match length {
             Some(len) => offset.checked_add(len),
-            None => Some(map.len() as u64),
+            None => Some(size),
         };
-        match end {
-            Some(end) if offset <= end && end <= map.len() as u64 => {
+        match (end, length) {
+            (Some(end), _) if offset <= end && end <= size => {
                 Ok(&map[offset as usize..end as usize])
             }
-            _ => Err(format!(
-                "external data `{}` holds {} bytes, fewer than offset {offset} plus length {}",
-                path.display(),
-                map.len(),
-                length.map_or("?".to_string(), |l| l.to_string())
+            (_, Some(len)) => Err(format!(
+                "external data `{}` holds {size} bytes, fewer than offset {offset} plus length {len}",
+                path.display()
+            )),
+            (_, None) => Err(format!(
+                "external data `{}` holds {size} bytes, fewer than offset {offset}",
+                path.display()
             )),
         }
     }

@@ -414,9 +414,9 @@ fn relu_add_identity_and_batchnorm() {
 
 #[test]
 fn clip_as_attributes_and_inputs_fuses_into_its_conv_or_stands_alone() {
-    // Opset 6: attributes; max left out.
+    // Opset 7 (Clip-6): attributes; max left out.
     let m = model(
-        6,
+        7,
         vec![x4("x", 2, 3, 3)],
         vec![
             node("Conv", "c", &["x", "w"], &["c"], vec![]),
@@ -897,7 +897,7 @@ fn every_unsupported_node_is_listed_once_and_nothing_downstream() {
             "model.onnx: node \"Resize_42\" (Resize, opset 17): unsupported op",
             "model.onnx: node \"conv\" (Conv, opset 17): attribute foo is not supported",
             "model.onnx: node \"#3\" (Sigmoid, opset 17): unsupported op",
-            "model.onnx: node \"fc\" (com.microsoft.FusedConv, domain opset 17): unsupported op",
+            "model.onnx: node \"fc\" (com.microsoft.FusedConv): unsupported op of the domain com.microsoft, which the model does not import: only ops of the default (ai.onnx) domain are supported",
         ]
         .join("\n")
     );
@@ -1166,26 +1166,34 @@ fn node_errors_name_the_attribute_or_input_at_fault() {
     }
 }
 
+/// SAME padding's arithmetic takes any stride without overflow; a stride over the kernels'
+/// bound (2^29) is then refused by verification, at the node.
 #[test]
 fn same_padding_with_a_huge_stride_does_not_overflow() {
-    let m = model(
-        17,
-        vec![x4("x", 2, 6, 6)],
-        vec![node(
-            "Conv",
-            "c",
-            &["x", "w"],
+    let m = |stride: i64| {
+        model(
+            17,
+            vec![x4("x", 2, 6, 6)],
+            vec![node(
+                "Conv",
+                "c",
+                &["x", "w"],
+                &["y"],
+                vec![
+                    ("auto_pad", A::S("SAME_UPPER")),
+                    ("strides", A::Is(vec![1, stride])),
+                ],
+            )],
+            vec![init("w", &[2, 2, 1, 3])],
             &["y"],
-            vec![
-                ("auto_pad", A::S("SAME_UPPER")),
-                ("strides", A::Is(vec![1, i64::MAX])),
-            ],
-        )],
-        vec![init("w", &[2, 2, 1, 3])],
-        &["y"],
+        )
+    };
+    assert_eq!(
+        import_err(&m(i64::MAX)),
+        "model.onnx: node \"c\" (Conv, opset 17): strides must be at most 536870912, found [1, 9223372036854775807]"
     );
-    let c = only_conv(&import(&m));
-    assert_eq!(c.strides, [1, i64::MAX as usize]);
+    let c = only_conv(&import(&m(1 << 29)));
+    assert_eq!(c.strides, [1, 1 << 29]);
     assert_eq!([c.pads.left, c.pads.right], [0, 0]);
 }
 
@@ -1346,24 +1354,32 @@ fn model_level_errors() {
         import_err(&undefined_out),
         "model.onnx: output \"nope\": is not defined by any node or input"
     );
+    // The I/O error is the source, not part of the message too, so that a chain of causes
+    // (anyhow's `{:#}`) prints it once.
     let e = import_file(std::path::Path::new("/nonexistent/model.onnx")).unwrap_err();
-    assert!(matches!(e, OnnxError::Read { .. }), "{e}");
-    assert!(
-        e.to_string()
-            .starts_with("cannot read `/nonexistent/model.onnx`: "),
-        "{e}"
+    let OnnxError::Read { source, .. } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(e.to_string(), "cannot read `/nonexistent/model.onnx`");
+    assert_eq!(
+        std::error::Error::source(&e).map(|s| s.to_string()),
+        Some(source.to_string())
     );
 }
 
 #[test]
 fn malformed_and_truncated_protobuf_is_an_error_never_a_panic() {
     let e = import_bytes(b"\xff\xff\xff\xff", "junk.onnx", None).unwrap_err();
-    assert!(matches!(e, OnnxError::Decode { .. }), "{e}");
-    assert!(
-        e.to_string()
-            .starts_with("junk.onnx: not a valid ONNX model: "),
-        "{e}"
+    let OnnxError::Decode { error, .. } = &e else {
+        panic!("{e}")
+    };
+    // The decoder's reason is in the message, once: it is not also the source.
+    assert_eq!(
+        e.to_string(),
+        format!("junk.onnx: not a valid ONNX model: {error}")
     );
+    assert!(std::error::Error::source(&e).is_none());
     let m = model(
         17,
         vec![x4("x", 2, 6, 6)],
@@ -1423,4 +1439,521 @@ fn imported_pool_kinds_are_onnx_ones() {
         [Op::Pool2d(p)] => assert_eq!(p.kind, PoolKind::Max),
         other => panic!("{other:?}"),
     }
+}
+
+// ---- audit: files, opsets, names, external data -------------------------------------------
+
+/// A fresh directory under the system's temporary one, removed by the caller.
+fn scratch_dir(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("primjit-onnx-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success());
+}
+
+/// A model path that is a directory, a device (through a symlink too) or a FIFO is refused
+/// before it is read: `/dev/zero` was read without end, a FIFO blocked.
+#[test]
+fn a_model_that_is_not_a_regular_file_is_refused_naming_what_it_is() {
+    let dir = scratch_dir("irregular");
+    let zero = dir.join("zero.onnx");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let folder = dir.join("folder.onnx");
+    std::fs::create_dir(&folder).unwrap();
+    let fifo = dir.join("fifo.onnx");
+    mkfifo(&fifo);
+    for (path, what) in [
+        (std::path::PathBuf::from("/dev/zero"), "a character device"),
+        (zero, "a character device"),
+        (folder, "a directory"),
+        (fifo, "a FIFO"),
+    ] {
+        let e = import_file(&path).unwrap_err();
+        let OnnxError::Read { source, .. } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(e.to_string(), format!("cannot read `{}`", path.display()));
+        assert_eq!(
+            source.to_string(),
+            format!("it is {what}, not a regular file")
+        );
+        assert_eq!(source.kind(), std::io::ErrorKind::InvalidInput);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The default opset is held to the versions the importer knows: onnxruntime refuses the
+/// others, and an op's meaning in them is not the one imported.
+#[test]
+fn a_default_opset_outside_7_to_27_is_an_error() {
+    let relu = |opset| {
+        model(
+            opset,
+            vec![x4("x", 2, 6, 6)],
+            vec![node("Relu", "r", &["x"], &["y"], vec![])],
+            vec![],
+            &["y"],
+        )
+    };
+    assert_eq!((primjit_onnx::MIN_OPSET, primjit_onnx::MAX_OPSET), (7, 27));
+    for opset in [3, 6, 28, 99] {
+        assert_eq!(
+            import_err(&relu(opset)),
+            format!(
+                "model.onnx: model: the model imports ai.onnx opset {opset}, but primjit imports opsets 7 to 27"
+            )
+        );
+    }
+    for opset in [7, 21, 22, 27] {
+        assert_eq!(import(&relu(opset)).opset, opset);
+    }
+}
+
+/// Attributes and inputs that the model's opset does not define are refused, at the node:
+/// the model is invalid (onnxruntime refuses it) and the value read would mean nothing.
+#[test]
+fn attributes_and_inputs_of_other_opsets_are_errors() {
+    let scalar = |name: &str, v: f32| TensorProto {
+        name: name.into(),
+        data_type: data_type::FLOAT,
+        float_data: vec![v],
+        ..Default::default()
+    };
+    let axes = TensorProto {
+        name: "axes".into(),
+        dims: vec![2],
+        data_type: data_type::INT64,
+        int64_data: vec![2, 3],
+        ..Default::default()
+    };
+    let one = |opset: i64, n: NodeProto, inits: Vec<TensorProto>| {
+        import_err(&model(
+            opset,
+            vec![x4("x", 2, 6, 6)],
+            vec![n],
+            inits,
+            &["y"],
+        ))
+    };
+    let kernel = || ("kernel_shape", A::Is(vec![2, 2]));
+    let bn_inits = || {
+        vec![
+            init("s", &[2]),
+            init("b", &[2]),
+            init("m", &[2]),
+            init("v", &[2]),
+        ]
+    };
+    let bn = |attrs| {
+        node(
+            "BatchNormalization",
+            "bn",
+            &["x", "s", "b", "m", "v"],
+            &["y"],
+            attrs,
+        )
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            one(
+                17,
+                node(
+                    "AveragePool",
+                    "ap",
+                    &["x"],
+                    &["y"],
+                    vec![kernel(), ("dilations", A::Is(vec![2, 2]))],
+                ),
+                vec![],
+            ),
+            "node \"ap\" (AveragePool, opset 17): attribute dilations is only defined from opset 19 on",
+        ),
+        (
+            one(
+                9,
+                node(
+                    "MaxPool",
+                    "mp",
+                    &["x"],
+                    &["y"],
+                    vec![kernel(), ("ceil_mode", A::I(1))],
+                ),
+                vec![],
+            ),
+            "node \"mp\" (MaxPool, opset 9): attribute ceil_mode is only defined from opset 10 on",
+        ),
+        (
+            one(
+                7,
+                node(
+                    "MaxPool",
+                    "mp",
+                    &["x"],
+                    &["y"],
+                    vec![kernel(), ("storage_order", A::I(0))],
+                ),
+                vec![],
+            ),
+            "node \"mp\" (MaxPool, opset 7): attribute storage_order is only defined from opset 8 on",
+        ),
+        (
+            one(9, bn(vec![("spatial", A::I(1))]), bn_inits()),
+            "node \"bn\" (BatchNormalization, opset 9): attribute spatial was removed in opset 9",
+        ),
+        (
+            one(13, bn(vec![("training_mode", A::I(0))]), bn_inits()),
+            "node \"bn\" (BatchNormalization, opset 13): attribute training_mode is only defined from opset 14 on",
+        ),
+        (
+            one(7, bn(vec![("is_test", A::I(1))]), bn_inits()),
+            "node \"bn\" (BatchNormalization, opset 7): attribute is_test was removed in opset 7",
+        ),
+        (
+            one(
+                11,
+                node("Dropout", "d", &["x"], &["y"], vec![("seed", A::I(3))]),
+                vec![],
+            ),
+            "node \"d\" (Dropout, opset 11): attribute seed is only defined from opset 12 on",
+        ),
+        (
+            one(
+                12,
+                node("Dropout", "d", &["x"], &["y"], vec![("ratio", A::F(0.5))]),
+                vec![],
+            ),
+            "node \"d\" (Dropout, opset 12): attribute ratio was removed in opset 12",
+        ),
+        (
+            one(
+                11,
+                node("Dropout", "d", &["x", "r"], &["y"], vec![]),
+                vec![scalar("r", 0.5)],
+            ),
+            "node \"d\" (Dropout, opset 11): 2 inputs, but Dropout takes at most 1 before opset 12",
+        ),
+        (
+            one(
+                10,
+                node("Clip", "c", &["x", "lo"], &["y"], vec![]),
+                vec![scalar("lo", 0.0)],
+            ),
+            "node \"c\" (Clip, opset 10): 2 inputs, but Clip takes at most 1 before opset 11",
+        ),
+        (
+            one(
+                11,
+                node("Clip", "c", &["x"], &["y"], vec![("min", A::F(0.0))]),
+                vec![],
+            ),
+            "node \"c\" (Clip, opset 11): attribute min was removed in opset 11",
+        ),
+        (
+            one(
+                13,
+                node(
+                    "Squeeze",
+                    "s",
+                    &["x"],
+                    &["y"],
+                    vec![("axes", A::Is(vec![2, 3]))],
+                ),
+                vec![],
+            ),
+            "node \"s\" (Squeeze, opset 13): attribute axes was removed in opset 13",
+        ),
+        (
+            one(
+                11,
+                node("Squeeze", "s", &["x", "axes"], &["y"], vec![]),
+                vec![axes],
+            ),
+            "node \"s\" (Squeeze, opset 11): 2 inputs, but Squeeze takes at most 1 before opset 13",
+        ),
+        (
+            one(
+                10,
+                node(
+                    "Squeeze",
+                    "s",
+                    &["x"],
+                    &["y"],
+                    vec![("axes", A::Is(vec![-2, -1]))],
+                ),
+                vec![],
+            ),
+            "node \"s\" (Squeeze, opset 10): attribute axes has -2: negative axes are only defined from opset 11 on",
+        ),
+        (
+            one(
+                10,
+                node("Flatten", "f", &["x"], &["y"], vec![("axis", A::I(-3))]),
+                vec![],
+            ),
+            "node \"f\" (Flatten, opset 10): attribute axis is -3: negative axes are only defined from opset 11 on",
+        ),
+        (
+            one(
+                13,
+                node(
+                    "Reshape",
+                    "r",
+                    &["x", "shape"],
+                    &["y"],
+                    vec![("allowzero", A::I(0))],
+                ),
+                vec![TensorProto {
+                    name: "shape".into(),
+                    dims: vec![2],
+                    data_type: data_type::INT64,
+                    int64_data: vec![1, -1],
+                    ..Default::default()
+                }],
+            ),
+            "node \"r\" (Reshape, opset 13): attribute allowzero is only defined from opset 14 on",
+        ),
+        (
+            one(
+                7,
+                node(
+                    "Gemm",
+                    "g",
+                    &["x", "w"],
+                    &["y"],
+                    vec![("broadcast", A::I(1))],
+                ),
+                vec![init("w", &[2, 2])],
+            ),
+            "node \"g\" (Gemm, opset 7): attribute broadcast was removed in opset 7",
+        ),
+        (
+            one(
+                11,
+                node(
+                    "Constant",
+                    "k",
+                    &[],
+                    &["y"],
+                    vec![("value_float", A::F(1.0))],
+                ),
+                vec![],
+            ),
+            "node \"k\" (Constant, opset 11): attribute value_float is only defined from opset 12 on",
+        ),
+    ];
+    for (e, want) in cases {
+        assert_eq!(e, format!("model.onnx: {want}"));
+    }
+    // At the opsets that define them, the same attributes import.
+    let ap = model(
+        19,
+        vec![x4("x", 2, 6, 6)],
+        vec![node(
+            "AveragePool",
+            "ap",
+            &["x"],
+            &["y"],
+            vec![kernel(), ("dilations", A::Is(vec![2, 2]))],
+        )],
+        vec![],
+        &["y"],
+    );
+    import(&ap);
+    let mp = model(
+        10,
+        vec![x4("x", 2, 6, 6)],
+        vec![node(
+            "MaxPool",
+            "mp",
+            &["x"],
+            &["y"],
+            vec![kernel(), ("ceil_mode", A::I(1))],
+        )],
+        vec![],
+        &["y"],
+    );
+    import(&mp);
+}
+
+/// Node names, when given, are unique (onnxruntime refuses a model with two nodes of one
+/// name); the second node of a name is reported, with both indices.
+#[test]
+fn a_node_name_used_twice_is_an_error_at_the_second_node() {
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![
+            node("Relu", "r", &["x"], &["a"], vec![]),
+            node("Relu", "", &["a"], &["b"], vec![]),
+            node("Relu", "", &["b"], &["c"], vec![]),
+            node("Add", "r", &["a", "c"], &["y"], vec![]),
+        ],
+        vec![],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: node \"r\" (Add, opset 17): node #3 has the name of node #0 (Relu): node names must be unique"
+    );
+    // Unnamed nodes (two above) are not duplicates of each other.
+    let mut unnamed = m.clone();
+    unnamed.graph.as_mut().unwrap().node[3].name = "sum".into();
+    import(&unnamed);
+}
+
+/// A node of another domain is located by that domain's version, not the default opset's.
+#[test]
+fn a_node_of_another_domain_names_its_domain_and_version() {
+    let mut m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![NodeProto {
+            domain: "com.microsoft".into(),
+            ..node("FusedConv", "fc", &["x"], &["y"], vec![])
+        }],
+        vec![],
+        &["y"],
+    );
+    m.opset_import.push(OperatorSetIdProto {
+        domain: "com.microsoft".into(),
+        version: 1,
+    });
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: node \"fc\" (com.microsoft.FusedConv, com.microsoft opset 1): unsupported op: only ops of the default (ai.onnx) domain are supported"
+    );
+    m.opset_import.pop();
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: node \"fc\" (com.microsoft.FusedConv): unsupported op of the domain com.microsoft, which the model does not import: only ops of the default (ai.onnx) domain are supported"
+    );
+}
+
+/// External data that leaves the model's folder through a symlink is refused like a `..`;
+/// a symlink within the folder is followed; a FIFO is not opened; the bounds are stated
+/// with the numbers they have.
+#[test]
+fn external_data_stays_in_the_models_folder_and_reports_its_bounds() {
+    let dir = scratch_dir("ext-audit");
+    let folder = dir.join("model");
+    std::fs::create_dir(&folder).unwrap();
+    let floats: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let bytes: Vec<u8> = floats.iter().flat_map(|f| f.to_le_bytes()).collect();
+    std::fs::write(dir.join("outside.bin"), &bytes).unwrap();
+    std::fs::write(folder.join("inside.bin"), &bytes).unwrap();
+    std::os::unix::fs::symlink("../outside.bin", folder.join("out.bin")).unwrap();
+    std::os::unix::fs::symlink("inside.bin", folder.join("alias.bin")).unwrap();
+    mkfifo(&folder.join("fifo.bin"));
+    let external = |entries: &[(&str, &str)]| {
+        model(
+            17,
+            vec![x4("x", 3, 2, 2)],
+            vec![node("Conv", "c", &["x", "w"], &["y"], vec![])],
+            vec![TensorProto {
+                name: "w".into(),
+                dims: vec![4, 3, 1, 1],
+                data_type: data_type::FLOAT,
+                data_location: data_location::EXTERNAL,
+                external_data: entries
+                    .iter()
+                    .map(|(k, v)| StringStringEntryProto {
+                        key: k.to_string(),
+                        value: v.to_string(),
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            &["y"],
+        )
+    };
+    let path = folder.join("m.onnx");
+    let import_at = |m: ModelProto| {
+        std::fs::write(&path, m.encode_to_vec()).unwrap();
+        import_file(&path)
+    };
+    let alias = import_at(external(&[("location", "alias.bin")])).unwrap();
+    assert_eq!(alias.params.get("w").unwrap().data, floats);
+
+    let e = import_at(external(&[("location", "out.bin")]))
+        .unwrap_err()
+        .to_string();
+    let resolved = std::fs::canonicalize(dir.join("outside.bin")).unwrap();
+    let resolved_folder = std::fs::canonicalize(&folder).unwrap();
+    assert_eq!(
+        e,
+        format!(
+            "{}: initializer \"w\": external data location \"out.bin\" leads to `{}` through a symlink, outside the model's folder `{}`",
+            path.display(),
+            resolved.display(),
+            resolved_folder.display()
+        )
+    );
+    let e = import_at(external(&[("location", "fifo.bin")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("fifo.bin`: it is a FIFO, not a regular file"),
+        "{e}"
+    );
+    // Without a length, the bound is the offset alone (the message had `plus length ?`).
+    let e = import_at(external(&[("location", "inside.bin"), ("offset", "60")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("inside.bin` holds 48 bytes, fewer than offset 60"),
+        "{e}"
+    );
+    let e = import_at(external(&[
+        ("location", "inside.bin"),
+        ("offset", "99999999999999999999"),
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.ends_with(
+            "external data offset=\"99999999999999999999\" is too large: at most 18446744073709551615"
+        ),
+        "{e}"
+    );
+    let e = import_at(external(&[("location", "inside.bin"), ("length", "forty")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("external data length=\"forty\" is not a number"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A stride over the kernels' bound is refused at the ONNX node, by the IR's verification.
+#[test]
+fn a_stride_over_the_kernels_bound_is_an_error_at_the_node() {
+    let conv = |stride: i64| {
+        model(
+            17,
+            vec![x4("x", 2, 6, 6)],
+            vec![node(
+                "Conv",
+                "c",
+                &["x", "w"],
+                &["y"],
+                vec![("strides", A::Is(vec![stride, 1]))],
+            )],
+            vec![init("w", &[2, 2, 1, 1])],
+            &["y"],
+        )
+    };
+    assert_eq!(
+        import_err(&conv(1 << 29 | 1)),
+        "model.onnx: node \"c\" (Conv, opset 17): strides must be at most 536870912, found [536870913, 1]"
+    );
+    assert_eq!(only_conv(&import(&conv(1 << 29))).strides, [1 << 29, 1]);
 }
