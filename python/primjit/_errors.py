@@ -6,8 +6,10 @@ around primjit calls. An argument of the wrong type raises the exception of what
 (a ``threads`` that is a float is a ``ConfigError``, an ``inputs`` that is a list a
 ``ShapeError``), its message starting with the argument's name. Files that cannot be read
 raise the built-in ``OSError`` subclasses (``FileNotFoundError``, ``PermissionError``, ...),
-with the file name; a path that is not a ``str``, ``bytes`` or ``os.PathLike`` the built-in
-``TypeError``.
+with the file name; a file that is not a regular file (a directory, a device such as
+``/dev/zero``, a FIFO) is refused before it is opened with an ``OSError`` whose message names
+it (``cannot read `PATH`: it is a FIFO, not a regular file``); a path that is not a ``str``,
+``bytes`` or ``os.PathLike`` the built-in ``TypeError``.
 """
 
 from __future__ import annotations

@@ -215,8 +215,9 @@ impl PyEngine {
     ///
     /// Raises IrError (the file does not parse, import or verify), ParamError (a parameter is
     /// missing, of the wrong shape or dtype; params or random_params of the wrong type or
-    /// range), ConfigError (an unknown mode), OSError (the file cannot be read) and TypeError
-    /// (a path that is not a str, bytes or os.PathLike).
+    /// range), ConfigError (an unknown mode), OSError (a file cannot be read, or is not a
+    /// regular file: a directory, a device, a FIFO) and TypeError (a path that is not a str,
+    /// bytes or os.PathLike).
     #[pyo3(
         signature = (path, params=None, mode=None, *, random_params=None),
         text_signature = "($self, path, params=None, mode=\"exact\", *, random_params=None)"

@@ -46,7 +46,9 @@ fn read_model(py: Python<'_>, path: &Path) -> PyResult<ModelFile> {
             flattened_outputs: imported.flattened_outputs,
         });
     }
-    let text = std::fs::read_to_string(path).map_err(|e| os_error(py, path, &e))?;
+    // Not a device or a FIFO, which would be read without end or block (as the importer
+    // refuses them for an `.onnx` file).
+    let text = primjit::file::read_regular_to_string(path).map_err(|e| os_error(py, path, &e))?;
     let graph = primjit::ir::parse(&text).map_err(|e| ir_error(py, e, &file, &text))?;
     graph.verify().map_err(|e| ir_error(py, e, &file, &text))?;
     Ok(ModelFile {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections.abc
 import os
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -66,6 +68,53 @@ def test_a_missing_file_is_a_file_not_found_error(engine, tmp_path):
     assert e.value.filename == str(tmp_path / "none.ir")
     with pytest.raises(FileNotFoundError):
         engine.load(EXAMPLES / "residual.ir", params=tmp_path / "none.safetensors")
+
+
+# Loads a model (argv[1]) with a parameter file (argv[2], if given) and prints the exception
+# it raises: its type, whether it is a primjit.Error, and its message. Within 1 GiB of address
+# space, so that a read of /dev/zero without end stops there.
+LOAD = """
+import resource
+import sys
+import primjit
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+engine = primjit.Engine(threads=1)
+try:
+    engine.load(sys.argv[1], **({"params": sys.argv[2]} if len(sys.argv) > 2 else {}))
+except Exception as e:
+    print(type(e).__name__, isinstance(e, primjit.Error), e, sep="\\n", end="")
+"""
+
+
+def test_files_that_are_not_regular_are_refused_naming_the_path(tmp_path):
+    fifo_ir = tmp_path / "fifo.ir"
+    fifo_params = tmp_path / "fifo.safetensors"
+    fifo_onnx = tmp_path / "fifo.onnx"
+    for fifo in (fifo_ir, fifo_params, fifo_onnx):
+        os.mkfifo(fifo)
+    zero_ir = tmp_path / "zero.ir"
+    zero_ir.symlink_to("/dev/zero")
+    folder = tmp_path / "folder.ir"
+    folder.mkdir()
+    ir = str(EXAMPLES / "residual.ir")
+    device = "it is a character device, not a regular file"
+    fifo = "it is a FIFO, not a regular file"
+    for args, path, what in [
+        ([str(fifo_ir)], fifo_ir, fifo),
+        ([str(fifo_onnx)], fifo_onnx, fifo),
+        ([ir, str(fifo_params)], fifo_params, fifo),
+        (["/dev/zero"], "/dev/zero", device),
+        ([str(zero_ir)], zero_ir, device),
+        ([ir, "/dev/zero"], "/dev/zero", device),
+        ([str(folder)], folder, "it is a directory, not a regular file"),
+    ]:
+        # In a child, so that a load that blocks on a FIFO or reads /dev/zero without end
+        # fails the test (TimeoutExpired, the child killed) instead of hanging it.
+        done = subprocess.run(
+            [sys.executable, "-c", LOAD, *args], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"OSError\nFalse\ncannot read `{path}`: {what}", args
 
 
 def test_a_graph_with_parameters_needs_them(engine):

@@ -1,79 +1,16 @@
 //! Tensor files: .npy inputs and outputs (f32, C order) and .safetensors parameters (F32,
-//! read by the facade's `params_file`); and opening the files the CLI reads (models, widths,
-//! tensors) only when they are regular files.
+//! read by the facade's `params_file`). Every file the CLI reads (models, widths, tensors) is
+//! opened only when it is a regular file, by the facade's `primjit::file` (ONNX models by the
+//! importer's own check).
 
-use std::fs::{File, FileType};
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use npyz::WriterBuilder;
+use primjit::file::open_regular;
 use primjit_ir::{Graph, Params, Tensor};
-
-/// Opens `path` for reading when it is a regular file, following symlinks; anything else is
-/// an [`io::ErrorKind::InvalidInput`] error that says what it is: read, a directory fails late,
-/// a device such as `/dev/zero` never ends, and a FIFO blocks.
-///
-/// The type is checked before opening (opening a FIFO blocks until a writer comes) and again
-/// on the opened file, in case the path was replaced in between.
-pub fn open_regular(path: &Path) -> io::Result<File> {
-    refuse_irregular(std::fs::metadata(path)?.file_type())?;
-    let file = File::open(path)?;
-    refuse_irregular(file.metadata()?.file_type())?;
-    Ok(file)
-}
-
-/// Reads a regular file as UTF-8 text ([`open_regular`]).
-pub fn read_regular_to_string(path: &Path) -> io::Result<String> {
-    let mut text = String::new();
-    open_regular(path)?.read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// Fails when `path` exists and is not a regular file, for a file that another crate opens
-/// (the facade's safetensors reader, which maps it).
-fn check_regular(path: &Path) -> io::Result<()> {
-    match std::fs::metadata(path) {
-        Ok(m) => refuse_irregular(m.file_type()),
-        // The reader reports a missing or unreadable file itself.
-        Err(_) => Ok(()),
-    }
-}
-
-fn refuse_irregular(t: FileType) -> io::Result<()> {
-    if t.is_file() {
-        return Ok(());
-    }
-    Err(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("it is {}, not a regular file", describe(t)),
-    ))
-}
-
-/// What a file that is not a regular one is, with its article.
-fn describe(t: FileType) -> &'static str {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if t.is_char_device() {
-            return "a character device";
-        }
-        if t.is_block_device() {
-            return "a block device";
-        }
-        if t.is_fifo() {
-            return "a FIFO";
-        }
-        if t.is_socket() {
-            return "a socket";
-        }
-    }
-    if t.is_dir() {
-        "a directory"
-    } else {
-        "a special file"
-    }
-}
 
 /// Reads a .npy file holding f32 values in C order.
 pub fn read_npy(path: &Path) -> Result<Tensor> {
@@ -127,13 +64,13 @@ pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<()> {
 
 /// Reads the values of `graph`'s declared parameters from a safetensors file, a parameter
 /// missing from it taking its value from `fallback` (an ONNX model's initializers) when that
-/// has one ([`primjit::params_file::read_safetensors`]).
+/// has one ([`primjit::params_file::read_safetensors`], which refuses a file that is not
+/// regular).
 pub fn read_safetensors_params(
     path: &Path,
     graph: &Graph,
     fallback: Option<&Params>,
 ) -> Result<Params> {
-    check_regular(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     Ok(primjit::params_file::read_safetensors(
         path, graph, fallback,
     )?)

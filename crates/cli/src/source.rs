@@ -95,7 +95,7 @@ impl Source {
                 onnx: Some(imported),
             });
         }
-        let text = crate::io::read_regular_to_string(path)
+        let text = primjit::file::read_regular_to_string(path)
             .with_context(|| format!("cannot read `{}`", path.display()))?;
         Ok(Source::ir(path.display().to_string(), text))
     }

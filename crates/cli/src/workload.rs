@@ -62,7 +62,7 @@ pub fn load_widths(path: Option<&Path>) -> Result<Vec<usize>> {
     match path {
         None => parse_widths(SHIPPED_WIDTHS, "benches/data/widths.txt"),
         Some(p) => {
-            let text = crate::io::read_regular_to_string(p)
+            let text = primjit::file::read_regular_to_string(p)
                 .with_context(|| format!("cannot read `{}`", p.display()))?;
             parse_widths(&text, &p.display().to_string())
         }

@@ -1,5 +1,8 @@
 //! Opening the files a model is read from (the model, its external data) only when they are
 //! regular files: a device, FIFO or directory would be read without end, block, or fail late.
+//!
+//! The facade's `primjit::file` makes the same check, with the same messages, for the CLI and
+//! the Python package; the importer sits beside the IR and cannot depend on the facade.
 
 use std::fs::{File, FileType};
 use std::io;

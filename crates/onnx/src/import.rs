@@ -1117,14 +1117,42 @@ impl Importer {
 
     /// `Reshape` to `[N, C]` (a constant shape `[N or 0, C or -1]`) and `Squeeze` of axes 2
     /// and 3, as exporters other than PyTorch's write a classifier's flattening: both only
-    /// of a 1x1 image, like `Flatten`.
+    /// of a 1x1 image, like `Flatten`. A `Squeeze` without axes is [`Self::squeeze_all`].
     fn reshape_flat(&mut self, node: &NodeProto) -> NodeResult<()> {
         let (x, flat) = self.act_any(node, 0, "data")?;
+        // A squeeze's axes; `None` for a reshape.
+        let squeeze_axes = if node.op_type == "Squeeze" {
+            check_attrs(node, &["axes"])?;
+            match self.squeeze_axes(node)? {
+                Some(axes) => Some(axes),
+                None => return self.squeeze_all(node, x, flat),
+            }
+        } else {
+            None
+        };
         if flat {
             return Err("the input is already flat".into());
         }
         let shape = self.shape(x);
-        if node.op_type == "Reshape" {
+        if let Some(axes) = squeeze_axes {
+            if self.opset < 11
+                && let Some(a) = axes.iter().find(|&&a| a < 0)
+            {
+                return Err(format!(
+                    "attribute axes has {a}: negative axes are only defined from opset 11 on"
+                ));
+            }
+            let mut axes: Vec<i64> = axes
+                .iter()
+                .map(|&a| if a < 0 { a + 4 } else { a })
+                .collect();
+            axes.sort_unstable();
+            if axes != [2, 3] {
+                return Err(format!(
+                    "axes {axes:?}: only squeezing the height and width (axes 2 and 3) is supported"
+                ));
+            }
+        } else {
             check_attrs(node, &["allowzero"])?;
             let target = self.constant_input(node, 1, "shape")?;
             let ConstData::I64(target) = &target.data else {
@@ -1145,38 +1173,58 @@ impl Importer {
                     describe(&shape, false)
                 ));
             }
-        } else {
-            check_attrs(node, &["axes"])?;
-            let axes = match (self.opset < 13, ints(node, "axes")?) {
-                (true, Some(axes)) => axes,
-                (false, _) => match self.optional_constant(node, 1, "axes")? {
-                    Some(c) => match &c.data {
-                        ConstData::I64(v) => v.clone(),
-                        _ => return Err("input 1 (axes) is not an integer tensor".into()),
-                    },
-                    None => vec![2, 3],
-                },
-                (true, None) => vec![2, 3],
-            };
-            if self.opset < 11
-                && let Some(a) = axes.iter().find(|&&a| a < 0)
-            {
-                return Err(format!(
-                    "attribute axes has {a}: negative axes are only defined from opset 11 on"
-                ));
-            }
-            let mut axes: Vec<i64> = axes
-                .iter()
-                .map(|&a| if a < 0 { a + 4 } else { a })
-                .collect();
-            axes.sort_unstable();
-            if axes != [2, 3] {
-                return Err(format!(
-                    "axes {axes:?}: only squeezing the height and width (axes 2 and 3) is supported"
-                ));
-            }
         }
         self.flat_alias(node, x)
+    }
+
+    /// The axes a `Squeeze` names: its attribute before opset 13, its input from 13; `None`
+    /// when it names none.
+    fn squeeze_axes(&self, node: &NodeProto) -> NodeResult<Option<Vec<i64>>> {
+        if self.opset < 13 {
+            return ints(node, "axes");
+        }
+        match self.optional_constant(node, 1, "axes")? {
+            Some(c) => match &c.data {
+                ConstData::I64(v) => Ok(Some(v.clone())),
+                _ => Err("input 1 (axes) is not an integer tensor".into()),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// `Squeeze` without axes, which removes every dimension of size 1: the importer can
+    /// represent it when that leaves an `[N, C, 1, 1]` image as `[N, C]` (N and C not 1) or
+    /// removes nothing. Every dimension must be known, since a symbol may be 1 when the model
+    /// runs, and which dimensions go would then depend on the input.
+    fn squeeze_all(&mut self, node: &NodeProto, x: Value, flat: bool) -> NodeResult<()> {
+        let shape = self.shape(x);
+        let rank = if flat {
+            shape.len().min(2)
+        } else {
+            shape.len()
+        };
+        let dims = &shape[..rank];
+        let what = describe(&shape, flat);
+        if let Some((i, d)) = dims.iter().enumerate().find(|(_, d)| d.known().is_none()) {
+            return Err(format!(
+                "without axes, Squeeze removes every dimension of size 1, but dimension {i} of the input {what} is `{d}`, which may be 1 when the model runs: give the axes to squeeze"
+            ));
+        }
+        let ones: Vec<usize> = (0..rank).filter(|&i| dims[i] == Dim::Known(1)).collect();
+        match (flat, ones.as_slice()) {
+            (_, []) => self.alias(node, Bound::Act { value: x, flat }),
+            (false, [2, 3]) => self.flat_alias(node, x),
+            _ => {
+                let kept: Vec<Dim> = (0..rank)
+                    .filter(|i| !ones.contains(i))
+                    .map(|i| dims[i].clone())
+                    .collect();
+                Err(format!(
+                    "without axes, Squeeze removes every dimension of size 1: the input {what} would become {}, but only an [N, C, 1, 1] image squeezed to [N, C] (N and C not 1) is supported",
+                    describe(&kept, false)
+                ))
+            }
+        }
     }
 
     /// `Gemm` or `MatMul` of a flattened `[N, C]` tensor with a constant matrix: a 1x1

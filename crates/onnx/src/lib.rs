@@ -11,7 +11,8 @@
 //! `GlobalAveragePool`, `GlobalMaxPool`, `Relu`, `Add` of equal shapes, `Clip` (attributes or
 //! constant inputs), `BatchNormalization` (inference), `Identity`, `Dropout` (inference),
 //! `Constant`, and a classifier head: `Flatten` (or `Reshape` to `[N, C]`, or `Squeeze` of the
-//! height and width) of a 1x1 image followed by `Gemm` or `MatMul`
+//! height and width; without axes, of every dimension of size 1, which must then be the height
+//! and width only, of known N and C) of a 1x1 image followed by `Gemm` or `MatMul`
 //! with constant weights, lowered to a 1x1 convolution of the `[N, C, 1, 1]` image. Inputs must
 //! be float NCHW tensors; `dim_param`s become IR symbols. Initializers may be stored in an
 //! external data file beside the model (read through a memory map).

@@ -710,6 +710,95 @@ fn reshape_and_squeeze_flatten_a_1x1_image_like_flatten() {
     );
 }
 
+/// `Squeeze` without axes (no attribute before opset 13, no input from 13) removes every
+/// dimension of size 1, as the ONNX spec says, not the height and width only: a batch of 1
+/// would lose its batch dimension too, which the importer cannot represent.
+#[test]
+fn squeeze_without_axes_removes_every_dimension_of_size_1() {
+    let head = |opset: i64, batch: D, squeeze: NodeProto| {
+        model(
+            opset,
+            vec![info(
+                "x",
+                data_type::FLOAT,
+                vec![batch, D::N(3), D::N(4), D::N(4)],
+            )],
+            vec![
+                node("GlobalMaxPool", "gmp", &["x"], &["q"], vec![]),
+                squeeze,
+                node("MatMul", "mm", &["s", "v"], &["z"], vec![]),
+            ],
+            vec![init("v", &[3, 5])],
+            &["z"],
+        )
+    };
+    let squeeze = |inputs: &[&str]| node("Squeeze", "sq", inputs, &["s"], vec![]);
+    // A batch of 2: [2, 3, 1, 1] becomes [2, 3], the flattened image, at every opset.
+    for (opset, inputs) in [(11, &["q"][..]), (13, &["q"]), (13, &["q", ""])] {
+        let i = import(&head(opset, D::N(2), squeeze(inputs)));
+        assert_eq!(i.flattened_outputs, vec!["z".to_string()]);
+        let text = assert_round_trip(&i);
+        assert!(text.contains("%z = conv2d(%q, @v)"), "{text}");
+    }
+    // A batch of 1: ONNX makes [1, 3, 1, 1] a [3] (this imported as [1, 3]).
+    for opset in [11, 13] {
+        assert_eq!(
+            import_err(&head(opset, D::N(1), squeeze(&["q"]))),
+            format!(
+                "model.onnx: node \"sq\" (Squeeze, opset {opset}): without axes, Squeeze removes every dimension of size 1: the input [1, 3, 1, 1] would become [3], but only an [N, C, 1, 1] image squeezed to [N, C] (N and C not 1) is supported"
+            )
+        );
+    }
+    // A symbolic batch may be 1 when the model runs.
+    assert_eq!(
+        import_err(&head(13, D::P("N"), squeeze(&["q"]))),
+        "model.onnx: node \"sq\" (Squeeze, opset 13): without axes, Squeeze removes every dimension of size 1, but dimension 0 of the input [N, 3, 1, 1] is `N`, which may be 1 when the model runs: give the axes to squeeze"
+    );
+    // With axes 2 and 3, a batch of 1 keeps its batch dimension, as before.
+    let axes = TensorProto {
+        name: "axes".into(),
+        dims: vec![2],
+        data_type: data_type::INT64,
+        int64_data: vec![2, 3],
+        ..Default::default()
+    };
+    let mut m = head(13, D::N(1), squeeze(&["q", "axes"]));
+    m.graph.as_mut().unwrap().initializer.push(axes);
+    assert_eq!(import(&m).flattened_outputs, vec!["z".to_string()]);
+    // No dimension of size 1: the squeeze changes nothing, and the output is the input's.
+    let m = model(
+        13,
+        vec![info(
+            "x",
+            data_type::FLOAT,
+            vec![D::N(2), D::N(3), D::N(4), D::N(5)],
+        )],
+        vec![squeeze(&["x"]), node("Relu", "r", &["s"], &["y"], vec![])],
+        vec![],
+        &["y"],
+    );
+    let i = import(&m);
+    assert!(i.flattened_outputs.is_empty());
+    let text = assert_round_trip(&i);
+    assert!(text.contains("%y = relu(%x)"), "{text}");
+    // Some but not all of H and W of size 1: a [2, 3, 5] is not representable.
+    let m = model(
+        13,
+        vec![info(
+            "x",
+            data_type::FLOAT,
+            vec![D::N(2), D::N(3), D::N(1), D::N(5)],
+        )],
+        vec![squeeze(&["x"])],
+        vec![],
+        &["s"],
+    );
+    assert_eq!(
+        import_err(&m),
+        "model.onnx: node \"sq\" (Squeeze, opset 13): without axes, Squeeze removes every dimension of size 1: the input [2, 3, 1, 5] would become [2, 3, 5], but only an [N, C, 1, 1] image squeezed to [N, C] (N and C not 1) is supported"
+    );
+}
+
 #[test]
 fn dim_params_become_symbols_and_names_are_sanitized_and_traced() {
     let m = model(

@@ -3,7 +3,8 @@
 //! ```no_run
 //! use primjit::{CompiledGraph, Engine, EngineConfig, Params, Tensor, Workspace};
 //!
-//! let graph = primjit::ir::parse(&std::fs::read_to_string("ir/resnet34_trunk.ir")?)?;
+//! let text = primjit::file::read_regular_to_string("ir/resnet34_trunk.ir".as_ref())?;
+//! let graph = primjit::ir::parse(&text)?;
 //! let params = Params::random(&graph, 0);
 //! let model = CompiledGraph::new(&graph, &params)?;
 //! let engine = Engine::new(EngineConfig::from_env()?)?;
@@ -23,12 +24,15 @@
 //! - [`reference`](mod@reference): the reference interpreter that every kernel is tested against.
 //!
 //! Around them, for the tools and bindings that take problems from users: [`descriptor`]
-//! parses benchdnn problem descriptors into keys, and [`params_file`] reads a graph's
-//! parameters from a `.safetensors` file.
+//! parses benchdnn problem descriptors into keys, [`params_file`] reads a graph's
+//! parameters from a `.safetensors` file, and [`file`](mod@file) opens files (graphs,
+//! parameters) only when they are regular files, never a device or a FIFO that would be read
+//! without end or block.
 
 #![deny(unsafe_code)]
 
 pub mod descriptor;
+pub mod file;
 pub mod params_file;
 
 pub use primjit_codegen as codegen;

@@ -9,7 +9,9 @@ use safetensors::{Dtype, SafeTensors};
 /// ([`read_safetensors`], [`safetensors_params`]). `origin` is the file, as given.
 #[derive(Debug, thiserror::Error)]
 pub enum ParamFileError {
-    /// The file could not be read (missing, unreadable); `source` says why.
+    /// The file could not be read (missing, unreadable, or not a regular file: a directory, a
+    /// device, a FIFO, which [`crate::file::NotRegularFile::in_error`] finds in `source`);
+    /// `source` says why.
     #[error("cannot read `{origin}`")]
     Read {
         origin: String,
@@ -45,7 +47,8 @@ pub enum ParamFileError {
     },
 }
 
-/// Reads the values of `graph`'s declared (non-derived) parameters from a safetensors file.
+/// Reads the values of `graph`'s declared (non-derived) parameters from a safetensors file,
+/// which must be a regular file ([`crate::file::open_regular`]).
 ///
 /// Tensors are named as the parameters without the `@`; the file may hold others (a full
 /// model's state dict for a graph of part of it), which are ignored, whatever their dtype. A
@@ -68,7 +71,9 @@ pub fn read_safetensors(
         origin: origin.clone(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read_error)?;
+    // Not a device such as `/dev/zero`, whose map would be empty or endless, nor a FIFO,
+    // whose opening blocks until a writer comes.
+    let file = crate::file::open_regular(path).map_err(read_error)?;
     #[allow(unsafe_code)]
     // SAFETY: the map is read-only and private to this function, which copies the values out
     // before returning and drops it. memmap2 requires that the file not be truncated or

@@ -1131,3 +1131,140 @@ fn param_file_errors_name_the_file_and_the_parameter() {
         "parameter @w has shape [2, 3, 1, 1] in `p.st` but the graph declares [2, 3, 3, 3]"
     );
 }
+
+/// A FIFO of this test process under the temporary directory, removed when dropped.
+struct Fifo(std::path::PathBuf);
+
+impl Fifo {
+    fn new(name: &str) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("primjit-errors-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c_path` is a NUL-terminated path that outlives the call.
+        assert_eq!(
+            unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) },
+            0,
+            "mkfifo failed"
+        );
+        Fifo(path)
+    }
+
+    /// Lets an `open` for reading that blocks on the FIFO go: a writer that comes and leaves.
+    fn release_a_reader(&self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.0);
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `f`'s result, from a thread: a call that has not returned after 60 s (the blocking `open`
+/// of a FIFO that this guards against) fails the test instead of hanging it, after
+/// `release` has let it go.
+fn within_a_minute<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+    release: impl FnOnce(),
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(result) => result,
+        Err(_) => {
+            release();
+            panic!("the call blocked");
+        }
+    }
+}
+
+/// The I/O error at the source of a refused file, and what the file was.
+fn refusal(source: &io::Error) -> Option<primjit::file::NotRegularFile> {
+    assert_eq!(source.kind(), io::ErrorKind::InvalidInput, "{source}");
+    primjit::file::NotRegularFile::in_error(source)
+}
+
+/// A parameter file that is not a regular file is refused before it is opened or mapped: a
+/// FIFO would block the open until a writer came, `/dev/zero` would map as nothing.
+#[test]
+fn param_file_error_read_of_a_file_that_is_not_regular() {
+    use primjit::file::NotRegularFile;
+    use primjit::params_file::{ParamFileError, read_safetensors};
+    let fifo = Fifo::new("params.safetensors");
+    let link = std::env::temp_dir().join(format!(
+        "primjit-errors-{}-zero.safetensors",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    for (path, what) in [
+        (fifo.0.clone(), NotRegularFile::Fifo),
+        ("/dev/zero".into(), NotRegularFile::CharDevice),
+        (link.clone(), NotRegularFile::CharDevice),
+        (std::env::temp_dir(), NotRegularFile::Directory),
+    ] {
+        let p = path.clone();
+        let err = within_a_minute(
+            move || read_safetensors(&p, &tiny(), None),
+            || fifo.release_a_reader(),
+        )
+        .unwrap_err();
+        let ParamFileError::Read { origin, source } = &err else {
+            panic!("{path:?}: not a read error: {err}");
+        };
+        assert_eq!(origin, &path.display().to_string());
+        assert_eq!(refusal(source), Some(what), "{path:?}");
+        assert_eq!(
+            format!("{err}: {source}"),
+            format!("cannot read `{}`: {what}", path.display())
+        );
+    }
+    let _ = std::fs::remove_file(&link);
+    assert_eq!(
+        NotRegularFile::Fifo.to_string(),
+        "it is a FIFO, not a regular file"
+    );
+    assert_eq!(
+        NotRegularFile::CharDevice.to_string(),
+        "it is a character device, not a regular file"
+    );
+}
+
+/// IR text is read only from a regular file (`file::read_regular_to_string`), and
+/// `file::open_regular` refuses a device before anything reads it.
+#[test]
+fn ir_text_is_read_only_from_a_regular_file() {
+    use primjit::file::{NotRegularFile, open_regular, read_regular_to_string};
+    let fifo = Fifo::new("graph.ir");
+    let p = fifo.0.clone();
+    let err = within_a_minute(
+        move || read_regular_to_string(&p),
+        || fifo.release_a_reader(),
+    )
+    .unwrap_err();
+    assert_eq!(refusal(&err), Some(NotRegularFile::Fifo));
+    assert_eq!(err.to_string(), "it is a FIFO, not a regular file");
+    let err = open_regular(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert_eq!(refusal(&err), Some(NotRegularFile::CharDevice));
+    let err = read_regular_to_string(&std::env::temp_dir()).unwrap_err();
+    assert_eq!(refusal(&err), Some(NotRegularFile::Directory));
+    // A missing file is the operating system's error, not a refusal.
+    let err = read_regular_to_string(std::path::Path::new("/nonexistent/g.ir")).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    assert_eq!(NotRegularFile::in_error(&err), None);
+    // A regular file reads.
+    let text = read_regular_to_string(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../ir/examples/pooling.ir"
+    )))
+    .unwrap();
+    assert!(text.contains("graph"), "{text}");
+}
