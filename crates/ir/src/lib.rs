@@ -2,7 +2,8 @@
 //!
 //! The crate knows nothing of code generation: it parses and prints the text format
 //! ([`parse`], `Display` for [`Graph`]), verifies graphs and infers their shapes
-//! ([`infer_shapes`]), rewrites them ([`passes`]), and holds parameter values ([`Params`]).
+//! ([`infer_shapes`]), rewrites them ([`passes`]), holds parameter values ([`Params`]), and opens the files it is given only when they
+//! are regular ([`file`]).
 //!
 //! # The text format
 //!
@@ -25,6 +26,7 @@
 
 mod dim;
 mod error;
+pub mod file;
 mod graph;
 mod params;
 mod parser;

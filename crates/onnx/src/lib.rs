@@ -23,7 +23,6 @@
 #![deny(unsafe_code)]
 
 mod error;
-mod file;
 mod import;
 mod names;
 pub mod proto;
@@ -43,7 +42,7 @@ pub use names::{NameKind, Rename};
 /// symlink, is an [`OnnxError::Read`].
 pub fn import_file(path: &Path) -> Result<Imported, OnnxError> {
     let mut bytes = Vec::new();
-    file::open_regular(path)
+    primjit_ir::file::open_regular(path)
         .and_then(|mut f| f.read_to_end(&mut bytes))
         .map_err(|source| OnnxError::Read {
             path: path.display().to_string(),

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::num::IntErrorKind;
 use std::path::{Component, Path, PathBuf};
 
-use crate::file::open_regular;
 use crate::proto::{TensorProto, data_location, data_type};
+use primjit_ir::file::open_regular;
 
 /// The largest constant the importer accepts, in elements: the IR's tensor limit.
 const MAX_ELEMENTS: u64 = primjit_ir::MAX_TENSOR_ELEMENTS;

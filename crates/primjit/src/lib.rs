@@ -32,11 +32,11 @@
 #![deny(unsafe_code)]
 
 pub mod descriptor;
-pub mod file;
 pub mod params_file;
 
 pub use primjit_codegen as codegen;
 pub use primjit_ir as ir;
+pub use primjit_ir::file;
 pub use primjit_reference as reference;
 
 pub use primjit_codegen::{

@@ -1,10 +1,8 @@
-//! Opening the files that the tools and bindings read (graphs, parameters, inputs) only when
-//! they are regular files: a device such as `/dev/zero` would be read without end, opening a
-//! FIFO blocks until a writer comes, and a directory fails late.
-//!
-//! The ONNX importer makes the same check on the files it reads (`primjit_onnx::import_file`
-//! and external data); it sits beside the IR and cannot depend on the facade, so it holds its
-//! own copy, with the same messages.
+//! Opening the files that the tools, the bindings and the ONNX importer read (graphs,
+//! parameters, inputs, models and their external data) only when they are regular files: a
+//! device such as `/dev/zero` would be read without end, opening a FIFO blocks until a writer
+//! comes, and a directory fails late. It lives here, at the bottom of the crates, so that the
+//! importer (beside the IR) and the facade (`primjit::file`) share one check.
 
 use std::fs::{File, FileType};
 use std::io::{self, Read};
