@@ -3,7 +3,7 @@
 //! The crate knows nothing of code generation: it parses and prints the text format
 //! ([`parse`], `Display` for [`Graph`]), verifies graphs and infers their shapes
 //! ([`infer_shapes`]), rewrites them ([`passes`]), holds parameter values ([`Params`]), and opens the files it is given only when they
-//! are regular ([`file`]).
+//! are regular ([`mod@file`]).
 //!
 //! # The text format
 //!
