@@ -10,21 +10,23 @@
 //! ratios, the minor page faults each took, and where the configured run's extra time lies:
 //! per group of calls by width (the streamed ones a group of their own), its calls, their
 //! median ratio, their extra seconds and share of the reference's total, and the configured
-//! run's page faults a call.
+//! run's page faults a call; with two passes or more, each pass's mean and p50 ratios apart
+//! (their median and range), so that a claim about the pooled ratios comes with its spread.
+//! `--widths FILE` runs other widths (one a line) instead of the workload's.
 //!
 //! ```text
-//! cargo bench -p primjit-cli --bench streaming_cost -- [--n 100] [--threads 2] [--passes 2]
-//!     [--workspace-budget 8MiB] [--band 64] [--reference-streaming off|on]
-//!     [--reference-prefetch on|off] [--nodes] [--verbose]
+//! cargo bench -p primjit-cli --bench streaming_cost -- [--n 100] [--widths FILE] [--threads 2]
+//!     [--passes 2] [--workspace-budget 8MiB] [--band 64] [--reference-streaming off|on]
+//!     [--reference-band 64] [--reference-prefetch on|off] [--nodes] [--verbose]
 //! ```
 //!
 //! `--reference-streaming on` keeps streaming in the reference, so that only the workspace
 //! budget differs; `--workspace-budget unlimited`, so that only streaming does. With both,
-//! `--reference-prefetch off` compares the kernels' weight prefetches alone: the reference
-//! runs on a second engine that compiles without them (`CodegenOptions::prefetch_weights`).
-//! `--nodes`
-//! prints where the streamed calls' time goes: per node, its kernel time summed over those
-//! calls on both sides, and their time outside kernels (splits, joins, copies, bookkeeping).
+//! `--reference-band N` compares two bands alone, and `--reference-prefetch off` the kernels'
+//! weight prefetches alone: the reference runs on a second engine that compiles without them
+//! (`CodegenOptions::prefetch_weights`). `--nodes` prints where the streamed calls' time
+//! goes: per node, its kernel time summed over those calls on both sides, and their time
+//! outside kernels (splits, joins, copies, bookkeeping).
 
 use std::time::Instant;
 
@@ -40,6 +42,9 @@ struct Args {
     /// The workload's first N widths
     #[arg(long, default_value_t = 100)]
     n: usize,
+    /// Widths, one per line, instead of the workload's
+    #[arg(long, value_name = "PATH")]
+    widths: Option<std::path::PathBuf>,
     /// Threads per primitive (0: all cores)
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -56,6 +61,10 @@ struct Args {
     /// Streaming in the reference run (its workspace is unlimited)
     #[arg(long, value_parser = ["off", "on"], default_value = "off")]
     reference_streaming: String,
+    /// With `--reference-streaming on`, the reference run's band (default:
+    /// `Streaming::DEFAULT_BAND`)
+    #[arg(long, value_name = "COLUMNS", value_parser = parse_band)]
+    reference_band: Option<Streaming>,
     /// The Winograd kernels' weight prefetches in the reference run (`off`: its own engine,
     /// which compiles without them)
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
@@ -137,11 +146,28 @@ type Error = Box<dyn std::error::Error>;
 
 fn main() -> Result<(), Error> {
     let args = Args::parse();
-    let widths: Vec<usize> = WIDTHS
+    let (source, text) = match &args.widths {
+        Some(path) => (
+            path.display().to_string(),
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?,
+        ),
+        None => ("the workload".to_string(), WIDTHS.to_string()),
+    };
+    let widths = text
         .lines()
-        .filter_map(|l| l.trim().parse().ok())
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
         .take(args.n)
-        .collect();
+        .map(|(i, l)| match l.trim().parse::<usize>() {
+            Ok(w) if w > 0 => Ok(w),
+            _ => Err(format!(
+                "{source}:{}: expected a positive width, found `{}`",
+                i + 1,
+                l.trim()
+            )),
+        })
+        .collect::<Result<Vec<usize>, String>>()?;
     if widths.is_empty() || args.passes == 0 {
         return Err("--n and --passes must be at least 1".into());
     }
@@ -159,9 +185,10 @@ fn main() -> Result<(), Error> {
     };
     let reference_engine = reference_engine.as_ref().unwrap_or(&engine);
     let model = CompiledGraph::new(&graph, &params)?.with_mode(ShapeMode::Runtime);
-    let reference_streaming = match args.reference_streaming.as_str() {
-        "on" => Streaming::ON,
-        _ => Streaming::OFF,
+    let reference_streaming = match (args.reference_streaming.as_str(), args.reference_band) {
+        ("on", band) => band.unwrap_or(Streaming::ON),
+        (_, None) => Streaming::OFF,
+        (_, Some(_)) => return Err("--reference-band needs --reference-streaming on".into()),
     };
     let mut configured = Side {
         model: model
@@ -230,7 +257,10 @@ fn main() -> Result<(), Error> {
         ratios.len(),
         streamed_ratios.len(),
         engine.threads(),
-        args.reference_streaming,
+        match reference_streaming.band() {
+            Some(band) => format!("on (bands of {band} columns)"),
+            None => "off".to_string(),
+        },
         args.reference_prefetch
     );
     let streamed_median = match streamed_ratios.is_empty() {
@@ -255,11 +285,46 @@ fn main() -> Result<(), Error> {
         configured.faults.iter().sum::<u64>(),
         reference.faults.iter().sum::<u64>()
     );
+    print_passes(a, b, widths.len());
     print_groups(&configured, &reference, &timed_widths, &streamed);
     if args.nodes {
         print_nodes(&configured, &reference, &streamed)?;
     }
     Ok(())
+}
+
+/// The mean and p50 ratios of each timed pass apart: their median and range. One pass's mean
+/// ratio moves by a point or two with the host, its p50 ratio by several, so a claim about the
+/// pooled ratios needs their spread (an A/A run, `--reference-streaming on --workspace-budget unlimited`, shows
+/// the floor).
+fn print_passes(configured: &[f64], reference: &[f64], calls_per_pass: usize) {
+    if configured.len() < 2 * calls_per_pass {
+        return;
+    }
+    let (means, p50s): (Vec<f64>, Vec<f64>) = configured
+        .chunks(calls_per_pass)
+        .zip(reference.chunks(calls_per_pass))
+        .map(|(a, b)| (mean(a) / mean(b), median(a) / median(b)))
+        .unzip();
+    let spread = |v: &[f64]| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mut sorted = v.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let mid = sorted.len() / 2;
+        // Few passes: an even count's median is the mean of its middle two.
+        let middle = match sorted.len() % 2 {
+            0 => (sorted[mid - 1] + sorted[mid]) / 2.0,
+            _ => sorted[mid],
+        };
+        format!("median {middle:.4} (from {lo:.4} to {hi:.4})")
+    };
+    println!(
+        "per pass ({} of {calls_per_pass} calls): mean ratio {}; p50 ratio {}",
+        means.len(),
+        spread(&means),
+        spread(&p50s)
+    );
 }
 
 /// The calls of each width group (the streamed ones apart): how many, their median ratio,

@@ -2796,9 +2796,12 @@ fn bench_dynamic_streams_wide_calls_bit_identically_to_exact() {
             "dynamic",
             "--json",
             s(&json_path),
-            // The small model's tensors are far below the default 32MiB.
+            // The small model's tensors are far below the default 32MiB; the band is given
+            // so that the figures below hold whatever the default.
             "--stream-above",
             "0",
+            "--stream-band",
+            "64",
         ];
         args.extend_from_slice(extra);
         let out = success(&primjit(&args));
@@ -2844,6 +2847,8 @@ fn bench_dynamic_streams_wide_calls_bit_identically_to_exact() {
 /// `dump --bands` shows, for each node of the streamed segment, the band kernels a streamed
 /// run calls (with their windows' row pitches) and the calls each serves, adding up to the
 /// plan's; the nodes after the segment keep their own keys; where nothing streams it says so.
+/// Bands of 64 columns (`--stream-band`, the default), whose segment ends before
+/// `%layer3.0.conv2`.
 #[test]
 fn dump_bands_lists_the_kernels_of_a_streamed_run() {
     let dump = |w: &str, stage: &str| {
@@ -2856,6 +2861,8 @@ fn dump_bands_lists_the_kernels_of_a_streamed_run() {
             w,
             "--dynamic",
             "--bands",
+            "--stream-band",
+            "64",
         ])
     };
     let out = success(&dump("W=7680", "plan"));
@@ -2902,6 +2909,8 @@ fn dump_bands_lists_the_kernels_of_a_streamed_run() {
             "W=7680",
             "--dynamic",
             "--bands",
+            "--stream-band",
+            "64",
             "--node",
             node,
         ]))
@@ -2944,9 +2953,12 @@ fn dump_plan_shows_the_streamed_segment() {
             "--dims",
             dims,
             "--dynamic",
-            // The small model's tensors are far below the default 32MiB.
+            // The small model's tensors are far below the default 32MiB; the figures below
+            // are those of bands of 64 columns.
             "--stream-above",
             "0",
+            "--stream-band",
+            "64",
         ];
         args.extend_from_slice(extra);
         success(&primjit(&args))
@@ -2962,17 +2974,32 @@ fn dump_plan_shows_the_streamed_segment() {
     );
     assert!(!plan("W=60", &[]).contains("streamed segment"));
     assert!(!plan("W=300", &["--streaming", "off"]).contains("streamed segment"));
-    // The trunk's segment stops before layer3.0.conv2, whose 9.4 MB of transformed weights
-    // its bands of 16 columns would read 2.5 times as often per flop, and says so.
-    let trunk = success(&primjit(&[
-        "dump",
-        TRUNK,
-        "--stage",
-        "plan",
-        "--dims",
-        "W=7680",
-        "--dynamic",
-    ]));
+    let trunk_plan = |extra: &[&str]| {
+        let mut args = vec![
+            "dump",
+            TRUNK,
+            "--stage",
+            "plan",
+            "--dims",
+            "W=7680",
+            "--dynamic",
+        ];
+        args.extend_from_slice(extra);
+        success(&primjit(&args))
+    };
+    // With bands of 112 columns (`--stream-band`), the trunk's segment runs through
+    // layer3.0.conv2, whose bands are then 28 columns wide.
+    let trunk = trunk_plan(&["--stream-band", "112"]);
+    assert!(
+        trunk.contains(
+            "streamed segment %conv1..%layer3.0.conv2: bands of 112 columns of %conv1, 18 sweeps"
+        ),
+        "{trunk}"
+    );
+    assert!(!trunk.contains("ends before"), "{trunk}");
+    // With the default 64 it stops before layer3.0.conv2, whose 9.4 MB of transformed
+    // weights its bands of 16 columns would read 2.5 times as often per flop, and says so.
+    let trunk = trunk_plan(&[]);
     assert!(
         trunk.contains(
             "streamed segment %conv1..%layer3.0.downsample.0: bands of 64 columns of %conv1"

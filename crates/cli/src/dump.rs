@@ -56,6 +56,11 @@ pub struct Args {
     #[arg(long, value_name = "on|off", value_parser = crate::bench::parse_streaming, default_value = "on")]
     pub streaming: primjit::Streaming,
 
+    /// Stage plan: the band width in columns of the first streamed layer's output, as `bench
+    /// --stream-band`
+    #[arg(long, value_name = "COLUMNS")]
+    pub stream_band: Option<usize>,
+
     /// Stage plan: the whole-tensor bytes above which a run streams, as `bench --stream-above`
     #[arg(long, value_name = "BYTES", value_parser = primjit::Budget::parse)]
     pub stream_above: Option<primjit::Budget>,
@@ -150,9 +155,13 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
             );
         }
     }
-    let streaming =
-        crate::bench::streaming_from_flags(args.streaming, None, None, args.stream_above)?
-            .unwrap_or(args.streaming);
+    let streaming = crate::bench::streaming_from_flags(
+        args.streaming,
+        None,
+        args.stream_band,
+        args.stream_above,
+    )?
+    .unwrap_or(args.streaming);
     // What each entry shows: a node and its key, or a band kernel of a streamed node.
     let shown: Vec<(String, PrimitiveKey)> = if args.bands {
         let Some(bands) =
