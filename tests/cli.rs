@@ -3139,7 +3139,7 @@ fn numbers_that_overflow_are_too_large_with_the_limit() {
         &primjit(&["bench", s(&f.model), "--n", huge, "--quiet"]),
         2,
         &[&format!(
-            "`{huge}` is too large: at most the workload's number of widths (1000 in the shipped workload)"
+            "`{huge}` is too large: at most the number of widths (the `--widths` file's, else the shipped workload's 1000)"
         )],
     );
     failure(

@@ -25,7 +25,7 @@ pub fn parse_count(text: &str) -> Result<usize, String> {
 pub fn parse_calls(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Err(e) if *e.kind() == IntErrorKind::PosOverflow => Err(format!(
-            "`{text}` is too large: at most the workload's number of widths (1000 in the shipped workload)"
+            "`{text}` is too large: at most the number of widths (the `--widths` file's, else the shipped workload's 1000)"
         )),
         _ => parse_count(text),
     }
