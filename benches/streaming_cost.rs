@@ -12,7 +12,8 @@
 //! median ratio, their extra seconds and share of the reference's total, and the configured
 //! run's page faults a call; with two passes or more, each pass's mean and p50 ratios apart
 //! (their median and range), so that a claim about the pooled ratios comes with its spread.
-//! `--widths FILE` runs other widths (one a line) instead of the workload's.
+//! `--widths FILE` runs other widths (one a line, as `primjit bench --widths`) instead of the
+//! workload's.
 //!
 //! ```text
 //! cargo bench -p primjit-cli --bench streaming_cost -- [--n 100] [--widths FILE] [--threads 2]
@@ -154,17 +155,18 @@ fn main() -> Result<(), Error> {
         ),
         None => ("the workload".to_string(), WIDTHS.to_string()),
     };
+    // One width a line, blank lines and `#` comments ignored, as `primjit bench --widths`.
     let widths = text
         .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
+        .filter(|(_, l)| !l.is_empty())
         .take(args.n)
-        .map(|(i, l)| match l.trim().parse::<usize>() {
+        .map(|(i, l)| match l.parse::<usize>() {
             Ok(w) if w > 0 => Ok(w),
             _ => Err(format!(
-                "{source}:{}: expected a positive width, found `{}`",
-                i + 1,
-                l.trim()
+                "{source}:{}: expected a positive width, found `{l}`",
+                i + 1
             )),
         })
         .collect::<Result<Vec<usize>, String>>()?;
