@@ -150,7 +150,7 @@ fn main() -> Result<(), Error> {
     let (source, text) = match &args.widths {
         Some(path) => (
             path.display().to_string(),
-            std::fs::read_to_string(path)
+            primjit::file::read_regular_to_string(path)
                 .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?,
         ),
         None => ("the workload".to_string(), WIDTHS.to_string()),
