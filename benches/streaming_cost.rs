@@ -309,8 +309,6 @@ fn print_passes(configured: &[f64], reference: &[f64], calls_per_pass: usize) {
         .map(|(a, b)| (mean(a) / mean(b), median(a) / median(b)))
         .unzip();
     let spread = |v: &[f64]| {
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let mut sorted = v.to_vec();
         sorted.sort_by(f64::total_cmp);
         let mid = sorted.len() / 2;
@@ -319,7 +317,11 @@ fn print_passes(configured: &[f64], reference: &[f64], calls_per_pass: usize) {
             0 => (sorted[mid - 1] + sorted[mid]) / 2.0,
             _ => sorted[mid],
         };
-        format!("median {middle:.4} (from {lo:.4} to {hi:.4})")
+        format!(
+            "median {middle:.4} (from {:.4} to {:.4})",
+            sorted[0],
+            sorted[sorted.len() - 1]
+        )
     };
     println!(
         "per pass ({} of {calls_per_pass} calls): mean ratio {}; p50 ratio {}",
