@@ -297,8 +297,8 @@ fn main() -> Result<(), Error> {
 
 /// The mean and p50 ratios of each timed pass apart: their median and range. One pass's mean
 /// ratio moves by a point or two with the host, its p50 ratio by several, so a claim about the
-/// pooled ratios needs their spread (an A/A run, `--reference-streaming on --workspace-budget unlimited`, shows
-/// the floor).
+/// pooled ratios needs their spread (an A/A run, `--reference-streaming on --workspace-budget
+/// unlimited`, shows the floor).
 fn print_passes(configured: &[f64], reference: &[f64], calls_per_pass: usize) {
     if configured.len() < 2 * calls_per_pass {
         return;
