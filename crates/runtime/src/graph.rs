@@ -10,6 +10,7 @@
 //! pooling read them directly) and outputs are reordered to NCHW at the end. Activation
 //! buffers come from a [`Workspace`] and return to it after their value's last use.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use primjit_codegen::key::RuntimeDims;
@@ -545,20 +546,27 @@ impl CompiledGraph {
             .streamed_segment(&shapes, &keys)
             .map(|(segment, band)| {
                 let schedule = segment.schedule(band);
-                let call_keys = schedule
+                let mut kernels: Vec<PrimitiveKey> = Vec::new();
+                let mut index: HashMap<PrimitiveKey, usize> = HashMap::new();
+                let call_kernels = schedule
                     .calls
                     .iter()
                     .map(|call| {
                         let s = &segment.nodes[call.node];
                         let [_, _, ih, iw] = shape4(s.input);
-                        segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw])
+                        let key = segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw]);
+                        *index.entry(key).or_insert_with_key(|key| {
+                            kernels.push(key.clone());
+                            kernels.len() - 1
+                        })
                     })
                     .collect();
                 BandedRun {
                     segment,
                     band,
                     schedule,
-                    call_keys,
+                    kernels,
+                    call_kernels,
                 }
             });
         // The segment is the graph's first nodes; the others run on whole tensors.
@@ -566,22 +574,15 @@ impl CompiledGraph {
         engine.prefetch(
             banded
                 .iter()
-                .flat_map(|b| &b.call_keys)
+                .flat_map(|b| &b.kernels)
                 .chain(keys[whole_from..].iter().map(|(_, k)| k)),
         );
         let mut streamed = 0;
-        if let Some(BandedRun {
-            segment,
-            band,
-            schedule,
-            call_keys,
-        }) = &banded
-        {
+        if let Some(banded) = &banded {
             let run = self.execute_segment(
-                segment, *band, schedule, call_keys, engine, &keys, &shapes, inputs, workspace,
-                blocked, live_bytes, &mut stats,
+                banded, engine, &keys, &shapes, inputs, workspace, blocked, live_bytes, &mut stats,
             )?;
-            streamed = segment.nodes.len();
+            streamed = banded.segment.nodes.len();
             live_bytes += run.whole_bytes;
             for input in self.graph.inputs() {
                 if self.last_use[input.value.index()] < streamed
@@ -1227,16 +1228,13 @@ fn keys_at(
 }
 
 impl CompiledGraph {
-    /// Runs the streamed `segment` at the run's `shapes`, as `schedule`'s calls with their
-    /// kernels' `call_keys`: its whole outputs land in `blocked`, its nodes' runs in
-    /// `stats.nodes`. `live_bytes` is what the run holds besides.
+    /// Runs the streamed segment of `banded` at the run's `shapes`: its whole outputs land in
+    /// `blocked`, its nodes' runs in `stats.nodes`. `live_bytes` is what the run holds
+    /// besides.
     #[allow(clippy::too_many_arguments)]
     fn execute_segment(
         &self,
-        segment: &Segment,
-        band: usize,
-        schedule: &Schedule,
-        call_keys: &[PrimitiveKey],
+        banded: &BandedRun,
         engine: &Engine,
         keys: &[(String, PrimitiveKey)],
         shapes: &primjit_ir::Shapes,
@@ -1246,12 +1244,19 @@ impl CompiledGraph {
         live_bytes: usize,
         stats: &mut RunStats,
     ) -> Result<SegmentRun, GraphError> {
+        let BandedRun {
+            segment,
+            band,
+            schedule,
+            kernels,
+            call_kernels,
+        } = banded;
         let mut run = SegmentRun {
             first: keys[segment.nodes[0].node].0.clone(),
             last: keys[segment.nodes.last().expect("non-empty").node]
                 .0
                 .clone(),
-            band,
+            band: *band,
             sweeps: schedule.sweeps,
             calls: schedule.calls.len(),
             ..SegmentRun::default()
@@ -1292,11 +1297,31 @@ impl CompiledGraph {
         let mut node_runs: Vec<Option<NodeRun>> = vec![None; segment.nodes.len()];
         let held = live_bytes + run.whole_bytes + run.window_bytes;
         run.peak_bytes = held;
+        // Each kernel is looked up once for the run: a segment makes hundreds of calls of a
+        // few dozen kernels, and a cache with no room for them (budget 0) compiled one for
+        // every call (567 compiles for one W=7680 call of the trunk).
+        let mut primitives: Vec<Option<Arc<Primitive>>> = vec![None; kernels.len()];
         if result.is_ok() {
-            for (call, key) in schedule.calls.iter().zip(call_keys) {
-                match self.execute_band(
-                    &mut state, call, key, engine, keys, inputs, workspace, blocked,
-                ) {
+            for (call, &k) in schedule.calls.iter().zip(call_kernels) {
+                let primitive = match &primitives[k] {
+                    Some(p) => Ok(p.clone()),
+                    None => engine.compile(&kernels[k]).map_err(GraphError::from),
+                };
+                let ran = primitive.and_then(|primitive| {
+                    primitives[k] = Some(primitive.clone());
+                    self.execute_band(
+                        &mut state,
+                        call,
+                        &kernels[k],
+                        primitive,
+                        engine,
+                        keys,
+                        inputs,
+                        workspace,
+                        blocked,
+                    )
+                });
+                match ran {
                     Ok((temp_bytes, node_run)) => {
                         run.peak_bytes = run.peak_bytes.max(held + temp_bytes);
                         match &mut node_runs[call.node] {
@@ -1320,11 +1345,11 @@ impl CompiledGraph {
         Ok(run)
     }
 
-    /// One call of a streamed node, with its kernel's `key` (`Segment::call_key`). The kernel
-    /// reads its input columns and residuals where they are, in the windows of their
-    /// producers, at their row pitch, and writes its output columns into its own window; only
-    /// values outside the windows (graph inputs, whole tensors) are copied in, and a whole
-    /// output is copied out. Returns the bytes of the copies, scratch and destination it took,
+    /// One call of a streamed node, with its kernel's `key` (`Segment::call_key`) and
+    /// `primitive`. The kernel reads its input columns and residuals where they are, in the
+    /// windows of their producers, at their row pitch, and writes its output columns into its
+    /// own window; only values outside the windows (graph inputs, whole tensors) are copied
+    /// in, and a whole output is copied out. Returns the bytes of the copies, scratch and destination it took,
     /// and the node's run.
     #[allow(clippy::too_many_arguments)]
     fn execute_band(
@@ -1332,6 +1357,7 @@ impl CompiledGraph {
         state: &mut SegmentState<'_>,
         call: &Call,
         key: &PrimitiveKey,
+        primitive: Arc<Primitive>,
         engine: &Engine,
         keys: &[(String, PrimitiveKey)],
         inputs: &[(&str, TensorView<'_>)],
@@ -1351,7 +1377,6 @@ impl CompiledGraph {
         // The residual this call writes its output over, in the window of its destination.
         let over_residual = schedule.overwritten(segment, call.node);
         let home = schedule.home(call.node);
-        let primitive = engine.compile(key)?;
         let call_key = key.at([ih, band_iw]);
         let specs = call_key.buffers();
         let PrimitiveKey::Conv(call_desc) = &call_key else {
@@ -1581,12 +1606,15 @@ impl CompiledGraph {
     }
 }
 
-/// A run's streamed segment with its band, its calls, and each call's kernel key.
+/// A run's streamed segment with its band, its calls, and their kernels.
 struct BandedRun {
     segment: Segment,
     band: usize,
     schedule: Schedule,
-    call_keys: Vec<PrimitiveKey>,
+    /// The calls' distinct kernel keys ([`Segment::call_key`]), in order of first use.
+    kernels: Vec<PrimitiveKey>,
+    /// Per call of `schedule`: the index of its kernel in `kernels`.
+    call_kernels: Vec<usize>,
 }
 
 /// What a streamed segment holds between its calls: each windowed value's window.

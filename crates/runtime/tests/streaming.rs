@@ -489,6 +489,46 @@ fn the_listed_band_kernels_are_the_ones_a_run_compiles() {
     }
 }
 
+/// A run looks each of its kernels up once, however many band calls it serves: with a cache
+/// that keeps nothing (budget 0), a streamed run compiles each distinct kernel once, as a run
+/// with a cache does, not once per call.
+#[test]
+fn a_run_without_a_cache_compiles_each_kernel_once() {
+    let m = streamed_in_narrow_bands();
+    let x = input(389);
+    let with_budget = |budget: Budget| {
+        Engine::new(EngineConfig {
+            threads: 2,
+            cache: primjit_runtime::CacheConfig {
+                budget,
+                capacity: None,
+            },
+            ..EngineConfig::default()
+        })
+        .expect("engine")
+    };
+    let mut runs = Vec::new();
+    for budget in [Budget::DEFAULT, Budget::Bytes(0)] {
+        let engine = with_budget(budget);
+        let (y, stats) = m
+            .run(&engine, &[("x", &x)], &mut Workspace::new())
+            .expect("runs");
+        let calls = stats.segments.iter().map(|s| s.calls).sum::<usize>();
+        runs.push((bits(&y[0].1), engine.cache().stats(), calls));
+    }
+    let [(cached, with_cache, calls), (uncached, without, _)] = &runs[..] else {
+        unreachable!("two runs")
+    };
+    assert_eq!(cached, uncached);
+    assert_eq!(without.entries, 0, "{without:?}");
+    assert!(
+        *calls > with_cache.compiles as usize,
+        "{calls} band calls of {} kernels",
+        with_cache.compiles
+    );
+    assert_eq!(without.compiles, with_cache.compiles, "{without:?}");
+}
+
 /// Streamed runs reuse the workspace's buffers: once settled, runs at one width, or
 /// alternating between two, map at most one small buffer each (a halo's size class moving
 /// up), and the bytes held stay put.
