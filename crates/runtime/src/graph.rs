@@ -1297,9 +1297,9 @@ impl CompiledGraph {
         let mut node_runs: Vec<Option<NodeRun>> = vec![None; segment.nodes.len()];
         let held = live_bytes + run.whole_bytes + run.window_bytes;
         run.peak_bytes = held;
-        // Each kernel is looked up once for the run: a segment makes hundreds of calls of a
-        // few dozen kernels, and a cache with no room for them (budget 0) compiled one for
-        // every call (567 compiles for one W=7680 call of the trunk).
+        // Each kernel is looked up once for the segment, which makes hundreds of calls of a
+        // few dozen kernels: looked up call by call, a cache with no room for them (budget 0)
+        // compiled one for every call (567 compiles for one W=7680 call of the trunk).
         let mut primitives: Vec<Option<Arc<Primitive>>> = vec![None; kernels.len()];
         if result.is_ok() {
             for (call, &k) in schedule.calls.iter().zip(call_kernels) {
