@@ -1349,8 +1349,8 @@ impl CompiledGraph {
     /// `primitive`. The kernel reads its input columns and residuals where they are, in the
     /// windows of their producers, at their row pitch, and writes its output columns into its
     /// own window; only values outside the windows (graph inputs, whole tensors) are copied
-    /// in, and a whole output is copied out. Returns the bytes of the copies, scratch and destination it took,
-    /// and the node's run.
+    /// in, and a whole output is copied out. Returns the bytes of the copies, scratch and
+    /// destination it took, and the node's run.
     #[allow(clippy::too_many_arguments)]
     fn execute_band(
         &self,

@@ -489,9 +489,9 @@ fn the_listed_band_kernels_are_the_ones_a_run_compiles() {
     }
 }
 
-/// A run looks each of its kernels up once, however many band calls it serves: with a cache
-/// that keeps nothing (budget 0), a streamed run compiles each distinct kernel once, as a run
-/// with a cache does, not once per call.
+/// A streamed segment looks each of its band kernels up once, however many calls it serves:
+/// with a cache that keeps nothing (budget 0), a run compiles as many kernels as a run with a
+/// cache does, not one per call.
 #[test]
 fn a_run_without_a_cache_compiles_each_kernel_once() {
     let m = streamed_in_narrow_bands();
