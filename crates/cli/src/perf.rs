@@ -320,7 +320,6 @@ fn parse_pitches(text: &str) -> Result<Pitches, String> {
         Some((src, dst)) => Ok(Pitches {
             src: Some(pitch(src)?),
             dst: Some(pitch(dst)?),
-            ..Pitches::DENSE
         }),
         None => Err(format!(
             "expected `SRC,DST` (two row pitches in pixels) or `dense`, found `{text}`"

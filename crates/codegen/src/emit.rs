@@ -87,9 +87,6 @@ pub enum ExtentArg {
     /// A fused pool's output.
     PooledH = 4,
     PooledW = 5,
-    /// A conv's runtime row pitches ([`crate::key::RuntimePitches`]).
-    SrcPitch = 6,
-    DstPitch = 7,
 }
 
 /// An integer known either when the code is generated or only when it runs.
@@ -201,25 +198,6 @@ impl<'a> Emit<'a> {
             Scalar::Dyn(self.extent(which))
         } else {
             Scalar::Const(fixed as i64)
-        }
-    }
-
-    /// The pixels from one row of a conv's source to the next: its pitch, the call's when it
-    /// is a runtime one, else its width `w`.
-    pub fn src_row_pixels(&mut self, pitches: &crate::Pitches, w: Scalar) -> Scalar {
-        if pitches.runtime.src {
-            Scalar::Dyn(self.extent(ExtentArg::SrcPitch))
-        } else {
-            row_pixels(pitches.src, w)
-        }
-    }
-
-    /// [`Self::src_row_pixels`] for the destination (and its residuals).
-    pub fn dst_row_pixels(&mut self, pitches: &crate::Pitches, w: Scalar) -> Scalar {
-        if pitches.runtime.dst {
-            Scalar::Dyn(self.extent(ExtentArg::DstPitch))
-        } else {
-            row_pixels(pitches.dst, w)
         }
     }
 

@@ -201,8 +201,6 @@ impl fmt::Display for ConvAlgo {
 pub struct Pitches {
     pub src: Option<usize>,
     pub dst: Option<usize>,
-    /// Which of the two each call gives instead.
-    pub runtime: RuntimePitches,
 }
 
 impl Pitches {
@@ -210,49 +208,7 @@ impl Pitches {
     pub const DENSE: Pitches = Pitches {
         src: None,
         dst: None,
-        runtime: RuntimePitches::NONE,
     };
-}
-
-/// Which row pitches of a conv key are runtime values. As a runtime extent, such a pitch is not
-/// part of the key (its field holds `None`): the kernel reads the call's from its `extents`
-/// argument ([`CallExtents`]), and one compiled kernel serves every pitch. Only a key with a
-/// runtime width has them: a width-streamed run's band calls read the graph input, and write a
-/// whole output, in place, where the rows lie the image's width apart.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RuntimePitches {
-    pub src: bool,
-    pub dst: bool,
-}
-
-impl RuntimePitches {
-    pub const NONE: RuntimePitches = RuntimePitches {
-        src: false,
-        dst: false,
-    };
-
-    pub fn any(self) -> bool {
-        self.src || self.dst
-    }
-}
-
-/// What one call of a kernel with runtime extents gives them: its input's `[ih, iw]` (for the
-/// runtime ones) and, for runtime row pitches, the pitches of its source and destination in
-/// pixels. A runtime pitch the call leaves `None` is dense.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CallExtents {
-    pub input: [usize; 2],
-    pub src_pitch: Option<usize>,
-    pub dst_pitch: Option<usize>,
-}
-
-impl From<[usize; 2]> for CallExtents {
-    fn from(input: [usize; 2]) -> Self {
-        CallExtents {
-            input,
-            ..CallExtents::default()
-        }
-    }
 }
 
 /// A 2-D convolution. Every extent is fixed except those `runtime` names.
@@ -353,25 +309,11 @@ impl ConvDesc {
     }
 
     /// The fixed-shape convolution one call of this key computes: the runtime extents take
-    /// `[ih, iw]`'s values (other entries are ignored), and runtime row pitches are dense.
+    /// `[ih, iw]`'s values (other entries are ignored).
     pub fn at(&self, extents: [usize; 2]) -> ConvDesc {
-        self.at_call(&extents.into())
-    }
-
-    /// The fixed-shape convolution of `call`: the runtime extents take its input extents, the
-    /// runtime row pitches its pitches.
-    pub fn at_call(&self, call: &CallExtents) -> ConvDesc {
         let mut d = self.clone();
-        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], call.input);
+        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
         d.runtime = RuntimeDims::NONE;
-        let runtime = d.pitches.runtime;
-        if runtime.src {
-            d.pitches.src = call.src_pitch;
-        }
-        if runtime.dst {
-            d.pitches.dst = call.dst_pitch;
-        }
-        d.pitches.runtime = RuntimePitches::NONE;
         d
     }
 
@@ -693,7 +635,7 @@ impl FmaPattern {
 pub const MAX_STEP: usize = 1 << 29;
 
 /// Entries of a kernel's `extents` argument ([`PrimitiveKey::extent_args`]).
-pub const EXTENT_ARGS: usize = 8;
+pub const EXTENT_ARGS: usize = 6;
 
 /// Everything that identifies one compiled kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -748,17 +690,11 @@ impl PrimitiveKey {
     }
 
     /// The fixed-shape key of one call with input extents `[ih, iw]`: runtime extents take
-    /// these values, fixed ones keep theirs, runtime row pitches are dense. A key without
-    /// runtime extents is returned as is.
+    /// these values, fixed ones keep theirs. A key without runtime extents is returned as is.
     pub fn at(&self, extents: [usize; 2]) -> PrimitiveKey {
-        self.at_call(&extents.into())
-    }
-
-    /// The fixed-shape key of `call`, as [`Self::at`] with its runtime row pitches too.
-    pub fn at_call(&self, call: &CallExtents) -> PrimitiveKey {
         match self {
-            PrimitiveKey::Conv(d) if d.runtime.any() => PrimitiveKey::Conv(d.at_call(call)),
-            PrimitiveKey::Pool(d) if d.runtime.any() => PrimitiveKey::Pool(d.at(call.input)),
+            PrimitiveKey::Conv(d) if d.runtime.any() => PrimitiveKey::Conv(d.at(extents)),
+            PrimitiveKey::Pool(d) if d.runtime.any() => PrimitiveKey::Pool(d.at(extents)),
             _ => self.clone(),
         }
     }
@@ -774,10 +710,9 @@ impl PrimitiveKey {
         }
     }
 
-    /// The `extents` argument of a call of this key's kernel, `[ih, iw, oh, ow, ph, pw,
-    /// src_pitch, dst_pitch]`, for a key without runtime extents (so call it on
-    /// [`Self::at_call`]'s result): the input, the output, the output of a fused pool (the
-    /// output again without one), and a conv's row pitches (0 for other ops). A fused pool
+    /// The `extents` argument of a call of this key's kernel, `[ih, iw, oh, ow, ph, pw]`, for
+    /// a key without runtime extents (so call it on [`Self::at`]'s result): the input, the
+    /// output, and the output of a fused pool (the output again without one). A fused pool
     /// reads `[oh, ow, ph, pw]` as its own `[ih, iw, oh, ow]`.
     pub fn extent_args(&self) -> [i64; EXTENT_ARGS] {
         let [ih, iw] = self.input_extents();
@@ -793,11 +728,7 @@ impl PrimitiveKey {
             }
             _ => [oh, ow],
         };
-        let [src_pitch, dst_pitch] = match self {
-            PrimitiveKey::Conv(d) => [d.src_pitch(), d.dst_pitch()],
-            _ => [0, 0],
-        };
-        [ih, iw, oh, ow, ph, pw, src_pitch, dst_pitch].map(|x| x as i64)
+        [ih, iw, oh, ow, ph, pw].map(|x| x as i64)
     }
 
     /// Checks that the key describes a kernel that can exist, with checked arithmetic on every
@@ -814,25 +745,6 @@ impl PrimitiveKey {
     /// which for runtime extents depends on the call's extents and is checked per call.
     fn check(&self, windows: bool) -> Result<(), KeyError> {
         let runtime = self.runtime_dims();
-        if let PrimitiveKey::Conv(d) = self {
-            let p = d.pitches;
-            let reason = if (p.runtime.src && p.src.is_some()) || (p.runtime.dst && p.dst.is_some())
-            {
-                Some("a runtime row pitch must hold no value in the key")
-            } else if p.runtime.any() && !runtime.w {
-                Some("a runtime row pitch needs a runtime width")
-            } else if p.runtime.dst && d.pool.is_some() {
-                Some("a fused pool's destination takes no runtime row pitch")
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                return Err(KeyError {
-                    key: self.to_string(),
-                    reason: reason.into(),
-                });
-            }
-        }
         if runtime.any() {
             let [ih, iw] = self.input_extents();
             if (runtime.h && ih != 0) || (runtime.w && iw != 0) {
@@ -1182,12 +1094,7 @@ impl fmt::Display for PrimitiveKey {
                 if d.algo != ConvAlgo::Direct {
                     write!(f, " alg:{}", d.algo)?;
                 }
-                let pitch = |fixed: Option<usize>, runtime: bool| match (fixed, runtime) {
-                    (_, true) => Some("*".to_string()),
-                    (p, false) => p.map(|p| p.to_string()),
-                };
-                let p = d.pitches;
-                match (pitch(p.src, p.runtime.src), pitch(p.dst, p.runtime.dst)) {
+                match (d.pitches.src, d.pitches.dst) {
                     (None, None) => {}
                     (Some(s), None) => write!(f, " pitch:src{s}")?,
                     (None, Some(t)) => write!(f, " pitch:dst{t}")?,
@@ -1337,7 +1244,7 @@ mod tests {
         );
         assert_eq!(d.dst_shape(), [1, 64, 80, 258]);
         assert_eq!(key.work_items(), 80);
-        assert_eq!(key.extent_args(), [320, 1031, 160, 516, 80, 258, 1031, 258]);
+        assert_eq!(key.extent_args(), [320, 1031, 160, 516, 80, 258]);
         // A band of the window's three rows at the conv's width, per thread.
         assert_eq!(d.scratch_len(), 3 * 516 * 64);
         let buffers = key.buffers();
@@ -1384,7 +1291,7 @@ mod tests {
         assert_eq!(key.at([0, 1031]), PrimitiveKey::Conv(d.clone()));
         assert_eq!(
             key.at([0, 1031]).extent_args(),
-            [80, 1031, 80, 1031, 80, 1031, 1031, 1031]
+            [80, 1031, 80, 1031, 80, 1031]
         );
         // A runtime field must hold 0, so that equal kernels have equal keys.
         let mut bad = d.clone().with_runtime(w);
@@ -1436,7 +1343,6 @@ mod tests {
         d.pitches = Pitches {
             src: Some(16),
             dst: Some(12),
-            ..Pitches::DENSE
         };
         let key = PrimitiveKey::Conv(d.clone());
         assert!(
@@ -1479,77 +1385,6 @@ mod tests {
         assert!(
             err.reason
                 .contains("destination's row pitch (2) is narrower than its rows (3)"),
-            "{err}"
-        );
-    }
-
-    /// A runtime row pitch is the call's: the key holds none and prints `*`, the call's key
-    /// has the call's pitch (dense where the call gives none) and passes it to the kernel,
-    /// and keys that could not run are rejected.
-    #[test]
-    fn runtime_pitches_are_the_calls() {
-        let mut d = ConvDesc::new(1, 8, [6, 9], 4, [3, 3]);
-        d.src_layout = Layout::Nchw4c;
-        d.dst_layout = Layout::Nchw4c;
-        let width = RuntimeDims { h: false, w: true };
-        let mut g = d.clone().with_runtime(width);
-        g.pitches.runtime = RuntimePitches {
-            src: true,
-            dst: true,
-        };
-        let key = PrimitiveKey::Conv(g.clone());
-        key.validate().unwrap();
-        assert!(
-            key.to_string().ends_with(" pitch:src*,dst* nChw4c>nChw4c"),
-            "{key}"
-        );
-        let call = CallExtents {
-            input: [6, 9],
-            src_pitch: Some(16),
-            dst_pitch: Some(12),
-        };
-        let at = key.at_call(&call);
-        let PrimitiveKey::Conv(c) = &at else {
-            unreachable!()
-        };
-        assert_eq!((c.pitches.src, c.pitches.dst), (Some(16), Some(12)));
-        assert!(!c.pitches.runtime.any() && !c.runtime.any());
-        assert_eq!(at.extent_args()[6..], [16, 12]);
-        assert_eq!(at.buffers()[0].len, (11 * 16 + 9) * 4);
-        // Without pitches the call is dense.
-        assert_eq!(key.at([6, 9]), PrimitiveKey::Conv(d.clone()));
-        // Each of these keys is refused, with its reason.
-        let mut held = g.clone();
-        held.pitches.src = Some(16);
-        let mut fixed_width = d.clone();
-        fixed_width.pitches.runtime.src = true;
-        let mut pooled = g.clone();
-        pooled.pool = Some(PoolWindow {
-            kernel: [2, 2],
-            strides: [2, 2],
-            pads: Pads::default(),
-            dilations: [1, 1],
-            ceil_mode: false,
-        });
-        for (bad, reason) in [
-            (held, "a runtime row pitch must hold no value in the key"),
-            (fixed_width, "a runtime row pitch needs a runtime width"),
-            (
-                pooled,
-                "a fused pool's destination takes no runtime row pitch",
-            ),
-        ] {
-            let err = PrimitiveKey::Conv(bad).validate().unwrap_err();
-            assert_eq!(err.reason, reason, "{err}");
-        }
-        // A call's pitch narrower than its rows fails the call key's validation.
-        let narrow = key.at_call(&CallExtents {
-            src_pitch: Some(8),
-            ..call
-        });
-        let err = narrow.validate().unwrap_err();
-        assert!(
-            err.reason.contains("source's row pitch (8) is narrower"),
             "{err}"
         );
     }

@@ -20,8 +20,7 @@ pub use compile::{
 };
 pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS, WINOGRAD_S2_MIN_CHANNELS};
 pub use key::{
-    BufferSpec, CallExtents, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, FmaPattern,
-    GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches, PoolDesc, PoolWindow, PostOpDesc,
-    PrimitiveKey, RuntimePitches,
+    BufferSpec, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError,
+    Layout, MAX_STEP, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};

@@ -16,7 +16,7 @@ use cranelift_codegen::ir::InstBuilder;
 use cranelift_codegen::ir::condcodes::IntCC;
 
 use crate::conv::direct;
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
+use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{ConvDesc, Layout, Pitches, PoolDesc};
 use crate::lower_pool;
 use crate::plan::{ConvPlan, LANES, PoolPlan};
@@ -84,10 +84,12 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
             let ow = e.extent_or(rt.w, ExtentArg::OutputW, d.ow());
             let out_h = e.extent_or(rt.h, ExtentArg::PooledH, ph);
             let out_w = e.extent_or(rt.w, ExtentArg::PooledW, pw);
-            let src_pitch = e.src_row_pixels(&d.pitches, iw);
-            let src_image = e.act_strides(d.src_layout, d.ic, ih, src_pitch).image;
-            let dst_pitch = e.dst_row_pixels(&d.pitches, out_w);
-            let dst_image = e.act_strides(d.dst_layout, d.oc, out_h, dst_pitch).image;
+            let src_image = e
+                .act_strides(d.src_layout, d.ic, ih, row_pixels(d.pitches.src, iw))
+                .image;
+            let dst_image = e
+                .act_strides(d.dst_layout, d.oc, out_h, row_pixels(d.pitches.dst, out_w))
+                .image;
             let row_bytes = e.mul(ow, LANES as i64 * F32_BYTES);
 
             let src = e.buffer(SRC);

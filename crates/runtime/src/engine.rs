@@ -4,9 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use primjit_codegen::{
-    CallExtents, CodegenOptions, ConvAlgoChoice, Dumps, PrimitiveKey, compile, host_isa,
-};
+use primjit_codegen::{CodegenOptions, ConvAlgoChoice, Dumps, PrimitiveKey, compile, host_isa};
 
 use crate::cache::{CacheConfig, CacheKey, Lookup, PrimitiveCache};
 use crate::error::{ConfigError, RuntimeError};
@@ -375,20 +373,7 @@ impl Engine {
         args: ExecArgs<'_>,
         extents: Option<[usize; 2]>,
     ) -> Result<(), RuntimeError> {
-        self.run_as(primitive, args, extents.map(Into::into), true)
-    }
-
-    /// Runs a conv with runtime extents at `call`'s, its runtime row pitches included (see
-    /// [`Primitive::execute_call`]), its rows split across the engine's threads; over its
-    /// residual in the destination when `over_residual`.
-    pub fn execute_call(
-        &self,
-        primitive: &Primitive,
-        args: ExecArgs<'_>,
-        call: CallExtents,
-        over_residual: bool,
-    ) -> Result<(), RuntimeError> {
-        self.run_as(primitive, args, Some(call), over_residual)
+        self.run_as(primitive, args, extents, true)
     }
 
     fn run(
@@ -397,26 +382,28 @@ impl Engine {
         args: ExecArgs<'_>,
         extents: Option<[usize; 2]>,
     ) -> Result<(), RuntimeError> {
-        self.run_as(primitive, args, extents.map(Into::into), false)
+        self.run_as(primitive, args, extents, false)
     }
 
     fn run_as(
         &self,
         primitive: &Primitive,
         args: ExecArgs<'_>,
-        extents: Option<CallExtents>,
+        extents: Option<[usize; 2]>,
         over_residual: bool,
     ) -> Result<(), RuntimeError> {
         self.check_process()?;
         let start = Instant::now();
         let pool = (self.pool.current_num_threads() > 1).then_some(&self.pool);
-        match extents {
-            Some(call) => primitive.execute_call(args, call, pool, over_residual)?,
-            None if over_residual => primitive.execute_over_residual(args, None, pool)?,
-            None => match pool {
-                Some(pool) => primitive.execute_parallel(args, None, pool)?,
+        if over_residual {
+            primitive.execute_over_residual(args, extents, pool)?;
+        } else if let Some(pool) = pool {
+            primitive.execute_parallel(args, extents, pool)?;
+        } else {
+            match extents {
                 None => primitive.execute(args)?,
-            },
+                Some(e) => primitive.execute_at(args, e)?,
+            }
         }
         if self.verbose >= 2 {
             trace_line(&format!(

@@ -15,7 +15,7 @@ use memmap2::Mmap;
 /// The writable mapping a [`PageSource`] returns, re-exported so that a page source can be
 /// written without depending on memmap2 directly.
 pub use memmap2::MmapMut;
-use primjit_codegen::key::{CallExtents, EXTENT_ARGS, SCRATCH_ROLE};
+use primjit_codegen::key::{EXTENT_ARGS, SCRATCH_ROLE};
 use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
@@ -294,7 +294,7 @@ impl Kernel {
     pub fn run(
         &self,
         args: ExecArgs<'_>,
-        extents: Option<CallExtents>,
+        extents: Option<[usize; 2]>,
         items: Option<Range<usize>>,
         pool: Option<&rayon::ThreadPool>,
         residual: Residual,
@@ -307,12 +307,12 @@ impl Kernel {
         let runtime = self.key.runtime_dims().any();
         let call_key = match (runtime, extents) {
             (false, None) => None,
-            (false, Some(e)) if e == self.key.input_extents().into() => None,
+            (false, Some(e)) if e == self.key.input_extents() => None,
             (_, Some(e)) if runtime => {
-                let k = self.key.at_call(&e);
+                let k = self.key.at(e);
                 k.validate().map_err(|err| ExecError::Extents {
                     key: self.key.to_string(),
-                    extents: e.input,
+                    extents: e,
                     reason: err.reason,
                 })?;
                 Some(k)
@@ -320,7 +320,7 @@ impl Kernel {
             (_, e) => {
                 return Err(ExecError::Extents {
                     key: self.key.to_string(),
-                    extents: e.map_or([0, 0], |e| e.input),
+                    extents: e.unwrap_or([0, 0]),
                     reason: if runtime {
                         "this primitive has runtime extents: pass the call's extents".into()
                     } else {

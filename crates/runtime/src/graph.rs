@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    CallExtents, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
+    ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout,
+    Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
 };
 use primjit_ir::{
     Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, Shapes, Tensor, Value,
@@ -866,8 +866,8 @@ pub fn describe_stream_plan(
     }
     text.push_str(&format!(
         "  holds {window_bytes} bytes of windows and {whole_bytes} bytes of whole tensors; \
-         kernels read and write the windows in place, and graph inputs and whole tensors too \
-         where they take widths at run time (the `dynamic` policy; else those are copied)\n"
+         kernels read and write the windows in place, and copy in only graph inputs and whole \
+         tensors\n"
     ));
     Ok(Some(text))
 }
@@ -1377,18 +1377,7 @@ impl CompiledGraph {
         // The residual this call writes its output over, in the window of its destination.
         let over_residual = schedule.overwritten(segment, call.node);
         let home = schedule.home(call.node);
-        // An input outside the windows, and a whole output, that the kernel reads or writes in
-        // place, at the tensor's width (`Segment::call_key`).
-        let PrimitiveKey::Conv(desc) = key else {
-            unreachable!("segments hold convolutions")
-        };
-        let in_place = desc.pitches.runtime;
-        let call_extents = CallExtents {
-            input: [ih, band_iw],
-            src_pitch: in_place.src.then(|| state.shape4(s.input)[3]),
-            dst_pitch: in_place.dst.then_some(out_shape[3]),
-        };
-        let call_key = key.at_call(&call_extents);
+        let call_key = key.at([ih, band_iw]);
         let specs = call_key.buffers();
         let PrimitiveKey::Conv(call_desc) = &call_key else {
             unreachable!("segments hold convolutions")
@@ -1406,14 +1395,6 @@ impl CompiledGraph {
             );
         }
 
-        // A whole output written in place is out of `blocked` for the call, so that the source
-        // may be read from there; it goes back after the call, also when it fails.
-        let mut whole_out = in_place.dst.then(|| {
-            blocked[s.output.index()]
-                .take()
-                .expect("whole outputs are taken first")
-        });
-
         // Buffers of the call's own: copies in, a destination where the output is not written
         // in place, the scratch. All go back after the call, also when it fails.
         let mut temps: Vec<Buffer> = Vec::new();
@@ -1424,8 +1405,8 @@ impl CompiledGraph {
                 Ok(temps.len() - 1)
             };
             let src_copy = match input_window {
-                None if !in_place.src => Some(take(&mut temps, specs[0].len)?),
-                _ => None,
+                Some(_) => None,
+                None => Some(take(&mut temps, specs[0].len)?),
             };
             // Residuals in windows of the destination's pitch are read in place; the one it
             // writes over is the destination itself.
@@ -1452,9 +1433,9 @@ impl CompiledGraph {
                     None => take(&mut temps, spec.len).map(Some),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let dst_copy = match (&out, &whole_out) {
-                (None, None) => Some(take(&mut temps, dst_len)?),
-                _ => None,
+            let dst_copy = match &out {
+                Some(_) => None,
+                None => Some(take(&mut temps, dst_len)?),
             };
             let scratch = match call_desc.scratch_len() {
                 0 => None,
@@ -1498,12 +1479,7 @@ impl CompiledGraph {
                     .expect("a window")
                     .columns(call.input.begin, specs[0].len),
                 (None, Some(i)) => own(i),
-                (None, None) => {
-                    let layout = layout_of(&self.graph, s.input);
-                    let (_, elem) = stream::rows_and_elem(layout, state.shape4(s.input));
-                    let data = self.whole_data(s.input, blocked, inputs);
-                    &data[call.input.begin * elem..][..specs[0].len]
-                }
+                (None, None) => unreachable!("copied above"),
             };
             let extra: Vec<&[f32]> = residuals
                 .iter()
@@ -1516,11 +1492,10 @@ impl CompiledGraph {
                         .columns(call.x0, spec.len),
                 })
                 .collect();
-            let dst: &mut [f32] = match (dst_copy, out.as_mut(), whole_out.as_deref_mut()) {
-                (Some(i), _, _) => own(i),
-                (None, Some(w), _) => w.columns_mut(call.x0, dst_len),
-                (None, None, Some(whole)) => &mut whole[call.x0 * 4..][..dst_len],
-                (None, None, None) => unreachable!("a destination is taken above"),
+            let dst: &mut [f32] = match (dst_copy, out.as_mut()) {
+                (Some(i), _) => own(i),
+                (None, Some(w)) => w.columns_mut(call.x0, dst_len),
+                (None, None) => unreachable!("a destination is taken above"),
             };
             let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
                 unreachable!("convs are prepared")
@@ -1532,20 +1507,15 @@ impl CompiledGraph {
                 extra: &extra,
                 scratch: scratch.map(|i| &mut own(i)[..]),
             };
+            let extents = key.runtime_dims().any().then_some([ih, band_iw]);
             let start = std::time::Instant::now();
-            let over = over_residual.is_some();
-            if key.runtime_dims().any() {
-                engine.execute_call(&primitive, args, call_extents, over)?;
-            } else if over {
-                engine.execute_over_residual(&primitive, args, None)?;
-            } else {
-                engine.execute(&primitive, args)?;
+            match (over_residual, extents) {
+                (Some(_), e) => engine.execute_over_residual(&primitive, args, e)?,
+                (None, Some(e)) => engine.execute_at(&primitive, args, e)?,
+                (None, None) => engine.execute(&primitive, args)?,
             }
             Ok((temp_bytes, start.elapsed().as_secs_f64(), dst_copy))
         })();
-        if let Some(whole) = whole_out {
-            blocked[s.output.index()] = Some(whole);
-        }
         let copied_out = result.as_ref().map(|(_, _, dst_copy)| *dst_copy);
         // A destination of its own holds columns of a whole output (a window is written in
         // place): they go to the whole tensor.
@@ -1582,27 +1552,6 @@ impl CompiledGraph {
         ))
     }
 
-    /// The whole tensor of value `v`, which lies outside the segment's windows: its blocked
-    /// buffer, or the caller's NCHW input.
-    fn whole_data<'d>(
-        &self,
-        v: Value,
-        blocked: &'d [Option<Buffer>],
-        inputs: &[(&str, TensorView<'d>)],
-    ) -> &'d [f32] {
-        match (&blocked[v.index()], layout_of(&self.graph, v)) {
-            (Some(b), Layout::Nchw4c) => b,
-            _ => {
-                let name = self.graph.value_name(v);
-                inputs
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, t)| t.data)
-                    .expect("bound inputs are present")
-            }
-        }
-    }
-
     /// Copies the columns `[begin, begin + cols)` of value `v` into `dst`, in rows `pitch`
     /// columns apart, from its window, its whole blocked tensor, or the caller's NCHW input;
     /// the rows are shared among the engine's threads.
@@ -1627,7 +1576,20 @@ impl CompiledGraph {
         let (x0, data, width): (usize, &[f32], usize) =
             match home.and_then(|i| state.windows[i].as_ref()) {
                 Some(w) => (begin, w.rows_from(begin), w.pitch),
-                None => (0, self.whole_data(v, blocked, inputs), shape[3]),
+                None => {
+                    let data: &[f32] = match (&blocked[v.index()], layout) {
+                        (Some(b), Layout::Nchw4c) => b,
+                        _ => {
+                            let name = self.graph.value_name(v);
+                            inputs
+                                .iter()
+                                .find(|(n, _)| *n == name)
+                                .map(|(_, t)| t.data)
+                                .expect("bound inputs are present")
+                        }
+                    };
+                    (0, data, shape[3])
+                }
             };
         stream::copy_columns(
             data,

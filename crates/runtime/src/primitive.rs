@@ -3,7 +3,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use primjit_codegen::{BufferSpec, CallExtents, CompiledKernel, PrimitiveKey};
+use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
 use crate::exec::{Kernel, PageSource, Residual};
@@ -108,26 +108,7 @@ impl Primitive {
     /// extents.
     pub fn execute_at(&self, args: ExecArgs<'_>, extents: [usize; 2]) -> Result<(), ExecError> {
         self.kernel
-            .run(args, Some(extents.into()), None, None, Residual::Extra)
-    }
-
-    /// Runs a conv with runtime extents at `call`'s, its runtime row pitches (see
-    /// `primjit_codegen::RuntimePitches`) included, split across the threads of `pool` when
-    /// one is given, over its residual in the destination when `over_residual` (as
-    /// [`Self::execute_over_residual`]); buffers are checked against the key at `call`.
-    pub fn execute_call(
-        &self,
-        args: ExecArgs<'_>,
-        call: CallExtents,
-        pool: Option<&rayon::ThreadPool>,
-        over_residual: bool,
-    ) -> Result<(), ExecError> {
-        let residual = if over_residual {
-            Residual::InDestination
-        } else {
-            Residual::Extra
-        };
-        self.kernel.run(args, Some(call), None, pool, residual)
+            .run(args, Some(extents), None, None, Residual::Extra)
     }
 
     /// Runs the kernel with its output rows split across the threads of `pool`; `extents`
@@ -138,13 +119,8 @@ impl Primitive {
         extents: Option<[usize; 2]>,
         pool: &rayon::ThreadPool,
     ) -> Result<(), ExecError> {
-        self.kernel.run(
-            args,
-            extents.map(Into::into),
-            None,
-            Some(pool),
-            Residual::Extra,
-        )
+        self.kernel
+            .run(args, extents, None, Some(pool), Residual::Extra)
     }
 
     /// Runs the kernel on one thread for the work items (output rows) in `items` only; the
@@ -155,13 +131,8 @@ impl Primitive {
         extents: Option<[usize; 2]>,
         items: Range<usize>,
     ) -> Result<(), ExecError> {
-        self.kernel.run(
-            args,
-            extents.map(Into::into),
-            Some(items),
-            None,
-            Residual::Extra,
-        )
+        self.kernel
+            .run(args, extents, Some(items), None, Residual::Extra)
     }
 
     /// Whether the kernel may write its output over its residual
@@ -180,12 +151,7 @@ impl Primitive {
         extents: Option<[usize; 2]>,
         pool: Option<&rayon::ThreadPool>,
     ) -> Result<(), ExecError> {
-        self.kernel.run(
-            args,
-            extents.map(Into::into),
-            None,
-            pool,
-            Residual::InDestination,
-        )
+        self.kernel
+            .run(args, extents, None, pool, Residual::InDestination)
     }
 }

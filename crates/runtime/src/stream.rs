@@ -20,10 +20,8 @@
 //!   so a call reads its input and residual columns where they lie and writes its output
 //!   columns into its window, whose rows move along the image with no copy: a column stays
 //!   where it was written until no consumer reads it (`Window` in graph.rs). A value read
-//!   after the segment, or a graph output, is written into a whole tensor. Where the kernels
-//!   take widths at run time, they read graph inputs and whole tensors, and write whole
-//!   outputs, in place too, at row pitches each call gives (`primjit_codegen::RuntimePitches`,
-//!   the tensors' widths), so that one kernel serves every width; else those are copied.
+//!   after the segment, or a graph output, is written into a whole tensor; graph inputs and
+//!   whole tensors are copied in.
 //! - A conv that writes its output over its residual in a whole-tensor run (the residual's
 //!   last reader, with a kernel that reads each residual element right before it writes the
 //!   output element there) writes it over the residual's window too, when the schedule shows
@@ -36,7 +34,7 @@
 
 use std::fmt;
 
-use primjit_codegen::{ConvDesc, Layout, Pitches, PrimitiveKey, RuntimePitches};
+use primjit_codegen::{ConvDesc, Layout, Pitches, PrimitiveKey};
 use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
 
 use crate::engine::Engine;
@@ -705,11 +703,6 @@ impl Segment {
     /// pool's pooled rows included) writes at its window's pitch or, for a whole output, at its
     /// residuals' (which it reads at its destination's pitch; a residual in a window of
     /// another pitch is copied), and its own columns are then copied into the whole tensor.
-    /// Where the key takes its width at run time, an input outside the windows (the graph
-    /// input, a whole tensor) is read in place, and a whole output without residuals in
-    /// windows or a fused pool is written in place: their row pitches are the tensors' widths,
-    /// runtime pitches ([`RuntimePitches`]) that each call gives, so that one kernel serves
-    /// every image width.
     pub fn call_key(
         &self,
         schedule: &Schedule,
@@ -727,16 +720,9 @@ impl Segment {
                 .window_of(self, v)
                 .map(|j| schedule.window_pitch[j])
         };
-        let src = pitch(s.input);
-        let dst = pitch(s.output).or_else(|| s.residuals.iter().find_map(|&r| pitch(r)));
-        let runtime_width = desc.runtime.w;
         desc.pitches = Pitches {
-            src,
-            dst,
-            runtime: RuntimePitches {
-                src: runtime_width && src.is_none(),
-                dst: runtime_width && dst.is_none() && desc.pool.is_none(),
-            },
+            src: pitch(s.input),
+            dst: pitch(s.output).or_else(|| s.residuals.iter().find_map(|&r| pitch(r))),
         };
         key
     }

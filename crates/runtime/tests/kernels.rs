@@ -64,9 +64,8 @@ use primjit_codegen::conv::winograd::WinogradPlan;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
-    CHUNK_WEIGHT_BYTES, CallExtents, CodegenOptions, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc,
-    EltwiseKind, FmaPattern, GlobalPoolDesc, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc,
-    PrimitiveKey, RuntimePitches,
+    CHUNK_WEIGHT_BYTES, CodegenOptions, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
+    FmaPattern, GlobalPoolDesc, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -2684,53 +2683,17 @@ fn pitched_problem() -> impl Strategy<Value = (ConvProblem, [usize; 2])> {
             p.desc.pitches = Pitches {
                 src: Some(p.desc.iw + src_extra),
                 dst: Some(p.desc.dst_shape()[3] + dst_extra),
-                ..Pitches::DENSE
             };
             (p, [src_extra, dst_extra])
         })
 }
 
-/// How a pitched problem's kernel takes its width and row pitches.
-#[derive(Clone, Copy, Debug)]
-enum PitchedKey {
-    /// Both in the key.
-    Fixed,
-    /// The width at run time, the pitches in the key.
-    RuntimeWidth,
-    /// Both at run time (the destination's pitch in the key where a pool is fused).
-    RuntimePitches,
-}
-
-impl PitchedKey {
-    /// The key of problem `d` (whose pitches are the call's) in this form.
-    fn key(self, d: &ConvDesc) -> PrimitiveKey {
-        let width = RuntimeDims { h: false, w: true };
-        match self {
-            PitchedKey::Fixed => PrimitiveKey::Conv(d.clone()),
-            PitchedKey::RuntimeWidth => PrimitiveKey::Conv(d.clone().with_runtime(width)),
-            PitchedKey::RuntimePitches => {
-                let mut g = d.clone().with_runtime(width);
-                let runtime = RuntimePitches {
-                    src: true,
-                    dst: d.pool.is_none(),
-                };
-                g.pitches = Pitches {
-                    src: None,
-                    dst: d.pitches.dst.filter(|_| !runtime.dst),
-                    runtime,
-                };
-                PrimitiveKey::Conv(g)
-            }
-        }
-    }
-}
-
 impl ConvProblem {
-    /// Runs `p` (this problem's kernel with pitches in the form `form`, at this problem's
-    /// extents and pitches) on pitched guard-page buffers whose pixels between rows are NaN
-    /// on the inputs and the sentinel on the destination, on 1, 2 and 3 threads, and returns
-    /// the destination's rows dense.
-    fn run_pitched(&self, p: &Primitive, form: PitchedKey) -> Result<Vec<f32>, TestCaseError> {
+    /// Runs `p` (this problem's kernel with pitches, or its runtime-width twin at this
+    /// problem's extents) on pitched guard-page buffers whose pixels between rows are NaN on
+    /// the inputs and the sentinel on the destination, on 1, 2 and 3 threads, and returns the
+    /// destination's rows dense.
+    fn run_pitched(&self, p: &Primitive, runtime: bool) -> Result<Vec<f32>, TestCaseError> {
         let d = &self.desc;
         let dense = self.buffers();
         let dst_shape = d.dst_shape();
@@ -2756,11 +2719,7 @@ impl ConvProblem {
             })
             .collect();
         let extra: Vec<&[f32]> = extra.iter().map(|b| b.as_slice()).collect();
-        let call = CallExtents {
-            input: [d.ih, d.iw],
-            src_pitch: Some(src_pitch),
-            dst_pitch: Some(dst_pitch),
-        };
+        let extents = runtime.then_some([d.ih, d.iw]);
         let mut results = Vec::new();
         for pool in std::iter::once(None).chain(pools().iter().map(Some)) {
             let mut dst = sentinel_dst(d.dst_layout.pitched_len(dst_shape, dst_pitch));
@@ -2773,14 +2732,10 @@ impl ConvProblem {
                 extra: &extra,
                 scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
             };
-            let ran = match (form, pool) {
-                (PitchedKey::RuntimePitches, pool) => p.execute_call(args, call, pool, false),
-                (PitchedKey::RuntimeWidth, Some(pool)) => {
-                    p.execute_parallel(args, Some(call.input), pool)
-                }
-                (PitchedKey::RuntimeWidth, None) => p.execute_at(args, call.input),
-                (PitchedKey::Fixed, Some(pool)) => p.execute_parallel(args, None, pool),
-                (PitchedKey::Fixed, None) => p.execute(args),
+            let ran = match (pool, extents) {
+                (Some(pool), e) => p.execute_parallel(args, e, pool),
+                (None, Some(e)) => p.execute_at(args, e),
+                (None, None) => p.execute(args),
             };
             ran.map_err(|e| TestCaseError::fail(format!("{}: {e}", p.key())))?;
             results.push(from_pitched(
@@ -2802,23 +2757,22 @@ proptest! {
     #![proptest_config(config(64))]
 
     /// A kernel with row pitches (direct, Winograd, with a fused pool; fixed and runtime
-    /// width, fixed and runtime pitches) reads and writes only its rows' pixels of guard-page
-    /// buffers, leaves the pixels between rows alone (NaN there would reach the result if
-    /// read), and computes the dense kernel's result bit for bit.
+    /// width) reads and writes only its rows' pixels of guard-page buffers, leaves the pixels
+    /// between rows alone (NaN there would reach the result if read), and computes the dense
+    /// kernel's result bit for bit.
     #[test]
     fn conv_pitched_rows_match_dense(
         (p, extra) in pitched_problem(),
-        form in prop_oneof![
-            Just(PitchedKey::Fixed),
-            Just(PitchedKey::RuntimeWidth),
-            Just(PitchedKey::RuntimePitches),
-        ],
+        runtime in any::<bool>(),
     ) {
         let mut dense = p.clone();
         dense.desc.pitches = Pitches::DENSE;
         let want = dense.buffers().execute(&*compile(&dense.key())?, None)?;
-        let key = form.key(&p.desc);
-        let got = p.run_pitched(&*compile(&key)?, form)?;
+        let key = match runtime {
+            true => PrimitiveKey::Conv(p.desc.clone().with_runtime(RuntimeDims { h: false, w: true })),
+            false => p.key(),
+        };
+        let got = p.run_pitched(&*compile(&key)?, runtime)?;
         assert_bit_identical(&want, &got, &format!("{key} (pitches wider by {extra:?})"))?;
     }
 }
@@ -2832,7 +2786,7 @@ fn conv_pitch_narrower_than_rows_is_rejected() {
     d.dst_layout = Layout::Nchw4c;
     d.pitches = Pitches {
         src: Some(8),
-        ..Pitches::DENSE
+        dst: None,
     };
     let err = PrimitiveKey::Conv(d.clone()).validate().unwrap_err();
     assert!(
@@ -2844,7 +2798,6 @@ fn conv_pitch_narrower_than_rows_is_rejected() {
     d.pitches = Pitches {
         src: Some(12),
         dst: Some(12),
-        ..Pitches::DENSE
     };
     let generic = PrimitiveKey::Conv(d.with_runtime(RuntimeDims { h: false, w: true }));
     let prim = compile(&generic).expect("a valid runtime key");

@@ -23,7 +23,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 use super::apply_post_ops;
-use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar};
+use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{Layout, PostOpDesc};
 use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, LANES};
 
@@ -117,11 +117,9 @@ impl Geometry {
         let iw = e.extent_or(rt.w, ExtentArg::InputW, d.iw);
         let oh = e.extent_or(rt.h, ExtentArg::OutputH, d.oh());
         let ow = e.extent_or(rt.w, ExtentArg::OutputW, d.ow());
-        let src_pitch = e.src_row_pixels(&d.pitches, iw);
-        let src = e.act_strides(d.src_layout, d.ic, ih, src_pitch);
+        let src = e.act_strides(d.src_layout, d.ic, ih, row_pixels(d.pitches.src, iw));
         let dst_rows = plan.dst_rows.map_or(oh, |rows| Scalar::Const(rows as i64));
-        let dst_pitch = e.dst_row_pixels(&d.pitches, ow);
-        let dst = e.act_strides(d.dst_layout, d.oc, dst_rows, dst_pitch);
+        let dst = e.act_strides(d.dst_layout, d.oc, dst_rows, row_pixels(d.pitches.dst, ow));
         let f = F32_BYTES;
         let kh_src_step = e.mul(src.row, d.dilations[0] as i64 * f);
         let ic_src_step = match d.src_layout {

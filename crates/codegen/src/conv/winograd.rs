@@ -49,7 +49,7 @@ use cranelift_codegen::ir::{
 };
 
 use super::apply_post_ops;
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
+use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::ConvDesc;
 use crate::plan::LANES;
 
@@ -938,8 +938,7 @@ fn input_transform(
         let (n, ty, tx) = grid.coords(e, l);
         let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
         let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-        let src_pitch = e.src_row_pixels(&d.pitches, iw);
-        let strides = Blocked::new(e, d.ic, ih, src_pitch);
+        let strides = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw));
         let step = (TILE * plan.form.stride()) as i64;
         let y0 = e.b.ins().imul_imm_s(ty, step);
         let y0 = e.offset(y0, -(d.pads.top as i64));
@@ -951,8 +950,7 @@ fn input_transform(
     });
     let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
     let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-    let src_pitch = e.src_row_pixels(&d.pitches, iw);
-    let plane = Blocked::new(e, d.ic, ih, src_pitch).block;
+    let plane = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).block;
     let scratch = e.buffer(scratch_index);
     let v_point = plan.v_point(e, stride);
     let blocks = d.ic.div_ceil(LANES);
@@ -969,8 +967,7 @@ fn input_transform(
                 let [off, y0, x0] = slots.load_info(e, t);
                 let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
                 let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-                let src_pitch = e.src_row_pixels(&d.pitches, iw);
-                let row = Blocked::new(e, d.ic, ih, src_pitch).row;
+                let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
                 let (ih, iw) = (e.value(ih), e.value(iw));
                 let inside = {
                     let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
@@ -1464,8 +1461,7 @@ fn output_transform(
         let (n, ty, tx) = grid.coords(e, l);
         let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
         let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-        let dst_pitch = e.dst_row_pixels(&d.pitches, ow);
-        let strides = Blocked::new(e, d.oc, oh, dst_pitch);
+        let strides = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow));
         let (oh, ow) = (e.value(oh), e.value(ow));
         let oy0 = e.b.ins().imul_imm_s(ty, TILE as i64);
         let ox0 = e.b.ins().imul_imm_s(tx, TILE as i64);
@@ -1480,8 +1476,7 @@ fn output_transform(
     });
     let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
     let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-    let dst_pitch = e.dst_row_pixels(&d.pitches, ow);
-    let plane = Blocked::new(e, d.oc, oh, dst_pitch).block;
+    let plane = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).block;
     // The chunk's first channel block, in the destination's planes and in the bias.
     let first_block = e.b.ins().imul_imm_s(chunk, plan.chunk_blocks() as i64);
     let plane_v = e.value(plane);
@@ -1556,8 +1551,7 @@ fn output_transform(
                 }
                 let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
                 let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-                let dst_pitch = e.dst_row_pixels(&d.pitches, ow);
-                let row_bytes = Blocked::new(e, d.oc, oh, dst_pitch).row;
+                let row_bytes = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
                 let row_bytes = e.value(row_bytes);
                 let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
                     let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
