@@ -1305,10 +1305,12 @@ impl CompiledGraph {
             for (call, &k) in schedule.calls.iter().zip(call_kernels) {
                 let primitive = match &primitives[k] {
                     Some(p) => Ok(p.clone()),
-                    None => engine.compile(&kernels[k]).map_err(GraphError::from),
+                    None => engine
+                        .compile(&kernels[k])
+                        .inspect(|p| primitives[k] = Some(p.clone()))
+                        .map_err(GraphError::from),
                 };
                 let ran = primitive.and_then(|primitive| {
-                    primitives[k] = Some(primitive.clone());
                     self.execute_band(
                         &mut state,
                         call,
