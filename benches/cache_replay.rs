@@ -22,19 +22,15 @@ use primjit::{
     Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, Tensor, Workspace,
 };
 
-const TRUNK_IR: &str = include_str!("../ir/resnet34_trunk.ir");
-const WIDTHS: &str = include_str!("data/widths.txt");
+use primjit_cli::workload::{self, TRUNK_IR};
+
 const CALLS: usize = 5;
 
-/// The first `n` widths of the workload (blank lines and `#` comments skipped).
+/// The first `n` widths of the shipped workload.
 fn first_widths(n: usize) -> Vec<usize> {
-    WIDTHS
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .map(|l| l.parse().expect("widths.txt holds numbers"))
-        .take(n)
-        .collect()
+    let mut widths = workload::load_widths(None).expect("the shipped widths parse");
+    widths.truncate(n);
+    widths
 }
 
 fn bench_cache_replay(c: &mut Criterion) {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use primjit::PrimitiveKey;
 use primjit::codegen::{CodegenOptions, Dumps, compile};
+use primjit_cli::workload::TRUNK_IR;
 
-const TRUNK_IR: &str = include_str!("../ir/resnet34_trunk.ir");
 const DIMS: &str = "W=1031";
 
 /// The distinct convolution keys of the optimized trunk at `dims`, each with the name of the

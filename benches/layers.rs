@@ -19,8 +19,8 @@ use primjit::ir::random_tensor;
 use primjit::{
     Budget, CacheConfig, ConvPlan, Engine, EngineConfig, ExecArgs, Primitive, PrimitiveKey,
 };
+use primjit_cli::workload::TRUNK_IR;
 
-const TRUNK_IR: &str = include_str!("../ir/resnet34_trunk.ir");
 const WIDTHS: [usize; 2] = [320, 1031];
 
 /// One node ready to run: its primitive and every buffer it takes.

@@ -34,9 +34,7 @@ use std::time::Instant;
 use clap::Parser;
 use primjit::{Budget, CompiledGraph, Engine, EngineConfig, Params, ShapeMode, Streaming};
 use primjit::{Tensor, Workspace};
-
-const TRUNK: &str = include_str!("../ir/resnet34_trunk.ir");
-const WIDTHS: &str = include_str!("data/widths.txt");
+use primjit_cli::workload::{self, TRUNK_IR};
 
 #[derive(Parser)]
 struct Args {
@@ -147,33 +145,13 @@ type Error = Box<dyn std::error::Error>;
 
 fn main() -> Result<(), Error> {
     let args = Args::parse();
-    let (source, text) = match &args.widths {
-        Some(path) => (
-            path.display().to_string(),
-            primjit::file::read_regular_to_string(path)
-                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?,
-        ),
-        None => ("the workload".to_string(), WIDTHS.to_string()),
-    };
-    // One width a line, blank lines and `#` comments ignored, as `primjit bench --widths`.
-    let widths = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty())
-        .take(args.n)
-        .map(|(i, l)| match l.parse::<usize>() {
-            Ok(w) if w > 0 => Ok(w),
-            _ => Err(format!(
-                "{source}:{}: expected a positive width, found `{l}`",
-                i + 1
-            )),
-        })
-        .collect::<Result<Vec<usize>, String>>()?;
+    // Read as `primjit bench --widths` reads them, with the same errors.
+    let mut widths = workload::load_widths(args.widths.as_deref()).map_err(|e| format!("{e:#}"))?;
+    widths.truncate(args.n);
     if widths.is_empty() || args.passes == 0 {
         return Err("--n and --passes must be at least 1".into());
     }
-    let graph = primjit::ir::parse(TRUNK)?;
+    let graph = primjit::ir::parse(TRUNK_IR)?;
     let params = Params::random(&graph, 0);
     let mut config = EngineConfig::from_env()?;
     config.threads = args.threads;

@@ -17,7 +17,9 @@ mod perf;
 mod run;
 mod source;
 mod sweep;
-mod workload;
+
+// The workload is the library's, for the benches to read widths as `bench` does.
+use primjit_cli::workload;
 
 use std::process::ExitCode;
 
