@@ -169,8 +169,12 @@ const LINE_BYTES: i64 = 64;
 /// Transformed weights larger than this are streamed from beyond L2 once per block: the plan
 /// then splits output channels between work items and, at stride 1, takes blocks of
 /// [`STREAMED_BLOCK_TILES`] tiles. 1 MiB is the L2 of a Zen4 or Zen5 core, where this was
-/// measured; a Zen1-3 core has 512 KiB, where the 64-channel layers' 0.6 MB would not stay
-/// (not measured there: a plan that read the cache's size would take it from cpuid).
+/// measured. A Zen2 core has 512 KiB, where the 64-channel layers' 0.6 MB do not stay, yet
+/// streaming them did not pay there (a temporary build with a 512 KiB threshold, 2 threads):
+/// layer1's conv at W=7680 took 51-57 ms against 51-53 ms (`bench-op`, medians of 50 runs, two
+/// rounds), and in streamed runs its band calls took 1.07-1.16 of its whole-tensor time
+/// against 0.98-1.10 (`streaming_cost --nodes`, three rounds). So the threshold stays a
+/// constant rather than the host's cache size.
 const STREAMED_WEIGHT_BYTES: usize = 1 << 20;
 
 /// `tiles` rounded up to whole groups, at least one.
@@ -586,7 +590,7 @@ impl fmt::Display for WinogradPlan {
                      one before"
                 }
                 (true, false) => "streamed from beyond L2 once per block",
-                (false, _) => "held in L2 across blocks",
+                (false, _) => "kept in cache across blocks (in L2 where it holds 1 MiB)",
             },
         )
     }
