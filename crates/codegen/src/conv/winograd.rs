@@ -590,7 +590,7 @@ impl fmt::Display for WinogradPlan {
                      one before"
                 }
                 (true, false) => "streamed from beyond L2 once per block",
-                (false, _) => "kept in cache across blocks (in L2 where it holds 1 MiB)",
+                (false, _) => "kept in cache across blocks (in L2 where the L2 is 1 MiB)",
             },
         )
     }
