@@ -17,8 +17,8 @@
 //!
 //! ```text
 //! cargo bench -p primjit-cli --bench streaming_cost -- [--n 100] [--widths FILE] [--threads 2]
-//!     [--passes 2] [--workspace-budget 8MiB] [--band 64] [--reference-streaming off|on]
-//!     [--reference-band 64] [--reference-prefetch on|off] [--nodes] [--verbose]
+//!     [--passes 2] [--workspace-budget 8MiB] [--band 128] [--reference-streaming off|on]
+//!     [--reference-band 128] [--reference-prefetch on|off] [--nodes] [--verbose]
 //! ```
 //!
 //! `--reference-streaming on` keeps streaming in the reference, so that only the workspace

@@ -2847,7 +2847,7 @@ fn bench_dynamic_streams_wide_calls_bit_identically_to_exact() {
 /// `dump --bands` shows, for each node of the streamed segment, the band kernels a streamed
 /// run calls (with their windows' row pitches) and the calls each serves, adding up to the
 /// plan's; the nodes after the segment keep their own keys; where nothing streams it says so.
-/// Bands of 64 columns (`--stream-band`, the default), whose segment ends before
+/// Bands of 64 columns (`--stream-band`; the default is 128), whose segment ends before
 /// `%layer3.0.conv2`.
 #[test]
 fn dump_bands_lists_the_kernels_of_a_streamed_run() {
@@ -2987,8 +2987,16 @@ fn dump_plan_shows_the_streamed_segment() {
         args.extend_from_slice(extra);
         success(&primjit(&args))
     };
-    // With bands of 112 columns (`--stream-band`), the trunk's segment runs through
-    // layer3.0.conv2, whose bands are then 28 columns wide.
+    // With the default bands of 128 columns, or 112 (`--stream-band`), the trunk's segment
+    // runs through layer3.0.conv2, whose bands are then 32 or 28 columns wide.
+    let trunk = trunk_plan(&[]);
+    assert!(
+        trunk.contains(
+            "streamed segment %conv1..%layer3.0.conv2: bands of 128 columns of %conv1, 16 sweeps"
+        ),
+        "{trunk}"
+    );
+    assert!(!trunk.contains("ends before"), "{trunk}");
     let trunk = trunk_plan(&["--stream-band", "112"]);
     assert!(
         trunk.contains(
@@ -2997,9 +3005,9 @@ fn dump_plan_shows_the_streamed_segment() {
         "{trunk}"
     );
     assert!(!trunk.contains("ends before"), "{trunk}");
-    // With the default 64 it stops before layer3.0.conv2, whose 9.4 MB of transformed
-    // weights its bands of 16 columns would read 2.5 times as often per flop, and says so.
-    let trunk = trunk_plan(&[]);
+    // With 64 it stops before layer3.0.conv2, whose 9.4 MB of transformed weights its bands
+    // of 16 columns would read 2.5 times as often per flop, and says so.
+    let trunk = trunk_plan(&["--stream-band", "64"]);
     assert!(
         trunk.contains(
             "streamed segment %conv1..%layer3.0.downsample.0: bands of 64 columns of %conv1"

@@ -98,7 +98,7 @@ pub struct Args {
     pub streaming: Option<Streaming>,
 
     /// With streaming on, the band width in columns of the first streamed layer's output (a
-    /// multiple of 4; default 64)
+    /// multiple of 4; default 128)
     #[arg(long, value_name = "COLUMNS")]
     pub stream_band: Option<usize>,
 

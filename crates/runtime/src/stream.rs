@@ -63,7 +63,8 @@ pub const MIN_BANDS: usize = 4;
 /// of their whole-tensor time, layer3.0.conv2 (20 tiles, 2.5 times) at 1.20-1.30; left out of
 /// the segment, it ran at 0.94-1.07, and the segment's peak rose from 26.4 to 34.8 MB
 /// (ARCHITECTURE.md, "Width-streamed execution"). The bound lies between the two measured
-/// ratios; at W=4246, layer3.0.conv2's bands of 20 columns give 1.91.
+/// ratios; at W=4246, layer3.0.conv2's bands of 20 columns give 1.91. With the default
+/// band of 128 columns, layer3.0.conv2's calls have 40 tiles (1.25 times) and stream.
 pub const MAX_BAND_WEIGHT_READS: f64 = 1.5;
 
 /// How a compiled graph runs its leading convolutions: in column bands of a given width, or
@@ -78,12 +79,14 @@ pub struct Streaming {
 }
 
 impl Streaming {
-    /// 64 columns: on the trunk at W=7680 the streamed layers through layer3.0.conv2 then
-    /// held 26.4 MB at their peak, and each call still has enough rows and tiles to keep the
-    /// threads busy; 128 columns held 38.1 MB and ran no faster (ARCHITECTURE.md,
-    /// "Width-streamed execution"). The segment now stops before layer3.0.conv2
-    /// ([`MAX_BAND_WEIGHT_READS`]) and holds 34.8 MB.
-    pub const DEFAULT_BAND: usize = 64;
+    /// 128 columns: on the trunk at W=7680 the segment then runs through layer3.0.conv2 and
+    /// holds 38.1 MB at its peak (64 columns: 34.8 MB, the segment ending before
+    /// layer3.0.conv2), under the 40 MB it must hold; and its streamed calls ran about 1%
+    /// faster than with 64, compared call by call in one process (five rounds, either side
+    /// as the reference): conv1, layer1 and layer2 gained more in fewer, wider calls (303 a
+    /// call at W=7680 against 556) than layer3.0.conv2 lost in bands (11-13% over its whole
+    /// call; ARCHITECTURE.md, "Width-streamed execution").
+    pub const DEFAULT_BAND: usize = 128;
 
     /// 32 MiB: streaming costs a call more, in more and smaller kernel calls (2-5% of a wide
     /// call of the trunk on 2 threads), worth paying only where whole tensors would
