@@ -84,8 +84,8 @@ impl Streaming {
     /// layer3.0.conv2), under the 40 MB it must hold; and its streamed calls ran about 1%
     /// faster than with 64, compared call by call in one process (five rounds, either side
     /// as the reference): conv1, layer1 and layer2 gained more in fewer, wider calls (303 a
-    /// call at W=7680 against 556) than layer3.0.conv2 lost in bands (11-13% over its whole
-    /// call; ARCHITECTURE.md, "Width-streamed execution").
+    /// call at W=7680 against 556) than layer3.0.conv2 lost in bands (1.11-1.13 of its time
+    /// whole in bands of 64; ARCHITECTURE.md, "Width-streamed execution").
     pub const DEFAULT_BAND: usize = 128;
 
     /// 32 MiB: streaming costs a call more, in more and smaller kernel calls (2-5% of a wide
