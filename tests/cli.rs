@@ -2844,6 +2844,20 @@ fn bench_dynamic_streams_wide_calls_bit_identically_to_exact() {
     );
 }
 
+/// `bench --help` gives the library's own defaults for the band and the streaming threshold
+/// (it said 64 for a while after the default band had changed).
+#[test]
+fn bench_help_names_the_library_streaming_defaults() {
+    let out = success(&primjit(&["bench", "--help"]));
+    let band = format!("default {})", primjit::Streaming::DEFAULT_BAND);
+    assert!(out.contains(&band), "{out}");
+    let above = format!(
+        "(`{}`, the default;",
+        primjit::Budget::Bytes(primjit::Streaming::DEFAULT_ABOVE)
+    );
+    assert!(out.contains(&above), "{out}");
+}
+
 /// `dump --bands` shows, for each node of the streamed segment, the band kernels a streamed
 /// run calls (with their windows' row pitches) and the calls each serves, adding up to the
 /// plan's; the nodes after the segment keep their own keys; where nothing streams it says so.

@@ -98,14 +98,32 @@ pub struct Args {
     pub streaming: Option<Streaming>,
 
     /// With streaming on, the band width in columns of the first streamed layer's output (a
-    /// multiple of 4; default 128)
-    #[arg(long, value_name = "COLUMNS")]
+    /// multiple of 4; default: `Streaming::DEFAULT_BAND`)
+    #[arg(long, value_name = "COLUMNS", help = stream_band_help())]
     pub stream_band: Option<usize>,
 
     /// With streaming on, stream only calls whose whole tensors would take more than this
-    /// (`32MiB`, the default; `0`: every call more than four bands wide)
-    #[arg(long, value_name = "BYTES", value_parser = Budget::parse)]
+    /// (default: `Streaming::DEFAULT_ABOVE`; `0`: every call more than four bands wide)
+    #[arg(long, value_name = "BYTES", value_parser = Budget::parse, help = stream_above_help())]
     pub stream_above: Option<Budget>,
+}
+
+/// `--stream-band`'s help, with the library's default band, so that it cannot go stale.
+fn stream_band_help() -> String {
+    format!(
+        "With streaming on, the band width in columns of the first streamed layer's output (a \
+         multiple of 4; default {})",
+        Streaming::DEFAULT_BAND
+    )
+}
+
+/// `--stream-above`'s help, with the library's default threshold.
+fn stream_above_help() -> String {
+    format!(
+        "With streaming on, stream only calls whose whole tensors would take more than this \
+         (`{}`, the default; `0`: every call more than four bands wide)",
+        Budget::Bytes(Streaming::DEFAULT_ABOVE)
+    )
 }
 
 impl Args {
