@@ -40,8 +40,8 @@ impl WorkspaceConfig {
     /// an unlimited workspace, by the median of per-call ratios (about 1.5%; 4 MiB: 4-5%;
     /// README.md, "Activation memory"). It holds the buffers of the trunk's calls up to about
     /// 300 columns wide (59 of the workload's first 100 calls; its median width is 232);
-    /// after a wider call, the buffers kept take the sizes of the latest call that fit, which
-    /// the narrower calls then reuse as they are.
+    /// after a wider call, the buffers kept take the sizes that the calls within it needed,
+    /// which the narrower calls then reuse as they are.
     pub const DEFAULT_BUDGET: Budget = Budget::Bytes(8 << 20);
 
     /// Reads `PRIMJIT_WORKSPACE_BUDGET` (`64MiB`, `512KiB`, a number of bytes, `0`, `unlimited`),
@@ -208,8 +208,10 @@ pub struct Workspace {
     stats: WorkspaceStats,
     /// Runs ended so far ([`Workspace::finish_run`]): the number of the current one.
     runs: u64,
-    /// The bytes of each buffer the latest run within the budget needed, largest first: after
-    /// a run beyond the budget, the buffers kept take these sizes ([`Workspace::fit`]).
+    /// The bytes of buffers that runs within the budget needed, largest first: the largest
+    /// of each rank over the runs whose sizes fit in the budget together, the narrower where
+    /// two do not ([`Workspace::finish_run`]). After a run beyond the budget, the buffers kept
+    /// take these sizes ([`Workspace::fit`]).
     resident: Vec<usize>,
 }
 
@@ -334,8 +336,9 @@ impl Workspace {
         }
     }
 
-    /// Ends a run: if the buffers it used fit in the budget, their sizes become the ones the
-    /// workspace keeps; then [`Self::fit`] keeps at most the budget.
+    /// Ends a run: if the buffers it used fit in the budget, the sizes the workspace keeps
+    /// grow to cover theirs (rank by rank, largest first); where the two together would pass
+    /// the budget, the smaller in all stay. Then [`Self::fit`] keeps at most the budget.
     ///
     /// Why: the runs of a server's workload differ in width, and a run beyond the budget (a
     /// wide one, or a streamed one with its many band buffers) leaves buffers of the wrong
@@ -343,7 +346,14 @@ impl Workspace {
     /// a narrow run one or more buffers short, which it mapped again and faulted in page by
     /// page: the workload's W=200 calls faulted 2-4 MB in after each wide call, 2-3% of their
     /// time. Shaped after the latest run that fit, from pages the wide run had touched, they
-    /// serve the next narrow run as they are.
+    /// served the next narrow run as they were, but not always the one after: a run's buffers
+    /// hold different values at different widths (the trunk at W=297 needed 2.8, 2.8 and 1.5
+    /// MB in one run, at W=200 2.2, 1.9 and 1.9), so a W=200 run after a wider one that fit
+    /// grew a buffer: 11 of the workload's first 100 calls of at most 299 columns faulted
+    /// 18-175 pages in, in every pass (4, 18-68 pages, with the sizes below). The largest of
+    /// each rank over the runs that fit serves them all. Where that would pass the budget, the narrower sizes are kept rather than the
+    /// latest, as the narrow calls are the many: a W=506 call that just fit (4.4, 2.6 and 1.3
+    /// MB) replaced W=200's sizes, and the next W=200 call grew a buffer again (154 pages).
     pub(crate) fn finish_run(&mut self, engine_budget: Budget) {
         if let Budget::Bytes(limit) = self.budget.unwrap_or(engine_budget) {
             let runs = self.runs;
@@ -357,7 +367,12 @@ impl Workspace {
             // Sizes that sum to 0 (empty heap buffers only) would give `fit` nothing to scale.
             if used_bytes > 0 && used_bytes <= limit {
                 used.sort_unstable_by(|a, b| b.cmp(a));
-                self.resident = used;
+                let covering = largest_by_rank(&self.resident, &used);
+                if covering.iter().sum::<usize>() <= limit {
+                    self.resident = covering;
+                } else if used_bytes < self.resident.iter().sum() {
+                    self.resident = used;
+                }
             }
             self.fit(limit);
         }
@@ -367,8 +382,8 @@ impl Workspace {
         self.runs += 1;
     }
 
-    /// Keeps at most `limit` bytes of free buffers: buffers of the sizes of the latest run
-    /// within the budget ([`Self::finish_run`]), each scaled alike to fill the budget so that
+    /// Keeps at most `limit` bytes of free buffers: buffers of the sizes the runs within the
+    /// budget needed ([`Self::finish_run`]), each scaled alike to fill the budget so that
     /// slightly wider runs fit too, cut from the free buffers that are at least as large (the
     /// smallest for the largest size first; cutting keeps a buffer's first pages, which the run
     /// that used it last has faulted in) or, where none is, the largest smaller one. The rest
@@ -434,6 +449,17 @@ impl Workspace {
         }
         self.free = keep;
     }
+}
+
+/// The larger of two sizes at each rank of two lists sorted largest first (a missing one
+/// counting as 0): sorted largest first too.
+fn largest_by_rank(a: &[usize], b: &[usize]) -> Vec<usize> {
+    (0..a.len().max(b.len()))
+        .map(|i| {
+            let size = |sizes: &[usize]| sizes.get(i).copied().unwrap_or(0);
+            size(a).max(size(b))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -566,6 +592,50 @@ mod tests {
             assert!(ws.stats().bytes <= 40 * page);
         }
         assert!(ws.stats().allocations > before.allocations);
+    }
+
+    /// Narrow runs of two shapes (one buffer of 80 pages and one of 20; two of 48) both run
+    /// without growing a buffer after a wide one: the sizes kept cover the larger of each
+    /// rank (80 and 48 pages, scaled to 85 and 51), where the latest run's alone (48 and 48,
+    /// scaled to 68 and 68) would leave the 80-page buffer short. Where sizes together pass
+    /// the budget, the smaller in all stay.
+    #[test]
+    fn buffers_kept_after_a_wide_run_cover_every_narrow_shape_that_fit() {
+        let page = crate::exec::page_size();
+        let floats = |pages: usize| pages * page / 4;
+        let mut ws = Workspace::with_budget(Budget::Bytes(136 * page));
+        let run = |ws: &mut Workspace, pages: &[usize]| {
+            let bufs: Vec<Buffer> = pages.iter().map(|&p| ws.take(floats(p)).unwrap()).collect();
+            for b in bufs {
+                ws.give(b);
+            }
+            ws.finish_run(Budget::Unlimited);
+        };
+        run(&mut ws, &[80, 20]);
+        run(&mut ws, &[48, 48]);
+        assert_eq!(ws.resident, [80 * page, 48 * page]);
+        for _ in 0..2 {
+            run(&mut ws, &[200, 200]);
+            let mut kept: Vec<usize> = ws.free.iter().map(|f| f.buf.bytes() / page).collect();
+            kept.sort_unstable();
+            assert_eq!(kept, [51, 85]);
+            let settled = ws.stats();
+            for _ in 0..2 {
+                run(&mut ws, &[80, 20]);
+                run(&mut ws, &[48, 48]);
+            }
+            assert_eq!(
+                ws.stats(),
+                settled,
+                "narrow runs grow, map and return nothing"
+            );
+        }
+        // With the 80 and 48 pages kept, 100 and 30 would make 148, past the budget, and they
+        // are more than 128: the sizes stay. 60 and 60 are fewer: they replace them.
+        run(&mut ws, &[100, 30]);
+        assert_eq!(ws.resident, [80 * page, 48 * page]);
+        run(&mut ws, &[60, 60]);
+        assert_eq!(ws.resident, [60 * page, 60 * page]);
     }
 
     /// A wide run after narrow ones grows the buffers the budget kept instead of mapping new
