@@ -351,9 +351,10 @@ impl Workspace {
     /// MB in one run, at W=200 2.2, 1.9 and 1.9), so a W=200 run after a wider one that fit
     /// grew a buffer: 11 of the workload's first 100 calls of at most 299 columns faulted
     /// 18-175 pages in, in every pass (4, 18-68 pages, with the sizes below). The largest of
-    /// each rank over the runs that fit serves them all. Where that would pass the budget, the narrower sizes are kept rather than the
-    /// latest, as the narrow calls are the many: a W=506 call that just fit (4.4, 2.6 and 1.3
-    /// MB) replaced W=200's sizes, and the next W=200 call grew a buffer again (154 pages).
+    /// each rank over the runs that fit serves them all. Where that would pass the budget,
+    /// the narrower sizes are kept rather than the latest, as the narrow calls are the many:
+    /// a W=506 call that just fit (4.4, 2.6 and 1.3 MB) replaced W=200's sizes, and the next
+    /// W=200 call grew a buffer again (154 pages).
     pub(crate) fn finish_run(&mut self, engine_budget: Budget) {
         if let Budget::Bytes(limit) = self.budget.unwrap_or(engine_budget) {
             let runs = self.runs;
