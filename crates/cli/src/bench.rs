@@ -97,13 +97,11 @@ pub struct Args {
     #[arg(long, value_name = "on|off", value_parser = parse_streaming)]
     pub streaming: Option<Streaming>,
 
-    /// With streaming on, the band width in columns of the first streamed layer's output (a
-    /// multiple of 4; default: `Streaming::DEFAULT_BAND`)
+    /// The band width with streaming on (help: [`stream_band_help`])
     #[arg(long, value_name = "COLUMNS", help = stream_band_help())]
     pub stream_band: Option<usize>,
 
-    /// With streaming on, stream only calls whose whole tensors would take more than this
-    /// (default: `Streaming::DEFAULT_ABOVE`; `0`: every call more than four bands wide)
+    /// The streaming threshold with streaming on (help: [`stream_above_help`])
     #[arg(long, value_name = "BYTES", value_parser = Budget::parse, help = stream_above_help())]
     pub stream_above: Option<Budget>,
 }
