@@ -1,6 +1,6 @@
 //! The engine: compiles keys through its cache, owns the thread pool, and traces.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -111,6 +111,78 @@ fn level(name: &'static str, value: String, max: u8, expected: &str) -> Result<u
 
 fn trace_line(line: &str) {
     eprintln!("primjit_verbose,{line}");
+}
+
+/// Where the workers of one hot run ([`Engine::run_hot`]) start, so that no two share a CPU.
+///
+/// Why: the run's caller wakes every worker at once, and the scheduler often puts two of
+/// them on one CPU while another sits idle. The worker running the graph and a busily waiting
+/// one then took turns on that CPU a scheduler tick at a time (4 ms at 250 Hz) until the load
+/// balancer moved one: the second worker started 1.4-5.4 ms into the run instead of 16-65 µs,
+/// and a run of the trunk at W=200 took 4-9 ms (12-26%) longer (ARCHITECTURE.md, "Threads").
+/// Each worker now records its CPU, waits for the others (yielding its CPU, so that a worker
+/// queued behind it can record its own), and one that shares its CPU with a worker of a lower
+/// index moves to one no worker is on.
+struct CheckIn {
+    /// Each worker's CPU when it arrived ([`UNKNOWN_CPU`] if the system did not tell).
+    cpus: Vec<AtomicUsize>,
+    arrived: AtomicUsize,
+}
+
+const UNKNOWN_CPU: usize = usize::MAX;
+
+impl CheckIn {
+    fn new(workers: usize) -> Self {
+        CheckIn {
+            cpus: (0..workers)
+                .map(|_| AtomicUsize::new(UNKNOWN_CPU))
+                .collect(),
+            arrived: AtomicUsize::new(0),
+        }
+    }
+
+    /// Records worker `index`'s CPU, waits until every worker has, then moves it to a CPU of
+    /// its own where it shares one ([`spare_cpu`]). Moving is best effort: where the system
+    /// refuses, the worker stays and the scheduler balances as before.
+    fn arrive(&self, index: usize) {
+        let cpu = crate::exec::current_cpu().unwrap_or(UNKNOWN_CPU);
+        self.cpus[index].store(cpu, Ordering::Relaxed);
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        while self.arrived.load(Ordering::Acquire) < self.cpus.len() {
+            // A worker queued on this CPU runs only when this one stops: yield the CPU, not
+            // only to rayon's jobs.
+            if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                std::thread::yield_now();
+            }
+        }
+        let cpus: Vec<usize> = self
+            .cpus
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        let target = spare_cpu(index, &cpus, || {
+            crate::exec::allowed_cpus().unwrap_or_default()
+        });
+        if let Some(target) = target {
+            let _ = crate::exec::move_current_thread(target);
+        }
+    }
+}
+
+/// The CPU worker `index` should move to, given the CPU each worker started on: none if no
+/// worker of a lower index started on its CPU (or its CPU is unknown); else, if it is the
+/// k-th such worker, the k-th of the `allowed` CPUs (ascending) that no worker started on, if
+/// there is one. `allowed` is asked only for a worker that moves.
+fn spare_cpu(index: usize, cpus: &[usize], allowed: impl FnOnce() -> Vec<usize>) -> Option<usize> {
+    let shares = |i: usize| cpus[i] != UNKNOWN_CPU && cpus[..i].contains(&cpus[i]);
+    if !shares(index) {
+        return None;
+    }
+    let rank = (0..index).filter(|&i| shares(i)).count();
+    allowed()
+        .into_iter()
+        .filter(|cpu| !cpus.contains(cpu))
+        .nth(rank)
 }
 
 /// Compiles primitives through a byte-budgeted cache and runs them on a thread pool.
@@ -329,7 +401,9 @@ impl Engine {
         }
         let done = AtomicBool::new(false);
         let job = Mutex::new(Some(f));
+        let check_in = CheckIn::new(self.pool.current_num_threads());
         let mut results = self.pool.broadcast(|ctx| {
+            check_in.arrive(ctx.index());
             if ctx.index() != 0 {
                 while !done.load(Ordering::Acquire) {
                     if rayon::yield_now() != Some(rayon::Yield::Executed) {
@@ -470,7 +544,6 @@ mod tests {
         }
     }
 
-    /// A run that panics still releases the waiting threads (else the run would never return):
     /// rayon would start fewer threads than asked beyond its limit; the engine refuses them.
     #[test]
     fn more_threads_than_the_pool_runs_are_a_config_error() {
@@ -492,6 +565,7 @@ mod tests {
         }
     }
 
+    /// A run that panics still releases the waiting threads (else the run would never return):
     /// the panic reaches the caller, and the engine runs again.
     #[test]
     fn a_panicking_hot_run_releases_the_waiting_threads() {
@@ -501,6 +575,60 @@ mod tests {
         }));
         assert!(caught.is_err());
         assert_eq!(e.run_hot(|| 7), 7);
+    }
+
+    /// Workers that start on distinct CPUs, or on CPUs the system did not tell, stay; the
+    /// second, third... worker on a CPU already taken moves to the first, second... CPU that no
+    /// worker is on, in the allowed order, while there is one; the allowed CPUs are asked only
+    /// of a worker that moves.
+    #[test]
+    fn only_workers_sharing_a_cpu_move_and_each_to_its_own_spare_cpu() {
+        let u = UNKNOWN_CPU;
+        let never = || -> Vec<usize> { panic!("asked for the allowed cpus") };
+        for cpus in [&[0, 1][..], &[3, 1, 2], &[u, u], &[5]] {
+            for index in 0..cpus.len() {
+                assert_eq!(spare_cpu(index, cpus, never), None, "{cpus:?} {index}");
+            }
+        }
+        let allowed = || vec![0, 1, 2, 3, 4];
+        let cpus = [1, 1, 3, 1, 3, u, 0];
+        let moves: Vec<_> = (0..cpus.len())
+            .map(|i| spare_cpu(i, &cpus, allowed))
+            .collect();
+        assert_eq!(moves, [None, Some(2), None, Some(4), None, None, None]);
+        // More sharing workers than spare CPUs: the last ones stay.
+        let cpus = [0, 0, 0];
+        let moves: Vec<_> = (0..3).map(|i| spare_cpu(i, &cpus, || vec![0, 1])).collect();
+        assert_eq!(moves, [None, Some(1), None]);
+        assert_eq!(spare_cpu(1, &[2, 2], Vec::new), None);
+    }
+
+    /// Hot runs of one engine from several threads at once all complete, each with all its
+    /// work: a worker waiting at one run's check-in takes the other run's jobs meanwhile.
+    #[test]
+    fn hot_runs_from_several_threads_at_once_complete() {
+        let e = engine(2);
+        let done = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        let value = e.run_hot(|| {
+                            rayon::scope(|s| {
+                                for _ in 0..4 {
+                                    s.spawn(|_| {
+                                        done.fetch_add(1, Ordering::Relaxed);
+                                    });
+                                }
+                            });
+                            5
+                        });
+                        assert_eq!(value, 5);
+                    }
+                });
+            }
+        });
+        assert_eq!(done.load(Ordering::Relaxed), 3 * 50 * 4);
     }
 
     /// Every hot run of an engine with at most a thread per core runs on the pool's first

@@ -1,4 +1,5 @@
-//! The one module with `unsafe` code: executable pages and calls into generated kernels.
+//! The one module with `unsafe` code: executable pages, calls into generated kernels, and
+//! the few system calls the runtime makes of its own (page size, heap trimming, CPU affinity).
 //!
 //! Code is published once: mapped read+write, filled, then flipped to read+execute, never
 //! writable and executable at once (W^X). The mapping lives exactly as long as its
@@ -73,6 +74,88 @@ pub fn page_size() -> usize {
         .ok()
         .filter(|&s| s > 0)
         .unwrap_or(4096)
+}
+
+/// The CPU the calling thread runs on, where the system tells (Linux's `sched_getcpu`).
+pub(crate) fn current_cpu() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: sched_getcpu has no preconditions and only reads the calling thread's state.
+    let cpu = unsafe { libc::sched_getcpu() };
+    #[cfg(not(target_os = "linux"))]
+    let cpu = -1;
+    usize::try_from(cpu).ok()
+}
+
+/// The CPUs the calling thread may run on (its affinity mask), in ascending order.
+#[cfg(target_os = "linux")]
+pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
+    let mask = affinity()?;
+    // SAFETY: CPU_ISSET reads one bit of a mask the system filled, at an index below its size.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &mask) })
+        .collect())
+}
+
+/// Moves the calling thread to `cpu`, one of its allowed CPUs, now, and leaves it free to run
+/// on all of them again: the scheduler migrates a thread whose mask leaves out the CPU it is
+/// on before the call returns, and widening the mask again moves nothing.
+#[cfg(target_os = "linux")]
+pub(crate) fn move_current_thread(cpu: usize) -> io::Result<()> {
+    let allowed = affinity()?;
+    // SAFETY: CPU_ISSET reads one bit of a mask the system filled, at an index checked below
+    // its size.
+    if cpu >= libc::CPU_SETSIZE as usize || !unsafe { libc::CPU_ISSET(cpu, &allowed) } {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cpu {cpu} is not one the thread may run on"),
+        ));
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty mask (what CPU_ZERO writes); CPU_SET sets a
+    // bit at an index checked above.
+    let only = unsafe {
+        let mut only: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut only);
+        only
+    };
+    set_affinity(&only)?;
+    set_affinity(&allowed)
+}
+
+/// The calling thread's affinity mask.
+#[cfg(target_os = "linux")]
+fn affinity() -> io::Result<libc::cpu_set_t> {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) mask; sched_getaffinity writes at most
+    // the size passed, the mask's own, for the calling thread (pid 0).
+    unsafe {
+        let mut mask: libc::cpu_set_t = std::mem::zeroed();
+        match libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask) {
+            0 => Ok(mask),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+}
+
+/// Sets the calling thread's affinity mask.
+#[cfg(target_os = "linux")]
+fn set_affinity(mask: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: sched_setaffinity reads the mask's own size from a valid mask, for the calling
+    // thread (pid 0).
+    match unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Elsewhere no mask is known.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
+    Err(io::ErrorKind::Unsupported.into())
+}
+
+/// Elsewhere a thread is not moved.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn move_current_thread(_cpu: usize) -> io::Result<()> {
+    Err(io::ErrorKind::Unsupported.into())
 }
 
 /// Returns the free pages of the C heap (every malloc arena) to the operating system, where
@@ -705,6 +788,36 @@ impl std::fmt::Debug for WeightBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread moved to each of its CPUs in turn runs there (the scheduler may move it on
+    /// at once, so each move gets a few tries), and keeps its whole affinity mask; a CPU
+    /// outside the mask is refused, and the mask is unchanged.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_moves_to_each_allowed_cpu_and_keeps_its_mask() {
+        let allowed = allowed_cpus().unwrap();
+        assert!(!allowed.is_empty());
+        for &cpu in &allowed {
+            let arrived = (0..20).any(|_| {
+                move_current_thread(cpu).unwrap();
+                current_cpu() == Some(cpu)
+            });
+            assert!(arrived, "never ran on cpu {cpu} of {allowed:?}");
+            assert_eq!(allowed_cpus().unwrap(), allowed);
+        }
+        let outside = (0..=libc::CPU_SETSIZE as usize)
+            .find(|cpu| !allowed.contains(cpu))
+            .unwrap();
+        for cpu in [outside, libc::CPU_SETSIZE as usize, usize::MAX] {
+            let e = move_current_thread(cpu).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{cpu}");
+            assert_eq!(
+                e.to_string(),
+                format!("cpu {cpu} is not one the thread may run on")
+            );
+        }
+        assert_eq!(allowed_cpus().unwrap(), allowed);
+    }
 
     #[test]
     fn weight_buffers_hold_their_floats() {
