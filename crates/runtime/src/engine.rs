@@ -604,31 +604,40 @@ mod tests {
     }
 
     /// Hot runs of one engine from several threads at once all complete, each with all its
-    /// work: a worker waiting at one run's check-in takes the other run's jobs meanwhile.
+    /// work, although each run's workers wait for one another at its check-in. A deadlock
+    /// fails the test after two minutes instead of hanging it.
     #[test]
     fn hot_runs_from_several_threads_at_once_complete() {
-        let e = engine(2);
-        let done = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..3 {
-                s.spawn(|| {
-                    for _ in 0..50 {
-                        let value = e.run_hot(|| {
-                            rayon::scope(|s| {
-                                for _ in 0..4 {
-                                    s.spawn(|_| {
-                                        done.fetch_add(1, Ordering::Relaxed);
-                                    });
-                                }
-                            });
-                            5
+        let e = Arc::new(engine(2));
+        let (sender, finished) = std::sync::mpsc::channel();
+        for _ in 0..3 {
+            let (e, sender) = (Arc::clone(&e), sender.clone());
+            std::thread::spawn(move || {
+                let done = AtomicUsize::new(0);
+                for _ in 0..50 {
+                    let value = e.run_hot(|| {
+                        rayon::scope(|s| {
+                            for _ in 0..4 {
+                                s.spawn(|_| {
+                                    done.fetch_add(1, Ordering::Relaxed);
+                                });
+                            }
                         });
-                        assert_eq!(value, 5);
-                    }
-                });
-            }
-        });
-        assert_eq!(done.load(Ordering::Relaxed), 3 * 50 * 4);
+                        5
+                    });
+                    assert_eq!(value, 5);
+                }
+                sender.send(done.into_inner()).unwrap();
+            });
+        }
+        // A thread that panics drops its sender: then the wait ends at once.
+        drop(sender);
+        for _ in 0..3 {
+            let done = finished
+                .recv_timeout(std::time::Duration::from_secs(120))
+                .expect("every thread's hot runs end");
+            assert_eq!(done, 50 * 4);
+        }
     }
 
     /// Every hot run of an engine with at most a thread per core runs on the pool's first
