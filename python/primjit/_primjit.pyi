@@ -29,18 +29,20 @@ class Engine:
         threads: int = 0,
         verbose: int = 0,
         conv_algo: Literal["direct", "winograd", "auto"] = "auto",
+        max_isa: Literal["x128", "avx2", "avx512"] | None = None,
     ) -> Engine:
         """budget: "64MiB", "512KiB", "1GiB", "unlimited", "0" or a number of bytes;
         capacity: an entry-count bound applied with the budget, or None; threads: threads
         per execution, 0 for one per core, up to 65535; verbose: 1 a stderr line per
         primitive creation and eviction, 2 also per execution; conv_algo: the convolution
-        algorithm of the models it loads and the ops it compiles. Raises ConfigError for a
-        bad value (a bool, a float or an int out of range included)."""
+        algorithm of the models it loads and the ops it compiles; max_isa: the widest vector
+        tier of its kernels, None for the host's widest. Raises ConfigError for a bad value
+        (a bool, a float or an int out of range included, and a tier above the host's)."""
     @staticmethod
     def from_env() -> Engine:
         """An engine configured from PRIMJIT_CACHE_BUDGET, PRIMJIT_CACHE_CAPACITY,
         PRIMJIT_WORKSPACE_BUDGET, PRIMJIT_THREADS, PRIMJIT_VERBOSE, PRIMJIT_CONV_ALGO,
-        PRIMJIT_PERF_MAP and PRIMJIT_COMPILE_AHEAD, as the command line's."""
+        PRIMJIT_PERF_MAP, PRIMJIT_COMPILE_AHEAD and PRIMJIT_MAX_ISA, as the command line's."""
     def load(
         self,
         path: _Path,
@@ -66,6 +68,9 @@ class Engine:
         ("mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1"): a convolution with bias (its
         algorithm conv_algo, None for the engine's), or a pooling with pool=. Raises
         DescriptorError (also for a descriptor that is not a str) or ConfigError."""
+    @property
+    def isa(self) -> Literal["x128", "avx2", "avx512"]:
+        """The widest vector tier of this engine's kernels."""
     def cache_stats(self) -> dict[str, Any]:
         """The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (None when
         unlimited), capacity, hits, misses, evictions, evicted_bytes, compiles,

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use primjit::{Budget, CacheConfig, CacheStats, ConvAlgoChoice, Engine, EngineConfig, EntryInfo};
+use primjit::{
+    Budget, CacheConfig, CacheStats, ConvAlgoChoice, Engine, EngineConfig, EntryInfo, Isa,
+};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -48,6 +50,14 @@ fn conv_algo_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<ConvAlgo
         .map_err(|e: primjit::codegen::UnknownConvAlgo| {
             error(py, Kind::Config, format!("conv_algo: {e}"))
         })
+}
+
+/// `max_isa="x128" | "avx2" | "avx512"`: the cap on the vector tier, strictly parsed.
+fn max_isa_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Isa> {
+    let expected = "expected \"x128\", \"avx2\" or \"avx512\"";
+    let name = args::text_arg(py, value, Kind::Config, "max_isa", expected)?;
+    name.parse()
+        .map_err(|e: primjit::IsaError| error(py, Kind::Config, format!("max_isa: {e}")))
 }
 
 /// `random_params`: a seed as the command line's `--random-params` takes it, any `u64`.
@@ -97,6 +107,9 @@ fn capacity_from(py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResul
 /// conv_algo: the convolution algorithm of the models this engine loads and the ops it
 ///     compiles: "direct", "winograd" (wherever it applies: 3x3, stride 1 or 2, no groups,
 ///     nchw4c) or "auto" (Winograd where it is faster).
+/// max_isa: the widest vector tier of the kernels, "x128", "avx2" or "avx512" (as oneDNN's
+///     ONEDNN_MAX_CPU_ISA); None for the host's widest. A tier above the host's raises
+///     ConfigError naming the tiers the host runs. Models are packed for the engine's tier.
 ///
 /// An engine is safe to share between Python threads; calls release the GIL while kernels run.
 #[pyclass(frozen, name = "Engine", module = "primjit")]
@@ -155,8 +168,8 @@ fn entry_dict<'py>(py: Python<'py>, e: &EntryInfo) -> PyResult<Bound<'py, PyDict
 impl PyEngine {
     #[new]
     #[pyo3(
-        signature = (budget=None, capacity=None, threads=None, verbose=None, conv_algo=None),
-        text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0, conv_algo=\"auto\")"
+        signature = (budget=None, capacity=None, threads=None, verbose=None, conv_algo=None, max_isa=None),
+        text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0, conv_algo=\"auto\", max_isa=None)"
     )]
     fn new(
         py: Python<'_>,
@@ -165,6 +178,7 @@ impl PyEngine {
         threads: Option<&Bound<'_, PyAny>>,
         verbose: Option<&Bound<'_, PyAny>>,
         conv_algo: Option<&Bound<'_, PyAny>>,
+        max_isa: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let budget = match budget {
             Some(b) => budget_from(py, b)?,
@@ -184,6 +198,7 @@ impl PyEngine {
             threads,
             verbose,
             conv_algo: conv_algo.map_or(Ok(ConvAlgoChoice::Auto), |c| conv_algo_from(py, c))?,
+            max_isa: max_isa.map(|t| max_isa_from(py, t)).transpose()?,
             ..EngineConfig::default()
         };
         Self::with_config(py, config)
@@ -191,7 +206,7 @@ impl PyEngine {
 
     /// An engine configured as the command line's: PRIMJIT_CACHE_BUDGET,
     /// PRIMJIT_CACHE_CAPACITY, PRIMJIT_WORKSPACE_BUDGET, PRIMJIT_THREADS, PRIMJIT_VERBOSE,
-    /// PRIMJIT_CONV_ALGO, PRIMJIT_PERF_MAP and PRIMJIT_COMPILE_AHEAD, with the defaults for
+    /// PRIMJIT_CONV_ALGO, PRIMJIT_PERF_MAP, PRIMJIT_COMPILE_AHEAD and PRIMJIT_MAX_ISA, with the defaults for
     /// what is unset; a malformed value raises ConfigError.
     #[staticmethod]
     fn from_env(py: Python<'_>) -> PyResult<Self> {
@@ -308,6 +323,12 @@ impl PyEngine {
             &layout,
             conv_algo,
         )
+    }
+
+    /// The widest vector tier of this engine's kernels: "x128", "avx2" or "avx512".
+    #[getter]
+    fn isa(&self) -> &'static str {
+        self.engine.isa().name()
     }
 
     /// The cache's counters: entries, bytes, peak_bytes, mapped_bytes, budget (bytes, or None

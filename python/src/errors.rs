@@ -84,7 +84,9 @@ pub fn ir_error(py: Python<'_>, e: impl Into<IrError>, file: &str, text: &str) -
 pub fn runtime_error(py: Python<'_>, e: RuntimeError) -> PyErr {
     let kind = match &e {
         RuntimeError::Exec(_) => Kind::Exec,
-        RuntimeError::Config(_) | RuntimeError::PerfMap { .. } => Kind::Config,
+        RuntimeError::Config(_) | RuntimeError::PerfMap { .. } | RuntimeError::Tier { .. } => {
+            Kind::Config
+        }
         RuntimeError::Codegen(_) | RuntimeError::Map { .. } => Kind::Compile,
     };
     error(py, kind, e.to_string())

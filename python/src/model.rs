@@ -184,7 +184,7 @@ pub fn load(
     let params = params_from(py, &graph, initializers, params, random_params)?;
     let compiled = py
         .detach(|| {
-            let compiled = CompiledGraph::with_conv_algo(&graph, &params, conv_algo);
+            let compiled = CompiledGraph::with_target(&graph, &params, conv_algo, engine.isa());
             // The packed weights are all the model keeps; dropping the values frees tens of
             // megabytes, so it too happens without the GIL.
             drop(params);

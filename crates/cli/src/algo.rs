@@ -1,7 +1,7 @@
-//! The `--conv-algo` option of the verbs that compile convolutions.
+//! The `--conv-algo` and `--max-isa` options of the verbs that compile kernels.
 
 use anyhow::Result;
-use primjit::{ConvAlgoChoice, EngineConfig};
+use primjit::{ConvAlgoChoice, EngineConfig, Isa};
 
 /// Which convolution algorithm the graph's or descriptor's convolutions use.
 #[derive(Clone, Debug, clap::Args)]
@@ -11,6 +11,15 @@ pub struct AlgoArgs {
     /// `auto`
     #[arg(long = "conv-algo", value_name = "ALGO", value_parser = parse_algo)]
     pub conv_algo: Option<ConvAlgoChoice>,
+    /// The widest vector tier of the kernels: `x128`, `avx2` or `avx512` (as oneDNN's
+    /// `ONEDNN_MAX_CPU_ISA`); default: `PRIMJIT_MAX_ISA`, else the host's widest. A tier above
+    /// the host's is an error that names the host's tiers
+    #[arg(long = "max-isa", value_name = "TIER", value_parser = parse_isa)]
+    pub max_isa: Option<Isa>,
+}
+
+fn parse_isa(text: &str) -> Result<Isa, String> {
+    text.parse().map_err(|e: primjit::IsaError| e.to_string())
 }
 
 fn parse_algo(text: &str) -> Result<ConvAlgoChoice, String> {
@@ -25,5 +34,19 @@ impl AlgoArgs {
             Some(c) => Ok(c),
             None => Ok(EngineConfig::from_env()?.conv_algo),
         }
+    }
+
+    /// The cap: the flag, else `PRIMJIT_MAX_ISA` (an error when malformed), else none.
+    pub fn max_isa(&self) -> Result<Option<Isa>> {
+        match self.max_isa {
+            Some(t) => Ok(Some(t)),
+            None => Ok(EngineConfig::from_env()?.max_isa),
+        }
+    }
+
+    /// The tier kernels are compiled for: the host's under the cap (an error naming the
+    /// host's tiers when the cap is above them).
+    pub fn isa(&self) -> Result<Isa> {
+        Ok(Isa::capped(Isa::host(), self.max_isa()?)?)
     }
 }

@@ -349,6 +349,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         config.workspace.budget = b;
     }
     config.threads = args.workload.threads;
+    config.max_isa = args.algo.max_isa()?;
     let engine = Engine::new(config.clone())?;
     // An ONNX model runs with its own weights; an IR file with seeded ones. Once packed they
     // are dropped: the model's packed weights are the only copy the timed calls see.
@@ -356,7 +357,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         .take_initializers()
         .unwrap_or_else(|| Params::random(&graph, args.seed));
     let conv_algo = args.algo.conv_algo.unwrap_or(config.conv_algo);
-    let model = CompiledGraph::with_conv_algo(&graph, &params, conv_algo)
+    let model = CompiledGraph::with_target(&graph, &params, conv_algo, engine.isa())
         .map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;
     drop(params);
     let model = match args.policy {

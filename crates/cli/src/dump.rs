@@ -140,7 +140,8 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
         primjit::ShapeMode::Exact
     };
     let conv_algo = args.algo.choice()?;
-    let mut keys = primjit::node_keys_in(&graph, &loaded.bindings, mode, conv_algo)?;
+    let isa = args.algo.isa()?;
+    let mut keys = primjit::node_keys_in(&graph, &loaded.bindings, mode, conv_algo, isa)?;
     if let Some(name) = &args.node {
         let name = name.trim_start_matches('%');
         keys.retain(|(n, _)| n == name);
@@ -164,8 +165,14 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
     .unwrap_or(args.streaming);
     // What each entry shows: a node and its key, or a band kernel of a streamed node.
     let shown: Vec<(String, PrimitiveKey)> = if args.bands {
-        let Some(bands) =
-            primjit::stream_band_kernels(&graph, &loaded.bindings, mode, conv_algo, streaming)?
+        let Some(bands) = primjit::stream_band_kernels(
+            &graph,
+            &loaded.bindings,
+            mode,
+            conv_algo,
+            isa,
+            streaming,
+        )?
         else {
             bail!(
                 "--bands: nothing streams at these dims (a run streams where its whole tensors \
@@ -238,8 +245,13 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                 text.push('\n');
             }
             if args.stage == Stage::Plan
-                && let Some(plan) =
-                    primjit::describe_stream_plan(&graph, &loaded.bindings, conv_algo, streaming)?
+                && let Some(plan) = primjit::describe_stream_plan(
+                    &graph,
+                    &loaded.bindings,
+                    conv_algo,
+                    isa,
+                    streaming,
+                )?
             {
                 text.push_str(&plan);
             }
@@ -251,6 +263,7 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                     budget: Budget::Unlimited,
                     capacity: None,
                 },
+                max_isa: Some(isa),
                 ..EngineConfig::default()
             };
             let engine = Engine::new(config)?;

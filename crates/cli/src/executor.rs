@@ -14,6 +14,8 @@ pub enum Executor {
     /// place of `PRIMJIT_WORKSPACE_BUDGET`.
     Jit {
         conv_algo: ConvAlgoChoice,
+        /// The vector tier's cap (`--max-isa`), else the environment's.
+        max_isa: Option<primjit::Isa>,
         workspace_budget: Option<Budget>,
     },
     /// The reference interpreter: slow, straightforward loops; the oracle.
@@ -41,14 +43,17 @@ impl Executor {
         match self {
             Executor::Jit {
                 conv_algo,
+                max_isa,
                 workspace_budget,
             } => {
                 let mut config = primjit::EngineConfig::from_env()?;
+                config.max_isa = max_isa.or(config.max_isa);
                 if let Some(b) = workspace_budget {
                     config.workspace.budget = b;
                 }
                 let engine = primjit::Engine::new(config)?;
-                let model = primjit::CompiledGraph::with_conv_algo(graph, &params, conv_algo)?;
+                let model =
+                    primjit::CompiledGraph::with_target(graph, &params, conv_algo, engine.isa())?;
                 drop(params);
                 let (outputs, _) = model.run(&engine, inputs, &mut primjit::Workspace::new())?;
                 Ok(outputs)

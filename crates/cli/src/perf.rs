@@ -1,5 +1,5 @@
-//! `primjit peak` and `primjit bench-op`: kernel speed as a fraction of this machine's
-//! 128-bit FMA peak, measured in the same process and run.
+//! `primjit peak` and `primjit bench-op`: kernel speed as a fraction of this machine's FMA
+//! peak at the kernel's own vector tier, measured in the same process and run.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use primjit::codegen::Pitches;
 use primjit::descriptor::{self, DescriptorOp};
 use primjit::ir::{Tensor, random_tensor};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, ConvDesc, Engine, EngineConfig, ExecArgs, FmaPattern,
+    Budget, CacheConfig, CompiledGraph, ConvDesc, Engine, EngineConfig, ExecArgs, FmaPattern, Isa,
     Layout, Params, Primitive, PrimitiveKey, ShapeMode, Workspace,
 };
 
@@ -47,31 +47,40 @@ impl Peak {
 /// ~40 ms each. The rate is the sum over the threads, so that where hardware threads share
 /// their FMA units (SMT siblings) the peak says so.
 pub fn measure_peak(engine: &Engine, threads: usize) -> Result<Peak> {
-    let [peak] = measure_patterns(engine, [FmaPattern::Registers], threads)?;
+    let [peak] = measure_patterns(engine, [peak_key(Isa::X128)], threads)?;
     Ok(peak.0)
 }
 
 /// The peak and the convolutions' register tiles, the direct kernels' and Winograd's, in the
 /// order `peak` and `bench-op` print them.
-const PEAK_AND_TILES: [FmaPattern; 3] = [
-    FmaPattern::Registers,
-    FmaPattern::Broadcast,
-    FmaPattern::SharedBroadcast,
+const PEAK_AND_TILES: [PrimitiveKey; 3] = [
+    PrimitiveKey::FmaPeak(FmaPattern::Registers),
+    PrimitiveKey::FmaPeak(FmaPattern::Broadcast),
+    PrimitiveKey::FmaPeak(FmaPattern::SharedBroadcast),
 ];
+
+/// The FMA peak kernel of a tier: Cranelift's at 128 bits, the x64 backend's wider.
+fn peak_key(isa: Isa) -> PrimitiveKey {
+    match isa {
+        Isa::X128 => PrimitiveKey::FmaPeak(FmaPattern::Registers),
+        isa => PrimitiveKey::WidePeak { isa, tile: false },
+    }
+}
 
 /// Runs each pattern's FMA peak kernel on `threads` threads at once, 9 runs of ~40 ms each,
 /// the patterns alternating run by run (so that each pair shares the host's moment): each
 /// pattern's peak, and the median over the runs of its rate over the first pattern's.
 fn measure_patterns<const N: usize>(
     engine: &Engine,
-    patterns: [FmaPattern; N],
+    patterns: [PrimitiveKey; N],
     threads: usize,
 ) -> Result<[(Peak, f64); N]> {
     let threads = threads.max(1);
-    let acc_len = primjit::codegen::key::FMA_PEAK_ACCUMULATORS * 4;
-    let run = |p: &Primitive, pattern: FmaPattern, trips: usize| -> Result<f64> {
+    let run = |p: &Primitive, pattern: &PrimitiveKey, trips: usize| -> Result<f64> {
+        let lens = pattern.buffers();
+        let acc_len = lens[1].len;
         // Small values: the sums stay normal and finite for any trip count.
-        let src = vec![1e-7f32; pattern.source_len()];
+        let src = vec![1e-7f32; lens[0].len];
         let start = Instant::now();
         std::thread::scope(|s| {
             // Spawned fallibly: a thread count the system refuses is an error, not a panic.
@@ -98,17 +107,17 @@ fn measure_patterns<const N: usize>(
                 .into_iter()
                 .try_for_each(|h| h.join().expect("peak thread").map_err(anyhow::Error::from))
         })?;
-        let flops = pattern.flops_per_item() as f64 * (trips * threads) as f64;
+        let flops = pattern.flops() as f64 * (trips * threads) as f64;
         Ok(flops / start.elapsed().as_secs_f64() / 1e9)
     };
     let mut kernels = Vec::with_capacity(N);
     for pattern in patterns {
-        let p = engine.compile(&PrimitiveKey::FmaPeak(pattern))?;
+        let p = engine.compile(&pattern)?;
         // Calibrate the trip count to ~40 ms.
         let mut trips = 10_000usize;
         loop {
             let t = Instant::now();
-            run(&p, pattern, trips)?;
+            run(&p, &pattern, trips)?;
             let s = t.elapsed().as_secs_f64();
             if s > 0.02 || trips > 1 << 28 {
                 trips = ((trips as f64) * 0.04 / s.max(1e-6)) as usize;
@@ -121,7 +130,7 @@ fn measure_patterns<const N: usize>(
     let mut rates = vec![Vec::with_capacity(9); N];
     for _ in 0..9 {
         for ((p, pattern, trips), r) in kernels.iter().zip(&mut rates) {
-            r.push(run(p, *pattern, *trips)?);
+            r.push(run(p, pattern, *trips)?);
         }
     }
     let first = rates[0].clone();
@@ -141,6 +150,14 @@ pub struct PeakArgs {
     /// Also measure this many threads running the loop at once (0: all cores)
     #[arg(long, default_value_t = 0, value_parser = parse_peak_threads)]
     pub threads: usize,
+    /// The widest tier to measure: `x128`, `avx2` or `avx512`; default: `PRIMJIT_MAX_ISA`,
+    /// else the host's widest (each tier up to it is measured)
+    #[arg(long = "max-isa", value_name = "TIER", value_parser = parse_isa)]
+    pub max_isa: Option<Isa>,
+}
+
+fn parse_isa(text: &str) -> Result<Isa, String> {
+    text.parse().map_err(|e: primjit::IsaError| e.to_string())
 }
 
 /// `peak --threads`: 0 to as many as an engine runs, refused before the one-core
@@ -166,8 +183,13 @@ fn parse_runs(text: &str) -> Result<usize, String> {
 }
 
 pub fn run_peak(args: &PeakArgs) -> Result<()> {
+    let max_isa = match args.max_isa {
+        Some(t) => Some(t),
+        None => EngineConfig::from_env()?.max_isa,
+    };
     let engine = Engine::new(EngineConfig {
         threads: 1,
+        max_isa,
         ..EngineConfig::default()
     })?;
     let [(peak, _), (tile, tile_ratio), (shared, shared_ratio)] =
@@ -190,16 +212,39 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         "winograd tile: {:.1} GFLOP/s with a broadcast load per two FMAs (5 tiles x 2 vectors), the Winograd GEMM's pattern (best of 9 runs; median {:.1}); {:.2} of the peak, the median of runs alternated with it",
         shared.gflops, shared.median_gflops, shared_ratio
     )?;
-    match widest_vectors() {
-        (128, feature) => writeln!(
+    let (bits, feature) = widest_vectors();
+    writeln!(
+        out,
+        "widest vectors: {bits} bits on this CPU ({feature}); primjit's tiers here: {} (this engine: {})",
+        Isa::host_tiers()
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        engine.isa()
+    )?;
+    // Each wide tier up to the engine's: its own peak from the x64 backend's loop, and its
+    // direct convolution's full register tile alternated with it.
+    for isa in Isa::ALL
+        .into_iter()
+        .filter(|&t| t != Isa::X128 && t <= engine.isa())
+    {
+        let tile_key = PrimitiveKey::WidePeak { isa, tile: true };
+        let [(wide, _), (tile, ratio)] =
+            measure_patterns(&engine, [peak_key(isa), tile_key.clone()], 1)?;
+        writeln!(
             out,
-            "widest vectors: 128 bits on this CPU ({feature}), as in primjit's kernels"
-        )?,
-        (bits, feature) => writeln!(
+            "peak {isa}: {:.1} GFLOP/s {}-bit FMA on one core (best of 9 runs; median {:.1}), {:.2}x the 128-bit peak",
+            wide.gflops,
+            isa.target().lanes * 32,
+            wide.median_gflops,
+            wide.gflops / peak.gflops
+        )?;
+        writeln!(
             out,
-            "widest vectors: {bits} bits on this CPU ({feature}), 128 in primjit's kernels (Cranelift's x64 backend has no wider ones); code that uses the widest may reach up to {}x this peak where the FMA units are as wide",
-            bits / 128
-        )?,
+            "register tile {isa}: {:.1} GFLOP/s ({tile_key}, the direct convolutions' wide tile; median {:.1}); {ratio:.2} of the {isa} peak, the median of runs alternated with it",
+            tile.gflops, tile.median_gflops
+        )?;
     }
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -207,13 +252,16 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         args.threads
     };
     if threads > 1 {
-        let all = measure_peak(&engine, threads)?;
-        writeln!(
-            out,
-            "peak: {:.1} GFLOP/s with {threads} threads at once ({:.2}x one core)",
-            all.gflops,
-            all.gflops / peak.gflops
-        )?;
+        for isa in Isa::ALL.into_iter().filter(|&t| t <= engine.isa()) {
+            let [(all, _)] = measure_patterns(&engine, [peak_key(isa)], threads)?;
+            let [(one, _)] = measure_patterns(&engine, [peak_key(isa)], 1)?;
+            writeln!(
+                out,
+                "peak {isa}: {:.1} GFLOP/s with {threads} threads at once ({:.2}x one core)",
+                all.gflops,
+                all.gflops / one.gflops
+            )?;
+        }
     }
     Ok(())
 }
@@ -434,6 +482,8 @@ fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, PrimitiveKey, Opt
         DescriptorOp::Conv(args.algo.choice()?)
     };
     let (key, compiled) = desc.keys(op, layout)?;
+    let isa = args.algo.isa()?;
+    let (key, compiled) = (at_tier(key, isa), at_tier(compiled, isa));
     match args.pitch {
         Some(p) => Ok((
             with_pitches(&key, p)?,
@@ -441,6 +491,17 @@ fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, PrimitiveKey, Opt
             desc.name,
         )),
         None => Ok((key, compiled, desc.name)),
+    }
+}
+
+/// A convolution key at the tier its kernel takes on an engine of tier `isa`.
+fn at_tier(key: PrimitiveKey, isa: primjit::Isa) -> PrimitiveKey {
+    match key {
+        PrimitiveKey::Conv(mut d) => {
+            d.isa = d.tier_for(isa);
+            PrimitiveKey::Conv(d)
+        }
+        other => other,
     }
 }
 
@@ -454,6 +515,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
             capacity: None,
         },
         perf_map: EngineConfig::from_env()?.perf_map,
+        max_isa: args.algo.max_isa()?,
         ..EngineConfig::default()
     })?;
     // The problem first, so that a bad descriptor fails before anything is measured.
@@ -477,10 +539,13 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         shared.gflops,
         shared_ratio
     )?;
-    let peak_before = peak.gflops;
+    let peak_before = TierPeaks::measure(&engine, peak.gflops)?;
+    if engine.isa() != Isa::X128 {
+        writeln!(out, "tier peaks: {} GFLOP/s", peak_before.describe())?;
+    }
     let Some((key, compiled_key, name)) = problem else {
         let model = args.model.as_ref().expect("no descriptor means a model");
-        return bench_model(&engine, model, args, peak_before, &mut out);
+        return bench_model(&engine, model, args, &peak_before, &mut out);
     };
     let mut first = OpProblem::new(&engine, &key, &compiled_key)?;
     let mut second = match args.vs_pitch {
@@ -508,7 +573,7 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
     };
     let mut ratios: Vec<f64> = vs_times.iter().zip(&times).map(|(b, a)| b / a).collect();
     let (med, min) = (median(&mut times), times[0]);
-    let machine_peak = peak_after(&engine, peak_before, &mut out)?;
+    let machine_peak = peak_after(&engine, &peak_before, &mut out)?.of(compiled_key.isa());
     let label = name.map(|n| format!(" ({n})")).unwrap_or_default();
     writeln!(out, "{compiled_key}{label}")?;
     if let Some([ih, iw]) = first.extents {
@@ -580,23 +645,74 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
     Ok(())
 }
 
-/// Measures the peak again after the timed runs and returns the higher of the two: on a shared
-/// machine a peak measured in one slow moment would inflate every percentage.
-fn peak_after(engine: &Engine, before: f64, out: &mut impl Write) -> Result<f64> {
-    let after = measure_peak(engine, engine.threads())?.gflops;
+/// Each tier's FMA peak, up to the engine's tier, on the engine's threads at once: a kernel's
+/// percentage is of its own tier's peak.
+#[derive(Clone, Debug)]
+struct TierPeaks(Vec<(Isa, f64)>);
+
+impl TierPeaks {
+    /// The wide tiers' peaks, beside the 128-bit one already measured.
+    fn measure(engine: &Engine, x128: f64) -> Result<Self> {
+        let mut peaks = vec![(Isa::X128, x128)];
+        for isa in Isa::ALL
+            .into_iter()
+            .filter(|&t| t != Isa::X128 && t <= engine.isa())
+        {
+            let [(p, _)] = measure_patterns(engine, [peak_key(isa)], engine.threads())?;
+            peaks.push((isa, p.gflops));
+        }
+        Ok(TierPeaks(peaks))
+    }
+
+    fn of(&self, isa: Isa) -> f64 {
+        self.0
+            .iter()
+            .find(|(t, _)| *t == isa)
+            .map_or(f64::NAN, |(_, g)| *g)
+    }
+
+    /// The widest tier's peak: what a whole graph is measured against.
+    fn widest(&self) -> f64 {
+        self.0.last().map_or(f64::NAN, |(_, g)| *g)
+    }
+
+    fn describe(&self) -> String {
+        self.0
+            .iter()
+            .map(|(t, g)| format!("{t} {g:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Measures the peaks again after the timed runs and keeps the higher of each pair: on a
+/// shared machine a peak measured in one slow moment would inflate every percentage.
+fn peak_after(engine: &Engine, before: &TierPeaks, out: &mut impl Write) -> Result<TierPeaks> {
+    let x128 = measure_peak(engine, engine.threads())?.gflops;
+    let after = TierPeaks::measure(engine, x128)?;
+    let best = TierPeaks(
+        before
+            .0
+            .iter()
+            .zip(&after.0)
+            .map(|(&(t, b), &(_, a))| (t, b.max(a)))
+            .collect(),
+    );
     writeln!(
         out,
-        "peak after the runs: {after:.1} GFLOP/s; percentages use the higher, {:.1}",
-        before.max(after)
+        "peaks after the runs: {} GFLOP/s; percentages use the higher of each tier's two, {}, \
+         a kernel's of its own tier",
+        after.describe(),
+        best.describe()
     )?;
-    Ok(before.max(after))
+    Ok(best)
 }
 
 fn bench_model(
     engine: &Engine,
     path: &std::path::Path,
     args: &BenchOpArgs,
-    peak_before: f64,
+    peak_before: &TierPeaks,
     out: &mut impl Write,
 ) -> Result<()> {
     let dims = args
@@ -619,7 +735,8 @@ fn bench_model(
         bail!("bind every symbol of the input with --dims")
     };
     let params = Params::random(graph, 0);
-    let exact = CompiledGraph::with_conv_algo(graph, &params, args.algo.choice()?)?;
+    let isa = args.algo.isa()?;
+    let exact = CompiledGraph::with_target(graph, &params, args.algo.choice()?, isa)?;
     let mut models = vec![exact.clone()];
     // The second model and its column label.
     let second = if args.dynamic {
@@ -631,7 +748,7 @@ fn bench_model(
         );
         Some("dyn".to_string())
     } else if let Some(algo) = args.vs_algo {
-        models.push(CompiledGraph::with_conv_algo(graph, &params, algo)?);
+        models.push(CompiledGraph::with_target(graph, &params, algo, isa)?);
         Some(algo.to_string())
     } else {
         None
@@ -665,7 +782,8 @@ fn bench_model(
             }
         }
     }
-    let machine_peak = peak_after(engine, peak_before, out)?;
+    let peaks = peak_after(engine, peak_before, out)?;
+    let machine_peak = peaks.widest();
     if let Some(label) = &second {
         writeln!(
             out,
@@ -705,7 +823,7 @@ fn bench_model(
             for (t, m) in conv_time.iter_mut().zip(&meds) {
                 *t += m;
             }
-            format!("{:.1}", 100.0 * gflops / machine_peak)
+            format!("{:.1}", 100.0 * gflops / peaks.of(key.isa()))
         } else {
             "-".into()
         };
@@ -743,7 +861,7 @@ fn bench_model(
         let total = median(&mut totals[m]);
         writeln!(
             out,
-            "{label}: median {:.3} ms over {runs} runs ({:.1} GFLOP/s, {:.1}% of peak); convolutions {:.3} ms",
+            "{label}: median {:.3} ms over {runs} runs ({:.1} GFLOP/s, {:.1}% of the widest tier's peak); convolutions {:.3} ms",
             total * 1e3,
             flops as f64 / total / 1e9,
             100.0 * flops as f64 / total / 1e9 / machine_peak,

@@ -67,6 +67,7 @@ impl Args {
         } else {
             Executor::Jit {
                 conv_algo: self.algo.choice()?,
+                max_isa: self.algo.max_isa()?,
                 workspace_budget: self.workspace_budget,
             }
         })

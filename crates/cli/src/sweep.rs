@@ -194,6 +194,7 @@ pub fn run(args: &Args) -> Result<()> {
             .arg(args.workload.threads.to_string());
         // Every run uses the same algorithms: the flag, else this process's environment.
         cmd.arg("--conv-algo").arg(args.algo.choice()?.name());
+        cmd.arg("--max-isa").arg(args.algo.isa()?.name());
         // A configuration runs what its label says: without these, a budget or capacity in
         // the environment applied to every configuration that left it out (and a capacity
         // emptied the latency figure, which plots the runs without one).

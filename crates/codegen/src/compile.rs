@@ -9,6 +9,7 @@ use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 
+use crate::backend::x64::{self, DirectTile};
 use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
 use crate::key::{ConvAlgo, FmaPattern, KeyError, PrimitiveKey};
@@ -49,6 +50,8 @@ pub struct Dumps {
 pub struct CompiledKernel {
     key: PrimitiveKey,
     code: Vec<u8>,
+    /// Where the x64 backend's register tiles lie in `code`.
+    tiles: Vec<std::ops::Range<usize>>,
     compile_time: Duration,
     clif: Option<String>,
     disasm: Option<String>,
@@ -62,6 +65,12 @@ impl CompiledKernel {
     /// The machine code; it may be placed at any page-aligned address.
     pub fn code(&self) -> &[u8] {
         &self.code
+    }
+
+    /// The byte ranges of `code` that hold the x64 backend's wide register tiles (none at
+    /// `x128`); a wide peak kernel is one whole range.
+    pub fn tiles(&self) -> &[std::ops::Range<usize>] {
+        &self.tiles
     }
 
     pub fn compile_time(&self) -> Duration {
@@ -210,15 +219,34 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
              two weight-vector loads, then per tile a broadcast load shared by two FMAs\n"
                 .to_string()
         }
+        PrimitiveKey::WidePeak { isa, tile: false } => format!(
+            "  {} independent {isa} FMA chains, 8 steps per loop trip (x64 backend)\n",
+            x64::PEAK_CHAINS
+        ),
+        PrimitiveKey::WidePeak { isa, tile: true } => {
+            let (p, v) = x64::full_tile(*isa);
+            format!(
+                "  the direct convolution's full {isa} tile, {p} pixels x {v} vectors, {} \
+                 channels per loop trip: per channel {v} weight-vector loads, then per pixel a \
+                 broadcast load shared by {v} FMAs (x64 backend)\n",
+                x64::PEAK_TILE_CHANNELS
+            )
+        }
     }
 }
 
-/// Builds the Cranelift function of a key.
+/// Builds the Cranelift function of a key, and the wide register tiles it calls (in the order
+/// of their names, see `emit::TILE_NAMESPACE`).
 ///
 /// # Panics
 ///
-/// If `key` is not valid ([`PrimitiveKey::validate`], which [`compile`] calls first).
-pub fn lower(key: &PrimitiveKey, host: &HostIsa, options: CodegenOptions) -> Function {
+/// If `key` is not valid ([`PrimitiveKey::validate`], which [`compile`] calls first), or is a
+/// [`PrimitiveKey::WidePeak`], which the x64 backend emits whole.
+pub fn lower(
+    key: &PrimitiveKey,
+    host: &HostIsa,
+    options: CodegenOptions,
+) -> (Function, Vec<DirectTile>) {
     let mut func = Function::new();
     let mut fctx = new_context();
     let mut e = Emit::new(&mut func, &mut fctx, host.has_fma, options.prefetch_weights);
@@ -232,9 +260,57 @@ pub fn lower(key: &PrimitiveKey, host: &HostIsa, options: CodegenOptions) -> Fun
         PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(&mut e, d),
         PrimitiveKey::Eltwise(d) => lower_pool::lower_eltwise(&mut e, d),
         PrimitiveKey::FmaPeak(pattern) => lower_pool::lower_fma_peak(&mut e, *pattern),
+        PrimitiveKey::WidePeak { .. } => unreachable!("the x64 backend emits wide peaks whole"),
     }
-    e.finish(host.isa.frontend_config());
-    func
+    let tiles = e.finish(host.isa.frontend_config());
+    (func, tiles)
+}
+
+/// Where each wide tile starts in a kernel's bytes: after the Cranelift code and after one
+/// another, each at a 64-byte boundary (a cache line, where the decoders fetch from).
+const TILE_ALIGN: usize = 64;
+
+/// The Cranelift code followed by its tiles, with every call to a tile resolved: the bytes
+/// stay position-independent. Any other relocation is an error.
+fn join_tiles(
+    key: &PrimitiveKey,
+    code: &[u8],
+    relocs: &[cranelift_codegen::FinalizedMachReloc],
+    names: &cranelift_codegen::ir::function::FunctionParameters,
+    tiles: &[Vec<u8>],
+) -> Result<(Vec<u8>, Vec<usize>), CodegenError> {
+    use cranelift_codegen::FinalizedRelocTarget;
+    use cranelift_codegen::binemit::Reloc;
+    use cranelift_codegen::ir::ExternalName;
+    let mut out = code.to_vec();
+    let mut starts = Vec::with_capacity(tiles.len());
+    for tile in tiles {
+        out.resize(out.len().next_multiple_of(TILE_ALIGN), 0xcc);
+        starts.push(out.len());
+        out.extend_from_slice(tile);
+    }
+    for r in relocs {
+        let tile = match (&r.kind, &r.target) {
+            (
+                Reloc::X86CallPCRel4 | Reloc::X86PCRel4,
+                FinalizedRelocTarget::ExternalName(ExternalName::User(name)),
+            ) => {
+                let name = &names.user_named_funcs()[*name];
+                (name.namespace == crate::emit::TILE_NAMESPACE)
+                    .then(|| starts.get(name.index as usize).copied())
+                    .flatten()
+            }
+            _ => None,
+        };
+        let Some(target) = tile else {
+            return Err(CodegenError::Relocations(key.to_string()));
+        };
+        let at = r.offset as usize;
+        let rel = i32::try_from(target as i64 + r.addend - at as i64)
+            .map_err(|_| CodegenError::Relocations(key.to_string()))?;
+        out[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+    }
+    Ok((out, starts))
 }
 
 /// Validates `key` and compiles its kernel for the host.
@@ -245,9 +321,24 @@ pub fn compile(
 ) -> Result<CompiledKernel, CodegenError> {
     let start = Instant::now();
     key.validate()?;
+    if let PrimitiveKey::WidePeak { isa, tile } = *key {
+        let code = x64::peak_kernel(isa, tile);
+        let disasm = dumps.disasm.then(|| x64::disassemble(&code, 0));
+        return Ok(CompiledKernel {
+            key: key.clone(),
+            tiles: vec![0..code.len()],
+            code,
+            compile_time: start.elapsed(),
+            clif: None,
+            disasm,
+        });
+    }
     let host = host_isa(options.verify)?;
-    let func = lower(key, host, options);
+    let (func, tiles) = lower(key, host, options);
+    let tiles: Vec<Vec<u8>> = tiles.iter().map(DirectTile::assemble).collect();
     let clif = dumps.clif.then(|| func.display().to_string());
+    // The tiles' names, read after compiling, while the compiled code borrows the context.
+    let names = func.params.clone();
     let mut ctx = Context::for_function(func);
     let compiled = ctx
         .compile(&*host.isa, &mut ControlPlane::default())
@@ -255,28 +346,40 @@ pub fn compile(
             key: key.to_string(),
             message: format!("{:?}", e.inner),
         })?;
-    if !compiled.buffer.relocs().is_empty() {
-        return Err(CodegenError::Relocations(key.to_string()));
-    }
-    let code = compiled.code_buffer().to_vec();
+    let (code, starts) = join_tiles(
+        key,
+        compiled.code_buffer(),
+        compiled.buffer.relocs(),
+        &names,
+        &tiles,
+    )?;
     let disasm = if dumps.disasm {
         let cs = host
             .isa
             .to_capstone()
             .map_err(|e| CodegenError::UnsupportedHost(e.to_string()))?;
-        Some(
+        let mut text =
             compiled
-                .disassemble(None, &cs)
+                .disassemble(Some(&names), &cs)
                 .map_err(|e| CodegenError::Cranelift {
                     key: key.to_string(),
                     message: e.to_string(),
-                })?,
-        )
+                })?;
+        for (i, (tile, &at)) in tiles.iter().zip(&starts).enumerate() {
+            text.push_str(&format!("tile{i} ({} bytes, x64 backend):\n", tile.len()));
+            text.push_str(&x64::disassemble(tile, at as u64));
+        }
+        Some(text)
     } else {
         None
     };
     Ok(CompiledKernel {
         key: key.clone(),
+        tiles: starts
+            .iter()
+            .zip(&tiles)
+            .map(|(&at, t)| at..at + t.len())
+            .collect(),
         code,
         compile_time: start.elapsed(),
         clif,

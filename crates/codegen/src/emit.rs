@@ -12,9 +12,12 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    AbiParam, BlockArg, ConstantData, Endianness, Function, InstBuilder, MemFlagsData, SigRef,
-    Signature, StackSlotData, StackSlotKind, UserFuncName, Value, types,
+    AbiParam, BlockArg, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
+    InstBuilder, MemFlagsData, SigRef, Signature, StackSlotData, StackSlotKind, UserExternalName,
+    UserFuncName, Value, types,
 };
+
+use crate::backend::x64::DirectTile;
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
@@ -75,7 +78,14 @@ pub struct Emit<'a> {
     prefetch: Value,
     /// The prefetch function's signature, imported at its first call.
     prefetch_sig: Option<SigRef>,
+    /// The wide register tiles the kernel calls, each once, in the order of their names
+    /// (`UserExternalName { namespace: TILE_NAMESPACE, index }`), with their imports.
+    pub tiles: Vec<(DirectTile, FuncRef)>,
 }
+
+/// The namespace of the wide tiles' names in a kernel's calls: `compile` places tile `index`
+/// after the Cranelift code and resolves each call to it.
+pub const TILE_NAMESPACE: u32 = 1;
 
 /// Index of each extent in the kernel's `extents` argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,13 +134,16 @@ impl<'a> Emit<'a> {
             extents: params[3],
             prefetch: params[4],
             prefetch_sig: None,
+            tiles: Vec::new(),
         }
     }
 
-    pub fn finish(mut self, config: TargetFrontendConfig) {
+    /// Ends the function and returns the wide tiles it calls, in the order of their names.
+    pub fn finish(mut self, config: TargetFrontendConfig) -> Vec<DirectTile> {
         self.b.ins().return_(&[]);
         self.b.seal_all_blocks();
         self.b.finalize(config);
+        self.tiles.into_iter().map(|(t, _)| t).collect()
     }
 
     /// Runs `body` as if the kernel had been called with the buffer list `buffers`, the work
@@ -183,6 +196,36 @@ impl<'a> Emit<'a> {
         self.b
             .ins()
             .call_indirect(sig, self.prefetch, &[start, bytes]);
+    }
+
+    /// Calls the wide register tile `tile` with `args` (see [`DirectTile`] for their order),
+    /// importing it at its first call. A call clobbers every vector register, so no vector
+    /// may be live across it, as for [`Self::prefetch`].
+    pub fn call_tile(&mut self, tile: DirectTile, args: &[Value]) {
+        let func = match self.tiles.iter().find(|(t, _)| *t == tile) {
+            Some((_, f)) => *f,
+            None => {
+                let mut sig = Signature::new(CallConv::SystemV);
+                sig.params
+                    .extend(args.iter().map(|_| AbiParam::new(types::I64)));
+                let signature = self.b.import_signature(sig);
+                let index = u32::try_from(self.tiles.len()).expect("few tiles");
+                let name = self
+                    .b
+                    .func
+                    .declare_imported_user_function(UserExternalName::new(TILE_NAMESPACE, index));
+                let f = self.b.import_function(ExtFuncData {
+                    name: ExternalName::user(name),
+                    signature,
+                    // In the same bytes as the kernel: a 32-bit relative call reaches it.
+                    colocated: true,
+                    patchable: false,
+                });
+                self.tiles.push((tile, f));
+                f
+            }
+        };
+        self.b.ins().call(func, args);
     }
 
     /// The pointer of buffer `index` in the argument list.

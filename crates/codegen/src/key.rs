@@ -12,6 +12,7 @@ pub use primjit_ir::PoolWindow;
 use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
 
 use crate::conv::winograd::{GEMM_UNROLL, GROUP_TILES, GROUP_VECTORS};
+use crate::target::Isa;
 
 /// The memory layout of an activation tensor.
 ///
@@ -237,6 +238,9 @@ pub struct ConvDesc {
     pub algo: ConvAlgo,
     /// Row pitches of the source and destination; dense unless a caller works on windows.
     pub pitches: Pitches,
+    /// The vector tier of the register tiles (`Isa::X128` unless a wide tier applies, see
+    /// [`ConvDesc::tier_for`]); it also shapes the tiles, and so the packed weights.
+    pub isa: Isa,
 }
 
 impl ConvDesc {
@@ -268,6 +272,18 @@ impl ConvDesc {
             runtime: RuntimeDims::NONE,
             algo: ConvAlgo::Direct,
             pitches: Pitches::DENSE,
+            isa: Isa::X128,
+        }
+    }
+
+    /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
+    /// a direct convolution without groups, whose register tile has a wide form
+    /// (`backend::x64::DirectTile`); `x128` for the others until theirs land.
+    pub fn tier_for(&self, engine: Isa) -> Isa {
+        if self.algo == ConvAlgo::Direct && self.groups == 1 {
+            engine
+        } else {
+            Isa::X128
         }
     }
 
@@ -648,6 +664,13 @@ pub enum PrimitiveKey {
     /// convolution's register tile ([`FmaPattern`]). Its work items are loop trips; it keeps
     /// its accumulators (12 vectors, 48 floats) in the destination.
     FmaPeak(FmaPattern),
+    /// Not an op: the same at a wide tier, emitted by the x64 backend: the tier's FMA peak,
+    /// or (`tile`) the rate of its direct convolution's full register tile
+    /// (`backend::x64::peak_kernel`).
+    WidePeak {
+        isa: Isa,
+        tile: bool,
+    },
 }
 
 /// A key that describes no valid kernel ([`PrimitiveKey::validate`], and so every compile):
@@ -699,6 +722,15 @@ impl PrimitiveKey {
         }
     }
 
+    /// The vector tier of the key's code.
+    pub fn isa(&self) -> Isa {
+        match self {
+            PrimitiveKey::Conv(d) => d.isa,
+            PrimitiveKey::WidePeak { isa, .. } => *isa,
+            _ => Isa::X128,
+        }
+    }
+
     /// The `[ih, iw]` input extents of a conv or pooling key (0 where runtime).
     pub fn input_extents(&self) -> [usize; 2] {
         match self {
@@ -706,7 +738,7 @@ impl PrimitiveKey {
             PrimitiveKey::Pool(d) => [d.ih, d.iw],
             PrimitiveKey::GlobalPool(d) => [d.ih, d.iw],
             PrimitiveKey::Eltwise(d) => [d.shape[2], d.shape[3]],
-            PrimitiveKey::FmaPeak(_) => [1, 1],
+            PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => [1, 1],
         }
     }
 
@@ -941,6 +973,14 @@ impl PrimitiveKey {
                 check_count("tensor", d.shape)?;
             }
             PrimitiveKey::FmaPeak(_) => {}
+            PrimitiveKey::WidePeak { isa, .. } => {
+                if *isa == Isa::X128 {
+                    return Err(KeyError {
+                        key: self.to_string(),
+                        reason: "a wide peak needs a wide tier (avx2 or avx512)".into(),
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -1011,6 +1051,16 @@ impl PrimitiveKey {
                     raw("dst", FMA_PEAK_ACCUMULATORS * 4),
                 ]
             }
+            PrimitiveKey::WidePeak { isa, tile } => {
+                let (src, dst) = crate::backend::x64::peak_buffer_lens(*isa, *tile);
+                let raw = |role, len: usize| BufferSpec {
+                    role,
+                    shape: vec![len],
+                    layout: None,
+                    len,
+                };
+                vec![raw("src", src), raw("dst", dst)]
+            }
         }
     }
 
@@ -1024,6 +1074,9 @@ impl PrimitiveKey {
             PrimitiveKey::GlobalPool(d) => (d.mb * d.c * d.ih * d.iw) as u64,
             PrimitiveKey::Eltwise(d) => d.shape.iter().product::<usize>() as u64,
             PrimitiveKey::FmaPeak(pattern) => pattern.flops_per_item(),
+            PrimitiveKey::WidePeak { isa, tile } => {
+                crate::backend::x64::peak_flops_per_item(*isa, *tile)
+            }
         }
     }
 
@@ -1048,7 +1101,7 @@ impl PrimitiveKey {
             PrimitiveKey::GlobalPool(_) => 1,
             PrimitiveKey::Eltwise(d) => d.shape[2],
             // The caller chooses the trip count through the range of work items.
-            PrimitiveKey::FmaPeak(_) => 1,
+            PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => 1,
         }
     }
 }
@@ -1093,6 +1146,9 @@ impl fmt::Display for PrimitiveKey {
                 }
                 if d.algo != ConvAlgo::Direct {
                     write!(f, " alg:{}", d.algo)?;
+                }
+                if d.isa != Isa::X128 {
+                    write!(f, " isa:{}", d.isa)?;
                 }
                 match (d.pitches.src, d.pitches.dst) {
                     (None, None) => {}
@@ -1150,6 +1206,11 @@ impl fmt::Display for PrimitiveKey {
             }
             PrimitiveKey::FmaPeak(FmaPattern::SharedBroadcast) => {
                 f.write_str("fma_peak shared broadcast 12x5x2 f32x4")
+            }
+            PrimitiveKey::WidePeak { isa, tile: false } => write!(f, "fma_peak 8x12 isa:{isa}"),
+            PrimitiveKey::WidePeak { isa, tile: true } => {
+                let (p, v) = crate::backend::x64::full_tile(*isa);
+                write!(f, "fma_peak tile {p}x{v} isa:{isa}")
             }
         }
     }

@@ -2,10 +2,12 @@
 //!
 //! A [`PrimitiveKey`] fixes one op with every shape; [`plan`] derives its tiling and border
 //! runs; the `lower_*` modules emit a Cranelift function from the plan; [`compile`] turns it
-//! into relocation-free machine code. This crate holds no `unsafe` and maps no memory: placing
+//! into relocation-free machine code, with the wide tiers' register tiles from the x64
+//! backend ([`backend`]) placed after it. This crate holds no `unsafe` and maps no memory: placing
 //! the code in executable pages and calling it is the runtime's job.
 #![forbid(unsafe_code)]
 
+pub mod backend;
 mod compile;
 pub mod conv;
 mod emit;
@@ -13,6 +15,7 @@ pub mod key;
 mod lower_fused;
 mod lower_pool;
 pub mod plan;
+pub mod target;
 
 pub use compile::{
     CodegenError, CodegenOptions, CompiledKernel, Dumps, HostIsa, compile, describe_plan, host_isa,
@@ -24,3 +27,4 @@ pub use key::{
     Layout, MAX_STEP, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};
+pub use target::{Isa, IsaError, Target};

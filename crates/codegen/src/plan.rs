@@ -13,6 +13,7 @@ use std::ops::Range;
 use primjit_ir::PoolKind;
 
 use crate::key::{ConvDesc, Layout, PoolDesc, PrimitiveKey, RuntimeDims};
+use crate::target::Isa;
 
 /// f32 lanes in one vector: Cranelift's x64 backend lowers 128-bit vectors.
 pub const LANES: usize = 4;
@@ -550,10 +551,15 @@ impl ConvPlan {
             Layout::Nchw4c => LANES,
         };
         let ic_padded = d.ic.div_ceil(ic_step) * ic_step;
-        let vecs = Self::oc_vectors(d, oc_blocks, ic_padded);
+        let (vecs, pixel_tile) = match Self::wide_tile(d, oc_blocks) {
+            Some(tile) => tile,
+            None => {
+                let vecs = Self::oc_vectors(d, oc_blocks, ic_padded);
+                (vecs, Self::accumulators(d.kw * ic_step) / vecs)
+            }
+        };
         let tile_oc = vecs * LANES;
         let oc_tiles = oc_blocks / vecs;
-        let pixel_tile = Self::accumulators(d.kw * ic_step) / vecs;
         let (icg, ocg) = (d.ic / d.groups, d.oc / d.groups);
         let tile_range = |t: usize| {
             let first = (t * tile_oc).min(d.oc - 1) / ocg;
@@ -636,6 +642,42 @@ impl ConvPlan {
         }
     }
 
+    /// At a wide tier, `(vecs, pixel_tile)` in 4-lane vectors: the tier's full tile
+    /// (`backend::x64::full_tile`: 6 pixels x 2 `ymm`, 12 pixels x 2 `zmm`) where the
+    /// output-channel blocks fill two wide vectors, one wide vector and as many pixels where
+    /// they fill one, and `None` (the 128-bit tiling) where they do not fill one.
+    ///
+    /// Two weight vectors per tile: each unit of the reduction then loads 2 weight vectors
+    /// and 6 (12) broadcasts for 12 (24) FMAs, within the two load ports' rate, where one
+    /// vector of 12 (24) pixels loads more than it multiplies.
+    fn wide_tile(d: &ConvDesc, oc_blocks: usize) -> Option<(usize, usize)> {
+        // An NCHW destination scatters its lanes one channel at a time: 128-bit tiles. A
+        // fused pool's conv stage writes an nChw4c band whatever the destination, and the
+        // weights are packed for it from this key.
+        if d.isa == Isa::X128 || (d.dst_layout != Layout::Nchw4c && d.pool.is_none()) {
+            return None;
+        }
+        let ratio = d.isa.target().lanes / LANES;
+        let (pixels, vectors) = crate::backend::x64::full_tile(d.isa);
+        let accumulators = pixels * vectors;
+        if oc_blocks.is_multiple_of(ratio * vectors) {
+            Some((ratio * vectors, pixels))
+        } else if oc_blocks.is_multiple_of(ratio) {
+            Some((ratio, accumulators))
+        } else {
+            None
+        }
+    }
+
+    /// 4-lane vectors per wide vector, when the tiles are wide: the plan's tier is wide and
+    /// its tiles hold whole wide vectors.
+    pub fn wide_ratio(&self) -> Option<usize> {
+        let ratio = self.desc.isa.target().lanes / LANES;
+        Self::wide_tile(&self.desc, self.desc.oc.div_ceil(LANES))
+            .filter(|&(vecs, _)| vecs == self.vecs)
+            .map(|_| ratio)
+    }
+
     /// Whether `floats` of packed weights let rows be the outer loop.
     fn weights_allow_rows_outer(floats: usize) -> bool {
         floats * std::mem::size_of::<f32>() <= ROWS_OUTER_WEIGHT_BYTES
@@ -697,7 +739,9 @@ impl ConvPlan {
     /// fewer than 8 chains; an NCHW destination, whose last tile may store fewer lanes, and
     /// a grouped convolution, whose tiles read different input channels, keep groups of 1.
     pub fn narrow_group(&self, pixels: usize) -> usize {
-        let chains = pixels * self.vecs;
+        // A wide tile's chain is a wide vector: count in those.
+        let ratio = self.wide_ratio().unwrap_or(1);
+        let chains = pixels * self.vecs / ratio;
         // Tiles that read different input channels (grouped convolutions) cannot share one.
         let shared_input = self.ic.step == 0;
         if self.desc.dst_layout != Layout::Nchw4c
@@ -707,7 +751,7 @@ impl ConvPlan {
         {
             return 1;
         }
-        (1..=self.pixel_tile * self.vecs / chains)
+        (1..=self.pixel_tile * self.vecs / ratio / chains)
             .rev()
             .find(|&g| self.oc_tiles.is_multiple_of(g))
             .unwrap_or(1)

@@ -41,8 +41,8 @@ pub use primjit_reference as reference;
 
 pub use primjit_codegen::{
     CodegenError, CodegenOptions, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc,
-    EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, PoolDesc, PoolPlan, PostOpDesc,
-    PrimitiveKey, key::RuntimeDims,
+    EltwiseKind, FmaPattern, GlobalPoolDesc, Isa, IsaError, KeyError, Layout, PoolDesc, PoolPlan,
+    PostOpDesc, PrimitiveKey, Target, key::RuntimeDims,
 };
 pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{

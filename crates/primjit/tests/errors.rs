@@ -19,8 +19,8 @@ use primjit::ir::{
 use primjit::reference::{ReferenceError, run_graph};
 use primjit::{
     Budget, CacheConfig, CodegenError, CompiledGraph, ConfigError, ConvDesc, ConvPlan, EltwiseDesc,
-    EltwiseKind, Engine, EngineConfig, ExecArgs, ExecError, GraphError, IrError, KeyError, Layout,
-    Params, PostOpDesc, PrimitiveKey, RuntimeError, Tensor,
+    EltwiseKind, Engine, EngineConfig, ExecArgs, ExecError, GraphError, IrError, Isa, KeyError,
+    Layout, Params, PostOpDesc, PrimitiveKey, RuntimeError, Tensor,
 };
 
 /// A conv with a bias and a batch-norm: parameters to miss, and something to fold.
@@ -370,6 +370,119 @@ fn conv_algo_errors_name_the_choices() {
         EngineConfig::from_vars(|name| (name == "PRIMJIT_CONV_ALGO").then(|| "direct".to_string()))
             .unwrap();
     assert_eq!(config.conv_algo, primjit::ConvAlgoChoice::Direct);
+}
+
+/// `PRIMJIT_MAX_ISA` is parsed strictly; a cap above the host's tier is an error at
+/// `Engine::new` that names the tiers the host runs; a cap at or below it sets the engine's.
+#[test]
+fn max_isa_is_strict_and_a_cap_above_the_host_names_its_tiers() {
+    for bad in ["AVX2", "avx", "avx512f", "x86"] {
+        let err =
+            EngineConfig::from_vars(|name| (name == "PRIMJIT_MAX_ISA").then(|| bad.to_string()))
+                .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("PRIMJIT_MAX_ISA={bad}: expected x128, avx2 or avx512")
+        );
+    }
+    let config =
+        EngineConfig::from_vars(|name| (name == "PRIMJIT_MAX_ISA").then(|| "x128".to_string()))
+            .unwrap();
+    assert_eq!(config.max_isa, Some(Isa::X128));
+    let engine = Engine::new(EngineConfig {
+        max_isa: Some(Isa::X128),
+        threads: 1,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    assert_eq!(engine.isa(), Isa::X128);
+    assert_eq!(
+        Engine::new(EngineConfig::default()).unwrap().isa(),
+        Isa::host()
+    );
+    match Isa::ALL.into_iter().find(|&t| t > Isa::host()) {
+        None => eprintln!(
+            "skipped: no tier above this host's ({}) to refuse",
+            Isa::host()
+        ),
+        Some(above) => {
+            let Err(err) = Engine::new(EngineConfig {
+                max_isa: Some(above),
+                ..EngineConfig::default()
+            }) else {
+                panic!("a cap of {above} above the host's tier was accepted");
+            };
+            assert!(
+                matches!(err, RuntimeError::Config(ConfigError::Isa(_))),
+                "{err:?}"
+            );
+            let tiers: Vec<&str> = Isa::host_tiers().iter().map(|t| t.name()).collect();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "the vector tier {above} is above this host's: it runs {}",
+                    tiers.join(", ")
+                )
+            );
+        }
+    }
+}
+
+/// A graph packed for a wide tier cannot run on an engine capped below it: the error names
+/// the kernel, its tier and the engine's, before any code of that tier is made.
+#[test]
+fn a_graph_of_a_tier_above_the_engines_is_refused() {
+    let Some(wide) = Isa::host_tiers().into_iter().find(|&t| t > Isa::X128) else {
+        eprintln!("skipped: this host runs x128 only, no wider graph to refuse");
+        return;
+    };
+    let graph = tiny();
+    let params = Params::random(&graph, 0);
+    let model =
+        CompiledGraph::with_target(&graph, &params, primjit::ConvAlgoChoice::Auto, wide).unwrap();
+    assert_eq!(model.isa(), wide);
+    let narrow = Engine::new(EngineConfig {
+        max_isa: Some(Isa::X128),
+        threads: 1,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let x = Tensor {
+        shape: vec![1, 3, 4, 5],
+        data: vec![0.5; 60],
+    };
+    let err = model
+        .run(&narrow, &[("x", &x)], &mut primjit::Workspace::new())
+        .unwrap_err();
+    assert!(
+        matches!(err, GraphError::Runtime(RuntimeError::Tier { tier, engine: Isa::X128, .. }) if tier == wide),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().ends_with(&format!(
+            "needs the {wide} vector tier, above this engine's x128"
+        )),
+        "{err}"
+    );
+    // The same graph packed for the engine's tier runs, and matches the wide one's results
+    // within the convolution's rounding.
+    let x128 =
+        CompiledGraph::with_target(&graph, &params, primjit::ConvAlgoChoice::Auto, Isa::X128)
+            .unwrap();
+    let (a, _) = x128
+        .run(&narrow, &[("x", &x)], &mut primjit::Workspace::new())
+        .unwrap();
+    let host = Engine::new(EngineConfig {
+        threads: 1,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let (b, _) = model
+        .run(&host, &[("x", &x)], &mut primjit::Workspace::new())
+        .unwrap();
+    for (p, q) in a[0].1.data.iter().zip(&b[0].1.data) {
+        assert!((p - q).abs() <= 1e-5 * (1.0 + p.abs()), "{p} against {q}");
+    }
 }
 
 /// A Winograd key for a convolution it cannot compute is an invalid key that says why.

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use primjit_codegen::{CodegenOptions, ConvAlgoChoice, Dumps, PrimitiveKey, compile, host_isa};
+use primjit_codegen::{
+    CodegenOptions, ConvAlgoChoice, Dumps, Isa, PrimitiveKey, compile, host_isa,
+};
 
 use crate::cache::{CacheConfig, CacheKey, Lookup, PrimitiveCache};
 use crate::error::{ConfigError, RuntimeError};
@@ -45,6 +47,30 @@ pub struct EngineConfig {
     /// default: a server compiles each of its few dozen kernels once in its life, and keeps
     /// the peak.
     pub compile_ahead: bool,
+    /// `PRIMJIT_MAX_ISA`: the widest vector tier the engine's kernels use (`x128`, `avx2` or
+    /// `avx512`), as oneDNN's `ONEDNN_MAX_CPU_ISA`; `None` is the host's widest. A cap above
+    /// the host's tier is an error ([`ConfigError::Isa`]) that names the tiers it has.
+    pub max_isa: Option<Isa>,
+}
+
+/// The vector tier of an engine made from the environment: the host's, capped by
+/// `PRIMJIT_MAX_ISA`. What a graph packs its weights for unless told a tier.
+pub fn env_isa() -> Result<Isa, ConfigError> {
+    let cap = max_isa_from(env_var)?;
+    Ok(Isa::capped(Isa::host(), cap)?)
+}
+
+/// `PRIMJIT_MAX_ISA` from `var`, strictly parsed.
+fn max_isa_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<Isa>, ConfigError> {
+    var("PRIMJIT_MAX_ISA")
+        .map(|v| {
+            v.trim().parse().map_err(|_| ConfigError::Invalid {
+                name: "PRIMJIT_MAX_ISA",
+                value: v.clone(),
+                reason: "expected x128, avx2 or avx512".into(),
+            })
+        })
+        .transpose()
 }
 
 /// The value of the environment variable `name`; a value that is not UTF-8 comes back with
@@ -57,7 +83,8 @@ pub(crate) fn env_var(name: &str) -> Option<String> {
 impl EngineConfig {
     /// The defaults, overridden by `PRIMJIT_CACHE_BUDGET`, `PRIMJIT_CACHE_CAPACITY`,
     /// `PRIMJIT_WORKSPACE_BUDGET`, `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS`, `PRIMJIT_CONV_ALGO`,
-    /// `PRIMJIT_PERF_MAP` and `PRIMJIT_COMPILE_AHEAD`; a malformed value is an error.
+    /// `PRIMJIT_PERF_MAP`, `PRIMJIT_COMPILE_AHEAD` and `PRIMJIT_MAX_ISA`; a malformed value is
+    /// an error.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(env_var)
     }
@@ -91,6 +118,7 @@ impl EngineConfig {
         if let Some(v) = var("PRIMJIT_COMPILE_AHEAD") {
             config.compile_ahead = level("PRIMJIT_COMPILE_AHEAD", v, 1, "expected 0 or 1")? == 1;
         }
+        config.max_isa = max_isa_from(&var)?;
         Ok(config)
     }
 }
@@ -202,6 +230,8 @@ pub struct Engine {
     /// Whether a graph run's waiting threads spin ([`Engine::run_hot`]): only where each can
     /// have a core of its own.
     spin_waits: bool,
+    /// The widest vector tier of the kernels this engine compiles.
+    isa: Isa,
 }
 
 impl Engine {
@@ -227,6 +257,7 @@ impl Engine {
         if threads > Self::MAX_THREADS {
             return Err(ConfigError::TooManyThreads(threads).into());
         }
+        let isa = Isa::capped(Isa::host(), config.max_isa).map_err(ConfigError::from)?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("primjit-{i}"))
@@ -245,6 +276,7 @@ impl Engine {
             compile_ahead: config.compile_ahead,
             process: std::process::id(),
             spin_waits: threads <= cores,
+            isa,
         })
     }
 
@@ -271,6 +303,11 @@ impl Engine {
         self.pool.current_num_threads()
     }
 
+    /// The widest vector tier of this engine's kernels: the host's, or the cap's.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
     /// What a graph run keeps of a workspace that has no budget of its own.
     pub fn workspace_config(&self) -> WorkspaceConfig {
         self.workspace
@@ -281,8 +318,18 @@ impl Engine {
     }
 
     /// Returns the primitive of `key`, from the cache or freshly compiled.
+    ///
+    /// A key of a tier above the engine's is refused ([`RuntimeError::Tier`]): its code could
+    /// use instructions this host lacks, or that the cap rules out.
     pub fn compile(&self, key: &PrimitiveKey) -> Result<Arc<Primitive>, RuntimeError> {
         let start = Instant::now();
+        if key.isa() > self.isa {
+            return Err(RuntimeError::Tier {
+                key: key.to_string(),
+                tier: key.isa(),
+                engine: self.isa,
+            });
+        }
         let host = host_isa(self.codegen.verify)?;
         let cache_key = CacheKey {
             key: key.clone(),

@@ -103,6 +103,10 @@ pub enum ConfigError {
          into process {current}: create a new engine in this process"
     )]
     OtherProcess { created: u32, current: u32 },
+    /// `PRIMJIT_MAX_ISA` (`EngineConfig::max_isa`) names a vector tier above the host's: the
+    /// message lists the tiers the host runs. Lower the cap or unset it.
+    #[error(transparent)]
+    Isa(#[from] primjit_codegen::IsaError),
 }
 
 /// Any error of compiling or running a primitive (`Engine::new`, `Engine::compile`,
@@ -130,4 +134,13 @@ pub enum RuntimeError {
     /// ([`ConfigError::TooManyThreads`]).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A key of a vector tier above the engine's (`Engine::compile`), e.g. a graph packed for
+    /// `avx512` run on an engine capped at `avx2`: compile the graph for the engine's tier
+    /// (`CompiledGraph::with_target` with `Engine::isa`).
+    #[error("{key} needs the {tier} vector tier, above this engine's {engine}")]
+    Tier {
+        key: String,
+        tier: primjit_codegen::Isa,
+        engine: primjit_codegen::Isa,
+    },
 }

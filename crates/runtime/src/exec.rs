@@ -424,7 +424,7 @@ impl Kernel {
         );
         let limit = match key {
             // The FMA peak kernel takes any number of loop trips.
-            PrimitiveKey::FmaPeak(_) => usize::MAX >> 1,
+            PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => usize::MAX >> 1,
             _ => key.work_items(),
         };
         // A whole execution is the key's work items (one loop trip of the FMA peak kernel).
@@ -462,7 +462,10 @@ impl Kernel {
                     pool,
                     // The FMA peak kernel's trips all accumulate into the one destination:
                     // they are not rows of it, and split across threads they raced on it.
-                    if matches!(key, PrimitiveKey::FmaPeak(_)) {
+                    if matches!(
+                        key,
+                        PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. }
+                    ) {
                         1
                     } else {
                         pool.current_num_threads()

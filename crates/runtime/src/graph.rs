@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use primjit_codegen::Isa;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout,
@@ -98,6 +99,7 @@ enum Prepared {
     Conv {
         packed: Arc<WeightBuffer>,
         algo: ConvAlgo,
+        isa: Isa,
     },
     Other,
 }
@@ -169,6 +171,8 @@ pub struct CompiledGraph {
     symbolic: Vec<RuntimeDims>,
     mode: ShapeMode,
     conv_algo: ConvAlgoChoice,
+    /// The vector tier the weights are packed for and the keys name.
+    isa: Isa,
     /// Chosen with `with_streaming`; `None` follows the mode (`streaming()`).
     streaming: Option<Streaming>,
 }
@@ -210,10 +214,27 @@ impl CompiledGraph {
     /// [`Self::new`] with the convolution algorithms `conv_algo` chooses. Each convolution's
     /// algorithm depends on its channels and window only, so its weights are packed once,
     /// for that algorithm, and serve every input size.
+    ///
+    /// The weights are packed for the vector tier of an engine made from the environment
+    /// ([`crate::config::env_isa`]: the host's, or `PRIMJIT_MAX_ISA`); a graph run on an
+    /// engine with another cap takes [`Self::with_target`] and that engine's [`Engine::isa`].
     pub fn with_conv_algo(
         graph: &Graph,
         params: &Params,
         conv_algo: ConvAlgoChoice,
+    ) -> Result<Self, GraphError> {
+        let isa = crate::engine::env_isa().map_err(RuntimeError::from)?;
+        Self::with_target(graph, params, conv_algo, isa)
+    }
+
+    /// [`Self::with_conv_algo`] with the weights packed for the vector tier `isa`, which the
+    /// engines that run the graph must have ([`Engine::isa`]): a model holds one tier's
+    /// packing.
+    pub fn with_target(
+        graph: &Graph,
+        params: &Params,
+        conv_algo: ConvAlgoChoice,
+        isa: Isa,
     ) -> Result<Self, GraphError> {
         graph.verify()?;
         let mut graph = graph.clone();
@@ -226,12 +247,13 @@ impl CompiledGraph {
                 Op::Conv2d(c) => {
                     let w = params.get(c.weight);
                     let b = c.bias.map(|b| params.get(b));
-                    let desc = conv_desc_shell(&graph, c, &shapes, conv_algo);
+                    let desc = conv_desc_shell(&graph, c, &shapes, conv_algo, isa);
                     Prepared::Conv {
                         packed: weight_buffer(
                             &desc.pack_weights(&w.data, b.as_ref().map(|b| b.data.as_slice())),
                         )?,
                         algo: desc.algo,
+                        isa: desc.isa,
                     }
                 }
                 Op::BatchNorm(bn) => {
@@ -240,6 +262,7 @@ impl CompiledGraph {
                     Prepared::Conv {
                         packed: weight_buffer(&ConvPlan::new(&desc).pack_weights(&w, Some(&b)))?,
                         algo: ConvAlgo::Direct,
+                        isa: desc.isa,
                     }
                 }
                 _ => Prepared::Other,
@@ -258,6 +281,7 @@ impl CompiledGraph {
             symbolic,
             mode: ShapeMode::Exact,
             conv_algo,
+            isa,
             streaming: None,
         })
     }
@@ -267,14 +291,19 @@ impl CompiledGraph {
         self.conv_algo
     }
 
-    /// Per node, the convolution algorithm its keys use (direct for nodes that are not
-    /// convolutions).
-    fn algos(&self) -> Vec<ConvAlgo> {
+    /// The vector tier this graph's weights are packed for.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Per node, the convolution algorithm and tier its keys use (direct and `x128` for nodes
+    /// that are not convolutions).
+    fn algos(&self) -> Vec<(ConvAlgo, Isa)> {
         self.prepared
             .iter()
             .map(|p| match p {
-                Prepared::Conv { algo, .. } => *algo,
-                Prepared::Other => ConvAlgo::Direct,
+                Prepared::Conv { algo, isa, .. } => (*algo, *isa),
+                Prepared::Other => (ConvAlgo::Direct, Isa::X128),
             })
             .collect()
     }
@@ -283,7 +312,7 @@ impl CompiledGraph {
     pub fn weight_bytes(&self) -> WeightBytes {
         let mut bytes = WeightBytes::default();
         for p in &self.prepared {
-            if let Prepared::Conv { packed, algo } = p {
+            if let Prepared::Conv { packed, algo, .. } = p {
                 let n = packed.mapped_bytes();
                 match algo {
                     ConvAlgo::Direct => bytes.direct += n,
@@ -788,6 +817,7 @@ pub fn describe_stream_plan(
     graph: &Graph,
     bindings: &Bindings,
     conv_algo: ConvAlgoChoice,
+    isa: Isa,
     streaming: Streaming,
 ) -> Result<Option<String>, GraphError> {
     let Some(StreamedRun {
@@ -798,7 +828,7 @@ pub fn describe_stream_plan(
     }) = streamed_run(
         graph,
         bindings,
-        &node_keys_in(graph, bindings, ShapeMode::Exact, conv_algo)?,
+        &node_keys_in(graph, bindings, ShapeMode::Exact, conv_algo, isa)?,
         streaming,
     )?
     else {
@@ -929,9 +959,10 @@ pub fn stream_band_kernels(
     bindings: &Bindings,
     mode: ShapeMode,
     conv_algo: ConvAlgoChoice,
+    isa: Isa,
     streaming: Streaming,
 ) -> Result<Option<Vec<BandKernel>>, GraphError> {
-    let keys = node_keys_in(graph, bindings, mode, conv_algo)?;
+    let keys = node_keys_in(graph, bindings, mode, conv_algo, isa)?;
     let Some(run) = streamed_run(graph, bindings, &keys, streaming)? else {
         return Ok(None);
     };
@@ -1011,6 +1042,7 @@ fn conv_desc_shell(
     c: &primjit_ir::Conv2d,
     shapes: &primjit_ir::Shapes,
     conv_algo: ConvAlgoChoice,
+    isa: Isa,
 ) -> ConvDesc {
     let w = &graph.param(c.weight).shape;
     let ic = shapes
@@ -1033,6 +1065,7 @@ fn conv_desc_shell(
     d.dst_layout = Layout::Nchw4c;
     d.bias = c.bias.is_some();
     d.algo = conv_algo.pick(&d);
+    d.isa = d.tier_for(isa);
     d
 }
 
@@ -1081,7 +1114,8 @@ pub fn node_keys(
     graph: &Graph,
     bindings: &Bindings,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-    node_keys_in(graph, bindings, ShapeMode::Exact, ConvAlgoChoice::Auto)
+    let isa = crate::engine::env_isa().map_err(RuntimeError::from)?;
+    node_keys_in(graph, bindings, ShapeMode::Exact, ConvAlgoChoice::Auto, isa)
 }
 
 /// [`node_keys`] in a given [`ShapeMode`] and with the convolution algorithms `conv_algo`
@@ -1092,13 +1126,17 @@ pub fn node_keys_in(
     bindings: &Bindings,
     mode: ShapeMode,
     conv_algo: ConvAlgoChoice,
+    isa: Isa,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
     let verified = graph.verify()?;
-    let algos: Vec<ConvAlgo> = graph
+    let algos: Vec<(ConvAlgo, Isa)> = graph
         .nodes()
         .map(|(_, node)| match &node.op {
-            Op::Conv2d(c) => conv_desc_shell(graph, c, &verified, conv_algo).algo,
-            _ => ConvAlgo::Direct,
+            Op::Conv2d(c) => {
+                let d = conv_desc_shell(graph, c, &verified, conv_algo, isa);
+                (d.algo, d.isa)
+            }
+            _ => (ConvAlgo::Direct, Isa::X128),
         })
         .collect();
     let shapes = infer_shapes(graph, bindings)?;
@@ -1112,12 +1150,13 @@ pub fn node_keys_in(
 }
 
 /// The primitive key of every node, given the graph's inferred shapes; `runtime` gives, per
-/// node, the extents its key leaves to run time, and `algos` its convolution algorithm.
+/// node, the extents its key leaves to run time, and `algos` its convolution algorithm and
+/// tier.
 fn keys_at(
     graph: &Graph,
     shapes: &primjit_ir::Shapes,
     runtime: Option<&[RuntimeDims]>,
-    algos: &[ConvAlgo],
+    algos: &[(ConvAlgo, Isa)],
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
     let concrete = |v: Value| {
         shapes
@@ -1167,8 +1206,9 @@ fn keys_at(
                         src_layout: src_layout(c.input),
                         dst_layout: Layout::Nchw4c,
                         runtime: RuntimeDims::NONE,
-                        algo: algos[i],
+                        algo: algos[i].0,
                         pitches: Pitches::DENSE,
+                        isa: algos[i].1,
                     }
                     .with_runtime(rt),
                 )

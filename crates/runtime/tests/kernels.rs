@@ -65,7 +65,8 @@ use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
     CHUNK_WEIGHT_BYTES, CodegenOptions, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    FmaPattern, GlobalPoolDesc, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
+    FmaPattern, GlobalPoolDesc, Isa, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc,
+    PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -355,8 +356,15 @@ fn layout() -> impl Strategy<Value = Layout> {
     prop_oneof![Just(Layout::Nchw), Just(Layout::Nchw4c)]
 }
 
-/// Awkward channel counts: 1, odd, one block, a block and one, multiples of 8.
-const CHANNELS: &[usize] = &[1, 3, 4, 5, 8, 16, 17, 24];
+/// Awkward channel counts: 1, odd, one block, a block and one, multiples of 8 (a `ymm` of
+/// output channels), 16 (a `zmm`) and 32 (the AVX-512 tile's two).
+const CHANNELS: &[usize] = &[1, 3, 4, 5, 8, 16, 17, 24, 32];
+
+/// The vector tiers this host runs, each as likely: a key of each is checked the same way.
+/// (Tiers the host lacks are emitted and decoded in `primjit-codegen`'s tests.)
+fn tier() -> impl Strategy<Value = Isa> {
+    prop::sample::select(Isa::host_tiers())
+}
 
 fn channels() -> impl Strategy<Value = usize> {
     prop::sample::select(CHANNELS)
@@ -729,6 +737,9 @@ impl ConvProblem {
 
     /// This problem's kernel against the reference.
     fn check(&self) -> Result<(), TestCaseError> {
+        if std::env::var_os("PRIMJIT_TEST_TRACE").is_some() {
+            eprintln!("KEY {}", self.key());
+        }
         self.check_primitive(&*compile(&self.key())?, None)
     }
 
@@ -820,12 +831,13 @@ fn conv_problem() -> impl Strategy<Value = ConvProblem> {
         prop::collection::vec(post_op(), 0..=3),
         (layout(), layout()),
         any::<u64>(),
+        tier(),
     );
     (shape, rest)
         .prop_map(
             |(
                 (mb, (ic, oc, groups), (ih, iw), (kh, kw), (sh, sw), (dh, dw), pads),
-                (bias, post_ops, (src_layout, dst_layout), seed),
+                (bias, post_ops, (src_layout, dst_layout), seed, isa),
             )| ConvProblem {
                 desc: ConvDesc {
                     mb,
@@ -847,6 +859,7 @@ fn conv_problem() -> impl Strategy<Value = ConvProblem> {
                     runtime: RuntimeDims::NONE,
                     algo: ConvAlgo::Direct,
                     pitches: Pitches::DENSE,
+                    isa,
                 },
                 seed,
             },
@@ -2037,6 +2050,75 @@ fn check_conv(desc: ConvDesc, seed: u64) {
     let oh = p.desc.oh();
     for rows in [0..oh / 2, oh / 2..oh, 1.min(oh)..oh] {
         p.check_rows(rows).unwrap();
+    }
+}
+
+/// Whether this host runs `isa`; if not, says so on stderr, where a skipped test is seen.
+fn runs_tier(test: &str, isa: Isa) -> bool {
+    let runs = isa <= Isa::host();
+    if !runs {
+        eprintln!(
+            "skipped: {test} at {isa}: this host runs {} (its code is emitted and decoded in \
+             primjit-codegen's tests/tiers.rs)",
+            Isa::host_tiers()
+                .iter()
+                .map(|t| t.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    runs
+}
+
+/// Each direct family at each tier: the trunk's 3x3 and 1x1 layers, a strided 3x3, the 7x7
+/// stem with its fused pool, a chunked reduction, output channels of a wide vector and a half,
+/// a one-pixel image, a residual written in place, and every post-op.
+#[test]
+fn direct_families_match_reference_at_every_tier() {
+    let mut c3 = ConvDesc::new(1, 64, [7, 19], 64, [3, 3]);
+    c3.pads = Pads::uniform(1);
+    c3.bias = true;
+    c3.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
+    let mut c1 = ConvDesc::new(1, 64, [8, 26], 128, [1, 1]);
+    c1.strides = [2, 2];
+    c1.bias = true;
+    let mut strided = ConvDesc::new(1, 32, [9, 31], 64, [3, 3]);
+    strided.strides = [2, 2];
+    strided.pads = Pads::uniform(1);
+    strided.post_ops = vec![PostOpDesc::Clip { lo: -0.5, hi: 0.75 }];
+    let mut stem = ConvDesc::new(1, 3, [21, 40], 64, [7, 7]);
+    stem.strides = [2, 2];
+    stem.pads = Pads::uniform(3);
+    stem.bias = true;
+    stem.post_ops = vec![PostOpDesc::Relu];
+    stem.pool = Some(PoolWindow {
+        kernel: [3, 3],
+        strides: [2, 2],
+        pads: Pads::uniform(1),
+        dilations: [1, 1],
+        ceil_mode: false,
+    });
+    let mut chunked = ConvDesc::new(1, 256, [5, 14], 32, [3, 3]);
+    chunked.pads = Pads::uniform(1);
+    chunked.post_ops = vec![PostOpDesc::Add];
+    let mut odd = ConvDesc::new(2, 8, [5, 17], 24, [3, 3]);
+    odd.pads = Pads::uniform(1);
+    let mut pixel = ConvDesc::new(1, 16, [1, 1], 32, [3, 3]);
+    pixel.pads = Pads::uniform(1);
+    pixel.bias = true;
+    let families = [c3, c1, strided, stem, chunked, odd, pixel];
+    for isa in Isa::ALL {
+        if !runs_tier("direct_families_match_reference_at_every_tier", isa) {
+            continue;
+        }
+        for (i, mut d) in families.clone().into_iter().enumerate() {
+            if d.ic > 3 {
+                d.src_layout = Layout::Nchw4c;
+            }
+            d.dst_layout = Layout::Nchw4c;
+            d.isa = isa;
+            check_conv(d, i as u64);
+        }
     }
 }
 

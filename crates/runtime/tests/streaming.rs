@@ -445,11 +445,18 @@ fn the_listed_band_kernels_are_the_ones_a_run_compiles() {
             bindings.insert("W".to_string(), w as u64);
             let m = model(ConvAlgoChoice::Auto, mode, streaming);
             let (segment, schedule) = m.stream_plan(&bindings).unwrap().expect("streams");
-            let bands =
-                stream_band_kernels(&graph, &bindings, mode, ConvAlgoChoice::Auto, streaming)
-                    .unwrap()
-                    .expect("streams");
-            let nodes = node_keys_in(&graph, &bindings, mode, ConvAlgoChoice::Auto).unwrap();
+            let bands = stream_band_kernels(
+                &graph,
+                &bindings,
+                mode,
+                ConvAlgoChoice::Auto,
+                m.isa(),
+                streaming,
+            )
+            .unwrap()
+            .expect("streams");
+            let nodes =
+                node_keys_in(&graph, &bindings, mode, ConvAlgoChoice::Auto, m.isa()).unwrap();
             for (i, s) in segment.nodes.iter().enumerate() {
                 let name = &nodes[s.node].0;
                 let listed: usize = bands

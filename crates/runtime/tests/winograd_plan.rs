@@ -15,7 +15,8 @@ fn keys(w: usize, mode: ShapeMode, choice: ConvAlgoChoice) -> Vec<(String, Primi
         g
     };
     let bindings: Bindings = parse_bindings(&format!("W={w}")).expect("bindings");
-    node_keys_in(&graph, &bindings, mode, choice).expect("keys of the trunk")
+    node_keys_in(&graph, &bindings, mode, choice, primjit_codegen::Isa::X128)
+        .expect("keys of the trunk")
 }
 
 fn algo(key: &PrimitiveKey) -> Option<ConvAlgo> {

@@ -23,6 +23,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 use super::apply_post_ops;
+use crate::backend::x64::{DirectTile, TileFinish, TileInit, TileUnit};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{Layout, PostOpDesc};
 use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, LANES};
@@ -690,7 +691,12 @@ fn column_run(
     };
     let tile_at = |e: &mut Emit<'_>, pixels: usize, q: &[Value]| {
         let (t, r) = at(q);
-        let group = plan.narrow_group(pixels);
+        // Runtime column taps take 128-bit tiles even at a wide tier: one tile's vectors
+        // already fill the 16 xmm registers' budget there.
+        let group = match col_taps {
+            Taps::Runtime { .. } if plan.wide_ratio().is_some() => 1,
+            _ => plan.narrow_group(pixels),
+        };
         if group == 1 {
             pixel_tile(e, plan, pixels, group, row_taps, col_taps, t, &r, lanes);
             return;
@@ -748,6 +754,11 @@ fn pixel_tile(
     residuals: &[Value],
     lanes: LaneCounts,
 ) {
+    if let (Some(ratio), Taps::Fixed(kw_taps)) = (plan.wide_ratio(), col_taps) {
+        return wide_pixel_tile(
+            e, plan, pixels, group, row_taps, kw_taps, tile, residuals, ratio,
+        );
+    }
     let d = &plan.desc;
     let vecs = plan.vecs * group;
     let f = F32_BYTES;
@@ -806,24 +817,8 @@ fn pixel_tile(
     let empty = matches!((row_taps, col_taps), (Taps::Fixed(r), _) if r.is_empty())
         || matches!(col_taps, Taps::Fixed(c) if c.is_empty());
     if !empty {
-        // Where the first kernel row starts, relative to the tile's input row.
-        let (kh_first, kh_count) = match row_taps {
-            Taps::Fixed(r) => (Scalar::Const(r.start as i64), Scalar::Const(r.len() as i64)),
-            Taps::Runtime { first, count } => (Scalar::Dyn(*first), Scalar::Dyn(*count)),
-            Taps::OfRow { oh } => {
-                let ih = e.value(geo.ih);
-                let (first, count) =
-                    e.runtime_taps(*oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
-                (Scalar::Dyn(first), Scalar::Dyn(count))
-            }
-        };
-        let kh_src_off = match (kh_first, kh_src_step) {
-            (Scalar::Const(k), s) => e.mul(s, k),
-            (k, s) => {
-                let (k, s) = (e.value(k), e.value(s));
-                Scalar::Dyn(e.b.ins().imul(k, s))
-            }
-        };
+        let (kh_first, kh_count) = row_tap_range(e, plan, geo, row_taps);
+        let kh_src_off = kh_src_offset(e, kh_first, kh_src_step);
         let kh_w_off = e.mul(kh_first, per_kh);
         // The kernel-row loop carries the reduction's own pointers, and the channel step
         // continues from where it leaves them: no pointer of the channel loop stays live
@@ -972,6 +967,148 @@ fn pixel_tile(
             );
         }
     }
+}
+
+/// The first kernel row of a tile's taps and how many there are.
+fn row_tap_range(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    geo: &Geometry,
+    row_taps: &Taps,
+) -> (Scalar, Scalar) {
+    let d = &plan.desc;
+    match row_taps {
+        Taps::Fixed(r) => (Scalar::Const(r.start as i64), Scalar::Const(r.len() as i64)),
+        Taps::Runtime { first, count } => (Scalar::Dyn(*first), Scalar::Dyn(*count)),
+        Taps::OfRow { oh } => {
+            let ih = e.value(geo.ih);
+            let (first, count) =
+                e.runtime_taps(*oh, ih, d.pads.top, d.kh, d.strides[0], d.dilations[0]);
+            (Scalar::Dyn(first), Scalar::Dyn(count))
+        }
+    }
+}
+
+/// Where the first kernel row's input starts, relative to the tile's input row.
+fn kh_src_offset(e: &mut Emit<'_>, kh_first: Scalar, kh_src_step: Scalar) -> Scalar {
+    match (kh_first, kh_src_step) {
+        (Scalar::Const(k), s) => e.mul(s, k),
+        (k, s) => {
+            let (k, s) = (e.value(k), e.value(s));
+            Scalar::Dyn(e.b.ins().imul(k, s))
+        }
+    }
+}
+
+/// A register tile at a wide tier: the same reduction as [`pixel_tile`]'s, unit for unit and
+/// in the same order, and the same epilogue, as one call of a tile emitted by the x64
+/// backend ([`DirectTile`]). The Cranelift code only computes the tile's pointers and the
+/// call's strides; for a chunked reduction it picks the tile that starts from the bias or from
+/// the partial sums, and ends in the post-ops or in partial sums.
+#[allow(clippy::too_many_arguments)]
+fn wide_pixel_tile(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    pixels: usize,
+    group: usize,
+    row_taps: &Taps,
+    kw_taps: &std::ops::Range<usize>,
+    tile: TilePtrs,
+    residuals: &[Value],
+    ratio: usize,
+) {
+    let d = &plan.desc;
+    let f = F32_BYTES;
+    let tile_oc = (plan.vecs * LANES) as i64;
+    let tile_w_bytes = plan.tile_weights_len() as i64 * f;
+    // Wide vector `u` is 4-lane vectors `u * ratio ..` of the group, which lie side by side in
+    // one tile's weights: a tile's vectors are a multiple of the ratio.
+    let w_vecs: Vec<i64> = (0..plan.vecs * group / ratio)
+        .map(|u| u * ratio)
+        .map(|v| (v / plan.vecs) as i64 * tile_w_bytes + (v % plan.vecs * LANES) as i64 * f)
+        .collect();
+    let geo = &Geometry::new(e, plan);
+    let src_px = geo.src.pixel * f;
+    let per_kh = d.kw as i64 * tile_oc * f;
+    let per_ic = (d.kh * d.kw) as i64 * tile_oc * f;
+    let chan_in_step = match d.src_layout {
+        Layout::Nchw => 0,
+        Layout::Nchw4c => f,
+    };
+    let units: Vec<TileUnit> = (0..plan.ic_step as i64)
+        .flat_map(|c| kw_taps.clone().map(move |kw| (c, kw as i64)))
+        .map(|(c, kw)| TileUnit {
+            w: c * per_ic + kw * tile_oc * f,
+            x: (0..pixels as i64)
+                .map(|p| {
+                    c * chan_in_step
+                        + (kw * d.dilations[1] as i64 + p * d.strides[1] as i64) * src_px
+                })
+                .collect(),
+        })
+        .collect();
+    let (kh_first, kh_count) = match row_taps {
+        Taps::Fixed(r) if r.is_empty() => (Scalar::Const(0), Scalar::Const(0)),
+        _ => row_tap_range(e, plan, geo, row_taps),
+    };
+    let kh_src_off = kh_src_offset(e, kh_first, geo.kh_src_step);
+    let kh_w_off = e.mul(kh_first, per_kh);
+    let spec = |init: TileInit, finish: TileFinish| DirectTile {
+        isa: d.isa,
+        pixels,
+        w_vecs: w_vecs.clone(),
+        steps: plan.ic_chunk / plan.ic_step,
+        units: if kw_taps.is_empty() {
+            Vec::new()
+        } else {
+            units.clone()
+        },
+        per_kh,
+        ic_w_step: plan.ic_step as i64 * per_ic,
+        init,
+        finish,
+    };
+    let mut args = vec![
+        e.offset_by(tile.src, kh_src_off, 1),
+        e.offset_by(tile.weights, kh_w_off, 1),
+        tile.dst,
+        e.value(kh_count),
+        e.value(geo.kh_src_step),
+        e.value(geo.ic_src_step),
+        e.value(geo.dst_block_bytes),
+        match tile.bias {
+            Some(b) => b,
+            None => e.iconst(0),
+        },
+    ];
+    args.extend(residuals);
+    let start = if tile.bias.is_some() {
+        TileInit::Bias
+    } else {
+        TileInit::Zero
+    };
+    let posts = TileFinish::PostOps(d.post_ops.clone());
+    let Some(chunk) = tile.chunk else {
+        e.call_tile(spec(start, posts), &args);
+        return;
+    };
+    // Residuals are read only by the last chunk's tile: the others take none.
+    let partial_args = &args[..8];
+    let first = e.b.ins().icmp_imm_s(IntCC::Equal, chunk, 0);
+    e.if_else(
+        first,
+        |e| e.call_tile(spec(start, TileFinish::Partial), partial_args),
+        |e| {
+            let last =
+                e.b.ins()
+                    .icmp_imm_s(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
+            e.if_else(
+                last,
+                |e| e.call_tile(spec(TileInit::Partial, posts.clone()), &args),
+                |e| e.call_tile(spec(TileInit::Partial, TileFinish::Partial), partial_args),
+            );
+        },
+    );
 }
 
 /// Loads the partial sums of a tile of `vecs` output-channel vectors from an `nChw4c`

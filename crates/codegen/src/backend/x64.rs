@@ -1,0 +1,609 @@
+//! The wide tiers' x86-64 emitter: register tiles and peak loops in AVX2 (`ymm`) or AVX-512
+//! (`zmm`), assembled with iced-x86's code assembler.
+//!
+//! Cranelift's x64 backend has no 256- or 512-bit instructions, so the innermost part of a
+//! kernel, the register tile, comes from here at those tiers, and Cranelift keeps the loop
+//! nest, the borders and the runtime extents around it. A tile is a leaf function in the
+//! System V convention that touches only caller-saved registers, so the Cranelift code around
+//! it needs nothing but the call.
+
+use iced_x86::code_asm::registers::{xmm::*, ymm::*, zmm::*};
+use iced_x86::code_asm::{
+    AsmMemoryOperand, AsmRegister64, AsmRegisterXmm, AsmRegisterYmm, AsmRegisterZmm, CodeAssembler,
+    dword_ptr, ptr, qword_ptr, r8, r9, r10, r11, rax, rcx, rdi, rdx, rsi, rsp, xmmword_ptr,
+};
+
+use crate::key::PostOpDesc;
+use crate::target::Isa;
+
+/// Bytes of one block of four channels' pixel in `nChw4c`, the unit a wide vector's lanes
+/// are stored in: a wide vector of output channels spans `lanes / 4` blocks.
+const BLOCK_PIXEL_BYTES: i64 = 16;
+
+/// How a tile's accumulators start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileInit {
+    Zero,
+    /// From the bias (the tile's `bias` argument, vector `u` at `u * lanes` floats).
+    Bias,
+    /// From the partial sums a previous chunk of the reduction left in the destination.
+    Partial,
+}
+
+/// How a tile ends.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TileFinish {
+    /// The post-ops in their order, then the store.
+    PostOps(Vec<PostOpDesc>),
+    /// The partial sums, stored for the next chunk.
+    Partial,
+}
+
+/// One step of the reduction within a kernel-row trip: a weight row at `w` bytes from the
+/// trip's weights, times the input at `x[p]` bytes from the trip's source for each pixel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TileUnit {
+    pub w: i64,
+    pub x: Vec<i64>,
+}
+
+/// A direct convolution's register tile, `pixels` x `vectors` accumulators of the tier's
+/// width: the same products in the same order as the 128-bit tile of `conv::direct`, so that a
+/// pixel's sum has the same bits whichever tile computes it.
+///
+/// The tile is called as `fn(src, weights, dst, kh_count, kh_src_step, ic_src_step,
+/// dst_block_bytes, bias, residuals...)`: `steps` trips of the channel loop, each of
+/// `kh_count` kernel-row trips of `units`; after a kernel row the source moves by
+/// `kh_src_step` bytes and the weights by `per_kh`; after a channel step the source moves
+/// to `ic_src_step` bytes past where the step began and the weights to `ic_w_step`. Vector
+/// `u`'s weights are `w_vecs[u]` bytes from a unit's; its lanes are stored in the
+/// destination's blocks `u * lanes / 4 ..`, `dst_block_bytes` apart, a pixel 16 bytes after
+/// the one before.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DirectTile {
+    pub isa: Isa,
+    pub pixels: usize,
+    pub w_vecs: Vec<i64>,
+    pub steps: usize,
+    pub units: Vec<TileUnit>,
+    pub per_kh: i64,
+    pub ic_w_step: i64,
+    pub init: TileInit,
+    pub finish: TileFinish,
+}
+
+/// Where the call's arguments past the sixth are, from the stack pointer at entry.
+const DST_BLOCK_BYTES_ARG: i32 = 8;
+const BIAS_ARG: i32 = 16;
+const FIRST_RESIDUAL_ARG: i32 = 24;
+
+impl DirectTile {
+    pub fn vectors(&self) -> usize {
+        self.w_vecs.len()
+    }
+
+    pub fn accumulators(&self) -> usize {
+        self.pixels * self.vectors()
+    }
+
+    /// Whether the weight vectors of a unit sit in registers (loaded once for all pixels) or
+    /// are read by each FMA from memory; the latter for tiles too wide for the registers.
+    fn weights_in_registers(&self) -> bool {
+        self.pixels > 1
+            && self.accumulators() + self.vectors() + 1 <= self.isa.target().vector_registers
+    }
+
+    /// The first accumulator's register: below it the broadcast, the weights, and the
+    /// epilogue's four temporaries (a zero, the clip bounds, a residual).
+    fn first_accumulator(&self) -> usize {
+        let staged = if self.weights_in_registers() {
+            self.vectors() + 1
+        } else {
+            1
+        };
+        staged.max(4)
+    }
+
+    /// Whether the tile fits the tier's registers.
+    pub fn fits(&self) -> bool {
+        self.isa != Isa::X128
+            && self.vectors() > 0
+            && self.pixels > 0
+            && self.first_accumulator() + self.accumulators() <= self.isa.target().vector_registers
+    }
+
+    /// Arguments of the call, after the six in registers: block bytes, bias, residuals.
+    pub fn residuals(&self) -> usize {
+        match &self.finish {
+            TileFinish::PostOps(posts) => posts.iter().filter(|p| **p == PostOpDesc::Add).count(),
+            TileFinish::Partial => 0,
+        }
+    }
+
+    /// The tile's machine code, for any address.
+    ///
+    /// # Panics
+    ///
+    /// If the tile does not [`fit`](Self::fits), or an offset does not fit an instruction's
+    /// 32-bit displacement: both are the lowering's to rule out.
+    pub fn assemble(&self) -> Vec<u8> {
+        assert!(
+            self.fits(),
+            "a wide tile that does not fit its tier: {self:?}"
+        );
+        let mut a = Asm::new(self.isa);
+        self.emit(&mut a);
+        a.finish()
+    }
+
+    fn acc(&self, p: usize, u: usize) -> usize {
+        self.first_accumulator() + p * self.vectors() + u
+    }
+
+    fn emit(&self, a: &mut Asm) {
+        let vectors = self.vectors();
+        let blocks = self.isa.target().lanes / 4;
+        // Accumulators.
+        match self.init {
+            TileInit::Zero => {
+                for p in 0..self.pixels {
+                    for u in 0..vectors {
+                        let r = self.acc(p, u);
+                        a.zero(r);
+                    }
+                }
+            }
+            TileInit::Bias => {
+                ok(a.a.mov(rax, qword_ptr(rsp + BIAS_ARG)));
+                let vb = (self.isa.target().vector_bytes()) as i64;
+                for p in 0..self.pixels {
+                    for u in 0..vectors {
+                        a.load(self.acc(p, u), rax + disp(u as i64 * vb));
+                    }
+                }
+            }
+            TileInit::Partial => {
+                ok(a.a.mov(rax, qword_ptr(rsp + DST_BLOCK_BYTES_ARG)));
+                for u in 0..vectors {
+                    block_bases(a, u * blocks, rdx);
+                    for p in 0..self.pixels {
+                        let px = p as i64 * BLOCK_PIXEL_BYTES;
+                        a.load_blocks(self.acc(p, u), blocks, px);
+                    }
+                }
+            }
+        }
+        self.reduction(a);
+        ok(a.a.mov(rax, qword_ptr(rsp + DST_BLOCK_BYTES_ARG)));
+        match &self.finish {
+            TileFinish::Partial => {
+                for u in 0..vectors {
+                    block_bases(a, u * blocks, rdx);
+                    for p in 0..self.pixels {
+                        a.store_blocks(self.acc(p, u), blocks, p as i64 * BLOCK_PIXEL_BYTES);
+                    }
+                }
+            }
+            TileFinish::PostOps(posts) => self.epilogue(a, posts),
+        }
+        ok(a.a.vzeroupper());
+        ok(a.a.ret());
+    }
+
+    /// The channel loop (`steps` trips, counted in `rax`) around the kernel-row loop
+    /// (`kh_count` trips, counted in `r10`).
+    fn reduction(&self, a: &mut Asm) {
+        // r9: from where a channel step's kernel rows leave the source to the next step;
+        // r11: the same for the weights.
+        ok(a.a.mov(rax, rcx));
+        ok(a.a.imul_2(rax, r8));
+        ok(a.a.sub(r9, rax));
+        ok(a.a.imul_3(r11, rcx, i32_of(-self.per_kh)));
+        ok(a.a.add(r11, i32_of(self.ic_w_step)));
+        ok(a.a.mov(rax, self.steps as u64));
+        let mut ic_loop = a.a.create_label();
+        let mut kh_loop = a.a.create_label();
+        let mut kh_done = a.a.create_label();
+        ok(a.a.set_label(&mut ic_loop));
+        ok(a.a.mov(r10, rcx));
+        ok(a.a.test(r10, r10));
+        ok(a.a.jz(kh_done));
+        ok(a.a.set_label(&mut kh_loop));
+        for unit in &self.units {
+            self.unit(a, unit);
+        }
+        ok(a.a.add(rdi, r8));
+        ok(a.a.add(rsi, i32_of(self.per_kh)));
+        ok(a.a.dec(r10));
+        ok(a.a.jnz(kh_loop));
+        ok(a.a.set_label(&mut kh_done));
+        ok(a.a.add(rdi, r9));
+        ok(a.a.add(rsi, r11));
+        ok(a.a.dec(rax));
+        ok(a.a.jnz(ic_loop));
+    }
+
+    fn unit(&self, a: &mut Asm, unit: &TileUnit) {
+        let vectors = self.vectors();
+        let bcast = 0;
+        if self.weights_in_registers() {
+            for (u, &w) in self.w_vecs.iter().enumerate() {
+                a.load(1 + u, rsi + disp(unit.w + w));
+            }
+            for (p, &x) in unit.x.iter().enumerate() {
+                a.broadcast(bcast, rdi + disp(x));
+                for u in 0..vectors {
+                    a.fma_reg(self.acc(p, u), 1 + u, bcast);
+                }
+            }
+        } else {
+            for (p, &x) in unit.x.iter().enumerate() {
+                a.broadcast(bcast, rdi + disp(x));
+                for (u, &w) in self.w_vecs.iter().enumerate() {
+                    a.fma_mem(self.acc(p, u), bcast, rsi + disp(unit.w + w));
+                }
+            }
+        }
+    }
+
+    /// The post-ops on each accumulator, as `conv::apply_post_ops` applies them, then the
+    /// store. `max(b, x)` and `min(b, x)` return their second operand `x` when either is NaN
+    /// or both are zeros, so relu and clip are `x < 0 ? 0 : x` and `x < lo ? lo : x`.
+    fn epilogue(&self, a: &mut Asm, posts: &[PostOpDesc]) {
+        const ZERO: usize = 0;
+        const LO: usize = 1;
+        const HI: usize = 2;
+        const RESIDUAL: usize = 3;
+        let blocks = self.isa.target().lanes / 4;
+        if posts.contains(&PostOpDesc::Relu) {
+            a.zero(ZERO);
+        }
+        for u in 0..self.vectors() {
+            block_bases(a, u * blocks, rdx);
+            for p in 0..self.pixels {
+                let px = p as i64 * BLOCK_PIXEL_BYTES;
+                let x = self.acc(p, u);
+                let mut adds = 0;
+                for post in posts {
+                    match *post {
+                        PostOpDesc::Relu => a.max(x, ZERO, x),
+                        PostOpDesc::Clip { lo, hi } => {
+                            a.splat_const(LO, lo);
+                            a.splat_const(HI, hi);
+                            a.max(x, LO, x);
+                            a.min(x, HI, x);
+                        }
+                        PostOpDesc::Add => {
+                            let arg = FIRST_RESIDUAL_ARG + 8 * adds;
+                            adds += 1;
+                            // The residual's blocks, as the destination's: r10/r11 then
+                            // hold its bases; the destination's are computed again after.
+                            ok(a.a.mov(rcx, qword_ptr(rsp + arg)));
+                            block_bases(a, u * blocks, rcx);
+                            a.load_blocks(RESIDUAL, blocks, px);
+                            a.add(x, x, RESIDUAL);
+                            block_bases(a, u * blocks, rdx);
+                        }
+                    }
+                }
+                a.store_blocks(x, blocks, px);
+            }
+        }
+    }
+}
+
+/// Sets `r10` to `base + first * rax` and `r11` to `r10 + 2 * rax`: the blocks of one wide
+/// vector are then `r10`, `r10 + rax`, `r11`, `r11 + rax` (`rax` holding the block bytes).
+fn block_bases(a: &mut Asm, first: usize, base: AsmRegister64) {
+    ok(a.a.imul_3(r10, rax, i32_of(first as i64)));
+    ok(a.a.add(r10, base));
+    ok(a.a.lea(r11, ptr(r10 + rax * 2)));
+}
+
+/// The address of block `j` (0 to 3) of the vector whose bases `block_bases` set, plus `px`.
+fn block_addr(j: usize, px: i64) -> AsmMemoryOperand {
+    let d = disp(px);
+    match j {
+        0 => xmmword_ptr(r10 + d),
+        1 => xmmword_ptr(r10 + rax + d),
+        2 => xmmword_ptr(r11 + d),
+        _ => xmmword_ptr(r11 + rax + d),
+    }
+}
+
+/// Unwraps an instruction's operand check: the emitter only asks for forms that exist.
+fn ok(r: Result<(), iced_x86::IcedError>) {
+    r.expect("an encodable instruction");
+}
+
+fn i32_of(x: i64) -> i32 {
+    i32::try_from(x).expect("an offset within a 32-bit displacement")
+}
+
+fn disp(x: i64) -> i32 {
+    i32_of(x)
+}
+
+const YMM: [AsmRegisterYmm; 16] = [
+    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
+    ymm15,
+];
+const ZMM: [AsmRegisterZmm; 32] = [
+    zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12, zmm13, zmm14,
+    zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25, zmm26, zmm27,
+    zmm28, zmm29, zmm30, zmm31,
+];
+const XMM: [AsmRegisterXmm; 16] = [
+    xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14,
+    xmm15,
+];
+
+/// The code assembler at one tier: vector registers by index, `ymm` or `zmm`.
+pub(crate) struct Asm {
+    pub(crate) a: CodeAssembler,
+    isa: Isa,
+}
+
+impl Asm {
+    pub(crate) fn new(isa: Isa) -> Self {
+        let mut a = CodeAssembler::new(64).expect("64-bit mode exists");
+        // VEX where it encodes (AVX2), EVEX only where a zmm register or opmask needs it.
+        a.set_prefer_vex(true);
+        Asm { a, isa }
+    }
+
+    /// Assembles at address 0; every branch is relative, so the code runs anywhere.
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        self.a
+            .assemble(0)
+            .expect("the emitter only writes encodable instructions")
+    }
+
+    fn wide(&self) -> bool {
+        self.isa == Isa::Avx512
+    }
+
+    pub(crate) fn zero(&mut self, r: usize) {
+        let res = if self.wide() {
+            self.a.vxorps(ZMM[r], ZMM[r], ZMM[r])
+        } else {
+            self.a.vxorps(YMM[r], YMM[r], YMM[r])
+        };
+        ok(res);
+    }
+
+    pub(crate) fn load(&mut self, r: usize, m: impl Into<AsmMemoryOperand>) {
+        let m = m.into();
+        let res = if self.wide() {
+            self.a.vmovups(ZMM[r], ptr(m))
+        } else {
+            self.a.vmovups(YMM[r], ptr(m))
+        };
+        ok(res);
+    }
+
+    pub(crate) fn store(&mut self, m: impl Into<AsmMemoryOperand>, r: usize) {
+        let m = m.into();
+        let res = if self.wide() {
+            self.a.vmovups(ptr(m), ZMM[r])
+        } else {
+            self.a.vmovups(ptr(m), YMM[r])
+        };
+        ok(res);
+    }
+
+    pub(crate) fn broadcast(&mut self, r: usize, m: impl Into<AsmMemoryOperand>) {
+        let m = dword_ptr(m.into());
+        let res = if self.wide() {
+            self.a.vbroadcastss(ZMM[r], m)
+        } else {
+            self.a.vbroadcastss(YMM[r], m)
+        };
+        ok(res);
+    }
+
+    /// `acc += w * b`, all registers.
+    pub(crate) fn fma_reg(&mut self, acc: usize, w: usize, b: usize) {
+        let res = if self.wide() {
+            self.a.vfmadd231ps(ZMM[acc], ZMM[w], ZMM[b])
+        } else {
+            self.a.vfmadd231ps(YMM[acc], YMM[w], YMM[b])
+        };
+        ok(res);
+    }
+
+    /// `acc += b * [m]`.
+    pub(crate) fn fma_mem(&mut self, acc: usize, b: usize, m: impl Into<AsmMemoryOperand>) {
+        let m = ptr(m.into());
+        let res = if self.wide() {
+            self.a.vfmadd231ps(ZMM[acc], ZMM[b], m)
+        } else {
+            self.a.vfmadd231ps(YMM[acc], YMM[b], m)
+        };
+        ok(res);
+    }
+
+    pub(crate) fn max(&mut self, d: usize, a: usize, b: usize) {
+        let res = if self.wide() {
+            self.a.vmaxps(ZMM[d], ZMM[a], ZMM[b])
+        } else {
+            self.a.vmaxps(YMM[d], YMM[a], YMM[b])
+        };
+        ok(res);
+    }
+
+    pub(crate) fn min(&mut self, d: usize, a: usize, b: usize) {
+        let res = if self.wide() {
+            self.a.vminps(ZMM[d], ZMM[a], ZMM[b])
+        } else {
+            self.a.vminps(YMM[d], YMM[a], YMM[b])
+        };
+        ok(res);
+    }
+
+    pub(crate) fn add(&mut self, d: usize, a: usize, b: usize) {
+        let res = if self.wide() {
+            self.a.vaddps(ZMM[d], ZMM[a], ZMM[b])
+        } else {
+            self.a.vaddps(YMM[d], YMM[a], YMM[b])
+        };
+        ok(res);
+    }
+
+    /// Every lane of register `r` (one of the first 16) set to `x`, through `esi`.
+    fn splat_const(&mut self, r: usize, x: f32) {
+        use iced_x86::code_asm::esi;
+        ok(self.a.mov(esi, x.to_bits()));
+        ok(self.a.vmovd(XMM[r], esi));
+        let res = if self.wide() {
+            self.a.vbroadcastss(ZMM[r], XMM[r])
+        } else {
+            self.a.vbroadcastss(YMM[r], XMM[r])
+        };
+        ok(res);
+    }
+
+    /// Register `r`'s lanes from `blocks` blocks of four floats (see [`block_bases`]).
+    fn load_blocks(&mut self, r: usize, blocks: usize, px: i64) {
+        for j in 0..blocks {
+            let m = block_addr(j, px);
+            let res = if self.wide() {
+                self.a.vinsertf32x4(ZMM[r], ZMM[r], m, j as u32)
+            } else if j == 0 {
+                self.a.vmovups(XMM[r], m)
+            } else {
+                self.a.vinsertf128(YMM[r], YMM[r], m, j as u32)
+            };
+            ok(res);
+        }
+    }
+
+    /// Register `r`'s lanes to `blocks` blocks of four floats.
+    fn store_blocks(&mut self, r: usize, blocks: usize, px: i64) {
+        for j in 0..blocks {
+            let m = block_addr(j, px);
+            let res = if self.wide() {
+                self.a.vextractf32x4(m, ZMM[r], j as u32)
+            } else if j == 0 {
+                self.a.vmovups(m, XMM[r])
+            } else {
+                self.a.vextractf128(m, YMM[r], j as u32)
+            };
+            ok(res);
+        }
+    }
+}
+
+/// A whole peak kernel in the tier's vectors, with the kernel ABI (`fn(buffers, begin, end,
+/// extents, prefetch)`): `end - begin` trips of 8 steps of 12 independent FMA chains, which
+/// start from and end in the destination (buffer 2), `x <- x * b + a` with `a` and `b` the
+/// source's first two vectors (buffer 0). With `tile`, a trip is instead 12 channels of the
+/// direct convolution's register tile at the tier's full shape, its broadcasts and weights
+/// read from the source (which stays in L1).
+pub fn peak_kernel(isa: Isa, tile: bool) -> Vec<u8> {
+    let mut a = Asm::new(isa);
+    let vb = isa.target().vector_bytes() as i64;
+    let (pixels, vectors) = full_tile(isa);
+    let chains = if tile { pixels * vectors } else { PEAK_CHAINS };
+    let first = 4;
+    ok(a.a.mov(r8, qword_ptr(rdi)));
+    ok(a.a.mov(r9, qword_ptr(rdi + 16)));
+    for k in 0..chains {
+        a.load(first + k, r9 + disp(k as i64 * vb));
+    }
+    ok(a.a.mov(rcx, rdx));
+    ok(a.a.sub(rcx, rsi));
+    let mut done = a.a.create_label();
+    let mut top = a.a.create_label();
+    ok(a.a.test(rcx, rcx));
+    ok(a.a.jle(done));
+    if !tile {
+        a.load(0, r8);
+        a.load(1, r8 + disp(vb));
+    }
+    ok(a.a.set_label(&mut top));
+    if tile {
+        for c in 0..PEAK_TILE_CHANNELS as i64 {
+            for u in 0..vectors {
+                a.load(1 + u, r8 + disp((c * vectors as i64 + u as i64) * vb));
+            }
+            let scalars = PEAK_TILE_CHANNELS as i64 * vectors as i64 * vb;
+            for p in 0..pixels {
+                a.broadcast(0, r8 + disp(scalars + 4 * (c * pixels as i64 + p as i64)));
+                for u in 0..vectors {
+                    a.fma_reg(first + p * vectors + u, 1 + u, 0);
+                }
+            }
+        }
+    } else {
+        for _ in 0..8 {
+            for k in 0..chains {
+                a.fma_reg(first + k, 1, 0);
+            }
+        }
+    }
+    ok(a.a.dec(rcx));
+    ok(a.a.jnz(top));
+    ok(a.a.set_label(&mut done));
+    for k in 0..chains {
+        a.store(r9 + disp(k as i64 * vb), first + k);
+    }
+    ok(a.a.vzeroupper());
+    ok(a.a.ret());
+    a.finish()
+}
+
+/// Independent FMA chains of the register peak: enough to cover the FMA latency on two ports.
+pub const PEAK_CHAINS: usize = 12;
+
+/// Channels per trip of the tile peak.
+pub const PEAK_TILE_CHANNELS: usize = 12;
+
+/// The full direct tile of a tier, `(pixels, vectors)`: 12 accumulators in 16 `ymm`, 24 in 32
+/// `zmm`, two weight vectors each; the plans tile output channels and pixels so (see
+/// `ConvPlan::new`).
+pub fn full_tile(isa: Isa) -> (usize, usize) {
+    match isa {
+        Isa::X128 | Isa::Avx2 => (6, 2),
+        Isa::Avx512 => (12, 2),
+    }
+}
+
+/// The flops of one work item (trip) of [`peak_kernel`].
+pub fn peak_flops_per_item(isa: Isa, tile: bool) -> u64 {
+    let (pixels, vectors) = full_tile(isa);
+    let fmas = if tile {
+        PEAK_TILE_CHANNELS * pixels * vectors
+    } else {
+        8 * PEAK_CHAINS
+    };
+    (fmas * isa.target().lanes * 2) as u64
+}
+
+/// Floats of [`peak_kernel`]'s source and destination buffers.
+pub fn peak_buffer_lens(isa: Isa, tile: bool) -> (usize, usize) {
+    let lanes = isa.target().lanes;
+    let (pixels, vectors) = full_tile(isa);
+    let src = if tile {
+        PEAK_TILE_CHANNELS * (vectors * lanes + pixels)
+    } else {
+        2 * lanes
+    };
+    let chains = if tile { pixels * vectors } else { PEAK_CHAINS };
+    (src, chains * lanes)
+}
+
+/// The instructions of `code`, one per line in Intel syntax with offsets from `base`.
+pub fn disassemble(code: &[u8], base: u64) -> String {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+    let mut decoder = Decoder::with_ip(64, code, base, DecoderOptions::NONE);
+    let mut formatter = IntelFormatter::new();
+    let mut out = String::new();
+    let mut text = String::new();
+    for ins in &mut decoder {
+        text.clear();
+        formatter.format(&ins, &mut text);
+        out.push_str(&format!("  {:6x}: {text}\n", ins.ip()));
+    }
+    out
+}

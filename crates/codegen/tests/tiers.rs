@@ -1,0 +1,207 @@
+//! The wide tiers' code, emitted and read back on every host, whatever tier it runs: each
+//! direct convolution family at `avx2` and `avx512` compiles, its register tiles hold the
+//! tier's instruction forms and no other tier's, and every call from the Cranelift code lands
+//! on a tile. (Running the code is `primjit-runtime`'s kernel tests, on the tiers the host has.)
+
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
+};
+use primjit_codegen::{
+    CodegenOptions, ConvDesc, Dumps, Isa, Layout, PostOpDesc, PrimitiveKey, compile,
+};
+use primjit_ir::{Pads, PoolWindow};
+
+fn verified() -> CodegenOptions {
+    CodegenOptions {
+        verify: true,
+        ..CodegenOptions::default()
+    }
+}
+
+fn blocked(mut d: ConvDesc) -> ConvDesc {
+    d.src_layout = Layout::Nchw4c;
+    d.dst_layout = Layout::Nchw4c;
+    d
+}
+
+/// One key of each direct family the wide tiers cover, with every post-op somewhere.
+fn families() -> Vec<(&'static str, ConvDesc)> {
+    let mut c3 = blocked(ConvDesc::new(1, 64, [9, 30], 64, [3, 3]));
+    c3.pads = Pads::uniform(1);
+    c3.bias = true;
+    c3.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
+    let mut c1 = blocked(ConvDesc::new(1, 64, [8, 26], 128, [1, 1]));
+    c1.strides = [2, 2];
+    c1.bias = true;
+    let mut strided = blocked(ConvDesc::new(1, 64, [9, 31], 128, [3, 3]));
+    strided.strides = [2, 2];
+    strided.pads = Pads::uniform(1);
+    strided.post_ops = vec![PostOpDesc::Clip { lo: 0.0, hi: 6.0 }];
+    let mut stem = ConvDesc::new(1, 3, [21, 40], 64, [7, 7]);
+    stem.strides = [2, 2];
+    stem.pads = Pads::uniform(3);
+    stem.dst_layout = Layout::Nchw4c;
+    stem.bias = true;
+    stem.post_ops = vec![PostOpDesc::Relu];
+    stem.pool = Some(PoolWindow {
+        kernel: [3, 3],
+        strides: [2, 2],
+        pads: Pads::uniform(1),
+        dilations: [1, 1],
+        ceil_mode: false,
+    });
+    // Weights past the L1 budget: a chunked reduction's partial-sum tiles.
+    let mut chunked = blocked(ConvDesc::new(1, 256, [6, 20], 32, [3, 3]));
+    chunked.pads = Pads::uniform(1);
+    // Output channels of one `ymm` and a half: a tile of one wide vector.
+    let odd = blocked(ConvDesc::new(1, 8, [5, 17], 24, [3, 3]));
+    vec![
+        ("3x3", c3),
+        ("1x1 strided", c1),
+        ("3x3 strided", strided),
+        ("7x7 stem with a fused pool", stem),
+        ("chunked", chunked),
+        ("24 channels", odd),
+    ]
+}
+
+fn at(mut d: ConvDesc, isa: Isa) -> PrimitiveKey {
+    d.isa = isa;
+    PrimitiveKey::Conv(d)
+}
+
+fn decode(code: &[u8], base: usize) -> Vec<Instruction> {
+    Decoder::with_ip(64, code, base as u64, DecoderOptions::NONE)
+        .into_iter()
+        .collect()
+}
+
+fn uses(ins: &Instruction, pred: impl Fn(Register) -> bool) -> bool {
+    (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Register && pred(ins.op_register(i)))
+}
+
+#[test]
+fn every_family_emits_its_tiers_instruction_forms_on_every_host() {
+    for (name, d) in families() {
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            let key = at(d.clone(), isa);
+            let k = compile(&key, verified(), Dumps::default())
+                .unwrap_or_else(|e| panic!("{name} at {isa}: {e}"));
+            assert!(
+                !k.tiles().is_empty(),
+                "{name} at {isa}: no wide tile in {key}"
+            );
+            let (fma, wide_reg, other_reg) = match isa {
+                Isa::Avx2 => (
+                    Code::VEX_Vfmadd231ps_ymm_ymm_ymmm256,
+                    Register::is_ymm as fn(Register) -> bool,
+                    Register::is_zmm as fn(Register) -> bool,
+                ),
+                _ => (
+                    Code::EVEX_Vfmadd231ps_zmm_k1z_zmm_zmmm512b32,
+                    Register::is_zmm as fn(Register) -> bool,
+                    Register::is_ymm as fn(Register) -> bool,
+                ),
+            };
+            let mut fmas = 0;
+            for range in k.tiles() {
+                let tile = decode(&k.code()[range.clone()], range.start);
+                assert!(
+                    tile.iter().all(|i| !i.is_invalid()),
+                    "{name} at {isa}: undecodable"
+                );
+                assert_eq!(
+                    tile.last().map(|i| i.mnemonic()),
+                    Some(Mnemonic::Ret),
+                    "{name} at {isa}: a tile ends in ret"
+                );
+                for ins in &tile {
+                    assert!(
+                        !uses(ins, other_reg),
+                        "{name} at {isa}: {ins} is another tier's"
+                    );
+                    if ins.mnemonic() == Mnemonic::Vfmadd231ps {
+                        assert_eq!(ins.code(), fma, "{name} at {isa}: {ins}");
+                        fmas += 1;
+                    }
+                    // Every branch stays inside the tile.
+                    if ins.flow_control() == FlowControl::ConditionalBranch {
+                        assert!(range.contains(&(ins.near_branch_target() as usize)));
+                    }
+                }
+                assert!(tile.iter().any(|i| uses(i, wide_reg)), "{name} at {isa}");
+            }
+            assert!(fmas > 0, "{name} at {isa}: no FMA of the tier");
+            // The Cranelift part calls only tiles, at their first byte.
+            let first = k.tiles()[0].start;
+            let calls: Vec<u64> = decode(&k.code()[..first], 0)
+                .iter()
+                .filter(|i| i.flow_control() == FlowControl::Call)
+                .map(|i| i.near_branch_target())
+                .collect();
+            assert!(!calls.is_empty(), "{name} at {isa}: no tile call");
+            for target in calls {
+                assert!(
+                    k.tiles().iter().any(|r| r.start as u64 == target),
+                    "{name} at {isa}: a call to {target:#x}, no tile's start"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn x128_keys_have_no_wide_code() {
+    for (name, d) in families() {
+        let k = compile(&at(d, Isa::X128), verified(), Dumps::default()).unwrap();
+        assert!(k.tiles().is_empty(), "{name}");
+        for ins in decode(k.code(), 0) {
+            assert!(
+                !uses(&ins, |r| r.is_ymm() || r.is_zmm()),
+                "{name}: {ins} is wider than x128"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_tier_is_in_the_one_liner_and_the_disassembly() {
+    let (_, d) = families().remove(0);
+    let key = at(d, Isa::Avx512);
+    assert!(key.to_string().contains(" isa:avx512 "), "{key}");
+    let dumps = Dumps {
+        clif: false,
+        disasm: true,
+    };
+    let k = compile(&key, verified(), dumps).unwrap();
+    let text = k.disasm().expect("asked for");
+    assert!(text.contains("x64 backend"), "{text}");
+    assert!(text.contains("vfmadd231ps zmm"), "{text}");
+}
+
+#[test]
+fn wide_peaks_are_emitted_whole_for_each_wide_tier() {
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        for tile in [false, true] {
+            let key = PrimitiveKey::WidePeak { isa, tile };
+            let k = compile(&key, verified(), Dumps::default()).unwrap();
+            assert_eq!(k.tiles(), &[0..k.code().len()][..]);
+            let code = decode(k.code(), 0);
+            let fmas = code
+                .iter()
+                .filter(|i| i.mnemonic() == Mnemonic::Vfmadd231ps)
+                .count();
+            assert!(fmas >= 12, "{key}: {fmas} FMAs");
+        }
+    }
+    let err = compile(
+        &PrimitiveKey::WidePeak {
+            isa: Isa::X128,
+            tile: false,
+        },
+        verified(),
+        Dumps::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("needs a wide tier"), "{err}");
+}
