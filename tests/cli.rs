@@ -1426,7 +1426,7 @@ fn run_trunk_jit_agrees_with_the_reference() {
         // adds keep activations of the order of 1, batch-norm folding keeps the weights at
         // unit gain). Errors of random sign grow like sqrt(n) rather than n in practice: about
         // 1e-6 relative per layer, a few 1e-6 after the trunk (3.5e-6 observed for direct,
-        // ARCHITECTURE.md's "Winograd" gives Winograd's, about twice that). 1e-4 of the
+        // docs/decisions/005-winograd-f4x4-3x3.md gives Winograd's, about twice that). 1e-4 of the
         // output's magnitude leaves a margin of over 10x while still catching a wrong tap, a
         // missed bias or a lost residual, which are off by 1e-2 or more.
         let tolerance = 1e-4 * max_ref.max(1.0);

@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(long, value_parser = Budget::parse)]
     pub workspace_budget: Option<Budget>,
 
-    /// Write the summary and every call's record as JSON (see README.md)
+    /// Write the summary and every call's record as JSON (see docs/cli.md)
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
 

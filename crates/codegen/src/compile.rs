@@ -22,7 +22,7 @@ pub struct CodegenOptions {
     /// Run Cranelift's IR verifier (30-45% of compile time; on in tests).
     pub verify: bool,
     /// Winograd kernels whose weights stream from memory prefetch each weight panel while
-    /// they compute the one before (ARCHITECTURE.md, "Weight panels prefetched"). On by
+    /// they compute the one before (docs/decisions/008-winograd-weight-prefetch.md). On by
     /// default; off to measure what it gains on a host, in one process beside an engine
     /// with it on (`streaming_cost --reference-prefetch off`).
     pub prefetch_weights: bool,

@@ -1,4 +1,4 @@
-//! The error catalogue (README.md, "Errors"): every error variant produced through the public
+//! The error catalogue (docs/errors.md): every error variant produced through the public
 //! API of the `primjit` facade, with the message form the catalogue lists.
 //!
 //! Not produced here, as their documentation explains: `CodegenError::UnsupportedHost` (every

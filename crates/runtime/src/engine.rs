@@ -147,7 +147,8 @@ fn trace_line(line: &str) {
 /// them on one CPU while another sits idle. The worker running the graph and a busily waiting
 /// one then took turns on that CPU a scheduler tick at a time (4 ms at 250 Hz) until the load
 /// balancer moved one: the second worker started 1.4-5.4 ms into the run instead of 16-65 µs,
-/// and a run of the trunk at W=200 took 4-9 ms (12-26%) longer (ARCHITECTURE.md, "Threads").
+/// and a run of the trunk at W=200 took 4-9 ms (12-26%) longer
+/// (docs/decisions/012-worker-check-in.md).
 /// Each worker now records its CPU, waits for the others (yielding its CPU, so that a worker
 /// queued behind it can record its own), and one that shares its CPU with a worker of a lower
 /// index moves to one no worker is on.

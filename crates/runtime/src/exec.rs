@@ -743,7 +743,7 @@ impl GuardedBuffer {
 ///
 /// Winograd's transformed weights of a 256-channel layer take 9.4 MB, beyond L2, and stream
 /// through the GEMMs once per block of tiles; with 4 KiB pages the hardware prefetchers stop
-/// at every page boundary (see ARCHITECTURE.md, "Winograd"). Whole huge pages need a 2 MiB
+/// at every page boundary (docs/perf/2026-12-dev-vm.md). Whole huge pages need a 2 MiB
 /// aligned range, which Linux gives anonymous mappings of 2 MiB and more.
 pub struct WeightBuffer {
     map: MmapMut,

@@ -62,7 +62,7 @@ pub const MIN_BANDS: usize = 4;
 /// threads): layer2's stride-1 convs (80 tiles a call, 1.25 times the reads) ran at 1.00-1.13
 /// of their whole-tensor time, layer3.0.conv2 (20 tiles, 2.5 times) at 1.20-1.30; left out of
 /// the segment, it ran at 0.94-1.07, and the segment's peak rose from 26.4 to 34.8 MB
-/// (ARCHITECTURE.md, "Width-streamed execution"). The bound lies between the two measured
+/// (docs/decisions/009-when-and-where-to-stream.md). The bound lies between the two measured
 /// ratios; at W=4246, layer3.0.conv2's bands of 20 columns give 1.91. With the default
 /// band of 128 columns, layer3.0.conv2's calls have 40 tiles (1.25 times) and stream.
 pub const MAX_BAND_WEIGHT_READS: f64 = 1.5;
@@ -85,7 +85,7 @@ impl Streaming {
     /// faster than with 64, compared call by call in one process (five rounds, either side
     /// as the reference): conv1, layer1 and layer2 gained more in fewer, wider calls (303 a
     /// call at W=7680 against 556) than layer3.0.conv2 lost in bands (1.11-1.13 of its time
-    /// whole in bands of 64; ARCHITECTURE.md, "Width-streamed execution").
+    /// whole in bands of 64; docs/decisions/010-bands-of-128-columns.md).
     pub const DEFAULT_BAND: usize = 128;
 
     /// 32 MiB: streaming costs a call more, in more and smaller kernel calls (2-5% of a wide

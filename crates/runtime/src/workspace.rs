@@ -38,8 +38,8 @@ pub struct WorkspaceConfig {
 impl WorkspaceConfig {
     /// 8 MiB: the smallest budget whose latency on the benchmark workload stayed within 2% of
     /// an unlimited workspace, by the median of per-call ratios (about 1.5%; 4 MiB: 4-5%;
-    /// README.md, "Activation memory"). It holds the buffers of the trunk's calls up to about
-    /// 300 columns wide (59 of the workload's first 100 calls; its median width is 232);
+    /// docs/decisions/014-workspace-budget.md). It holds the buffers of the trunk's calls up
+    /// to about 300 columns wide (59 of the workload's first 100 calls; its median width is 232);
     /// after a wider call, the buffers kept take the sizes that the calls within it needed,
     /// which the narrower calls then reuse as they are.
     pub const DEFAULT_BUDGET: Budget = Budget::Bytes(8 << 20);

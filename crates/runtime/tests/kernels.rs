@@ -1142,8 +1142,9 @@ fn winograd_stride_2_ignores_the_row_and_column_no_output_reads() {
 
 /// The error of each of the trunk's 3x3 layer shapes (at W=203; stride 1 and the two stride-2
 /// ones) relative to the largest magnitude of its output, for both algorithms against the f64
-/// reference: the figures ARCHITECTURE.md states (run with `--nocapture` to see them). Winograd's is a few
-/// times direct's, both far below the 1e-4 the trunk is held to.
+/// reference: the figures docs/decisions/005-winograd-f4x4-3x3.md states (run with
+/// `--nocapture` to see them). Winograd's is a few times direct's, both far below the 1e-4 the
+/// trunk is held to.
 #[test]
 fn winograd_and_direct_error_on_the_trunk_layers() {
     for (c, hw, stride) in [

@@ -67,13 +67,13 @@ pub enum ConvAlgoChoice {
 /// channel, while the GEMMs grow with their product, so few channels favour direct
 /// convolution: measured on 3x3 layers of 80 x 258 pixels, Winograd is 1.85x faster
 /// than direct at 8 channels and only 1.06x at 4, where it also takes 4x the weights (see
-/// ARCHITECTURE.md, "Winograd", for the table).
+/// docs/decisions/005-winograd-f4x4-3x3.md for the table).
 pub const WINOGRAD_MIN_CHANNELS: usize = 8;
 
 /// The same at stride 2, where Winograd's polyphase form saves less (81 multiplications per
 /// tile and channel pair against 144, not 36): measured on 3x3 stride-2 layers of an 80 x 258
 /// input, Winograd is 1.15-1.5x faster than direct from 16 to 32 channels and no faster from
-/// 8 to 16 (ARCHITECTURE.md, "Stride 2").
+/// 8 to 16 (docs/decisions/006-winograd-stride-2-polyphase.md).
 pub const WINOGRAD_S2_MIN_CHANNELS: usize = 16;
 
 /// The smallest channel counts at which `auto` picks Winograd for `desc`'s strides.

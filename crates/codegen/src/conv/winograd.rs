@@ -1258,7 +1258,7 @@ fn gemm(
 /// cannot feed, and the other groups leave the memory idle; the narrow calls, whose blocks
 /// have few groups, lost most. In slices, because a whole 8 KB panel asked for at once (128
 /// lines) outruns the lines the core can have in flight, and then slowed layer3 down on a
-/// busy host, where a slice a group sped it up (ARCHITECTURE.md, "Weight panels prefetched").
+/// busy host, where a slice a group sped it up (docs/decisions/008-winograd-weight-prefetch.md).
 struct PanelPrefetch {
     /// The end of the point's chunk of weights.
     chunk_end: Value,
