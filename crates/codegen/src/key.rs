@@ -277,10 +277,14 @@ impl ConvDesc {
     }
 
     /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
-    /// a direct convolution without groups, whose register tile has a wide form
+    /// a direct convolution without groups whose post-ops the wide register tile computes
     /// (`backend::x64::DirectTile`); `x128` for the others until theirs land.
     pub fn tier_for(&self, engine: Isa) -> Isa {
-        if self.algo == ConvAlgo::Direct && self.groups == 1 {
+        let tile_posts = self
+            .post_ops
+            .iter()
+            .all(crate::backend::x64::DirectTile::supports);
+        if self.algo == ConvAlgo::Direct && self.groups == 1 && tile_posts {
             engine
         } else {
             Isa::X128

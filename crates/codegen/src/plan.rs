@@ -644,15 +644,17 @@ impl ConvPlan {
 
     /// At a wide tier, `(vecs, pixel_tile)` in 4-lane vectors: the tier's full tile
     /// (`backend::x64::full_tile`: 6 pixels x 2 `ymm`, 12 pixels x 2 `zmm`) where the
-    /// output-channel blocks fill two wide vectors, one wide vector and as many pixels where
-    /// they fill one, and `None` (the 128-bit tiling) where they do not fill one.
+    /// output-channel blocks fill two wide vectors, one wide vector and twice the pixels where
+    /// they fill one, and otherwise a tile of all the blocks of the largest divisor of the
+    /// block count that two wide vectors hold, its last vector a tail (an opmask at `avx512`,
+    /// the low half at `avx2`). `None` (the 128-bit tiling) at `x128`, and for an NCHW
+    /// destination, whose lanes are scattered one channel at a time.
     ///
     /// Two weight vectors per tile: each unit of the reduction then loads 2 weight vectors
     /// and 6 (12) broadcasts for 12 (24) FMAs, within the two load ports' rate, where one
     /// vector of 12 (24) pixels loads more than it multiplies.
     fn wide_tile(d: &ConvDesc, oc_blocks: usize) -> Option<(usize, usize)> {
-        // An NCHW destination scatters its lanes one channel at a time: 128-bit tiles. A
-        // fused pool's conv stage writes an nChw4c band whatever the destination, and the
+        // A fused pool's conv stage writes an nChw4c band whatever the destination, and the
         // weights are packed for it from this key.
         if d.isa == Isa::X128 || (d.dst_layout != Layout::Nchw4c && d.pool.is_none()) {
             return None;
@@ -660,17 +662,21 @@ impl ConvPlan {
         let ratio = d.isa.target().lanes / LANES;
         let (pixels, vectors) = crate::backend::x64::full_tile(d.isa);
         let accumulators = pixels * vectors;
-        if oc_blocks.is_multiple_of(ratio * vectors) {
-            Some((ratio * vectors, pixels))
+        let vecs = if oc_blocks.is_multiple_of(ratio * vectors) {
+            ratio * vectors
         } else if oc_blocks.is_multiple_of(ratio) {
-            Some((ratio, accumulators))
+            ratio
         } else {
-            None
-        }
+            // A tail of one block at avx2 (its low half), of one to three at avx512.
+            (1..=ratio * vectors)
+                .rev()
+                .find(|&v| oc_blocks.is_multiple_of(v) && (ratio == 4 || v % ratio <= 1))?
+        };
+        Some((vecs, accumulators / vecs.div_ceil(ratio)))
     }
 
     /// 4-lane vectors per wide vector, when the tiles are wide: the plan's tier is wide and
-    /// its tiles hold whole wide vectors.
+    /// its tiling is the tier's ([`ConvPlan::wide_tile`]).
     pub fn wide_ratio(&self) -> Option<usize> {
         let ratio = self.desc.isa.target().lanes / LANES;
         Self::wide_tile(&self.desc, self.desc.oc.div_ceil(LANES))
@@ -739,8 +745,12 @@ impl ConvPlan {
     /// fewer than 8 chains; an NCHW destination, whose last tile may store fewer lanes, and
     /// a grouped convolution, whose tiles read different input channels, keep groups of 1.
     pub fn narrow_group(&self, pixels: usize) -> usize {
-        // A wide tile's chain is a wide vector: count in those.
+        // A wide tile's chain is a wide vector: count in those. A tile whose last vector is
+        // a tail keeps groups of 1: its vectors would straddle two tiles' weights.
         let ratio = self.wide_ratio().unwrap_or(1);
+        if !self.vecs.is_multiple_of(ratio) {
+            return 1;
+        }
         let chains = pixels * self.vecs / ratio;
         // Tiles that read different input channels (grouped convolutions) cannot share one.
         let shared_input = self.ic.step == 0;

@@ -64,12 +64,26 @@ pub struct DirectTile {
     pub isa: Isa,
     pub pixels: usize,
     pub w_vecs: Vec<i64>,
+    /// Blocks of four output channels in the last vector when it is not full (1 to
+    /// `lanes / 4 - 1`), else 0: an `avx512` tail runs under an opmask, an `avx2` one (a single
+    /// block) on the low `xmm` half. It reads and writes only its blocks.
+    pub tail_blocks: usize,
     pub steps: usize,
     pub units: Vec<TileUnit>,
     pub per_kh: i64,
     pub ic_w_step: i64,
     pub init: TileInit,
     pub finish: TileFinish,
+}
+
+/// How an operation treats a vector: all its lanes, or only a tail's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lanes {
+    Full,
+    /// `avx2`: the low 128 bits, one block.
+    Low,
+    /// `avx512`: the lanes of opmask `k1`, reading nothing past them.
+    Masked,
 }
 
 /// Where the call's arguments past the sixth are, from the stack pointer at entry.
@@ -84,6 +98,27 @@ impl DirectTile {
 
     pub fn accumulators(&self) -> usize {
         self.pixels * self.vectors()
+    }
+
+    /// Blocks of four channels in a full vector of the tier.
+    fn full_blocks(&self) -> usize {
+        self.isa.target().lanes / 4
+    }
+
+    /// Blocks of four channels that vector `u` holds.
+    fn blocks(&self, u: usize) -> usize {
+        match self.tail_blocks {
+            t if t > 0 && u + 1 == self.vectors() => t,
+            _ => self.full_blocks(),
+        }
+    }
+
+    fn lanes(&self, u: usize) -> Lanes {
+        match (self.blocks(u) == self.full_blocks(), self.isa) {
+            (true, _) => Lanes::Full,
+            (false, Isa::Avx512) => Lanes::Masked,
+            (false, _) => Lanes::Low,
+        }
     }
 
     /// Whether the weight vectors of a unit sit in registers (loaded once for all pixels) or
@@ -104,9 +139,11 @@ impl DirectTile {
         staged.max(4)
     }
 
-    /// Whether the tile fits the tier's registers.
+    /// Whether the tile fits the tier's registers, and its tail the tier's forms.
     pub fn fits(&self) -> bool {
         self.isa != Isa::X128
+            && self.tail_blocks < self.full_blocks()
+            && (self.isa == Isa::Avx512 || self.tail_blocks <= 1)
             && self.vectors() > 0
             && self.pixels > 0
             && self.first_accumulator() + self.accumulators() <= self.isa.target().vector_registers
@@ -118,6 +155,14 @@ impl DirectTile {
             TileFinish::PostOps(posts) => posts.iter().filter(|p| **p == PostOpDesc::Add).count(),
             TileFinish::Partial => 0,
         }
+    }
+
+    /// Whether the epilogue computes `post` (the others keep their kernels at `x128`).
+    pub fn supports(post: &PostOpDesc) -> bool {
+        matches!(
+            post,
+            PostOpDesc::Relu | PostOpDesc::Clip { .. } | PostOpDesc::Add
+        )
     }
 
     /// The tile's machine code, for any address.
@@ -142,33 +187,38 @@ impl DirectTile {
 
     fn emit(&self, a: &mut Asm) {
         let vectors = self.vectors();
-        let blocks = self.isa.target().lanes / 4;
-        // Accumulators.
+        if self.tail_blocks > 0 && self.isa == Isa::Avx512 {
+            // k1: the tail's lanes.
+            use iced_x86::code_asm::{eax, k1};
+            ok(a.a.mov(eax, (1u32 << (4 * self.tail_blocks)) - 1));
+            ok(a.a.kmovw(k1, eax));
+        }
         match self.init {
             TileInit::Zero => {
                 for p in 0..self.pixels {
                     for u in 0..vectors {
-                        let r = self.acc(p, u);
-                        a.zero(r);
+                        a.zero(self.acc(p, u));
                     }
                 }
             }
             TileInit::Bias => {
                 ok(a.a.mov(rax, qword_ptr(rsp + BIAS_ARG)));
-                let vb = (self.isa.target().vector_bytes()) as i64;
+                let vb = self.isa.target().vector_bytes() as i64;
                 for p in 0..self.pixels {
                     for u in 0..vectors {
-                        a.load(self.acc(p, u), rax + disp(u as i64 * vb));
+                        a.load_lanes(self.acc(p, u), rax + disp(u as i64 * vb), self.lanes(u));
                     }
                 }
             }
             TileInit::Partial => {
                 ok(a.a.mov(rax, qword_ptr(rsp + DST_BLOCK_BYTES_ARG)));
                 for u in 0..vectors {
-                    block_bases(a, u * blocks, rdx);
+                    block_bases(a, u * self.full_blocks(), rdx);
                     for p in 0..self.pixels {
+                        // Lanes past a tail's blocks start at zero and are never stored.
+                        a.zero(self.acc(p, u));
                         let px = p as i64 * BLOCK_PIXEL_BYTES;
-                        a.load_blocks(self.acc(p, u), blocks, px);
+                        a.load_blocks(self.acc(p, u), self.blocks(u), px);
                     }
                 }
             }
@@ -178,9 +228,10 @@ impl DirectTile {
         match &self.finish {
             TileFinish::Partial => {
                 for u in 0..vectors {
-                    block_bases(a, u * blocks, rdx);
+                    block_bases(a, u * self.full_blocks(), rdx);
                     for p in 0..self.pixels {
-                        a.store_blocks(self.acc(p, u), blocks, p as i64 * BLOCK_PIXEL_BYTES);
+                        let px = p as i64 * BLOCK_PIXEL_BYTES;
+                        a.store_blocks(self.acc(p, u), self.blocks(u), px);
                     }
                 }
             }
@@ -224,15 +275,14 @@ impl DirectTile {
     }
 
     fn unit(&self, a: &mut Asm, unit: &TileUnit) {
-        let vectors = self.vectors();
         let bcast = 0;
         if self.weights_in_registers() {
             for (u, &w) in self.w_vecs.iter().enumerate() {
-                a.load(1 + u, rsi + disp(unit.w + w));
+                a.load_lanes(1 + u, rsi + disp(unit.w + w), self.lanes(u));
             }
             for (p, &x) in unit.x.iter().enumerate() {
                 a.broadcast(bcast, rdi + disp(x));
-                for u in 0..vectors {
+                for u in 0..self.vectors() {
                     a.fma_reg(self.acc(p, u), 1 + u, bcast);
                 }
             }
@@ -240,7 +290,8 @@ impl DirectTile {
             for (p, &x) in unit.x.iter().enumerate() {
                 a.broadcast(bcast, rdi + disp(x));
                 for (u, &w) in self.w_vecs.iter().enumerate() {
-                    a.fma_mem(self.acc(p, u), bcast, rsi + disp(unit.w + w));
+                    let m = rsi + disp(unit.w + w);
+                    a.fma_mem(self.acc(p, u), bcast, m, self.lanes(u));
                 }
             }
         }
@@ -254,12 +305,12 @@ impl DirectTile {
         const LO: usize = 1;
         const HI: usize = 2;
         const RESIDUAL: usize = 3;
-        let blocks = self.isa.target().lanes / 4;
         if posts.contains(&PostOpDesc::Relu) {
             a.zero(ZERO);
         }
         for u in 0..self.vectors() {
-            block_bases(a, u * blocks, rdx);
+            let first = u * self.full_blocks();
+            block_bases(a, first, rdx);
             for p in 0..self.pixels {
                 let px = p as i64 * BLOCK_PIXEL_BYTES;
                 let x = self.acc(p, u);
@@ -279,14 +330,14 @@ impl DirectTile {
                             // The residual's blocks, as the destination's: r10/r11 then
                             // hold its bases; the destination's are computed again after.
                             ok(a.a.mov(rcx, qword_ptr(rsp + arg)));
-                            block_bases(a, u * blocks, rcx);
-                            a.load_blocks(RESIDUAL, blocks, px);
+                            block_bases(a, first, rcx);
+                            a.load_blocks(RESIDUAL, self.blocks(u), px);
                             a.add(x, x, RESIDUAL);
-                            block_bases(a, u * blocks, rdx);
+                            block_bases(a, first, rdx);
                         }
                     }
                 }
-                a.store_blocks(x, blocks, px);
+                a.store_blocks(x, self.blocks(u), px);
             }
         }
     }
@@ -382,6 +433,16 @@ impl Asm {
         ok(res);
     }
 
+    /// `load`, of a tail's lanes only: the rest are zero, and no byte past them is read.
+    pub(crate) fn load_lanes(&mut self, r: usize, m: impl Into<AsmMemoryOperand>, lanes: Lanes) {
+        let m = m.into();
+        match lanes {
+            Lanes::Full => self.load(r, m),
+            Lanes::Low => ok(self.a.vmovups(XMM[r], xmmword_ptr(m))),
+            Lanes::Masked => ok(self.a.vmovups(ZMM[r].k1().z(), ptr(m))),
+        }
+    }
+
     pub(crate) fn store(&mut self, m: impl Into<AsmMemoryOperand>, r: usize) {
         let m = m.into();
         let res = if self.wide() {
@@ -412,13 +473,21 @@ impl Asm {
         ok(res);
     }
 
-    /// `acc += b * [m]`.
-    pub(crate) fn fma_mem(&mut self, acc: usize, b: usize, m: impl Into<AsmMemoryOperand>) {
+    /// `acc += b * [m]`, over `lanes`: a tail reads only its own lanes (a 128-bit FMA, or
+    /// one under `k1`, whose masked-off lanes neither load nor fault).
+    pub(crate) fn fma_mem(
+        &mut self,
+        acc: usize,
+        b: usize,
+        m: impl Into<AsmMemoryOperand>,
+        lanes: Lanes,
+    ) {
         let m = ptr(m.into());
-        let res = if self.wide() {
-            self.a.vfmadd231ps(ZMM[acc], ZMM[b], m)
-        } else {
-            self.a.vfmadd231ps(YMM[acc], YMM[b], m)
+        let res = match (lanes, self.wide()) {
+            (Lanes::Full, true) => self.a.vfmadd231ps(ZMM[acc], ZMM[b], m),
+            (Lanes::Full, false) => self.a.vfmadd231ps(YMM[acc], YMM[b], m),
+            (Lanes::Low, _) => self.a.vfmadd231ps(XMM[acc], XMM[b], m),
+            (Lanes::Masked, _) => self.a.vfmadd231ps(ZMM[acc].k1(), ZMM[b], m),
         };
         ok(res);
     }

@@ -1022,8 +1022,10 @@ fn wide_pixel_tile(
     let tile_oc = (plan.vecs * LANES) as i64;
     let tile_w_bytes = plan.tile_weights_len() as i64 * f;
     // Wide vector `u` is 4-lane vectors `u * ratio ..` of the group, which lie side by side in
-    // one tile's weights: a tile's vectors are a multiple of the ratio.
-    let w_vecs: Vec<i64> = (0..plan.vecs * group / ratio)
+    // one tile's weights: a tile's vectors are a multiple of the ratio, or the group is one
+    // tile whose last vector is a tail ([`ConvPlan::narrow_group`]).
+    let blocks = plan.vecs * group;
+    let w_vecs: Vec<i64> = (0..blocks.div_ceil(ratio))
         .map(|u| u * ratio)
         .map(|v| (v / plan.vecs) as i64 * tile_w_bytes + (v % plan.vecs * LANES) as i64 * f)
         .collect();
@@ -1057,6 +1059,7 @@ fn wide_pixel_tile(
         isa: d.isa,
         pixels,
         w_vecs: w_vecs.clone(),
+        tail_blocks: blocks % ratio,
         steps: plan.ic_chunk / plan.ic_step,
         units: if kw_taps.is_empty() {
             Vec::new()
