@@ -12,7 +12,8 @@
 #
 # Corpora grow in fuzz/corpus/TARGET (not checked in); the IR parser also starts from every
 # file under ir/ and the token dictionary fuzz/ir.dict, the ONNX importer from the models
-# under tests/onnx. A crash leaves its input in
+# under tests/onnx, and every target from its checked-in seeds in fuzz/seeds/TARGET (inputs
+# carrying NaN and ±Inf: kernel_vs_reference, engine_api, onnx_import). A crash leaves its input in
 # fuzz/artifacts/TARGET and stops the script with libFuzzer's exit code; each log is kept in
 # fuzz/logs/TARGET.log.
 set -euo pipefail
@@ -52,6 +53,11 @@ for target in "${targets[@]}"; do
         # Real models: the families and the ONNX node tests' models (and their data).
         seeds=(../tests/onnx/families ../tests/onnx/node)
         options+=(-max_len=131072)
+    fi
+    # Checked-in seeds: ops whose data carry NaN and ±Inf (a seed with both top bits set,
+    # `primjit_fuzz::carries_specials`), an ONNX model whose initializers hold them.
+    if [[ -d seeds/$target ]]; then
+        seeds+=("seeds/$target")
     fi
     echo "== $target: $seconds s" >&2
     status=0

@@ -1521,6 +1521,8 @@ fn bench_small_model_prints_summary_and_writes_json() {
         s(&json_path),
         "--threads",
         "1",
+        "--policy",
+        "exact",
     ]));
     assert!(out.contains("time: mean="), "{out}");
     assert!(out.contains("memory (kb):"), "{out}");
@@ -1568,6 +1570,8 @@ fn bench_small_model_prints_summary_and_writes_json() {
         "1",
         "--warm-up",
         "0",
+        "--policy",
+        "exact",
     ]));
     assert!(!out.contains("warm-up"), "{out}");
     let json = read_json(&cold_path);
@@ -1580,6 +1584,78 @@ fn bench_small_model_prints_summary_and_writes_json() {
         (json["compiles"].as_u64(), json["hits"].as_u64()),
         (Some(6), Some(0))
     );
+}
+
+/// Without `--policy`, `bench` runs `dynamic` and closes with the figures to set beside a
+/// peer's; the command that runs onnxruntime on the same calls is printed only for a model the
+/// peers' harness can take (the shipped trunk, or an ONNX file with its `1x3x320xW` input).
+#[test]
+fn bench_defaults_to_dynamic_and_closes_with_the_figures_to_compare() {
+    let f = BenchFiles::new();
+    let json_path = f.path("default.json");
+    let out = success(&primjit(&[
+        "bench",
+        s(&f.model),
+        "--widths",
+        s(&f.widths),
+        "--n",
+        "3",
+        "--quiet",
+        "--json",
+        s(&json_path),
+        "--threads",
+        "1",
+    ]));
+    assert!(out.contains("policy=dynamic"), "{out}");
+    let json = read_json(&json_path);
+    assert_eq!(json["policy"], "dynamic", "{json}");
+    assert_eq!(json["compiles"], 2, "{json}");
+    let tail: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("summary:"))
+        .collect();
+    assert_eq!(
+        tail.first(),
+        Some(&"summary: policy dynamic, 1 thread, 3 calls"),
+        "{out}"
+    );
+    let latency = format!(
+        "  latency: mean {:.3} s, p50 {:.3} s",
+        json["time_mean_s"].as_f64().unwrap(),
+        json["time_p50_s"].as_f64().unwrap()
+    );
+    assert_eq!(tail.get(1), Some(&latency.as_str()), "{out}");
+    assert_eq!(tail.get(2), Some(&"  primitives compiled: 2"), "{out}");
+    let memory = tail.get(3).expect("a memory line");
+    assert!(
+        memory.starts_with("  memory: RSS growth ")
+            && memory.contains(" kb (after the warm-up), VmHWM "),
+        "{out}"
+    );
+    // The small model's input is 1x3x16xW: no peer runs it.
+    assert_eq!(tail.len(), 4, "{out}");
+    assert!(!out.contains("compare:"), "{out}");
+
+    // The shipped trunk: the peer's command, with this run's threads, calls and widths.
+    let out = success(&primjit(&[
+        "bench",
+        "--widths",
+        s(&f.widths),
+        "--n",
+        "1",
+        "--quiet",
+        "--threads",
+        "1",
+        "--check-calls",
+        "0",
+    ]));
+    let compare = format!(
+        "compare: python3 ../shared/peers/bench_peer.py --engine ort --threads 1 --n 1 \
+         --model trunk.onnx --widths {}\n",
+        f.widths.display()
+    );
+    assert!(out.contains(&compare), "{out}");
+    assert!(out.contains("onnx_trunk.py --out trunk.onnx"), "{out}");
 }
 
 #[test]

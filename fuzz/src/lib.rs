@@ -5,6 +5,10 @@
 //! documentation for the derivation): convolution and average pooling within
 //! `(K + 4) * 2^-23 * m + 1e-30` of the reference, where `m` is the same op on magnitudes and
 //! `K` the reduction length; max pooling, relu and add exactly.
+//!
+//! A quarter of the seeds (those with both top bits set, [`carries_specials`]) also put NaN
+//! and ±Inf in the data: the kernels must give NaN exactly where the reference does, the same
+//! infinities, and the finite values within the tolerance (IEEE semantics, as onnxruntime).
 
 use arbitrary::Arbitrary;
 use primjit::ir::{Pads, PoolKind, PoolWindow};
@@ -19,6 +23,11 @@ pub const EPS: f64 = f32::EPSILON as f64;
 
 /// SplitMix64: deterministic data from a fuzzer-chosen seed.
 pub struct Rng(pub u64);
+
+/// Whether the data of `seed` carry NaN and ±Inf ([`Rng::special_value`]).
+pub fn carries_specials(seed: u64) -> bool {
+    seed >> 62 == 3
+}
 
 impl Rng {
     pub fn next_u64(&mut self) -> u64 {
@@ -39,11 +48,30 @@ impl Rng {
         }
     }
 
+    /// [`Self::value`], or about one time in eight NaN, +Inf or -Inf.
+    pub fn special_value(&mut self) -> f32 {
+        match self.next_u64() % 24 {
+            0 => f32::NAN,
+            1 => f32::INFINITY,
+            2 => f32::NEG_INFINITY,
+            _ => self.value(),
+        }
+    }
+
     pub fn tensor(&mut self, shape: &[usize]) -> Tensor {
         let n = shape.iter().product();
         Tensor {
             shape: shape.to_vec(),
             data: (0..n).map(|_| self.value()).collect(),
+        }
+    }
+
+    /// [`Self::tensor`] with [`Self::special_value`]s.
+    pub fn special_tensor(&mut self, shape: &[usize]) -> Tensor {
+        let n = shape.iter().product();
+        Tensor {
+            shape: shape.to_vec(),
+            data: (0..n).map(|_| self.special_value()).collect(),
         }
     }
 }
@@ -262,13 +290,22 @@ impl Problem {
     /// The data and reference result of a valid key (one that `validate` accepts).
     pub fn new(key: &PrimitiveKey, seed: u64) -> Problem {
         let mut rng = Rng(seed);
+        let specials = carries_specials(seed);
+        // The activations carry NaN and ±Inf with `specials`; weights and biases stay finite.
+        let data = |rng: &mut Rng, shape: &[usize]| {
+            if specials {
+                rng.special_tensor(shape)
+            } else {
+                rng.tensor(shape)
+            }
+        };
         match key {
             PrimitiveKey::Conv(d) => {
-                let x = rng.tensor(&d.src_shape());
+                let x = data(&mut rng, &d.src_shape());
                 let w = rng.tensor(&d.weight_shape());
                 let b = d.bias.then(|| rng.tensor(&[d.oc]));
                 let residuals: Vec<Tensor> = (0..d.residuals())
-                    .map(|_| rng.tensor(&d.dst_shape()))
+                    .map(|_| data(&mut rng, &d.dst_shape()))
                     .collect();
                 let attrs = ConvAttrs {
                     strides: d.strides,
@@ -324,7 +361,7 @@ impl Problem {
                 }
             }
             PrimitiveKey::Pool(d) => {
-                let x = rng.tensor(&d.src_shape());
+                let x = data(&mut rng, &d.src_shape());
                 let attrs = PoolAttrs {
                     kind: d.kind,
                     window: d.window,
@@ -350,7 +387,7 @@ impl Problem {
                 }
             }
             PrimitiveKey::GlobalPool(d) => {
-                let x = rng.tensor(&[d.mb, d.c, d.ih, d.iw]);
+                let x = data(&mut rng, &[d.mb, d.c, d.ih, d.iw]);
                 let want = primjit::reference::global_pool(&x, d.kind);
                 let tolerance = match d.kind {
                     PoolKind::Max => None,
@@ -371,8 +408,8 @@ impl Problem {
                 }
             }
             PrimitiveKey::Eltwise(d) => {
-                let a = rng.tensor(&d.shape);
-                let b = rng.tensor(&d.shape);
+                let a = data(&mut rng, &d.shape);
+                let b = data(&mut rng, &d.shape);
                 let (want, extra) = match d.kind {
                     EltwiseKind::Relu => (primjit::reference::relu(&a), Vec::new()),
                     EltwiseKind::Add => (
@@ -395,7 +432,8 @@ impl Problem {
         }
     }
 
-    /// Checks an NCHW result against the reference; describes the first difference.
+    /// Checks an NCHW result against the reference; describes the first difference. NaN must
+    /// be where the reference has NaN and nowhere else, an infinity where it has the same one.
     pub fn check(&self, got: &[f32]) -> Result<(), String> {
         if got.len() != self.want.len() {
             return Err(format!(
@@ -405,9 +443,11 @@ impl Problem {
                 self.want.len()
             ));
         }
-        let ok = |i: usize| match &self.tolerance {
-            None => got[i] == self.want[i],
-            Some(t) => (got[i] as f64 - self.want[i] as f64).abs() <= t[i],
+        let ok = |i: usize| match (&self.tolerance, self.want[i]) {
+            (_, want) if want.is_nan() => got[i].is_nan(),
+            (_, want) if want.is_infinite() => got[i] == want,
+            (None, want) => got[i] == want,
+            (Some(t), want) => (got[i] as f64 - want as f64).abs() <= t[i],
         };
         match (0..got.len()).find(|&i| !ok(i)) {
             None => Ok(()),

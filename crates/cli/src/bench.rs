@@ -47,8 +47,9 @@ pub struct Args {
     #[command(flatten)]
     pub workload: Workload,
 
-    /// How a call's width becomes the width the model runs at
-    #[arg(long, value_enum, default_value_t = Policy::Exact)]
+    /// How a call's width becomes the width the model runs at (default `dynamic`, one primitive
+    /// per node for every width; `exact` compiles one per node and width, the report's regime)
+    #[arg(long, value_enum, default_value_t = Policy::Dynamic)]
     pub policy: Policy,
 
     /// The cache's byte budget: 64MiB, 512KiB, 0 (no caching) or unlimited (default 64MiB, or
@@ -283,6 +284,10 @@ pub struct BenchReport {
     /// largest seconds, and their count.
     pub compile_by_algo: Vec<AlgoCompile>,
     pub per_call: Vec<CallRecord>,
+    /// The command that runs onnxruntime on the same workload, where the peers' harness can
+    /// take the model (`peer_command`); printed, not written to the JSON.
+    #[serde(skip)]
+    pub peer_command: Option<String>,
 }
 
 /// The model's text and the name it is reported under.
@@ -314,6 +319,7 @@ fn width_symbol(graph: &primjit_ir::Graph) -> Result<(String, [usize; 3])> {
 
 pub fn run(args: &Args) -> Result<()> {
     let (report, _) = bench(args)?;
+    print_summary(&mut std::io::stdout().lock(), &report)?;
     if let Some(path) = &args.json {
         let file = std::fs::File::create(path)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -566,6 +572,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         weight_bytes_winograd: model.weight_bytes().winograd,
         compile_by_algo: compile_by_algo(&configurations),
         per_call: records,
+        peer_command: peer_command(args, &source, [n, c, h], engine.threads()),
     };
 
     writeln!(
@@ -664,6 +671,72 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
         )?;
     }
     Ok((report, engine))
+}
+
+/// The closing lines of `bench`: the figures to set beside a peer's, and how to run the peer.
+fn print_summary(out: &mut impl Write, report: &BenchReport) -> Result<()> {
+    writeln!(
+        out,
+        "summary: policy {}, {} thread{}, {} calls",
+        report.policy.name(),
+        report.threads,
+        if report.threads == 1 { "" } else { "s" },
+        report.calls
+    )?;
+    writeln!(
+        out,
+        "  latency: mean {:.3} s, p50 {:.3} s",
+        report.time_mean_s, report.time_p50_s
+    )?;
+    writeln!(out, "  primitives compiled: {}", report.compiles)?;
+    writeln!(
+        out,
+        "  memory: RSS growth {} kb (after the {}), VmHWM {} kb",
+        thousands(report.rss_growth_kb),
+        if report.warm_up_calls > 0 {
+            "warm-up"
+        } else {
+            "first call"
+        },
+        thousands(report.vmhwm_kb as i64)
+    )?;
+    if let Some(command) = &report.peer_command {
+        writeln!(out, "compare: {command}")?;
+    }
+    Ok(())
+}
+
+/// The command that runs onnxruntime on the same widths with `../shared/peers/bench_peer.py`
+/// (see its README), when the harness can take the model: an ONNX file, or the shipped trunk
+/// as `onnx_trunk.py` exports it, with the peers' `1x3x320xW` input.
+fn peer_command(args: &Args, source: &Source, input: [usize; 3], threads: usize) -> Option<String> {
+    if input != [1, 3, 320] {
+        return None;
+    }
+    let model = match &args.workload.file {
+        None => "trunk.onnx".to_string(),
+        Some(file) if crate::source::is_onnx(file) => source.path.clone(),
+        Some(_) => return None,
+    };
+    let widths = args.workload.widths.as_ref().map_or_else(
+        || "benches/data/widths.txt".to_string(),
+        |p| p.display().to_string(),
+    );
+    let bin = match args.policy {
+        Policy::Bucket320 => " --bin 320",
+        _ => "",
+    };
+    let exported = if args.workload.file.is_none() {
+        "\n  (trunk.onnx is the trunk that `python3 ../shared/peers/onnx_trunk.py --out trunk.onnx` \
+         exports; see ../shared/peers/README.md)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "python3 ../shared/peers/bench_peer.py --engine ort --threads {threads} --n {}{bin} \
+         --model {model} --widths {widths}{exported}",
+        args.workload.n
+    ))
 }
 
 /// Compile times of the distinct primitives a run used, by convolution algorithm.

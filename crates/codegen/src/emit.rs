@@ -600,18 +600,32 @@ impl<'a> Emit<'a> {
         }
     }
 
-    /// `x` if `y < x`, else `y`: the pattern x64 lowers to one `maxps`.
+    /// `x` if `y < x`, else `y`: the pattern x64 lowers to one `maxps x, y`. A comparison
+    /// with NaN is false, so where either is NaN the result is `y` (as `maxps` returns its
+    /// second operand): pass the data as `y` and the bound as `x` for NaN to go through.
     pub fn pmax(&mut self, x: Value, y: Value) -> Value {
         let m = self.b.ins().fcmp(FloatCC::LessThan, y, x);
         let m = self.b.ins().bitcast(types::F32X4, MemFlagsData::new(), m);
         self.b.ins().bitselect(m, x, y)
     }
 
-    /// `x` if `x < y`, else `y`: one `minps`.
+    /// `x` if `x < y`, else `y`: one `minps x, y`; where either is NaN, `y`, as in
+    /// [`Self::pmax`].
     pub fn pmin(&mut self, x: Value, y: Value) -> Value {
         let m = self.b.ins().fcmp(FloatCC::LessThan, x, y);
         let m = self.b.ins().bitcast(types::F32X4, MemFlagsData::new(), m);
         self.b.ins().bitselect(m, x, y)
+    }
+
+    /// The larger of a running maximum `acc` and `x`, NaN (all bits set) once either has been:
+    /// `maxps` keeps only one operand's NaN, so a `cmpunordps` of the two (all ones where
+    /// either is NaN, itself a NaN) is or-ed in. Three instructions, where max pooling took
+    /// one `maxps` and dropped NaN.
+    pub fn pmax_nan(&mut self, acc: Value, x: Value) -> Value {
+        let max = self.pmax(acc, x);
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, acc, x);
+        let nan = self.b.ins().bitcast(types::F32X4, MemFlagsData::new(), nan);
+        self.b.ins().bor(max, nan)
     }
 
     pub fn imax(&mut self, a: Value, b: Value) -> Value {

@@ -433,7 +433,7 @@ fn pool_tile(
     let reduce = |e: &mut Emit<'_>, src: Value, off: i64, a: Value| {
         let x = load(e, d.src_layout, channel, src, off, lanes, fill);
         match d.kind {
-            PoolKind::Max => e.pmax(x, a),
+            PoolKind::Max => e.pmax_nan(a, x),
             PoolKind::Avg => e.b.ins().fadd(a, x),
         }
     };
@@ -570,7 +570,7 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                                     fill,
                                 );
                                 let a = match d.kind {
-                                    PoolKind::Max => e.pmax(x, s[1]),
+                                    PoolKind::Max => e.pmax_nan(s[1], x),
                                     PoolKind::Avg => e.b.ins().fadd(s[1], x),
                                 };
                                 vec![e.offset(s[0], src_s.pixel as i64 * f), a]
@@ -633,7 +633,7 @@ pub fn lower_eltwise(e: &mut Emit<'_>, d: &EltwiseDesc) {
         let after = e.for_range(zero_i, vectors, &p, |e, _, q| {
             let x = e.load_vec(q[0], 0);
             let y = match d.kind {
-                EltwiseKind::Relu => e.pmax(x, zero),
+                EltwiseKind::Relu => e.pmax(zero, x),
                 EltwiseKind::Add => {
                     let z = e.load_vec(q[2], 0);
                     e.b.ins().fadd(x, z)
@@ -648,8 +648,9 @@ pub fn lower_eltwise(e: &mut Emit<'_>, d: &EltwiseDesc) {
                 let x = e.load_f32(q[0], 0);
                 let y = match d.kind {
                     EltwiseKind::Relu => {
-                        let m = e.b.ins().fcmp(FloatCC::LessThan, zero_s, x);
-                        e.b.ins().select(m, x, zero_s)
+                        // `x` unless below zero: NaN stays.
+                        let m = e.b.ins().fcmp(FloatCC::LessThan, x, zero_s);
+                        e.b.ins().select(m, zero_s, x)
                     }
                     EltwiseKind::Add => {
                         let z = e.load_f32(q[2], 0);

@@ -957,6 +957,12 @@ impl Importer {
         if lo.is_nan() || hi.is_nan() {
             return Err("min and max must be numbers, found NaN".into());
         }
+        if lo == 0.0 && hi >= f32::MAX {
+            // `Clip(min=0)` is relu, which passes +Inf on; clipped at the largest finite bound
+            // below, it came out 3.4e38.
+            let (x, flat) = self.act_any(node, 0, "input")?;
+            return self.push(node, Op::Relu { input: x }, flat);
+        }
         // The IR's text has no infinities; the largest finite bounds clip alike for finite
         // inputs.
         let (lo, hi) = (lo.max(f32::MIN), hi.min(f32::MAX));

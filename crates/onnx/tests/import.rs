@@ -420,7 +420,7 @@ fn clip_as_attributes_and_inputs_fuses_into_its_conv_or_stands_alone() {
         vec![x4("x", 2, 3, 3)],
         vec![
             node("Conv", "c", &["x", "w"], &["c"], vec![]),
-            node("Clip", "clip", &["c"], &["y"], vec![("min", A::F(0.0))]),
+            node("Clip", "clip", &["c"], &["y"], vec![("min", A::F(0.5))]),
         ],
         vec![init("w", &[2, 2, 1, 1])],
         &["y"],
@@ -430,11 +430,26 @@ fn clip_as_attributes_and_inputs_fuses_into_its_conv_or_stands_alone() {
     assert_eq!(
         c.post_ops,
         vec![PostOp::Clip {
-            lo: 0.0,
+            lo: 0.5,
             hi: f32::MAX
         }]
     );
     assert_round_trip(&i);
+    // With a min of 0 and no max, the clip is relu, which passes +Inf on (clipped at f32::MAX
+    // it did not).
+    let m = model(
+        7,
+        vec![x4("x", 2, 3, 3)],
+        vec![
+            node("Conv", "c", &["x", "w"], &["c"], vec![]),
+            node("Clip", "clip", &["c"], &["y"], vec![("min", A::F(0.0))]),
+        ],
+        vec![init("w", &[2, 2, 1, 1])],
+        &["y"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(text.contains("%y = relu(%c)"), "{text}");
     // Opset 13: constant inputs, min left out; the input is no conv's, so a depthwise identity
     // conv carries the clip.
     let six = TensorProto {

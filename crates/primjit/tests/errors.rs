@@ -372,6 +372,13 @@ fn conv_algo_errors_name_the_choices() {
     assert_eq!(config.conv_algo, primjit::ConvAlgoChoice::Direct);
 }
 
+/// Says on stderr why a check was skipped, past the test harness's capture (which takes only
+/// `eprintln!`), so that the line shows in every run.
+fn skip(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: {why}");
+}
+
 /// `PRIMJIT_MAX_ISA` is parsed strictly; a cap above the host's tier is an error at
 /// `Engine::new` that names the tiers the host runs; a cap at or below it sets the engine's.
 #[test]
@@ -401,10 +408,10 @@ fn max_isa_is_strict_and_a_cap_above_the_host_names_its_tiers() {
         Isa::host()
     );
     match Isa::ALL.into_iter().find(|&t| t > Isa::host()) {
-        None => eprintln!(
-            "skipped: no tier above this host's ({}) to refuse",
+        None => skip(&format!(
+            "no tier above this host's ({}) to refuse",
             Isa::host()
-        ),
+        )),
         Some(above) => {
             let Err(err) = Engine::new(EngineConfig {
                 max_isa: Some(above),
@@ -433,7 +440,7 @@ fn max_isa_is_strict_and_a_cap_above_the_host_names_its_tiers() {
 #[test]
 fn a_graph_of_a_tier_above_the_engines_is_refused() {
     let Some(wide) = Isa::host_tiers().into_iter().find(|&t| t > Isa::X128) else {
-        eprintln!("skipped: this host runs x128 only, no wider graph to refuse");
+        skip("this host runs x128 only, no wider graph to refuse");
         return;
     };
     let graph = tiny();

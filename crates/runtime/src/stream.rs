@@ -851,14 +851,23 @@ pub fn copy_columns(
     if len == 0 || rows == 0 {
         return;
     }
+    let copy_row = |(d, s): (&mut [f32], &[f32])| {
+        d[dst_col * elem..][..len].copy_from_slice(&s[src_col * elem..][..len]);
+    };
+    if !engine.uses_pool() {
+        // A run on its caller's thread alone, or a one-thread engine.
+        dst.chunks_mut(dst_width * elem)
+            .zip(src.chunks(src_width * elem))
+            .take(rows)
+            .for_each(copy_row);
+        return;
+    }
     engine.install(|| {
         dst.par_chunks_mut(dst_width * elem)
             .zip(src.par_chunks(src_width * elem))
             .take(rows)
             .with_min_len(64)
-            .for_each(|(d, s)| {
-                d[dst_col * elem..][..len].copy_from_slice(&s[src_col * elem..][..len]);
-            });
+            .for_each(copy_row);
     });
 }
 

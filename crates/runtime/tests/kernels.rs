@@ -2052,18 +2052,18 @@ fn check_conv(desc: ConvDesc, seed: u64) {
     }
 }
 
-/// Whether this host runs `isa`; if not, says so on stderr, where a skipped test is seen.
+/// Whether this host runs `isa`; if not, says so on stderr, written past the test harness's
+/// capture (which takes only `eprintln!`) so that the skip shows in every run.
 fn runs_tier(test: &str, isa: Isa) -> bool {
+    use std::io::Write;
     let runs = isa <= Isa::host();
     if !runs {
-        eprintln!(
+        let tiers: Vec<&str> = Isa::host_tiers().iter().map(|t| t.name()).collect();
+        let _ = writeln!(
+            std::io::stderr(),
             "skipped: {test} at {isa}: this host runs {} (its code is emitted and decoded in \
              primjit-codegen's tests/tiers.rs)",
-            Isa::host_tiers()
-                .iter()
-                .map(|t| t.name())
-                .collect::<Vec<_>>()
-                .join(", ")
+            tiers.join(", ")
         );
     }
     runs

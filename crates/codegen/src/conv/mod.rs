@@ -16,7 +16,8 @@ use crate::key::{ConvAlgo, ConvDesc, PostOpDesc};
 
 /// `x` through a key's post-ops in their order, in registers: `zero` is a zero vector for
 /// relu (made here if `None`), and `residual(e, i)` loads this output's vector of the `i`th
-/// residual, right before it is added.
+/// residual, right before it is added. NaN goes through every post-op: relu and clip pass
+/// the data as the operand that `maxps`/`minps` return on NaN ([`Emit::pmax`]).
 pub(crate) fn apply_post_ops(
     e: &mut Emit<'_>,
     posts: &[PostOpDesc],
@@ -29,13 +30,13 @@ pub(crate) fn apply_post_ops(
         x = match post {
             PostOpDesc::Relu => {
                 let zero = zero.unwrap_or_else(|| e.splat_const(0.0));
-                e.pmax(x, zero)
+                e.pmax(zero, x)
             }
             PostOpDesc::Clip { lo, hi } => {
                 let lo = e.splat_const(*lo);
                 let hi = e.splat_const(*hi);
-                let x = e.pmax(x, lo);
-                e.pmin(x, hi)
+                let x = e.pmax(lo, x);
+                e.pmin(hi, x)
             }
             PostOpDesc::Add => {
                 let y = residual(e, adds);
