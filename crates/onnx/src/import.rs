@@ -156,31 +156,13 @@ pub(crate) fn import_model(
     if !importer.problems.is_empty() {
         return Err(fail(importer.problems));
     }
-    let mut params = std::mem::take(&mut importer.params);
-    let shared = std::mem::take(&mut importer.shared);
     let Importer {
         graph,
+        params,
         names,
         flattened_outputs,
         ..
     } = importer;
-    // The importer's bindings are gone: each shared constant is now held by its parameters
-    // alone, and the first (usually only) one takes its values without a copy.
-    for (name, c) in shared {
-        let shape = c.dims.clone();
-        let data = match Rc::try_unwrap(c) {
-            Ok(Const {
-                data: ConstData::F32(v),
-                ..
-            }) => v,
-            Ok(c) => c.floats().expect("shared constants are float").to_vec(),
-            Err(c) => c.floats().expect("shared constants are float").to_vec(),
-        };
-        params.insert(
-            name,
-            Tensor::new(shape, data).expect("the data fills the shape"),
-        );
-    }
     Ok(Imported {
         graph,
         params,
@@ -349,10 +331,35 @@ impl Importer {
             self.graph = compact(&self.graph);
             if let Err(e) = self.graph.verify() {
                 self.problem(Subject::Model, e.to_string());
-            } else if let Err(e) = self.params.materialize(&self.graph) {
+                return;
+            }
+            self.settle_shared();
+            if let Err(e) = self.params.materialize(&self.graph) {
                 // Derived (batch-norm folded) parameters get their values here.
                 self.problem(Subject::Model, e.to_string());
             }
+        }
+    }
+
+    /// Moves the values of the parameters that share a constant's into their tensors, once
+    /// the bindings are no longer needed: each constant is then held by its parameters alone,
+    /// and the first (usually only) one takes its values without a copy.
+    fn settle_shared(&mut self) {
+        self.bound.clear();
+        for (name, c) in std::mem::take(&mut self.shared) {
+            let shape = c.dims.clone();
+            let data = match Rc::try_unwrap(c) {
+                Ok(Const {
+                    data: ConstData::F32(v),
+                    ..
+                }) => v,
+                Ok(c) => c.floats().expect("shared constants are float").to_vec(),
+                Err(c) => c.floats().expect("shared constants are float").to_vec(),
+            };
+            self.params.insert(
+                name,
+                Tensor::new(shape, data).expect("the data fills the shape"),
+            );
         }
     }
 
