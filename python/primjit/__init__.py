@@ -62,7 +62,7 @@ def _document_call() -> None:
 
     __call__.__qualname__ = "Model.__call__"
     __call__.__module__ = "primjit"
-    Model.__call__ = __call__  # type: ignore[method-assign]
+    Model.__call__ = __call__  # type: ignore[method-assign, assignment]
 
 
 _document_call()

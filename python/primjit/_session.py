@@ -66,26 +66,34 @@ class SessionOptions:
     that neither has raises AttributeError, so that a typo does not pass unseen.
     """
 
-    __slots__ = (
-        "intra_op_num_threads",
-        "cache_budget",
-        "workspace_budget",
-        "conv_algo",
-        "shape_mode",
-        # onnxruntime's, without effect here.
-        "inter_op_num_threads",
-        "graph_optimization_level",
-        "execution_mode",
-        "log_severity_level",
-        "log_verbosity_level",
-        "logid",
-        "enable_cpu_mem_arena",
-        "enable_mem_pattern",
-        "enable_mem_reuse",
-        "enable_profiling",
-        "optimized_model_filepath",
-        "use_deterministic_compute",
+    _SETTINGS = frozenset(
+        (
+            "intra_op_num_threads",
+            "cache_budget",
+            "workspace_budget",
+            "conv_algo",
+            "shape_mode",
+            # onnxruntime's, without effect here.
+            "inter_op_num_threads",
+            "graph_optimization_level",
+            "execution_mode",
+            "log_severity_level",
+            "log_verbosity_level",
+            "logid",
+            "enable_cpu_mem_arena",
+            "enable_mem_pattern",
+            "enable_mem_reuse",
+            "enable_profiling",
+            "optimized_model_filepath",
+            "use_deterministic_compute",
+        )
     )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Sets a setting; a name that is none raises AttributeError (a typo)."""
+        if name not in self._SETTINGS:
+            raise AttributeError(f"SessionOptions has no setting {name!r}")
+        object.__setattr__(self, name, value)
 
     def __init__(self) -> None:
         self.intra_op_num_threads: int = 0
@@ -120,8 +128,6 @@ class RunOptions:
 class NodeArg:
     """An input or output of a session: name (the model file's), shape (ints, and strings for
     symbolic extents) and type ("tensor(float)")."""
-
-    __slots__ = ("name", "shape", "type")
 
     def __init__(self, name: str, shape: List[Union[int, str]], type: str) -> None:
         self.name = name
@@ -216,9 +222,9 @@ class InferenceSession:
             workspace_budget=options.workspace_budget,
         )
         mode = options.shape_mode
+        self._model_path: Optional[str] = None
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
             self._model = self._engine.load_bytes(bytes(path_or_bytes), params, mode)  # type: ignore[arg-type]
-            self._model_path: Optional[str] = None
         else:
             self._model = self._engine.load(path_or_bytes, params, mode)  # type: ignore[arg-type]
             self._model_path = os.fsdecode(path_or_bytes)
@@ -301,11 +307,11 @@ class InferenceSession:
                 raise ShapeError("output_names: expected a list of output names or None, found a str")
             wanted = []
             for name in output_names:
-                ir = self._output_ir.get(name) if isinstance(name, str) else None
-                if ir is None:
+                out = self._output_ir.get(name) if isinstance(name, str) else None
+                if out is None:
                     known = ", ".join(o.name for o in self._outputs)
                     raise ShapeError(f"output_names: {name!r} is not an output of the model ({known})")
-                wanted.append(ir)
+                wanted.append(out)
         outputs = self._model.run(feed)
         return [outputs[n] for n in wanted]
 
