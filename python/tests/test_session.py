@@ -28,7 +28,7 @@ def one_thread() -> primjit.SessionOptions:
 
 
 def test_the_onnxruntime_loop_runs_on_bytes_and_matches_the_fixture():
-    s = primjit.InferenceSession(open(RESNET, "rb").read(), one_thread())
+    s = primjit.InferenceSession(RESNET.read_bytes(), one_thread())
     x = np.load(FAMILIES / "resnet.input.npy")
     y = s.run(None, {s.get_inputs()[0].name: x})[0]
     want = np.load(FAMILIES / "resnet.expected.npy")
@@ -253,8 +253,8 @@ def test_the_session_matches_onnxruntime_within_1e_4():
     for family in ("resnet", "mobilenet", "vgg"):
         path = FAMILIES / f"{family}.onnx"
         x = np.load(FAMILIES / f"{family}.input.npy")
-        theirs = ort.InferenceSession(open(path, "rb").read(), providers=["CPUExecutionProvider"])
-        ours = primjit.InferenceSession(open(path, "rb").read(), one_thread())
+        theirs = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"])
+        ours = primjit.InferenceSession(path.read_bytes(), one_thread())
         assert [i.name for i in ours.get_inputs()] == [i.name for i in theirs.get_inputs()]
         assert [o.name for o in ours.get_outputs()] == [o.name for o in theirs.get_outputs()]
         feed = {theirs.get_inputs()[0].name: x}

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use primjit_ir::{Graph, IrError};
 use primjit_onnx::{Imported, Metadata, OnnxError};
-use prost::bytes::Bytes;
+pub use prost::bytes::Bytes;
 
 /// A model's format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
