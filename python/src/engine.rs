@@ -204,7 +204,10 @@ impl PyEngine {
         if let Some(b) = workspace_budget {
             workspace.budget = budget_from(py, b)?;
         }
-        let config = EngineConfig { workspace, ..config };
+        let config = EngineConfig {
+            workspace,
+            ..config
+        };
         Self::with_config(py, config)
     }
 

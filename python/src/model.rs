@@ -49,7 +49,10 @@ fn read_model(py: Python<'_>, input: ModelInput) -> PyResult<ModelFile> {
         }
         ModelInput::Bytes(data) => {
             let bytes = Bytes::from_owner(data);
-            (py.detach(|| ModelSource::from_shared(bytes, "<bytes>")), None)
+            (
+                py.detach(|| ModelSource::from_shared(bytes, "<bytes>")),
+                None,
+            )
         }
     };
     let mut source = source.map_err(|e| model_error(py, path.as_deref(), e))?;
@@ -65,7 +68,12 @@ fn read_model(py: Python<'_>, input: ModelInput) -> PyResult<ModelFile> {
         .inputs()
         .iter()
         .map(|i| (NameKind::Value, graph.value_name(i.value).to_string()))
-        .chain(graph.outputs().iter().map(|(n, _)| (NameKind::Output, n.clone())))
+        .chain(
+            graph
+                .outputs()
+                .iter()
+                .map(|(n, _)| (NameKind::Output, n.clone())),
+        )
         .collect();
     let file_names = io
         .into_iter()

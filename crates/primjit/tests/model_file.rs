@@ -21,9 +21,11 @@ const GRAPH: &str = "graph g {
 
 /// A minimal ONNX model: one Conv whose weights are initializers, as exporters write it.
 fn onnx_model() -> Vec<u8> {
-    use prost::Message;
     use primjit::onnx::proto::*;
-    let w: Vec<u8> = (0..54).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect();
+    use prost::Message;
+    let w: Vec<u8> = (0..54)
+        .flat_map(|i| (i as f32 * 0.5).to_le_bytes())
+        .collect();
     let float_input = |name: &str, dims: &[i64]| ValueInfoProto {
         name: name.into(),
         r#type: Some(TypeProto {
@@ -98,8 +100,8 @@ fn npy(shape: &[u64], data: &[f32]) -> Vec<u8> {
 /// An `.npz` archive (stored, as `numpy.savez` writes it) of `.npy` entries.
 fn npz(entries: &[(&str, Vec<u8>)]) -> Vec<u8> {
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored);
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, bytes) in entries {
         zip.start_file(format!("{name}.npy"), options).unwrap();
         zip.write_all(bytes).unwrap();
@@ -112,14 +114,21 @@ fn the_format_is_told_by_content() {
     assert_eq!(sniff_model(&onnx_model()), ModelFormat::Onnx);
     assert_eq!(sniff_model(GRAPH.as_bytes()), ModelFormat::Ir);
     assert_eq!(sniff_model(b""), ModelFormat::Ir);
-    assert_eq!(sniff_model(b"# caf\xc3\xa9\r\n\tgraph g {}\x0c"), ModelFormat::Ir);
+    assert_eq!(
+        sniff_model(b"# caf\xc3\xa9\r\n\tgraph g {}\x0c"),
+        ModelFormat::Ir
+    );
 
     let onnx = ModelSource::from_bytes(&onnx_model(), "<bytes>").expect("imports");
     assert_eq!(onnx.format(), ModelFormat::Onnx);
     let graph = onnx.graph().unwrap();
     let meta = onnx.metadata(&graph);
     assert_eq!(
-        (meta.producer_name.as_str(), meta.graph_name.as_str(), meta.version),
+        (
+            meta.producer_name.as_str(),
+            meta.graph_name.as_str(),
+            meta.version
+        ),
         ("tests", "g", 3)
     );
     assert_eq!(meta.description, "a conv");
@@ -177,10 +186,16 @@ fn npz_parameters_read_as_safetensors_do() {
     // A wrong shape and a missing parameter are the file's errors.
     let short = npz(&[("w", npy(&[2, 3, 3, 3], &w)), ("b", npy(&[3], &[0.0; 3]))]);
     let e = params_from_bytes(&short, "p.npz", &graph, None).unwrap_err();
-    assert!(matches!(e, ParamFileError::Shape { ref name, .. } if name == "b"), "{e}");
+    assert!(
+        matches!(e, ParamFileError::Shape { ref name, .. } if name == "b"),
+        "{e}"
+    );
     let missing = npz(&[("w", npy(&[2, 3, 3, 3], &w))]);
     let e = params_from_bytes(&missing, "p.npz", &graph, None).unwrap_err();
-    assert!(matches!(e, ParamFileError::Missing { ref name, .. } if name == "b"), "{e}");
+    assert!(
+        matches!(e, ParamFileError::Missing { ref name, .. } if name == "b"),
+        "{e}"
+    );
     // Not an archive after its magic: an error, not a panic.
     let e = params_from_bytes(b"PK\x03\x04garbage", "p.npz", &graph, None).unwrap_err();
     assert!(matches!(e, ParamFileError::Format { .. }), "{e}");
@@ -197,8 +212,13 @@ fn overrides_must_name_parameters_while_a_state_dict_may_hold_more() {
             .collect()
     };
     // Over a model's own values: every unknown name is listed, with the graph's parameters.
-    let e = bind_params(&graph, Some(initializers.clone()), given(&["b", "wieght", "bias"]), "params")
-        .unwrap_err();
+    let e = bind_params(
+        &graph,
+        Some(initializers.clone()),
+        given(&["b", "wieght", "bias"]),
+        "params",
+    )
+    .unwrap_err();
     assert!(
         matches!(e, ParamFileError::Unknown { ref unknown, .. } if unknown == &["wieght", "bias"]),
         "{e}"
