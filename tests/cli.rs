@@ -2626,6 +2626,66 @@ fn run_params_override_an_onnx_models_initializers() {
     assert_eq!(got, [bias.clone(), bias].concat());
 }
 
+/// Overrides of an ONNX model's initializers must name its parameters: a typo is an error that
+/// lists every unknown name, not a silently ignored tensor.
+#[test]
+fn run_overrides_naming_no_parameter_are_an_error() {
+    let dir = temp_dir();
+    let params = dir.path().join("typo.safetensors");
+    write_safetensors(
+        &params,
+        &[
+            ("fc.bias", StTensor::f32(&[10], &[0.0; 10])),
+            ("fc.bais", StTensor::f32(&[10], &[0.0; 10])),
+            ("fc.wieght", StTensor::f32(&[1], &[0.0])),
+        ],
+    );
+    let y = dir.path().join("y.npy");
+    failure(
+        &primjit(&[
+            "run",
+            &family("resnet.onnx"),
+            "--input",
+            &format!("x={}", family("resnet.input.npy")),
+            "--params",
+            s(&params),
+            "--output",
+            s(&y),
+        ]),
+        1,
+        &[
+            "typo.safetensors names parameters the graph does not have: @fc.bais, @fc.wieght; its parameters: @",
+        ],
+    );
+    assert!(!y.exists());
+}
+
+/// The model's format is told from its content: an ONNX model without the `.onnx` suffix
+/// runs, and IR text named `.onnx` parses as IR.
+#[test]
+fn models_are_told_apart_by_content_not_name() {
+    let dir = temp_dir();
+    let model = dir.path().join("resnet-model");
+    std::fs::copy(family("resnet.onnx"), &model).unwrap();
+    let y = dir.path().join("y.npy");
+    let out = success(&primjit(&[
+        "run",
+        s(&model),
+        "--input",
+        &format!("x={}", family("resnet.input.npy")),
+        "--output",
+        s(&y),
+    ]));
+    assert!(out.contains("[2, 10]"), "{out}");
+    let text = dir.path().join("graph.onnx");
+    std::fs::write(
+        &text,
+        "graph g {\n  input %x: f32[1, 3, 4, 4]\n  %r = relu(%x)\n  output y = %r\n}\n",
+    )
+    .unwrap();
+    success(&primjit(&["check", s(&text)]));
+}
+
 /// A model as bytes: `x` [1, 3, 8, W] through the given nodes to `y`.
 fn onnx_model(
     nodes: Vec<primjit_onnx::proto::NodeProto>,
