@@ -149,7 +149,7 @@ impl ModelSource {
     }
 
     /// The model's graph: an ONNX model's imported graph, or the IR text parsed (not yet
-    /// verified). An IR error renders against [`Self::text`] ([`IrError::render`]).
+    /// verified). An IR error renders against its `text` ([`IrError::render`]).
     pub fn graph(&self) -> Result<Graph, IrError> {
         match &self.onnx {
             Some(imported) => Ok(imported.graph.clone()),
