@@ -2344,9 +2344,9 @@ fn peak_reports_a_rate_and_a_clock() {
 #[test]
 fn more_threads_than_an_engine_runs_are_refused() {
     failure(
-        &primjit(&["peak", "--threads", "65536"]),
+        &primjit(&["peak", "--threads", "1025"]),
         2,
-        &["expected 0 (all cores) to 65535 threads, found `65536`"],
+        &["expected 0 (all cores) to 1024 threads, found `1025`"],
     );
     failure(
         &primjit(&[
@@ -2356,7 +2356,7 @@ fn more_threads_than_an_engine_runs_are_refused() {
             "18446744073709551615",
         ]),
         1,
-        &["threads 18446744073709551615: expected 0 (one per core) to 65535"],
+        &["threads 18446744073709551615: expected 0 (one per core) to 1024"],
     );
 }
 
@@ -2700,6 +2700,66 @@ fn run_params_override_an_onnx_models_initializers() {
     let (shape, got) = read_npy(&y);
     assert_eq!(shape, vec![2, 10]);
     assert_eq!(got, [bias.clone(), bias].concat());
+}
+
+/// Overrides of an ONNX model's initializers must name its parameters: a typo is an error that
+/// lists every unknown name, not a silently ignored tensor.
+#[test]
+fn run_overrides_naming_no_parameter_are_an_error() {
+    let dir = temp_dir();
+    let params = dir.path().join("typo.safetensors");
+    write_safetensors(
+        &params,
+        &[
+            ("fc.bias", StTensor::f32(&[10], &[0.0; 10])),
+            ("fc.bais", StTensor::f32(&[10], &[0.0; 10])),
+            ("fc.wieght", StTensor::f32(&[1], &[0.0])),
+        ],
+    );
+    let y = dir.path().join("y.npy");
+    failure(
+        &primjit(&[
+            "run",
+            &family("resnet.onnx"),
+            "--input",
+            &format!("x={}", family("resnet.input.npy")),
+            "--params",
+            s(&params),
+            "--output",
+            s(&y),
+        ]),
+        1,
+        &[
+            "typo.safetensors names parameters the graph does not have: @fc.bais, @fc.wieght; its parameters: @",
+        ],
+    );
+    assert!(!y.exists());
+}
+
+/// The model's format is told from its content: an ONNX model without the `.onnx` suffix
+/// runs, and IR text named `.onnx` parses as IR.
+#[test]
+fn models_are_told_apart_by_content_not_name() {
+    let dir = temp_dir();
+    let model = dir.path().join("resnet-model");
+    std::fs::copy(family("resnet.onnx"), &model).unwrap();
+    let y = dir.path().join("y.npy");
+    let out = success(&primjit(&[
+        "run",
+        s(&model),
+        "--input",
+        &format!("x={}", family("resnet.input.npy")),
+        "--output",
+        s(&y),
+    ]));
+    assert!(out.contains("[2, 10]"), "{out}");
+    let text = dir.path().join("graph.onnx");
+    std::fs::write(
+        &text,
+        "graph g {\n  input %x: f32[1, 3, 4, 4]\n  %r = relu(%x)\n  output y = %r\n}\n",
+    )
+    .unwrap();
+    success(&primjit(&["check", s(&text)]));
 }
 
 /// A model as bytes: `x` [1, 3, 8, W] through the given nodes to `y`.

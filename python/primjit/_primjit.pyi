@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Mapping, Sequence, Union, final
+from typing import Any, Generic, Literal, Mapping, Sequence, Union, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import TypeVar
 
 __all__ = ["Engine", "Model", "Primitive", "__version__"]
 
@@ -16,6 +17,12 @@ __version__: str
 _Budget = Union[str, int]
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _F32 = npt.NDArray[np.float32]
+_ConvAlgo = Literal["direct", "winograd", "auto"]
+_Mode = Literal["exact", "dynamic"]
+# What calling a model returns: its output array, for the single-output models that most are;
+# a model with several outputs returns a tuple of them (annotate it Model[tuple[...]], or use
+# Model.run, which returns them by name).
+_Out = TypeVar("_Out", default=_F32)
 
 @final
 class Engine:
@@ -24,20 +31,23 @@ class Engine:
 
     def __new__(
         cls,
-        budget: _Budget = "64MiB",
+        budget: _Budget | None = "64MiB",
         capacity: int | None = None,
-        threads: int = 0,
-        verbose: int = 0,
-        conv_algo: Literal["direct", "winograd", "auto"] = "auto",
+        threads: int | None = 0,
+        verbose: int | None = 0,
+        conv_algo: _ConvAlgo | None = "auto",
+        workspace_budget: _Budget | None = None,
         max_isa: Literal["x128", "avx2", "avx512"] | None = None,
     ) -> Engine:
         """budget: "64MiB", "512KiB", "1GiB", "unlimited", "0" or a number of bytes;
         capacity: an entry-count bound applied with the budget, or None; threads: threads
-        per execution, 0 for one per core, up to 65535; verbose: 1 a stderr line per
+        per execution, 0 for one per core, up to 1024; verbose: 1 a stderr line per
         primitive creation and eviction, 2 also per execution; conv_algo: the convolution
-        algorithm of the models it loads and the ops it compiles; max_isa: the widest vector
-        tier of its kernels, None for the host's widest. Raises ConfigError for a bad value
-        (a bool, a float or an int out of range included, and a tier above the host's)."""
+        algorithm of the models it loads and the ops it compiles; workspace_budget: the
+        activation buffers a model keeps between calls; max_isa: the widest vector tier of
+        its kernels, None for the host's widest. None is the default of each. Raises
+        ConfigError for a bad value (a bool, a float or an int out of range included, and a
+        tier above the host's)."""
     @staticmethod
     def from_env() -> Engine:
         """An engine configured from PRIMJIT_CACHE_BUDGET, PRIMJIT_CACHE_CAPACITY,
@@ -47,22 +57,34 @@ class Engine:
         self,
         path: _Path,
         params: _Path | Mapping[str, _F32] | None = None,
-        mode: Literal["exact", "dynamic"] = "exact",
+        mode: _Mode | None = "exact",
         *,
         random_params: int | None = None,
     ) -> Model:
-        """Loads an .ir or .onnx model with its parameters (a .safetensors file, a dict of
-        float32 arrays by parameter name, or None for a graph without parameters or an ONNX
-        model's initializers; random_params draws them from a seed, an int from 0 to
-        2**64 - 1). Paths are str, bytes or os.PathLike. Raises IrError, ParamError,
-        ConfigError, OSError, or TypeError for a path of another type."""
+        """Loads an IR or ONNX model (told apart by content) with its parameters (a
+        .safetensors or .npz file, a dict of float32 arrays by parameter name, or None for a
+        graph without parameters or an ONNX model's initializers; random_params draws them
+        from a seed, an int from 0 to 2**64 - 1). Paths are str, bytes or os.PathLike.
+        Overrides of an ONNX model's initializers must name its parameters (ParamError);
+        tensors an IR graph does not use are ignored with a UserWarning. Raises IrError,
+        ParamError, ConfigError, OSError, or TypeError for a path of another type."""
+    def load_bytes(
+        self,
+        data: bytes,
+        params: _Path | Mapping[str, _F32] | None = None,
+        mode: _Mode | None = "exact",
+        *,
+        random_params: int | None = None,
+    ) -> Model:
+        """Loads a model from its bytes (ONNX, or IR text in UTF-8), as load loads a file.
+        Raises TypeError when data is not bytes, and what load raises."""
     def compile_op(
         self,
         descriptor: str,
         *,
         pool: Literal["max", "avg_np", "avg_p"] | None = None,
-        layout: Literal["nchw", "nchw4c", "nChw4c"] = "nchw",
-        conv_algo: Literal["direct", "winograd", "auto"] | None = None,
+        layout: Literal["nchw", "nchw4c", "nChw4c"] | None = "nchw",
+        conv_algo: _ConvAlgo | None = None,
     ) -> Primitive:
         """Compiles one primitive from a benchdnn descriptor
         ("mb1ic64ih80iw80oc64oh80ow80kh3kw3sh1sw1ph1pw1"): a convolution with bias (its
@@ -92,6 +114,9 @@ class Engine:
     def capacity(self) -> int | None:
         """The entry-count bound, or None."""
     @property
+    def workspace_budget(self) -> str:
+        """The activation buffers a model keeps between calls, as budget is shown."""
+    @property
     def threads(self) -> int:
         """The threads each execution runs on."""
     @property
@@ -99,12 +124,13 @@ class Engine:
         """The convolution algorithm choice."""
 
 @final
-class Model:
+class Model(Generic[_Out]):
     """A model loaded by Engine.load. float32 NCHW arrays in (read in place when
     C-contiguous), new float32 arrays out; the GIL is released while kernels run."""
 
-    def __call__(self, x: _F32) -> _F32 | tuple[_F32, ...]:
-        """Runs the model on its single input: its output, or a tuple of its outputs.
+    def __call__(self, x: _F32) -> _Out:
+        """Runs the model on its single input: its output, or a tuple of its outputs when it
+        has several (typed as Model's parameter, an array unless annotated otherwise).
         Raises ShapeError (also for a numpy scalar or a 0-d array) or DtypeError."""
     def run(self, inputs: Mapping[str, _F32]) -> dict[str, _F32]:
         """Runs the model on inputs by name; returns its outputs by name. Raises ShapeError
@@ -115,6 +141,16 @@ class Model:
     @property
     def outputs(self) -> list[str]:
         """The output names, in order."""
+    @property
+    def output_shapes(self) -> dict[str, list[int | str]]:
+        """The outputs' shapes; extents that depend on a symbol are strings."""
+    @property
+    def file_names(self) -> dict[str, str]:
+        """The model file's name of each input and output, by the graph's name."""
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """producer_name, producer_version, graph_name, domain, description,
+        graph_description, version, custom_metadata_map."""
     @property
     def conv_algo(self) -> Literal["direct", "winograd", "auto"]:
         """The convolution algorithm choice the model was compiled with."""

@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use primjit::{
     Budget, CacheConfig, CacheStats, ConvAlgoChoice, Engine, EngineConfig, EntryInfo, Isa,
+    WorkspaceConfig,
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyDict;
 
 use crate::args::{self, is_integer, type_name, whole_number};
@@ -101,7 +103,10 @@ fn capacity_from(py: Python<'_>, capacity: Option<&Bound<'_, PyAny>>) -> PyResul
 /// budget: the cache's byte budget, "64MiB", "512KiB", "1GiB", "unlimited", "0" (no
 ///     caching) or a number of bytes.
 /// capacity: an entry-count bound applied with the budget (oneDNN-style), or None.
-/// threads: threads per execution, up to 65535; 0 for one per core.
+/// threads: threads per execution, 0 for one per core, up to 1024 (above the hardware threads
+///     of the largest hosts: a larger count is a mistake, refused before any thread starts).
+/// workspace_budget: the activation buffers a model keeps between calls, as budget; None for
+///     the built-in default (Engine.from_env reads PRIMJIT_WORKSPACE_BUDGET).
 /// verbose: 1 writes a line per primitive creation and eviction on stderr, 2 also one per
 ///     execution (the format of PRIMJIT_VERBOSE).
 /// conv_algo: the convolution algorithm of the models this engine loads and the ops it
@@ -121,9 +126,15 @@ pub struct PyEngine {
 }
 
 impl PyEngine {
+    /// Builds the engine, its thread pool started without the GIL (other Python threads run
+    /// meanwhile); Ctrl-C pressed while it starts raises KeyboardInterrupt once it has, and
+    /// the engine is dropped.
     fn with_config(py: Python<'_>, config: EngineConfig) -> PyResult<Self> {
         let conv_algo = config.conv_algo;
-        let engine = Engine::new(config).map_err(|e| runtime_error(py, e))?;
+        let engine = py
+            .detach(|| Engine::new(config))
+            .map_err(|e| runtime_error(py, e))?;
+        py.check_signals()?;
         Ok(PyEngine {
             engine: Arc::new(engine),
             conv_algo,
@@ -168,8 +179,8 @@ fn entry_dict<'py>(py: Python<'py>, e: &EntryInfo) -> PyResult<Bound<'py, PyDict
 impl PyEngine {
     #[new]
     #[pyo3(
-        signature = (budget=None, capacity=None, threads=None, verbose=None, conv_algo=None, max_isa=None),
-        text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0, conv_algo=\"auto\", max_isa=None)"
+        signature = (budget=None, capacity=None, threads=None, verbose=None, conv_algo=None, workspace_budget=None, max_isa=None),
+        text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0, conv_algo=\"auto\", workspace_budget=None, max_isa=None)"
     )]
     fn new(
         py: Python<'_>,
@@ -178,6 +189,7 @@ impl PyEngine {
         threads: Option<&Bound<'_, PyAny>>,
         verbose: Option<&Bound<'_, PyAny>>,
         conv_algo: Option<&Bound<'_, PyAny>>,
+        workspace_budget: Option<&Bound<'_, PyAny>>,
         max_isa: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let budget = match budget {
@@ -201,6 +213,14 @@ impl PyEngine {
             max_isa: max_isa.map(|t| max_isa_from(py, t)).transpose()?,
             ..EngineConfig::default()
         };
+        let mut workspace = WorkspaceConfig::default();
+        if let Some(b) = workspace_budget {
+            workspace.budget = budget_from(py, b)?;
+        }
+        let config = EngineConfig {
+            workspace,
+            ..config
+        };
         Self::with_config(py, config)
     }
 
@@ -215,14 +235,17 @@ impl PyEngine {
         Self::with_config(py, config)
     }
 
-    /// Loads a model: an IR file (.ir) or an ONNX model (.onnx), verified, optimized
-    /// (batch-norm folding, post-op and pool fusion) and with its convolution weights packed.
+    /// Loads a model: an IR file or an ONNX model (told apart by content, whatever the file's
+    /// name), verified, optimized (batch-norm folding, post-op and pool fusion) and with its
+    /// convolution weights packed. Engine.load_bytes loads one from bytes.
     ///
     /// path: the model file, a str, bytes or os.PathLike, as Python's own file functions take.
-    /// params: a .safetensors file (a path, as path), a mapping (dict) of float32 arrays by
-    ///     parameter name, or None for a graph without parameters. An ONNX model's
-    ///     initializers are its parameters; a file or dict replaces those it names. Tensors the
-    ///     graph does not declare are ignored, as in a full model's state dict.
+    /// params: a .safetensors or .npz file (a path, as path), a mapping (dict) of float32
+    ///     arrays by parameter name, or None for a graph without parameters. An ONNX model's
+    ///     initializers are its parameters; a file or dict overrides those it names, and a
+    ///     name that is no parameter of the graph raises ParamError, listing them all. For an
+    ///     IR graph, tensors it does not declare are ignored, as in a full model's state dict,
+    ///     with a UserWarning naming them.
     /// mode: "exact" compiles one primitive per node and shape; "dynamic" gives convolutions
     ///     and pooling over a symbolic extent one primitive for every value of it.
     /// random_params: draw the parameters from this seed instead (the CLI's --random-params),
@@ -262,7 +285,46 @@ impl PyEngine {
             None => "exact".to_string(),
         };
         let seed = random_params.map(|r| seed_from(py, r)).transpose()?;
-        model::load(py, &self.engine, self.conv_algo, &path, params, &mode, seed)
+        let input = model::ModelInput::Path(path);
+        model::load(py, &self.engine, self.conv_algo, input, params, &mode, seed)
+    }
+
+    /// Loads a model from its bytes (an ONNX model's serialization, or IR text encoded as
+    /// UTF-8), as Engine.load loads a file; the model's path is "<bytes>". An ONNX model whose
+    /// weights are in an external data file cannot be loaded from bytes: load its path.
+    ///
+    /// Raises TypeError when data is not bytes, and what Engine.load raises.
+    #[pyo3(
+        signature = (data, params=None, mode=None, *, random_params=None),
+        text_signature = "($self, data, params=None, mode=\"exact\", *, random_params=None)"
+    )]
+    fn load_bytes(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        params: Option<&Bound<'_, PyAny>>,
+        mode: Option<&Bound<'_, PyAny>>,
+        random_params: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyModel> {
+        let data = data.extract::<PyBackedBytes>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "data: expected bytes (the model file's content), found {}",
+                type_name(data)
+            ))
+        })?;
+        let mode = match mode {
+            Some(m) => args::text_arg(
+                py,
+                m,
+                Kind::Config,
+                "mode",
+                "expected \"exact\" or \"dynamic\"",
+            )?,
+            None => "exact".to_string(),
+        };
+        let seed = random_params.map(|r| seed_from(py, r)).transpose()?;
+        let input = model::ModelInput::Bytes(data);
+        model::load(py, &self.engine, self.conv_algo, input, params, &mode, seed)
     }
 
     /// Compiles one primitive from a benchdnn problem descriptor, such as
@@ -383,6 +445,12 @@ impl PyEngine {
     #[getter]
     fn capacity(&self) -> Option<usize> {
         self.engine.cache().config().capacity
+    }
+
+    /// The workspace budget: the activation buffers a model keeps between calls.
+    #[getter]
+    fn workspace_budget(&self) -> String {
+        self.engine.workspace_config().budget.to_string()
     }
 
     /// The threads each execution runs on.

@@ -9,6 +9,8 @@
 use std::path::Path;
 
 use primjit::descriptor::DescriptorError;
+use primjit::model_file::ModelError;
+use primjit::onnx::OnnxError;
 use primjit::params_file::ParamFileError;
 use primjit::{GraphError, IrError, RuntimeError};
 use pyo3::exceptions::PyOSError;
@@ -125,6 +127,18 @@ pub fn load_error(py: Python<'_>, e: GraphError, file: &str, text: &str) -> PyEr
             error(py, Kind::Compile, e.to_string())
         }
         GraphError::OutputCount { .. } => error(py, Kind::Exec, e.to_string()),
+    }
+}
+
+/// A model that could not be read: an unreadable file is an `OSError`, the rest (not a model,
+/// an ONNX model that does not decode or import) `IrError`s.
+pub fn model_error(py: Python<'_>, path: Option<&Path>, e: ModelError) -> PyErr {
+    match (&e, path) {
+        (ModelError::Read { source, .. }, Some(path))
+        | (ModelError::Onnx(OnnxError::Read { source, .. }), Some(path)) => {
+            os_error(py, path, source)
+        }
+        _ => error(py, Kind::Ir, e.to_string()),
     }
 }
 

@@ -1,18 +1,22 @@
 //! `primjit.Model`: a graph loaded, optimized and packed once, run on numpy arrays.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use primjit::ir::{Dim, Graph};
+use primjit::model_file::{Bytes, ModelSource};
+use primjit::onnx::{Metadata, NameKind};
+use primjit::params_file::BoundParams;
 use primjit::{
     CompiledGraph, ConvAlgoChoice, Engine, Params, ShapeMode, Tensor, TensorView, Workspace,
 };
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyDict, PyList, PyMapping, PyMappingMethods, PyTuple};
 
 use crate::args::{self, type_name};
 use crate::arrays::{self, Input};
-use crate::errors::{Kind, error, ir_error, load_error, os_error, param_file_error, run_error};
+use crate::errors::{Kind, error, ir_error, load_error, model_error, param_file_error, run_error};
 
 /// A model file: its name, its IR text, its graph, and what an ONNX file adds.
 struct ModelFile {
@@ -23,40 +27,80 @@ struct ModelFile {
     initializers: Option<Params>,
     /// Outputs an ONNX model gives as `[N, K]`, which the graph computes as `[N, K, 1, 1]`.
     flattened_outputs: Vec<String>,
+    metadata: Metadata,
+    /// The model file's name of each input and output, by IR name.
+    file_names: Vec<(String, String)>,
 }
 
-/// Reads an IR file, or imports an ONNX file (`.onnx`).
-fn read_model(py: Python<'_>, path: &Path) -> PyResult<ModelFile> {
-    let file = path.display().to_string();
-    if path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
-    {
-        let imported = py
-            .detach(|| primjit_onnx::import_file(path))
-            .map_err(|e| match &e {
-                primjit_onnx::OnnxError::Read { source, .. } => os_error(py, path, source),
-                _ => error(py, Kind::Ir, e.to_string()),
-            })?;
-        return Ok(ModelFile {
-            file,
-            text: imported.graph.to_string(),
-            graph: imported.graph,
-            initializers: Some(imported.params),
-            flattened_outputs: imported.flattened_outputs,
-        });
-    }
-    // Not a device or a FIFO, which would be read without end or block (as the importer
-    // refuses them for an `.onnx` file).
-    let text = primjit::file::read_regular_to_string(path).map_err(|e| os_error(py, path, &e))?;
-    let graph = primjit::ir::parse(&text).map_err(|e| ir_error(py, e, &file, &text))?;
-    graph.verify().map_err(|e| ir_error(py, e, &file, &text))?;
+/// Where `Engine.load` reads a model from.
+pub enum ModelInput {
+    Path(PathBuf),
+    /// The model's bytes, borrowed while it is imported.
+    Bytes(PyBackedBytes),
+}
+
+/// Reads an IR file or an ONNX model, told apart by content ([`primjit::model_file`]), from
+/// a file or bytes, and verifies its graph.
+fn read_model(py: Python<'_>, input: ModelInput) -> PyResult<ModelFile> {
+    let (source, path) = match input {
+        ModelInput::Path(path) => {
+            let source = py.detach(|| ModelSource::read(&path));
+            (source, Some(path))
+        }
+        ModelInput::Bytes(data) => {
+            let bytes = Bytes::from_owner(data);
+            (
+                py.detach(|| ModelSource::from_shared(bytes, "<bytes>")),
+                None,
+            )
+        }
+    };
+    let mut source = source.map_err(|e| model_error(py, path.as_deref(), e))?;
+    let graph = source
+        .graph()
+        .map_err(|e| ir_error(py, e, &source.origin, &source.text))?;
+    graph
+        .verify()
+        .map_err(|e| ir_error(py, e, &source.origin, &source.text))?;
+    let metadata = source.metadata(&graph);
+    // Inputs are values, outputs have names of their own: each is looked up in its kind.
+    let io: Vec<(NameKind, String)> = graph
+        .inputs()
+        .iter()
+        .map(|i| (NameKind::Value, graph.value_name(i.value).to_string()))
+        .chain(
+            graph
+                .outputs()
+                .iter()
+                .map(|(n, _)| (NameKind::Output, n.clone())),
+        )
+        .collect();
+    let file_names = io
+        .into_iter()
+        .map(|(kind, ir)| {
+            let file = source
+                .onnx
+                .as_ref()
+                .and_then(|i| i.names.iter().find(|r| r.kind == kind && r.ir == ir))
+                .map_or_else(|| ir.clone(), |r| r.onnx.clone());
+            (ir, file)
+        })
+        .collect();
+    let (initializers, flattened_outputs) = match source.onnx.as_mut() {
+        Some(i) => (
+            Some(std::mem::take(&mut i.params)),
+            std::mem::take(&mut i.flattened_outputs),
+        ),
+        None => (None, Vec::new()),
+    };
     Ok(ModelFile {
-        file,
-        text,
+        file: source.origin,
+        text: source.text,
         graph,
-        initializers: None,
-        flattened_outputs: Vec::new(),
+        initializers,
+        flattened_outputs,
+        metadata,
+        file_names,
     })
 }
 
@@ -72,25 +116,33 @@ fn declared_params(graph: &Graph) -> Vec<String> {
 /// The parameters `load` was given: a file, a dict of arrays, a seed, or none; a parameter
 /// that a file or dict leaves out takes an ONNX model's initializer, as `primjit run` does.
 /// Takes the initializers so that they are dropped here unless they become the parameters.
+/// Names given that an IR graph has no parameter of are returned, for a warning; for an ONNX
+/// model (overrides of its initializers) they are a ParamError.
 fn params_from(
     py: Python<'_>,
     graph: &Graph,
     initializers: Option<Params>,
     params: Option<&Bound<'_, PyAny>>,
     random_params: Option<u64>,
-) -> PyResult<Params> {
+) -> PyResult<BoundParams> {
     match (params, random_params) {
         (Some(_), Some(_)) => Err(error(
             py,
             Kind::Param,
             "give params or random_params, not both",
         )),
-        (None, Some(seed)) => Ok(Params::random(graph, seed)),
-        (None, None) if initializers.is_some() => Ok(initializers.unwrap_or_default()),
+        (None, Some(seed)) => Ok(BoundParams {
+            params: Params::random(graph, seed),
+            unused: Vec::new(),
+        }),
+        (None, None) if initializers.is_some() => Ok(BoundParams {
+            params: initializers.unwrap_or_default(),
+            unused: Vec::new(),
+        }),
         (None, None) => {
             let declared = declared_params(graph);
             if declared.is_empty() {
-                return Ok(Params::new());
+                return Ok(BoundParams::default());
             }
             let shown = declared.len().min(3);
             let more = match declared.len() - shown {
@@ -101,14 +153,14 @@ fn params_from(
                 py,
                 Kind::Param,
                 format!(
-                    "the graph has parameters ({}{more}): pass params= (a .safetensors file or a dict of float32 arrays) or random_params=SEED",
+                    "the graph has parameters ({}{more}): pass params= (a .safetensors or .npz file, or a dict of float32 arrays) or random_params=SEED",
                     declared[..shown].join(", ")
                 ),
             ))
         }
         (Some(p), None) => {
             if let Ok(mapping) = p.cast::<PyMapping>() {
-                let mut params = initializers.unwrap_or_default();
+                let mut given = Vec::new();
                 for item in mapping.items()?.iter() {
                     let (name, value) = item.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
                     let name = args::text(&name).ok_or_else(|| {
@@ -125,32 +177,50 @@ fn params_from(
                     let what = format!("parameter @{name}");
                     let input = arrays::input(py, &what, &value)?;
                     let view = input.view();
-                    params.insert(
+                    given.push((
                         name,
                         Tensor {
                             shape: view.shape.to_vec(),
                             data: view.data.to_vec(),
                         },
-                    );
+                    ));
                 }
-                return Ok(params);
+                return primjit::params_file::bind_params(graph, initializers, given, "params")
+                    .map_err(|e| error(py, Kind::Param, e.to_string()));
             }
             let path = args::path(py, p)?.ok_or_else(|| {
                 error(
                     py,
                     Kind::Param,
                     format!(
-                        "params: expected a .safetensors path (str, bytes or os.PathLike) or a dict of float32 arrays by parameter name, found {}",
+                        "params: expected a .safetensors or .npz path (str, bytes or os.PathLike) or a dict of float32 arrays by parameter name, found {}",
                         type_name(p)
                     ),
                 )
             })?;
-            py.detach(|| {
-                primjit::params_file::read_safetensors(&path, graph, initializers.as_ref())
-            })
-            .map_err(|e| param_file_error(py, &path, e))
+            py.detach(|| primjit::params_file::read_params(&path, graph, initializers))
+                .map_err(|e| param_file_error(py, &path, e))
         }
     }
+}
+
+/// Warns (`UserWarning`) of the names a state dict gave that the graph does not use.
+fn warn_unused(py: Python<'_>, origin: &str, unused: &[String]) -> PyResult<()> {
+    if unused.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = unused.iter().take(10).map(String::as_str).collect();
+    let more = match unused.len() - shown.len() {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    let message = format!(
+        "{origin}: {} tensors the graph does not use, ignored: {}{more}",
+        unused.len(),
+        shown.join(", ")
+    );
+    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+    PyErr::warn(py, &category, &std::ffi::CString::new(message)?, 2)
 }
 
 /// `Engine.load`.
@@ -158,7 +228,7 @@ pub fn load(
     py: Python<'_>,
     engine: &Arc<Engine>,
     conv_algo: ConvAlgoChoice,
-    path: &Path,
+    input: ModelInput,
     params: Option<&Bound<'_, PyAny>>,
     mode: &str,
     random_params: Option<u64>,
@@ -180,8 +250,16 @@ pub fn load(
         graph,
         initializers,
         flattened_outputs,
-    } = read_model(py, path)?;
-    let params = params_from(py, &graph, initializers, params, random_params)?;
+        metadata,
+        file_names,
+    } = read_model(py, input)?;
+    let origin = match params.map(|p| args::path(py, p)) {
+        Some(Ok(Some(path))) => path.display().to_string(),
+        _ => "params".to_string(),
+    };
+    let BoundParams { params, unused } =
+        params_from(py, &graph, initializers, params, random_params)?;
+    warn_unused(py, &origin, &unused)?;
     let compiled = py
         .detach(|| {
             let compiled = CompiledGraph::with_target(&graph, &params, conv_algo, engine.isa());
@@ -198,6 +276,20 @@ pub fn load(
         .map(|i| (graph.value_name(i.value).to_string(), i.shape.clone()))
         .collect();
     let outputs = graph.outputs().iter().map(|(n, _)| n.clone()).collect();
+    // Output shapes as the graph declares them: ints, and text for extents that depend on a
+    // symbol; an ONNX classifier's flattened outputs as the file gives them.
+    let shapes = graph.verify().map_err(|e| ir_error(py, e, &file, &text))?;
+    let output_shapes = graph
+        .outputs()
+        .iter()
+        .map(|(n, v)| {
+            let mut dims = shapes.get(*v).map(<[Dim]>::to_vec).unwrap_or_default();
+            if flattened_outputs.contains(n) && dims.len() == 4 {
+                dims.truncate(2);
+            }
+            (n.clone(), dims)
+        })
+        .collect();
     Ok(PyModel {
         engine: engine.clone(),
         graph: compiled,
@@ -205,7 +297,10 @@ pub fn load(
         path: file,
         inputs,
         outputs,
+        output_shapes,
         flattened_outputs,
+        metadata,
+        file_names,
     })
 }
 
@@ -223,6 +318,10 @@ pub struct PyModel {
     path: String,
     inputs: Vec<(String, Vec<Dim>)>,
     outputs: Vec<String>,
+    output_shapes: Vec<(String, Vec<Dim>)>,
+    metadata: Metadata,
+    /// The model file's name of each input and output, by IR name.
+    file_names: Vec<(String, String)>,
     /// An ONNX classifier's `[N, K]` outputs, computed as `[N, K, 1, 1]` and returned as the
     /// file gives them.
     flattened_outputs: Vec<String>,
@@ -350,14 +449,7 @@ impl PyModel {
     fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
         for (name, shape) in &self.inputs {
-            let dims = PyList::empty(py);
-            for d in shape {
-                match d.known() {
-                    Some(n) => dims.append(n)?,
-                    None => dims.append(d.to_string())?,
-                }
-            }
-            dict.set_item(name, dims)?;
+            dict.set_item(name, dims_list(py, shape)?)?;
         }
         Ok(dict)
     }
@@ -366,6 +458,50 @@ impl PyModel {
     #[getter]
     fn outputs(&self) -> Vec<String> {
         self.outputs.clone()
+    }
+
+    /// The graph's outputs by name, each with its shape as the graph computes it: ints, and
+    /// strings for extents that depend on a symbolic dimension.
+    #[getter]
+    fn output_shapes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (name, shape) in &self.output_shapes {
+            dict.set_item(name, dims_list(py, shape)?)?;
+        }
+        Ok(dict)
+    }
+
+    /// The model file's name of each input and output, by the graph's name: an ONNX model's
+    /// names ("input.1") where the graph's had to change ("input_1"); the same for IR files.
+    #[getter]
+    fn file_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (ir, file) in &self.file_names {
+            dict.set_item(ir, file)?;
+        }
+        Ok(dict)
+    }
+
+    /// What the model says about itself, a dict: producer_name, producer_version,
+    /// graph_name, domain, description, graph_description, version (an int) and
+    /// custom_metadata_map (a dict of str). An IR file gives its graph's name only.
+    #[getter]
+    fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = &self.metadata;
+        let dict = PyDict::new(py);
+        dict.set_item("producer_name", &m.producer_name)?;
+        dict.set_item("producer_version", &m.producer_version)?;
+        dict.set_item("graph_name", &m.graph_name)?;
+        dict.set_item("domain", &m.domain)?;
+        dict.set_item("description", &m.description)?;
+        dict.set_item("graph_description", &m.graph_description)?;
+        dict.set_item("version", m.version)?;
+        let custom = PyDict::new(py);
+        for (k, v) in &m.custom {
+            custom.set_item(k, v)?;
+        }
+        dict.set_item("custom_metadata_map", custom)?;
+        Ok(dict)
     }
 
     /// The convolution algorithm choice the model was compiled with: "direct", "winograd" or
@@ -434,6 +570,18 @@ impl PyModel {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// A shape as a list: ints, and strings for symbolic extents.
+fn dims_list<'py>(py: Python<'py>, shape: &[Dim]) -> PyResult<Bound<'py, PyList>> {
+    let dims = PyList::empty(py);
+    for d in shape {
+        match d.known() {
+            Some(n) => dims.append(n)?,
+            None => dims.append(d.to_string())?,
+        }
+    }
+    Ok(dims)
 }
 
 /// A declared shape as the graph prints it: `[1, 3, H, W]`.

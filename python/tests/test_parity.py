@@ -93,15 +93,19 @@ def test_file_and_dict_params_match_the_cli_bit_for_bit(cli, tmp_path, engine):
         "down.weight": (8, 4, 1, 1),
     }
     params = {n: rng.uniform(0.5, 1.0, s).astype(np.float32) for n, s in shapes.items()}
-    # A tensor the graph does not declare is ignored, as in a full model's state dict.
+    # A tensor the graph does not declare is ignored, as in a full model's state dict, with a
+    # warning that names it.
     params["fc.weight"] = np.zeros((2, 2), dtype=np.float32)
     st = tmp_path / "p.safetensors"
     write_safetensors(st, params)
     x = random_input((1, 4, 6, 9), seed=3)
     want = cli_outputs(cli, tmp_path, ir, {"x": x}, model.outputs, ["--params", str(st)])
-    from_file = engine.load(ir, params=st)
-    from_str = engine.load(str(ir), params=str(st))
-    from_dict = engine.load(ir, params={f"@{n}" if n.startswith("bn") else n: a for n, a in params.items()})
+    with pytest.warns(UserWarning, match="1 tensors the graph does not use, ignored: fc.weight"):
+        from_file = engine.load(ir, params=st)
+    with pytest.warns(UserWarning, match="p.safetensors: 1 tensors"):
+        from_str = engine.load(str(ir), params=str(st))
+    with pytest.warns(UserWarning, match="params: 1 tensors"):
+        from_dict = engine.load(ir, params={f"@{n}" if n.startswith("bn") else n: a for n, a in params.items()})
     for m in (from_file, from_str, from_dict):
         assert_bitwise_equal(m.run({"x": x}), want)
     # The random parameters are others, so the outputs differ.

@@ -715,7 +715,7 @@ fn peer_command(args: &Args, source: &Source, input: [usize; 3], threads: usize)
     }
     let model = match &args.workload.file {
         None => "trunk.onnx".to_string(),
-        Some(file) if crate::source::is_onnx(file) => source.path.clone(),
+        Some(_) if source.onnx.is_some() => source.path.clone(),
         Some(_) => return None,
     };
     let widths = args.workload.widths.as_ref().map_or_else(

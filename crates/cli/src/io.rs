@@ -1,5 +1,5 @@
-//! Tensor files: .npy inputs and outputs (f32, C order) and .safetensors parameters (F32,
-//! read by the facade's `params_file`). Every file the CLI reads (models, widths, tensors) is
+//! Tensor files: .npy inputs and outputs (f32, C order) and .safetensors parameters written (F32;
+//! read, with .npz files, by the facade's `params_file`). Every file the CLI reads (models, widths, tensors) is
 //! opened only when it is a regular file, by the facade's `primjit::file` (ONNX models by the
 //! importer's own check).
 
@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use npyz::WriterBuilder;
 use primjit::file::open_regular;
-use primjit_ir::{Graph, Params, Tensor};
+use primjit_ir::{Params, Tensor};
 
 /// Reads a .npy file holding f32 values in C order.
 pub fn read_npy(path: &Path) -> Result<Tensor> {
@@ -60,20 +60,6 @@ pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<()> {
     writer.finish().with_context(context)?;
     out.flush().with_context(context)?;
     Ok(())
-}
-
-/// Reads the values of `graph`'s declared parameters from a safetensors file, a parameter
-/// missing from it taking its value from `fallback` (an ONNX model's initializers) when that
-/// has one ([`primjit::params_file::read_safetensors`], which refuses a file that is not
-/// regular).
-pub fn read_safetensors_params(
-    path: &Path,
-    graph: &Graph,
-    fallback: Option<&Params>,
-) -> Result<Params> {
-    Ok(primjit::params_file::read_safetensors(
-        path, graph, fallback,
-    )?)
 }
 
 /// Writes parameter values as a safetensors file of F32 tensors named as the parameters.

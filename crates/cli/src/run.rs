@@ -37,10 +37,11 @@ pub struct Args {
     #[arg(long = "output", value_name = "[NAME=]FILE.npy", required = true)]
     pub outputs: Vec<String>,
 
-    /// Parameter values from a safetensors file: F32 tensors named as the graph's parameters
-    /// without `@` (other tensors in the file are ignored); for an ONNX model, those in the
-    /// file override its initializers
-    #[arg(long, value_name = "FILE.safetensors")]
+    /// Parameter values from a safetensors or .npz file (told apart by content): F32 tensors
+    /// named as the graph's parameters without `@`. For an IR graph, other tensors in the file
+    /// are reported on stderr and ignored (a full model's state dict); for an ONNX model, those
+    /// in the file override its initializers, and a name it has no parameter of is an error
+    #[arg(long, value_name = "FILE.safetensors|FILE.npz")]
     pub params: Option<PathBuf>,
 
     /// Draw the parameters from this seed instead of reading them
@@ -143,7 +144,13 @@ pub fn run(args: &Args) -> Result<()> {
 /// are the parameters.
 fn params_of(args: &Args, graph: &Graph, initializers: Option<Params>) -> Result<Params> {
     Ok(match (&args.params, args.random_params) {
-        (Some(path), None) => io::read_safetensors_params(path, graph, initializers.as_ref())?,
+        (Some(path), None) => {
+            let bound = primjit::params_file::read_params(path, graph, initializers)?;
+            if !bound.unused.is_empty() {
+                eprintln!("{}", unused_line(path, &bound.unused));
+            }
+            bound.params
+        }
         (None, Some(seed)) => Params::random(graph, seed),
         (None, None) => match initializers {
             Some(params) => params,
@@ -154,6 +161,21 @@ fn params_of(args: &Args, graph: &Graph, initializers: Option<Params>) -> Result
         },
         _ => bail!("give at most one of --params FILE.safetensors and --random-params SEED"),
     })
+}
+
+/// The stderr line for tensors of a parameter file that the graph does not use.
+fn unused_line(path: &Path, unused: &[String]) -> String {
+    let shown: Vec<&str> = unused.iter().take(10).map(String::as_str).collect();
+    let more = match unused.len().saturating_sub(shown.len()) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    format!(
+        "note: `{}`: {} tensors the graph does not use, ignored: {}{more}",
+        path.display(),
+        unused.len(),
+        shown.join(", ")
+    )
 }
 
 /// Splits `NAME=PATH` when NAME is one of `names`. A prefix before `=` that names nothing is an

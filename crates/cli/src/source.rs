@@ -10,13 +10,13 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use primjit_ir::{Bindings, Graph, IrError, Params, Shapes, Tensor, infer_shapes, parse_bindings};
 
 /// The IR file argument and the `--dims` bindings shared by every verb.
 #[derive(Debug, clap::Args)]
 pub struct GraphArgs {
-    /// The model: an IR file, or an ONNX file (`.onnx`)
+    /// The model: an IR file, or an ONNX file (told apart by content, whatever the name)
     #[arg(value_name = "FILE.ir|FILE.onnx")]
     pub file: PathBuf,
 
@@ -69,12 +69,6 @@ pub struct Source {
     pub onnx: Option<primjit_onnx::Imported>,
 }
 
-/// Whether `path` names an ONNX model (by its extension).
-pub fn is_onnx(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
-}
-
 impl Source {
     /// IR text under a name.
     pub fn ir(path: impl Into<String>, text: impl Into<String>) -> Self {
@@ -85,19 +79,15 @@ impl Source {
         }
     }
 
-    /// Reads an IR file, or imports an ONNX file (every unsupported node is listed).
+    /// Reads an IR file, or imports an ONNX file (every unsupported node is listed), told
+    /// apart by content ([`primjit::model_file`]), whatever the file's name.
     pub fn read(path: &Path) -> Result<Self> {
-        if is_onnx(path) {
-            let imported = primjit_onnx::import_file(path)?;
-            return Ok(Source {
-                path: path.display().to_string(),
-                text: imported.graph.to_string(),
-                onnx: Some(imported),
-            });
-        }
-        let text = primjit::file::read_regular_to_string(path)
-            .with_context(|| format!("cannot read `{}`", path.display()))?;
-        Ok(Source::ir(path.display().to_string(), text))
+        let source = primjit::model_file::ModelSource::read(path)?;
+        Ok(Source {
+            path: source.origin,
+            text: source.text,
+            onnx: source.onnx,
+        })
     }
 
     pub fn parse(&self) -> Result<Graph, Diagnostic> {

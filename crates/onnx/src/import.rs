@@ -35,6 +35,47 @@ pub struct Imported {
     pub flattened_outputs: Vec<String>,
     /// The version of the default (`ai.onnx`) opset the model imports.
     pub opset: i64,
+    /// What the model says about itself.
+    pub metadata: Metadata,
+}
+
+/// What a model says about itself: its producer, name, domain, description, version and
+/// free-form properties (onnxruntime's `ModelMetadata`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Metadata {
+    pub producer_name: String,
+    pub producer_version: String,
+    /// The graph's name, as the model gives it (not the IR name made from it).
+    pub graph_name: String,
+    pub domain: String,
+    /// The model's `doc_string`.
+    pub description: String,
+    /// The graph's `doc_string`.
+    pub graph_description: String,
+    /// The model's `model_version`.
+    pub version: i64,
+    /// The model's `metadata_props`, in the file's order.
+    pub custom: Vec<(String, String)>,
+}
+
+impl Metadata {
+    fn of(model: &ModelProto) -> Self {
+        let graph = model.graph.as_ref();
+        Metadata {
+            producer_name: model.producer_name.clone(),
+            producer_version: model.producer_version.clone(),
+            graph_name: graph.map(|g| g.name.clone()).unwrap_or_default(),
+            domain: model.domain.clone(),
+            description: model.doc_string.clone(),
+            graph_description: graph.map(|g| g.doc_string.clone()).unwrap_or_default(),
+            version: model.model_version,
+            custom: model
+                .metadata_props
+                .iter()
+                .map(|p| (p.key.clone(), p.value.clone()))
+                .collect(),
+        }
+    }
 }
 
 impl Imported {
@@ -115,12 +156,20 @@ pub(crate) fn import_model(
     if !importer.problems.is_empty() {
         return Err(fail(importer.problems));
     }
+    let Importer {
+        graph,
+        params,
+        names,
+        flattened_outputs,
+        ..
+    } = importer;
     Ok(Imported {
-        graph: importer.graph,
-        params: importer.params,
-        names: importer.names,
-        flattened_outputs: importer.flattened_outputs,
+        graph,
+        params,
+        names,
+        flattened_outputs,
         opset,
+        metadata: Metadata::of(model),
     })
 }
 
@@ -153,6 +202,16 @@ struct Importer {
     names: Vec<Rename>,
     problems: Vec<Problem>,
     flattened_outputs: Vec<String>,
+    /// Parameters whose values are a constant's as they are (a conv's weight, a batch norm's
+    /// scale): their tensors move out of the constant when the import ends, instead of being
+    /// copied while it holds its own, so that the weights are never held twice.
+    shared: Vec<(String, Rc<Const>)>,
+}
+
+/// A parameter's values: computed (scaled, transposed, made up) or a constant's as they are.
+enum ParamValues {
+    Owned(Vec<f32>),
+    Shared(Rc<Const>),
 }
 
 impl Importer {
@@ -197,6 +256,7 @@ impl Importer {
             names,
             problems: Vec::new(),
             flattened_outputs: Vec::new(),
+            shared: Vec::new(),
         }
     }
 
@@ -271,10 +331,35 @@ impl Importer {
             self.graph = compact(&self.graph);
             if let Err(e) = self.graph.verify() {
                 self.problem(Subject::Model, e.to_string());
-            } else if let Err(e) = self.params.materialize(&self.graph) {
+                return;
+            }
+            self.settle_shared();
+            if let Err(e) = self.params.materialize(&self.graph) {
                 // Derived (batch-norm folded) parameters get their values here.
                 self.problem(Subject::Model, e.to_string());
             }
+        }
+    }
+
+    /// Moves the values of the parameters that share a constant's into their tensors, once
+    /// the bindings are no longer needed: each constant is then held by its parameters alone,
+    /// and the first (usually only) one takes its values without a copy.
+    fn settle_shared(&mut self) {
+        self.bound.clear();
+        for (name, c) in std::mem::take(&mut self.shared) {
+            let shape = c.dims.clone();
+            let data = match Rc::try_unwrap(c) {
+                Ok(Const {
+                    data: ConstData::F32(v),
+                    ..
+                }) => v,
+                Ok(c) => c.floats().expect("shared constants are float").to_vec(),
+                Err(c) => c.floats().expect("shared constants are float").to_vec(),
+            };
+            self.params.insert(
+                name,
+                Tensor::new(shape, data).expect("the data fills the shape"),
+            );
         }
     }
 
@@ -575,6 +660,18 @@ impl Importer {
         shape: Vec<usize>,
         data: Vec<f32>,
     ) -> Param {
+        self.param_with(c, role, scale, shape, ParamValues::Owned(data))
+    }
+
+    /// [`Self::param`] with values that may be the constant's own ([`ParamValues::Shared`]).
+    fn param_with(
+        &mut self,
+        c: &Const,
+        role: &'static str,
+        scale: f32,
+        shape: Vec<usize>,
+        data: ParamValues,
+    ) -> Param {
         let origin = (c.name.clone(), role, shape.clone(), scale.to_bits());
         if let Some(&p) = self.param_of.get(&origin) {
             return p;
@@ -589,10 +686,13 @@ impl Importer {
                 loc: None,
             })
             .expect("fresh parameter names are unique");
-        self.params.insert(
-            name.clone(),
-            Tensor::new(shape, data).expect("the data fills the shape"),
-        );
+        match data {
+            ParamValues::Owned(data) => self.params.insert(
+                name.clone(),
+                Tensor::new(shape, data).expect("the data fills the shape"),
+            ),
+            ParamValues::Shared(c) => self.shared.push((name.clone(), c)),
+        }
         self.names.push(Rename {
             kind: NameKind::Param,
             ir: name,
@@ -605,22 +705,20 @@ impl Importer {
     /// A float constant of exactly `shape` as a parameter.
     fn param_exact(
         &mut self,
-        c: &Const,
+        c: &Rc<Const>,
         i: usize,
         role: &'static str,
         shape: &[usize],
     ) -> NodeResult<Param> {
-        let data = c
-            .floats()
-            .map_err(|m| format!("input {i} ({role}) {m}"))?
-            .to_vec();
+        c.floats().map_err(|m| format!("input {i} ({role}) {m}"))?;
         if c.dims != shape {
             return Err(format!(
                 "input {i} ({role}) has shape {:?}, expected {shape:?}",
                 c.dims
             ));
         }
-        Ok(self.param(c, role, 1.0, shape.to_vec(), data))
+        let values = ParamValues::Shared(c.clone());
+        Ok(self.param_with(c, role, 1.0, shape.to_vec(), values))
     }
 
     // ---- emitting --------------------------------------------------------------------------

@@ -28,26 +28,35 @@ mod names;
 pub mod proto;
 mod tensor;
 
-use std::io::Read;
 use std::path::Path;
 
 use prost::Message;
+use prost::bytes::Bytes;
 
 pub use error::{OnnxError, Problem, Subject};
-pub use import::{Imported, MAX_OPSET, MIN_OPSET, SUPPORTED};
+pub use import::{Imported, MAX_OPSET, MIN_OPSET, Metadata, SUPPORTED};
 pub use names::{NameKind, Rename};
 
 /// Reads and imports the model at `path`; external data is looked up beside it. A path that
 /// is not a regular file (a directory, a device such as `/dev/zero`, a FIFO), also through a
 /// symlink, is an [`OnnxError::Read`].
+///
+/// The file is mapped, not read: the decoded model borrows its weights from the mapping
+/// ([`import_shared`]), which is gone when this returns, so that the raw weights are never
+/// copied onto the heap besides the parameters made from them. As for every loader that maps
+/// its weights, the file must not be truncated or rewritten while this runs.
 pub fn import_file(path: &Path) -> Result<Imported, OnnxError> {
-    let mut bytes = Vec::new();
-    primjit_ir::file::open_regular(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|source| OnnxError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+    let read_error = |source| OnnxError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = primjit_ir::file::open_regular(path).map_err(read_error)?;
+    #[allow(unsafe_code)]
+    // SAFETY: the map is read-only and private to this function: the model decoded from it is
+    // dropped, and the parameters copied out, before it returns. memmap2 requires that the
+    // file not be truncated or modified by another process while mapped: a model is not
+    // written while it is loaded (as for every loader that maps weights).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
     let base = path
         .parent()
         .map(|p| {
@@ -58,7 +67,25 @@ pub fn import_file(path: &Path) -> Result<Imported, OnnxError> {
             }
         })
         .map(Path::to_path_buf);
-    import_bytes(&bytes, &path.display().to_string(), base.as_deref())
+    import_shared(
+        Bytes::from_owner(map),
+        &path.display().to_string(),
+        base.as_deref(),
+    )
+}
+
+/// [`import_bytes`] on a shared buffer: the decoded model's raw tensor data are slices of
+/// `bytes`, not copies (a mapped file, or a buffer the caller keeps anyway).
+pub fn import_shared(
+    bytes: Bytes,
+    file: &str,
+    base_dir: Option<&Path>,
+) -> Result<Imported, OnnxError> {
+    let model = proto::ModelProto::decode(bytes).map_err(|error| OnnxError::Decode {
+        file: file.to_string(),
+        error,
+    })?;
+    import_model(&model, file, base_dir)
 }
 
 /// Imports a serialized model. `file` names it in errors; `base_dir` is where its external

@@ -6,7 +6,8 @@
 //! declares them unpacked (proto2's default), so that fixtures encode as the ONNX tools write
 //! them; decoding accepts both forms either way. The same structs build the test fixtures.
 
-/// A model: the opsets it imports and its graph.
+/// A model: the opsets it imports, its graph, and what it says about itself (the metadata that
+/// onnxruntime's `get_modelmeta()` shows).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ModelProto {
     #[prost(int64, tag = "1")]
@@ -17,8 +18,16 @@ pub struct ModelProto {
     pub producer_name: String,
     #[prost(string, tag = "3")]
     pub producer_version: String,
+    #[prost(string, tag = "4")]
+    pub domain: String,
+    #[prost(int64, tag = "5")]
+    pub model_version: i64,
+    #[prost(string, tag = "6")]
+    pub doc_string: String,
     #[prost(message, optional, tag = "7")]
     pub graph: Option<GraphProto>,
+    #[prost(message, repeated, tag = "14")]
+    pub metadata_props: Vec<StringStringEntryProto>,
 }
 
 /// An operator set: a domain (`""` or `"ai.onnx"` for the default one) and its version.
@@ -39,6 +48,8 @@ pub struct GraphProto {
     pub name: String,
     #[prost(message, repeated, tag = "5")]
     pub initializer: Vec<TensorProto>,
+    #[prost(string, tag = "10")]
+    pub doc_string: String,
     #[prost(message, repeated, tag = "11")]
     pub input: Vec<ValueInfoProto>,
     #[prost(message, repeated, tag = "12")]
@@ -220,8 +231,10 @@ pub struct TensorProto {
     pub int64_data: Vec<i64>,
     #[prost(string, tag = "8")]
     pub name: String,
-    #[prost(bytes = "vec", tag = "9")]
-    pub raw_data: Vec<u8>,
+    /// `Bytes`, so that a model decoded from a `Bytes` buffer (a mapped file) borrows its
+    /// weights instead of copying them ([`crate::import_shared`]).
+    #[prost(bytes = "bytes", tag = "9")]
+    pub raw_data: prost::bytes::Bytes,
     #[prost(double, repeated, tag = "10")]
     pub double_data: Vec<f64>,
     #[prost(message, repeated, tag = "13")]

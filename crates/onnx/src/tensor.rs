@@ -197,7 +197,7 @@ pub(crate) fn decode(t: &TensorProto, external: &mut ExternalFiles) -> Result<Co
     let raw: Option<&[u8]> = if t.data_location == data_location::EXTERNAL {
         Some(external.bytes(t)?)
     } else if !t.raw_data.is_empty() {
-        Some(&t.raw_data)
+        Some(&t.raw_data[..])
     } else {
         None
     };
@@ -207,28 +207,10 @@ pub(crate) fn decode(t: &TensorProto, external: &mut ExternalFiles) -> Result<Co
             t.dims
         ))
     };
-    let from_raw = |raw: &[u8], width: usize| -> Result<Vec<[u8; 8]>, String> {
-        if raw.len() != n * width {
-            return Err(format!(
-                "dims {:?} need {} bytes of raw data but the tensor holds {}",
-                t.dims,
-                n * width,
-                raw.len()
-            ));
-        }
-        Ok(raw
-            .chunks_exact(width)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b[..width].copy_from_slice(c);
-                b
-            })
-            .collect())
-    };
+    let from_raw = |raw, width| raw_elements(raw, n, width, &t.dims);
     let data = match t.data_type {
         data_type::FLOAT => ConstData::F32(match raw {
             Some(raw) => from_raw(raw, 4)?
-                .into_iter()
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect(),
             None if t.float_data.len() == n => t.float_data.clone(),
@@ -236,15 +218,13 @@ pub(crate) fn decode(t: &TensorProto, external: &mut ExternalFiles) -> Result<Co
         }),
         data_type::DOUBLE => ConstData::F32(match raw {
             Some(raw) => from_raw(raw, 8)?
-                .into_iter()
-                .map(|b| f64::from_le_bytes(b) as f32)
+                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32)
                 .collect(),
             None if t.double_data.len() == n => t.double_data.iter().map(|&d| d as f32).collect(),
             None => return wrong(t.double_data.len(), "doubles"),
         }),
         data_type::FLOAT16 => ConstData::F32(match raw {
             Some(raw) => from_raw(raw, 2)?
-                .into_iter()
                 .map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
                 .collect(),
             None if t.int32_data.len() == n => {
@@ -254,15 +234,13 @@ pub(crate) fn decode(t: &TensorProto, external: &mut ExternalFiles) -> Result<Co
         }),
         data_type::INT64 => ConstData::I64(match raw {
             Some(raw) => from_raw(raw, 8)?
-                .into_iter()
-                .map(i64::from_le_bytes)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
                 .collect(),
             None if t.int64_data.len() == n => t.int64_data.clone(),
             None => return wrong(t.int64_data.len(), "int64 values"),
         }),
         data_type::INT32 => ConstData::I64(match raw {
             Some(raw) => from_raw(raw, 4)?
-                .into_iter()
                 .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
                 .collect(),
             None if t.int32_data.len() == n => t.int32_data.iter().map(|&i| i as i64).collect(),
@@ -275,6 +253,24 @@ pub(crate) fn decode(t: &TensorProto, external: &mut ExternalFiles) -> Result<Co
         dims,
         data,
     })
+}
+
+/// The raw bytes, checked to hold `n` elements of `width` bytes, in chunks of one element:
+/// converted one at a time, so that no second buffer of the tensor's size is made.
+fn raw_elements<'a>(
+    raw: &'a [u8],
+    n: usize,
+    width: usize,
+    dims: &[i64],
+) -> Result<std::slice::ChunksExact<'a, u8>, String> {
+    if raw.len() != n * width {
+        return Err(format!(
+            "dims {dims:?} need {} bytes of raw data but the tensor holds {}",
+            n * width,
+            raw.len()
+        ));
+    }
+    Ok(raw.chunks_exact(width))
 }
 
 #[cfg(test)]
@@ -297,7 +293,9 @@ mod tests {
         let t = TensorProto {
             dims: vec![2],
             data_type: data_type::FLOAT,
-            raw_data: [1.5f32.to_le_bytes(), (-2f32).to_le_bytes()].concat(),
+            raw_data: [1.5f32.to_le_bytes(), (-2f32).to_le_bytes()]
+                .concat()
+                .into(),
             ..Default::default()
         };
         assert_eq!(
@@ -305,7 +303,7 @@ mod tests {
             ConstData::F32(vec![1.5, -2.0])
         );
         let short = TensorProto {
-            raw_data: vec![0; 7],
+            raw_data: vec![0; 7].into(),
             ..t.clone()
         };
         assert!(decode(&short, &mut ext).unwrap_err().contains("8 bytes"));

@@ -872,7 +872,7 @@ fn constants_come_from_constant_nodes_and_raw_data() {
         name: "w".into(),
         dims: vec![1, 1, 1, 1],
         data_type: data_type::FLOAT,
-        raw_data: 2.5f32.to_le_bytes().to_vec(),
+        raw_data: 2.5f32.to_le_bytes().to_vec().into(),
         ..Default::default()
     };
     let m = model(

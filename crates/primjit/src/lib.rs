@@ -24,15 +24,19 @@
 //! - [`reference`](mod@reference): the reference interpreter that every kernel is tested against.
 //!
 //! Around them, for the tools and bindings that take problems from users: [`descriptor`]
-//! parses benchdnn problem descriptors into keys, [`params_file`] reads a graph's
-//! parameters from a `.safetensors` file, and [`file`](mod@file) opens files (graphs,
+//! parses benchdnn problem descriptors into keys, [`model_file`] reads a model (ONNX or IR
+//! text, told apart by content) from a file or bytes, [`params_file`] reads a graph's
+//! parameters from a `.safetensors` or `.npz` file and checks overrides' names, and [`file`](mod@file) opens files (graphs,
 //! parameters) only when they are regular files, never a device or a FIFO that would be read
 //! without end or block.
 
 #![deny(unsafe_code)]
 
 pub mod descriptor;
+pub mod model_file;
 pub mod params_file;
+
+pub use primjit_onnx as onnx;
 
 pub use primjit_codegen as codegen;
 pub use primjit_ir as ir;

@@ -90,8 +90,8 @@ pub enum ConfigError {
     /// needs the process's thread creation to fail, which would disturb the test harness.
     #[error("the thread pool could not be created: {0}")]
     ThreadPool(String),
-    /// More threads than the pool can run ([`crate::Engine::MAX_THREADS`]), which it would
-    /// otherwise lower to its limit without a word.
+    /// More threads than an engine runs ([`crate::Engine::MAX_THREADS`], 1,024): refused
+    /// before any thread starts, where a mistyped count would otherwise start them all.
     #[error("threads {0}: expected 0 (one per core) to {max}", max = crate::Engine::MAX_THREADS)]
     TooManyThreads(usize),
     /// An engine used in a process other than the one that created it: a child of `fork`

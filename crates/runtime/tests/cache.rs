@@ -1006,7 +1006,9 @@ fn engine_config_from_vars() {
             assert_invalid(EngineConfig::from_vars(vars(&[(name, value)])), name, value);
         }
     }
-    for value in ["-1", "many", "", "2.5"] {
+    // Above the documented bound (Engine::MAX_THREADS): refused while parsing, before an engine
+    // would start them.
+    for value in ["-1", "many", "", "2.5", "1025", "65535", "1000000"] {
         assert_invalid(
             EngineConfig::from_vars(vars(&[("PRIMJIT_THREADS", value)])),
             "PRIMJIT_THREADS",
