@@ -1890,6 +1890,8 @@ fn dump_dynamic_marks_runtime_fields_and_the_remainder_dispatch() {
         "--stage",
         "plan",
         "--dynamic",
+        "--max-isa",
+        "x128",
     ]));
     assert!(
         out.contains(
@@ -1914,6 +1916,8 @@ fn bench_op_runs_a_runtime_width_descriptor() {
         "1",
         "--conv-algo",
         "direct",
+        "--max-isa",
+        "x128",
     ]));
     assert!(
         out.contains("conv mb1ic8ih6iw*oc8oh6ow*kh3kw3sh1sw1ph1pw1 bias nChw4c>nChw4c"),
@@ -2333,10 +2337,73 @@ fn peak_reports_a_rate_and_a_clock() {
         out.lines().any(|l| l.starts_with(&widest)),
         "{widest}: {out}"
     );
-    if bits > 128 {
-        let factor = format!("up to {}x this peak", bits / 128);
-        assert!(out.contains(&factor), "{factor}: {out}");
+    // Each wide tier the host runs: its peak, and its register tile's rate against it.
+    let tiers: &[&str] = match bits {
+        512 => &["avx2", "avx512"],
+        256 if flags.contains(&"avx2") && flags.contains(&"fma") => &["avx2"],
+        _ => &[],
+    };
+    for tier in tiers {
+        for line in [format!("peak {tier}: "), format!("register tile {tier}: ")] {
+            assert!(out.lines().any(|l| l.starts_with(&line)), "{line}: {out}");
+        }
     }
+    // Under a cap, only the tiers up to it.
+    let capped = success(&primjit(&["peak", "--threads", "1", "--max-isa", "x128"]));
+    assert!(!capped.contains("peak avx"), "{capped}");
+}
+
+/// `--max-isa` is parsed strictly on every verb that compiles; a tier above the host's names
+/// the host's tiers; the tier shows in the plan's one-liners.
+#[test]
+fn max_isa_caps_the_tier_of_every_compiling_verb() {
+    let f = BenchFiles::new();
+    failure(
+        &primjit(&[
+            "dump",
+            s(&f.model),
+            "--dims",
+            "W=37",
+            "--stage",
+            "plan",
+            "--max-isa",
+            "AVX2",
+        ]),
+        2,
+        &["unknown vector tier `AVX2`: expected x128, avx2 or avx512"],
+    );
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let has = |flag: &str| {
+        cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .is_some_and(|l| l.split_whitespace().any(|f| f == flag))
+    };
+    let plan = |tier: &str| {
+        primjit(&[
+            "dump",
+            s(&f.model),
+            "--dims",
+            "W=37",
+            "--stage",
+            "plan",
+            "--max-isa",
+            tier,
+        ])
+    };
+    if has("avx2") && has("fma") {
+        let out = success(&plan("avx2"));
+        assert!(out.contains(" isa:avx2 "), "{out}");
+    }
+    if !has("avx512f") {
+        failure(
+            &plan("avx512"),
+            1,
+            &["the vector tier avx512 is above this host's: it runs x128"],
+        );
+    }
+    let out = success(&plan("x128"));
+    assert!(!out.contains(" isa:"), "{out}");
 }
 
 /// More threads than an engine runs are refused up front: `peak` would otherwise measure one

@@ -231,10 +231,13 @@ fn check_names(
 ) -> Result<Vec<String>, ParamFileError> {
     let declared = declared(graph);
     let known: BTreeSet<&str> = declared.iter().map(String::as_str).collect();
-    let unknown: Vec<String> = given
+    // Sorted: a file's tensors (a safetensors header is a JSON map) come in no fixed order,
+    // and a message should not change from one run to the next.
+    let mut unknown: Vec<String> = given
         .into_iter()
         .filter(|n| !known.contains(n.as_str()))
         .collect();
+    unknown.sort_unstable();
     if own && !unknown.is_empty() {
         return Err(ParamFileError::Unknown {
             origin: origin.to_string(),
