@@ -29,6 +29,9 @@
 mod ops;
 mod run;
 
-pub use ops::{ConvAttrs, PoolAttrs, Post, add, batchnorm, conv2d, global_pool, pool2d, relu};
-pub use primjit_ir::{Pads, PoolKind, PoolWindow, Tensor};
+pub use ops::{
+    ConvAttrs, PoolAttrs, Post, activation, add, batchnorm, binary, concat, conv2d, global_pool,
+    pool2d, prelu, relu,
+};
+pub use primjit_ir::{Activation, BinaryKind, Pads, PoolKind, PoolWindow, Tensor};
 pub use run::{ReferenceError, run_graph};

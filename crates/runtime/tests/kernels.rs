@@ -1947,6 +1947,7 @@ impl EltwiseProblem {
         match self.desc.kind {
             EltwiseKind::Relu => primjit_reference::relu(&a),
             EltwiseKind::Add => primjit_reference::add(&a, &b),
+            _ => unreachable!("tests/eltwise.rs tests the other kinds"),
         }
     }
 
@@ -1959,6 +1960,7 @@ impl EltwiseProblem {
             extra: match d.kind {
                 EltwiseKind::Relu => Vec::new(),
                 EltwiseKind::Add => vec![guarded(&to_layout(&b, d.layout))],
+                _ => unreachable!("tests/eltwise.rs tests the other kinds"),
             },
             dst_layout: d.layout,
             dst_shape: d.shape,
