@@ -462,6 +462,8 @@ impl ConvProblem {
                 PostOpDesc::Relu => Post::Relu,
                 PostOpDesc::Add => Post::Add(residuals.next().expect("one residual per add")),
                 PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
+                // tests/eltwise.rs tests convs with activations.
+                PostOpDesc::Act(a) => Post::Act(a),
             })
             .collect();
         let y = primjit_reference::conv2d(&data.x, &data.w, data.b.as_ref(), &self.attrs(), &posts);
