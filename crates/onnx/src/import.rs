@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use primjit_ir::{
-    BatchNorm, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData, Params, Pool2d, PoolKind,
+    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData, Params, Pool2d, PoolKind,
     PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
 };
 
@@ -474,6 +474,13 @@ impl Importer {
                 self.push(node, Op::Relu { input: x }, flat)
             }
             "Add" => self.add(node),
+            "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh" | "LeakyRelu" | "Elu" | "Exp" => {
+                self.activation(node)
+            }
+            "PRelu" => self.prelu(node),
+            "Mul" | "Sub" | "Div" => self.binary(node),
+            "ReduceMean" | "ReduceMax" => self.reduce(node),
+            "Concat" => self.concat(node),
             "Clip" => self.clip(node),
             "BatchNormalization" => self.batchnorm(node),
             "Identity" | "Dropout" => self.identity(node),
@@ -879,6 +886,19 @@ impl Importer {
         let a = self.bound_input(node, 0, "A")?;
         let b = self.bound_input(node, 1, "B")?;
         match (a, b) {
+            (Bound::Act { value: x, flat: fx }, Bound::Act { value: y, flat: fy })
+                if fx == fy && self.broadcasts(x, y).or(self.broadcasts(y, x)).is_some() =>
+            {
+                self.binary(node)
+            }
+            (Bound::Act { value, flat: true }, Bound::Const(_))
+            | (Bound::Const(_), Bound::Act { value, flat: true })
+                if self.sole_conv(value).is_none_or(|c| c.bias.is_some()) =>
+            {
+                self.binary(node)
+            }
+            (Bound::Act { flat: false, .. }, Bound::Const(_))
+            | (Bound::Const(_), Bound::Act { flat: false, .. }) => self.binary(node),
             (Bound::Act { value: x, flat: fx }, Bound::Act { value: y, flat: fy }) => {
                 let (sx, sy) = (self.shape(x), self.shape(y));
                 if fx != fy
@@ -923,6 +943,395 @@ impl Importer {
             }
             _ => Err("adding a constant to an NCHW tensor is not supported: only the sum of two computed tensors of equal shapes".into()),
         }
+    }
+
+    /// Whether `y` is `x` broadcast: `[N, C, 1, 1]` or `[1, C, 1, 1]` beside `x`'s
+    /// `[N, C, H, W]`, and not of `x`'s own shape.
+    fn broadcasts(&self, x: Value, y: Value) -> Option<()> {
+        let (sx, sy) = (self.shape(x), self.shape(y));
+        let one = Dim::Known(1);
+        let same = sx.len() == sy.len() && sx.iter().zip(&sy).all(|(a, b)| a == b);
+        (sx.len() == 4
+            && sy.len() == 4
+            && !same
+            && sy[2] == one
+            && sy[3] == one
+            && sy[1] == sx[1]
+            && sx[1].known().is_some()
+            && (sy[0] == one || sy[0] == sx[0]))
+            .then_some(())
+    }
+
+    fn activation(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let finite = |v: f32, name: &str| -> NodeResult<f32> {
+            if v.is_finite() {
+                Ok(v)
+            } else {
+                Err(format!("attribute {name} is {v}: it must be a finite number"))
+            }
+        };
+        let attr = |name: &str, default: f32| -> NodeResult<f32> {
+            finite(float(node, name)?.unwrap_or(default), name)
+        };
+        let act = match node.op_type.as_str() {
+            "HardSigmoid" => {
+                check_attrs(node, &["alpha", "beta"])?;
+                Activation::HardSigmoid {
+                    alpha: attr("alpha", 0.2)?,
+                    beta: attr("beta", 0.5)?,
+                }
+            }
+            "LeakyRelu" => {
+                check_attrs(node, &["alpha"])?;
+                Activation::LeakyRelu {
+                    alpha: attr("alpha", 0.01)?,
+                }
+            }
+            "Elu" => {
+                check_attrs(node, &["alpha"])?;
+                Activation::Elu {
+                    alpha: attr("alpha", 1.0)?,
+                }
+            }
+            other => {
+                check_attrs(node, &[])?;
+                if other == "HardSwish" && self.opset < 14 {
+                    return Err("HardSwish is only defined from opset 14 on".into());
+                }
+                match other {
+                    "Sigmoid" => Activation::Sigmoid,
+                    "HardSwish" => Activation::HardSwish,
+                    "Tanh" => Activation::Tanh,
+                    _ => Activation::Exp,
+                }
+            }
+        };
+        let (x, flat) = self.act_any(node, 0, "X")?;
+        self.push(node, Op::Act { act, input: x }, flat)
+    }
+
+    /// `c`'s values as one per channel of an activation with `channels` channels (`flat`: an
+    /// `[N, C]` tensor, else `[N, C, H, W]`), when `c` broadcasts to it along the channels
+    /// only: a scalar, or `C` values on the channel axis (`[C]` beside `[N, C]`, `[C, 1, 1]` or
+    /// `[1, C, 1, 1]` beside `[N, C, H, W]`).
+    fn channel_constant(c: &Const, channels: usize, flat: bool) -> Option<Vec<f32>> {
+        let v = c.floats().ok()?;
+        let rank = if flat { 2 } else { 4 };
+        if c.dims.len() > rank {
+            return None;
+        }
+        if v.len() == 1 {
+            return Some(vec![v[0]; channels]);
+        }
+        let offset = rank - c.dims.len();
+        let per_channel = v.len() == channels
+            && c.dims
+                .iter()
+                .enumerate()
+                .all(|(i, &d)| d == 1 || (i + offset == 1 && d == channels));
+        per_channel.then(|| v.to_vec())
+    }
+
+    fn prelu(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(node, &[])?;
+        let (x, flat) = self.act_any(node, 0, "X")?;
+        let slope = self.constant_input(node, 1, "slope")?;
+        let channels = self
+            .shape(x)
+            .get(1)
+            .and_then(Dim::known)
+            .ok_or("the input's channel count must be known")? as usize;
+        let Some(values) = Self::channel_constant(&slope, channels, flat) else {
+            return Err(format!(
+                "input 1 (slope) has shape {:?}: one slope, or one per channel, is supported",
+                slope.dims
+            ));
+        };
+        if values.iter().all(|&v| v.to_bits() == values[0].to_bits()) && values[0].is_finite() {
+            let act = Activation::LeakyRelu { alpha: values[0] };
+            return self.push(node, Op::Act { act, input: x }, flat);
+        }
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err("input 1 (slope) holds a value that is not finite".into());
+        }
+        let param = self.param(&slope, "slope", 1.0, vec![channels], values);
+        self.push(node, Op::PRelu { input: x, slope: param }, flat)
+    }
+
+    /// `Mul(x, Sigmoid(x))` as SiLU and `Mul(x, HardSigmoid(x, 1/6, 1/2))` as HardSwish, when
+    /// nothing else reads the gate: the gate's node becomes the fused activation.
+    fn gated(&mut self, node: &NodeProto, x: Value, gate: Value, flat: bool) -> NodeResult<bool> {
+        if self.pending_reads.get(&gate) != Some(&1) {
+            return Ok(false);
+        }
+        let fused = self.graph.nodes().find_map(|(_, n)| match n.op {
+            Op::Act { act, input } if n.result == gate && input == x => match act {
+                Activation::Sigmoid => Some(Activation::Silu),
+                Activation::HardSigmoid { alpha, beta }
+                    if alpha == 1.0 / 6.0 && beta == 0.5 =>
+                {
+                    Some(Activation::HardSwish)
+                }
+                _ => None,
+            },
+            _ => None,
+        });
+        let Some(act) = fused else {
+            return Ok(false);
+        };
+        self.replace_op(gate, Op::Act { act, input: x })?;
+        self.alias(node, Bound::Act { value: gate, flat })?;
+        Ok(true)
+    }
+
+    /// `Add`, `Sub`, `Mul` and `Div`: of two activations of one shape, or with the right
+    /// one (either, for `Add` and `Mul`) broadcast from `[N, C, 1, 1]` or `[1, C, 1, 1]`; or
+    /// of an activation and a constant that broadcasts along channels, which becomes a
+    /// per-channel affine map (folded into the conv before it when that conv has no post-op,
+    /// else a depthwise 1x1 conv).
+    fn binary(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(node, &[])?;
+        let kind = match node.op_type.as_str() {
+            "Add" => BinaryKind::Add,
+            "Sub" => BinaryKind::Sub,
+            "Mul" => BinaryKind::Mul,
+            _ => BinaryKind::Div,
+        };
+        let a = self.bound_input(node, 0, "A")?;
+        let b = self.bound_input(node, 1, "B")?;
+        match (a, b) {
+            (Bound::Act { value: x, flat: fx }, Bound::Act { value: y, flat: fy }) => {
+                let (sx, sy) = (self.shape(x), self.shape(y));
+                if fx != fy {
+                    return Err(format!(
+                        "the operands have shapes {} and {}: a flattened tensor only meets one of its own shape",
+                        describe(&sx, fx),
+                        describe(&sy, fy)
+                    ));
+                }
+                if kind == BinaryKind::Mul
+                    && (self.gated(node, x, y, fx)? || self.gated(node, y, x, fx)?)
+                {
+                    return Ok(());
+                }
+                let same = sx.len() == sy.len() && sx.iter().zip(&sy).all(|(p, q)| !p.provably_differs(q));
+                let commutes = matches!(kind, BinaryKind::Add | BinaryKind::Mul);
+                let (lhs, rhs) = if same || self.broadcasts(x, y).is_some() {
+                    (x, y)
+                } else if commutes && self.broadcasts(y, x).is_some() {
+                    (y, x)
+                } else {
+                    return Err(format!(
+                        "the operands have shapes {} and {}: only equal shapes, or a right operand of [N, C, 1, 1] or [1, C, 1, 1]{}, are supported",
+                        describe(&sx, fx),
+                        describe(&sy, fy),
+                        if commutes { " (or a left one)" } else { "" }
+                    ));
+                };
+                let op = match kind {
+                    BinaryKind::Add if same => Op::Add { lhs, rhs },
+                    _ => Op::Binary { kind, lhs, rhs },
+                };
+                self.push(node, op, fx)
+            }
+            (Bound::Act { value: x, flat }, Bound::Const(c)) => self.affine(node, kind, x, flat, &c, true),
+            (Bound::Const(c), Bound::Act { value: x, flat }) => self.affine(node, kind, x, flat, &c, false),
+            (Bound::Const(_), Bound::Const(_)) => {
+                Err("both operands are constants: constant folding is not supported".into())
+            }
+            (Bound::Failed, _) | (_, Bound::Failed) => {
+                unreachable!("nodes reading failed values are skipped")
+            }
+        }
+    }
+
+    /// `x kind c` (`c_right`) or `c kind x` for a constant `c` along channels, as `x * a + b`
+    /// per channel.
+    fn affine(
+        &mut self,
+        node: &NodeProto,
+        kind: BinaryKind,
+        x: Value,
+        flat: bool,
+        c: &Const,
+        c_right: bool,
+    ) -> NodeResult<()> {
+        let channels = self
+            .shape(x)
+            .get(1)
+            .and_then(Dim::known)
+            .ok_or("the input's channel count must be known")? as usize;
+        let side = if c_right { 1 } else { 0 };
+        let Some(v) = Self::channel_constant(c, channels, flat) else {
+            return Err(format!(
+                "input {side} is a constant of shape {:?}: only a scalar or one value per channel is supported",
+                c.dims
+            ));
+        };
+        let (scale, shift): (Vec<f32>, Vec<f32>) = match (kind, c_right) {
+            (BinaryKind::Add, _) => (vec![1.0; channels], v),
+            (BinaryKind::Mul, _) => (v, vec![0.0; channels]),
+            (BinaryKind::Sub, true) => (vec![1.0; channels], v.iter().map(|x| -x).collect()),
+            (BinaryKind::Sub, false) => (vec![-1.0; channels], v),
+            (BinaryKind::Div, true) => (v.iter().map(|x| 1.0 / x).collect(), vec![0.0; channels]),
+            (BinaryKind::Div, false) => {
+                return Err("dividing a constant by a computed tensor is not supported".into());
+            }
+        };
+        if scale.iter().chain(&shift).any(|v| !v.is_finite()) {
+            return Err(format!(
+                "input {side} holds a constant that makes the scale or shift not finite"
+            ));
+        }
+        let out = node.output.first().cloned().unwrap_or_default();
+        // Into the conv before, when nothing else reads it and its parameters are values.
+        if let Some(mut conv) = self.sole_conv(x).filter(|c| {
+            c.post_ops.is_empty()
+                && self.graph.param(c.weight).derived.is_none()
+                && c.bias.is_none_or(|b| self.graph.param(b).derived.is_none())
+        }) {
+            let w = self.graph.param(conv.weight);
+            let (wname, wshape) = (w.name.clone(), w.shape.clone());
+            let weights = self.params.get(&wname).expect("imported weights").data.clone();
+            let per_out = weights.len() / channels.max(1);
+            let data: Vec<f32> = weights
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| w * scale[i / per_out])
+                .collect();
+            let bias: Vec<f32> = (0..channels)
+                .map(|o| {
+                    let b = conv.bias.map_or(0.0, |b| {
+                        let name = &self.graph.param(b).name;
+                        self.params.get(name).expect("imported bias").data[o]
+                    });
+                    b * scale[o] + shift[o]
+                })
+                .collect();
+            let made = |name: String, dims: Vec<usize>, data: Vec<f32>| Const {
+                name,
+                dims,
+                data: ConstData::F32(data),
+            };
+            let wc = made(format!("{wname}.{out}"), wshape.clone(), data.clone());
+            conv.weight = self.param(&wc, "folded affine weight", 1.0, wshape, data);
+            let bc = made(format!("{out}.bias"), vec![channels], bias.clone());
+            conv.bias = Some(self.param(&bc, "folded affine bias", 1.0, vec![channels], bias));
+            self.replace_op(x, Op::Conv2d(conv))?;
+            return self.alias(node, Bound::Act { value: x, flat });
+        }
+        // A depthwise 1x1 conv: x * scale + shift per channel.
+        let wc = Const {
+            name: format!("{out}.scale"),
+            dims: vec![channels, 1, 1, 1],
+            data: ConstData::F32(scale.clone()),
+        };
+        let weight = self.param(&wc, "affine scale", 1.0, vec![channels, 1, 1, 1], scale);
+        let bc = Const {
+            name: format!("{out}.shift"),
+            dims: vec![channels],
+            data: ConstData::F32(shift.clone()),
+        };
+        let bias = self.param(&bc, "affine shift", 1.0, vec![channels], shift);
+        self.push(
+            node,
+            Op::Conv2d(Conv2d {
+                input: x,
+                weight,
+                bias: Some(bias),
+                strides: [1, 1],
+                dilations: [1, 1],
+                pads: Pads::default(),
+                groups: channels,
+                post_ops: Vec::new(),
+            }),
+            flat,
+        )
+    }
+
+    /// `ReduceMean` and `ReduceMax` over the height and width: a global pool, `[N, C]`
+    /// (flattened) without `keepdims`.
+    fn reduce(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let kind = if node.op_type == "ReduceMax" {
+            PoolKind::Max
+        } else {
+            PoolKind::Avg
+        };
+        let axes = if self.opset < 18 {
+            check_attrs(node, &["axes", "keepdims"])?;
+            ints(node, "axes")?
+        } else {
+            check_attrs(node, &["keepdims", "noop_with_empty_axes"])?;
+            match self.optional_constant(node, 1, "axes")? {
+                Some(c) => match &c.data {
+                    ConstData::I64(v) => Some(v.clone()),
+                    _ => return Err("input 1 (axes) is not an integer tensor".into()),
+                },
+                None => None,
+            }
+        };
+        let keepdims = match int(node, "keepdims")?.unwrap_or(1) {
+            0 => false,
+            1 => true,
+            v => return Err(format!("attribute keepdims is {v}: it must be 0 or 1")),
+        };
+        let (x, flat) = self.act_any(node, 0, "data")?;
+        let axes = axes.unwrap_or_default();
+        if axes.is_empty() {
+            if int(node, "noop_with_empty_axes")?.unwrap_or(0) == 1 {
+                return self.alias(node, Bound::Act { value: x, flat });
+            }
+            return Err(
+                "without axes, the reduction is over every dimension: only reducing the height and width (axes 2 and 3) is supported"
+                    .into(),
+            );
+        }
+        if flat {
+            return Err("the input is flat: only reducing an image's height and width is supported".into());
+        }
+        let mut norm: Vec<i64> = axes.iter().map(|&a| if a < 0 { a + 4 } else { a }).collect();
+        norm.sort_unstable();
+        if norm != [2, 3] {
+            return Err(format!(
+                "axes {axes:?}: only reducing the height and width (axes 2 and 3) is supported"
+            ));
+        }
+        self.push(node, Op::GlobalPool { kind, input: x }, !keepdims)
+    }
+
+    /// `Concat` along channels (axis 1) of activations of one batch, height and width, or of
+    /// flattened `[N, C]` tensors along their features.
+    fn concat(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(node, &["axis"])?;
+        let Some(axis) = int(node, "axis")? else {
+            return Err("attribute axis is missing".into());
+        };
+        if node.input.is_empty() {
+            return Err("there are no inputs".into());
+        }
+        let mut inputs = Vec::new();
+        let mut flats = Vec::new();
+        for i in 0..node.input.len() {
+            let (v, flat) = self.act_any(node, i, "inputs")?;
+            inputs.push(v);
+            flats.push(flat);
+        }
+        let flat = flats[0];
+        if flats.iter().any(|&f| f != flat) {
+            return Err("the inputs mix flattened [N, C] tensors and images".into());
+        }
+        if axis < 0 && self.opset < 11 {
+            return Err(format!(
+                "attribute axis is {axis}: negative axes are only defined from opset 11 on"
+            ));
+        }
+        let channel_axis = if flat { [1, -1] } else { [1, -3] };
+        if !channel_axis.contains(&axis) {
+            return Err(format!(
+                "attribute axis is {axis}: only concatenating channels (axis 1) is supported"
+            ));
+        }
+        self.push(node, Op::Concat { inputs }, flat)
     }
 
     fn clip(&mut self, node: &NodeProto) -> NodeResult<()> {
@@ -1094,7 +1503,21 @@ impl Importer {
                 "attribute axis is {axis}: only axis 1 (flattening C, H and W) is supported"
             ));
         }
-        self.flat_alias(node, x)
+        let shape = self.shape(x);
+        if shape.len() == 4 && (shape[2].known().is_none() || shape[3].known().is_none()) {
+            return Err(format!(
+                "the input has shape {}: flattening needs a known height and width",
+                describe(&shape, false)
+            ));
+        }
+        // Any known H x W: the dense layer after it becomes a conv whose kernel covers it.
+        self.alias(
+            node,
+            Bound::Act {
+                value: x,
+                flat: true,
+            },
+        )
     }
 
     /// Binds the node's output to `x`, a 1x1 image, as its flattened `[N, C]` form.
@@ -1248,7 +1671,11 @@ impl Importer {
                 );
             }
         };
-        let c = self.shape(x)[1].known().unwrap_or(0) as usize;
+        let shape = self.shape(x);
+        let known = |i: usize| shape.get(i).and_then(Dim::known).unwrap_or(0) as usize;
+        // The features of a flattened [N, C, H, W]: C H W, in the order of an OIHW kernel.
+        let (channels, kernel) = (known(1), [known(2), known(3)]);
+        let c = channels * kernel[0] * kernel[1];
         let b = self.constant_input(node, 1, "B")?;
         let data = b.floats().map_err(|m| format!("input 1 (B) {m}"))?;
         let trans_b = gemm && int(node, "transB")?.unwrap_or(0) != 0;
@@ -1288,7 +1715,13 @@ impl Importer {
         } else {
             "dense weight transposed"
         };
-        let weight = self.param(&b, role, alpha, vec![k, c, 1, 1], weight);
+        let weight = self.param(
+            &b,
+            role,
+            alpha,
+            vec![k, channels, kernel[0], kernel[1]],
+            weight,
+        );
         let bias = match (gemm, self.optional_constant(node, 2, "C")?) {
             (true, Some(cb)) => {
                 let beta = float(node, "beta")?.unwrap_or(1.0);
@@ -1409,6 +1842,20 @@ pub const SUPPORTED: &[&str] = &[
     "Gemm",
     "MatMul",
     "Constant",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Tanh",
+    "LeakyRelu",
+    "PRelu",
+    "Elu",
+    "Exp",
+    "Mul",
+    "Sub",
+    "Div",
+    "ReduceMean",
+    "ReduceMax",
+    "Concat",
 ];
 
 /// The oldest default-domain (`ai.onnx`) opset the importer reads. Opset 7 (ONNX 1.2) gave
@@ -1434,6 +1881,9 @@ fn max_inputs(op: &str, opset: i64) -> (usize, Option<i64>) {
         "Clip" if opset < 11 => return (1, Some(11)),
         "Dropout" if opset < 12 => return (1, Some(12)),
         "Squeeze" if opset < 13 => return (1, Some(13)),
+        "ReduceMean" | "ReduceMax" if opset < 18 => return (1, Some(18)),
+        "Concat" => usize::MAX,
+        "PRelu" | "Mul" | "Sub" | "Div" | "ReduceMean" | "ReduceMax" => 2,
         "Constant" => 0,
         "Add" | "MatMul" | "Reshape" | "Squeeze" => 2,
         "Conv" | "Clip" | "Dropout" | "Gemm" => 3,
@@ -1464,6 +1914,10 @@ const VERSIONED_ATTRIBUTES: &[(&str, &str, i64, Option<i64>)] = &[
     ("Clip", "max", 1, Some(11)),
     ("Squeeze", "axes", 1, Some(13)),
     ("Reshape", "allowzero", 14, None),
+    ("ReduceMean", "axes", 1, Some(18)),
+    ("ReduceMax", "axes", 1, Some(18)),
+    ("ReduceMean", "noop_with_empty_axes", 18, None),
+    ("ReduceMax", "noop_with_empty_axes", 18, None),
     ("Constant", "sparse_value", 11, None),
     ("Constant", "value_float", 12, None),
     ("Constant", "value_floats", 12, None),
