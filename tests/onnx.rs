@@ -29,11 +29,12 @@ fn node_dir() -> PathBuf {
 
 /// The largest `|got - want| / (atol + rtol * |want|)`: at most 1 passes.
 fn excess(got: &Tensor, want: &Tensor, atol: f32, rtol: f32) -> Result<f32, String> {
-    // A classifier's [N, K] output is [N, K, 1, 1] in the IR.
+    // A classifier's [N, K] output is [N, K, 1, 1] in the IR, and a flattened [N, C, H, W]
+    // stays [N, C, H, W], whose NCHW data is the [N, C H W] matrix's.
     let flat_match = got.shape.len() == 4
         && want.shape.len() == 2
-        && got.shape[..2] == want.shape[..]
-        && got.shape[2..] == [1, 1];
+        && got.shape[0] == want.shape[0]
+        && got.shape[1..].iter().product::<usize>() == want.shape[1];
     if got.shape != want.shape && !flat_match {
         return Err(format!("shape {:?}, expected {:?}", got.shape, want.shape));
     }
@@ -53,13 +54,17 @@ fn excess(got: &Tensor, want: &Tensor, atol: f32, rtol: f32) -> Result<f32, Stri
         .fold(0.0, f32::max))
 }
 
-/// Whether graph input `name` is read as an activation (the first input of a node, or either
-/// operand of an `Add`); the others are weights, biases, statistics or bounds.
+/// Whether graph input `name` is read as an activation (the first input of a node, either
+/// operand of a binary op, any input of a `Concat`); the others are weights, biases,
+/// statistics, slopes, axes or bounds.
 fn is_activation(model: &ModelProto, name: &str) -> bool {
     let graph = model.graph.as_ref().expect("a graph");
     graph.node.iter().any(|n| {
+        let all = matches!(n.op_type.as_str(), "Concat");
+        let binary = matches!(n.op_type.as_str(), "Add" | "Sub" | "Mul" | "Div");
         n.input.first().is_some_and(|i| i == name)
-            || (n.op_type == "Add" && n.input.get(1).is_some_and(|i| i == name))
+            || (binary && n.input.get(1).is_some_and(|i| i == name))
+            || (all && n.input.iter().any(|i| i == name))
     })
 }
 
