@@ -268,3 +268,57 @@ fn model_families_match_onnxruntime() {
         assert!(rel <= 1e-4, "{family}: relative error {rel}");
     }
 }
+
+/// The blocks of issue 55's zoo (`tests/onnx/zoo`, made by `tests/onnx/make_zoo.py` with
+/// onnxruntime's outputs): MobileNetV3 with SE and HardSwish behind an input normalization,
+/// EfficientNet's MBConv with SiLU and SE, a DenseNet dense block and transition, a
+/// SqueezeNet fire module, a VGG classifier head over a 3x3 image, the other activations, and a
+/// 32xW line recognizer at three widths from one import. Each runs with exact keys and with
+/// runtime extents (`dynamic`), within 1e-4 of the largest output of onnxruntime's.
+#[test]
+fn zoo_blocks_match_onnxruntime() {
+    use primjit::ShapeMode;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/onnx/zoo");
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let cases: &[(&str, &[&str])] = &[
+        ("mbv3", &[""]),
+        ("mbconv", &[""]),
+        ("densenet", &[""]),
+        ("fire", &[""]),
+        ("vgg_head", &[""]),
+        ("acts", &[""]),
+        ("recognizer", &[".w64", ".w100", ".w160"]),
+    ];
+    for (block, runs) in cases {
+        let imported = import_file(&dir.join(format!("{block}.onnx")))
+            .unwrap_or_else(|e| panic!("{block}: {e}"));
+        let text = imported.graph.to_string();
+        match *block {
+            // Sigmoid + Mul pairs are one SiLU.
+            "mbconv" => assert_eq!(text.matches(" = silu(").count(), 4, "{text}"),
+            // Sub and Div by constants are one depthwise 1x1 conv.
+            "mbv3" => assert!(text.contains("groups=3)") && !text.contains("div("), "{text}"),
+            _ => {}
+        }
+        for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
+            let compiled = CompiledGraph::new(&imported.graph, &imported.params)
+                .unwrap()
+                .with_mode(mode);
+            for run in *runs {
+                let x = read_npy(&dir.join(format!("{block}{run}.input.npy")));
+                let want = read_npy(&dir.join(format!("{block}{run}.expected.npy")));
+                let (outputs, _) = compiled
+                    .run(&engine, &[("x", &x)], &mut Workspace::new())
+                    .unwrap_or_else(|e| panic!("{block}{run}: {e}"));
+                let [(_, got)] = outputs.as_slice() else {
+                    panic!("{block}: one output expected")
+                };
+                assert_eq!(got.shape[0], want.shape[0], "{block}{run}");
+                assert_eq!(got.shape[1], want.shape[1], "{block}{run}");
+                let rel = relative_error(got, &want);
+                eprintln!("{block}{run} {mode:?}: output {:?}, max relative error {rel:.2e}", want.shape);
+                assert!(rel <= 1e-4, "{block}{run} {mode:?}: relative error {rel}");
+            }
+        }
+    }
+}
