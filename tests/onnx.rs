@@ -322,3 +322,28 @@ fn zoo_blocks_match_onnxruntime() {
         }
     }
 }
+
+/// The `onnx_import` fuzz target's seeds of the new ops (`fuzz/seeds/onnx_import`, a mode byte
+/// then a model): each imports, and passes the target's own checks (it verifies, prints as IR
+/// text that parses back to the same text, and its parameters fill its declarations).
+#[test]
+fn fuzz_seeds_of_the_new_ops_import() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/onnx_import");
+    let mut seeds: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    seeds.sort();
+    assert!(seeds.len() >= 14, "{seeds:?}");
+    for path in seeds {
+        let bytes = read_file(&path);
+        assert_eq!(bytes[0] & 1, 1, "{}: the mode byte", path.display());
+        let imported = primjit_onnx::import_bytes(&bytes[1..], "seed.onnx", None)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        imported.graph.verify().unwrap();
+        let text = imported.graph.to_string();
+        assert_eq!(primjit::ir::parse(&text).unwrap().to_string(), text);
+        let mut params = imported.params.clone();
+        params.materialize(&imported.graph).unwrap();
+    }
+}
