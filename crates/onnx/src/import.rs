@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use primjit_ir::{
-    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData, Params, Pool2d, PoolKind,
-    PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
+    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData,
+    Params, Pool2d, PoolKind, PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
 };
 
 use crate::error::{OnnxError, Problem, Subject};
@@ -967,7 +967,9 @@ impl Importer {
             if v.is_finite() {
                 Ok(v)
             } else {
-                Err(format!("attribute {name} is {v}: it must be a finite number"))
+                Err(format!(
+                    "attribute {name} is {v}: it must be a finite number"
+                ))
             }
         };
         let attr = |name: &str, default: f32| -> NodeResult<f32> {
@@ -1055,7 +1057,14 @@ impl Importer {
             return Err("input 1 (slope) holds a value that is not finite".into());
         }
         let param = self.param(&slope, "slope", 1.0, vec![channels], values);
-        self.push(node, Op::PRelu { input: x, slope: param }, flat)
+        self.push(
+            node,
+            Op::PRelu {
+                input: x,
+                slope: param,
+            },
+            flat,
+        )
     }
 
     /// `Mul(x, Sigmoid(x))` as SiLU and `Mul(x, HardSigmoid(x, 1/6, 1/2))` as HardSwish, when
@@ -1067,9 +1076,7 @@ impl Importer {
         let fused = self.graph.nodes().find_map(|(_, n)| match n.op {
             Op::Act { act, input } if n.result == gate && input == x => match act {
                 Activation::Sigmoid => Some(Activation::Silu),
-                Activation::HardSigmoid { alpha, beta }
-                    if alpha == 1.0 / 6.0 && beta == 0.5 =>
-                {
+                Activation::HardSigmoid { alpha, beta } if alpha == 1.0 / 6.0 && beta == 0.5 => {
                     Some(Activation::HardSwish)
                 }
                 _ => None,
@@ -1114,7 +1121,8 @@ impl Importer {
                 {
                     return Ok(());
                 }
-                let same = sx.len() == sy.len() && sx.iter().zip(&sy).all(|(p, q)| !p.provably_differs(q));
+                let same =
+                    sx.len() == sy.len() && sx.iter().zip(&sy).all(|(p, q)| !p.provably_differs(q));
                 let commutes = matches!(kind, BinaryKind::Add | BinaryKind::Mul);
                 let (lhs, rhs) = if same || self.broadcasts(x, y).is_some() {
                     (x, y)
@@ -1134,8 +1142,12 @@ impl Importer {
                 };
                 self.push(node, op, fx)
             }
-            (Bound::Act { value: x, flat }, Bound::Const(c)) => self.affine(node, kind, x, flat, &c, true),
-            (Bound::Const(c), Bound::Act { value: x, flat }) => self.affine(node, kind, x, flat, &c, false),
+            (Bound::Act { value: x, flat }, Bound::Const(c)) => {
+                self.affine(node, kind, x, flat, &c, true)
+            }
+            (Bound::Const(c), Bound::Act { value: x, flat }) => {
+                self.affine(node, kind, x, flat, &c, false)
+            }
             (Bound::Const(_), Bound::Const(_)) => {
                 Err("both operands are constants: constant folding is not supported".into())
             }
@@ -1192,7 +1204,12 @@ impl Importer {
         }) {
             let w = self.graph.param(conv.weight);
             let (wname, wshape) = (w.name.clone(), w.shape.clone());
-            let weights = self.params.get(&wname).expect("imported weights").data.clone();
+            let weights = self
+                .params
+                .get(&wname)
+                .expect("imported weights")
+                .data
+                .clone();
             let per_out = weights.len() / channels.max(1);
             let data: Vec<f32> = weights
                 .iter()
@@ -1287,9 +1304,14 @@ impl Importer {
             );
         }
         if flat {
-            return Err("the input is flat: only reducing an image's height and width is supported".into());
+            return Err(
+                "the input is flat: only reducing an image's height and width is supported".into(),
+            );
         }
-        let mut norm: Vec<i64> = axes.iter().map(|&a| if a < 0 { a + 4 } else { a }).collect();
+        let mut norm: Vec<i64> = axes
+            .iter()
+            .map(|&a| if a < 0 { a + 4 } else { a })
+            .collect();
         norm.sort_unstable();
         if norm != [2, 3] {
             return Err(format!(

@@ -2050,3 +2050,229 @@ fn a_stride_over_the_kernels_bound_is_an_error_at_the_node() {
     );
     assert_eq!(only_conv(&import(&conv(1 << 29))).strides, [1 << 29, 1]);
 }
+
+// ---- issue 55: activations, broadcasting binary ops, reductions, concat -------------------------
+
+#[test]
+fn activations_binary_ops_reductions_and_concat_import_with_their_attributes() {
+    use primjit_ir::{Activation, BinaryKind};
+    let m = model(
+        18,
+        vec![x4("x", 3, 4, 5)],
+        vec![
+            node(
+                "HardSigmoid",
+                "hs",
+                &["x"],
+                &["a"],
+                vec![("alpha", A::F(0.25))],
+            ),
+            node("LeakyRelu", "lr", &["a"], &["b"], vec![]),
+            node("PRelu", "pr", &["b", "slope"], &["c"], vec![]),
+            node("PRelu", "pr1", &["c", "one"], &["d"], vec![]),
+            node("ReduceMean", "rm", &["d", "axes"], &["p"], vec![]),
+            node("Mul", "se", &["p", "d"], &["e"], vec![]),
+            node("Sigmoid", "sg", &["e"], &["s"], vec![]),
+            node("Mul", "silu", &["s", "e"], &["f"], vec![]),
+            node("Sub", "sub", &["f", "p"], &["g"], vec![]),
+            node(
+                "Concat",
+                "cat",
+                &["g", "x"],
+                &["h"],
+                vec![("axis", A::I(-3))],
+            ),
+            node(
+                "ReduceMax",
+                "mx",
+                &["h", "axes"],
+                &["y"],
+                vec![("keepdims", A::I(0))],
+            ),
+        ],
+        vec![
+            init("slope", &[3, 1, 1]),
+            values("one", &[1], vec![0.3]),
+            TensorProto {
+                name: "axes".into(),
+                dims: vec![2],
+                data_type: data_type::INT64,
+                int64_data: vec![3, 2],
+                ..Default::default()
+            },
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    let ops = ops(&i);
+    let x = i.graph.value_by_name("x").unwrap();
+    assert!(matches!(
+        ops[0],
+        Op::Act { act: Activation::HardSigmoid { alpha, beta }, input } if alpha == 0.25 && beta == 0.5 && input == x
+    ));
+    assert!(
+        matches!(ops[1], Op::Act { act: Activation::LeakyRelu { alpha }, .. } if alpha == 0.01)
+    );
+    assert!(matches!(ops[2], Op::PRelu { .. }));
+    // One slope for every channel is a leaky relu.
+    assert!(matches!(ops[3], Op::Act { act: Activation::LeakyRelu { alpha }, .. } if alpha == 0.3));
+    assert!(matches!(
+        ops[4],
+        Op::GlobalPool {
+            kind: PoolKind::Avg,
+            ..
+        }
+    ));
+    // The broadcast operand comes second, whichever side ONNX has it on.
+    let (d, p) = (
+        i.graph.value_by_name("d").unwrap(),
+        i.graph.value_by_name("p").unwrap(),
+    );
+    assert_eq!(
+        ops[5],
+        Op::Binary {
+            kind: BinaryKind::Mul,
+            lhs: d,
+            rhs: p
+        }
+    );
+    // Sigmoid then Mul is one SiLU.
+    assert!(matches!(
+        ops[6],
+        Op::Act {
+            act: Activation::Silu,
+            ..
+        }
+    ));
+    assert!(matches!(
+        ops[7],
+        Op::Binary {
+            kind: BinaryKind::Sub,
+            ..
+        }
+    ));
+    assert!(matches!(&ops[8], Op::Concat { inputs } if inputs.len() == 2));
+    assert!(matches!(
+        ops[9],
+        Op::GlobalPool {
+            kind: PoolKind::Max,
+            ..
+        }
+    ));
+    assert_eq!(i.flattened_outputs, vec!["y".to_string()]);
+    assert_eq!(ops.len(), 10);
+}
+
+#[test]
+fn constants_along_channels_fold_into_the_conv_before_or_make_a_depthwise_conv() {
+    let m = model(
+        17,
+        vec![x4("x", 2, 4, 4)],
+        vec![
+            node("Sub", "norm", &["x", "mean"], &["n"], vec![]),
+            node("Conv", "conv", &["n", "w"], &["c"], vec![]),
+            node("Mul", "scale", &["k", "c"], &["y"], vec![]),
+        ],
+        vec![
+            values("mean", &[1, 2, 1, 1], vec![0.5, -0.25]),
+            init("w", &[3, 2, 1, 1]),
+            values("k", &[3, 1, 1], vec![2.0, 3.0, 4.0]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    let ops = ops(&i);
+    assert_eq!(ops.len(), 2, "{}", i.graph);
+    let Op::Conv2d(norm) = &ops[0] else { panic!() };
+    assert_eq!(norm.groups, 2);
+    let shift = &i
+        .params
+        .get(&i.graph.param(norm.bias.unwrap()).name)
+        .unwrap()
+        .data;
+    assert_eq!(shift, &[-0.5, 0.25]);
+    // The Mul scales the conv's weights and bias: no node of its own.
+    let Op::Conv2d(conv) = &ops[1] else { panic!() };
+    let w = &i.params.get(&i.graph.param(conv.weight).name).unwrap().data;
+    let original = init("w", &[3, 2, 1, 1]).float_data;
+    for (o, k) in [2.0f32, 3.0, 4.0].iter().enumerate() {
+        assert_eq!(w[2 * o], original[2 * o] * k);
+    }
+}
+
+#[test]
+fn the_new_ops_refuse_what_they_cannot_run_listing_every_node() {
+    let m = model(
+        17,
+        vec![x4("x", 4, 6, 6), x4("z", 4, 5, 6)],
+        vec![
+            node("PRelu", "prelu", &["x", "slope"], &["a"], vec![]),
+            node(
+                "Concat",
+                "cat_h",
+                &["x", "z"],
+                &["b"],
+                vec![("axis", A::I(1))],
+            ),
+            node(
+                "Concat",
+                "cat_w",
+                &["x", "x"],
+                &["c"],
+                vec![("axis", A::I(3))],
+            ),
+            node("Concat", "cat_noaxis", &["x", "x"], &["d"], vec![]),
+            node(
+                "ReduceMean",
+                "mean_c",
+                &["x"],
+                &["e"],
+                vec![("axes", A::Is(vec![1]))],
+            ),
+            node("ReduceMax", "max_all", &["x"], &["f"], vec![]),
+            node("Mul", "mul_hw", &["x", "z"], &["g"], vec![]),
+            node("Sub", "sub_left", &["p", "x"], &["h"], vec![]),
+            node("GlobalAveragePool", "p", &["x"], &["p"], vec![]),
+            node(
+                "Elu",
+                "elu",
+                &["x"],
+                &["i"],
+                vec![("alpha", A::F(f32::INFINITY))],
+            ),
+            node("HardSwish", "hswish13", &["x"], &["j"], vec![]),
+            node("Mul", "mul_full", &["x", "full"], &["k"], vec![]),
+            node("Div", "div_const", &["two", "x"], &["l"], vec![]),
+        ],
+        vec![
+            init("slope", &[3]),
+            init("full", &[1, 4, 6, 6]),
+            values("two", &[1], vec![2.0]),
+        ],
+        &["a"],
+    );
+    let mut m13 = m.clone();
+    m13.opset_import[0].version = 13;
+    let text = import_err(&m13);
+    let expected = [
+        "node \"prelu\" (PRelu, opset 13): input 1 (slope) has shape [3]: one slope, or one per channel, is supported",
+        "node \"cat_h\" (Concat, opset 13): concat joins channels only: the height of %z (5) differs from that of %x (6)",
+        "node \"cat_w\" (Concat, opset 13): attribute axis is 3: only concatenating channels (axis 1) is supported",
+        "node \"cat_noaxis\" (Concat, opset 13): attribute axis is missing",
+        "node \"mean_c\" (ReduceMean, opset 13): axes [1]: only reducing the height and width (axes 2 and 3) is supported",
+        "node \"max_all\" (ReduceMax, opset 13): without axes, the reduction is over every dimension: only reducing the height and width (axes 2 and 3) is supported",
+        "node \"mul_hw\" (Mul, opset 13): the operands have shapes [1, 4, 6, 6] and [1, 4, 5, 6]: only equal shapes, or a right operand of [N, C, 1, 1] or [1, C, 1, 1] (or a left one), are supported",
+        "node \"sub_left\" (Sub, opset 13): input 0 (A) \"p\" is not defined before its use",
+        "node \"elu\" (Elu, opset 13): attribute alpha is inf: it must be a finite number",
+        "node \"hswish13\" (HardSwish, opset 13): HardSwish is only defined from opset 14 on",
+        "node \"mul_full\" (Mul, opset 13): input 1 is a constant of shape [1, 4, 6, 6]: only a scalar or one value per channel is supported",
+        "node \"div_const\" (Div, opset 13): dividing a constant by a computed tensor is not supported",
+    ];
+    let got: Vec<&str> = text
+        .lines()
+        .map(|l| l.trim_start_matches("model.onnx: "))
+        .collect();
+    assert_eq!(got, expected);
+}
