@@ -166,10 +166,10 @@ fn tanh_raw(e: &mut Emit<'_>, x: Value) -> Value {
     let z = e.b.ins().fmul(x, x);
     let coefficients = [
         -5.704_988_7e-3,
-        2.063_908_9e-2,
+        2.063_909e-2,
         -5.373_971_6e-2,
         0.133_314_42,
-        -0.333_332_82,
+        -0.333_332_8,
     ];
     let mut p = e.splat_const(coefficients[0]);
     for &k in &coefficients[1..] {

@@ -447,11 +447,11 @@ proptest! {
         let m = primjit_reference::conv2d(&abs(&x), &abs(&wt), Some(&abs(&b)), &attrs, &[]);
         let pre = primjit_reference::conv2d(&x, &wt, Some(&b), &attrs, &[]);
         let terms = (ic * k * k + 1) as f64;
-        for i in 0..got.len() {
+        for (i, &g) in got.iter().enumerate() {
             let conv = 1.5 * (terms + 4.0) * 2f64.powi(-23) * m.data[i] as f64;
             prop_assert!(
-                close(got[i], want.data[i], act_ulps(act), conv + 1e-30 + act_abs(act, pre.data[i])),
-                "{key}: element {i}: jit {:?}, reference {:?}", got[i], want.data[i]
+                close(g, want.data[i], act_ulps(act), conv + 1e-30 + act_abs(act, pre.data[i])),
+                "{key}: element {i}: jit {:?}, reference {:?}", g, want.data[i]
             );
         }
     }
