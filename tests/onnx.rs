@@ -297,7 +297,10 @@ fn zoo_blocks_match_onnxruntime() {
             // Sigmoid + Mul pairs are one SiLU.
             "mbconv" => assert_eq!(text.matches(" = silu(").count(), 4, "{text}"),
             // Sub and Div by constants are one depthwise 1x1 conv.
-            "mbv3" => assert!(text.contains("groups=3)") && !text.contains("div("), "{text}"),
+            "mbv3" => assert!(
+                text.contains("groups=3)") && !text.contains("div("),
+                "{text}"
+            ),
             _ => {}
         }
         for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
@@ -316,7 +319,10 @@ fn zoo_blocks_match_onnxruntime() {
                 assert_eq!(got.shape[0], want.shape[0], "{block}{run}");
                 assert_eq!(got.shape[1], want.shape[1], "{block}{run}");
                 let rel = relative_error(got, &want);
-                eprintln!("{block}{run} {mode:?}: output {:?}, max relative error {rel:.2e}", want.shape);
+                eprintln!(
+                    "{block}{run} {mode:?}: output {:?}, max relative error {rel:.2e}",
+                    want.shape
+                );
                 assert!(rel <= 1e-4, "{block}{run} {mode:?}: relative error {rel}");
             }
         }

@@ -57,6 +57,10 @@ def main():
                                          helper.make_node("Add", ["p", "x"], ["y"])], []),
         "reducemean": model("reducemean", [helper.make_node("ReduceMean", ["x", "a"], ["y"], keepdims=0)],
                             [("a", [2, 3], i64)], opset=18, out_shape=[1, 5]),
+        "pad_conv": model("pad_conv", [
+            helper.make_node("Pad", ["x", "p"], ["px"]),
+            helper.make_node("Conv", ["px", "w"], ["y"], kernel_shape=[3, 3])],
+            [("p", [0, 0, 1, 1, 0, 0, 1, 1], i64), ("w", rng.standard_normal((5, 5, 3, 3)), f32)]),
         "concat": model("concat", [helper.make_node("Relu", ["x"], ["r"]),
                                    helper.make_node("Concat", ["x", "r", "x"], ["y"], axis=1)], []),
     }

@@ -26,7 +26,7 @@ training-free exports without constant folding. Every model takes a batch of 2.
 - vgg_head: conv features, a max pool to 3x3, Flatten of the 3x3 image, Gemm (transB),
   ReLU, Dropout, Gemm, as torchvision's VGG classifier. Fixed H and W.
 - acts: the other activations after convs and alone: PRelu, LeakyRelu, Elu, Tanh, Sigmoid,
-  and a ReduceMax with keepdims. Symbolic H and W.
+  a zero Pad before a conv, and a ReduceMax with keepdims. Symbolic H and W.
 - recognizer: a 32xW text-line recognizer block in PP-LCNet's style: a stride-2 stem with
   HardSwish, depthwise-separable blocks with HardSwish and SE (HardSigmoid gate), run at
   widths 64, 100 and 160.
@@ -59,14 +59,14 @@ class Net:
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
         return out
 
-    def conv(self, x, name, cin, cout, k, stride=1, group=1, bias=False):
+    def conv(self, x, name, cin, cout, k, stride=1, group=1, bias=False, pads=None):
         fan_in = cin // group * k * k
         w = self.rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / fan_in)
         ins = [x, self.param(name + ".weight", w)]
         if bias:
             ins.append(self.param(name + ".bias", self.rng.uniform(-0.1, 0.1, cout)))
         return self.node("Conv", ins, name, kernel_shape=[k, k], strides=[stride, stride],
-                         pads=[k // 2] * 4, group=group)
+                         pads=[k // 2] * 4 if pads is None else pads, group=group)
 
     def bn(self, x, name, c):
         r = self.rng
@@ -183,7 +183,10 @@ def acts():
     n = Net(16)
     x = n.conv("x", "c1", 3, 7, 3, bias=True)
     x = n.node("PRelu", [x, n.param("c1.slope", n.rng.uniform(0.0, 0.5, 7).reshape(7, 1, 1))], "prelu")
-    x = n.node("LeakyRelu", [n.conv(x, "c2", 7, 9, 3, bias=True)], "leaky", alpha=0.1)
+    # A zero Pad (opset 17: pads as an input) that joins the next conv's pads.
+    n.inits.append(numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 2, 1], dtype=np.int64), "pad.pads"))
+    x = n.node("Pad", [x, "pad.pads"], "pad", mode="constant")
+    x = n.node("LeakyRelu", [n.conv(x, "c2", 7, 9, 3, bias=True, pads=[0, 1, 0, 0])], "leaky", alpha=0.1)
     x = n.node("Elu", [n.conv(x, "c3", 9, 6, 1, bias=True)], "elu", alpha=0.7)
     x = n.node("Tanh", [x], "tanh")
     x = n.node("Sigmoid", [n.conv(x, "c4", 6, 5, 3, bias=True)], "sigmoid")

@@ -62,6 +62,12 @@ enum Bound {
         flat: bool,
     },
     Const(Rc<Const>),
+    /// An NCHW activation padded with zeros on its height and width by a `Pad`, which only a
+    /// `Conv` reads: the padding adds to the conv's own.
+    Padded {
+        value: Value,
+        pads: Pads,
+    },
     /// Made by a node that failed: nothing downstream of it is checked again.
     Failed,
 }
@@ -260,6 +266,10 @@ impl Importer {
                     subject,
                     "is a constant: only computed outputs are supported",
                 ),
+                Some(Bound::Padded { .. }) => self.problem(
+                    subject,
+                    "is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins",
+                ),
                 Some(Bound::Failed) => {}
                 None => self.problem(subject, "is not defined by any node or input"),
             }
@@ -431,7 +441,7 @@ impl Importer {
         };
         // Every read of the node's inputs has now happened.
         for i in node.input.iter().filter(|i| !i.is_empty()) {
-            if let Some(Bound::Act { value, .. }) = self.bound.get(i)
+            if let Some(Bound::Act { value, .. } | Bound::Padded { value, .. }) = self.bound.get(i)
                 && let Some(n) = self.pending_reads.get_mut(value)
             {
                 *n = n.saturating_sub(1);
@@ -481,6 +491,7 @@ impl Importer {
             "Mul" | "Sub" | "Div" => self.binary(node),
             "ReduceMean" | "ReduceMax" => self.reduce(node),
             "Concat" => self.concat(node),
+            "Pad" => self.pad(node),
             "Clip" => self.clip(node),
             "BatchNormalization" => self.batchnorm(node),
             "Identity" | "Dropout" => self.identity(node),
@@ -518,6 +529,9 @@ impl Importer {
             Bound::Const(_) => Err(format!(
                 "input {i} ({role}) is a constant: only computed tensors are supported there"
             )),
+            Bound::Padded { .. } => Err(format!(
+                "input {i} ({role}) is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
+            )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
         }
     }
@@ -535,7 +549,7 @@ impl Importer {
     fn constant_input(&self, node: &NodeProto, i: usize, role: &str) -> NodeResult<Rc<Const>> {
         match self.bound_input(node, i, role)? {
             Bound::Const(c) => Ok(c),
-            Bound::Act { .. } => Err(format!(
+            Bound::Act { .. } | Bound::Padded { .. } => Err(format!(
                 "input {i} ({role}) is computed: it must be a constant (an initializer or a Constant node)"
             )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
@@ -745,6 +759,11 @@ impl Importer {
         };
         match b {
             Bound::Act { value, flat } => self.bind_act(out, value, flat),
+            Bound::Padded { value, .. } => {
+                *self.pending_reads.entry(value).or_default() +=
+                    self.uses.get(out.as_str()).copied().unwrap_or(0);
+                self.bound.insert(out.clone(), b);
+            }
             other => {
                 self.bound.insert(out.clone(), other);
             }
@@ -766,7 +785,11 @@ impl Importer {
                 "strides",
             ],
         )?;
-        let x = self.act(node, 0, "X")?;
+        // A zero Pad before the conv joins its pads.
+        let (x, extra) = match self.bound_input(node, 0, "X")? {
+            Bound::Padded { value, pads } => (value, pads),
+            _ => (self.act(node, 0, "X")?, Pads::default()),
+        };
         let w = self.constant_input(node, 1, "W")?;
         if w.dims.len() != 4 {
             return Err(format!(
@@ -789,8 +812,33 @@ impl Importer {
             ));
         }
         let groups = positive(int(node, "group")?.unwrap_or(1), "group")?;
-        let x_shape = self.shape(x);
-        let win = window(node, &x_shape, kernel, false)?;
+        let mut x_shape = self.shape(x);
+        if !extra.is_zero() && x_shape.len() == 4 {
+            // auto_pad sees the padded extents.
+            let grow = |d: &Dim, n: usize| match d.known() {
+                Some(k) => Dim::Known(k + n as u64),
+                None => d.clone(),
+            };
+            x_shape[2] = grow(&x_shape[2], extra.top + extra.bottom);
+            x_shape[3] = grow(&x_shape[3], extra.left + extra.right);
+            if [&x_shape[2], &x_shape[3]]
+                .iter()
+                .any(|d| d.known().is_none())
+                && string(node, "auto_pad")?.is_some_and(|a| a != "NOTSET" && a != "VALID")
+            {
+                return Err(
+                    "attribute auto_pad after a Pad needs a known input height and width".into(),
+                );
+            }
+        }
+        let mut win = window(node, &x_shape, kernel, false)?;
+        let add = |a: usize, b: usize| a.checked_add(b).ok_or("the padding overflows");
+        win.pads = Pads {
+            top: add(win.pads.top, extra.top)?,
+            left: add(win.pads.left, extra.left)?,
+            bottom: add(win.pads.bottom, extra.bottom)?,
+            right: add(win.pads.right, extra.right)?,
+        };
         let weight = self.param_exact(&w, 1, "W", &w.dims.clone())?;
         let bias = match self.optional_constant(node, 2, "B")? {
             Some(b) => Some(self.param_exact(&b, 2, "B", &[w.dims[0]])?),
@@ -1151,6 +1199,10 @@ impl Importer {
             (Bound::Const(_), Bound::Const(_)) => {
                 Err("both operands are constants: constant folding is not supported".into())
             }
+            (Bound::Padded { .. }, _) | (_, Bound::Padded { .. }) => Err(
+                "an operand is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
+                    .into(),
+            ),
             (Bound::Failed, _) | (_, Bound::Failed) => {
                 unreachable!("nodes reading failed values are skipped")
             }
@@ -1354,6 +1406,70 @@ impl Importer {
             ));
         }
         self.push(node, Op::Concat { inputs }, flat)
+    }
+
+    /// `Pad` with zeros on the height and width, which a `Conv` reading it takes into its own
+    /// pads; other modes and values, and pads of the batch or channels, are refused.
+    fn pad(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let (pads, value) = if self.opset < 11 {
+            check_attrs(node, &["mode", "pads", "value"])?;
+            (
+                ints(node, "pads")?.ok_or("attribute pads is missing")?,
+                float(node, "value")?.unwrap_or(0.0),
+            )
+        } else {
+            check_attrs(node, &["mode"])?;
+            if Self::input_name(node, 3).is_some() {
+                return Err("input 3 (axes) is not supported: give pads for every axis".into());
+            }
+            let p = self.constant_input(node, 1, "pads")?;
+            let ConstData::I64(p) = &p.data else {
+                return Err("input 1 (pads) is not an integer tensor".into());
+            };
+            let value = match self.optional_constant(node, 2, "constant_value")? {
+                None => 0.0,
+                Some(c) => match c.floats() {
+                    Ok([v]) => *v,
+                    _ => {
+                        return Err("input 2 (constant_value) is not a float scalar".into());
+                    }
+                },
+            };
+            (p.clone(), value)
+        };
+        let mode = string(node, "mode")?.unwrap_or_else(|| "constant".into());
+        if mode != "constant" {
+            return Err(format!(
+                "attribute mode is {mode}: only constant (zero) padding before a Conv is supported"
+            ));
+        }
+        if value != 0.0 {
+            return Err(format!(
+                "the constant value is {value}: only zero padding before a Conv is supported"
+            ));
+        }
+        let x = self.act(node, 0, "data")?;
+        let [n0, c0, top, left, n1, c1, bottom, right] = pads.as_slice() else {
+            return Err(format!(
+                "pads {pads:?}: eight values (begin and end of each axis of an NCHW tensor) are needed"
+            ));
+        };
+        if [n0, c0, n1, c1].iter().any(|&&p| p != 0) {
+            return Err(format!(
+                "pads {pads:?}: only the height and width may be padded"
+            ));
+        }
+        let side = |p: i64| {
+            usize::try_from(p)
+                .map_err(|_| format!("pads {pads:?}: negative pads (cropping) are not supported"))
+        };
+        let pads = Pads {
+            top: side(*top)?,
+            left: side(*left)?,
+            bottom: side(*bottom)?,
+            right: side(*right)?,
+        };
+        self.alias(node, Bound::Padded { value: x, pads })
     }
 
     fn clip(&mut self, node: &NodeProto) -> NodeResult<()> {
@@ -1878,6 +1994,7 @@ pub const SUPPORTED: &[&str] = &[
     "ReduceMean",
     "ReduceMax",
     "Concat",
+    "Pad",
 ];
 
 /// The oldest default-domain (`ai.onnx`) opset the importer reads. Opset 7 (ONNX 1.2) gave
@@ -1905,6 +2022,9 @@ fn max_inputs(op: &str, opset: i64) -> (usize, Option<i64>) {
         "Squeeze" if opset < 13 => return (1, Some(13)),
         "ReduceMean" | "ReduceMax" if opset < 18 => return (1, Some(18)),
         "Concat" => usize::MAX,
+        "Pad" if opset < 11 => return (1, Some(11)),
+        "Pad" if opset < 18 => 3,
+        "Pad" => 4,
         "PRelu" | "Mul" | "Sub" | "Div" | "ReduceMean" | "ReduceMax" => 2,
         "Constant" => 0,
         "Add" | "MatMul" | "Reshape" | "Squeeze" => 2,
@@ -1936,6 +2056,8 @@ const VERSIONED_ATTRIBUTES: &[(&str, &str, i64, Option<i64>)] = &[
     ("Clip", "max", 1, Some(11)),
     ("Squeeze", "axes", 1, Some(13)),
     ("Reshape", "allowzero", 14, None),
+    ("Pad", "pads", 1, Some(11)),
+    ("Pad", "value", 1, Some(11)),
     ("ReduceMean", "axes", 1, Some(18)),
     ("ReduceMax", "axes", 1, Some(18)),
     ("ReduceMean", "noop_with_empty_axes", 18, None),

@@ -1,7 +1,7 @@
 //! The importer on small ONNX models built here with the crate's own prost structs: each op
 //! and attribute, the text round trip, names, external data, and every error.
 
-use primjit_ir::{Conv2d, Dim, Op, PoolKind, PostOp};
+use primjit_ir::{Conv2d, Dim, Op, Pads, PoolKind, PostOp};
 use primjit_onnx::proto::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
     TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, attribute_type, data_location,
@@ -2275,4 +2275,77 @@ fn the_new_ops_refuse_what_they_cannot_run_listing_every_node() {
         .map(|l| l.trim_start_matches("model.onnx: "))
         .collect();
     assert_eq!(got, expected);
+}
+
+#[test]
+fn a_zero_pad_joins_the_pads_of_the_conv_after_it_and_is_refused_elsewhere() {
+    let pads = |name: &str, v: Vec<i64>| TensorProto {
+        name: name.into(),
+        dims: vec![8],
+        data_type: data_type::INT64,
+        int64_data: v,
+        ..Default::default()
+    };
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![
+            node("Pad", "pad", &["x", "p"], &["px"], vec![]),
+            node(
+                "Conv",
+                "conv",
+                &["px", "w"],
+                &["y"],
+                vec![("pads", A::Is(vec![1, 0, 0, 0]))],
+            ),
+        ],
+        vec![
+            pads("p", vec![0, 0, 1, 2, 0, 0, 3, 4]),
+            init("w", &[3, 2, 3, 3]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    assert_eq!(
+        only_conv(&i).pads,
+        Pads {
+            top: 2,
+            left: 2,
+            bottom: 3,
+            right: 4
+        }
+    );
+    let refused = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![
+            node(
+                "Pad",
+                "reflect",
+                &["x", "p"],
+                &["a"],
+                vec![("mode", A::S("reflect"))],
+            ),
+            node("Pad", "channels", &["x", "q"], &["b"], vec![]),
+            node("Pad", "zero", &["x", "p"], &["c"], vec![]),
+            node("Relu", "relu", &["c"], &["y"], vec![]),
+        ],
+        vec![
+            pads("p", vec![0, 0, 1, 1, 0, 0, 1, 1]),
+            pads("q", vec![0, 1, 0, 0, 0, 0, 0, 0]),
+        ],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&refused)
+            .lines()
+            .map(|l| l.trim_start_matches("model.onnx: "))
+            .collect::<Vec<_>>(),
+        [
+            "node \"reflect\" (Pad, opset 17): attribute mode is reflect: only constant (zero) padding before a Conv is supported",
+            "node \"channels\" (Pad, opset 17): pads [0, 1, 0, 0, 0, 0, 0, 0]: only the height and width may be padded",
+            "node \"relu\" (Relu, opset 17): input 0 (X) is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins",
+        ]
+    );
 }
