@@ -272,7 +272,8 @@ fn model_families_match_onnxruntime() {
 /// The blocks of issue 55's zoo (`tests/onnx/zoo`, made by `tests/onnx/make_zoo.py` with
 /// onnxruntime's outputs): MobileNetV3 with SE and HardSwish behind an input normalization,
 /// EfficientNet's MBConv with SiLU and SE, a DenseNet dense block and transition, a
-/// SqueezeNet fire module, a VGG classifier head over a 3x3 image, the other activations, and a
+/// SqueezeNet fire module, a VGG classifier head over a 3x3 image, the other activations, a
+/// ShuffleNetV2 unit (split, channel shuffle, slice), and a
 /// 32xW line recognizer at three widths from one import. Each runs with exact keys and with
 /// runtime extents (`dynamic`), within 1e-4 of the largest output of onnxruntime's.
 #[test]
@@ -287,6 +288,7 @@ fn zoo_blocks_match_onnxruntime() {
         ("fire", &[""]),
         ("vgg_head", &[""]),
         ("acts", &[""]),
+        ("shufflenet", &[""]),
         ("recognizer", &[".w64", ".w100", ".w160"]),
     ];
     for (block, runs) in cases {

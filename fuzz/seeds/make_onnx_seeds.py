@@ -15,10 +15,10 @@ from onnx import TensorProto, helper, numpy_helper
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_import")
 
 
-def model(name, nodes, inits, opset=17, out_shape=(1, 5, "H", "W")):
+def model(name, nodes, inits, opset=17, out_shape=(1, 5, "H", "W"), in_shape=(1, 5, "H", "W")):
     graph = helper.make_graph(
         nodes, name,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, "H", "W"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
         [numpy_helper.from_array(np.asarray(v, dtype=d), n) for n, v, d in inits])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -61,6 +61,19 @@ def main():
             helper.make_node("Pad", ["x", "p"], ["px"]),
             helper.make_node("Conv", ["px", "w"], ["y"], kernel_shape=[3, 3])],
             [("p", [0, 0, 1, 1, 0, 0, 1, 1], i64), ("w", rng.standard_normal((5, 5, 3, 3)), f32)]),
+        "split_slice": model("split_slice", [
+            helper.make_node("Split", ["x", "sz"], ["a", "b"], axis=1),
+            helper.make_node("Slice", ["b", "st", "en", "ax"], ["c"]),
+            helper.make_node("Concat", ["c", "a"], ["y"], axis=1)],
+            [("sz", [2, 3], i64), ("st", [1], i64), ("en", [3], i64), ("ax", [1], i64)],
+            out_shape=(1, 4, "H", "W")),
+        "shuffle": model("shuffle", [
+            helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
+            helper.make_node("Reshape", ["c", "s1"], ["v"]),
+            helper.make_node("Transpose", ["v"], ["t"], perm=[0, 2, 1, 3, 4]),
+            helper.make_node("Reshape", ["t", "s2"], ["y"])],
+            [("s1", [1, 2, 5, 6, -1], i64), ("s2", [1, 10, 6, -1], i64)],
+            out_shape=(1, 10, 6, "W"), in_shape=(1, 5, 6, "W")),
         "concat": model("concat", [helper.make_node("Relu", ["x"], ["r"]),
                                    helper.make_node("Concat", ["x", "r", "x"], ["y"], axis=1)], []),
     }

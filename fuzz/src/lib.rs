@@ -393,7 +393,9 @@ impl Problem {
                     tolerance: None,
                 }
             }
-            PrimitiveKey::Concat(_) => panic!("the fuzz specs make no concat"),
+            PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) => {
+                panic!("the fuzz specs make no concat or channel selection")
+            }
             PrimitiveKey::FmaPeak(_) => panic!("the FMA peak loop has no reference"),
         }
     }

@@ -27,6 +27,9 @@ training-free exports without constant folding. Every model takes a batch of 2.
   ReLU, Dropout, Gemm, as torchvision's VGG classifier. Fixed H and W.
 - acts: the other activations after convs and alone: PRelu, LeakyRelu, Elu, Tanh, Sigmoid,
   a zero Pad before a conv, and a ReduceMax with keepdims. Symbolic H and W.
+- shufflenet: a ShuffleNetV2 unit of stride 1: Split of the channels, a branch of 1x1,
+  depthwise 3x3 and 1x1 convs, Concat, the channel shuffle (Reshape, Transpose, Reshape) at
+  height 8 and any width, then a Slice of channels 3 to 10.
 - recognizer: a 32xW text-line recognizer block in PP-LCNet's style: a stride-2 stem with
   HardSwish, depthwise-separable blocks with HardSwish and SE (HardSigmoid gate), run at
   widths 64, 100 and 160.
@@ -194,6 +197,30 @@ def acts():
     return n.model("acts", 3, out, [2, 5, 1, 1], [2, 3, "H", "W"]), (2, 3, 15, 19)
 
 
+def shufflenet():
+    n = Net(18)
+    x = n.node("Relu", [n.bn(n.conv("x", "stem", 3, 12, 3), "stem.bn", 12)], "stem.relu")
+    n.inits.append(numpy_helper.from_array(np.array([6, 6], dtype=np.int64), "split.sizes"))
+    a, b = n.fresh("split.a"), n.fresh("split.b")
+    n.nodes.append(helper.make_node("Split", [x, "split.sizes"], [a, b], name="split", axis=1))
+    y = n.node("Relu", [n.bn(n.conv(b, "b2.pw1", 6, 6, 1), "b2.bn1", 6)], "b2.relu1")
+    y = n.bn(n.conv(y, "b2.dw", 6, 6, 3, group=6), "b2.bn2", 6)
+    y = n.node("Relu", [n.bn(n.conv(y, "b2.pw2", 6, 6, 1), "b2.bn3", 6)], "b2.relu2")
+    x = n.node("Concat", [a, y], "concat", axis=1)
+    # The channel shuffle of two groups, at the fixed height 8 and any width.
+    n.inits.append(numpy_helper.from_array(np.array([2, 2, 6, 8, -1], dtype=np.int64), "shuffle.s1"))
+    n.inits.append(numpy_helper.from_array(np.array([2, 12, 8, -1], dtype=np.int64), "shuffle.s2"))
+    x = n.node("Reshape", [x, "shuffle.s1"], "shuffle.view")
+    x = n.node("Transpose", [x], "shuffle.t", perm=[0, 2, 1, 3, 4])
+    x = n.node("Reshape", [x, "shuffle.s2"], "shuffle.back")
+    starts = n.param("slice.starts", np.array([3]))
+    n.inits[-1] = numpy_helper.from_array(np.array([3], dtype=np.int64), "slice.starts")
+    n.inits.append(numpy_helper.from_array(np.array([10], dtype=np.int64), "slice.ends"))
+    n.inits.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "slice.axes"))
+    out = n.node("Slice", [x, starts, "slice.ends", "slice.axes"], "slice")
+    return n.model("shufflenet", 3, out, [2, 7, 8, "W"], [2, 3, 8, "W"]), (2, 3, 8, 13)
+
+
 def recognizer():
     n = Net(17)
     x = n.hswish(n.bn(n.conv("x", "stem", 3, 8, 3, 2), "stem.bn", 8), "stem.act")
@@ -219,7 +246,7 @@ def run(m, shape, seed):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    for i, make in enumerate([mbv3, mbconv, densenet, fire, vgg_head, acts]):
+    for i, make in enumerate([mbv3, mbconv, densenet, fire, vgg_head, acts, shufflenet]):
         m, shape = make()
         name = m.graph.name
         onnx.save(m, os.path.join(OUT, f"{name}.onnx"))

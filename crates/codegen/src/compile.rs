@@ -202,6 +202,9 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
         PrimitiveKey::Eltwise(_) => {
             "  element-wise: four floats at a time over each plane's span of rows\n".to_string()
         }
+        PrimitiveKey::SelectChannels(_) => "  select channels: per destination block, a vector \
+             copy per pixel where four source channels line up, lane by lane elsewhere\n"
+            .to_string(),
         PrimitiveKey::Concat(_) => "  concat: each input's channel blocks copied to their place \
              in the result, a vector per pixel where the blocks line up, lane by lane elsewhere\n"
             .to_string(),
@@ -243,6 +246,7 @@ pub fn lower(key: &PrimitiveKey, host: &HostIsa, options: CodegenOptions) -> Fun
         }
         PrimitiveKey::Eltwise(d) => lower_pool::lower_eltwise(&mut e, d),
         PrimitiveKey::Concat(d) => lower_eltwise::lower_concat(&mut e, d),
+        PrimitiveKey::SelectChannels(d) => lower_eltwise::lower_select(&mut e, d),
         PrimitiveKey::FmaPeak(pattern) => lower_pool::lower_fma_peak(&mut e, *pattern),
     }
     e.finish(host.isa.frontend_config());

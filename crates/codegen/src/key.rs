@@ -653,6 +653,24 @@ impl ConcatDesc {
     }
 }
 
+/// Channels of a tensor picked by index (a split, a slice or a shuffle of channels): output
+/// channel `j` is input channel `select[j]`; source and destination share `layout`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SelectDesc {
+    pub mb: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub select: Vec<usize>,
+    pub layout: Layout,
+}
+
+impl SelectDesc {
+    pub fn dst_shape(&self) -> [usize; 4] {
+        [self.mb, self.select.len(), self.h, self.w]
+    }
+}
+
 /// Accumulators of the FMA peak kernel: enough independent chains to cover the FMA latency
 /// on two pipes.
 pub const FMA_PEAK_ACCUMULATORS: usize = 12;
@@ -724,6 +742,7 @@ pub enum PrimitiveKey {
     GlobalPool(GlobalPoolDesc),
     Eltwise(EltwiseDesc),
     Concat(ConcatDesc),
+    SelectChannels(SelectDesc),
     /// Not an op: a loop of f32x4 FMAs that measures the machine's peak, or the peak of a
     /// convolution's register tile ([`FmaPattern`]). Its work items are loop trips; it keeps
     /// its accumulators (12 vectors, 48 floats) in the destination.
@@ -787,6 +806,7 @@ impl PrimitiveKey {
             PrimitiveKey::GlobalPool(d) => [d.ih, d.iw],
             PrimitiveKey::Eltwise(d) => [d.shape[2], d.shape[3]],
             PrimitiveKey::Concat(d) => [d.h, d.w],
+            PrimitiveKey::SelectChannels(d) => [d.h, d.w],
             PrimitiveKey::FmaPeak(_) => [1, 1],
         }
     }
@@ -1039,6 +1059,17 @@ impl PrimitiveKey {
                 }
                 check_count("output", d.dst_shape())?;
             }
+            PrimitiveKey::SelectChannels(d) => {
+                positive("extents", &[d.mb, d.c, d.h, d.w])?;
+                if d.select.is_empty() {
+                    return fail("a channel selection needs at least one channel".into());
+                }
+                if let Some(&bad) = d.select.iter().find(|&&s| s >= d.c) {
+                    return fail(format!("channel {bad} is selected of {}", d.c));
+                }
+                check_count("input", [d.mb, d.c, d.h, d.w])?;
+                check_count("output", d.dst_shape())?;
+            }
             PrimitiveKey::FmaPeak(_) => {}
         }
         Ok(())
@@ -1118,6 +1149,10 @@ impl PrimitiveKey {
                 v.extend(d.channels[1..].iter().map(|&c| input("input", c)));
                 v
             }
+            PrimitiveKey::SelectChannels(d) => vec![
+                act("src", [d.mb, d.c, d.h, d.w], d.layout),
+                act("dst", d.dst_shape(), d.layout),
+            ],
             PrimitiveKey::FmaPeak(pattern) => {
                 let raw = |role, len: usize| BufferSpec {
                     role,
@@ -1143,7 +1178,7 @@ impl PrimitiveKey {
             PrimitiveKey::GlobalPool(d) => (d.mb * d.c * d.ih * d.iw) as u64,
             PrimitiveKey::Eltwise(d) => d.shape.iter().product::<usize>() as u64,
             // None: a copy.
-            PrimitiveKey::Concat(_) => 0,
+            PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) => 0,
             PrimitiveKey::FmaPeak(pattern) => pattern.flops_per_item(),
         }
     }
@@ -1169,6 +1204,7 @@ impl PrimitiveKey {
             PrimitiveKey::GlobalPool(_) => 1,
             PrimitiveKey::Eltwise(d) => d.shape[2],
             PrimitiveKey::Concat(d) => d.h,
+            PrimitiveKey::SelectChannels(d) => d.h,
             // The caller chooses the trip count through the range of work items.
             PrimitiveKey::FmaPeak(_) => 1,
         }
@@ -1291,6 +1327,19 @@ impl fmt::Display for PrimitiveKey {
                     channels.join("+"),
                     d.h,
                     d.w,
+                    d.layout
+                )
+            }
+            PrimitiveKey::SelectChannels(d) => {
+                let select: Vec<String> = d.select.iter().map(|c| c.to_string()).collect();
+                write!(
+                    f,
+                    "select mb{}ic{}ih{}iw{} oc{} {}",
+                    d.mb,
+                    d.c,
+                    d.h,
+                    d.w,
+                    select.join(","),
                     d.layout
                 )
             }

@@ -23,7 +23,7 @@ pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS, WINOGRAD_
 pub use key::{
     Activation, BinaryKind, Broadcast, BufferSpec, ConcatDesc, ConvAlgo, ConvDesc, EltwiseDesc,
     EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches, PoolDesc,
-    PoolWindow, PostOpDesc, PrimitiveKey,
+    PoolWindow, PostOpDesc, PrimitiveKey, SelectDesc,
 };
 pub use lower_eltwise::{EXP_ULPS, TANH_ULPS};
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};

@@ -531,3 +531,92 @@ pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
         }
     }
 }
+
+/// Picks channels: for each image and destination block of four channels, the pixels of the
+/// call's rows, each a vector copy where the block's four source channels are one aligned
+/// source block, else four lane copies (zeros in the padding lanes of a last, partial
+/// block); in NCHW, each destination channel's span of rows copied from its source channel.
+pub fn lower_select(e: &mut Emit<'_>, d: &crate::key::SelectDesc) {
+    let f = F32_BYTES;
+    let (h, w, out) = (d.h, d.w, d.select.len());
+    let src = e.buffer(SRC);
+    let dst = e.buffer(DST);
+    let (start, end) = e.clamp_items(0, h);
+    let rows = e.b.ins().isub(end, start);
+    let zero_i = e.iconst(0);
+    let rows = e.imax(rows, zero_i);
+    let pixels = e.b.ins().imul_imm_s(rows, w as i64);
+    let plane_bytes = (h * w) as i64 * f;
+    match d.layout {
+        Layout::Nchw4c => {
+            let block = plane_bytes * LANES as i64;
+            let first = e.b.ins().imul_imm_s(start, (w * LANES) as i64 * f);
+            let src0 = e.b.ins().iadd(src, first);
+            let dst0 = e.b.ins().iadd(dst, first);
+            let steps = [
+                d.c.div_ceil(LANES) as i64 * block,
+                out.div_ceil(LANES) as i64 * block,
+            ];
+            let zero = e.b.ins().f32const(0.0);
+            e.for_count_ptrs(d.mb, &[src0, dst0], &steps, |e, p| {
+                for b in 0..out.div_ceil(LANES) {
+                    let lanes: Vec<Option<usize>> = (0..LANES)
+                        .map(|l| d.select.get(b * LANES + l).copied())
+                        .collect();
+                    let aligned = lanes[0].is_some_and(|s0| {
+                        s0 % LANES == 0 && (0..LANES).all(|l| lanes[l] == Some(s0 + l))
+                    });
+                    let dst_b = e.offset(p[1], b as i64 * block);
+                    let px = LANES as i64 * f;
+                    e.for_range(zero_i, pixels, &[p[0], dst_b], |e, _, q| {
+                        if aligned {
+                            let s0 = lanes[0].expect("aligned");
+                            let v = e.load_vec(q[0], (s0 / LANES) as i64 * block);
+                            e.store_vec(v, q[1], 0);
+                        } else {
+                            for (l, s) in lanes.iter().enumerate() {
+                                let x = match s {
+                                    Some(s) => {
+                                        let off =
+                                            (s / LANES) as i64 * block + (s % LANES) as i64 * f;
+                                        e.load_f32(q[0], off)
+                                    }
+                                    None => zero,
+                                };
+                                e.store_f32(x, q[1], l as i64 * f);
+                            }
+                        }
+                        vec![e.offset(q[0], px), e.offset(q[1], px)]
+                    });
+                }
+            });
+        }
+        Layout::Nchw => {
+            let first = e.b.ins().imul_imm_s(start, w as i64 * f);
+            let src0 = e.b.ins().iadd(src, first);
+            let dst0 = e.b.ins().iadd(dst, first);
+            let vectors = e.b.ins().ushr_imm_u(pixels, 2);
+            let tail = e.b.ins().band_imm_u(pixels, 3);
+            let steps = [d.c as i64 * plane_bytes, out as i64 * plane_bytes];
+            e.for_count_ptrs(d.mb, &[src0, dst0], &steps, |e, p| {
+                for (j, &s) in d.select.iter().enumerate() {
+                    let q = [
+                        e.offset(p[0], s as i64 * plane_bytes),
+                        e.offset(p[1], j as i64 * plane_bytes),
+                    ];
+                    let after = e.for_range(zero_i, vectors, &q, |e, _, r| {
+                        let v = e.load_vec(r[0], 0);
+                        e.store_vec(v, r[1], 0);
+                        let step = LANES as i64 * f;
+                        vec![e.offset(r[0], step), e.offset(r[1], step)]
+                    });
+                    e.for_range(zero_i, tail, &after, |e, _, r| {
+                        let x = e.load_f32(r[0], 0);
+                        e.store_f32(x, r[1], 0);
+                        vec![e.offset(r[0], f), e.offset(r[1], f)]
+                    });
+                }
+            });
+        }
+    }
+}

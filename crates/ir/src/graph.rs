@@ -375,6 +375,12 @@ pub enum Op {
     Concat {
         inputs: Vec<Value>,
     },
+    /// Channels of the input picked by index, in order (ONNX `Split` and `Slice` on channels):
+    /// output channel `j` is input channel `select[j]`.
+    SelectChannels {
+        input: Value,
+        select: Vec<usize>,
+    },
 }
 
 /// The kind of an [`Op`], without its operands: what the text format calls the op.
@@ -393,10 +399,11 @@ pub enum OpKind {
     PRelu,
     Binary(BinaryKind),
     Concat,
+    SelectChannels,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 22] = [
+    pub const ALL: [OpKind; 23] = [
         OpKind::Conv2d,
         OpKind::MaxPool2d,
         OpKind::AvgPool2d,
@@ -419,6 +426,7 @@ impl OpKind {
         OpKind::Binary(BinaryKind::Mul),
         OpKind::Binary(BinaryKind::Div),
         OpKind::Concat,
+        OpKind::SelectChannels,
     ];
 
     /// The op's name in the text format.
@@ -436,6 +444,7 @@ impl OpKind {
             OpKind::PRelu => "prelu",
             OpKind::Binary(kind) => kind.name(),
             OpKind::Concat => "concat",
+            OpKind::SelectChannels => "select_channels",
         }
     }
 }
@@ -469,6 +478,7 @@ impl Op {
             Op::PRelu { .. } => OpKind::PRelu,
             Op::Binary { kind, .. } => OpKind::Binary(*kind),
             Op::Concat { .. } => OpKind::Concat,
+            Op::SelectChannels { .. } => OpKind::SelectChannels,
         }
     }
 
@@ -487,7 +497,9 @@ impl Op {
             Op::GlobalPool { input, .. } | Op::Relu { input } => vec![*input],
             Op::Add { lhs, rhs } => vec![*lhs, *rhs],
             Op::BatchNorm(b) => vec![b.input],
-            Op::Act { input, .. } | Op::PRelu { input, .. } => vec![*input],
+            Op::Act { input, .. } | Op::PRelu { input, .. } | Op::SelectChannels { input, .. } => {
+                vec![*input]
+            }
             Op::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
             Op::Concat { inputs } => inputs.clone(),
         }
@@ -511,7 +523,9 @@ impl Op {
                 f(rhs);
             }
             Op::BatchNorm(b) => f(&mut b.input),
-            Op::Act { input, .. } | Op::PRelu { input, .. } => f(input),
+            Op::Act { input, .. } | Op::PRelu { input, .. } | Op::SelectChannels { input, .. } => {
+                f(input)
+            }
             Op::Binary { lhs, rhs, .. } => {
                 f(lhs);
                 f(rhs);

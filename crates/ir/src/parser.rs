@@ -625,6 +625,22 @@ impl Parser {
                     inputs: (0..n).map(|i| a.value(i)).collect::<Result<_, _>>()?,
                 }
             }
+            "select_channels" => {
+                a.arity(1, 1)?;
+                let input = a.value(0)?;
+                let loc = a.call.loc;
+                let select = match a.take("select") {
+                    Some((Arg::List(items), _)) if !items.is_empty() => items
+                        .iter()
+                        .map(|(x, l)| uint_arg(x, *l, "select"))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    Some((_, l)) => {
+                        return err(l, "`select` must be a non-empty list of channel indices");
+                    }
+                    None => return err(loc, "`select_channels` needs the attribute `select`"),
+                };
+                Op::SelectChannels { input, select }
+            }
             name if Activation::by_name(name).is_some() => {
                 a.arity(1, 1)?;
                 let input = a.value(0)?;

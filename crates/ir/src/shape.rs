@@ -637,6 +637,25 @@ fn infer_node(
                 x[3].clone(),
             ]
         }
+        Op::SelectChannels { input, select } => {
+            let x = ctx.rank4(shapes, *input, "the input")?;
+            let c = ctx.channels(x, *input)?;
+            if let Some(&bad) = select.iter().find(|&&s| s as u64 >= c) {
+                return ctx.fail(format!(
+                    "select_channels picks channel {bad}, but %{} has {c}",
+                    graph.value_name(*input)
+                ));
+            }
+            if select.is_empty() {
+                return ctx.fail("select_channels needs at least one channel");
+            }
+            vec![
+                x[0].clone(),
+                Dim::Known(select.len() as u64),
+                x[2].clone(),
+                x[3].clone(),
+            ]
+        }
     })
 }
 

@@ -132,6 +132,10 @@ impl Graph {
                 args.push(v(rhs));
             }
             Op::Concat { inputs } => args.extend(inputs.iter().map(v)),
+            Op::SelectChannels { input, select } => {
+                args.push(v(input));
+                args.push(format!("select=[{}]", join(select, |c| c.to_string())));
+            }
         }
         format!("{}({})", op.kind(), args.join(", "))
     }

@@ -132,7 +132,11 @@ fn examples_cover_every_op_and_attribute() {
                     }
                 }
                 Op::BatchNorm(_) | Op::GlobalPool { .. } | Op::Relu { .. } | Op::Add { .. } => {}
-                Op::Act { .. } | Op::PRelu { .. } | Op::Binary { .. } | Op::Concat { .. } => {}
+                Op::Act { .. }
+                | Op::PRelu { .. }
+                | Op::Binary { .. }
+                | Op::Concat { .. }
+                | Op::SelectChannels { .. } => {}
             }
         }
     }

@@ -68,6 +68,14 @@ enum Bound {
         value: Value,
         pads: Pads,
     },
+    /// An NCHW activation's channels viewed as `[N, groups, C / groups, H, W]` by a `Reshape`,
+    /// transposed to `[N, C / groups, groups, H, W]` by a `Transpose` (`transposed`): the
+    /// steps of a channel shuffle, which a `Reshape` back to `[N, C, H, W]` completes.
+    Grouped {
+        value: Value,
+        groups: usize,
+        transposed: bool,
+    },
     /// Made by a node that failed: nothing downstream of it is checked again.
     Failed,
 }
@@ -266,6 +274,10 @@ impl Importer {
                     subject,
                     "is a constant: only computed outputs are supported",
                 ),
+                Some(Bound::Grouped { .. }) => self.problem(
+                    subject,
+                    "is a 5-D view of channels: only a channel shuffle (Reshape, Transpose, Reshape) is supported",
+                ),
                 Some(Bound::Padded { .. }) => self.problem(
                     subject,
                     "is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins",
@@ -441,7 +453,11 @@ impl Importer {
         };
         // Every read of the node's inputs has now happened.
         for i in node.input.iter().filter(|i| !i.is_empty()) {
-            if let Some(Bound::Act { value, .. } | Bound::Padded { value, .. }) = self.bound.get(i)
+            if let Some(
+                Bound::Act { value, .. }
+                | Bound::Padded { value, .. }
+                | Bound::Grouped { value, .. },
+            ) = self.bound.get(i)
                 && let Some(n) = self.pending_reads.get_mut(value)
             {
                 *n = n.saturating_sub(1);
@@ -492,11 +508,13 @@ impl Importer {
             "ReduceMean" | "ReduceMax" => self.reduce(node),
             "Concat" => self.concat(node),
             "Pad" => self.pad(node),
+            "Split" => self.split(node),
+            "Slice" => self.slice(node),
             "Clip" => self.clip(node),
             "BatchNormalization" => self.batchnorm(node),
             "Identity" | "Dropout" => self.identity(node),
             "Flatten" => self.flatten(node),
-            "Reshape" | "Squeeze" => self.reshape_flat(node),
+            "Reshape" | "Squeeze" | "Transpose" => self.reshape_flat(node),
             "Gemm" | "MatMul" => self.dense(node),
             "Constant" => self.constant(node),
             _ => unreachable!("SUPPORTED lists every op converted here"),
@@ -529,6 +547,9 @@ impl Importer {
             Bound::Const(_) => Err(format!(
                 "input {i} ({role}) is a constant: only computed tensors are supported there"
             )),
+            Bound::Grouped { .. } => Err(format!(
+                "input {i} ({role}) is a 5-D view of channels: only a channel shuffle (Reshape, Transpose, Reshape) is supported"
+            )),
             Bound::Padded { .. } => Err(format!(
                 "input {i} ({role}) is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
             )),
@@ -549,7 +570,7 @@ impl Importer {
     fn constant_input(&self, node: &NodeProto, i: usize, role: &str) -> NodeResult<Rc<Const>> {
         match self.bound_input(node, i, role)? {
             Bound::Const(c) => Ok(c),
-            Bound::Act { .. } | Bound::Padded { .. } => Err(format!(
+            Bound::Act { .. } | Bound::Padded { .. } | Bound::Grouped { .. } => Err(format!(
                 "input {i} ({role}) is computed: it must be a constant (an initializer or a Constant node)"
             )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
@@ -653,6 +674,11 @@ impl Importer {
         if onnx.is_empty() {
             return Err("output 0 is missing".into());
         }
+        self.push_as(onnx, op, flat)
+    }
+
+    /// [`Self::push`] defining the ONNX value `onnx` (one output of a node with several).
+    fn push_as(&mut self, onnx: &str, op: Op, flat: bool) -> NodeResult<()> {
         let name = self.values.fresh(sanitize_value(onnx));
         let mut trial = self.graph.clone();
         let value = trial
@@ -759,7 +785,7 @@ impl Importer {
         };
         match b {
             Bound::Act { value, flat } => self.bind_act(out, value, flat),
-            Bound::Padded { value, .. } => {
+            Bound::Padded { value, .. } | Bound::Grouped { value, .. } => {
                 *self.pending_reads.entry(value).or_default() +=
                     self.uses.get(out.as_str()).copied().unwrap_or(0);
                 self.bound.insert(out.clone(), b);
@@ -1199,6 +1225,9 @@ impl Importer {
             (Bound::Const(_), Bound::Const(_)) => {
                 Err("both operands are constants: constant folding is not supported".into())
             }
+            (Bound::Grouped { .. }, _) | (_, Bound::Grouped { .. }) => Err(
+                "an operand is a 5-D view of channels: only a channel shuffle is supported".into(),
+            ),
             (Bound::Padded { .. }, _) | (_, Bound::Padded { .. }) => Err(
                 "an operand is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
                     .into(),
@@ -1472,6 +1501,140 @@ impl Importer {
         self.alias(node, Bound::Padded { value: x, pads })
     }
 
+    /// The input's channel count, for ops that split channels.
+    fn channel_count(&self, x: Value) -> NodeResult<usize> {
+        self.shape(x)
+            .get(1)
+            .and_then(Dim::known)
+            .map(|c| c as usize)
+            .ok_or_else(|| "the input's channel count must be known".to_string())
+    }
+
+    /// `Split` along channels: each output is a `select_channels` of its range.
+    fn split(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let allowed: &[&str] = if self.opset >= 18 {
+            &["axis", "num_outputs"]
+        } else if self.opset >= 13 {
+            &["axis"]
+        } else {
+            &["axis", "split"]
+        };
+        check_attrs(node, allowed)?;
+        let (x, flat) = self.act_any(node, 0, "input")?;
+        let axis = int(node, "axis")?.unwrap_or(0);
+        let channel_axis = if flat { [1, -1] } else { [1, -3] };
+        if !channel_axis.contains(&axis) {
+            return Err(format!(
+                "attribute axis is {axis}: only splitting channels (axis 1) is supported"
+            ));
+        }
+        let c = self.channel_count(x)?;
+        let outputs = node.output.len();
+        let sizes: Vec<i64> = if self.opset >= 13 {
+            match self.optional_constant(node, 1, "split")? {
+                Some(k) => match &k.data {
+                    ConstData::I64(v) => v.clone(),
+                    _ => return Err("input 1 (split) is not an integer tensor".into()),
+                },
+                None => Vec::new(),
+            }
+        } else {
+            ints(node, "split")?.unwrap_or_default()
+        };
+        let sizes: Vec<usize> = if sizes.is_empty() {
+            let parts = int(node, "num_outputs")?.map_or(outputs, |n| n.max(0) as usize);
+            if parts == 0 || parts != outputs {
+                return Err(format!("{outputs} outputs for {parts} parts"));
+            }
+            // Equal parts, the last smaller when they do not divide (opset 18's rule).
+            let part = c.div_ceil(parts);
+            (0..parts)
+                .map(|i| part.min(c.saturating_sub(i * part)))
+                .collect()
+        } else {
+            sizes
+                .iter()
+                .map(|&s| {
+                    usize::try_from(s)
+                        .map_err(|_| format!("split sizes {sizes:?} must not be negative"))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        if sizes.len() != outputs || sizes.iter().sum::<usize>() != c || sizes.contains(&0) {
+            return Err(format!(
+                "split sizes {sizes:?} for {outputs} outputs: they must be positive and add up to the {c} channels"
+            ));
+        }
+        let mut start = 0;
+        for (o, &size) in node.output.iter().zip(&sizes) {
+            if !o.is_empty() {
+                let select = (start..start + size).collect();
+                self.push_as(o, Op::SelectChannels { input: x, select }, flat)?;
+            }
+            start += size;
+        }
+        Ok(())
+    }
+
+    /// `Slice` of channels with step 1: a `select_channels` of the range.
+    fn slice(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let ints_of = |this: &Self, i: usize, role: &str| -> NodeResult<Option<Vec<i64>>> {
+            match this.optional_constant(node, i, role)? {
+                None => Ok(None),
+                Some(k) => match &k.data {
+                    ConstData::I64(v) => Ok(Some(v.clone())),
+                    _ => Err(format!("input {i} ({role}) is not an integer tensor")),
+                },
+            }
+        };
+        let (starts, ends, axes, steps) = if self.opset < 10 {
+            check_attrs(node, &["starts", "ends", "axes"])?;
+            (
+                ints(node, "starts")?,
+                ints(node, "ends")?,
+                ints(node, "axes")?,
+                None,
+            )
+        } else {
+            check_attrs(node, &[])?;
+            (
+                ints_of(self, 1, "starts")?,
+                ints_of(self, 2, "ends")?,
+                ints_of(self, 3, "axes")?,
+                ints_of(self, 4, "steps")?,
+            )
+        };
+        let (Some(starts), Some(ends)) = (starts, ends) else {
+            return Err("the starts and ends are missing".into());
+        };
+        let (x, flat) = self.act_any(node, 0, "data")?;
+        let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+        let channel_axis = if flat { [1, -1] } else { [1, -3] };
+        let ([start], [end], [axis]) = (starts.as_slice(), ends.as_slice(), axes.as_slice()) else {
+            return Err(format!(
+                "axes {axes:?}: only slicing the channels (axis 1) alone is supported"
+            ));
+        };
+        if !channel_axis.contains(axis) {
+            return Err(format!(
+                "axes {axes:?}: only slicing the channels (axis 1) alone is supported"
+            ));
+        }
+        if steps.is_some_and(|s| s != [1]) {
+            return Err("only a step of 1 is supported".into());
+        }
+        let c = self.channel_count(x)? as i64;
+        let clamp = |v: i64| if v < 0 { (v + c).max(0) } else { v.min(c) };
+        let (start, end) = (clamp(*start), clamp(*end));
+        if start >= end {
+            return Err(format!(
+                "the slice [{start}, {end}) of {c} channels is empty"
+            ));
+        }
+        let select = (start as usize..end as usize).collect();
+        self.push(node, Op::SelectChannels { input: x, select }, flat)
+    }
+
     fn clip(&mut self, node: &NodeProto) -> NodeResult<()> {
         let (lo, hi) = if self.opset < 11 {
             check_attrs(node, &["min", "max"])?;
@@ -1679,7 +1842,136 @@ impl Importer {
     /// `Reshape` to `[N, C]` (a constant shape `[N or 0, C or -1]`) and `Squeeze` of axes 2
     /// and 3, as exporters other than PyTorch's write a classifier's flattening: both only
     /// of a 1x1 image, like `Flatten`. A `Squeeze` without axes is [`Self::squeeze_all`].
+    /// The steps of a channel shuffle: `Reshape` of `[N, C, H, W]` to `[N, g, C / g, H, W]`,
+    /// `Transpose` with `perm = [0, 2, 1, 3, 4]`, `Reshape` back to `[N, C, H, W]`, which is
+    /// a `select_channels` of output channel `j` from input channel `(j % g) (C / g) + j / g`.
+    /// `Ok(false)` when the node is not one of them.
+    fn shuffle_step(&mut self, node: &NodeProto) -> NodeResult<bool> {
+        let input = self.bound_input(node, 0, "data")?;
+        if node.op_type == "Transpose" {
+            check_attrs(node, &["perm"])?;
+            let Bound::Grouped {
+                value,
+                groups,
+                transposed: false,
+            } = input
+            else {
+                return Err("only the Transpose of a channel shuffle ([N, g, C / g, H, W] with perm [0, 2, 1, 3, 4]) is supported".into());
+            };
+            if ints(node, "perm")?.as_deref() != Some(&[0, 2, 1, 3, 4]) {
+                return Err(
+                    "attribute perm: only [0, 2, 1, 3, 4] (a channel shuffle) is supported".into(),
+                );
+            }
+            self.alias(
+                node,
+                Bound::Grouped {
+                    value,
+                    groups,
+                    transposed: true,
+                },
+            )?;
+            return Ok(true);
+        }
+        let target = match self.optional_constant(node, 1, "shape") {
+            Ok(Some(t)) => match &t.data {
+                ConstData::I64(v) => v.clone(),
+                _ => return Ok(false),
+            },
+            _ => return Ok(false),
+        };
+        match input {
+            Bound::Act { value, flat: false } if target.len() == 5 => {
+                check_attrs(node, &["allowzero"])?;
+                let shape = self.shape(value);
+                let c = self.channel_count(value)?;
+                let same = |i: usize, t: i64| {
+                    t == 0
+                        || shape
+                            .get(i)
+                            .and_then(Dim::known)
+                            .is_some_and(|d| d as i64 == t)
+                };
+                let (g, per) = (target[1], target[2]);
+                // A 0 copies the input's dimension at its own index, which past the channels
+                // is not the one below it: H and W must be their values, or one of them -1.
+                let known = |i: usize, t: i64| {
+                    t == -1
+                        || shape
+                            .get(i)
+                            .and_then(Dim::known)
+                            .is_some_and(|d| d as i64 == t)
+                };
+                let ok = same(0, target[0])
+                    && known(2, target[3])
+                    && known(3, target[4])
+                    && target.iter().filter(|&&t| t == -1).count() <= 1
+                    && g > 0
+                    && (per == -1 || per > 0)
+                    && c as i64 % g == 0
+                    && (per == -1 || g * per == c as i64);
+                if !ok {
+                    return Err(format!(
+                        "input 1 (shape) is {target:?}: only [N, g, C / g, H, W] of a channel shuffle is supported"
+                    ));
+                }
+                self.alias(
+                    node,
+                    Bound::Grouped {
+                        value,
+                        groups: g as usize,
+                        transposed: false,
+                    },
+                )?;
+                Ok(true)
+            }
+            Bound::Grouped {
+                value,
+                groups,
+                transposed: true,
+            } => {
+                check_attrs(node, &["allowzero"])?;
+                let c = self.channel_count(value)?;
+                let shape = self.shape(value);
+                let same = |i: usize, t: i64| {
+                    t == 0
+                        || shape
+                            .get(i)
+                            .and_then(Dim::known)
+                            .is_some_and(|d| d as i64 == t)
+                };
+                let loose = |i: usize, t: i64| t == -1 || same(i, t);
+                let ok = target.len() == 4
+                    && same(0, target[0])
+                    && (target[1] == -1 || target[1] == c as i64)
+                    && loose(2, target[2])
+                    && loose(3, target[3])
+                    && target.iter().filter(|&&t| t == -1).count() <= 1;
+                if !ok {
+                    return Err(format!(
+                        "input 1 (shape) is {target:?}: only [N, C, H, W], completing a channel shuffle, is supported"
+                    ));
+                }
+                let per = c / groups;
+                let select = (0..c).map(|j| (j % groups) * per + j / groups).collect();
+                self.push(
+                    node,
+                    Op::SelectChannels {
+                        input: value,
+                        select,
+                    },
+                    false,
+                )?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     fn reshape_flat(&mut self, node: &NodeProto) -> NodeResult<()> {
+        if matches!(node.op_type.as_str(), "Reshape" | "Transpose") && self.shuffle_step(node)? {
+            return Ok(());
+        }
         let (x, flat) = self.act_any(node, 0, "data")?;
         // A squeeze's axes; `None` for a reshape.
         let squeeze_axes = if node.op_type == "Squeeze" {
@@ -1995,6 +2287,9 @@ pub const SUPPORTED: &[&str] = &[
     "ReduceMax",
     "Concat",
     "Pad",
+    "Split",
+    "Slice",
+    "Transpose",
 ];
 
 /// The oldest default-domain (`ai.onnx`) opset the importer reads. Opset 7 (ONNX 1.2) gave
@@ -2023,6 +2318,10 @@ fn max_inputs(op: &str, opset: i64) -> (usize, Option<i64>) {
         "ReduceMean" | "ReduceMax" if opset < 18 => return (1, Some(18)),
         "Concat" => usize::MAX,
         "Pad" if opset < 11 => return (1, Some(11)),
+        "Split" if opset < 13 => return (1, Some(13)),
+        "Slice" if opset < 10 => return (1, Some(10)),
+        "Split" => 2,
+        "Slice" => 5,
         "Pad" if opset < 18 => 3,
         "Pad" => 4,
         "PRelu" | "Mul" | "Sub" | "Div" | "ReduceMean" | "ReduceMax" => 2,
@@ -2057,6 +2356,11 @@ const VERSIONED_ATTRIBUTES: &[(&str, &str, i64, Option<i64>)] = &[
     ("Squeeze", "axes", 1, Some(13)),
     ("Reshape", "allowzero", 14, None),
     ("Pad", "pads", 1, Some(11)),
+    ("Split", "split", 1, Some(13)),
+    ("Split", "num_outputs", 18, None),
+    ("Slice", "starts", 1, Some(10)),
+    ("Slice", "ends", 1, Some(10)),
+    ("Slice", "axes", 1, Some(10)),
     ("Pad", "value", 1, Some(11)),
     ("ReduceMean", "axes", 1, Some(18)),
     ("ReduceMax", "axes", 1, Some(18)),

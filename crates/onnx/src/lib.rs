@@ -22,7 +22,10 @@
 //! and with a scalar or per-channel constant (input normalization: a per-channel affine map,
 //! folded into the conv before it when that conv has no post-op, else a depthwise 1x1 conv);
 //! `ReduceMean` and `ReduceMax` over the height and width (axes as attribute or, from opset
-//! 18, input; `keepdims` or not) as global pools; `Concat` on channels. Inputs must
+//! 18, input; `keepdims` or not) as global pools; `Concat` on channels; a zero `Pad` of the
+//! height and width before a `Conv` (joined to its pads); `Split` and `Slice` (step 1) of
+//! channels and the channel shuffle `Reshape` to `[N, g, C / g, H, W]`, `Transpose`
+//! `[0, 2, 1, 3, 4]`, `Reshape` back, as channel selections. Inputs must
 //! be float NCHW tensors; `dim_param`s become IR symbols. Initializers may be stored in an
 //! external data file beside the model (read through a memory map).
 //!

@@ -2349,3 +2349,110 @@ fn a_zero_pad_joins_the_pads_of_the_conv_after_it_and_is_refused_elsewhere() {
         ]
     );
 }
+
+#[test]
+fn split_slice_and_the_channel_shuffle_select_channels_and_refuse_other_axes() {
+    let i64s = |name: &str, v: Vec<i64>| TensorProto {
+        name: name.into(),
+        dims: vec![v.len() as i64],
+        data_type: data_type::INT64,
+        int64_data: v,
+        ..Default::default()
+    };
+    let m = model(
+        17,
+        vec![x4("x", 6, 2, 3)],
+        vec![
+            node(
+                "Split",
+                "split",
+                &["x", "sizes"],
+                &["a", "b"],
+                vec![("axis", A::I(1))],
+            ),
+            node("Slice", "slice", &["b", "st", "en", "ax"], &["c"], vec![]),
+            node("Reshape", "view", &["x", "s1"], &["v"], vec![]),
+            node(
+                "Transpose",
+                "t",
+                &["v"],
+                &["tv"],
+                vec![("perm", A::Is(vec![0, 2, 1, 3, 4]))],
+            ),
+            node("Reshape", "back", &["tv", "s2"], &["y"], vec![]),
+        ],
+        vec![
+            i64s("sizes", vec![2, 4]),
+            i64s("st", vec![-3]),
+            i64s("en", vec![i64::MAX]),
+            i64s("ax", vec![-3]),
+            i64s("s1", vec![1, 3, 2, 2, -1]),
+            i64s("s2", vec![0, 6, 2, 3]),
+        ],
+        &["a", "c", "y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    let selects: Vec<Vec<usize>> = ops(&i)
+        .into_iter()
+        .map(|op| match op {
+            Op::SelectChannels { select, .. } => select,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // Split [2, 4]; channels -3.. of the second part; the shuffle of 3 groups of 2.
+    assert_eq!(
+        selects,
+        [
+            vec![0, 1],
+            vec![2, 3, 4, 5],
+            vec![1, 2, 3],
+            vec![0, 2, 4, 1, 3, 5]
+        ]
+    );
+    let refused = model(
+        17,
+        vec![x4("x", 6, 2, 3)],
+        vec![
+            node(
+                "Split",
+                "split_h",
+                &["x"],
+                &["a", "b"],
+                vec![("axis", A::I(2))],
+            ),
+            node(
+                "Slice",
+                "slice_step",
+                &["x", "st", "en", "ax", "two"],
+                &["c"],
+                vec![],
+            ),
+            node(
+                "Transpose",
+                "t",
+                &["x"],
+                &["y"],
+                vec![("perm", A::Is(vec![0, 1, 3, 2]))],
+            ),
+        ],
+        vec![
+            i64s("st", vec![0]),
+            i64s("en", vec![4]),
+            i64s("ax", vec![1]),
+            i64s("two", vec![2]),
+        ],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&refused)
+            .lines()
+            .map(|l| l.trim_start_matches("model.onnx: "))
+            .collect::<Vec<_>>(),
+        [
+            "node \"split_h\" (Split, opset 17): attribute axis is 2: only splitting channels (axis 1) is supported",
+            "node \"slice_step\" (Slice, opset 17): only a step of 1 is supported",
+            "node \"t\" (Transpose, opset 17): only the Transpose of a channel shuffle ([N, g, C / g, H, W] with perm [0, 2, 1, 3, 4]) is supported",
+        ]
+    );
+}

@@ -439,5 +439,23 @@ pub fn concat(inputs: &[&Tensor]) -> Tensor {
     }
 }
 
+/// Channels of `x` picked by index: output channel `j` is input channel `select[j]`.
+pub fn select_channels(x: &Tensor, select: &[usize]) -> Tensor {
+    let [n, c, h, w] = dims4(x);
+    let plane = h * w;
+    let mut data = Vec::with_capacity(n * select.len() * plane);
+    for image in 0..n {
+        for &s in select {
+            assert!(s < c, "channel {s} of {c}");
+            let at = (image * c + s) * plane;
+            data.extend_from_slice(&x.data[at..at + plane]);
+        }
+    }
+    Tensor {
+        shape: vec![n, select.len(), h, w],
+        data,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -274,6 +274,7 @@ pub fn run_graph(
                 let inputs: Vec<&Tensor> = inputs.iter().map(|&v| value(v)).collect();
                 ops::concat(&inputs)
             }
+            Op::SelectChannels { input, select } => ops::select_channels(value(*input), select),
         };
         debug_assert_eq!(
             Some(&out.shape),

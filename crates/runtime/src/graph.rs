@@ -16,7 +16,7 @@ use std::sync::Arc;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     Broadcast, ConcatDesc, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
+    GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey, SelectDesc,
 };
 use primjit_ir::{
     Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, Shapes, Tensor, Value,
@@ -531,9 +531,11 @@ impl CompiledGraph {
                 Op::Relu { input: x } => *x == input.value,
                 Op::Add { lhs, rhs } => *lhs == input.value || *rhs == input.value,
                 Op::Conv2d(c) => c.post_ops.contains(&PostOp::Add(input.value)),
-                Op::Act { .. } | Op::PRelu { .. } | Op::Binary { .. } | Op::Concat { .. } => {
-                    n.op.value_operands().contains(&input.value)
-                }
+                Op::Act { .. }
+                | Op::PRelu { .. }
+                | Op::Binary { .. }
+                | Op::Concat { .. }
+                | Op::SelectChannels { .. } => n.op.value_operands().contains(&input.value),
                 _ => false,
             }) || self.graph.outputs().iter().any(|(_, v)| *v == input.value);
             if needs_blocked {
@@ -765,6 +767,13 @@ impl CompiledGraph {
                         scratch: None,
                     })
                 }
+                (Op::SelectChannels { input, .. }, _) => execute(ExecArgs {
+                    src: blocked_of(*input),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[],
+                    scratch: None,
+                }),
                 (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Slope(_) | Prepared::Other)
                 | (Op::PRelu { .. }, Prepared::Conv { .. } | Prepared::Other) => {
                     unreachable!("convs and prelus are prepared")
@@ -1300,6 +1309,17 @@ fn keys_at(
                     channels: shapes.iter().map(|s| s[1]).collect(),
                     h,
                     w,
+                    layout: Layout::Nchw4c,
+                })
+            }
+            Op::SelectChannels { input, select } => {
+                let [n, c, h, w] = concrete(*input)?;
+                PrimitiveKey::SelectChannels(SelectDesc {
+                    mb: n,
+                    c,
+                    h,
+                    w,
+                    select: select.clone(),
                     layout: Layout::Nchw4c,
                 })
             }

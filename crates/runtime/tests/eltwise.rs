@@ -1,4 +1,4 @@
-//! The activation, PReLU, broadcasting binary and concat kernels against the reference
+//! The activation, PReLU, broadcasting binary, concat and channel selection kernels against the reference
 //! interpreter, on buffers that end at a guard page, and the vector `exp` and `tanh` against
 //! f64 over a wide range with infinities and NaN.
 //!
@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use primjit_codegen::{
     Activation, BinaryKind, Broadcast, CodegenOptions, ConcatDesc, ConvDesc, ConvPlan, EXP_ULPS,
-    EltwiseDesc, EltwiseKind, Layout, PostOpDesc, PrimitiveKey, TANH_ULPS,
+    EltwiseDesc, EltwiseKind, Layout, PostOpDesc, PrimitiveKey, SelectDesc, TANH_ULPS,
 };
 use primjit_reference::{ConvAttrs, Pads, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -411,6 +411,36 @@ proptest! {
         let got = from_layout(&raw, layout, shape);
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let want = primjit_reference::concat(&refs);
+        let same = got.iter().zip(&want.data).all(|(g, w)| g.to_bits() == w.to_bits());
+        prop_assert!(same, "{key}: differs from the reference");
+    }
+
+    #[test]
+    fn channel_selections_match_the_reference(
+        c in 1usize..=11,
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 1..=10),
+        contiguous in any::<bool>(),
+        (n, h, w) in (1..=2usize, 1..=3usize, prop::sample::select(vec![1usize, 2, 5])),
+        layout in layout(),
+        seed in any::<u64>(),
+    ) {
+        // A slice (a run of channels, aligned or not) or any pick with repeats (a shuffle).
+        let select: Vec<usize> = if contiguous {
+            let start = picks[0].index(c);
+            (start..c).take(picks.len()).collect()
+        } else {
+            picks.iter().map(|i| i.index(c)).collect()
+        };
+        let x = Rng(seed).tensor(&[n, c, h, w], true);
+        let d = SelectDesc { mb: n, c, h, w, select: select.clone(), layout };
+        let shape = d.dst_shape();
+        let key = PrimitiveKey::SelectChannels(d);
+        key.validate().unwrap();
+        let p = compile(&key);
+        let raw = run(&p, &to_layout(&x, layout), None, &[], layout.buffer_len(shape))?;
+        prop_assert!(padding_is_zero(&raw, layout, shape), "{key}: padding lanes");
+        let got = from_layout(&raw, layout, shape);
+        let want = primjit_reference::select_channels(&x, &select);
         let same = got.iter().zip(&want.data).all(|(g, w)| g.to_bits() == w.to_bits());
         prop_assert!(same, "{key}: differs from the reference");
     }
