@@ -273,7 +273,7 @@ fn model_families_match_onnxruntime() {
 /// onnxruntime's outputs): MobileNetV3 with SE and HardSwish behind an input normalization,
 /// EfficientNet's MBConv with SiLU and SE, a DenseNet dense block and transition, a
 /// SqueezeNet fire module, a VGG classifier head over a 3x3 image, the other activations, a
-/// ShuffleNetV2 unit (split, channel shuffle, slice), and a
+/// ShuffleNetV2 unit (split, channel shuffle, slice), an Inception block, and a
 /// 32xW line recognizer at three widths from one import. Each runs with exact keys and with
 /// runtime extents (`dynamic`), within 1e-4 of the largest output of onnxruntime's.
 #[test]
@@ -289,6 +289,7 @@ fn zoo_blocks_match_onnxruntime() {
         ("vgg_head", &[""]),
         ("acts", &[""]),
         ("shufflenet", &[""]),
+        ("inception", &[""]),
         ("recognizer", &[".w64", ".w100", ".w160"]),
     ];
     for (block, runs) in cases {

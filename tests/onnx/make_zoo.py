@@ -30,6 +30,8 @@ training-free exports without constant folding. Every model takes a batch of 2.
 - shufflenet: a ShuffleNetV2 unit of stride 1: Split of the channels, a branch of 1x1,
   depthwise 3x3 and 1x1 convs, Concat, the channel shuffle (Reshape, Transpose, Reshape) at
   height 8 and any width, then a Slice of channels 3 to 10.
+- inception: Inception v3's block A: 1x1, 5x5 and double 3x3 branches and an average pool
+  branch, with BN and ReLU, joined by Concat (6 + 6 + 7 + 5 channels). Symbolic H, W.
 - recognizer: a 32xW text-line recognizer block in PP-LCNet's style: a stride-2 stem with
   HardSwish, depthwise-separable blocks with HardSwish and SE (HardSigmoid gate), run at
   widths 64, 100 and 160.
@@ -221,6 +223,21 @@ def shufflenet():
     return n.model("shufflenet", 3, out, [2, 7, 8, "W"], [2, 3, 8, "W"]), (2, 3, 8, 13)
 
 
+def inception():
+    n = Net(19)
+    x = n.node("Relu", [n.bn(n.conv("x", "stem", 3, 10, 3, 2), "stem.bn", 10)], "stem.relu")
+    def basic(y, name, cin, cout, k):
+        return n.node("Relu", [n.bn(n.conv(y, name, cin, cout, k), name + ".bn", cout)], name + ".relu")
+    b1 = basic(x, "branch1x1", 10, 6, 1)
+    b5 = basic(basic(x, "branch5x5_1", 10, 4, 1), "branch5x5_2", 4, 6, 5)
+    b3 = basic(basic(basic(x, "branch3x3dbl_1", 10, 6, 1), "branch3x3dbl_2", 6, 7, 3), "branch3x3dbl_3", 7, 7, 3)
+    bp = n.node("AveragePool", [x], "branch_pool.avg", kernel_shape=[3, 3], strides=[1, 1],
+                pads=[1, 1, 1, 1], count_include_pad=1)
+    bp = basic(bp, "branch_pool", 10, 5, 1)
+    out = n.node("Concat", [b1, b5, b3, bp], "concat", axis=1)
+    return n.model("inception", 3, out, [2, 24, "OH", "OW"], [2, 3, "H", "W"]), (2, 3, 23, 29)
+
+
 def recognizer():
     n = Net(17)
     x = n.hswish(n.bn(n.conv("x", "stem", 3, 8, 3, 2), "stem.bn", 8), "stem.act")
@@ -246,7 +263,7 @@ def run(m, shape, seed):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    for i, make in enumerate([mbv3, mbconv, densenet, fire, vgg_head, acts, shufflenet]):
+    for i, make in enumerate([mbv3, mbconv, densenet, fire, vgg_head, acts, shufflenet, inception]):
         m, shape = make()
         name = m.graph.name
         onnx.save(m, os.path.join(OUT, f"{name}.onnx"))

@@ -19,7 +19,7 @@
 use std::sync::{Arc, OnceLock};
 
 use primjit_codegen::{
-    Activation, BinaryKind, Broadcast, CodegenOptions, ConcatDesc, ConvDesc, ConvPlan, EXP_ULPS,
+    Activation, BinaryKind, Broadcast, CodegenOptions, ConcatDesc, ConvAlgo, ConvDesc, EXP_ULPS,
     EltwiseDesc, EltwiseKind, Layout, PostOpDesc, PrimitiveKey, SelectDesc, TANH_ULPS,
 };
 use primjit_reference::{ConvAttrs, Pads, Post, Tensor};
@@ -141,6 +141,18 @@ fn run(
     extra: &[Vec<f32>],
     dst_len: usize,
 ) -> Result<Vec<f32>, TestCaseError> {
+    run_with_scratch(p, src, weights, extra, dst_len, 0)
+}
+
+/// [`run`] with `scratch_len` floats of scratch per thread (a Winograd conv's).
+fn run_with_scratch(
+    p: &Primitive,
+    src: &[f32],
+    weights: Option<&[f32]>,
+    extra: &[Vec<f32>],
+    dst_len: usize,
+    scratch_len: usize,
+) -> Result<Vec<f32>, TestCaseError> {
     let src = guarded(src);
     let weights = weights.map(guarded);
     let extra: Vec<GuardedBuffer> = extra.iter().map(|e| guarded(e)).collect();
@@ -148,12 +160,18 @@ fn run(
     let once = |pool: Option<&rayon::ThreadPool>| -> Result<Vec<f32>, TestCaseError> {
         let mut dst = GuardedBuffer::new(dst_len).expect("a guarded buffer");
         dst.as_mut_slice().fill(f32::from_bits(SENTINEL));
+        let threads = pool.map_or(1, |p| p.current_num_threads());
+        let mut scratch = (scratch_len > 0).then(|| {
+            let mut s = GuardedBuffer::new(scratch_len * threads).expect("a guarded buffer");
+            s.as_mut_slice().fill(f32::from_bits(SENTINEL));
+            s
+        });
         let args = ExecArgs {
             src: src.as_slice(),
             weights: weights.as_ref().map(|w| w.as_slice()),
             dst: dst.as_mut_slice(),
             extra: &extra,
-            scratch: None,
+            scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
         };
         match pool {
             Some(pool) => p.execute_parallel(args, None, pool),
@@ -452,8 +470,16 @@ proptest! {
         (h, w) in (1..=5usize, 1..=7usize),
         k in prop::sample::select(vec![1usize, 3]),
         (src_layout, dst_layout) in (layout(), layout()),
+        winograd in any::<bool>(),
         seed in any::<u64>(),
     ) {
+        // Winograd's output transform applies the post-ops too (3x3, nChw4c in and out).
+        let winograd = winograd && k == 3;
+        let (src_layout, dst_layout) = if winograd {
+            (Layout::Nchw4c, Layout::Nchw4c)
+        } else {
+            (src_layout, dst_layout)
+        };
         let mut rng = Rng(seed);
         let x = rng.tensor(&[1, ic, h, w], false);
         let wt = rng.tensor(&[oc, ic, k, k], false);
@@ -464,19 +490,31 @@ proptest! {
         d.post_ops = vec![PostOpDesc::Act(act)];
         d.src_layout = src_layout;
         d.dst_layout = dst_layout;
+        if winograd {
+            d.algo = ConvAlgo::WinogradF4x3;
+        }
         let key = PrimitiveKey::Conv(d.clone());
         key.validate().unwrap();
         let p = compile(&key);
-        let packed = ConvPlan::new(&d).pack_weights(&wt.data, Some(&b.data));
+        let packed = d.pack_weights(&wt.data, Some(&b.data));
         let shape = d.dst_shape();
-        let raw = run(&p, &to_layout(&x, src_layout), Some(&packed), &[], dst_layout.buffer_len(shape))?;
+        let raw = run_with_scratch(
+            &p,
+            &to_layout(&x, src_layout),
+            Some(&packed),
+            &[],
+            dst_layout.buffer_len(shape),
+            d.scratch_len(),
+        )?;
         let got = from_layout(&raw, dst_layout, shape);
         let attrs = ConvAttrs { pads: d.pads, ..ConvAttrs::default() };
         let want = primjit_reference::conv2d(&x, &wt, Some(&b), &attrs, &[Post::Act(act)]);
         let abs = |t: &Tensor| Tensor { shape: t.shape.clone(), data: t.data.iter().map(|v| v.abs()).collect() };
         let m = primjit_reference::conv2d(&abs(&x), &abs(&wt), Some(&abs(&b)), &attrs, &[]);
         let pre = primjit_reference::conv2d(&x, &wt, Some(&b), &attrs, &[]);
-        let terms = (ic * k * k + 1) as f64;
+        // Winograd's transforms: coefficients up to 8 on every term (`tests/kernels.rs` has
+        // the exact bound), so its magnitude is held 64 times looser here.
+        let terms = (ic * k * k + 1) as f64 * if winograd { 64.0 } else { 1.0 };
         for (i, &g) in got.iter().enumerate() {
             let conv = 1.5 * (terms + 4.0) * 2f64.powi(-23) * m.data[i] as f64;
             prop_assert!(
