@@ -12,8 +12,9 @@
 #
 # Corpora grow in fuzz/corpus/TARGET (not checked in); the IR parser also starts from every
 # file under ir/ and the token dictionary fuzz/ir.dict, the ONNX importer from the models
-# under tests/onnx, and every target from its checked-in seeds in fuzz/seeds/TARGET (inputs
-# carrying NaN and ±Inf: kernel_vs_reference, engine_api, onnx_import). A crash leaves its input in
+# under tests/onnx and fuzz/seeds/onnx_import, and every target from its checked-in seeds in
+# fuzz/seeds/TARGET (inputs carrying NaN and ±Inf: kernel_vs_reference, engine_api,
+# onnx_import). A crash leaves its input in
 # fuzz/artifacts/TARGET and stops the script with libFuzzer's exit code; each log is kept in
 # fuzz/logs/TARGET.log.
 set -euo pipefail
@@ -50,8 +51,9 @@ for target in "${targets[@]}"; do
         seeds=(../ir)
         options+=(-dict=ir.dict -max_len=8192)
     elif [[ $target == onnx_import ]]; then
-        # Real models: the families and the ONNX node tests' models (and their data).
-        seeds=(../tests/onnx/families ../tests/onnx/node)
+        # Real models: the families, the zoo blocks and the ONNX node tests' models (and their
+        # data), and a model per op of issue 55 behind the mode byte (seeds/onnx_import).
+        seeds=(../tests/onnx/families ../tests/onnx/node ../tests/onnx/zoo seeds/onnx_import)
         options+=(-max_len=131072)
     fi
     # Checked-in seeds: ops whose data carry NaN and ±Inf (a seed with both top bits set,

@@ -2926,7 +2926,7 @@ fn onnx_errors_list_every_unsupported_node_and_reject_malformed_files() {
         onnx_model(
             vec![
                 onnx_node("Resize", "Resize_42", &["x"], "r"),
-                onnx_node("Sigmoid", "sig", &["x"], "s"),
+                onnx_node("Softplus", "sig", &["x"], "s"),
                 onnx_node("Add", "sum", &["r", "s"], "y"),
             ],
             vec![],
@@ -2952,7 +2952,7 @@ fn onnx_errors_list_every_unsupported_node_and_reject_malformed_files() {
         assert_eq!(
             err,
             format!(
-                "error: {m}: node \"Resize_42\" (Resize, opset 17): unsupported op\n{m}: node \"sig\" (Sigmoid, opset 17): unsupported op\n"
+                "error: {m}: node \"Resize_42\" (Resize, opset 17): unsupported op\n{m}: node \"sig\" (Softplus, opset 17): unsupported op\n"
             ),
             "{verb:?}"
         );

@@ -321,6 +321,7 @@ impl Problem {
                         PostOpDesc::Relu => Post::Relu,
                         PostOpDesc::Add => Post::Add(res.next().expect("one residual per add")),
                         PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
+                        PostOpDesc::Act(a) => Post::Act(a),
                     })
                     .collect();
                 let want = primjit::reference::conv2d(&x, &w, b.as_ref(), &attrs, &posts);
@@ -416,6 +417,7 @@ impl Problem {
                         primjit::reference::add(&a, &b),
                         vec![to_layout(&b, d.layout)],
                     ),
+                    _ => panic!("the fuzz specs make relus and adds only"),
                 };
                 Problem {
                     key: key.clone(),
@@ -427,6 +429,9 @@ impl Problem {
                     want: want.data,
                     tolerance: None,
                 }
+            }
+            PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) => {
+                panic!("the fuzz specs make no concat or channel selection")
             }
             PrimitiveKey::FmaPeak(_) => panic!("the FMA peak loop has no reference"),
         }

@@ -23,6 +23,9 @@ from onnx.backend.test.case import node as node_cases
 OPS = {
     "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Relu", "Clip",
     "Add", "BatchNormalization", "Flatten", "Gemm",
+    # Issue 55: activations, broadcasting binary ops, reductions, concat.
+    "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "PRelu", "Elu", "Exp",
+    "Mul", "Sub", "Div", "ReduceMean", "ReduceMax", "Concat", "Pad", "Split", "Slice",
 }
 # Ops a gathered case may hold besides those of OPS (constants for Clip's bounds, ...).
 ALSO = {"Constant", "Identity"}

@@ -12,9 +12,9 @@ use cranelift_codegen::settings::{self, Configurable};
 use crate::backend::x64::{self, DirectTile};
 use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
-use crate::key::{ConvAlgo, FmaPattern, KeyError, PrimitiveKey};
+use crate::key::{ConvAlgo, EltwiseKind, FmaPattern, KeyError, PrimitiveKey};
 use crate::plan::{ConvPlan, PoolPlan};
-use crate::{lower_fused, lower_pool};
+use crate::{lower_eltwise, lower_fused, lower_pool};
 
 /// Options that change the generated code or what is kept of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -203,9 +203,20 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
         PrimitiveKey::GlobalPool(_) => {
             "  global pool: one channel vector per image, pixels in a loop\n".to_string()
         }
+        PrimitiveKey::Eltwise(d) if matches!(d.kind, EltwiseKind::Act(_)) => {
+            "  element-wise: four floats at a time over each plane's span of rows, exp and tanh by \
+             range-reduced polynomials\n"
+                .to_string()
+        }
         PrimitiveKey::Eltwise(_) => {
             "  element-wise: four floats at a time over each plane's span of rows\n".to_string()
         }
+        PrimitiveKey::SelectChannels(_) => "  select channels: per destination block, a vector \
+             copy per pixel where four source channels line up, lane by lane elsewhere\n"
+            .to_string(),
+        PrimitiveKey::Concat(_) => "  concat: each input's channel blocks copied to their place \
+             in the result, a vector per pixel where the blocks line up, lane by lane elsewhere\n"
+            .to_string(),
         PrimitiveKey::FmaPeak(FmaPattern::Registers) => {
             "  12 independent f32x4 FMA chains, 8 steps per loop trip\n".to_string()
         }
@@ -258,7 +269,12 @@ pub fn lower(
         PrimitiveKey::Conv(d) => direct::lower(&mut e, &ConvPlan::new(d)),
         PrimitiveKey::Pool(d) => lower_pool::lower_pool(&mut e, &PoolPlan::new(d)),
         PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(&mut e, d),
+        PrimitiveKey::Eltwise(d) if !matches!(d.kind, EltwiseKind::Relu | EltwiseKind::Add) => {
+            lower_eltwise::lower(&mut e, d)
+        }
         PrimitiveKey::Eltwise(d) => lower_pool::lower_eltwise(&mut e, d),
+        PrimitiveKey::Concat(d) => lower_eltwise::lower_concat(&mut e, d),
+        PrimitiveKey::SelectChannels(d) => lower_eltwise::lower_select(&mut e, d),
         PrimitiveKey::FmaPeak(pattern) => lower_pool::lower_fma_peak(&mut e, *pattern),
         PrimitiveKey::WidePeak { .. } => unreachable!("the x64 backend emits wide peaks whole"),
     }

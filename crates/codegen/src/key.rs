@@ -9,6 +9,8 @@ use std::hash::{Hash, Hasher};
 
 /// The window of a fused pool ([`ConvDesc::pool`]), the IR's own.
 pub use primjit_ir::PoolWindow;
+/// The activations of post-ops and element-wise keys, and the binary ops, the IR's own.
+pub use primjit_ir::{Activation, BinaryKind};
 use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
 
 use crate::conv::winograd::{GEMM_UNROLL, GROUP_TILES, GROUP_VECTORS};
@@ -83,7 +85,12 @@ impl fmt::Display for Layout {
 pub enum PostOpDesc {
     Relu,
     Add,
-    Clip { lo: f32, hi: f32 },
+    Clip {
+        lo: f32,
+        hi: f32,
+    },
+    /// An activation; its attributes compare and hash by their bits.
+    Act(Activation),
 }
 
 impl PartialEq for PostOpDesc {
@@ -93,6 +100,7 @@ impl PartialEq for PostOpDesc {
             (PostOpDesc::Clip { lo: a, hi: b }, PostOpDesc::Clip { lo: c, hi: d }) => {
                 a.to_bits() == c.to_bits() && b.to_bits() == d.to_bits()
             }
+            (PostOpDesc::Act(a), PostOpDesc::Act(b)) => a == b,
             _ => false,
         }
     }
@@ -107,6 +115,9 @@ impl Hash for PostOpDesc {
             lo.to_bits().hash(state);
             hi.to_bits().hash(state);
         }
+        if let PostOpDesc::Act(a) = self {
+            a.hash(state);
+        }
     }
 }
 
@@ -116,8 +127,19 @@ impl fmt::Display for PostOpDesc {
             PostOpDesc::Relu => f.write_str("relu"),
             PostOpDesc::Add => f.write_str("add"),
             PostOpDesc::Clip { lo, hi } => write!(f, "clip:{lo:?}:{hi:?}"),
+            PostOpDesc::Act(a) => write_activation(f, a),
         }
     }
+}
+
+/// An activation as a one-liner writes it: its name, then its attributes after colons
+/// (`hardsigmoid:0.2:0.5`).
+fn write_activation(f: &mut fmt::Formatter<'_>, a: &Activation) -> fmt::Result {
+    f.write_str(a.name())?;
+    for (_, v) in a.attrs() {
+        write!(f, ":{v:?}")?;
+    }
+    Ok(())
 }
 
 /// Which spatial extents of a conv or pooling key are runtime values.
@@ -584,6 +606,38 @@ pub enum EltwiseKind {
     Relu,
     /// Two sources of one shape; the second is the kernel's first extra buffer.
     Add,
+    /// An activation ([`crate::lower_eltwise`]'s vector approximations).
+    Act(Activation),
+    /// `x` where `x >= 0`, else `slope[c] * x`: the slopes, one per channel rounded up to
+    /// whole vectors, are the kernel's first extra buffer.
+    PRelu,
+    /// `src op src2`; `src2` (the first extra buffer) is as `rhs` says, in the key's layout.
+    Binary {
+        op: BinaryKind,
+        rhs: Broadcast,
+    },
+}
+
+/// The shape of a binary element-wise op's second source, beside the first's `[N, C, H, W]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Broadcast {
+    /// `[N, C, H, W]`: one value per element.
+    Full,
+    /// `[N, C, 1, 1]`: one value per image and channel.
+    PerImageChannel,
+    /// `[1, C, 1, 1]`: one value per channel.
+    PerChannel,
+}
+
+impl Broadcast {
+    /// The second source's shape beside a first source of `[n, c, h, w]`.
+    pub fn shape(self, [n, c, h, w]: [usize; 4]) -> [usize; 4] {
+        match self {
+            Broadcast::Full => [n, c, h, w],
+            Broadcast::PerImageChannel => [n, c, 1, 1],
+            Broadcast::PerChannel => [1, c, 1, 1],
+        }
+    }
 }
 
 /// An element-wise op over one shape; all operands share `layout`.
@@ -592,6 +646,49 @@ pub struct EltwiseDesc {
     pub kind: EltwiseKind,
     pub shape: [usize; 4],
     pub layout: Layout,
+}
+
+/// Tensors joined along channels: input `i` has `channels[i]` channels, all share the batch,
+/// height and width; the first input is the kernel's source, the others its extra buffers in
+/// order. All buffers share `layout`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConcatDesc {
+    pub mb: usize,
+    pub channels: Vec<usize>,
+    pub h: usize,
+    pub w: usize,
+    pub layout: Layout,
+}
+
+impl ConcatDesc {
+    /// The channels of the result (saturating: an overflow fails validation).
+    pub fn total_channels(&self) -> usize {
+        self.channels
+            .iter()
+            .fold(0usize, |a, &c| a.saturating_add(c))
+    }
+
+    pub fn dst_shape(&self) -> [usize; 4] {
+        [self.mb, self.total_channels(), self.h, self.w]
+    }
+}
+
+/// Channels of a tensor picked by index (a split, a slice or a shuffle of channels): output
+/// channel `j` is input channel `select[j]`; source and destination share `layout`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SelectDesc {
+    pub mb: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub select: Vec<usize>,
+    pub layout: Layout,
+}
+
+impl SelectDesc {
+    pub fn dst_shape(&self) -> [usize; 4] {
+        [self.mb, self.select.len(), self.h, self.w]
+    }
 }
 
 /// Accumulators of the FMA peak kernel: enough independent chains to cover the FMA latency
@@ -664,6 +761,8 @@ pub enum PrimitiveKey {
     Pool(PoolDesc),
     GlobalPool(GlobalPoolDesc),
     Eltwise(EltwiseDesc),
+    Concat(ConcatDesc),
+    SelectChannels(SelectDesc),
     /// Not an op: a loop of f32x4 FMAs that measures the machine's peak, or the peak of a
     /// convolution's register tile ([`FmaPattern`]). Its work items are loop trips; it keeps
     /// its accumulators (12 vectors, 48 floats) in the destination.
@@ -742,6 +841,8 @@ impl PrimitiveKey {
             PrimitiveKey::Pool(d) => [d.ih, d.iw],
             PrimitiveKey::GlobalPool(d) => [d.ih, d.iw],
             PrimitiveKey::Eltwise(d) => [d.shape[2], d.shape[3]],
+            PrimitiveKey::Concat(d) => [d.h, d.w],
+            PrimitiveKey::SelectChannels(d) => [d.h, d.w],
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => [1, 1],
         }
     }
@@ -976,6 +1077,35 @@ impl PrimitiveKey {
                 positive("extents", &d.shape)?;
                 check_count("tensor", d.shape)?;
             }
+            PrimitiveKey::Concat(d) => {
+                positive("extents", &[d.mb, d.h, d.w])?;
+                if d.channels.is_empty() {
+                    return fail("a concat needs at least one input".into());
+                }
+                positive("channels", &d.channels)?;
+                for &c in &d.channels {
+                    check_count("input", [d.mb, c, d.h, d.w])?;
+                }
+                if d.channels
+                    .iter()
+                    .try_fold(0usize, |a, &c| a.checked_add(c))
+                    .is_none()
+                {
+                    return fail("the channels overflow".into());
+                }
+                check_count("output", d.dst_shape())?;
+            }
+            PrimitiveKey::SelectChannels(d) => {
+                positive("extents", &[d.mb, d.c, d.h, d.w])?;
+                if d.select.is_empty() {
+                    return fail("a channel selection needs at least one channel".into());
+                }
+                if let Some(&bad) = d.select.iter().find(|&&s| s >= d.c) {
+                    return fail(format!("channel {bad} is selected of {}", d.c));
+                }
+                check_count("input", [d.mb, d.c, d.h, d.w])?;
+                check_count("output", d.dst_shape())?;
+            }
             PrimitiveKey::FmaPeak(_) => {}
             PrimitiveKey::WidePeak { isa, .. } => {
                 if *isa == Isa::X128 {
@@ -1038,11 +1168,35 @@ impl PrimitiveKey {
             }
             PrimitiveKey::Eltwise(d) => {
                 let mut v = vec![act("src", d.shape, d.layout), act("dst", d.shape, d.layout)];
-                if d.kind == EltwiseKind::Add {
-                    v.push(act("src2", d.shape, d.layout));
+                match d.kind {
+                    EltwiseKind::Add => v.push(act("src2", d.shape, d.layout)),
+                    EltwiseKind::Binary { rhs, .. } => {
+                        v.push(act("src2", rhs.shape(d.shape), d.layout))
+                    }
+                    EltwiseKind::PRelu => {
+                        let len = d.shape[1].div_ceil(4) * 4;
+                        v.push(BufferSpec {
+                            role: "slope",
+                            shape: vec![d.shape[1]],
+                            layout: None,
+                            len,
+                        });
+                    }
+                    EltwiseKind::Relu | EltwiseKind::Act(_) => {}
                 }
                 v
             }
+            PrimitiveKey::Concat(d) => {
+                let input = |role, c: usize| act(role, [d.mb, c, d.h, d.w], d.layout);
+                let mut v = vec![input("src", d.channels[0])];
+                v.push(act("dst", d.dst_shape(), d.layout));
+                v.extend(d.channels[1..].iter().map(|&c| input("input", c)));
+                v
+            }
+            PrimitiveKey::SelectChannels(d) => vec![
+                act("src", [d.mb, d.c, d.h, d.w], d.layout),
+                act("dst", d.dst_shape(), d.layout),
+            ],
             PrimitiveKey::FmaPeak(pattern) => {
                 let raw = |role, len: usize| BufferSpec {
                     role,
@@ -1077,6 +1231,8 @@ impl PrimitiveKey {
             }
             PrimitiveKey::GlobalPool(d) => (d.mb * d.c * d.ih * d.iw) as u64,
             PrimitiveKey::Eltwise(d) => d.shape.iter().product::<usize>() as u64,
+            // None: a copy.
+            PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) => 0,
             PrimitiveKey::FmaPeak(pattern) => pattern.flops_per_item(),
             PrimitiveKey::WidePeak { isa, tile } => {
                 crate::backend::x64::peak_flops_per_item(*isa, *tile)
@@ -1104,6 +1260,8 @@ impl PrimitiveKey {
             PrimitiveKey::Pool(d) => d.oh(),
             PrimitiveKey::GlobalPool(_) => 1,
             PrimitiveKey::Eltwise(d) => d.shape[2],
+            PrimitiveKey::Concat(d) => d.h,
+            PrimitiveKey::SelectChannels(d) => d.h,
             // The caller chooses the trip count through the range of work items.
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => 1,
         }
@@ -1196,13 +1354,54 @@ impl fmt::Display for PrimitiveKey {
                 layouts(f, d.src_layout, d.dst_layout)
             }
             PrimitiveKey::Eltwise(d) => {
-                let kind = if d.kind == EltwiseKind::Relu {
-                    "relu"
-                } else {
-                    "add"
-                };
                 let [n, c, h, w] = d.shape;
-                write!(f, "eltwise_{kind} mb{n}ic{c}ih{h}iw{w} {}", d.layout)
+                f.write_str("eltwise_")?;
+                match d.kind {
+                    EltwiseKind::Relu => f.write_str("relu")?,
+                    EltwiseKind::Add => f.write_str("add")?,
+                    EltwiseKind::Act(a) => write_activation(f, &a)?,
+                    EltwiseKind::PRelu => f.write_str("prelu")?,
+                    EltwiseKind::Binary { op, rhs } => {
+                        let op = match op {
+                            BinaryKind::Add => "add",
+                            BinaryKind::Sub => "sub",
+                            BinaryKind::Mul => "mul",
+                            BinaryKind::Div => "div",
+                        };
+                        let rhs = match rhs {
+                            Broadcast::Full => "",
+                            Broadcast::PerImageChannel => ":nc11",
+                            Broadcast::PerChannel => ":1c11",
+                        };
+                        write!(f, "{op}{rhs}")?;
+                    }
+                }
+                write!(f, " mb{n}ic{c}ih{h}iw{w} {}", d.layout)
+            }
+            PrimitiveKey::Concat(d) => {
+                let channels: Vec<String> = d.channels.iter().map(|c| c.to_string()).collect();
+                write!(
+                    f,
+                    "concat mb{}ic{}ih{}iw{} {}",
+                    d.mb,
+                    channels.join("+"),
+                    d.h,
+                    d.w,
+                    d.layout
+                )
+            }
+            PrimitiveKey::SelectChannels(d) => {
+                let select: Vec<String> = d.select.iter().map(|c| c.to_string()).collect();
+                write!(
+                    f,
+                    "select mb{}ic{}ih{}iw{} oc{} {}",
+                    d.mb,
+                    d.c,
+                    d.h,
+                    d.w,
+                    select.join(","),
+                    d.layout
+                )
             }
             PrimitiveKey::FmaPeak(FmaPattern::Registers) => f.write_str("fma_peak 8x12 f32x4"),
             PrimitiveKey::FmaPeak(FmaPattern::Broadcast) => {

@@ -12,6 +12,7 @@ mod compile;
 pub mod conv;
 mod emit;
 pub mod key;
+mod lower_eltwise;
 mod lower_fused;
 mod lower_pool;
 pub mod plan;
@@ -23,8 +24,10 @@ pub use compile::{
 };
 pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS, WINOGRAD_S2_MIN_CHANNELS};
 pub use key::{
-    BufferSpec, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError,
-    Layout, MAX_STEP, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
+    Activation, BinaryKind, Broadcast, BufferSpec, ConcatDesc, ConvAlgo, ConvDesc, EltwiseDesc,
+    EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches, PoolDesc,
+    PoolWindow, PostOpDesc, PrimitiveKey, SelectDesc,
 };
+pub use lower_eltwise::{EXP_ULPS, TANH_ULPS};
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};
 pub use target::{Isa, IsaError, Target};

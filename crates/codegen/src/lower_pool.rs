@@ -638,6 +638,9 @@ pub fn lower_eltwise(e: &mut Emit<'_>, d: &EltwiseDesc) {
                     let z = e.load_vec(q[2], 0);
                     e.b.ins().fadd(x, z)
                 }
+                EltwiseKind::Act(_) | EltwiseKind::PRelu | EltwiseKind::Binary { .. } => {
+                    unreachable!("lowered by lower_eltwise")
+                }
             };
             e.store_vec(y, q[1], 0);
             q.iter().map(|&b| e.offset(b, LANES as i64 * f)).collect()
@@ -655,6 +658,9 @@ pub fn lower_eltwise(e: &mut Emit<'_>, d: &EltwiseDesc) {
                     EltwiseKind::Add => {
                         let z = e.load_f32(q[2], 0);
                         e.b.ins().fadd(x, z)
+                    }
+                    EltwiseKind::Act(_) | EltwiseKind::PRelu | EltwiseKind::Binary { .. } => {
+                        unreachable!("lowered by lower_eltwise")
                     }
                 };
                 e.store_f32(y, q[1], 0);

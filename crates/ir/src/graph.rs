@@ -81,6 +81,187 @@ pub enum PostOp {
     /// semantics. Always the last post-op: the conv's result has the pooled shape, so the
     /// full-resolution output never needs to exist.
     MaxPool(PoolWindow),
+    /// An element-wise activation ([`Activation`]).
+    Act(Activation),
+}
+
+/// An element-wise activation with ONNX semantics, standalone ([`Op::Act`]) or as a
+/// convolution's post-op ([`PostOp::Act`]). Attributes compare and hash by their bits, so that
+/// an activation can be part of a primitive key.
+#[derive(Clone, Copy, Debug)]
+pub enum Activation {
+    /// `1 / (1 + exp(-x))`.
+    Sigmoid,
+    /// `max(0, min(1, alpha * x + beta))`; ONNX's defaults are 0.2 and 0.5.
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
+    /// `x * max(0, min(1, x / 6 + 1 / 2))`.
+    HardSwish,
+    Tanh,
+    /// `x` for `x >= 0`, else `alpha * x`; ONNX's default is 0.01.
+    LeakyRelu {
+        alpha: f32,
+    },
+    /// `x` for `x >= 0`, else `alpha * (exp(x) - 1)`; ONNX's default is 1.
+    Elu {
+        alpha: f32,
+    },
+    /// SiLU (Swish): `x * sigmoid(x)`, which exporters write as `Mul(x, Sigmoid(x))`.
+    Silu,
+    Exp,
+}
+
+impl Activation {
+    /// Every activation with its default attributes, in the order of [`ActKind`].
+    pub const ALL: [Activation; 8] = [
+        Activation::Sigmoid,
+        Activation::HardSigmoid {
+            alpha: 0.2,
+            beta: 0.5,
+        },
+        Activation::HardSwish,
+        Activation::Tanh,
+        Activation::LeakyRelu { alpha: 0.01 },
+        Activation::Elu { alpha: 1.0 },
+        Activation::Silu,
+        Activation::Exp,
+    ];
+
+    /// The name of the op and of the post-op in the text format.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Sigmoid => "sigmoid",
+            Activation::HardSigmoid { .. } => "hardsigmoid",
+            Activation::HardSwish => "hardswish",
+            Activation::Tanh => "tanh",
+            Activation::LeakyRelu { .. } => "leakyrelu",
+            Activation::Elu { .. } => "elu",
+            Activation::Silu => "silu",
+            Activation::Exp => "exp",
+        }
+    }
+
+    /// The activation of this name with its default attributes.
+    pub fn by_name(name: &str) -> Option<Activation> {
+        Activation::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// Its attributes as `(name, value)`, in the text format's order.
+    pub fn attrs(self) -> Vec<(&'static str, f32)> {
+        match self {
+            Activation::HardSigmoid { alpha, beta } => vec![("alpha", alpha), ("beta", beta)],
+            Activation::LeakyRelu { alpha } | Activation::Elu { alpha } => vec![("alpha", alpha)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The same activation with attribute `name` set, if it has one of that name.
+    pub fn with_attr(self, name: &str, v: f32) -> Option<Activation> {
+        Some(match (self, name) {
+            (Activation::HardSigmoid { beta, .. }, "alpha") => {
+                Activation::HardSigmoid { alpha: v, beta }
+            }
+            (Activation::HardSigmoid { alpha, .. }, "beta") => {
+                Activation::HardSigmoid { alpha, beta: v }
+            }
+            (Activation::LeakyRelu { .. }, "alpha") => Activation::LeakyRelu { alpha: v },
+            (Activation::Elu { .. }, "alpha") => Activation::Elu { alpha: v },
+            _ => return None,
+        })
+    }
+
+    fn bits(self) -> (u8, [u32; 2]) {
+        let b = |x: f32| x.to_bits();
+        match self {
+            Activation::Sigmoid => (0, [0; 2]),
+            Activation::HardSigmoid { alpha, beta } => (1, [b(alpha), b(beta)]),
+            Activation::HardSwish => (2, [0; 2]),
+            Activation::Tanh => (3, [0; 2]),
+            Activation::LeakyRelu { alpha } => (4, [b(alpha), 0]),
+            Activation::Elu { alpha } => (5, [b(alpha), 0]),
+            Activation::Silu => (6, [0; 2]),
+            Activation::Exp => (7, [0; 2]),
+        }
+    }
+
+    /// The activation in f64, as the reference interpreter computes it (NaN stays NaN).
+    pub fn eval(self, x: f64) -> f64 {
+        let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let hard = |x: f64, alpha: f64, beta: f64| {
+            let y = alpha * x + beta;
+            if y.is_nan() { y } else { y.clamp(0.0, 1.0) }
+        };
+        match self {
+            Activation::Sigmoid => sigmoid(x),
+            Activation::HardSigmoid { alpha, beta } => hard(x, alpha as f64, beta as f64),
+            Activation::HardSwish => x * hard(x, 1.0 / 6.0, 0.5),
+            Activation::Tanh => x.tanh(),
+            Activation::LeakyRelu { alpha } => {
+                if x < 0.0 {
+                    alpha as f64 * x
+                } else {
+                    x
+                }
+            }
+            Activation::Elu { alpha } => {
+                if x < 0.0 {
+                    alpha as f64 * x.exp_m1()
+                } else {
+                    x
+                }
+            }
+            Activation::Silu => x * sigmoid(x),
+            Activation::Exp => x.exp(),
+        }
+    }
+}
+
+impl PartialEq for Activation {
+    fn eq(&self, other: &Self) -> bool {
+        self.bits() == other.bits()
+    }
+}
+
+impl Eq for Activation {}
+
+impl std::hash::Hash for Activation {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bits().hash(state);
+    }
+}
+
+/// A binary element-wise op of [`Op::Binary`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryKind {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryKind {
+    /// The op's name in the text format (`add` is the same-shape [`Op::Add`], fusable as a
+    /// residual; its broadcasting form is `add_bcast`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryKind::Add => "add_bcast",
+            BinaryKind::Sub => "sub",
+            BinaryKind::Mul => "mul",
+            BinaryKind::Div => "div",
+        }
+    }
+
+    /// `a op b` in f64.
+    pub fn eval(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryKind::Add => a + b,
+            BinaryKind::Sub => a - b,
+            BinaryKind::Mul => a * b,
+            BinaryKind::Div => a / b,
+        }
+    }
 }
 
 /// The geometry of a pooling window: kernel, strides, pads, dilations and `ceil_mode`.
@@ -172,6 +353,34 @@ pub enum Op {
         rhs: Value,
     },
     BatchNorm(BatchNorm),
+    /// An element-wise activation.
+    Act {
+        act: Activation,
+        input: Value,
+    },
+    /// `x` for `x >= 0`, else `slope[c] * x`, with one slope per channel (`[C]`).
+    PRelu {
+        input: Value,
+        slope: Param,
+    },
+    /// `lhs op rhs`, where `rhs` has `lhs`'s shape or is `[N, C, 1, 1]` or `[1, C, 1, 1]`
+    /// (one value per image and channel, or per channel), broadcast over height and width.
+    Binary {
+        kind: BinaryKind,
+        lhs: Value,
+        rhs: Value,
+    },
+    /// The inputs joined along channels (ONNX `Concat` on axis 1): each has the others'
+    /// batch, height and width.
+    Concat {
+        inputs: Vec<Value>,
+    },
+    /// Channels of the input picked by index, in order (ONNX `Split` and `Slice` on channels):
+    /// output channel `j` is input channel `select[j]`.
+    SelectChannels {
+        input: Value,
+        select: Vec<usize>,
+    },
 }
 
 /// The kind of an [`Op`], without its operands: what the text format calls the op.
@@ -185,10 +394,16 @@ pub enum OpKind {
     Relu,
     Add,
     BatchNorm,
+    /// An activation, by its name ([`Activation::name`]).
+    Act(&'static str),
+    PRelu,
+    Binary(BinaryKind),
+    Concat,
+    SelectChannels,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 8] = [
+    pub const ALL: [OpKind; 23] = [
         OpKind::Conv2d,
         OpKind::MaxPool2d,
         OpKind::AvgPool2d,
@@ -197,6 +412,21 @@ impl OpKind {
         OpKind::Relu,
         OpKind::Add,
         OpKind::BatchNorm,
+        OpKind::Act("sigmoid"),
+        OpKind::Act("hardsigmoid"),
+        OpKind::Act("hardswish"),
+        OpKind::Act("tanh"),
+        OpKind::Act("leakyrelu"),
+        OpKind::Act("elu"),
+        OpKind::Act("silu"),
+        OpKind::Act("exp"),
+        OpKind::PRelu,
+        OpKind::Binary(BinaryKind::Add),
+        OpKind::Binary(BinaryKind::Sub),
+        OpKind::Binary(BinaryKind::Mul),
+        OpKind::Binary(BinaryKind::Div),
+        OpKind::Concat,
+        OpKind::SelectChannels,
     ];
 
     /// The op's name in the text format.
@@ -210,6 +440,11 @@ impl OpKind {
             OpKind::Relu => "relu",
             OpKind::Add => "add",
             OpKind::BatchNorm => "batchnorm",
+            OpKind::Act(name) => name,
+            OpKind::PRelu => "prelu",
+            OpKind::Binary(kind) => kind.name(),
+            OpKind::Concat => "concat",
+            OpKind::SelectChannels => "select_channels",
         }
     }
 }
@@ -239,6 +474,11 @@ impl Op {
             Op::Relu { .. } => OpKind::Relu,
             Op::Add { .. } => OpKind::Add,
             Op::BatchNorm(_) => OpKind::BatchNorm,
+            Op::Act { act, .. } => OpKind::Act(act.name()),
+            Op::PRelu { .. } => OpKind::PRelu,
+            Op::Binary { kind, .. } => OpKind::Binary(*kind),
+            Op::Concat { .. } => OpKind::Concat,
+            Op::SelectChannels { .. } => OpKind::SelectChannels,
         }
     }
 
@@ -257,6 +497,11 @@ impl Op {
             Op::GlobalPool { input, .. } | Op::Relu { input } => vec![*input],
             Op::Add { lhs, rhs } => vec![*lhs, *rhs],
             Op::BatchNorm(b) => vec![b.input],
+            Op::Act { input, .. } | Op::PRelu { input, .. } | Op::SelectChannels { input, .. } => {
+                vec![*input]
+            }
+            Op::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
+            Op::Concat { inputs } => inputs.clone(),
         }
     }
 
@@ -278,6 +523,14 @@ impl Op {
                 f(rhs);
             }
             Op::BatchNorm(b) => f(&mut b.input),
+            Op::Act { input, .. } | Op::PRelu { input, .. } | Op::SelectChannels { input, .. } => {
+                f(input)
+            }
+            Op::Binary { lhs, rhs, .. } => {
+                f(lhs);
+                f(rhs);
+            }
+            Op::Concat { inputs } => inputs.iter_mut().for_each(f),
         }
     }
 
@@ -286,6 +539,7 @@ impl Op {
         match self {
             Op::Conv2d(c) => std::iter::once(c.weight).chain(c.bias).collect(),
             Op::BatchNorm(b) => vec![b.scale, b.bias, b.mean, b.var],
+            Op::PRelu { slope, .. } => vec![*slope],
             _ => Vec::new(),
         }
     }

@@ -38,6 +38,7 @@ pub use dim::WindowError;
 pub use dim::{Bindings, Dim, parse_bindings};
 pub use error::{IrError, ParseError, SourceLoc, VerifyError};
 pub use graph::InputData;
+pub use graph::{Activation, BinaryKind};
 pub use graph::{
     BatchNorm, Conv2d, DerivedParam, Graph, Node, NodeData, Op, OpKind, Pads, Param, ParamData,
     Pool2d, PoolKind, PoolWindow, PostOp, SourceShape, Value,

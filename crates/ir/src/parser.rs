@@ -9,8 +9,8 @@ use std::num::IntErrorKind;
 use crate::dim::{Dim, is_symbol};
 use crate::error::{ParseError, SourceLoc};
 use crate::graph::{
-    BatchNorm, Conv2d, DerivedParam, Graph, NodeData, Op, Pads, Param, ParamData, Pool2d, PoolKind,
-    PoolWindow, PostOp, Value,
+    Activation, BatchNorm, BinaryKind, Conv2d, DerivedParam, Graph, NodeData, Op, Pads, Param,
+    ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Value,
 };
 
 /// Parses IR text into a graph. Names are resolved; shapes and attributes are not yet checked
@@ -597,6 +597,56 @@ impl Parser {
                     epsilon: a.float("epsilon", 1e-5)?,
                 })
             }
+            "prelu" => {
+                a.arity(2, 2)?;
+                Op::PRelu {
+                    input: a.value(0)?,
+                    slope: a.param(1)?,
+                }
+            }
+            "add_bcast" | "sub" | "mul" | "div" => {
+                let kind = match a.call.name.as_str() {
+                    "add_bcast" => BinaryKind::Add,
+                    "sub" => BinaryKind::Sub,
+                    "mul" => BinaryKind::Mul,
+                    _ => BinaryKind::Div,
+                };
+                a.arity(2, 2)?;
+                Op::Binary {
+                    kind,
+                    lhs: a.value(0)?,
+                    rhs: a.value(1)?,
+                }
+            }
+            "concat" => {
+                let n = a.call.positional.len();
+                a.arity(1, n.max(1))?;
+                Op::Concat {
+                    inputs: (0..n).map(|i| a.value(i)).collect::<Result<_, _>>()?,
+                }
+            }
+            "select_channels" => {
+                a.arity(1, 1)?;
+                let input = a.value(0)?;
+                let loc = a.call.loc;
+                let select = match a.take("select") {
+                    Some((Arg::List(items), _)) if !items.is_empty() => items
+                        .iter()
+                        .map(|(x, l)| uint_arg(x, *l, "select"))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    Some((_, l)) => {
+                        return err(l, "`select` must be a non-empty list of channel indices");
+                    }
+                    None => return err(loc, "`select_channels` needs the attribute `select`"),
+                };
+                Op::SelectChannels { input, select }
+            }
+            name if Activation::by_name(name).is_some() => {
+                a.arity(1, 1)?;
+                let input = a.value(0)?;
+                let act = a.activation_attrs(Activation::by_name(name).expect("checked"))?;
+                Op::Act { act, input }
+            }
             other => {
                 let known = crate::OpKind::ALL.map(|k| k.name()).join(", ");
                 return err(
@@ -813,6 +863,18 @@ impl<'p> Attrs<'p> {
         })
     }
 
+    /// `act` with the attributes the call gives (each a finite number), the others at their
+    /// defaults.
+    fn activation_attrs(&mut self, mut act: Activation) -> Result<Activation, ParseError> {
+        for (key, default) in act.attrs() {
+            let v = self.float(key, default)?;
+            act = act
+                .with_attr(key, v)
+                .expect("an attribute of this activation");
+        }
+        Ok(act)
+    }
+
     fn post_ops(&mut self) -> Result<Vec<PostOp>, ParseError> {
         let Some((arg, loc)) = self.take("post") else {
             return Ok(Vec::new());
@@ -827,6 +889,17 @@ impl<'p> Attrs<'p> {
         for (item, loc) in items {
             out.push(match item {
                 Arg::Ident(name) if name == "relu" => PostOp::Relu,
+                Arg::Ident(name) if Activation::by_name(&name).is_some() => {
+                    PostOp::Act(Activation::by_name(&name).expect("checked"))
+                }
+                Arg::Call(call) if Activation::by_name(&call.name).is_some() => {
+                    let act = Activation::by_name(&call.name).expect("checked");
+                    let mut a = Attrs::new(self.parser, call);
+                    a.arity(0, 0)?;
+                    let act = a.activation_attrs(act)?;
+                    a.finish()?;
+                    PostOp::Act(act)
+                }
                 Arg::Call(call) if call.name == "add" => {
                     let a = Attrs::new(self.parser, call);
                     a.arity(1, 1)?;
@@ -854,7 +927,7 @@ impl<'p> Attrs<'p> {
                 _ => {
                     return err(
                         loc,
-                        "unknown post-op (known: relu, add(%value), clip(lo, hi), maxpool(kernel=[kh, kw], ...))",
+                        "unknown post-op (known: relu, add(%value), clip(lo, hi), maxpool(kernel=[kh, kw], ...), sigmoid, hardsigmoid(alpha=a, beta=b), hardswish, tanh, leakyrelu(alpha=a), elu(alpha=a), silu, exp)",
                     );
                 }
             });

@@ -15,6 +15,7 @@ use crate::graph::{
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PassReport {
     pub folded_batchnorms: usize,
+    /// Relus and other activations fused into convs.
     pub fused_relus: usize,
     pub fused_adds: usize,
     pub fused_pools: usize,
@@ -188,12 +189,13 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
         }
         let post = match graph.nodes[reader].op {
             Op::Relu { .. } => PostOp::Relu,
+            Op::Act { act, .. } => PostOp::Act(act),
             Op::Add { lhs, rhs } if lhs == v && rhs != v => PostOp::Add(rhs),
             Op::Add { lhs, rhs } if rhs == v && lhs != v => PostOp::Add(lhs),
             _ => return None,
         };
         match post {
-            PostOp::Relu => relus += 1,
+            PostOp::Relu | PostOp::Act(_) => relus += 1,
             _ => adds += 1,
         }
         conv.post_ops.push(post);

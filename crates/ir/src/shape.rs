@@ -580,6 +580,82 @@ fn infer_node(
             }
             x.to_vec()
         }
+        Op::Act { input, .. } => ctx.rank4(shapes, *input, "the input")?.to_vec(),
+        Op::PRelu { input, slope } => {
+            let x = ctx.rank4(shapes, *input, "the input")?;
+            let c = ctx.channels(x, *input)? as usize;
+            ctx.param_shape(*slope, &[c], "the slope")?;
+            x.to_vec()
+        }
+        Op::Binary { kind, lhs, rhs } => {
+            let a = ctx.rank4(shapes, *lhs, "the left operand")?;
+            let b = ctx.rank4(shapes, *rhs, "the right operand")?;
+            let one = Dim::Known(1);
+            let per_channel = b[2] == one
+                && b[3] == one
+                && (b[0] == one || !b[0].provably_differs(&a[0]))
+                && !b[1].provably_differs(&a[1]);
+            if !per_channel {
+                ctx.same_shape(
+                    a,
+                    b,
+                    &format!(
+                        "{} needs a right operand of the left one's shape, or of [N, C, 1, 1] or [1, C, 1, 1]",
+                        kind.name()
+                    ),
+                )?;
+            } else {
+                ctx.channels(a, *lhs)?;
+            }
+            a.to_vec()
+        }
+        Op::Concat { inputs } => {
+            let Some(&first) = inputs.first() else {
+                return ctx.fail("concat needs at least one input");
+            };
+            let x = ctx.rank4(shapes, first, "the first input")?.to_vec();
+            let mut channels = 0u64;
+            for &v in inputs {
+                let y = ctx.rank4(shapes, v, "an input")?;
+                channels = channels.saturating_add(ctx.channels(y, v)?);
+                for (axis, what) in [(0, "batch"), (2, "height"), (3, "width")] {
+                    if y[axis].provably_differs(&x[axis]) {
+                        return ctx.fail(format!(
+                            "concat joins channels only: the {what} of %{} ({}) differs from that of %{} ({})",
+                            graph.value_name(v),
+                            y[axis],
+                            graph.value_name(first),
+                            x[axis]
+                        ));
+                    }
+                }
+            }
+            vec![
+                x[0].clone(),
+                Dim::Known(channels),
+                x[2].clone(),
+                x[3].clone(),
+            ]
+        }
+        Op::SelectChannels { input, select } => {
+            let x = ctx.rank4(shapes, *input, "the input")?;
+            let c = ctx.channels(x, *input)?;
+            if let Some(&bad) = select.iter().find(|&&s| s as u64 >= c) {
+                return ctx.fail(format!(
+                    "select_channels picks channel {bad}, but %{} has {c}",
+                    graph.value_name(*input)
+                ));
+            }
+            if select.is_empty() {
+                return ctx.fail("select_channels needs at least one channel");
+            }
+            vec![
+                x[0].clone(),
+                Dim::Known(select.len() as u64),
+                x[2].clone(),
+                x[3].clone(),
+            ]
+        }
     })
 }
 

@@ -6,7 +6,7 @@
 
 use std::fmt::{self, Write};
 
-use crate::graph::{DerivedParam, Graph, Op, Pads, PoolKind, PoolWindow, PostOp};
+use crate::graph::{Activation, DerivedParam, Graph, Op, Pads, PoolKind, PoolWindow, PostOp};
 
 /// A pooling window's attributes in their canonical order, leaving out those at their
 /// defaults: shared by `maxpool2d`/`avgpool2d` and the `maxpool(...)` post-op so that the two
@@ -35,6 +35,19 @@ fn window_attrs(w: &PoolWindow) -> Vec<String> {
         args.push("ceil_mode=true".to_string());
     }
     args
+}
+
+/// An activation's attributes that differ from their defaults, as `key=value`.
+fn act_attrs(a: &Activation) -> Vec<String> {
+    let defaults = Activation::by_name(a.name())
+        .expect("every activation has a name")
+        .attrs();
+    a.attrs()
+        .into_iter()
+        .zip(defaults)
+        .filter(|((_, v), (_, d))| v.to_bits() != d.to_bits())
+        .map(|((k, v), _)| format!("{k}={v:?}"))
+        .collect()
 }
 
 fn join<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
@@ -78,6 +91,14 @@ impl Graph {
                         PostOp::Add(r) => format!("add({})", v(r)),
                         PostOp::Clip { lo, hi } => format!("clip({lo:?}, {hi:?})"),
                         PostOp::MaxPool(w) => format!("maxpool({})", window_attrs(w).join(", ")),
+                        PostOp::Act(a) => {
+                            let attrs = act_attrs(a);
+                            if attrs.is_empty() {
+                                a.name().to_string()
+                            } else {
+                                format!("{}({})", a.name(), attrs.join(", "))
+                            }
+                        }
                     });
                     args.push(format!("post=[{posts}]"));
                 }
@@ -97,6 +118,23 @@ impl Graph {
             Op::BatchNorm(b) => {
                 args.extend([v(&b.input), p(&b.scale), p(&b.bias), p(&b.mean), p(&b.var)]);
                 args.push(format!("epsilon={:?}", b.epsilon));
+            }
+            Op::Act { act, input } => {
+                args.push(v(input));
+                args.extend(act_attrs(act));
+            }
+            Op::PRelu { input, slope } => {
+                args.push(v(input));
+                args.push(p(slope));
+            }
+            Op::Binary { lhs, rhs, .. } => {
+                args.push(v(lhs));
+                args.push(v(rhs));
+            }
+            Op::Concat { inputs } => args.extend(inputs.iter().map(v)),
+            Op::SelectChannels { input, select } => {
+                args.push(v(input));
+                args.push(format!("select=[{}]", join(select, |c| c.to_string())));
             }
         }
         format!("{}({})", op.kind(), args.join(", "))

@@ -98,6 +98,7 @@ fn examples_cover_every_op_and_attribute() {
                             PostOp::Add(_) => "post add",
                             PostOp::Clip { .. } => "post clip",
                             PostOp::MaxPool(_) => "post maxpool",
+                            PostOp::Act(_) => "post activation",
                         };
                         seen.insert(name.to_string());
                     }
@@ -131,6 +132,11 @@ fn examples_cover_every_op_and_attribute() {
                     }
                 }
                 Op::BatchNorm(_) | Op::GlobalPool { .. } | Op::Relu { .. } | Op::Add { .. } => {}
+                Op::Act { .. }
+                | Op::PRelu { .. }
+                | Op::Binary { .. }
+                | Op::Concat { .. }
+                | Op::SelectChannels { .. } => {}
             }
         }
     }
@@ -149,6 +155,7 @@ fn examples_cover_every_op_and_attribute() {
         "post add",
         "post clip",
         "post maxpool",
+        "post activation",
         "several post-ops",
         "maxpool strides",
         "maxpool pads",

@@ -12,8 +12,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use primjit_ir::{
-    BatchNorm, Bindings, Conv2d, DerivedParam, Dim, Graph, IrError, Op, Pads, Param, ParamData,
-    Pool2d, PoolKind, PoolWindow, PostOp, Value, infer_shapes, parse, passes,
+    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, DerivedParam, Dim, Graph, IrError, Op,
+    Pads, Param, ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Value, infer_shapes, parse,
+    passes,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -96,6 +97,19 @@ struct Builder {
 }
 
 const FLOATS: [f32; 8] = [0.0, 1.0, 6.0, -1.0, 0.5, -0.25, 1e-3, 100.0];
+
+/// An activation, its attributes (if any) drawn from [`FLOATS`].
+fn activation(bytes: &mut Bytes<'_>) -> Activation {
+    let mut act = Activation::ALL[bytes.below(Activation::ALL.len())];
+    for (name, _) in act.attrs() {
+        if bytes.flag() {
+            act = act
+                .with_attr(name, FLOATS[bytes.below(FLOATS.len())])
+                .expect("an attribute of this activation");
+        }
+    }
+    act
+}
 const EPSILONS: [f32; 4] = [1e-5, 1e-3, 0.0, 0.1];
 
 impl Builder {
@@ -159,14 +173,52 @@ impl Builder {
                 let [n, c, _, _] = shape;
                 self.node(&mut bytes, Op::GlobalPool { kind, input }, [n, c, 1, 1]);
             }
-            6 => {
-                if bytes.flag() {
-                    self.node(&mut bytes, Op::Relu { input }, shape);
-                } else {
+            6 => match bytes.below(6) {
+                0 => self.node(&mut bytes, Op::Relu { input }, shape),
+                1 => {
                     let rhs = self.value_of_shape(&mut bytes, shape).unwrap_or(input);
                     self.node(&mut bytes, Op::Add { lhs: input, rhs }, shape);
                 }
-            }
+                2 => {
+                    let act = activation(&mut bytes);
+                    self.node(&mut bytes, Op::Act { act, input }, shape);
+                }
+                3 => {
+                    let slope = self.param("slope", vec![shape[1]]);
+                    self.node(&mut bytes, Op::PRelu { input, slope }, shape);
+                }
+                4 => {
+                    let kinds = [
+                        BinaryKind::Add,
+                        BinaryKind::Sub,
+                        BinaryKind::Mul,
+                        BinaryKind::Div,
+                    ];
+                    let kind = kinds[bytes.below(4)];
+                    let [n, c, _, _] = shape;
+                    let rhs = if bytes.flag() {
+                        self.value_of_shape(&mut bytes, [n, c, 1, 1])
+                    } else {
+                        self.value_of_shape(&mut bytes, shape)
+                    }
+                    .unwrap_or(input);
+                    self.node(
+                        &mut bytes,
+                        Op::Binary {
+                            kind,
+                            lhs: input,
+                            rhs,
+                        },
+                        shape,
+                    );
+                }
+                _ => {
+                    let other = self.value_of_shape(&mut bytes, shape).unwrap_or(input);
+                    let [n, c, h, w] = shape;
+                    let inputs = vec![input, other, input];
+                    self.node(&mut bytes, Op::Concat { inputs }, [n, 3 * c, h, w]);
+                }
+            },
             _ => {
                 let c = shape[1];
                 let bn = BatchNorm {
@@ -244,8 +296,9 @@ impl Builder {
         let out = [n, out_channels, oh, ow];
         let mut post_ops = Vec::new();
         for _ in 0..bytes.below(4) {
-            post_ops.push(match bytes.below(3) {
+            post_ops.push(match bytes.below(4) {
                 0 => PostOp::Relu,
+                3 => PostOp::Act(activation(bytes)),
                 1 => match self.value_of_shape(bytes, out) {
                     Some(r) => PostOp::Add(r),
                     None => PostOp::Relu,

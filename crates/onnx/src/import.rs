@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use primjit_ir::{
-    BatchNorm, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData, Params, Pool2d, PoolKind,
-    PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
+    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData,
+    Params, Pool2d, PoolKind, PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
 };
 
 use crate::error::{OnnxError, Problem, Subject};
@@ -103,6 +103,20 @@ enum Bound {
         flat: bool,
     },
     Const(Rc<Const>),
+    /// An NCHW activation padded with zeros on its height and width by a `Pad`, which only a
+    /// `Conv` reads: the padding adds to the conv's own.
+    Padded {
+        value: Value,
+        pads: Pads,
+    },
+    /// An NCHW activation's channels viewed as `[N, groups, C / groups, H, W]` by a `Reshape`,
+    /// transposed to `[N, C / groups, groups, H, W]` by a `Transpose` (`transposed`): the
+    /// steps of a channel shuffle, which a `Reshape` back to `[N, C, H, W]` completes.
+    Grouped {
+        value: Value,
+        groups: usize,
+        transposed: bool,
+    },
     /// Made by a node that failed: nothing downstream of it is checked again.
     Failed,
 }
@@ -320,6 +334,14 @@ impl Importer {
                     subject,
                     "is a constant: only computed outputs are supported",
                 ),
+                Some(Bound::Grouped { .. }) => self.problem(
+                    subject,
+                    "is a 5-D view of channels: only a channel shuffle (Reshape, Transpose, Reshape) is supported",
+                ),
+                Some(Bound::Padded { .. }) => self.problem(
+                    subject,
+                    "is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins",
+                ),
                 Some(Bound::Failed) => {}
                 None => self.problem(subject, "is not defined by any node or input"),
             }
@@ -516,7 +538,11 @@ impl Importer {
         };
         // Every read of the node's inputs has now happened.
         for i in node.input.iter().filter(|i| !i.is_empty()) {
-            if let Some(Bound::Act { value, .. }) = self.bound.get(i)
+            if let Some(
+                Bound::Act { value, .. }
+                | Bound::Padded { value, .. }
+                | Bound::Grouped { value, .. },
+            ) = self.bound.get(i)
                 && let Some(n) = self.pending_reads.get_mut(value)
             {
                 *n = n.saturating_sub(1);
@@ -559,11 +585,21 @@ impl Importer {
                 self.push(node, Op::Relu { input: x }, flat)
             }
             "Add" => self.add(node),
+            "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh" | "LeakyRelu" | "Elu" | "Exp" => {
+                self.activation(node)
+            }
+            "PRelu" => self.prelu(node),
+            "Mul" | "Sub" | "Div" => self.binary(node),
+            "ReduceMean" | "ReduceMax" => self.reduce(node),
+            "Concat" => self.concat(node),
+            "Pad" => self.pad(node),
+            "Split" => self.split(node),
+            "Slice" => self.slice(node),
             "Clip" => self.clip(node),
             "BatchNormalization" => self.batchnorm(node),
             "Identity" | "Dropout" => self.identity(node),
             "Flatten" => self.flatten(node),
-            "Reshape" | "Squeeze" => self.reshape_flat(node),
+            "Reshape" | "Squeeze" | "Transpose" => self.reshape_flat(node),
             "Gemm" | "MatMul" => self.dense(node),
             "Constant" => self.constant(node),
             _ => unreachable!("SUPPORTED lists every op converted here"),
@@ -596,6 +632,12 @@ impl Importer {
             Bound::Const(_) => Err(format!(
                 "input {i} ({role}) is a constant: only computed tensors are supported there"
             )),
+            Bound::Grouped { .. } => Err(format!(
+                "input {i} ({role}) is a 5-D view of channels: only a channel shuffle (Reshape, Transpose, Reshape) is supported"
+            )),
+            Bound::Padded { .. } => Err(format!(
+                "input {i} ({role}) is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
+            )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
         }
     }
@@ -613,7 +655,7 @@ impl Importer {
     fn constant_input(&self, node: &NodeProto, i: usize, role: &str) -> NodeResult<Rc<Const>> {
         match self.bound_input(node, i, role)? {
             Bound::Const(c) => Ok(c),
-            Bound::Act { .. } => Err(format!(
+            Bound::Act { .. } | Bound::Padded { .. } | Bound::Grouped { .. } => Err(format!(
                 "input {i} ({role}) is computed: it must be a constant (an initializer or a Constant node)"
             )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
@@ -730,6 +772,11 @@ impl Importer {
         if onnx.is_empty() {
             return Err("output 0 is missing".into());
         }
+        self.push_as(onnx, op, flat)
+    }
+
+    /// [`Self::push`] defining the ONNX value `onnx` (one output of a node with several).
+    fn push_as(&mut self, onnx: &str, op: Op, flat: bool) -> NodeResult<()> {
         let name = self.values.fresh(sanitize_value(onnx));
         let mut trial = self.graph.clone();
         let value = trial
@@ -836,6 +883,11 @@ impl Importer {
         };
         match b {
             Bound::Act { value, flat } => self.bind_act(out, value, flat),
+            Bound::Padded { value, .. } | Bound::Grouped { value, .. } => {
+                *self.pending_reads.entry(value).or_default() +=
+                    self.uses.get(out.as_str()).copied().unwrap_or(0);
+                self.bound.insert(out.clone(), b);
+            }
             other => {
                 self.bound.insert(out.clone(), other);
             }
@@ -857,7 +909,11 @@ impl Importer {
                 "strides",
             ],
         )?;
-        let x = self.act(node, 0, "X")?;
+        // A zero Pad before the conv joins its pads.
+        let (x, extra) = match self.bound_input(node, 0, "X")? {
+            Bound::Padded { value, pads } => (value, pads),
+            _ => (self.act(node, 0, "X")?, Pads::default()),
+        };
         let w = self.constant_input(node, 1, "W")?;
         if w.dims.len() != 4 {
             return Err(format!(
@@ -880,8 +936,33 @@ impl Importer {
             ));
         }
         let groups = positive(int(node, "group")?.unwrap_or(1), "group")?;
-        let x_shape = self.shape(x);
-        let win = window(node, &x_shape, kernel, false)?;
+        let mut x_shape = self.shape(x);
+        if !extra.is_zero() && x_shape.len() == 4 {
+            // auto_pad sees the padded extents.
+            let grow = |d: &Dim, n: usize| match d.known() {
+                Some(k) => Dim::Known(k + n as u64),
+                None => d.clone(),
+            };
+            x_shape[2] = grow(&x_shape[2], extra.top + extra.bottom);
+            x_shape[3] = grow(&x_shape[3], extra.left + extra.right);
+            if [&x_shape[2], &x_shape[3]]
+                .iter()
+                .any(|d| d.known().is_none())
+                && string(node, "auto_pad")?.is_some_and(|a| a != "NOTSET" && a != "VALID")
+            {
+                return Err(
+                    "attribute auto_pad after a Pad needs a known input height and width".into(),
+                );
+            }
+        }
+        let mut win = window(node, &x_shape, kernel, false)?;
+        let add = |a: usize, b: usize| a.checked_add(b).ok_or("the padding overflows");
+        win.pads = Pads {
+            top: add(win.pads.top, extra.top)?,
+            left: add(win.pads.left, extra.left)?,
+            bottom: add(win.pads.bottom, extra.bottom)?,
+            right: add(win.pads.right, extra.right)?,
+        };
         let weight = self.param_exact(&w, 1, "W", &w.dims.clone())?;
         let bias = match self.optional_constant(node, 2, "B")? {
             Some(b) => Some(self.param_exact(&b, 2, "B", &[w.dims[0]])?),
@@ -977,6 +1058,19 @@ impl Importer {
         let a = self.bound_input(node, 0, "A")?;
         let b = self.bound_input(node, 1, "B")?;
         match (a, b) {
+            (Bound::Act { value: x, flat: fx }, Bound::Act { value: y, flat: fy })
+                if fx == fy && self.broadcasts(x, y).or(self.broadcasts(y, x)).is_some() =>
+            {
+                self.binary(node)
+            }
+            (Bound::Act { value, flat: true }, Bound::Const(_))
+            | (Bound::Const(_), Bound::Act { value, flat: true })
+                if self.sole_conv(value).is_none_or(|c| c.bias.is_some()) =>
+            {
+                self.binary(node)
+            }
+            (Bound::Act { flat: false, .. }, Bound::Const(_))
+            | (Bound::Const(_), Bound::Act { flat: false, .. }) => self.binary(node),
             (Bound::Act { value: x, flat: fx }, Bound::Act { value: y, flat: fy }) => {
                 let (sx, sy) = (self.shape(x), self.shape(y));
                 if fx != fy
@@ -1021,6 +1115,622 @@ impl Importer {
             }
             _ => Err("adding a constant to an NCHW tensor is not supported: only the sum of two computed tensors of equal shapes".into()),
         }
+    }
+
+    /// Whether `y` is `x` broadcast: `[N, C, 1, 1]` or `[1, C, 1, 1]` beside `x`'s
+    /// `[N, C, H, W]`, and not of `x`'s own shape.
+    fn broadcasts(&self, x: Value, y: Value) -> Option<()> {
+        let (sx, sy) = (self.shape(x), self.shape(y));
+        let one = Dim::Known(1);
+        let same = sx.len() == sy.len() && sx.iter().zip(&sy).all(|(a, b)| a == b);
+        (sx.len() == 4
+            && sy.len() == 4
+            && !same
+            && sy[2] == one
+            && sy[3] == one
+            && sy[1] == sx[1]
+            && sx[1].known().is_some()
+            && (sy[0] == one || sy[0] == sx[0]))
+            .then_some(())
+    }
+
+    fn activation(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let finite = |v: f32, name: &str| -> NodeResult<f32> {
+            if v.is_finite() {
+                Ok(v)
+            } else {
+                Err(format!(
+                    "attribute {name} is {v}: it must be a finite number"
+                ))
+            }
+        };
+        let attr = |name: &str, default: f32| -> NodeResult<f32> {
+            finite(float(node, name)?.unwrap_or(default), name)
+        };
+        let act = match node.op_type.as_str() {
+            "HardSigmoid" => {
+                check_attrs(node, &["alpha", "beta"])?;
+                Activation::HardSigmoid {
+                    alpha: attr("alpha", 0.2)?,
+                    beta: attr("beta", 0.5)?,
+                }
+            }
+            "LeakyRelu" => {
+                check_attrs(node, &["alpha"])?;
+                Activation::LeakyRelu {
+                    alpha: attr("alpha", 0.01)?,
+                }
+            }
+            "Elu" => {
+                check_attrs(node, &["alpha"])?;
+                Activation::Elu {
+                    alpha: attr("alpha", 1.0)?,
+                }
+            }
+            other => {
+                check_attrs(node, &[])?;
+                if other == "HardSwish" && self.opset < 14 {
+                    return Err("HardSwish is only defined from opset 14 on".into());
+                }
+                match other {
+                    "Sigmoid" => Activation::Sigmoid,
+                    "HardSwish" => Activation::HardSwish,
+                    "Tanh" => Activation::Tanh,
+                    _ => Activation::Exp,
+                }
+            }
+        };
+        let (x, flat) = self.act_any(node, 0, "X")?;
+        self.push(node, Op::Act { act, input: x }, flat)
+    }
+
+    /// `c`'s values as one per channel of an activation with `channels` channels (`flat`: an
+    /// `[N, C]` tensor, else `[N, C, H, W]`), when `c` broadcasts to it along the channels
+    /// only: a scalar, or `C` values on the channel axis (`[C]` beside `[N, C]`, `[C, 1, 1]` or
+    /// `[1, C, 1, 1]` beside `[N, C, H, W]`).
+    fn channel_constant(c: &Const, channels: usize, flat: bool) -> Option<Vec<f32>> {
+        let v = c.floats().ok()?;
+        let rank = if flat { 2 } else { 4 };
+        if c.dims.len() > rank {
+            return None;
+        }
+        if v.len() == 1 {
+            return Some(vec![v[0]; channels]);
+        }
+        let offset = rank - c.dims.len();
+        let per_channel = v.len() == channels
+            && c.dims
+                .iter()
+                .enumerate()
+                .all(|(i, &d)| d == 1 || (i + offset == 1 && d == channels));
+        per_channel.then(|| v.to_vec())
+    }
+
+    fn prelu(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(node, &[])?;
+        let (x, flat) = self.act_any(node, 0, "X")?;
+        let slope = self.constant_input(node, 1, "slope")?;
+        let channels = self
+            .shape(x)
+            .get(1)
+            .and_then(Dim::known)
+            .ok_or("the input's channel count must be known")? as usize;
+        let Some(values) = Self::channel_constant(&slope, channels, flat) else {
+            return Err(format!(
+                "input 1 (slope) has shape {:?}: one slope, or one per channel, is supported",
+                slope.dims
+            ));
+        };
+        if values.iter().all(|&v| v.to_bits() == values[0].to_bits()) && values[0].is_finite() {
+            let act = Activation::LeakyRelu { alpha: values[0] };
+            return self.push(node, Op::Act { act, input: x }, flat);
+        }
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err("input 1 (slope) holds a value that is not finite".into());
+        }
+        let param = self.param(&slope, "slope", 1.0, vec![channels], values);
+        self.push(
+            node,
+            Op::PRelu {
+                input: x,
+                slope: param,
+            },
+            flat,
+        )
+    }
+
+    /// `Mul(x, Sigmoid(x))` as SiLU and `Mul(x, HardSigmoid(x, 1/6, 1/2))` as HardSwish, when
+    /// nothing else reads the gate: the gate's node becomes the fused activation.
+    fn gated(&mut self, node: &NodeProto, x: Value, gate: Value, flat: bool) -> NodeResult<bool> {
+        if self.pending_reads.get(&gate) != Some(&1) {
+            return Ok(false);
+        }
+        let fused = self.graph.nodes().find_map(|(_, n)| match n.op {
+            Op::Act { act, input } if n.result == gate && input == x => match act {
+                Activation::Sigmoid => Some(Activation::Silu),
+                Activation::HardSigmoid { alpha, beta } if alpha == 1.0 / 6.0 && beta == 0.5 => {
+                    Some(Activation::HardSwish)
+                }
+                _ => None,
+            },
+            _ => None,
+        });
+        let Some(act) = fused else {
+            return Ok(false);
+        };
+        self.replace_op(gate, Op::Act { act, input: x })?;
+        self.alias(node, Bound::Act { value: gate, flat })?;
+        Ok(true)
+    }
+
+    /// `Add`, `Sub`, `Mul` and `Div`: of two activations of one shape, or with the right
+    /// one (either, for `Add` and `Mul`) broadcast from `[N, C, 1, 1]` or `[1, C, 1, 1]`; or
+    /// of an activation and a constant that broadcasts along channels, which becomes a
+    /// per-channel affine map (folded into the conv before it when that conv has no post-op,
+    /// else a depthwise 1x1 conv).
+    fn binary(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(node, &[])?;
+        let kind = match node.op_type.as_str() {
+            "Add" => BinaryKind::Add,
+            "Sub" => BinaryKind::Sub,
+            "Mul" => BinaryKind::Mul,
+            _ => BinaryKind::Div,
+        };
+        let a = self.bound_input(node, 0, "A")?;
+        let b = self.bound_input(node, 1, "B")?;
+        match (a, b) {
+            (Bound::Act { value: x, flat: fx }, Bound::Act { value: y, flat: fy }) => {
+                let (sx, sy) = (self.shape(x), self.shape(y));
+                if fx != fy {
+                    return Err(format!(
+                        "the operands have shapes {} and {}: a flattened tensor only meets one of its own shape",
+                        describe(&sx, fx),
+                        describe(&sy, fy)
+                    ));
+                }
+                if kind == BinaryKind::Mul
+                    && (self.gated(node, x, y, fx)? || self.gated(node, y, x, fx)?)
+                {
+                    return Ok(());
+                }
+                let same =
+                    sx.len() == sy.len() && sx.iter().zip(&sy).all(|(p, q)| !p.provably_differs(q));
+                let commutes = matches!(kind, BinaryKind::Add | BinaryKind::Mul);
+                let (lhs, rhs) = if same || self.broadcasts(x, y).is_some() {
+                    (x, y)
+                } else if commutes && self.broadcasts(y, x).is_some() {
+                    (y, x)
+                } else {
+                    return Err(format!(
+                        "the operands have shapes {} and {}: only equal shapes, or a right operand of [N, C, 1, 1] or [1, C, 1, 1]{}, are supported",
+                        describe(&sx, fx),
+                        describe(&sy, fy),
+                        if commutes { " (or a left one)" } else { "" }
+                    ));
+                };
+                let op = match kind {
+                    BinaryKind::Add if same => Op::Add { lhs, rhs },
+                    _ => Op::Binary { kind, lhs, rhs },
+                };
+                self.push(node, op, fx)
+            }
+            (Bound::Act { value: x, flat }, Bound::Const(c)) => {
+                self.affine(node, kind, x, flat, &c, true)
+            }
+            (Bound::Const(c), Bound::Act { value: x, flat }) => {
+                self.affine(node, kind, x, flat, &c, false)
+            }
+            (Bound::Const(_), Bound::Const(_)) => {
+                Err("both operands are constants: constant folding is not supported".into())
+            }
+            (Bound::Grouped { .. }, _) | (_, Bound::Grouped { .. }) => Err(
+                "an operand is a 5-D view of channels: only a channel shuffle is supported".into(),
+            ),
+            (Bound::Padded { .. }, _) | (_, Bound::Padded { .. }) => Err(
+                "an operand is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
+                    .into(),
+            ),
+            (Bound::Failed, _) | (_, Bound::Failed) => {
+                unreachable!("nodes reading failed values are skipped")
+            }
+        }
+    }
+
+    /// `x kind c` (`c_right`) or `c kind x` for a constant `c` along channels, as `x * a + b`
+    /// per channel.
+    fn affine(
+        &mut self,
+        node: &NodeProto,
+        kind: BinaryKind,
+        x: Value,
+        flat: bool,
+        c: &Const,
+        c_right: bool,
+    ) -> NodeResult<()> {
+        let channels = self
+            .shape(x)
+            .get(1)
+            .and_then(Dim::known)
+            .ok_or("the input's channel count must be known")? as usize;
+        let side = if c_right { 1 } else { 0 };
+        let Some(v) = Self::channel_constant(c, channels, flat) else {
+            return Err(format!(
+                "input {side} is a constant of shape {:?}: only a scalar or one value per channel is supported",
+                c.dims
+            ));
+        };
+        let (scale, shift): (Vec<f32>, Vec<f32>) = match (kind, c_right) {
+            (BinaryKind::Add, _) => (vec![1.0; channels], v),
+            (BinaryKind::Mul, _) => (v, vec![0.0; channels]),
+            (BinaryKind::Sub, true) => (vec![1.0; channels], v.iter().map(|x| -x).collect()),
+            (BinaryKind::Sub, false) => (vec![-1.0; channels], v),
+            (BinaryKind::Div, true) => (v.iter().map(|x| 1.0 / x).collect(), vec![0.0; channels]),
+            (BinaryKind::Div, false) => {
+                return Err("dividing a constant by a computed tensor is not supported".into());
+            }
+        };
+        if scale.iter().chain(&shift).any(|v| !v.is_finite()) {
+            return Err(format!(
+                "input {side} holds a constant that makes the scale or shift not finite"
+            ));
+        }
+        let out = node.output.first().cloned().unwrap_or_default();
+        // Into the conv before, when nothing else reads it and its parameters are values.
+        if let Some(mut conv) = self.sole_conv(x).filter(|c| {
+            c.post_ops.is_empty()
+                && self.graph.param(c.weight).derived.is_none()
+                && c.bias.is_none_or(|b| self.graph.param(b).derived.is_none())
+        }) {
+            let w = self.graph.param(conv.weight);
+            let (wname, wshape) = (w.name.clone(), w.shape.clone());
+            let weights = self
+                .params
+                .get(&wname)
+                .expect("imported weights")
+                .data
+                .clone();
+            let per_out = weights.len() / channels.max(1);
+            let data: Vec<f32> = weights
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| w * scale[i / per_out])
+                .collect();
+            let bias: Vec<f32> = (0..channels)
+                .map(|o| {
+                    let b = conv.bias.map_or(0.0, |b| {
+                        let name = &self.graph.param(b).name;
+                        self.params.get(name).expect("imported bias").data[o]
+                    });
+                    b * scale[o] + shift[o]
+                })
+                .collect();
+            let made = |name: String, dims: Vec<usize>, data: Vec<f32>| Const {
+                name,
+                dims,
+                data: ConstData::F32(data),
+            };
+            let wc = made(format!("{wname}.{out}"), wshape.clone(), data.clone());
+            conv.weight = self.param(&wc, "folded affine weight", 1.0, wshape, data);
+            let bc = made(format!("{out}.bias"), vec![channels], bias.clone());
+            conv.bias = Some(self.param(&bc, "folded affine bias", 1.0, vec![channels], bias));
+            self.replace_op(x, Op::Conv2d(conv))?;
+            return self.alias(node, Bound::Act { value: x, flat });
+        }
+        // A depthwise 1x1 conv: x * scale + shift per channel.
+        let wc = Const {
+            name: format!("{out}.scale"),
+            dims: vec![channels, 1, 1, 1],
+            data: ConstData::F32(scale.clone()),
+        };
+        let weight = self.param(&wc, "affine scale", 1.0, vec![channels, 1, 1, 1], scale);
+        let bc = Const {
+            name: format!("{out}.shift"),
+            dims: vec![channels],
+            data: ConstData::F32(shift.clone()),
+        };
+        let bias = self.param(&bc, "affine shift", 1.0, vec![channels], shift);
+        self.push(
+            node,
+            Op::Conv2d(Conv2d {
+                input: x,
+                weight,
+                bias: Some(bias),
+                strides: [1, 1],
+                dilations: [1, 1],
+                pads: Pads::default(),
+                groups: channels,
+                post_ops: Vec::new(),
+            }),
+            flat,
+        )
+    }
+
+    /// `ReduceMean` and `ReduceMax` over the height and width: a global pool, `[N, C]`
+    /// (flattened) without `keepdims`.
+    fn reduce(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let kind = if node.op_type == "ReduceMax" {
+            PoolKind::Max
+        } else {
+            PoolKind::Avg
+        };
+        let axes = if self.opset < 18 {
+            check_attrs(node, &["axes", "keepdims"])?;
+            ints(node, "axes")?
+        } else {
+            check_attrs(node, &["keepdims", "noop_with_empty_axes"])?;
+            match self.optional_constant(node, 1, "axes")? {
+                Some(c) => match &c.data {
+                    ConstData::I64(v) => Some(v.clone()),
+                    _ => return Err("input 1 (axes) is not an integer tensor".into()),
+                },
+                None => None,
+            }
+        };
+        let keepdims = match int(node, "keepdims")?.unwrap_or(1) {
+            0 => false,
+            1 => true,
+            v => return Err(format!("attribute keepdims is {v}: it must be 0 or 1")),
+        };
+        let (x, flat) = self.act_any(node, 0, "data")?;
+        let axes = axes.unwrap_or_default();
+        if axes.is_empty() {
+            if int(node, "noop_with_empty_axes")?.unwrap_or(0) == 1 {
+                return self.alias(node, Bound::Act { value: x, flat });
+            }
+            return Err(
+                "without axes, the reduction is over every dimension: only reducing the height and width (axes 2 and 3) is supported"
+                    .into(),
+            );
+        }
+        if flat {
+            return Err(
+                "the input is flat: only reducing an image's height and width is supported".into(),
+            );
+        }
+        let mut norm: Vec<i64> = axes
+            .iter()
+            .map(|&a| if a < 0 { a + 4 } else { a })
+            .collect();
+        norm.sort_unstable();
+        if norm != [2, 3] {
+            return Err(format!(
+                "axes {axes:?}: only reducing the height and width (axes 2 and 3) is supported"
+            ));
+        }
+        self.push(node, Op::GlobalPool { kind, input: x }, !keepdims)
+    }
+
+    /// `Concat` along channels (axis 1) of activations of one batch, height and width, or of
+    /// flattened `[N, C]` tensors along their features.
+    fn concat(&mut self, node: &NodeProto) -> NodeResult<()> {
+        check_attrs(node, &["axis"])?;
+        let Some(axis) = int(node, "axis")? else {
+            return Err("attribute axis is missing".into());
+        };
+        if node.input.is_empty() {
+            return Err("there are no inputs".into());
+        }
+        let mut inputs = Vec::new();
+        let mut flats = Vec::new();
+        for i in 0..node.input.len() {
+            let (v, flat) = self.act_any(node, i, "inputs")?;
+            inputs.push(v);
+            flats.push(flat);
+        }
+        let flat = flats[0];
+        if flats.iter().any(|&f| f != flat) {
+            return Err("the inputs mix flattened [N, C] tensors and images".into());
+        }
+        if axis < 0 && self.opset < 11 {
+            return Err(format!(
+                "attribute axis is {axis}: negative axes are only defined from opset 11 on"
+            ));
+        }
+        let channel_axis = if flat { [1, -1] } else { [1, -3] };
+        if !channel_axis.contains(&axis) {
+            return Err(format!(
+                "attribute axis is {axis}: only concatenating channels (axis 1) is supported"
+            ));
+        }
+        self.push(node, Op::Concat { inputs }, flat)
+    }
+
+    /// `Pad` with zeros on the height and width, which a `Conv` reading it takes into its own
+    /// pads; other modes and values, and pads of the batch or channels, are refused.
+    fn pad(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let (pads, value) = if self.opset < 11 {
+            check_attrs(node, &["mode", "pads", "value"])?;
+            (
+                ints(node, "pads")?.ok_or("attribute pads is missing")?,
+                float(node, "value")?.unwrap_or(0.0),
+            )
+        } else {
+            check_attrs(node, &["mode"])?;
+            if Self::input_name(node, 3).is_some() {
+                return Err("input 3 (axes) is not supported: give pads for every axis".into());
+            }
+            let p = self.constant_input(node, 1, "pads")?;
+            let ConstData::I64(p) = &p.data else {
+                return Err("input 1 (pads) is not an integer tensor".into());
+            };
+            let value = match self.optional_constant(node, 2, "constant_value")? {
+                None => 0.0,
+                Some(c) => match c.floats() {
+                    Ok([v]) => *v,
+                    _ => {
+                        return Err("input 2 (constant_value) is not a float scalar".into());
+                    }
+                },
+            };
+            (p.clone(), value)
+        };
+        let mode = string(node, "mode")?.unwrap_or_else(|| "constant".into());
+        if mode != "constant" {
+            return Err(format!(
+                "attribute mode is {mode}: only constant (zero) padding before a Conv is supported"
+            ));
+        }
+        if value != 0.0 {
+            return Err(format!(
+                "the constant value is {value}: only zero padding before a Conv is supported"
+            ));
+        }
+        let x = self.act(node, 0, "data")?;
+        let [n0, c0, top, left, n1, c1, bottom, right] = pads.as_slice() else {
+            return Err(format!(
+                "pads {pads:?}: eight values (begin and end of each axis of an NCHW tensor) are needed"
+            ));
+        };
+        if [n0, c0, n1, c1].iter().any(|&&p| p != 0) {
+            return Err(format!(
+                "pads {pads:?}: only the height and width may be padded"
+            ));
+        }
+        let side = |p: i64| {
+            usize::try_from(p)
+                .map_err(|_| format!("pads {pads:?}: negative pads (cropping) are not supported"))
+        };
+        let pads = Pads {
+            top: side(*top)?,
+            left: side(*left)?,
+            bottom: side(*bottom)?,
+            right: side(*right)?,
+        };
+        self.alias(node, Bound::Padded { value: x, pads })
+    }
+
+    /// The input's channel count, for ops that split channels.
+    fn channel_count(&self, x: Value) -> NodeResult<usize> {
+        self.shape(x)
+            .get(1)
+            .and_then(Dim::known)
+            .map(|c| c as usize)
+            .ok_or_else(|| "the input's channel count must be known".to_string())
+    }
+
+    /// `Split` along channels: each output is a `select_channels` of its range.
+    fn split(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let allowed: &[&str] = if self.opset >= 18 {
+            &["axis", "num_outputs"]
+        } else if self.opset >= 13 {
+            &["axis"]
+        } else {
+            &["axis", "split"]
+        };
+        check_attrs(node, allowed)?;
+        let (x, flat) = self.act_any(node, 0, "input")?;
+        let axis = int(node, "axis")?.unwrap_or(0);
+        let channel_axis = if flat { [1, -1] } else { [1, -3] };
+        if !channel_axis.contains(&axis) {
+            return Err(format!(
+                "attribute axis is {axis}: only splitting channels (axis 1) is supported"
+            ));
+        }
+        let c = self.channel_count(x)?;
+        let outputs = node.output.len();
+        let sizes: Vec<i64> = if self.opset >= 13 {
+            match self.optional_constant(node, 1, "split")? {
+                Some(k) => match &k.data {
+                    ConstData::I64(v) => v.clone(),
+                    _ => return Err("input 1 (split) is not an integer tensor".into()),
+                },
+                None => Vec::new(),
+            }
+        } else {
+            ints(node, "split")?.unwrap_or_default()
+        };
+        let sizes: Vec<usize> = if sizes.is_empty() {
+            let parts = int(node, "num_outputs")?.map_or(outputs, |n| n.max(0) as usize);
+            if parts == 0 || parts != outputs {
+                return Err(format!("{outputs} outputs for {parts} parts"));
+            }
+            // Equal parts, the last smaller when they do not divide (opset 18's rule).
+            let part = c.div_ceil(parts);
+            (0..parts)
+                .map(|i| part.min(c.saturating_sub(i * part)))
+                .collect()
+        } else {
+            sizes
+                .iter()
+                .map(|&s| {
+                    usize::try_from(s)
+                        .map_err(|_| format!("split sizes {sizes:?} must not be negative"))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        if sizes.len() != outputs || sizes.iter().sum::<usize>() != c || sizes.contains(&0) {
+            return Err(format!(
+                "split sizes {sizes:?} for {outputs} outputs: they must be positive and add up to the {c} channels"
+            ));
+        }
+        let mut start = 0;
+        for (o, &size) in node.output.iter().zip(&sizes) {
+            if !o.is_empty() {
+                let select = (start..start + size).collect();
+                self.push_as(o, Op::SelectChannels { input: x, select }, flat)?;
+            }
+            start += size;
+        }
+        Ok(())
+    }
+
+    /// `Slice` of channels with step 1: a `select_channels` of the range.
+    fn slice(&mut self, node: &NodeProto) -> NodeResult<()> {
+        let ints_of = |this: &Self, i: usize, role: &str| -> NodeResult<Option<Vec<i64>>> {
+            match this.optional_constant(node, i, role)? {
+                None => Ok(None),
+                Some(k) => match &k.data {
+                    ConstData::I64(v) => Ok(Some(v.clone())),
+                    _ => Err(format!("input {i} ({role}) is not an integer tensor")),
+                },
+            }
+        };
+        let (starts, ends, axes, steps) = if self.opset < 10 {
+            check_attrs(node, &["starts", "ends", "axes"])?;
+            (
+                ints(node, "starts")?,
+                ints(node, "ends")?,
+                ints(node, "axes")?,
+                None,
+            )
+        } else {
+            check_attrs(node, &[])?;
+            (
+                ints_of(self, 1, "starts")?,
+                ints_of(self, 2, "ends")?,
+                ints_of(self, 3, "axes")?,
+                ints_of(self, 4, "steps")?,
+            )
+        };
+        let (Some(starts), Some(ends)) = (starts, ends) else {
+            return Err("the starts and ends are missing".into());
+        };
+        let (x, flat) = self.act_any(node, 0, "data")?;
+        let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+        let channel_axis = if flat { [1, -1] } else { [1, -3] };
+        let ([start], [end], [axis]) = (starts.as_slice(), ends.as_slice(), axes.as_slice()) else {
+            return Err(format!(
+                "axes {axes:?}: only slicing the channels (axis 1) alone is supported"
+            ));
+        };
+        if !channel_axis.contains(axis) {
+            return Err(format!(
+                "axes {axes:?}: only slicing the channels (axis 1) alone is supported"
+            ));
+        }
+        if steps.is_some_and(|s| s != [1]) {
+            return Err("only a step of 1 is supported".into());
+        }
+        let c = self.channel_count(x)? as i64;
+        let clamp = |v: i64| if v < 0 { (v + c).max(0) } else { v.min(c) };
+        let (start, end) = (clamp(*start), clamp(*end));
+        if start >= end {
+            return Err(format!(
+                "the slice [{start}, {end}) of {c} channels is empty"
+            ));
+        }
+        let select = (start as usize..end as usize).collect();
+        self.push(node, Op::SelectChannels { input: x, select }, flat)
     }
 
     fn clip(&mut self, node: &NodeProto) -> NodeResult<()> {
@@ -1198,7 +1908,21 @@ impl Importer {
                 "attribute axis is {axis}: only axis 1 (flattening C, H and W) is supported"
             ));
         }
-        self.flat_alias(node, x)
+        let shape = self.shape(x);
+        if shape.len() == 4 && (shape[2].known().is_none() || shape[3].known().is_none()) {
+            return Err(format!(
+                "the input has shape {}: flattening needs a known height and width",
+                describe(&shape, false)
+            ));
+        }
+        // Any known H x W: the dense layer after it becomes a conv whose kernel covers it.
+        self.alias(
+            node,
+            Bound::Act {
+                value: x,
+                flat: true,
+            },
+        )
     }
 
     /// Binds the node's output to `x`, a 1x1 image, as its flattened `[N, C]` form.
@@ -1222,7 +1946,136 @@ impl Importer {
     /// `Reshape` to `[N, C]` (a constant shape `[N or 0, C or -1]`) and `Squeeze` of axes 2
     /// and 3, as exporters other than PyTorch's write a classifier's flattening: both only
     /// of a 1x1 image, like `Flatten`. A `Squeeze` without axes is [`Self::squeeze_all`].
+    /// The steps of a channel shuffle: `Reshape` of `[N, C, H, W]` to `[N, g, C / g, H, W]`,
+    /// `Transpose` with `perm = [0, 2, 1, 3, 4]`, `Reshape` back to `[N, C, H, W]`, which is
+    /// a `select_channels` of output channel `j` from input channel `(j % g) (C / g) + j / g`.
+    /// `Ok(false)` when the node is not one of them.
+    fn shuffle_step(&mut self, node: &NodeProto) -> NodeResult<bool> {
+        let input = self.bound_input(node, 0, "data")?;
+        if node.op_type == "Transpose" {
+            check_attrs(node, &["perm"])?;
+            let Bound::Grouped {
+                value,
+                groups,
+                transposed: false,
+            } = input
+            else {
+                return Err("only the Transpose of a channel shuffle ([N, g, C / g, H, W] with perm [0, 2, 1, 3, 4]) is supported".into());
+            };
+            if ints(node, "perm")?.as_deref() != Some(&[0, 2, 1, 3, 4]) {
+                return Err(
+                    "attribute perm: only [0, 2, 1, 3, 4] (a channel shuffle) is supported".into(),
+                );
+            }
+            self.alias(
+                node,
+                Bound::Grouped {
+                    value,
+                    groups,
+                    transposed: true,
+                },
+            )?;
+            return Ok(true);
+        }
+        let target = match self.optional_constant(node, 1, "shape") {
+            Ok(Some(t)) => match &t.data {
+                ConstData::I64(v) => v.clone(),
+                _ => return Ok(false),
+            },
+            _ => return Ok(false),
+        };
+        match input {
+            Bound::Act { value, flat: false } if target.len() == 5 => {
+                check_attrs(node, &["allowzero"])?;
+                let shape = self.shape(value);
+                let c = self.channel_count(value)?;
+                let same = |i: usize, t: i64| {
+                    t == 0
+                        || shape
+                            .get(i)
+                            .and_then(Dim::known)
+                            .is_some_and(|d| d as i64 == t)
+                };
+                let (g, per) = (target[1], target[2]);
+                // A 0 copies the input's dimension at its own index, which past the channels
+                // is not the one below it: H and W must be their values, or one of them -1.
+                let known = |i: usize, t: i64| {
+                    t == -1
+                        || shape
+                            .get(i)
+                            .and_then(Dim::known)
+                            .is_some_and(|d| d as i64 == t)
+                };
+                let ok = same(0, target[0])
+                    && known(2, target[3])
+                    && known(3, target[4])
+                    && target.iter().filter(|&&t| t == -1).count() <= 1
+                    && g > 0
+                    && (per == -1 || per > 0)
+                    && c as i64 % g == 0
+                    && (per == -1 || g * per == c as i64);
+                if !ok {
+                    return Err(format!(
+                        "input 1 (shape) is {target:?}: only [N, g, C / g, H, W] of a channel shuffle is supported"
+                    ));
+                }
+                self.alias(
+                    node,
+                    Bound::Grouped {
+                        value,
+                        groups: g as usize,
+                        transposed: false,
+                    },
+                )?;
+                Ok(true)
+            }
+            Bound::Grouped {
+                value,
+                groups,
+                transposed: true,
+            } => {
+                check_attrs(node, &["allowzero"])?;
+                let c = self.channel_count(value)?;
+                let shape = self.shape(value);
+                let same = |i: usize, t: i64| {
+                    t == 0
+                        || shape
+                            .get(i)
+                            .and_then(Dim::known)
+                            .is_some_and(|d| d as i64 == t)
+                };
+                let loose = |i: usize, t: i64| t == -1 || same(i, t);
+                let ok = target.len() == 4
+                    && same(0, target[0])
+                    && (target[1] == -1 || target[1] == c as i64)
+                    && loose(2, target[2])
+                    && loose(3, target[3])
+                    && target.iter().filter(|&&t| t == -1).count() <= 1;
+                if !ok {
+                    return Err(format!(
+                        "input 1 (shape) is {target:?}: only [N, C, H, W], completing a channel shuffle, is supported"
+                    ));
+                }
+                let per = c / groups;
+                let select = (0..c).map(|j| (j % groups) * per + j / groups).collect();
+                self.push(
+                    node,
+                    Op::SelectChannels {
+                        input: value,
+                        select,
+                    },
+                    false,
+                )?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     fn reshape_flat(&mut self, node: &NodeProto) -> NodeResult<()> {
+        if matches!(node.op_type.as_str(), "Reshape" | "Transpose") && self.shuffle_step(node)? {
+            return Ok(());
+        }
         let (x, flat) = self.act_any(node, 0, "data")?;
         // A squeeze's axes; `None` for a reshape.
         let squeeze_axes = if node.op_type == "Squeeze" {
@@ -1352,7 +2205,11 @@ impl Importer {
                 );
             }
         };
-        let c = self.shape(x)[1].known().unwrap_or(0) as usize;
+        let shape = self.shape(x);
+        let known = |i: usize| shape.get(i).and_then(Dim::known).unwrap_or(0) as usize;
+        // The features of a flattened [N, C, H, W]: C H W, in the order of an OIHW kernel.
+        let (channels, kernel) = (known(1), [known(2), known(3)]);
+        let c = channels * kernel[0] * kernel[1];
         let b = self.constant_input(node, 1, "B")?;
         let data = b.floats().map_err(|m| format!("input 1 (B) {m}"))?;
         let trans_b = gemm && int(node, "transB")?.unwrap_or(0) != 0;
@@ -1392,7 +2249,13 @@ impl Importer {
         } else {
             "dense weight transposed"
         };
-        let weight = self.param(&b, role, alpha, vec![k, c, 1, 1], weight);
+        let weight = self.param(
+            &b,
+            role,
+            alpha,
+            vec![k, channels, kernel[0], kernel[1]],
+            weight,
+        );
         let bias = match (gemm, self.optional_constant(node, 2, "C")?) {
             (true, Some(cb)) => {
                 let beta = float(node, "beta")?.unwrap_or(1.0);
@@ -1513,6 +2376,24 @@ pub const SUPPORTED: &[&str] = &[
     "Gemm",
     "MatMul",
     "Constant",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Tanh",
+    "LeakyRelu",
+    "PRelu",
+    "Elu",
+    "Exp",
+    "Mul",
+    "Sub",
+    "Div",
+    "ReduceMean",
+    "ReduceMax",
+    "Concat",
+    "Pad",
+    "Split",
+    "Slice",
+    "Transpose",
 ];
 
 /// The oldest default-domain (`ai.onnx`) opset the importer reads. Opset 7 (ONNX 1.2) gave
@@ -1538,6 +2419,16 @@ fn max_inputs(op: &str, opset: i64) -> (usize, Option<i64>) {
         "Clip" if opset < 11 => return (1, Some(11)),
         "Dropout" if opset < 12 => return (1, Some(12)),
         "Squeeze" if opset < 13 => return (1, Some(13)),
+        "ReduceMean" | "ReduceMax" if opset < 18 => return (1, Some(18)),
+        "Concat" => usize::MAX,
+        "Pad" if opset < 11 => return (1, Some(11)),
+        "Split" if opset < 13 => return (1, Some(13)),
+        "Slice" if opset < 10 => return (1, Some(10)),
+        "Split" => 2,
+        "Slice" => 5,
+        "Pad" if opset < 18 => 3,
+        "Pad" => 4,
+        "PRelu" | "Mul" | "Sub" | "Div" | "ReduceMean" | "ReduceMax" => 2,
         "Constant" => 0,
         "Add" | "MatMul" | "Reshape" | "Squeeze" => 2,
         "Conv" | "Clip" | "Dropout" | "Gemm" => 3,
@@ -1568,6 +2459,17 @@ const VERSIONED_ATTRIBUTES: &[(&str, &str, i64, Option<i64>)] = &[
     ("Clip", "max", 1, Some(11)),
     ("Squeeze", "axes", 1, Some(13)),
     ("Reshape", "allowzero", 14, None),
+    ("Pad", "pads", 1, Some(11)),
+    ("Split", "split", 1, Some(13)),
+    ("Split", "num_outputs", 18, None),
+    ("Slice", "starts", 1, Some(10)),
+    ("Slice", "ends", 1, Some(10)),
+    ("Slice", "axes", 1, Some(10)),
+    ("Pad", "value", 1, Some(11)),
+    ("ReduceMean", "axes", 1, Some(18)),
+    ("ReduceMax", "axes", 1, Some(18)),
+    ("ReduceMean", "noop_with_empty_axes", 18, None),
+    ("ReduceMax", "noop_with_empty_axes", 18, None),
     ("Constant", "sparse_value", 11, None),
     ("Constant", "value_float", 12, None),
     ("Constant", "value_floats", 12, None),

@@ -13,7 +13,19 @@
 //! `Constant`, and a classifier head: `Flatten` (or `Reshape` to `[N, C]`, or `Squeeze` of the
 //! height and width; without axes, of every dimension of size 1, which must then be the height
 //! and width only, of known N and C) of a 1x1 image followed by `Gemm` or `MatMul`
-//! with constant weights, lowered to a 1x1 convolution of the `[N, C, 1, 1]` image. Inputs must
+//! with constant weights, lowered to a 1x1 convolution of the `[N, C, 1, 1]` image (`Flatten` of
+//! any known `H x W` too: the dense layer becomes a conv whose kernel covers the image). The
+//! activations `Sigmoid`, `HardSigmoid`, `HardSwish` (opset 14 on), `Tanh`, `LeakyRelu`,
+//! `PRelu` (one slope, or one per channel), `Elu` and `Exp`, with `Mul(x, Sigmoid(x))` as SiLU
+//! and `Mul(x, HardSigmoid(x, 1/6, 1/2))` as HardSwish; `Add`, `Sub`, `Mul` and `Div` of two
+//! tensors of one shape or with one of `[N, C, 1, 1]` or `[1, C, 1, 1]` (squeeze-excitation),
+//! and with a scalar or per-channel constant (input normalization: a per-channel affine map,
+//! folded into the conv before it when that conv has no post-op, else a depthwise 1x1 conv);
+//! `ReduceMean` and `ReduceMax` over the height and width (axes as attribute or, from opset
+//! 18, input; `keepdims` or not) as global pools; `Concat` on channels; a zero `Pad` of the
+//! height and width before a `Conv` (joined to its pads); `Split` and `Slice` (step 1) of
+//! channels and the channel shuffle `Reshape` to `[N, g, C / g, H, W]`, `Transpose`
+//! `[0, 2, 1, 3, 4]`, `Reshape` back, as channel selections. Inputs must
 //! be float NCHW tensors; `dim_param`s become IR symbols. Initializers may be stored in an
 //! external data file beside the model (read through a memory map).
 //!

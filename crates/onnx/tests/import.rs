@@ -1,7 +1,7 @@
 //! The importer on small ONNX models built here with the crate's own prost structs: each op
 //! and attribute, the text round trip, names, external data, and every error.
 
-use primjit_ir::{Conv2d, Dim, Op, PoolKind, PostOp};
+use primjit_ir::{Conv2d, Dim, Op, Pads, PoolKind, PostOp};
 use primjit_onnx::proto::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
     TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, attribute_type, data_location,
@@ -984,7 +984,7 @@ fn every_unsupported_node_is_listed_once_and_nothing_downstream() {
             // Reads the failed value: not reported again.
             node("Relu", "relu_after", &["r"], &["r2"], vec![]),
             node("Conv", "conv", &["x", "w"], &["c"], vec![("foo", A::I(1))]),
-            node("Sigmoid", "", &["x"], &["s"], vec![]),
+            node("Softplus", "", &["x"], &["s"], vec![]),
             NodeProto {
                 domain: "com.microsoft".into(),
                 ..node("FusedConv", "fc", &["x"], &["f"], vec![])
@@ -1000,7 +1000,7 @@ fn every_unsupported_node_is_listed_once_and_nothing_downstream() {
         [
             "model.onnx: node \"Resize_42\" (Resize, opset 17): unsupported op",
             "model.onnx: node \"conv\" (Conv, opset 17): attribute foo is not supported",
-            "model.onnx: node \"#3\" (Sigmoid, opset 17): unsupported op",
+            "model.onnx: node \"#3\" (Softplus, opset 17): unsupported op",
             "model.onnx: node \"fc\" (com.microsoft.FusedConv): unsupported op of the domain com.microsoft, which the model does not import: only ops of the default (ai.onnx) domain are supported",
         ]
         .join("\n")
@@ -1155,9 +1155,9 @@ fn node_errors_name_the_attribute_or_input_at_fault() {
             one(
                 17,
                 node("Add", "a", &["x", "b"], &["y"], vec![]),
-                vec![init("b", &[2, 1, 1])],
+                vec![init("b", &[2, 1, 6])],
             ),
-            "node \"a\" (Add, opset 17): adding a constant to an NCHW tensor is not supported: only the sum of two computed tensors of equal shapes",
+            "node \"a\" (Add, opset 17): input 1 is a constant of shape [2, 1, 6]: only a scalar or one value per channel is supported",
         ),
         (
             one(
@@ -1202,8 +1202,12 @@ fn node_errors_name_the_attribute_or_input_at_fault() {
             "node \"bn\" (BatchNormalization, opset 15): input 4 (input_var) has shape [3], expected [2]",
         ),
         (
-            one(13, node("Flatten", "f", &["x"], &["y"], vec![]), vec![]),
-            "node \"f\" (Flatten, opset 13): the input has shape [1, 2, 6, 6]: only a 1x1 image (after a global pool) can be flattened",
+            one(
+                13,
+                node("Div", "d", &["b", "x"], &["y"], vec![]),
+                vec![init("b", &[2, 1, 1])],
+            ),
+            "node \"d\" (Div, opset 13): dividing a constant by a computed tensor is not supported",
         ),
         (
             one(
@@ -2060,4 +2064,410 @@ fn a_stride_over_the_kernels_bound_is_an_error_at_the_node() {
         "model.onnx: node \"c\" (Conv, opset 17): strides must be at most 536870912, found [536870913, 1]"
     );
     assert_eq!(only_conv(&import(&conv(1 << 29))).strides, [1 << 29, 1]);
+}
+
+// ---- issue 55: activations, broadcasting binary ops, reductions, concat -------------------------
+
+#[test]
+fn activations_binary_ops_reductions_and_concat_import_with_their_attributes() {
+    use primjit_ir::{Activation, BinaryKind};
+    let m = model(
+        18,
+        vec![x4("x", 3, 4, 5)],
+        vec![
+            node(
+                "HardSigmoid",
+                "hs",
+                &["x"],
+                &["a"],
+                vec![("alpha", A::F(0.25))],
+            ),
+            node("LeakyRelu", "lr", &["a"], &["b"], vec![]),
+            node("PRelu", "pr", &["b", "slope"], &["c"], vec![]),
+            node("PRelu", "pr1", &["c", "one"], &["d"], vec![]),
+            node("ReduceMean", "rm", &["d", "axes"], &["p"], vec![]),
+            node("Mul", "se", &["p", "d"], &["e"], vec![]),
+            node("Sigmoid", "sg", &["e"], &["s"], vec![]),
+            node("Mul", "silu", &["s", "e"], &["f"], vec![]),
+            node("Sub", "sub", &["f", "p"], &["g"], vec![]),
+            node(
+                "Concat",
+                "cat",
+                &["g", "x"],
+                &["h"],
+                vec![("axis", A::I(-3))],
+            ),
+            node(
+                "ReduceMax",
+                "mx",
+                &["h", "axes"],
+                &["y"],
+                vec![("keepdims", A::I(0))],
+            ),
+        ],
+        vec![
+            init("slope", &[3, 1, 1]),
+            values("one", &[1], vec![0.3]),
+            TensorProto {
+                name: "axes".into(),
+                dims: vec![2],
+                data_type: data_type::INT64,
+                int64_data: vec![3, 2],
+                ..Default::default()
+            },
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    let ops = ops(&i);
+    let x = i.graph.value_by_name("x").unwrap();
+    assert!(matches!(
+        ops[0],
+        Op::Act { act: Activation::HardSigmoid { alpha, beta }, input } if alpha == 0.25 && beta == 0.5 && input == x
+    ));
+    assert!(
+        matches!(ops[1], Op::Act { act: Activation::LeakyRelu { alpha }, .. } if alpha == 0.01)
+    );
+    assert!(matches!(ops[2], Op::PRelu { .. }));
+    // One slope for every channel is a leaky relu.
+    assert!(matches!(ops[3], Op::Act { act: Activation::LeakyRelu { alpha }, .. } if alpha == 0.3));
+    assert!(matches!(
+        ops[4],
+        Op::GlobalPool {
+            kind: PoolKind::Avg,
+            ..
+        }
+    ));
+    // The broadcast operand comes second, whichever side ONNX has it on.
+    let (d, p) = (
+        i.graph.value_by_name("d").unwrap(),
+        i.graph.value_by_name("p").unwrap(),
+    );
+    assert_eq!(
+        ops[5],
+        Op::Binary {
+            kind: BinaryKind::Mul,
+            lhs: d,
+            rhs: p
+        }
+    );
+    // Sigmoid then Mul is one SiLU.
+    assert!(matches!(
+        ops[6],
+        Op::Act {
+            act: Activation::Silu,
+            ..
+        }
+    ));
+    assert!(matches!(
+        ops[7],
+        Op::Binary {
+            kind: BinaryKind::Sub,
+            ..
+        }
+    ));
+    assert!(matches!(&ops[8], Op::Concat { inputs } if inputs.len() == 2));
+    assert!(matches!(
+        ops[9],
+        Op::GlobalPool {
+            kind: PoolKind::Max,
+            ..
+        }
+    ));
+    assert_eq!(i.flattened_outputs, vec!["y".to_string()]);
+    assert_eq!(ops.len(), 10);
+}
+
+#[test]
+fn constants_along_channels_fold_into_the_conv_before_or_make_a_depthwise_conv() {
+    let m = model(
+        17,
+        vec![x4("x", 2, 4, 4)],
+        vec![
+            node("Sub", "norm", &["x", "mean"], &["n"], vec![]),
+            node("Conv", "conv", &["n", "w"], &["c"], vec![]),
+            node("Mul", "scale", &["k", "c"], &["y"], vec![]),
+        ],
+        vec![
+            values("mean", &[1, 2, 1, 1], vec![0.5, -0.25]),
+            init("w", &[3, 2, 1, 1]),
+            values("k", &[3, 1, 1], vec![2.0, 3.0, 4.0]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    let ops = ops(&i);
+    assert_eq!(ops.len(), 2, "{}", i.graph);
+    let Op::Conv2d(norm) = &ops[0] else { panic!() };
+    assert_eq!(norm.groups, 2);
+    let shift = &i
+        .params
+        .get(&i.graph.param(norm.bias.unwrap()).name)
+        .unwrap()
+        .data;
+    assert_eq!(shift, &[-0.5, 0.25]);
+    // The Mul scales the conv's weights and bias: no node of its own.
+    let Op::Conv2d(conv) = &ops[1] else { panic!() };
+    let w = &i.params.get(&i.graph.param(conv.weight).name).unwrap().data;
+    let original = init("w", &[3, 2, 1, 1]).float_data;
+    for (o, k) in [2.0f32, 3.0, 4.0].iter().enumerate() {
+        assert_eq!(w[2 * o], original[2 * o] * k);
+    }
+}
+
+#[test]
+fn the_new_ops_refuse_what_they_cannot_run_listing_every_node() {
+    let m = model(
+        17,
+        vec![x4("x", 4, 6, 6), x4("z", 4, 5, 6)],
+        vec![
+            node("PRelu", "prelu", &["x", "slope"], &["a"], vec![]),
+            node(
+                "Concat",
+                "cat_h",
+                &["x", "z"],
+                &["b"],
+                vec![("axis", A::I(1))],
+            ),
+            node(
+                "Concat",
+                "cat_w",
+                &["x", "x"],
+                &["c"],
+                vec![("axis", A::I(3))],
+            ),
+            node("Concat", "cat_noaxis", &["x", "x"], &["d"], vec![]),
+            node(
+                "ReduceMean",
+                "mean_c",
+                &["x"],
+                &["e"],
+                vec![("axes", A::Is(vec![1]))],
+            ),
+            node("ReduceMax", "max_all", &["x"], &["f"], vec![]),
+            node("Mul", "mul_hw", &["x", "z"], &["g"], vec![]),
+            node("Sub", "sub_left", &["p", "x"], &["h"], vec![]),
+            node("GlobalAveragePool", "p", &["x"], &["p"], vec![]),
+            node(
+                "Elu",
+                "elu",
+                &["x"],
+                &["i"],
+                vec![("alpha", A::F(f32::INFINITY))],
+            ),
+            node("HardSwish", "hswish13", &["x"], &["j"], vec![]),
+            node("Mul", "mul_full", &["x", "full"], &["k"], vec![]),
+            node("Div", "div_const", &["two", "x"], &["l"], vec![]),
+        ],
+        vec![
+            init("slope", &[3]),
+            init("full", &[1, 4, 6, 6]),
+            values("two", &[1], vec![2.0]),
+        ],
+        &["a"],
+    );
+    let mut m13 = m.clone();
+    m13.opset_import[0].version = 13;
+    let text = import_err(&m13);
+    let expected = [
+        "node \"prelu\" (PRelu, opset 13): input 1 (slope) has shape [3]: one slope, or one per channel, is supported",
+        "node \"cat_h\" (Concat, opset 13): concat joins channels only: the height of %z (5) differs from that of %x (6)",
+        "node \"cat_w\" (Concat, opset 13): attribute axis is 3: only concatenating channels (axis 1) is supported",
+        "node \"cat_noaxis\" (Concat, opset 13): attribute axis is missing",
+        "node \"mean_c\" (ReduceMean, opset 13): axes [1]: only reducing the height and width (axes 2 and 3) is supported",
+        "node \"max_all\" (ReduceMax, opset 13): without axes, the reduction is over every dimension: only reducing the height and width (axes 2 and 3) is supported",
+        "node \"mul_hw\" (Mul, opset 13): the operands have shapes [1, 4, 6, 6] and [1, 4, 5, 6]: only equal shapes, or a right operand of [N, C, 1, 1] or [1, C, 1, 1] (or a left one), are supported",
+        "node \"sub_left\" (Sub, opset 13): input 0 (A) \"p\" is not defined before its use",
+        "node \"elu\" (Elu, opset 13): attribute alpha is inf: it must be a finite number",
+        "node \"hswish13\" (HardSwish, opset 13): HardSwish is only defined from opset 14 on",
+        "node \"mul_full\" (Mul, opset 13): input 1 is a constant of shape [1, 4, 6, 6]: only a scalar or one value per channel is supported",
+        "node \"div_const\" (Div, opset 13): dividing a constant by a computed tensor is not supported",
+    ];
+    let got: Vec<&str> = text
+        .lines()
+        .map(|l| l.trim_start_matches("model.onnx: "))
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn a_zero_pad_joins_the_pads_of_the_conv_after_it_and_is_refused_elsewhere() {
+    let pads = |name: &str, v: Vec<i64>| TensorProto {
+        name: name.into(),
+        dims: vec![8],
+        data_type: data_type::INT64,
+        int64_data: v,
+        ..Default::default()
+    };
+    let m = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![
+            node("Pad", "pad", &["x", "p"], &["px"], vec![]),
+            node(
+                "Conv",
+                "conv",
+                &["px", "w"],
+                &["y"],
+                vec![("pads", A::Is(vec![1, 0, 0, 0]))],
+            ),
+        ],
+        vec![
+            pads("p", vec![0, 0, 1, 2, 0, 0, 3, 4]),
+            init("w", &[3, 2, 3, 3]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    assert_eq!(
+        only_conv(&i).pads,
+        Pads {
+            top: 2,
+            left: 2,
+            bottom: 3,
+            right: 4
+        }
+    );
+    let refused = model(
+        17,
+        vec![x4("x", 2, 6, 6)],
+        vec![
+            node(
+                "Pad",
+                "reflect",
+                &["x", "p"],
+                &["a"],
+                vec![("mode", A::S("reflect"))],
+            ),
+            node("Pad", "channels", &["x", "q"], &["b"], vec![]),
+            node("Pad", "zero", &["x", "p"], &["c"], vec![]),
+            node("Relu", "relu", &["c"], &["y"], vec![]),
+        ],
+        vec![
+            pads("p", vec![0, 0, 1, 1, 0, 0, 1, 1]),
+            pads("q", vec![0, 1, 0, 0, 0, 0, 0, 0]),
+        ],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&refused)
+            .lines()
+            .map(|l| l.trim_start_matches("model.onnx: "))
+            .collect::<Vec<_>>(),
+        [
+            "node \"reflect\" (Pad, opset 17): attribute mode is reflect: only constant (zero) padding before a Conv is supported",
+            "node \"channels\" (Pad, opset 17): pads [0, 1, 0, 0, 0, 0, 0, 0]: only the height and width may be padded",
+            "node \"relu\" (Relu, opset 17): input 0 (X) is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins",
+        ]
+    );
+}
+
+#[test]
+fn split_slice_and_the_channel_shuffle_select_channels_and_refuse_other_axes() {
+    let i64s = |name: &str, v: Vec<i64>| TensorProto {
+        name: name.into(),
+        dims: vec![v.len() as i64],
+        data_type: data_type::INT64,
+        int64_data: v,
+        ..Default::default()
+    };
+    let m = model(
+        17,
+        vec![x4("x", 6, 2, 3)],
+        vec![
+            node(
+                "Split",
+                "split",
+                &["x", "sizes"],
+                &["a", "b"],
+                vec![("axis", A::I(1))],
+            ),
+            node("Slice", "slice", &["b", "st", "en", "ax"], &["c"], vec![]),
+            node("Reshape", "view", &["x", "s1"], &["v"], vec![]),
+            node(
+                "Transpose",
+                "t",
+                &["v"],
+                &["tv"],
+                vec![("perm", A::Is(vec![0, 2, 1, 3, 4]))],
+            ),
+            node("Reshape", "back", &["tv", "s2"], &["y"], vec![]),
+        ],
+        vec![
+            i64s("sizes", vec![2, 4]),
+            i64s("st", vec![-3]),
+            i64s("en", vec![i64::MAX]),
+            i64s("ax", vec![-3]),
+            i64s("s1", vec![1, 3, 2, 2, -1]),
+            i64s("s2", vec![0, 6, 2, 3]),
+        ],
+        &["a", "c", "y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    let selects: Vec<Vec<usize>> = ops(&i)
+        .into_iter()
+        .map(|op| match op {
+            Op::SelectChannels { select, .. } => select,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // Split [2, 4]; channels -3.. of the second part; the shuffle of 3 groups of 2.
+    assert_eq!(
+        selects,
+        [
+            vec![0, 1],
+            vec![2, 3, 4, 5],
+            vec![1, 2, 3],
+            vec![0, 2, 4, 1, 3, 5]
+        ]
+    );
+    let refused = model(
+        17,
+        vec![x4("x", 6, 2, 3)],
+        vec![
+            node(
+                "Split",
+                "split_h",
+                &["x"],
+                &["a", "b"],
+                vec![("axis", A::I(2))],
+            ),
+            node(
+                "Slice",
+                "slice_step",
+                &["x", "st", "en", "ax", "two"],
+                &["c"],
+                vec![],
+            ),
+            node(
+                "Transpose",
+                "t",
+                &["x"],
+                &["y"],
+                vec![("perm", A::Is(vec![0, 1, 3, 2]))],
+            ),
+        ],
+        vec![
+            i64s("st", vec![0]),
+            i64s("en", vec![4]),
+            i64s("ax", vec![1]),
+            i64s("two", vec![2]),
+        ],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&refused)
+            .lines()
+            .map(|l| l.trim_start_matches("model.onnx: "))
+            .collect::<Vec<_>>(),
+        [
+            "node \"split_h\" (Split, opset 17): attribute axis is 2: only splitting channels (axis 1) is supported",
+            "node \"slice_step\" (Slice, opset 17): only a step of 1 is supported",
+            "node \"t\" (Transpose, opset 17): only the Transpose of a channel shuffle ([N, g, C / g, H, W] with perm [0, 2, 1, 3, 4]) is supported",
+        ]
+    );
 }

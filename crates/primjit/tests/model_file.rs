@@ -220,12 +220,12 @@ fn overrides_must_name_parameters_while_a_state_dict_may_hold_more() {
     )
     .unwrap_err();
     assert!(
-        matches!(e, ParamFileError::Unknown { ref unknown, .. } if unknown == &["wieght", "bias"]),
+        matches!(e, ParamFileError::Unknown { ref unknown, .. } if unknown == &["bias", "wieght"]),
         "{e}"
     );
     assert_eq!(
         e.to_string(),
-        "params names parameters the graph does not have: @wieght, @bias; its parameters: @w, @b"
+        "params names parameters the graph does not have: @bias, @wieght; its parameters: @w, @b"
     );
     // A known name replaces the initializer, the others stay.
     let bound = bind_params(&graph, Some(initializers.clone()), given(&["b"]), "params").unwrap();

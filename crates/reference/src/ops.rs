@@ -3,7 +3,8 @@
 //! See the crate documentation for their preconditions and rounding.
 
 use primjit_ir::{
-    Conv2d, Pads, Pool2d, PoolKind, PoolWindow, Tensor, conv_output_extent, pool_output_extent,
+    Activation, BinaryKind, Conv2d, Pads, Pool2d, PoolKind, PoolWindow, Tensor, conv_output_extent,
+    pool_output_extent,
 };
 
 /// An element-wise operation applied to a convolution's output, in f64, before rounding.
@@ -17,6 +18,8 @@ pub enum Post<'a> {
         lo: f32,
         hi: f32,
     },
+    /// An activation, in f64 ([`Activation::eval`]).
+    Act(Activation),
 }
 
 /// The attributes of [`conv2d`], as in [`primjit_ir::Conv2d`].
@@ -182,6 +185,7 @@ pub fn conv2d(
                             Post::Relu => relu64(acc),
                             Post::Add(r) => acc + r.data[idx] as f64,
                             Post::Clip { lo, hi } => acc.clamp(lo as f64, hi as f64),
+                            Post::Act(a) => a.eval(acc),
                         };
                     }
                     out.push(acc as f32);
@@ -354,6 +358,101 @@ pub fn batchnorm(
         .collect();
     Tensor {
         shape: x.shape.clone(),
+        data,
+    }
+}
+
+/// An activation element-wise, in f64 from each f32 and rounded once (NaN stays NaN).
+pub fn activation(x: &Tensor, act: Activation) -> Tensor {
+    Tensor {
+        shape: x.shape.clone(),
+        data: x.data.iter().map(|&v| act.eval(v as f64) as f32).collect(),
+    }
+}
+
+/// `x` where `x >= 0`, else `slope[c] * x`, with a `[C]` slope over `[N, C, H, W]`.
+pub fn prelu(x: &Tensor, slope: &Tensor) -> Tensor {
+    let [_, c, h, w] = dims4(x);
+    assert_eq!(slope.shape, [c], "the slope must have shape [C]");
+    let data = x
+        .data
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let s = slope.data[i / (h * w) % c] as f64;
+            let v = v as f64;
+            (if v < 0.0 { s * v } else { v }) as f32
+        })
+        .collect();
+    Tensor {
+        shape: x.shape.clone(),
+        data,
+    }
+}
+
+/// `a op b` element-wise, where `b` has `a`'s shape or is `[N, C, 1, 1]` or `[1, C, 1, 1]`,
+/// broadcast over height and width (and, for the latter, over the batch).
+pub fn binary(kind: BinaryKind, a: &Tensor, b: &Tensor) -> Tensor {
+    let [n, c, h, w] = dims4(a);
+    let [bn, bc, bh, bw] = dims4(b);
+    let full = b.shape == a.shape;
+    assert!(
+        full || (bc == c && bh == 1 && bw == 1 && (bn == n || bn == 1)),
+        "the right operand must have the left one's shape or [N, C, 1, 1] or [1, C, 1, 1]"
+    );
+    let data = a
+        .data
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let y = if full {
+                b.data[i]
+            } else {
+                let (image, channel) = (i / (c * h * w), i / (h * w) % c);
+                b.data[if bn == 1 { 0 } else { image } * c + channel]
+            };
+            kind.eval(x as f64, y as f64) as f32
+        })
+        .collect();
+    Tensor {
+        shape: a.shape.clone(),
+        data,
+    }
+}
+
+/// The inputs joined along channels: each `[N, C_i, H, W]`, the result `[N, sum C_i, H, W]`.
+pub fn concat(inputs: &[&Tensor]) -> Tensor {
+    let [n, _, h, w] = dims4(inputs[0]);
+    let channels: usize = inputs.iter().map(|t| dims4(t)[1]).sum();
+    let mut data = Vec::with_capacity(n * channels * h * w);
+    for image in 0..n {
+        for t in inputs {
+            let [tn, tc, th, tw] = dims4(t);
+            assert!(tn == n && th == h && tw == w, "concat joins channels only");
+            let plane = tc * h * w;
+            data.extend_from_slice(&t.data[image * plane..(image + 1) * plane]);
+        }
+    }
+    Tensor {
+        shape: vec![n, channels, h, w],
+        data,
+    }
+}
+
+/// Channels of `x` picked by index: output channel `j` is input channel `select[j]`.
+pub fn select_channels(x: &Tensor, select: &[usize]) -> Tensor {
+    let [n, c, h, w] = dims4(x);
+    let plane = h * w;
+    let mut data = Vec::with_capacity(n * select.len() * plane);
+    for image in 0..n {
+        for &s in select {
+            assert!(s < c, "channel {s} of {c}");
+            let at = (image * c + s) * plane;
+            data.extend_from_slice(&x.data[at..at + plane]);
+        }
+    }
+    Tensor {
+        shape: vec![n, select.len(), h, w],
         data,
     }
 }

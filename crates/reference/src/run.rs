@@ -237,6 +237,7 @@ pub fn run_graph(
                         PostOp::Add(r) => Some(Post::Add(value(r))),
                         PostOp::Clip { lo, hi } => Some(Post::Clip { lo, hi }),
                         PostOp::MaxPool(_) => None,
+                        PostOp::Act(a) => Some(Post::Act(a)),
                     })
                     .collect();
                 let y = ops::conv2d(
@@ -266,6 +267,14 @@ pub fn run_graph(
                 param(b.var),
                 b.epsilon,
             ),
+            Op::Act { act, input } => ops::activation(value(*input), *act),
+            Op::PRelu { input, slope } => ops::prelu(value(*input), param(*slope)),
+            Op::Binary { kind, lhs, rhs } => ops::binary(*kind, value(*lhs), value(*rhs)),
+            Op::Concat { inputs } => {
+                let inputs: Vec<&Tensor> = inputs.iter().map(|&v| value(v)).collect();
+                ops::concat(&inputs)
+            }
+            Op::SelectChannels { input, select } => ops::select_channels(value(*input), select),
         };
         debug_assert_eq!(
             Some(&out.shape),

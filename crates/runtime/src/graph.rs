@@ -16,8 +16,8 @@ use std::sync::Arc;
 use primjit_codegen::Isa;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout,
-    Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
+    Broadcast, ConcatDesc, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
+    GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey, SelectDesc,
 };
 use primjit_ir::{
     Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, Shapes, Tensor, Value,
@@ -101,6 +101,8 @@ enum Prepared {
         algo: ConvAlgo,
         isa: Isa,
     },
+    /// A PReLU's slopes, one per channel, rounded up to whole vectors with zeros.
+    Slope(Vec<f32>),
     Other,
 }
 
@@ -265,6 +267,11 @@ impl CompiledGraph {
                         isa: desc.isa,
                     }
                 }
+                Op::PRelu { slope, .. } => {
+                    let mut s = params.get(*slope).data.to_vec();
+                    s.resize(s.len().div_ceil(4) * 4, 0.0);
+                    Prepared::Slope(s)
+                }
                 _ => Prepared::Other,
             };
             prepared.push(p);
@@ -303,7 +310,7 @@ impl CompiledGraph {
             .iter()
             .map(|p| match p {
                 Prepared::Conv { algo, isa, .. } => (*algo, *isa),
-                Prepared::Other => (ConvAlgo::Direct, Isa::X128),
+                Prepared::Slope(_) | Prepared::Other => (ConvAlgo::Direct, Isa::X128),
             })
             .collect()
     }
@@ -553,6 +560,11 @@ impl CompiledGraph {
                 Op::Relu { input: x } => *x == input.value,
                 Op::Add { lhs, rhs } => *lhs == input.value || *rhs == input.value,
                 Op::Conv2d(c) => c.post_ops.contains(&PostOp::Add(input.value)),
+                Op::Act { .. }
+                | Op::PRelu { .. }
+                | Op::Binary { .. }
+                | Op::Concat { .. }
+                | Op::SelectChannels { .. } => n.op.value_operands().contains(&input.value),
                 _ => false,
             }) || self.graph.outputs().iter().any(|(_, v)| *v == input.value);
             if needs_blocked {
@@ -753,8 +765,47 @@ impl CompiledGraph {
                     extra: &[blocked_of(*rhs)],
                     scratch: None,
                 }),
-                (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Other) => {
-                    unreachable!("convs are prepared")
+                (Op::Act { input, .. }, _) => execute(ExecArgs {
+                    src: blocked_of(*input),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[],
+                    scratch: None,
+                }),
+                (Op::PRelu { input, .. }, Prepared::Slope(slope)) => execute(ExecArgs {
+                    src: blocked_of(*input),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[slope],
+                    scratch: None,
+                }),
+                (Op::Binary { lhs, rhs, .. }, _) => execute(ExecArgs {
+                    src: blocked_of(*lhs),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[blocked_of(*rhs)],
+                    scratch: None,
+                }),
+                (Op::Concat { inputs }, _) => {
+                    let rest: Vec<&[f32]> = inputs[1..].iter().map(|&v| blocked_of(v)).collect();
+                    execute(ExecArgs {
+                        src: blocked_of(inputs[0]),
+                        weights: None,
+                        dst: &mut dst,
+                        extra: &rest,
+                        scratch: None,
+                    })
+                }
+                (Op::SelectChannels { input, .. }, _) => execute(ExecArgs {
+                    src: blocked_of(*input),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[],
+                    scratch: None,
+                }),
+                (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Slope(_) | Prepared::Other)
+                | (Op::PRelu { .. }, Prepared::Conv { .. } | Prepared::Other) => {
+                    unreachable!("convs and prelus are prepared")
                 }
             };
             // The destination is the value's buffer from here on, also when the call failed,
@@ -1200,6 +1251,7 @@ fn keys_at(
                                     Some(PostOpDesc::Clip { lo: *lo, hi: *hi })
                                 }
                                 PostOp::MaxPool(_) => None,
+                                PostOp::Act(a) => Some(PostOpDesc::Act(*a)),
                             })
                             .collect(),
                         pool: fused_pool(c),
@@ -1260,6 +1312,56 @@ fn keys_at(
                 d.ih = ih;
                 d.iw = iw;
                 PrimitiveKey::Conv(d.with_runtime(rt))
+            }
+            Op::Act { act, input } => PrimitiveKey::Eltwise(EltwiseDesc {
+                kind: EltwiseKind::Act(*act),
+                shape: concrete(*input)?,
+                layout: Layout::Nchw4c,
+            }),
+            Op::PRelu { input, .. } => PrimitiveKey::Eltwise(EltwiseDesc {
+                kind: EltwiseKind::PRelu,
+                shape: concrete(*input)?,
+                layout: Layout::Nchw4c,
+            }),
+            Op::Binary { kind, lhs, rhs } => {
+                let (a, b) = (concrete(*lhs)?, concrete(*rhs)?);
+                let rhs = if a == b {
+                    Broadcast::Full
+                } else if b[0] == a[0] {
+                    Broadcast::PerImageChannel
+                } else {
+                    Broadcast::PerChannel
+                };
+                PrimitiveKey::Eltwise(EltwiseDesc {
+                    kind: EltwiseKind::Binary { op: *kind, rhs },
+                    shape: a,
+                    layout: Layout::Nchw4c,
+                })
+            }
+            Op::Concat { inputs } => {
+                let shapes = inputs
+                    .iter()
+                    .map(|&v| concrete(v))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let [n, _, h, w] = shapes[0];
+                PrimitiveKey::Concat(ConcatDesc {
+                    mb: n,
+                    channels: shapes.iter().map(|s| s[1]).collect(),
+                    h,
+                    w,
+                    layout: Layout::Nchw4c,
+                })
+            }
+            Op::SelectChannels { input, select } => {
+                let [n, c, h, w] = concrete(*input)?;
+                PrimitiveKey::SelectChannels(SelectDesc {
+                    mb: n,
+                    c,
+                    h,
+                    w,
+                    select: select.clone(),
+                    layout: Layout::Nchw4c,
+                })
             }
         };
         out.push((name, key));

@@ -470,6 +470,8 @@ impl ConvProblem {
                 PostOpDesc::Relu => Post::Relu,
                 PostOpDesc::Add => Post::Add(residuals.next().expect("one residual per add")),
                 PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
+                // tests/eltwise.rs tests convs with activations.
+                PostOpDesc::Act(a) => Post::Act(a),
             })
             .collect();
         let y = primjit_reference::conv2d(&data.x, &data.w, data.b.as_ref(), &self.attrs(), &posts);
@@ -1958,6 +1960,7 @@ impl EltwiseProblem {
         match self.desc.kind {
             EltwiseKind::Relu => primjit_reference::relu(&a),
             EltwiseKind::Add => primjit_reference::add(&a, &b),
+            _ => unreachable!("tests/eltwise.rs tests the other kinds"),
         }
     }
 
@@ -1970,6 +1973,7 @@ impl EltwiseProblem {
             extra: match d.kind {
                 EltwiseKind::Relu => Vec::new(),
                 EltwiseKind::Add => vec![guarded(&to_layout(&b, d.layout))],
+                _ => unreachable!("tests/eltwise.rs tests the other kinds"),
             },
             dst_layout: d.layout,
             dst_shape: d.shape,

@@ -418,6 +418,7 @@ fn check_single(engine: &Engine, key: &PrimitiveKey, rng: &mut Rng) {
                     primjit_reference::add(&a, &b),
                     vec![in_layout(&b, d.layout)],
                 ),
+                _ => unreachable!("the stress keys are relus and adds"),
             };
             (
                 in_layout(&a, d.layout),

@@ -335,6 +335,8 @@ impl DirectTile {
                             a.add(x, x, RESIDUAL);
                             block_bases(a, first, rdx);
                         }
+                        // `ConvDesc::tier_for` keeps every other post-op's key at x128.
+                        ref other => unreachable!("{other} is not a wide tile's post-op"),
                     }
                 }
                 a.store_blocks(x, self.blocks(u), px);

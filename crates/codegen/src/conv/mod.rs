@@ -43,6 +43,7 @@ pub(crate) fn apply_post_ops(
                 adds += 1;
                 e.b.ins().fadd(x, y)
             }
+            PostOpDesc::Act(a) => crate::lower_eltwise::activation(e, *a, x),
         };
     }
     x

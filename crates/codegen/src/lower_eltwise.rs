@@ -1,0 +1,622 @@
+//! Lowers the element-wise activations, PReLU and the broadcasting binary ops to Cranelift IR,
+//! with the vector approximations of `exp` and `tanh` they need (Cranelift has neither).
+//!
+//! `exp` is Cephes' `expf`: `x = n ln 2 + r` with `n` rounded to the nearest integer and
+//! `|r| <= ln(2) / 2`, `exp(r)` by a degree-7 polynomial, and `2^n` built in the exponent bits
+//! (as two factors, so that `n` may reach 129 and -150 without an infinite or denormal
+//! factor: the product overflows and underflows as the exact value does). Inputs are clamped
+//! to `[-104, 89]` first, past which `exp` is 0 or infinite in f32 anyway; a NaN is put back at
+//! the end (a clamp by `maxps`/`minps` drops it). `tanh` is Cephes' `tanhf`: an odd polynomial
+//! below 0.625 and `1 - 2 / (exp(2|x|) + 1)` above. The bounds `runtime/tests/eltwise.rs`
+//! checks against f64 are in [`EXP_ULPS`] and [`TANH_ULPS`].
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{ConstantData, InstBuilder, MemFlagsData, Value, types};
+
+use crate::emit::{Emit, F32_BYTES};
+use crate::key::{Activation, BinaryKind, Broadcast, EltwiseDesc, EltwiseKind, Layout};
+use crate::plan::{LANES, Strides};
+
+/// The largest error of the vector `exp` in units of the last place of the f32 result, where
+/// that result is a normal number (tested over `[-87, 88]`); below, the absolute error is under
+/// `2^-149` plus that of the last normal results.
+pub const EXP_ULPS: f32 = 2.0;
+/// The largest error of the vector `tanh`, in units of the last place of the result.
+pub const TANH_ULPS: f32 = 3.0;
+
+const SRC: usize = 0;
+const DST: usize = 2;
+const SRC2: usize = 3;
+
+fn splat_i32(e: &mut Emit<'_>, v: i32) -> Value {
+    let c = e.b.ins().iconst(types::I32, v as i64);
+    e.b.ins().splat(types::I32X4, c)
+}
+
+fn to_int(e: &mut Emit<'_>, x: Value) -> Value {
+    e.b.ins().bitcast(types::I32X4, MemFlagsData::new(), x)
+}
+
+fn to_float(e: &mut Emit<'_>, x: Value) -> Value {
+    e.b.ins().bitcast(types::F32X4, MemFlagsData::new(), x)
+}
+
+/// `if mask { a } else { b }` lane by lane, for an `fcmp` or `icmp` mask.
+fn select(e: &mut Emit<'_>, mask: Value, a: Value, b: Value) -> Value {
+    let mask = if e.b.func.dfg.value_type(mask) == types::F32X4 {
+        mask
+    } else {
+        to_float(e, mask)
+    };
+    e.b.ins().bitselect(mask, a, b)
+}
+
+/// `y`, but NaN wherever `x` is NaN.
+fn keep_nan(e: &mut Emit<'_>, x: Value, y: Value) -> Value {
+    let nan = e.b.ins().fcmp(FloatCC::Unordered, x, x);
+    select(e, nan, x, y)
+}
+
+/// `2^k` for integer lanes `k` in `[-126, 127]`, built in the exponent bits.
+fn pow2(e: &mut Emit<'_>, k: Value) -> Value {
+    let bias = splat_i32(e, 127);
+    let biased = e.b.ins().iadd(k, bias);
+    let bits = e.b.ins().ishl_imm_u(biased, 23);
+    to_float(e, bits)
+}
+
+/// `exp(x)` as `(q, n)`: `exp(x) = (1 + q) 2^n` with `q = expm1(r)` of the reduced argument
+/// (so that `q` is `expm1(x)` itself where `n` is 0), `n` in integer lanes. NaN lanes are not
+/// kept: the caller puts them back.
+fn exp_parts(e: &mut Emit<'_>, x: Value) -> (Value, Value) {
+    let lo = e.splat_const(-104.0);
+    let hi = e.splat_const(89.0);
+    let x = e.pmax(x, lo);
+    let x = e.pmin(x, hi);
+    // n = round(x / ln 2) by the magic number 1.5 * 2^23: adding it rounds to an integer.
+    let magic = e.splat_const(12_582_912.0);
+    let log2e = e.splat_const(std::f32::consts::LOG2_E);
+    let kf = e.fma(x, log2e, magic);
+    let nf = e.b.ins().fsub(kf, magic);
+    let (k_bits, magic_bits) = (to_int(e, kf), to_int(e, magic));
+    let n = e.b.ins().isub(k_bits, magic_bits);
+    // r = x - n ln 2 in two steps (Cody and Waite): n * C1 is exact.
+    let c1 = e.splat_const(-0.693_359_4);
+    let c2 = e.splat_const(2.121_944_4e-4);
+    let r = e.fma(nf, c1, x);
+    let r = e.fma(nf, c2, r);
+    let coefficients = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ];
+    let mut p = e.splat_const(coefficients[0]);
+    for &k in &coefficients[1..] {
+        let k = e.splat_const(k);
+        p = e.fma(p, r, k);
+    }
+    let r2 = e.b.ins().fmul(r, r);
+    let q = e.fma(p, r2, r);
+    (q, n)
+}
+
+/// `(1 + q) 2^n` as two factors `2^(n >> 1)` and `2^(n - (n >> 1))`, each a normal number for
+/// `n` in `[-150, 129]`.
+fn scale(e: &mut Emit<'_>, q: Value, n: Value) -> Value {
+    let one = e.splat_const(1.0);
+    let y = e.b.ins().fadd(q, one);
+    let n1 = e.b.ins().sshr_imm_u(n, 1);
+    let n2 = e.b.ins().isub(n, n1);
+    let (p1, p2) = (pow2(e, n1), pow2(e, n2));
+    let y = e.b.ins().fmul(y, p1);
+    e.b.ins().fmul(y, p2)
+}
+
+/// `exp(x)` of a vector, NaN lanes dropped (see [`exp`]).
+fn exp_raw(e: &mut Emit<'_>, x: Value) -> Value {
+    let (q, n) = exp_parts(e, x);
+    scale(e, q, n)
+}
+
+/// `exp(x)` of a vector.
+pub(crate) fn exp(e: &mut Emit<'_>, x: Value) -> Value {
+    let y = exp_raw(e, x);
+    keep_nan(e, x, y)
+}
+
+/// `exp(x) - 1`, accurate near 0 too: where the reduction leaves `n = 0`, `q` itself.
+fn expm1_raw(e: &mut Emit<'_>, x: Value) -> Value {
+    let (q, n) = exp_parts(e, x);
+    let y = scale(e, q, n);
+    let one = e.splat_const(1.0);
+    let y = e.b.ins().fsub(y, one);
+    let zero = splat_i32(e, 0);
+    let small = e.b.ins().icmp(IntCC::Equal, n, zero);
+    select(e, small, q, y)
+}
+
+/// `1 / (1 + exp(-x))`, NaN lanes dropped.
+fn sigmoid_raw(e: &mut Emit<'_>, x: Value) -> Value {
+    let minus = e.b.ins().fneg(x);
+    let ex = exp_raw(e, minus);
+    let one = e.splat_const(1.0);
+    let d = e.b.ins().fadd(ex, one);
+    e.b.ins().fdiv(one, d)
+}
+
+/// `tanh(x)`: Cephes' `tanhf`.
+fn tanh_raw(e: &mut Emit<'_>, x: Value) -> Value {
+    let ax = e.b.ins().fabs(x);
+    // Above 0.625: 1 - 2 / (exp(2|x|) + 1), with x's sign.
+    let two = e.splat_const(2.0);
+    let one = e.splat_const(1.0);
+    let a2 = e.b.ins().fmul(ax, two);
+    let ex = exp_raw(e, a2);
+    let d = e.b.ins().fadd(ex, one);
+    let t = e.b.ins().fdiv(two, d);
+    let big = e.b.ins().fsub(one, t);
+    let neg = e.b.ins().fneg(big);
+    let zero = e.splat_const(0.0);
+    let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
+    let big = select(e, negative, neg, big);
+    // Below: x + x^3 P(x^2).
+    let z = e.b.ins().fmul(x, x);
+    let coefficients = [
+        -5.704_988_7e-3,
+        2.063_909e-2,
+        -5.373_971_6e-2,
+        0.133_314_42,
+        -0.333_332_8,
+    ];
+    let mut p = e.splat_const(coefficients[0]);
+    for &k in &coefficients[1..] {
+        let k = e.splat_const(k);
+        p = e.fma(p, z, k);
+    }
+    let pz = e.b.ins().fmul(p, z);
+    let small = e.fma(pz, x, x);
+    let limit = e.splat_const(0.625);
+    let is_small = e.b.ins().fcmp(FloatCC::LessThan, ax, limit);
+    select(e, is_small, small, big)
+}
+
+/// `max(0, min(1, alpha x + beta))`, NaN lanes dropped.
+fn hard_sigmoid_raw(e: &mut Emit<'_>, x: Value, alpha: f32, beta: f32) -> Value {
+    let (a, b) = (e.splat_const(alpha), e.splat_const(beta));
+    let y = e.fma(x, a, b);
+    let (zero, one) = (e.splat_const(0.0), e.splat_const(1.0));
+    let y = e.pmax(y, zero);
+    e.pmin(y, one)
+}
+
+/// `act(x)` of a vector, in registers: the standalone kernels' and the conv post-op's.
+pub(crate) fn activation(e: &mut Emit<'_>, act: Activation, x: Value) -> Value {
+    let zero = e.splat_const(0.0);
+    match act {
+        Activation::Sigmoid => {
+            let y = sigmoid_raw(e, x);
+            keep_nan(e, x, y)
+        }
+        Activation::HardSigmoid { alpha, beta } => {
+            let y = hard_sigmoid_raw(e, x, alpha, beta);
+            keep_nan(e, x, y)
+        }
+        Activation::HardSwish => {
+            let h = hard_sigmoid_raw(e, x, 1.0 / 6.0, 0.5);
+            // NaN times anything is NaN: no lane to put back.
+            e.b.ins().fmul(x, h)
+        }
+        Activation::Tanh => {
+            let y = tanh_raw(e, x);
+            keep_nan(e, x, y)
+        }
+        Activation::LeakyRelu { alpha } => {
+            let a = e.splat_const(alpha);
+            let scaled = e.b.ins().fmul(x, a);
+            let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
+            select(e, negative, scaled, x)
+        }
+        Activation::Elu { alpha } => {
+            let m = expm1_raw(e, x);
+            let a = e.splat_const(alpha);
+            let scaled = e.b.ins().fmul(m, a);
+            let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
+            select(e, negative, scaled, x)
+        }
+        Activation::Silu => {
+            let s = sigmoid_raw(e, x);
+            e.b.ins().fmul(x, s)
+        }
+        Activation::Exp => exp(e, x),
+    }
+}
+
+/// The second operand of a kernel's op for the plane at hand: a vector loaded once per plane
+/// (a slope, a broadcast value), or one per vector of the source (a full second source).
+#[derive(Clone, Copy)]
+enum Operand {
+    None,
+    PerPlane,
+    PerElement,
+}
+
+/// `x op y` of the key's kind.
+fn apply(e: &mut Emit<'_>, kind: EltwiseKind, x: Value, y: Option<Value>) -> Value {
+    match kind {
+        EltwiseKind::Act(a) => activation(e, a, x),
+        EltwiseKind::PRelu => {
+            let slope = y.expect("a slope");
+            let zero = e.splat_const(0.0);
+            let scaled = e.b.ins().fmul(x, slope);
+            let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
+            select(e, negative, scaled, x)
+        }
+        EltwiseKind::Binary { op, .. } => {
+            let y = y.expect("a second operand");
+            match op {
+                BinaryKind::Add => e.b.ins().fadd(x, y),
+                BinaryKind::Sub => e.b.ins().fsub(x, y),
+                BinaryKind::Mul => e.b.ins().fmul(x, y),
+                BinaryKind::Div => e.b.ins().fdiv(x, y),
+            }
+        }
+        EltwiseKind::Relu | EltwiseKind::Add => unreachable!("lowered by lower_pool"),
+    }
+}
+
+/// A vector whose first `lanes` lanes are all ones and the others zero: what keeps the padding
+/// lanes of a last, partial `nChw4c` block at zero.
+fn lane_mask(e: &mut Emit<'_>, lanes: usize) -> Value {
+    let bytes: Vec<u8> = (0..16)
+        .map(|i| if i / 4 < lanes { 0xff } else { 0 })
+        .collect();
+    let c = e.b.func.dfg.constants.insert(ConstantData::from(bytes));
+    e.b.ins().vconst(types::I32X4, c)
+}
+
+/// The activations, PReLU and binary ops: for each image and channel plane (a block of four
+/// channels in `nChw4c`), the contiguous span of the call's rows, four floats at a time (one
+/// at a time for an NCHW remainder). A per-channel operand is loaded once per plane. In
+/// `nChw4c` the padding lanes of a last, partial block are written as zeros, so that no op (a
+/// division of zeros) leaves a NaN there for a convolution to multiply by its zero weights.
+pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
+    let f = F32_BYTES;
+    let [n, c, h, w] = d.shape;
+    let strides = Strides::new(d.layout, d.shape);
+    let (planes, plane_stride) = match d.layout {
+        Layout::Nchw => (c, h * w),
+        Layout::Nchw4c => (c.div_ceil(LANES), strides.block),
+    };
+    let image_stride = strides.image as i64 * f;
+    let plane_bytes = plane_stride as i64 * f;
+    let row = strides.row as i64;
+    // Per image and per plane: how far the second operand's pointer moves, in bytes.
+    let lane_bytes = match d.layout {
+        Layout::Nchw => f,
+        Layout::Nchw4c => LANES as i64 * f,
+    };
+    let (operand, image_step, step) = match d.kind {
+        EltwiseKind::PRelu => (Operand::PerPlane, 0, lane_bytes),
+        EltwiseKind::Binary { rhs, .. } => match rhs {
+            Broadcast::Full => (Operand::PerElement, image_stride, plane_bytes),
+            Broadcast::PerImageChannel => {
+                (Operand::PerPlane, planes as i64 * lane_bytes, lane_bytes)
+            }
+            Broadcast::PerChannel => (Operand::PerPlane, 0, lane_bytes),
+        },
+        _ => (Operand::None, 0, 0),
+    };
+    let src = e.buffer(SRC);
+    let dst = e.buffer(DST);
+    let second = !matches!(operand, Operand::None);
+    let src2 = second.then(|| e.buffer(SRC2));
+    let (start, end) = e.clamp_items(0, h);
+    let first = e.b.ins().imul_imm_s(start, row * f);
+    let count = e.b.ins().isub(end, start);
+    let count = e.b.ins().imul_imm_s(count, row);
+    let zero_i = e.iconst(0);
+    let count = e.imax(count, zero_i);
+    let vectors = e.b.ins().ushr_imm_u(count, 2);
+    let tail = e.b.ins().band_imm_u(count, 3);
+
+    let src0 = e.b.ins().iadd(src, first);
+    let dst0 = e.b.ins().iadd(dst, first);
+    let mut bases = vec![src0, dst0];
+    // A full second source starts at the call's first row like the first; a per-plane one at
+    // its first plane.
+    if let Some(s2) = src2 {
+        bases.push(match operand {
+            Operand::PerElement => e.b.ins().iadd(s2, first),
+            _ => s2,
+        });
+    }
+    let mut image_steps = vec![image_stride, image_stride];
+    let mut plane_steps = vec![plane_bytes, plane_bytes];
+    if second {
+        image_steps.push(image_step);
+        plane_steps.push(step);
+    }
+    let partial = c % LANES;
+    let masked = d.layout == Layout::Nchw4c && partial != 0;
+    let scalar_tail = d.layout == Layout::Nchw && !w.is_multiple_of(LANES);
+    let kind = d.kind;
+    // One plane: its operand, its vectors, its scalar remainder.
+    let plane = |e: &mut Emit<'_>, p: &[Value], mask: Option<Value>| {
+        let per_plane = match operand {
+            Operand::PerPlane => Some(match d.layout {
+                Layout::Nchw4c => e.load_vec(p[2], 0),
+                Layout::Nchw => e.splat_load(p[2], 0),
+            }),
+            _ => None,
+        };
+        let after = e.for_range(zero_i, vectors, p, |e, _, q| {
+            let x = e.load_vec(q[0], 0);
+            let y = match per_plane {
+                Some(v) => Some(v),
+                None if second => Some(e.load_vec(q[2], 0)),
+                None => None,
+            };
+            let mut r = apply(e, kind, x, y);
+            if let Some(m) = mask {
+                let bits = to_int(e, r);
+                let bits = e.b.ins().band(bits, m);
+                r = to_float(e, bits);
+            }
+            e.store_vec(r, q[1], 0);
+            let mut next = vec![
+                e.offset(q[0], LANES as i64 * f),
+                e.offset(q[1], LANES as i64 * f),
+            ];
+            if second {
+                next.push(match operand {
+                    Operand::PerElement => e.offset(q[2], LANES as i64 * f),
+                    _ => q[2],
+                });
+            }
+            next
+        });
+        if scalar_tail {
+            e.for_range(zero_i, tail, &after, |e, _, q| {
+                let x = e.load_f32(q[0], 0);
+                let x = e.b.ins().splat(types::F32X4, x);
+                let y = match per_plane {
+                    Some(v) => Some(v),
+                    None if second => Some(e.splat_load(q[2], 0)),
+                    None => None,
+                };
+                let r = apply(e, kind, x, y);
+                let r = e.b.ins().extractlane(r, 0);
+                e.store_f32(r, q[1], 0);
+                let mut next = vec![e.offset(q[0], f), e.offset(q[1], f)];
+                if second {
+                    next.push(match operand {
+                        Operand::PerElement => e.offset(q[2], f),
+                        _ => q[2],
+                    });
+                }
+                next
+            });
+        }
+    };
+    let full_planes = if masked { planes - 1 } else { planes };
+    e.for_count_ptrs(n, &bases, &image_steps, |e, p| {
+        let p = p.to_vec();
+        let last = e.for_count_ptrs(full_planes, &p, &plane_steps, |e, q| {
+            plane(e, q, None);
+        });
+        if masked {
+            let mask = lane_mask(e, partial);
+            plane(e, &last, Some(mask));
+        }
+    });
+}
+
+/// Copies `pixels` pixels of `lanes` channels from `src` (lanes `0..lanes` of each
+/// `nChw4c` pixel) to `dst`, where source lane `l` lands in channel `shift + l` counted from
+/// the block at `dst`: a vector per pixel where the blocks line up, scalars elsewhere.
+fn copy_lanes(
+    e: &mut Emit<'_>,
+    pixels: Value,
+    src: Value,
+    dst: Value,
+    lanes: usize,
+    shift: usize,
+    dst_block_bytes: i64,
+) {
+    let f = F32_BYTES;
+    let zero = e.iconst(0);
+    let px = LANES as i64 * f;
+    e.for_range(zero, pixels, &[src, dst], |e, _, q| {
+        if shift == 0 && lanes == LANES {
+            let v = e.load_vec(q[0], 0);
+            e.store_vec(v, q[1], 0);
+        } else {
+            for l in 0..lanes {
+                let t = shift + l;
+                let off = (t / LANES) as i64 * dst_block_bytes + (t % LANES) as i64 * f;
+                let x = e.load_f32(q[0], l as i64 * f);
+                e.store_f32(x, q[1], off);
+            }
+        }
+        vec![e.offset(q[0], px), e.offset(q[1], px)]
+    });
+}
+
+/// Concat along channels: every input's rows of the call copied into the result's channels
+/// from its offset on. In `nChw4c`, whole source blocks go by one loop over blocks (a vector
+/// copy per pixel when the offset is a multiple of four, four lane copies otherwise), a last
+/// partial block lane by lane, and the result's padding lanes are written as zeros; in NCHW
+/// each channel's span of rows is contiguous in both, and is copied four floats at a time.
+pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
+    let f = F32_BYTES;
+    let (h, w) = (d.h, d.w);
+    let total = d.total_channels();
+    let dst = e.buffer(DST);
+    let srcs: Vec<Value> = (0..d.channels.len())
+        .map(|i| e.buffer(if i == 0 { SRC } else { SRC2 + i - 1 }))
+        .collect();
+    let (start, end) = e.clamp_items(0, h);
+    let rows = e.b.ins().isub(end, start);
+    let zero_i = e.iconst(0);
+    let rows = e.imax(rows, zero_i);
+    let pixels = e.b.ins().imul_imm_s(rows, w as i64);
+    let plane_bytes = (h * w) as i64 * f;
+    match d.layout {
+        Layout::Nchw4c => {
+            let block = plane_bytes * LANES as i64;
+            let first = e.b.ins().imul_imm_s(start, (w * LANES) as i64 * f);
+            let dst0 = e.b.ins().iadd(dst, first);
+            let dst_image = total.div_ceil(LANES) as i64 * block;
+            let mut c0 = 0;
+            for (&c, &src) in d.channels.iter().zip(&srcs) {
+                let src0 = e.b.ins().iadd(src, first);
+                let src_image = c.div_ceil(LANES) as i64 * block;
+                let (full, part, shift) = (c / LANES, c % LANES, c0 % LANES);
+                let dst_c = e.offset(dst0, (c0 / LANES) as i64 * block);
+                e.for_count_ptrs(d.mb, &[src0, dst_c], &[src_image, dst_image], |e, p| {
+                    let last = e.for_count_ptrs(full, p, &[block, block], |e, q| {
+                        copy_lanes(e, pixels, q[0], q[1], LANES, shift, block);
+                    });
+                    if part > 0 {
+                        copy_lanes(e, pixels, last[0], last[1], part, shift, block);
+                    }
+                });
+                c0 += c;
+            }
+            let padded = total % LANES;
+            if padded != 0 {
+                let last = e.offset(dst0, (total / LANES) as i64 * block);
+                let zero = e.b.ins().f32const(0.0);
+                e.for_count_ptrs(d.mb, &[last], &[dst_image], |e, p| {
+                    e.for_range(zero_i, pixels, p, |e, _, q| {
+                        for l in padded..LANES {
+                            e.store_f32(zero, q[0], l as i64 * f);
+                        }
+                        vec![e.offset(q[0], LANES as i64 * f)]
+                    });
+                });
+            }
+        }
+        Layout::Nchw => {
+            let first = e.b.ins().imul_imm_s(start, w as i64 * f);
+            let dst0 = e.b.ins().iadd(dst, first);
+            let dst_image = total as i64 * plane_bytes;
+            let vectors = e.b.ins().ushr_imm_u(pixels, 2);
+            let tail = e.b.ins().band_imm_u(pixels, 3);
+            let mut c0 = 0;
+            for (&c, &src) in d.channels.iter().zip(&srcs) {
+                let src0 = e.b.ins().iadd(src, first);
+                let dst_c = e.offset(dst0, c0 as i64 * plane_bytes);
+                let steps = [c as i64 * plane_bytes, dst_image];
+                e.for_count_ptrs(d.mb, &[src0, dst_c], &steps, |e, p| {
+                    e.for_count_ptrs(c, p, &[plane_bytes, plane_bytes], |e, q| {
+                        let after = e.for_range(zero_i, vectors, q, |e, _, r| {
+                            let v = e.load_vec(r[0], 0);
+                            e.store_vec(v, r[1], 0);
+                            let step = LANES as i64 * f;
+                            vec![e.offset(r[0], step), e.offset(r[1], step)]
+                        });
+                        e.for_range(zero_i, tail, &after, |e, _, r| {
+                            let x = e.load_f32(r[0], 0);
+                            e.store_f32(x, r[1], 0);
+                            vec![e.offset(r[0], f), e.offset(r[1], f)]
+                        });
+                    });
+                });
+                c0 += c;
+            }
+        }
+    }
+}
+
+/// Picks channels: for each image and destination block of four channels, the pixels of the
+/// call's rows, each a vector copy where the block's four source channels are one aligned
+/// source block, else four lane copies (zeros in the padding lanes of a last, partial
+/// block); in NCHW, each destination channel's span of rows copied from its source channel.
+pub fn lower_select(e: &mut Emit<'_>, d: &crate::key::SelectDesc) {
+    let f = F32_BYTES;
+    let (h, w, out) = (d.h, d.w, d.select.len());
+    let src = e.buffer(SRC);
+    let dst = e.buffer(DST);
+    let (start, end) = e.clamp_items(0, h);
+    let rows = e.b.ins().isub(end, start);
+    let zero_i = e.iconst(0);
+    let rows = e.imax(rows, zero_i);
+    let pixels = e.b.ins().imul_imm_s(rows, w as i64);
+    let plane_bytes = (h * w) as i64 * f;
+    match d.layout {
+        Layout::Nchw4c => {
+            let block = plane_bytes * LANES as i64;
+            let first = e.b.ins().imul_imm_s(start, (w * LANES) as i64 * f);
+            let src0 = e.b.ins().iadd(src, first);
+            let dst0 = e.b.ins().iadd(dst, first);
+            let steps = [
+                d.c.div_ceil(LANES) as i64 * block,
+                out.div_ceil(LANES) as i64 * block,
+            ];
+            let zero = e.b.ins().f32const(0.0);
+            e.for_count_ptrs(d.mb, &[src0, dst0], &steps, |e, p| {
+                for b in 0..out.div_ceil(LANES) {
+                    let lanes: Vec<Option<usize>> = (0..LANES)
+                        .map(|l| d.select.get(b * LANES + l).copied())
+                        .collect();
+                    let aligned = lanes[0].is_some_and(|s0| {
+                        s0 % LANES == 0 && (0..LANES).all(|l| lanes[l] == Some(s0 + l))
+                    });
+                    let dst_b = e.offset(p[1], b as i64 * block);
+                    let px = LANES as i64 * f;
+                    e.for_range(zero_i, pixels, &[p[0], dst_b], |e, _, q| {
+                        if aligned {
+                            let s0 = lanes[0].expect("aligned");
+                            let v = e.load_vec(q[0], (s0 / LANES) as i64 * block);
+                            e.store_vec(v, q[1], 0);
+                        } else {
+                            for (l, s) in lanes.iter().enumerate() {
+                                let x = match s {
+                                    Some(s) => {
+                                        let off =
+                                            (s / LANES) as i64 * block + (s % LANES) as i64 * f;
+                                        e.load_f32(q[0], off)
+                                    }
+                                    None => zero,
+                                };
+                                e.store_f32(x, q[1], l as i64 * f);
+                            }
+                        }
+                        vec![e.offset(q[0], px), e.offset(q[1], px)]
+                    });
+                }
+            });
+        }
+        Layout::Nchw => {
+            let first = e.b.ins().imul_imm_s(start, w as i64 * f);
+            let src0 = e.b.ins().iadd(src, first);
+            let dst0 = e.b.ins().iadd(dst, first);
+            let vectors = e.b.ins().ushr_imm_u(pixels, 2);
+            let tail = e.b.ins().band_imm_u(pixels, 3);
+            let steps = [d.c as i64 * plane_bytes, out as i64 * plane_bytes];
+            e.for_count_ptrs(d.mb, &[src0, dst0], &steps, |e, p| {
+                for (j, &s) in d.select.iter().enumerate() {
+                    let q = [
+                        e.offset(p[0], s as i64 * plane_bytes),
+                        e.offset(p[1], j as i64 * plane_bytes),
+                    ];
+                    let after = e.for_range(zero_i, vectors, &q, |e, _, r| {
+                        let v = e.load_vec(r[0], 0);
+                        e.store_vec(v, r[1], 0);
+                        let step = LANES as i64 * f;
+                        vec![e.offset(r[0], step), e.offset(r[1], step)]
+                    });
+                    e.for_range(zero_i, tail, &after, |e, _, r| {
+                        let x = e.load_f32(r[0], 0);
+                        e.store_f32(x, r[1], 0);
+                        vec![e.offset(r[0], f), e.offset(r[1], f)]
+                    });
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Writes one seed per op of issue 55 for the `onnx_import` fuzz target into onnx_import/:
+a one-byte mode prefix (1: the rest is the model) and a small model whose one node (after a
+conv, where the op needs an activation from one) is that op. Run by hand with a Python that
+has onnx (see tests/onnx/make_zoo.py):
+
+    /tmp/ov/bin/python fuzz/seeds/make_onnx_seeds.py
+"""
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_import")
+
+
+def model(name, nodes, inits, opset=17, out_shape=(1, 5, "H", "W"), in_shape=(1, 5, "H", "W")):
+    graph = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
+        [numpy_helper.from_array(np.asarray(v, dtype=d), n) for n, v, d in inits])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def unary(op, **attrs):
+    return model(op, [helper.make_node(op, ["x"], ["y"], **attrs)], [])
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    f32, i64 = np.float32, np.int64
+    rng = np.random.default_rng(0)
+    seeds = {
+        "sigmoid": unary("Sigmoid"),
+        "hardsigmoid": unary("HardSigmoid", alpha=0.25, beta=0.4),
+        "hardswish": unary("HardSwish"),
+        "tanh": unary("Tanh"),
+        "leakyrelu": unary("LeakyRelu", alpha=0.2),
+        "elu": unary("Elu", alpha=0.5),
+        "exp": unary("Exp"),
+        "prelu": model("prelu", [helper.make_node("PRelu", ["x", "s"], ["y"])],
+                       [("s", rng.uniform(0, 1, (5, 1, 1)), f32)]),
+        "silu": model("silu", [helper.make_node("Sigmoid", ["x"], ["s"]),
+                               helper.make_node("Mul", ["x", "s"], ["y"])], []),
+        "mul_se": model("mul_se", [helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+                                   helper.make_node("Mul", ["x", "p"], ["y"])], []),
+        "sub_div_norm": model("sub_div_norm", [
+            helper.make_node("Sub", ["x", "m"], ["t"]),
+            helper.make_node("Div", ["t", "s"], ["y"])],
+            [("m", rng.uniform(0, 1, (1, 5, 1, 1)), f32), ("s", rng.uniform(0.5, 1, (1, 5, 1, 1)), f32)]),
+        "add_bcast": model("add_bcast", [helper.make_node("ReduceMax", ["x"], ["p"], axes=[2, 3]),
+                                         helper.make_node("Add", ["p", "x"], ["y"])], []),
+        "reducemean": model("reducemean", [helper.make_node("ReduceMean", ["x", "a"], ["y"], keepdims=0)],
+                            [("a", [2, 3], i64)], opset=18, out_shape=[1, 5]),
+        "pad_conv": model("pad_conv", [
+            helper.make_node("Pad", ["x", "p"], ["px"]),
+            helper.make_node("Conv", ["px", "w"], ["y"], kernel_shape=[3, 3])],
+            [("p", [0, 0, 1, 1, 0, 0, 1, 1], i64), ("w", rng.standard_normal((5, 5, 3, 3)), f32)]),
+        "split_slice": model("split_slice", [
+            helper.make_node("Split", ["x", "sz"], ["a", "b"], axis=1),
+            helper.make_node("Slice", ["b", "st", "en", "ax"], ["c"]),
+            helper.make_node("Concat", ["c", "a"], ["y"], axis=1)],
+            [("sz", [2, 3], i64), ("st", [1], i64), ("en", [3], i64), ("ax", [1], i64)],
+            out_shape=(1, 4, "H", "W")),
+        "shuffle": model("shuffle", [
+            helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
+            helper.make_node("Reshape", ["c", "s1"], ["v"]),
+            helper.make_node("Transpose", ["v"], ["t"], perm=[0, 2, 1, 3, 4]),
+            helper.make_node("Reshape", ["t", "s2"], ["y"])],
+            [("s1", [1, 2, 5, 6, -1], i64), ("s2", [1, 10, 6, -1], i64)],
+            out_shape=(1, 10, 6, "W"), in_shape=(1, 5, 6, "W")),
+        "concat": model("concat", [helper.make_node("Relu", ["x"], ["r"]),
+                                   helper.make_node("Concat", ["x", "r", "x"], ["y"], axis=1)], []),
+    }
+    w = rng.standard_normal((4, 5, 3, 3)).astype(f32)
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["x"], ["f"]),
+         helper.make_node("Gemm", ["f", "w"], ["y"], transB=1)], "flatten_gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(w.reshape(4, 45), "w")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    seeds["flatten_gemm"] = m
+    for name, m in seeds.items():
+        with open(os.path.join(OUT, f"{name}.bin"), "wb") as f:
+            f.write(b"\x01" + m.SerializeToString())
+    print(f"wrote {len(seeds)} seeds to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
