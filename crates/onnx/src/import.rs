@@ -363,6 +363,19 @@ impl Importer {
         }
     }
 
+    /// The values of parameter `name`, whether they are its own already or still its
+    /// constant's ([`ParamValues::Shared`], moved in by [`Self::settle_shared`]).
+    fn param_values(&self, name: &str) -> Option<Vec<f32>> {
+        match self.params.get(name) {
+            Some(t) => Some(t.data.clone()),
+            None => self
+                .shared
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, c)| c.floats().ok().map(|v| v.to_vec())),
+        }
+    }
+
     /// Moves the values of the parameters that share a constant's into their tensors, once
     /// the bindings are no longer needed: each constant is then held by its parameters alone,
     /// and the first (usually only) one takes its values without a copy.
@@ -1383,12 +1396,7 @@ impl Importer {
         }) {
             let w = self.graph.param(conv.weight);
             let (wname, wshape) = (w.name.clone(), w.shape.clone());
-            let weights = self
-                .params
-                .get(&wname)
-                .expect("imported weights")
-                .data
-                .clone();
+            let weights = self.param_values(&wname).expect("imported weights");
             let per_out = weights.len() / channels.max(1);
             let data: Vec<f32> = weights
                 .iter()
@@ -1399,7 +1407,7 @@ impl Importer {
                 .map(|o| {
                     let b = conv.bias.map_or(0.0, |b| {
                         let name = &self.graph.param(b).name;
-                        self.params.get(name).expect("imported bias").data[o]
+                        self.param_values(name).expect("imported bias")[o]
                     });
                     b * scale[o] + shift[o]
                 })

@@ -1116,8 +1116,25 @@ fn conv_desc_shell(
     d.dst_layout = Layout::Nchw4c;
     d.bias = c.bias.is_some();
     d.algo = conv_algo.pick(&d);
+    // The post-ops decide the tier (a wide tile computes only some), and so the packing.
+    d.post_ops = post_op_descs(c);
     d.isa = d.tier_for(isa);
     d
+}
+
+/// A conv's post-ops as its key lists them: all but the fused max pool, which is the key's
+/// `pool`.
+fn post_op_descs(c: &primjit_ir::Conv2d) -> Vec<PostOpDesc> {
+    c.post_ops
+        .iter()
+        .filter_map(|p| match p {
+            PostOp::Relu => Some(PostOpDesc::Relu),
+            PostOp::Add(_) => Some(PostOpDesc::Add),
+            PostOp::Clip { lo, hi } => Some(PostOpDesc::Clip { lo: *lo, hi: *hi }),
+            PostOp::MaxPool(_) => None,
+            PostOp::Act(a) => Some(PostOpDesc::Act(*a)),
+        })
+        .collect()
 }
 
 /// The window of a conv's fused max pool, if it has one.
@@ -1241,19 +1258,7 @@ fn keys_at(
                         pads: c.pads,
                         groups: c.groups,
                         bias: c.bias.is_some(),
-                        post_ops: c
-                            .post_ops
-                            .iter()
-                            .filter_map(|p| match p {
-                                PostOp::Relu => Some(PostOpDesc::Relu),
-                                PostOp::Add(_) => Some(PostOpDesc::Add),
-                                PostOp::Clip { lo, hi } => {
-                                    Some(PostOpDesc::Clip { lo: *lo, hi: *hi })
-                                }
-                                PostOp::MaxPool(_) => None,
-                                PostOp::Act(a) => Some(PostOpDesc::Act(*a)),
-                            })
-                            .collect(),
+                        post_ops: post_op_descs(c),
                         pool: fused_pool(c),
                         src_layout: src_layout(c.input),
                         dst_layout: Layout::Nchw4c,
