@@ -606,7 +606,7 @@ pub enum EltwiseKind {
     Relu,
     /// Two sources of one shape; the second is the kernel's first extra buffer.
     Add,
-    /// An activation ([`crate::lower_eltwise`]'s vector approximations).
+    /// An activation (`lower_eltwise`'s vector approximations).
     Act(Activation),
     /// `x` where `x >= 0`, else `slope[c] * x`: the slopes, one per channel rounded up to
     /// whole vectors, are the kernel's first extra buffer.

@@ -676,7 +676,7 @@ impl ConvPlan {
     }
 
     /// 4-lane vectors per wide vector, when the tiles are wide: the plan's tier is wide and
-    /// its tiling is the tier's ([`ConvPlan::wide_tile`]).
+    /// its tiling is the tier's (`ConvPlan::wide_tile`).
     pub fn wide_ratio(&self) -> Option<usize> {
         let ratio = self.desc.isa.target().lanes / LANES;
         Self::wide_tile(&self.desc, self.desc.oc.div_ceil(LANES))

@@ -114,7 +114,7 @@ pub enum Activation {
 }
 
 impl Activation {
-    /// Every activation with its default attributes, in the order of [`ActKind`].
+    /// Every activation with its default attributes, in the order of `ActKind`.
     pub const ALL: [Activation; 8] = [
         Activation::Sigmoid,
         Activation::HardSigmoid {

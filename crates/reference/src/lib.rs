@@ -1,7 +1,7 @@
 //! The reference interpreter: straightforward loops with f64 accumulation, the oracle for every kernel test.
 //!
 //! [`conv2d`], [`pool2d`], [`global_pool`], [`relu`], [`add`], [`batchnorm`], [`activation`],
-//! [`prelu`], [`binary`], [`concat`] and [`select_channels`] compute one op each on NCHW [`Tensor`]s with ONNX
+//! [`prelu`], [`binary`], [`concat()`] and [`select_channels`] compute one op each on NCHW [`Tensor`]s with ONNX
 //! semantics; [`run_graph`] validates a whole
 //! [`primjit_ir::Graph`] against its inputs and parameters and runs it op by op.
 //!

@@ -257,7 +257,7 @@ impl Drop for SoloRun<'_> {
 /// An engine is `Send + Sync`: share one (in an `Arc`) between all the threads of a server.
 /// Graph runs of several threads, on one model or on several models of the engine, run at
 /// once: the first takes the pool, the others each run on their calling thread
-/// ([`Engine::run_hot`]); all share the primitive cache.
+/// (`Engine::run_hot`); all share the primitive cache.
 pub struct Engine {
     cache: PrimitiveCache,
     pool: rayon::ThreadPool,

@@ -218,7 +218,7 @@ impl CompiledGraph {
     /// for that algorithm, and serve every input size.
     ///
     /// The weights are packed for the vector tier of an engine made from the environment
-    /// ([`crate::config::env_isa`]: the host's, or `PRIMJIT_MAX_ISA`); a graph run on an
+    /// ([`crate::env_isa`]: the host's, or `PRIMJIT_MAX_ISA`); a graph run on an
     /// engine with another cap takes [`Self::with_target`] and that engine's [`Engine::isa`].
     pub fn with_conv_algo(
         graph: &Graph,

@@ -20,7 +20,7 @@ pub mod stream;
 mod workspace;
 
 pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
-pub use engine::{Engine, EngineConfig};
+pub use engine::{Engine, EngineConfig, env_isa};
 pub use error::{ConfigError, ExecError, RuntimeError};
 pub use graph::{
     BandKernel, CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes,
