@@ -125,7 +125,7 @@ fn widen(key: &mut PrimitiveKey, w: &Widen) {
                 .expect("in range") = v;
         }
         PrimitiveKey::Eltwise(d) => d.shape[w.field as usize % 4] = v,
-        PrimitiveKey::FmaPeak(_) => {}
+        PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => {}
     }
 }
 

@@ -140,7 +140,7 @@ fuzz_target!(|spec: OpSpec| {
         PrimitiveKey::Pool(d) => (d.src_layout, d.src_shape()),
         PrimitiveKey::GlobalPool(d) => (d.src_layout, [d.mb, d.c, d.ih, d.iw]),
         PrimitiveKey::Eltwise(d) => (d.layout, d.shape),
-        PrimitiveKey::FmaPeak(_) => unreachable!("not generated"),
+        PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => unreachable!("not generated"),
     };
     let dirty_input = src_layout == Layout::Nchw4c
         || (problem.dst_layout == Layout::Nchw4c && !problem.extra.is_empty());

@@ -433,7 +433,9 @@ impl Problem {
             PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) => {
                 panic!("the fuzz specs make no concat or channel selection")
             }
-            PrimitiveKey::FmaPeak(_) => panic!("the FMA peak loop has no reference"),
+            PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => {
+                panic!("the FMA peak loops have no reference")
+            }
         }
     }
 

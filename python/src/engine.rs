@@ -178,6 +178,8 @@ fn entry_dict<'py>(py: Python<'py>, e: &EntryInfo) -> PyResult<Bound<'py, PyDict
 #[pymethods]
 impl PyEngine {
     #[new]
+    // One parameter per keyword of the Python signature.
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(
         signature = (budget=None, capacity=None, threads=None, verbose=None, conv_algo=None, workspace_budget=None, max_isa=None),
         text_signature = "(budget=\"64MiB\", capacity=None, threads=0, verbose=0, conv_algo=\"auto\", workspace_budget=None, max_isa=None)"

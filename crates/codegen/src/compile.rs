@@ -342,7 +342,7 @@ pub fn compile(
         let disasm = dumps.disasm.then(|| x64::disassemble(&code, 0));
         return Ok(CompiledKernel {
             key: key.clone(),
-            tiles: vec![0..code.len()],
+            tiles: std::iter::once(0..code.len()).collect(),
             code,
             compile_time: start.elapsed(),
             clif: None,

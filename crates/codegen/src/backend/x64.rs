@@ -124,8 +124,7 @@ impl DirectTile {
     /// Whether the weight vectors of a unit sit in registers (loaded once for all pixels) or
     /// are read by each FMA from memory; the latter for tiles too wide for the registers.
     fn weights_in_registers(&self) -> bool {
-        self.pixels > 1
-            && self.accumulators() + self.vectors() + 1 <= self.isa.target().vector_registers
+        self.pixels > 1 && self.accumulators() + self.vectors() < self.isa.target().vector_registers
     }
 
     /// The first accumulator's register: below it the broadcast, the weights, and the
