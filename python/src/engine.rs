@@ -62,6 +62,17 @@ fn max_isa_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Isa> {
         .map_err(|e: primjit::IsaError| error(py, Kind::Config, format!("max_isa: {e}")))
 }
 
+/// `mode="exact" | "dynamic"` of `Engine.load` and `Engine.load_bytes`; None is "exact".
+fn mode_from(py: Python<'_>, mode: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    match mode {
+        Some(m) => {
+            let expected = "expected \"exact\" or \"dynamic\"";
+            args::text_arg(py, m, Kind::Config, "mode", expected)
+        }
+        None => Ok("exact".to_string()),
+    }
+}
+
 /// `random_params`: a seed as the command line's `--random-params` takes it, any `u64`.
 fn seed_from(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u64> {
     let expected = format!("expected a seed from 0 to {}, or None", u64::MAX);
@@ -276,16 +287,7 @@ impl PyEngine {
                 type_name(path)
             ))
         })?;
-        let mode = match mode {
-            Some(m) => args::text_arg(
-                py,
-                m,
-                Kind::Config,
-                "mode",
-                "expected \"exact\" or \"dynamic\"",
-            )?,
-            None => "exact".to_string(),
-        };
+        let mode = mode_from(py, mode)?;
         let seed = random_params.map(|r| seed_from(py, r)).transpose()?;
         let input = model::ModelInput::Path(path);
         model::load(py, &self.engine, self.conv_algo, input, params, &mode, seed)
@@ -314,16 +316,7 @@ impl PyEngine {
                 type_name(data)
             ))
         })?;
-        let mode = match mode {
-            Some(m) => args::text_arg(
-                py,
-                m,
-                Kind::Config,
-                "mode",
-                "expected \"exact\" or \"dynamic\"",
-            )?,
-            None => "exact".to_string(),
-        };
+        let mode = mode_from(py, mode)?;
         let seed = random_params.map(|r| seed_from(py, r)).transpose()?;
         let input = model::ModelInput::Bytes(data);
         model::load(py, &self.engine, self.conv_algo, input, params, &mode, seed)

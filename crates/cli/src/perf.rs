@@ -225,6 +225,7 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
     )?;
     // Each wide tier up to the engine's: its own peak from the x64 backend's loop, and its
     // direct convolution's full register tile alternated with it.
+    let mut one_core = vec![(Isa::X128, peak.gflops)];
     for isa in Isa::ALL
         .into_iter()
         .filter(|&t| t != Isa::X128 && t <= engine.isa())
@@ -245,6 +246,7 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
             "register tile {isa}: {:.1} GFLOP/s ({tile_key}, the direct convolutions' wide tile; median {:.1}); {ratio:.2} of the {isa} peak, the median of runs alternated with it",
             tile.gflops, tile.median_gflops
         )?;
+        one_core.push((isa, wide.gflops));
     }
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -252,14 +254,13 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         args.threads
     };
     if threads > 1 {
-        for isa in Isa::ALL.into_iter().filter(|&t| t <= engine.isa()) {
+        for (isa, one) in one_core {
             let [(all, _)] = measure_patterns(&engine, [peak_key(isa)], threads)?;
-            let [(one, _)] = measure_patterns(&engine, [peak_key(isa)], 1)?;
             writeln!(
                 out,
                 "peak {isa}: {:.1} GFLOP/s with {threads} threads at once ({:.2}x one core)",
                 all.gflops,
-                all.gflops / one.gflops
+                all.gflops / one
             )?;
         }
     }

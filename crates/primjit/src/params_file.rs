@@ -88,6 +88,13 @@ pub fn read_safetensors(
     graph: &Graph,
     fallback: Option<&Params>,
 ) -> Result<Params, ParamFileError> {
+    let (map, origin) = map_regular(path)?;
+    safetensors_params(&map, &origin, graph, fallback)
+}
+
+/// Maps a parameter file read-only, with the name its errors give it: the crate's one mapping
+/// of a parameter file, for [`read_safetensors`] and [`read_params`].
+fn map_regular(path: &Path) -> Result<(memmap2::Mmap, String), ParamFileError> {
     let origin = path.display().to_string();
     let read_error = |source| ParamFileError::Read {
         origin: origin.clone(),
@@ -97,12 +104,12 @@ pub fn read_safetensors(
     // whose opening blocks until a writer comes.
     let file = crate::file::open_regular(path).map_err(read_error)?;
     #[allow(unsafe_code)]
-    // SAFETY: the map is read-only and private to this function, which copies the values out
+    // SAFETY: the map is read-only and private to its caller, which copies the values out
     // before returning and drops it. memmap2 requires that the file not be truncated or
     // modified by another process while mapped: a parameter file is not written while a model
     // is loaded from it (as for every loader that maps weights).
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
-    safetensors_params(&map, &origin, graph, fallback)
+    Ok((map, origin))
 }
 
 /// [`read_safetensors`] on the file's bytes; `origin` names the file in errors.
@@ -283,16 +290,7 @@ pub fn read_params(
     graph: &Graph,
     initializers: Option<Params>,
 ) -> Result<BoundParams, ParamFileError> {
-    let origin = path.display().to_string();
-    let read_error = |source| ParamFileError::Read {
-        origin: origin.clone(),
-        source,
-    };
-    let file = crate::file::open_regular(path).map_err(read_error)?;
-    #[allow(unsafe_code)]
-    // SAFETY: as in `read_safetensors`: read-only, private to this function, dropped before it
-    // returns; the file is not written while a model is loaded from it.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
+    let (map, origin) = map_regular(path)?;
     params_from_bytes(&map, &origin, graph, initializers)
 }
 
