@@ -306,7 +306,16 @@ impl ConvDesc {
             .post_ops
             .iter()
             .all(crate::backend::x64::DirectTile::supports);
-        if self.algo == ConvAlgo::Direct && self.groups == 1 && tile_posts {
+        // The tile addresses weights and inputs by 32-bit displacements: keys whose weights
+        // or a row's reach do not fit them (kernels of thousands of taps) keep x128 code.
+        let weight_bytes =
+            (self.oc.div_ceil(4) * 4) as u128 * self.ic as u128 * (self.kh * self.kw) as u128 * 4;
+        let reach = ((self.kw.saturating_sub(1)) as u128 * self.dilations[1] as u128
+            + 24 * self.strides[1] as u128
+            + 1)
+            * 16;
+        let small = weight_bytes < i32::MAX as u128 && reach < i32::MAX as u128;
+        if self.algo == ConvAlgo::Direct && self.groups == 1 && tile_posts && small {
             engine
         } else {
             Isa::X128

@@ -224,3 +224,16 @@ fn wide_peaks_are_emitted_whole_for_each_wide_tier() {
     .unwrap_err();
     assert!(err.to_string().contains("needs a wide tier"), "{err}");
 }
+
+/// Keys whose tiles could not address their weights with 32-bit displacements keep x128
+/// code, as do the families the wide tiles do not cover yet.
+#[test]
+fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
+    let plain = ConvDesc::new(1, 64, [9, 9], 64, [3, 3]);
+    assert_eq!(plain.tier_for(Isa::Avx512), Isa::Avx512);
+    let huge = ConvDesc::new(1, 4096, [2048, 2048], 64, [2048, 2048]);
+    assert_eq!(huge.tier_for(Isa::Avx2), Isa::X128);
+    let mut grouped = plain.clone();
+    grouped.groups = 4;
+    assert_eq!(grouped.tier_for(Isa::Avx2), Isa::X128);
+}
