@@ -93,6 +93,10 @@ struct Built {
 struct Builder {
     graph: Graph,
     shapes: Vec<(Value, [usize; 4])>,
+    /// Global pools' outputs: the values whose symbolic shape is `[N, C, 1, 1]`, not only their
+    /// shape under the bindings (a pooled `[1, 1, H, 1]` is `[1, 1, 1, 1]` when `H` is 1, yet
+    /// cannot be broadcast per channel).
+    per_channel: Vec<(Value, [usize; 4])>,
     names: usize,
 }
 
@@ -172,6 +176,8 @@ impl Builder {
                 };
                 let [n, c, _, _] = shape;
                 self.node(&mut bytes, Op::GlobalPool { kind, input }, [n, c, 1, 1]);
+                let pooled = *self.shapes.last().expect("the node just added");
+                self.per_channel.push(pooled);
             }
             6 => match bytes.below(6) {
                 0 => self.node(&mut bytes, Op::Relu { input }, shape),
@@ -197,7 +203,14 @@ impl Builder {
                     let kind = kinds[bytes.below(4)];
                     let [n, c, _, _] = shape;
                     let rhs = if bytes.flag() {
-                        self.value_of_shape(&mut bytes, [n, c, 1, 1])
+                        let candidates: Vec<Value> = self
+                            .per_channel
+                            .iter()
+                            .filter(|(_, s)| *s == [n, c, 1, 1])
+                            .map(|(v, _)| *v)
+                            .collect();
+                        (!candidates.is_empty())
+                            .then(|| candidates[bytes.below(candidates.len())])
                     } else {
                         self.value_of_shape(&mut bytes, shape)
                     }
@@ -474,6 +487,7 @@ fn build(spec: &InputSpec, seeds: &[[u8; 32]], extra_outputs: u32) -> Built {
     let mut b = Builder {
         graph: Graph::new("random"),
         shapes: Vec::new(),
+        per_channel: Vec::new(),
         names: 0,
     };
     let x = b.graph.add_input("x", shape.clone()).unwrap();
