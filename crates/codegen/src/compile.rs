@@ -9,7 +9,7 @@ use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 
-use crate::backend::x64::{self, DirectTile};
+use crate::backend::x64::{self, WideTile};
 use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
 use crate::key::{ConvAlgo, EltwiseKind, FmaPattern, KeyError, PrimitiveKey};
@@ -257,7 +257,7 @@ pub fn lower(
     key: &PrimitiveKey,
     host: &HostIsa,
     options: CodegenOptions,
-) -> (Function, Vec<DirectTile>) {
+) -> (Function, Vec<WideTile>) {
     let mut func = Function::new();
     let mut fctx = new_context();
     let mut e = Emit::new(&mut func, &mut fctx, host.has_fma, options.prefetch_weights);
@@ -351,7 +351,7 @@ pub fn compile(
     }
     let host = host_isa(options.verify)?;
     let (func, tiles) = lower(key, host, options);
-    let tiles: Vec<Vec<u8>> = tiles.iter().map(DirectTile::assemble).collect();
+    let tiles: Vec<Vec<u8>> = tiles.iter().map(WideTile::assemble).collect();
     let clif = dumps.clif.then(|| func.display().to_string());
     // The tiles' names, read after compiling, while the compiled code borrows the context.
     let names = func.params.clone();

@@ -17,7 +17,7 @@ use cranelift_codegen::ir::{
     UserFuncName, Value, types,
 };
 
-use crate::backend::x64::DirectTile;
+use crate::backend::x64::WideTile;
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
@@ -80,7 +80,7 @@ pub struct Emit<'a> {
     prefetch_sig: Option<SigRef>,
     /// The wide register tiles the kernel calls, each once, in the order of their names
     /// (`UserExternalName { namespace: TILE_NAMESPACE, index }`), with their imports.
-    pub tiles: Vec<(DirectTile, FuncRef)>,
+    pub tiles: Vec<(WideTile, FuncRef)>,
 }
 
 /// The namespace of the wide tiles' names in a kernel's calls: `compile` places tile `index`
@@ -139,7 +139,7 @@ impl<'a> Emit<'a> {
     }
 
     /// Ends the function and returns the wide tiles it calls, in the order of their names.
-    pub fn finish(mut self, config: TargetFrontendConfig) -> Vec<DirectTile> {
+    pub fn finish(mut self, config: TargetFrontendConfig) -> Vec<WideTile> {
         self.b.ins().return_(&[]);
         self.b.seal_all_blocks();
         self.b.finalize(config);
@@ -198,10 +198,10 @@ impl<'a> Emit<'a> {
             .call_indirect(sig, self.prefetch, &[start, bytes]);
     }
 
-    /// Calls the wide register tile `tile` with `args` (see [`DirectTile`] for their order),
+    /// Calls the wide register tile `tile` with `args` (see each [`WideTile`] for their order),
     /// importing it at its first call. A call clobbers every vector register, so no vector
     /// may be live across it, as for [`Self::prefetch`].
-    pub fn call_tile(&mut self, tile: DirectTile, args: &[Value]) {
+    pub fn call_tile(&mut self, tile: WideTile, args: &[Value]) {
         let func = match self.tiles.iter().find(|(t, _)| *t == tile) {
             Some((_, f)) => *f,
             None => {

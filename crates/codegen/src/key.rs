@@ -300,26 +300,45 @@ impl ConvDesc {
 
     /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
     /// a direct convolution without groups whose post-ops the wide register tile computes
-    /// (`backend::x64::DirectTile`); `x128` for the others until theirs land.
+    /// (`backend::x64::DirectTile`), and for a Winograd convolution whose output-channel
+    /// chunks are whole wide vectors (`backend::x64::GemmTile`; its transforms and post-ops
+    /// stay 128-bit Cranelift code); `x128` for the others until theirs land.
     pub fn tier_for(&self, engine: Isa) -> Isa {
-        let tile_posts = self
-            .post_ops
-            .iter()
-            .all(crate::backend::x64::DirectTile::supports);
-        // The tile addresses weights and inputs by 32-bit displacements: keys whose weights
-        // or a row's reach do not fit them (kernels of thousands of taps) keep x128 code.
-        let weight_bytes =
-            (self.oc.div_ceil(4) * 4) as u128 * self.ic as u128 * (self.kh * self.kw) as u128 * 4;
-        let reach = ((self.kw.saturating_sub(1)) as u128 * self.dilations[1] as u128
-            + 24 * self.strides[1] as u128
-            + 1)
-            * 16;
-        let small = weight_bytes < i32::MAX as u128 && reach < i32::MAX as u128;
-        if self.algo == ConvAlgo::Direct && self.groups == 1 && tile_posts && small {
-            engine
-        } else {
-            Isa::X128
+        if engine == Isa::X128 {
+            return Isa::X128;
         }
+        let fits = match self.algo {
+            ConvAlgo::Direct => {
+                let tile_posts = self
+                    .post_ops
+                    .iter()
+                    .all(crate::backend::x64::DirectTile::supports);
+                // The tile addresses weights and inputs by 32-bit displacements: keys whose
+                // weights or a row's reach do not fit them (kernels of thousands of taps) keep
+                // x128 code.
+                let weight_bytes = (self.oc.div_ceil(4) * 4) as u128
+                    * self.ic as u128
+                    * (self.kh * self.kw) as u128
+                    * 4;
+                let reach = ((self.kw.saturating_sub(1)) as u128 * self.dilations[1] as u128
+                    + 24 * self.strides[1] as u128
+                    + 1)
+                    * 16;
+                let small = weight_bytes < i32::MAX as u128 && reach < i32::MAX as u128;
+                self.groups == 1 && tile_posts && small
+            }
+            ConvAlgo::WinogradF4x3 => {
+                // A chunk of output channels must be whole wide vectors, and the tile's two
+                // weight panels within 32-bit displacements.
+                let vector_blocks = engine.target().lanes / 4;
+                let panel_bytes = self.ic as u128 * engine.target().vector_bytes() as u128;
+                crate::conv::winograd::WinogradPlan::new(self)
+                    .chunk_blocks()
+                    .is_multiple_of(vector_blocks)
+                    && 2 * panel_bytes < i32::MAX as u128 / 2
+            }
+        };
+        if fits { engine } else { Isa::X128 }
     }
 
     /// The source's row pitch in pixels: its own, or the width when dense.
@@ -1016,6 +1035,13 @@ impl PrimitiveKey {
                     && let Some(reason) = d.winograd_unsupported()
                 {
                     return fail(reason.into());
+                }
+                // A wide tier's tiles cover only what `tier_for` grants it.
+                if d.isa != Isa::X128 && d.tier_for(d.isa) != d.isa {
+                    return fail(format!(
+                        "the {} tier does not cover this convolution: its kernel is x128 code",
+                        d.isa
+                    ));
                 }
                 for p in &d.post_ops {
                     // Written so that NaN bounds are rejected too.

@@ -1,11 +1,14 @@
 //! The wide tiers' code, emitted and read back on every host, whatever tier it runs: each
-//! direct convolution family at `avx2` and `avx512` compiles, its register tiles hold the
-//! tier's instruction forms and no other tier's (an `avx512` tail under an opmask, an `avx2`
-//! one in its low half), and every call from the Cranelift code lands on a tile. (Running the code is `primjit-runtime`'s kernel tests, on the tiers the host has.)
+//! direct convolution family and the Winograd GEMM at `avx2` and `avx512` compile, their
+//! register tiles hold the tier's instruction forms and no other tier's (an `avx512` tail
+//! under an opmask, an `avx2` one in its low half), and every call from the Cranelift code
+//! lands on a tile. (Running the code is `primjit-runtime`'s kernel tests, on the tiers the
+//! host has.)
 
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 use primjit_codegen::{
-    CodegenOptions, ConvDesc, Dumps, Isa, Layout, PostOpDesc, PrimitiveKey, compile,
+    CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps, Isa, Layout, PostOpDesc,
+    PrimitiveKey, compile,
 };
 use primjit_ir::{Pads, PoolWindow};
 
@@ -84,6 +87,75 @@ fn uses(ins: &Instruction, pred: impl Fn(Register) -> bool) -> bool {
     (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Register && pred(ins.op_register(i)))
 }
 
+/// Checks a wide kernel's code: every tile decodes, ends in `ret`, branches only within
+/// itself, uses the tier's registers and no other tier's, and its FMAs are the tier's (or, at
+/// avx2, a one-block tail's 128-bit form); the Cranelift part's direct calls go only to tiles,
+/// at their first byte. Returns whether a tile uses the opmask `k1`.
+fn assert_tier_code(name: &str, isa: Isa, k: &CompiledKernel) -> bool {
+    assert!(!k.tiles().is_empty(), "{name} at {isa}: no wide tile");
+    let (fma, wide_reg, other_reg) = match isa {
+        Isa::Avx2 => (
+            Code::VEX_Vfmadd231ps_ymm_ymm_ymmm256,
+            Register::is_ymm as fn(Register) -> bool,
+            Register::is_zmm as fn(Register) -> bool,
+        ),
+        _ => (
+            Code::EVEX_Vfmadd231ps_zmm_k1z_zmm_zmmm512b32_er,
+            Register::is_zmm as fn(Register) -> bool,
+            Register::is_ymm as fn(Register) -> bool,
+        ),
+    };
+    let mut fmas = 0;
+    let mut masked = false;
+    for range in k.tiles() {
+        let tile = decode(&k.code()[range.clone()], range.start);
+        assert!(
+            tile.iter().all(|i| !i.is_invalid()),
+            "{name} at {isa}: undecodable"
+        );
+        assert_eq!(
+            tile.last().map(|i| i.mnemonic()),
+            Some(Mnemonic::Ret),
+            "{name} at {isa}: a tile ends in ret"
+        );
+        for ins in &tile {
+            assert!(
+                !uses(ins, other_reg),
+                "{name} at {isa}: {ins} is another tier's"
+            );
+            if ins.mnemonic() == Mnemonic::Vfmadd231ps {
+                // An avx2 tail of one block takes the low half's 128-bit form.
+                let tail = isa == Isa::Avx2 && ins.code() == Code::VEX_Vfmadd231ps_xmm_xmm_xmmm128;
+                assert!(ins.code() == fma || tail, "{name} at {isa}: {ins}");
+                fmas += usize::from(ins.code() == fma);
+            }
+            masked |= ins.op_mask() == Register::K1;
+            // Every branch stays inside the tile.
+            if ins.op0_kind() == OpKind::NearBranch64 {
+                assert!(range.contains(&(ins.near_branch_target() as usize)));
+            }
+        }
+        assert!(tile.iter().any(|i| uses(i, wide_reg)), "{name} at {isa}");
+    }
+    assert!(fmas > 0, "{name} at {isa}: no FMA of the tier");
+    // The Cranelift part's direct calls go only to tiles, at their first byte (the prefetch
+    // function is called through a register).
+    let first = k.tiles()[0].start;
+    let calls: Vec<u64> = decode(&k.code()[..first], 0)
+        .iter()
+        .filter(|i| i.mnemonic() == Mnemonic::Call && i.op0_kind() == OpKind::NearBranch64)
+        .map(|i| i.near_branch_target())
+        .collect();
+    assert!(!calls.is_empty(), "{name} at {isa}: no tile call");
+    for target in calls {
+        assert!(
+            k.tiles().iter().any(|r| r.start as u64 == target),
+            "{name} at {isa}: a call to {target:#x}, no tile's start"
+        );
+    }
+    masked
+}
+
 #[test]
 fn every_family_emits_its_tiers_instruction_forms_on_every_host() {
     for (name, d) in families() {
@@ -91,79 +163,59 @@ fn every_family_emits_its_tiers_instruction_forms_on_every_host() {
             let key = at(d.clone(), isa);
             let k = compile(&key, verified(), Dumps::default())
                 .unwrap_or_else(|e| panic!("{name} at {isa}: {e}"));
-            assert!(
-                !k.tiles().is_empty(),
-                "{name} at {isa}: no wide tile in {key}"
-            );
-            let (fma, wide_reg, other_reg) = match isa {
-                Isa::Avx2 => (
-                    Code::VEX_Vfmadd231ps_ymm_ymm_ymmm256,
-                    Register::is_ymm as fn(Register) -> bool,
-                    Register::is_zmm as fn(Register) -> bool,
-                ),
-                _ => (
-                    Code::EVEX_Vfmadd231ps_zmm_k1z_zmm_zmmm512b32_er,
-                    Register::is_zmm as fn(Register) -> bool,
-                    Register::is_ymm as fn(Register) -> bool,
-                ),
-            };
-            let mut fmas = 0;
-            for range in k.tiles() {
-                let tile = decode(&k.code()[range.clone()], range.start);
-                assert!(
-                    tile.iter().all(|i| !i.is_invalid()),
-                    "{name} at {isa}: undecodable"
-                );
-                assert_eq!(
-                    tile.last().map(|i| i.mnemonic()),
-                    Some(Mnemonic::Ret),
-                    "{name} at {isa}: a tile ends in ret"
-                );
-                for ins in &tile {
-                    assert!(
-                        !uses(ins, other_reg),
-                        "{name} at {isa}: {ins} is another tier's"
-                    );
-                    if ins.mnemonic() == Mnemonic::Vfmadd231ps {
-                        // An avx2 tail of one block takes the low half's 128-bit form.
-                        let tail =
-                            isa == Isa::Avx2 && ins.code() == Code::VEX_Vfmadd231ps_xmm_xmm_xmmm128;
-                        assert!(ins.code() == fma || tail, "{name} at {isa}: {ins}");
-                        fmas += usize::from(ins.code() == fma);
-                    }
-                    // Every branch stays inside the tile.
-                    if ins.op0_kind() == OpKind::NearBranch64 {
-                        assert!(range.contains(&(ins.near_branch_target() as usize)));
-                    }
-                }
-                assert!(tile.iter().any(|i| uses(i, wide_reg)), "{name} at {isa}");
-            }
-            assert!(fmas > 0, "{name} at {isa}: no FMA of the tier");
-            let masked = k.tiles().iter().any(|r| {
-                decode(&k.code()[r.clone()], r.start)
-                    .iter()
-                    .any(|i| i.op_mask() == Register::K1)
-            });
+            let masked = assert_tier_code(name, isa, &k);
             let tail = !d.oc.div_ceil(4).is_multiple_of(4);
             assert_eq!(
                 masked,
                 isa == Isa::Avx512 && tail,
                 "{name} at {isa}: opmask use"
             );
-            // The Cranelift part calls only tiles, at their first byte.
-            let first = k.tiles()[0].start;
-            let calls: Vec<u64> = decode(&k.code()[..first], 0)
-                .iter()
-                .filter(|i| i.mnemonic() == Mnemonic::Call)
-                .map(|i| i.near_branch_target())
-                .collect();
-            assert!(!calls.is_empty(), "{name} at {isa}: no tile call");
-            for target in calls {
-                assert!(
-                    k.tiles().iter().any(|r| r.start as u64 == target),
-                    "{name} at {isa}: a call to {target:#x}, no tile's start"
-                );
+        }
+    }
+}
+
+/// Winograd keys the wide GEMM tile covers: stride 1 with a residual, the polyphase stride 2,
+/// weights streamed in two chunks with prefetches, and 24 output channels (at avx2 one pair of
+/// `ymm` and a last single one; avx512 keeps it at x128).
+fn winograd_families() -> Vec<(&'static str, ConvDesc)> {
+    let w3 = |ic: usize, hw: [usize; 2], oc: usize| {
+        let mut d = blocked(ConvDesc::new(1, ic, hw, oc, [3, 3]));
+        d.pads = Pads::uniform(1);
+        d.bias = true;
+        d.algo = ConvAlgo::WinogradF4x3;
+        d
+    };
+    let mut residual = w3(64, [9, 30], 64);
+    residual.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
+    let mut s2 = w3(64, [17, 26], 128);
+    s2.strides = [2, 2];
+    s2.post_ops = vec![PostOpDesc::Relu];
+    vec![
+        ("winograd 3x3", residual),
+        ("winograd stride 2", s2),
+        ("winograd streamed", w3(256, [6, 40], 256)),
+        ("winograd 24 channels", w3(8, [5, 9], 24)),
+    ]
+}
+
+#[test]
+fn winograd_gemm_tiles_emit_their_tiers_forms_on_every_host() {
+    for (name, d) in winograd_families() {
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            let covered = !(d.oc == 24 && isa == Isa::Avx512);
+            assert_eq!(d.tier_for(isa) == isa, covered, "{name} at {isa}");
+            let key = at(d.clone(), isa);
+            if !covered {
+                let err = compile(&key, verified(), Dumps::default()).unwrap_err();
+                assert!(err.to_string().contains("does not cover"), "{err}");
+                continue;
             }
+            let k = compile(&key, verified(), Dumps::default())
+                .unwrap_or_else(|e| panic!("{name} at {isa}: {e}"));
+            assert!(!assert_tier_code(name, isa, &k), "{name} at {isa}: opmask");
+            // One tile for the pairs of vectors, one more for a chunk's single last vector.
+            let single = d.oc == 24;
+            assert_eq!(k.tiles().len(), 1 + usize::from(single), "{name} at {isa}");
         }
     }
 }
@@ -236,4 +288,11 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
     let mut grouped = plain.clone();
     grouped.groups = 4;
     assert_eq!(grouped.tier_for(Isa::Avx2), Isa::X128);
+    // A key forced to a tier that does not cover it is refused, not miscompiled.
+    grouped.isa = Isa::Avx2;
+    let err = PrimitiveKey::Conv(grouped).validate().unwrap_err();
+    assert!(
+        err.to_string().contains("the avx2 tier does not cover"),
+        "{err}"
+    );
 }

@@ -209,8 +209,7 @@ impl Builder {
                             .filter(|(_, s)| *s == [n, c, 1, 1])
                             .map(|(v, _)| *v)
                             .collect();
-                        (!candidates.is_empty())
-                            .then(|| candidates[bytes.below(candidates.len())])
+                        (!candidates.is_empty()).then(|| candidates[bytes.below(candidates.len())])
                     } else {
                         self.value_of_shape(&mut bytes, shape)
                     }

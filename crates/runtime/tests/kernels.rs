@@ -366,6 +366,19 @@ fn tier() -> impl Strategy<Value = Isa> {
     prop::sample::select(Isa::host_tiers())
 }
 
+/// A key's tier on an engine of tier `isa`, as the runtime sets it: the engine's where its
+/// tiles cover the key (`ConvDesc::tier_for`), else x128.
+trait AtTier {
+    fn at_tier(self, isa: Isa) -> Self;
+}
+
+impl AtTier for ConvDesc {
+    fn at_tier(mut self, isa: Isa) -> Self {
+        self.isa = self.tier_for(isa);
+        self
+    }
+}
+
 fn channels() -> impl Strategy<Value = usize> {
     prop::sample::select(CHANNELS)
 }
@@ -858,8 +871,9 @@ fn conv_problem() -> impl Strategy<Value = ConvProblem> {
                     runtime: RuntimeDims::NONE,
                     algo: ConvAlgo::Direct,
                     pitches: Pitches::DENSE,
-                    isa,
-                },
+                    isa: Isa::X128,
+                }
+                .at_tier(isa),
                 seed,
             },
         )
@@ -926,10 +940,11 @@ fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
             any::<bool>(),
             prop::collection::vec(post_op(), 0..=3),
             any::<u64>(),
+            tier(),
         ),
     )
         .prop_map(
-            |((mb, stride), (ic, oc), (ih, iw), pads, (bias, post_ops, seed))| {
+            |((mb, stride), (ic, oc), (ih, iw), pads, (bias, post_ops, seed, isa))| {
                 let mut desc = ConvDesc::new(mb, ic, [ih, iw], oc, [3, 3]);
                 desc.strides = [stride, stride];
                 desc.pads = pads;
@@ -938,7 +953,10 @@ fn winograd_problem() -> impl Strategy<Value = ConvProblem> {
                 desc.src_layout = Layout::Nchw4c;
                 desc.dst_layout = Layout::Nchw4c;
                 desc.algo = ConvAlgo::WinogradF4x3;
-                ConvProblem { desc, seed }
+                ConvProblem {
+                    desc: desc.at_tier(isa),
+                    seed,
+                }
             },
         )
         .prop_filter("valid winograd key", |p| p.key().validate().is_ok())
@@ -1097,6 +1115,62 @@ fn winograd_resnet_blocks() {
         ConvProblem { desc, seed: 7 }
             .check()
             .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// The Winograd GEMM at each tier the host runs: the trunk's layers at stride 1 and 2, weights
+/// kept in cache and streamed in two chunks of output channels, 24 output channels (at avx2 a
+/// chunk that ends in one `ymm`; at avx512 x128 code) and a call with a partial last group of
+/// tiles. Each matches the reference, and is bit-identical to its x128 kernel: the wide tiles
+/// sum the same products in the same order.
+#[test]
+fn winograd_matches_x128_bit_for_bit_at_every_tier() {
+    let relu = || vec![PostOpDesc::Relu];
+    let add_relu = || vec![PostOpDesc::Add, PostOpDesc::Relu];
+    let w = ConvAlgo::WinogradF4x3;
+    let mut s2 = same_padded_3x3(64, [17, 26], 128, relu(), w);
+    s2.strides = [2, 2];
+    let mut odd = same_padded_3x3(8, [5, 9], 24, relu(), w);
+    odd.bias = false;
+    let cases = [
+        same_padded_3x3(64, [9, 13], 64, add_relu(), w),
+        same_padded_3x3(128, [10, 7], 128, relu(), w),
+        same_padded_3x3(256, [5, 6], 256, add_relu(), w),
+        same_padded_3x3(96, [4, 51], 96, relu(), w),
+        s2,
+        odd,
+    ];
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if !runs_tier("winograd_matches_x128_bit_for_bit_at_every_tier", isa) {
+            continue;
+        }
+        for (i, desc) in cases.iter().enumerate() {
+            let wide = desc.clone().at_tier(isa);
+            let expected = if desc.oc == 24 && isa == Isa::Avx512 {
+                Isa::X128
+            } else {
+                isa
+            };
+            assert_eq!(wide.isa, expected, "{}", PrimitiveKey::Conv(wide.clone()));
+            let narrow = ConvProblem {
+                desc: desc.clone(),
+                seed: i as u64,
+            };
+            let wide = ConvProblem {
+                desc: wide,
+                seed: i as u64,
+            };
+            wide.check().unwrap_or_else(|e| panic!("{e}"));
+            let run = |p: &ConvProblem| {
+                let prim = compile(&p.key()).unwrap_or_else(|e| panic!("{e}"));
+                p.buffers()
+                    .execute(&prim, None)
+                    .unwrap_or_else(|e| panic!("{e}"))
+            };
+            let (a, b) = (run(&narrow), run(&wide));
+            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{} differs from its x128 kernel", wide.key());
+        }
     }
 }
 

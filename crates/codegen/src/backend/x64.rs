@@ -76,6 +76,136 @@ pub struct DirectTile {
     pub finish: TileFinish,
 }
 
+/// Any register tile of the wide tiers, as a kernel's calls name it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum WideTile {
+    Direct(DirectTile),
+    WinogradGemm(GemmTile),
+}
+
+impl WideTile {
+    /// The tile's machine code, for any address (see [`DirectTile::assemble`] and
+    /// [`GemmTile::assemble`]).
+    pub fn assemble(&self) -> Vec<u8> {
+        match self {
+            WideTile::Direct(t) => t.assemble(),
+            WideTile::WinogradGemm(t) => t.assemble(),
+        }
+    }
+}
+
+/// The Winograd GEMM's register tile at a wide tier: `tiles` transformed tiles by `vectors`
+/// (1 or 2) wide vectors of output channels, summed over `channels` input channels, each
+/// product in the same order as the 128-bit tile of `conv::winograd` (from zero, channel by
+/// channel), so that the results have the same bits at every tier.
+///
+/// The tile is called as `fn(v, u, m, block_bytes)`. `V` holds blocks of four channels,
+/// `block_bytes` apart, each a row of the tiles' four floats, 16 bytes apart: channel `c` of
+/// tile `t` is at `v + c / 4 * block_bytes + t * 16 + c % 4 * 4`. Vector `j`'s weights are a
+/// panel `j * panel_bytes` from `u`, one full vector per channel, in order. `M` holds blocks
+/// of four output channels `block_bytes` apart: vector `j`'s lanes go to its `lanes / 4`
+/// blocks from block `j * lanes / 4` on, tile `t` 16 bytes after tile `t - 1`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GemmTile {
+    pub isa: Isa,
+    pub tiles: usize,
+    pub vectors: usize,
+    pub channels: usize,
+    pub panel_bytes: i64,
+}
+
+impl GemmTile {
+    /// The register holding the broadcast input, then the weight vectors, then the sums.
+    const BROADCAST: usize = 0;
+
+    fn weight(&self, j: usize) -> usize {
+        1 + j
+    }
+
+    fn acc(&self, t: usize, j: usize) -> usize {
+        1 + self.vectors + t * self.vectors + j
+    }
+
+    /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
+    pub fn fits(&self) -> bool {
+        let vb = self.isa.target().vector_bytes() as i64;
+        self.isa != Isa::X128
+            && (1..=2).contains(&self.vectors)
+            && self.tiles > 0
+            && self.channels > 0
+            // The broadcast, a weight vector and a row of sums per vector.
+            && self.vectors * (1 + self.tiles) < self.isa.target().vector_registers
+            && (self.vectors as i64 * self.panel_bytes)
+                .checked_add(4 * vb)
+                .is_some_and(|end| end < i64::from(i32::MAX))
+            && self.tiles as i64 * BLOCK_PIXEL_BYTES < i64::from(i32::MAX)
+    }
+
+    /// The tile's machine code, for any address.
+    ///
+    /// # Panics
+    ///
+    /// If the tile does not [`fit`](Self::fits): the lowering's to rule out.
+    pub fn assemble(&self) -> Vec<u8> {
+        assert!(
+            self.fits(),
+            "a wide GEMM tile that does not fit its tier: {self:?}"
+        );
+        let mut a = Asm::new(self.isa);
+        for t in 0..self.tiles {
+            for j in 0..self.vectors {
+                a.zero(self.acc(t, j));
+            }
+        }
+        let vb = self.isa.target().vector_bytes() as i64;
+        let (trips, rest) = (self.channels / 4, self.channels % 4);
+        if trips > 0 {
+            // rax counts the trips of four channels, one block of `V`.
+            ok(a.a.mov(rax, trips as u64));
+            let mut top = a.a.create_label();
+            ok(a.a.set_label(&mut top));
+            for c in 0..4 {
+                self.channel(&mut a, c, c as i64 * vb);
+            }
+            ok(a.a.add(rdi, rcx));
+            ok(a.a.add(rsi, i32_of(4 * vb)));
+            ok(a.a.dec(rax));
+            ok(a.a.jnz(top));
+        }
+        for c in 0..rest {
+            self.channel(&mut a, c, c as i64 * vb);
+        }
+        // The sums, a block of four output channels at a time (`block_bases` reads the block
+        // bytes from rax).
+        ok(a.a.mov(rax, rcx));
+        let blocks = self.isa.target().lanes / 4;
+        for j in 0..self.vectors {
+            block_bases(&mut a, j * blocks, rdx);
+            for t in 0..self.tiles {
+                a.store_blocks(self.acc(t, j), blocks, t as i64 * BLOCK_PIXEL_BYTES);
+            }
+        }
+        ok(a.a.vzeroupper());
+        ok(a.a.ret());
+        a.finish()
+    }
+
+    /// One channel's products: lane `c` of `V`'s current block, weights `w` bytes into the
+    /// panels.
+    fn channel(&self, a: &mut Asm, c: usize, w: i64) {
+        for j in 0..self.vectors {
+            a.load(self.weight(j), rsi + disp(w + j as i64 * self.panel_bytes));
+        }
+        for t in 0..self.tiles {
+            let x = t as i64 * BLOCK_PIXEL_BYTES + c as i64 * 4;
+            a.broadcast(Self::BROADCAST, rdi + disp(x));
+            for j in 0..self.vectors {
+                a.fma_reg(self.acc(t, j), self.weight(j), Self::BROADCAST);
+            }
+        }
+    }
+}
+
 /// How an operation treats a vector: all its lanes, or only a tail's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lanes {

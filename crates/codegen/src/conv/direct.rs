@@ -23,7 +23,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 use super::apply_post_ops;
-use crate::backend::x64::{DirectTile, TileFinish, TileInit, TileUnit};
+use crate::backend::x64::{DirectTile, TileFinish, TileInit, TileUnit, WideTile};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{Layout, PostOpDesc};
 use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, LANES};
@@ -1055,21 +1055,23 @@ fn wide_pixel_tile(
     };
     let kh_src_off = kh_src_offset(e, kh_first, geo.kh_src_step);
     let kh_w_off = e.mul(kh_first, per_kh);
-    let spec = |init: TileInit, finish: TileFinish| DirectTile {
-        isa: d.isa,
-        pixels,
-        w_vecs: w_vecs.clone(),
-        tail_blocks: blocks % ratio,
-        steps: plan.ic_chunk / plan.ic_step,
-        units: if kw_taps.is_empty() {
-            Vec::new()
-        } else {
-            units.clone()
-        },
-        per_kh,
-        ic_w_step: plan.ic_step as i64 * per_ic,
-        init,
-        finish,
+    let spec = |init: TileInit, finish: TileFinish| {
+        WideTile::Direct(DirectTile {
+            isa: d.isa,
+            pixels,
+            w_vecs: w_vecs.clone(),
+            tail_blocks: blocks % ratio,
+            steps: plan.ic_chunk / plan.ic_step,
+            units: if kw_taps.is_empty() {
+                Vec::new()
+            } else {
+                units.clone()
+            },
+            per_kh,
+            ic_w_step: plan.ic_step as i64 * per_ic,
+            init,
+            finish,
+        })
     };
     let mut args = vec![
         e.offset_by(tile.src, kh_src_off, 1),

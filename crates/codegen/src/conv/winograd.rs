@@ -49,9 +49,11 @@ use cranelift_codegen::ir::{
 };
 
 use super::apply_post_ops;
+use crate::backend::x64::{GemmTile, WideTile};
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::ConvDesc;
 use crate::plan::LANES;
+use crate::target::Isa;
 
 /// Output pixels per tile side.
 pub const TILE: usize = 4;
@@ -344,8 +346,23 @@ impl WinogradPlan {
     }
 
     /// Output-channel vectors per chunk.
-    fn chunk_blocks(&self) -> usize {
+    pub(crate) fn chunk_blocks(&self) -> usize {
         self.desc.oc.div_ceil(LANES) / self.oc_chunks
+    }
+
+    /// Blocks of four output channels per weight panel, whose weights lie side by side for
+    /// each input channel: a pair (two `xmm` or one `ymm`), or an `avx512` vector's four.
+    fn panel_blocks(&self) -> usize {
+        GROUP_VECTORS.max(self.desc.isa.target().lanes / LANES)
+    }
+
+    /// Blocks of four output channels one register tile computes: a pair of 128-bit vectors,
+    /// or two vectors of a wide tier (two panels).
+    fn tile_blocks(&self) -> usize {
+        match self.desc.isa {
+            Isa::X128 => GROUP_VECTORS,
+            _ => GROUP_VECTORS * self.panel_blocks(),
+        }
     }
 
     /// Blocks for `tiles` tiles: enough for at most `block_tiles` each and, where a block is
@@ -470,18 +487,18 @@ impl WinogradPlan {
     }
 
     /// Where the packed weights keep `U[point][o][c]`: at the weight point's `ic x ocp`
-    /// floats, the chunk's `ic x chunk_blocks` vectors, then the pair of output-channel vectors
-    /// that holds `o`, each input channel's two vectors side by side, or the chunk's odd last
-    /// vector alone.
+    /// floats, the chunk's `ic x chunk_blocks` vectors, then the panel of output-channel
+    /// vectors that holds `o` ([`Self::panel_blocks`] of them: a pair, or an `avx512` vector's
+    /// four), each input channel's vectors side by side, or the chunk's odd last vector alone.
     fn u_float(&self, point: usize, o: usize, c: usize) -> usize {
-        let (ic, chunk_blocks) = (self.desc.ic, self.chunk_blocks());
+        let (ic, chunk_blocks, panel) = (self.desc.ic, self.chunk_blocks(), self.panel_blocks());
         let vector = o / LANES;
         let (chunk, q) = (vector / chunk_blocks, vector % chunk_blocks);
-        let paired = chunk_blocks / GROUP_VECTORS * GROUP_VECTORS;
+        let paired = chunk_blocks / panel * panel;
         let chunk_start = (point * self.ocp() + chunk * chunk_blocks * LANES) * ic;
         let within = if q < paired {
-            let (pair, half) = (q / GROUP_VECTORS, q % GROUP_VECTORS);
-            ((pair * ic + c) * GROUP_VECTORS + half) * LANES
+            let (pair, half) = (q / panel, q % panel);
+            ((pair * ic + c) * panel + half) * LANES
         } else {
             (paired * ic + c) * LANES
         };
@@ -569,12 +586,22 @@ impl fmt::Display for WinogradPlan {
         writeln!(
             f,
             "  per work item: input transform into scratch, {points} GEMMs of the block's tiles \
-             x {} input x {} output channels (register tile: {} tiles x {} oc vectors), \
+             x {} input x {} output channels (register tile: {} tiles x {} {} oc vectors{}), \
              output transform with bias and post-ops",
             d.ic,
             self.m_tile_len(),
             GROUP_TILES,
             GROUP_VECTORS,
+            match d.isa {
+                Isa::X128 => "f32x4",
+                Isa::Avx2 => "ymm",
+                Isa::Avx512 => "zmm",
+            },
+            if d.isa == Isa::X128 {
+                ""
+            } else {
+                ", x64 backend"
+            },
         )?;
         writeln!(
             f,
@@ -1136,13 +1163,17 @@ fn gemm(
     let groups = e.offset(count, GROUP_TILES as i64 - 1);
     let groups = Scalar::Dyn(e.udiv_const(groups, GROUP_TILES as u64));
     let group_bytes = Scalar::Const(GROUP_TILES as i64 * PIXEL_BYTES);
-    let (vector_pairs, odd_vector) = (
-        plan.chunk_blocks() / GROUP_VECTORS,
-        plan.chunk_blocks() % GROUP_VECTORS,
+    // A register tile's blocks of output channels: a pair of vectors of its tier, or, for a
+    // chunk's odd last blocks, one vector (one block at x128; a wide tier's whole vector, as
+    // `ConvDesc::tier_for` keeps the keys whose chunks end in part of one at x128).
+    let tile_blocks = plan.tile_blocks();
+    let (vector_pairs, odd_blocks) = (
+        plan.chunk_blocks() / tile_blocks,
+        plan.chunk_blocks() % tile_blocks,
     );
     // From one pair of output-channel vectors to the next: their weights, and their rows of `M`.
-    let pair_u_bytes = GROUP_VECTORS as i64 * u_panel;
-    let pair_m_bytes = e.mul(block_bytes, GROUP_VECTORS as i64);
+    let pair_u_bytes = tile_blocks as i64 * u_panel;
+    let pair_m_bytes = e.mul(block_bytes, tile_blocks as i64);
     // The end of the weights of every point (the bias follows them).
     let u_limit = e.offset(weights, plan.form.weight_points() as i64 * u_point);
     let prefetching = plan.prefetches() && e.prefetch_weights;
@@ -1187,8 +1218,8 @@ fn gemm(
             &[Scalar::Const(pair_u_bytes), pair_m_bytes],
             |e, q| panel(e, GROUP_VECTORS, q[0], q[1], pair_u_bytes),
         );
-        if odd_vector > 0 {
-            panel(e, 1, ends[0], ends[1], u_panel);
+        if odd_blocks > 0 {
+            panel(e, 1, ends[0], ends[1], odd_blocks as i64 * u_panel);
         }
     };
     match plan.form {
@@ -1291,7 +1322,7 @@ impl PanelPrefetch {
     fn new(e: &mut Emit<'_>, plan: &WinogradPlan, u: Value, u_limit: Value, slice: Value) -> Self {
         let u_panel = plan.desc.ic as i64 * PIXEL_BYTES;
         let chunk_bytes = plan.chunk_blocks() as i64 * u_panel;
-        let bytes = (GROUP_VECTORS as i64 * u_panel).min(chunk_bytes);
+        let bytes = (plan.tile_blocks() as i64 * u_panel).min(chunk_bytes);
         let u_point = plan.desc.ic as i64 * plan.ocp() as i64 * F32_BYTES;
         let chunk_end = e.offset(u, chunk_bytes);
         let next_point = e.offset(u, u_point);
@@ -1343,7 +1374,8 @@ impl PanelPrefetch {
 }
 
 /// The GEMM's register tile: `tiles` tiles' sums over every input channel for one or
-/// [`GROUP_VECTORS`] output-channel vectors.
+/// [`GROUP_VECTORS`] output-channel vectors of the key's tier (Cranelift's code at `x128`,
+/// the x64 backend's [`GemmTile`] at the wide tiers).
 struct RegisterTile {
     tiles: usize,
     /// Bytes from one channel block of `V` (and of `M`) to the next.
@@ -1352,7 +1384,8 @@ struct RegisterTile {
 
 impl RegisterTile {
     /// The tile's sums for `vectors` output-channel vectors: `v` points to the first tile's
-    /// transformed inputs, `u` to the vectors' weights (`[ic][vectors][4]`), `m` to where the
+    /// transformed inputs, `u` to the vectors' weights (at `x128`, `[ic][vectors][4]`; at a
+    /// wide tier, a panel per vector), `m` to where the
     /// first vector's first tile goes. Per channel, one weight vector per output-channel
     /// vector, then per tile a broadcast shared by the vectors' FMAs.
     fn emit(
@@ -1365,6 +1398,18 @@ impl RegisterTile {
         m: Value,
     ) {
         let d = &plan.desc;
+        if d.isa != Isa::X128 {
+            let tile = GemmTile {
+                isa: d.isa,
+                tiles: self.tiles,
+                vectors,
+                channels: d.ic,
+                panel_bytes: plan.panel_blocks() as i64 * d.ic as i64 * PIXEL_BYTES,
+            };
+            let block_bytes = e.value(self.block_bytes);
+            e.call_tile(WideTile::WinogradGemm(tile), &[v, u, m, block_bytes]);
+            return;
+        }
         let f = F32_BYTES;
         let (tiles, block_bytes) = (self.tiles, self.block_bytes);
         // Bytes of one input channel's weights.
