@@ -225,7 +225,7 @@ impl CompiledGraph {
         params: &Params,
         conv_algo: ConvAlgoChoice,
     ) -> Result<Self, GraphError> {
-        let isa = crate::engine::env_isa().map_err(RuntimeError::from)?;
+        let isa = crate::config::env_isa().map_err(RuntimeError::from)?;
         Self::with_target(graph, params, conv_algo, isa)
     }
 
@@ -1182,7 +1182,7 @@ pub fn node_keys(
     graph: &Graph,
     bindings: &Bindings,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-    let isa = crate::engine::env_isa().map_err(RuntimeError::from)?;
+    let isa = crate::config::env_isa().map_err(RuntimeError::from)?;
     node_keys_in(graph, bindings, ShapeMode::Exact, ConvAlgoChoice::Auto, isa)
 }
 

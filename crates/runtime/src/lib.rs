@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 mod cache;
+mod config;
 mod engine;
 mod error;
 #[allow(unsafe_code)]
@@ -19,8 +20,9 @@ mod primitive;
 pub mod stream;
 mod workspace;
 
-pub use cache::{Budget, CacheConfig, CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
-pub use engine::{Engine, EngineConfig, env_isa};
+pub use cache::{CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
+pub use config::{Budget, CacheConfig, EngineConfig, WorkspaceConfig, env_isa};
+pub use engine::Engine;
 pub use error::{ConfigError, ExecError, RuntimeError};
 pub use graph::{
     BandKernel, CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes,
@@ -28,4 +30,4 @@ pub use graph::{
 };
 pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};
 pub use stream::{SegmentRun, Streaming};
-pub use workspace::{MAP_THRESHOLD_BYTES, REUSE_SLACK, Workspace, WorkspaceConfig, WorkspaceStats};
+pub use workspace::{MAP_THRESHOLD_BYTES, REUSE_SLACK, Workspace, WorkspaceStats};
