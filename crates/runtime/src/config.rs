@@ -1,14 +1,50 @@
 //! What the runtime is configured with: byte budgets, the cache's, workspace's and engine's
-//! configurations, and their strict parsing from `PRIMJIT_*` environment variables.
+//! configurations, their strict parsing from `PRIMJIT_*` environment variables, and what is
+//! wrong with a value ([`ConfigError`]).
 //!
-//! The cache, the workspace and the engine all depend on this module and it on none of them,
-//! so that each reads its own settings without naming another.
+//! The cache, the workspace, the engine and the errors depend on this module and it on no
+//! other of the crate, so that each reads its own settings without naming another.
 
 use std::fmt;
 
 use primjit_codegen::{CodegenOptions, ConvAlgoChoice, Isa};
 
-use crate::error::ConfigError;
+/// A bad configuration value, from the environment or the API.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A malformed `PRIMJIT_*` variable (`EngineConfig::from_env`, `CacheConfig::from_env`):
+    /// `name=value` and what was expected. Malformed values are never ignored; fix or unset
+    /// the variable.
+    #[error("{name}={value}: {reason}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// The engine's rayon pool could not start its threads (`Engine::new`, wrapped in
+    /// `RuntimeError::Config`): the operating system refused to spawn a thread (a limit on
+    /// processes or memory). Lower `threads` or raise the limit. Not produced by tests: it
+    /// needs the process's thread creation to fail, which would disturb the test harness.
+    #[error("the thread pool could not be created: {0}")]
+    ThreadPool(String),
+    /// More threads than an engine runs ([`crate::Engine::MAX_THREADS`], 1,024): refused
+    /// before any thread starts, where a mistyped count would otherwise start them all.
+    #[error("threads {0}: expected 0 (one per core) to {max}", max = MAX_THREADS)]
+    TooManyThreads(usize),
+    /// An engine used in a process other than the one that created it: a child of `fork`
+    /// (Python's `multiprocessing` forks by default on Linux up to 3.13) inherits the engine
+    /// but not its pool's threads, and a run would wait for them forever. Runs
+    /// (`Engine::execute`, `CompiledGraph::run_into`) check the process first.
+    #[error(
+        "this engine was created in process {created}, and a fork does not copy its threads \
+         into process {current}: create a new engine in this process"
+    )]
+    OtherProcess { created: u32, current: u32 },
+    /// `PRIMJIT_MAX_ISA` (`EngineConfig::max_isa`) names a vector tier above the host's: the
+    /// message lists the tiers the host runs. Lower the cap or unset it.
+    #[error(transparent)]
+    Isa(#[from] primjit_codegen::IsaError),
+}
 
 /// The most threads an engine runs: the value of
 /// [`Engine::MAX_THREADS`](crate::Engine::MAX_THREADS), which says why, held here so that

@@ -8,8 +8,8 @@ use std::time::Instant;
 use primjit_codegen::{CodegenOptions, Dumps, Isa, PrimitiveKey, compile, host_isa};
 
 use crate::cache::{CacheKey, Lookup, PrimitiveCache};
-use crate::config::{self, EngineConfig, WorkspaceConfig};
-use crate::error::{ConfigError, RuntimeError};
+use crate::config::{self, ConfigError, EngineConfig, WorkspaceConfig};
+use crate::error::RuntimeError;
 use crate::exec::{PageSource, SystemPages};
 use crate::perf_map::PerfMap;
 use crate::primitive::{ExecArgs, Primitive};

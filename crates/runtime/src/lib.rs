@@ -21,9 +21,9 @@ pub mod stream;
 mod workspace;
 
 pub use cache::{CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
-pub use config::{Budget, CacheConfig, EngineConfig, WorkspaceConfig, env_isa};
+pub use config::{Budget, CacheConfig, ConfigError, EngineConfig, WorkspaceConfig, env_isa};
 pub use engine::Engine;
-pub use error::{ConfigError, ExecError, RuntimeError};
+pub use error::{ExecError, RuntimeError};
 pub use graph::{
     BandKernel, CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes,
     describe_stream_plan, node_keys, node_keys_in, stream_band_kernels,
