@@ -10,9 +10,10 @@ use primjit_codegen::{CodegenOptions, Dumps, Isa, PrimitiveKey, compile, host_is
 use crate::cache::{CacheKey, Lookup, PrimitiveCache};
 use crate::config::{self, ConfigError, EngineConfig, WorkspaceConfig};
 use crate::error::RuntimeError;
+use crate::exec::ExecArgs;
 use crate::exec::{PageSource, SystemPages};
 use crate::perf_map::PerfMap;
-use crate::primitive::{ExecArgs, Primitive};
+use crate::primitive::Primitive;
 
 /// What [`Engine::prefetch`] assumes a kernel may cost the cache: the trunk's largest, conv1
 /// with its fused pool at runtime widths, takes 78 KB (76 KB of code), its Winograd kernels

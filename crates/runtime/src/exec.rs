@@ -7,6 +7,8 @@
 //!
 //! Kernels are called with pointers to buffers whose lengths the caller has checked against
 //! the key; code generation guarantees that a kernel touches nothing outside them.
+//! A call's buffers ([`ExecArgs`]) are defined here, beside the kernel signature that takes
+//! them, so that primitives depend on this module and not the other way round.
 
 use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 use std::io;
@@ -20,7 +22,6 @@ use primjit_codegen::key::{EXTENT_ARGS, SCRATCH_ROLE};
 use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
-use crate::primitive::ExecArgs;
 
 /// The signature of every generated kernel; see `primjit_codegen` (`emit.rs`).
 type KernelFn = unsafe extern "C" fn(
@@ -298,6 +299,25 @@ impl ExecutableCode {
             )
         }
     }
+}
+
+/// Buffers for one execution. Which of them a key needs is given by
+/// [`PrimitiveKey::buffers`]: a conv takes packed `weights` (see
+/// `primjit_codegen::ConvPlan::pack_weights`) and one `extra` residual per `add` post-op, and
+/// a conv with a fused pool its `scratch`; an element-wise add takes its second source as
+/// `extra[0]`.
+#[derive(Debug)]
+pub struct ExecArgs<'a> {
+    pub src: &'a [f32],
+    pub weights: Option<&'a [f32]>,
+    pub dst: &'a mut [f32],
+    pub extra: &'a [&'a [f32]],
+    /// Working memory of a conv with a fused pool or Winograd's tiles (the `scratch` buffer of
+    /// its key), `None` for every other primitive: a band of `ConvDesc::scratch_len` floats
+    /// (of the call's key, at its extents) per thread; a call runs on at most as many threads
+    /// as it holds whole bands, and floats past the last band are unused. Its contents before
+    /// and after a call mean nothing.
+    pub scratch: Option<&'a mut [f32]>,
 }
 
 /// A published kernel bound to the key it implements: the only way to run generated code.

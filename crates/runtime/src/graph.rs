@@ -26,9 +26,9 @@ use primjit_ir::{
 
 use crate::engine::Engine;
 use crate::error::RuntimeError;
-use crate::exec::WeightBuffer;
+use crate::exec::{ExecArgs, WeightBuffer};
 use crate::layout;
-use crate::primitive::{ExecArgs, Primitive};
+use crate::primitive::Primitive;
 use crate::stream::{self, Call, Schedule, Segment, SegmentRun, Streaming};
 use crate::workspace::{Buffer, REUSE_SLACK, Workspace, WorkspaceStats};
 

@@ -24,10 +24,11 @@ pub use cache::{CacheKey, CacheStats, EntryInfo, Lookup, PrimitiveCache};
 pub use config::{Budget, CacheConfig, ConfigError, EngineConfig, WorkspaceConfig, env_isa};
 pub use engine::Engine;
 pub use error::{ExecError, RuntimeError};
+pub use exec::ExecArgs;
 pub use graph::{
     BandKernel, CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes,
     describe_stream_plan, node_keys, node_keys_in, stream_band_kernels,
 };
-pub use primitive::{ExecArgs, Primitive, PrimitiveMemory};
+pub use primitive::{Primitive, PrimitiveMemory};
 pub use stream::{SegmentRun, Streaming};
 pub use workspace::{MAP_THRESHOLD_BYTES, REUSE_SLACK, Workspace, WorkspaceStats};
