@@ -1673,12 +1673,16 @@ impl CompiledGraph {
                 .as_deref_mut()
                 .expect("whole outputs are taken first");
             stream::copy_columns(
-                &temps[i],
-                dst_pitch.unwrap_or(cols),
-                0,
-                whole,
-                out_shape[3],
-                call.x0,
+                stream::Columns {
+                    data: &temps[i],
+                    pitch: dst_pitch.unwrap_or(cols),
+                    col: 0,
+                },
+                stream::Columns {
+                    data: whole,
+                    pitch: out_shape[3],
+                    col: call.x0,
+                },
                 cols,
                 out_rows,
                 4,
@@ -1741,12 +1745,16 @@ impl CompiledGraph {
                 }
             };
         stream::copy_columns(
-            data,
-            width,
-            begin - x0,
-            dst,
-            pitch,
-            0,
+            stream::Columns {
+                data,
+                pitch: width,
+                col: begin - x0,
+            },
+            stream::Columns {
+                data: dst,
+                pitch,
+                col: 0,
+            },
             cols,
             rows,
             elem,

@@ -900,23 +900,35 @@ pub fn band_key(
     PrimitiveKey::Conv(node.band_desc(&fixed, band).with_runtime(runtime))
 }
 
-/// Copies `cols` columns of `rows` rows of `elem` floats per pixel, from column `src_col` of
-/// rows `src_width` apart to column `dst_col` of rows `dst_width` apart, the rows shared among
-/// the engine's threads. A buffer may end where its last row's columns do.
-#[allow(clippy::too_many_arguments)]
+/// One side of a [`copy_columns`]: rows of pixels in `data`, `pitch` pixels apart, from
+/// column `col` on.
+pub struct Columns<B> {
+    pub data: B,
+    pub pitch: usize,
+    pub col: usize,
+}
+
+/// Copies `cols` columns of `rows` rows of `elem` floats per pixel from `src` to `dst`, the
+/// rows shared among the engine's threads. A buffer may end where its last row's columns do.
 pub fn copy_columns(
-    src: &[f32],
-    src_width: usize,
-    src_col: usize,
-    dst: &mut [f32],
-    dst_width: usize,
-    dst_col: usize,
+    src: Columns<&[f32]>,
+    dst: Columns<&mut [f32]>,
     cols: usize,
     rows: usize,
     elem: usize,
     engine: &Engine,
 ) {
     use rayon::prelude::*;
+    let Columns {
+        data: src,
+        pitch: src_width,
+        col: src_col,
+    } = src;
+    let Columns {
+        data: dst,
+        pitch: dst_width,
+        col: dst_col,
+    } = dst;
     let len = cols * elem;
     if len == 0 || rows == 0 {
         return;
