@@ -620,8 +620,14 @@ impl CompiledGraph {
         );
         let mut streamed = 0;
         if let Some(banded) = &banded {
+            let run_inputs = RunInputs {
+                engine,
+                keys: &keys,
+                shapes: &shapes,
+                inputs,
+            };
             let run = self.execute_segment(
-                banded, engine, &keys, &shapes, inputs, workspace, blocked, live_bytes, &mut stats,
+                banded, run_inputs, workspace, blocked, live_bytes, &mut stats,
             )?;
             streamed = banded.segment.nodes.len();
             live_bytes += run.whole_bytes;
@@ -1375,22 +1381,19 @@ fn keys_at(
 }
 
 impl CompiledGraph {
-    /// Runs the streamed segment of `banded` at the run's `shapes`: its whole outputs land in
-    /// `blocked`, its nodes' runs in `stats.nodes`. `live_bytes` is what the run holds
+    /// Runs the streamed segment of `banded` at the run's shapes (`run`): its whole outputs
+    /// land in `blocked`, its nodes' runs in `stats.nodes`. `live_bytes` is what the run holds
     /// besides.
-    #[allow(clippy::too_many_arguments)]
     fn execute_segment(
         &self,
         banded: &BandedRun,
-        engine: &Engine,
-        keys: &[(String, PrimitiveKey)],
-        shapes: &primjit_ir::Shapes,
-        inputs: &[(&str, TensorView<'_>)],
+        run_inputs: RunInputs<'_>,
         workspace: &mut Workspace,
         blocked: &mut [Option<Buffer>],
         live_bytes: usize,
         stats: &mut RunStats,
     ) -> Result<SegmentRun, GraphError> {
+        let RunInputs { engine, keys, .. } = run_inputs;
         let BandedRun {
             segment,
             band,
@@ -1411,7 +1414,7 @@ impl CompiledGraph {
         let mut state = SegmentState {
             segment,
             schedule,
-            shapes,
+            run: run_inputs,
             windows: Vec::with_capacity(segment.nodes.len()),
         };
         for (s, &whole) in segment.nodes.iter().zip(&segment.whole) {
@@ -1458,17 +1461,7 @@ impl CompiledGraph {
                         .map_err(GraphError::from),
                 };
                 let ran = primitive.and_then(|primitive| {
-                    self.execute_band(
-                        &mut state,
-                        call,
-                        &kernels[k],
-                        primitive,
-                        engine,
-                        keys,
-                        inputs,
-                        workspace,
-                        blocked,
-                    )
+                    self.execute_band(&mut state, call, &kernels[k], primitive, workspace, blocked)
                 });
                 match ran {
                     Ok((temp_bytes, node_run)) => {
@@ -1500,19 +1493,16 @@ impl CompiledGraph {
     /// own window; only values outside the windows (graph inputs, whole tensors) are copied
     /// in, and a whole output is copied out. Returns the bytes of the copies, scratch and
     /// destination it took, and the node's run.
-    #[allow(clippy::too_many_arguments)]
     fn execute_band(
         &self,
         state: &mut SegmentState<'_>,
         call: &Call,
         key: &PrimitiveKey,
         primitive: Arc<Primitive>,
-        engine: &Engine,
-        keys: &[(String, PrimitiveKey)],
-        inputs: &[(&str, TensorView<'_>)],
         workspace: &mut Workspace,
         blocked: &mut [Option<Buffer>],
     ) -> Result<(usize, NodeRun), GraphError> {
+        let RunInputs { engine, keys, .. } = state.run;
         let segment = state.segment;
         let s = &segment.nodes[call.node];
         let name = &keys[s.node].0;
@@ -1594,13 +1584,10 @@ impl CompiledGraph {
                 self.gather(
                     state,
                     s.input,
-                    call.input.begin,
+                    call.input.begin..call.input.end,
                     &mut temps[i],
                     band_iw,
-                    band_iw,
-                    engine,
                     blocked,
-                    inputs,
                 );
             }
             for (&r, copy) in residuals.iter().zip(&res_copies) {
@@ -1608,13 +1595,10 @@ impl CompiledGraph {
                     self.gather(
                         state,
                         r,
-                        call.x0,
+                        call.x0..call.x1,
                         &mut temps[i],
-                        cols,
                         res_pitch,
-                        engine,
                         blocked,
-                        inputs,
                     );
                 }
             }
@@ -1705,22 +1689,20 @@ impl CompiledGraph {
         ))
     }
 
-    /// Copies the columns `[begin, begin + cols)` of value `v` into `dst`, in rows `pitch`
-    /// columns apart, from its window, its whole blocked tensor, or the caller's NCHW input;
-    /// the rows are shared among the engine's threads.
-    #[allow(clippy::too_many_arguments)]
+    /// Copies the columns `columns` of value `v` into `dst`, in rows `pitch` columns apart,
+    /// from its window, its whole blocked tensor, or the caller's NCHW input; the rows are
+    /// shared among the engine's threads.
     fn gather(
         &self,
         state: &SegmentState<'_>,
         v: Value,
-        begin: usize,
+        columns: std::ops::Range<usize>,
         dst: &mut [f32],
-        cols: usize,
         pitch: usize,
-        engine: &Engine,
         blocked: &[Option<Buffer>],
-        inputs: &[(&str, TensorView<'_>)],
     ) {
+        let RunInputs { engine, inputs, .. } = state.run;
+        let (begin, cols) = (columns.start, columns.len());
         let shape = state.shape4(v);
         let layout = layout_of(&self.graph, v);
         let (rows, elem) = stream::rows_and_elem(layout, shape);
@@ -1774,11 +1756,21 @@ struct BandedRun {
     call_kernels: Vec<usize>,
 }
 
+/// What every call of a run reads and none changes: the engine, the nodes' names and keys
+/// (in graph order), the run's shapes and the caller's inputs.
+#[derive(Clone, Copy)]
+struct RunInputs<'a> {
+    engine: &'a Engine,
+    keys: &'a [(String, PrimitiveKey)],
+    shapes: &'a primjit_ir::Shapes,
+    inputs: &'a [(&'a str, TensorView<'a>)],
+}
+
 /// What a streamed segment holds between its calls: each windowed value's window.
 struct SegmentState<'a> {
     segment: &'a Segment,
     schedule: &'a Schedule,
-    shapes: &'a primjit_ir::Shapes,
+    run: RunInputs<'a>,
     /// Per node of the segment: the window of the values it is the home of
     /// (`Schedule::home`; `None` for a whole output or a value in another node's window).
     windows: Vec<Option<Window>>,
@@ -1786,7 +1778,7 @@ struct SegmentState<'a> {
 
 impl SegmentState<'_> {
     fn shape4(&self, v: Value) -> [usize; 4] {
-        let s = self.shapes.concrete(v).expect("bound");
+        let s = self.run.shapes.concrete(v).expect("bound");
         [s[0], s[1], s[2], s[3]]
     }
 }
