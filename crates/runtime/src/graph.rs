@@ -1512,9 +1512,6 @@ impl CompiledGraph {
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
         let schedule = state.schedule;
-        let input_window = schedule.window_of(segment, s.input);
-        // The residual this call writes its output over, in the window of its destination.
-        let over_residual = schedule.overwritten(segment, call.node);
         let home = schedule.home(call.node);
         let call_key = key.at([ih, band_iw]);
         let specs = call_key.buffers();
@@ -1522,7 +1519,17 @@ impl CompiledGraph {
             unreachable!("segments hold convolutions")
         };
         let dst_pitch = call_desc.pitches.dst;
-        let dst_len = specs[2].len;
+        let band = BandCall {
+            node: s,
+            call,
+            key,
+            call_desc,
+            specs: &specs,
+            primitive: &primitive,
+            input_window: schedule.window_of(segment, s.input),
+            over_residual: schedule.overwritten(segment, call.node),
+            extents: [ih, band_iw],
+        };
 
         // The call's columns overwrite only columns no consumer reads any more (see `Window`).
         let mut out = state.windows[home].take();
@@ -1537,118 +1544,7 @@ impl CompiledGraph {
         // Buffers of the call's own: copies in, a destination where the output is not written
         // in place, the scratch. All go back after the call, also when it fails.
         let mut temps: Vec<Buffer> = Vec::new();
-        let result = (|| -> Result<(usize, f64, Option<usize>), GraphError> {
-            let windows = &state.windows;
-            let mut take = |temps: &mut Vec<Buffer>, len: usize| -> Result<usize, GraphError> {
-                temps.push(take_buffer(workspace, len)?);
-                Ok(temps.len() - 1)
-            };
-            let src_copy = match input_window {
-                Some(_) => None,
-                None => Some(take(&mut temps, specs[0].len)?),
-            };
-            // Residuals in windows of the destination's pitch are read in place; the one it
-            // writes over is the destination itself.
-            let res_pitch = call_desc.dst_pitch();
-            let res_window = |r: Value| {
-                schedule
-                    .window_of(segment, r)
-                    .and_then(|j| windows[j].as_ref())
-                    .filter(|w| w.pitch == res_pitch)
-            };
-            let residuals: Vec<Value> = s
-                .residuals
-                .iter()
-                .copied()
-                .filter(|&r| Some(r) != over_residual)
-                .collect();
-            // The kernel takes the residuals it reads from buffers of their own, in order.
-            let res_specs = &specs[3..][..residuals.len()];
-            let res_copies = residuals
-                .iter()
-                .zip(res_specs)
-                .map(|(&r, spec)| match res_window(r) {
-                    Some(_) => Ok(None),
-                    None => take(&mut temps, spec.len).map(Some),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let dst_copy = match &out {
-                Some(_) => None,
-                None => Some(take(&mut temps, dst_len)?),
-            };
-            let scratch = match call_desc.scratch_len() {
-                0 => None,
-                n => Some(take(&mut temps, n * engine.threads())?),
-            };
-            if let Some(i) = src_copy {
-                self.gather(
-                    state,
-                    s.input,
-                    call.input.begin..call.input.end,
-                    &mut temps[i],
-                    band_iw,
-                    blocked,
-                );
-            }
-            for (&r, copy) in residuals.iter().zip(&res_copies) {
-                if let Some(i) = *copy {
-                    self.gather(
-                        state,
-                        r,
-                        call.x0..call.x1,
-                        &mut temps[i],
-                        res_pitch,
-                        blocked,
-                    );
-                }
-            }
-            let temp_bytes = temps.iter().map(|b| b.len() * 4).sum::<usize>();
-
-            let mut own: Vec<Option<&mut Buffer>> = temps.iter_mut().map(Some).collect();
-            let mut own = |i: usize| own[i].take().expect("each buffer serves once");
-            let src: &[f32] = match (input_window, src_copy) {
-                (Some(j), _) => windows[j]
-                    .as_ref()
-                    .expect("a window")
-                    .columns(call.input.begin, specs[0].len),
-                (None, Some(i)) => own(i),
-                (None, None) => unreachable!("copied above"),
-            };
-            let extra: Vec<&[f32]> = residuals
-                .iter()
-                .zip(res_specs)
-                .zip(&res_copies)
-                .map(|((&r, spec), copy)| match copy {
-                    Some(i) => &own(*i)[..],
-                    None => res_window(r)
-                        .expect("in a window")
-                        .columns(call.x0, spec.len),
-                })
-                .collect();
-            let dst: &mut [f32] = match (dst_copy, out.as_mut()) {
-                (Some(i), _) => own(i),
-                (None, Some(w)) => w.columns_mut(call.x0, dst_len),
-                (None, None) => unreachable!("a destination is taken above"),
-            };
-            let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
-                unreachable!("convs are prepared")
-            };
-            let args = ExecArgs {
-                src,
-                weights: Some(packed.as_slice()),
-                dst,
-                extra: &extra,
-                scratch: scratch.map(|i| &mut own(i)[..]),
-            };
-            let extents = key.runtime_dims().any().then_some([ih, band_iw]);
-            let start = std::time::Instant::now();
-            match (over_residual, extents) {
-                (Some(_), e) => engine.execute_over_residual(&primitive, args, e)?,
-                (None, Some(e)) => engine.execute_at(&primitive, args, e)?,
-                (None, None) => engine.execute(&primitive, args)?,
-            }
-            Ok((temp_bytes, start.elapsed().as_secs_f64(), dst_copy))
-        })();
+        let result = self.run_band(state, &band, out.as_mut(), &mut temps, workspace, blocked);
         let copied_out = result.as_ref().map(|(_, _, dst_copy)| *dst_copy);
         // A destination of its own holds columns of a whole output (a window is written in
         // place): they go to the whole tensor.
@@ -1687,6 +1583,145 @@ impl CompiledGraph {
                 seconds,
             },
         ))
+    }
+
+    /// The kernel call of `band`, writing into `out` (the window of its output's home, if it
+    /// has one): takes the buffers it needs into `temps`, copies in what lies outside the
+    /// windows, and runs. Returns the bytes of `temps`, the call's seconds, and which of
+    /// `temps` holds the output where it is not written into a window.
+    fn run_band(
+        &self,
+        state: &SegmentState<'_>,
+        band: &BandCall<'_>,
+        mut out: Option<&mut Window>,
+        temps: &mut Vec<Buffer>,
+        workspace: &mut Workspace,
+        blocked: &[Option<Buffer>],
+    ) -> Result<(usize, f64, Option<usize>), GraphError> {
+        let BandCall {
+            node: s,
+            call,
+            key,
+            call_desc,
+            specs,
+            primitive,
+            input_window,
+            over_residual,
+            extents: [ih, band_iw],
+        } = *band;
+        let RunInputs { engine, .. } = state.run;
+        let (segment, schedule) = (state.segment, state.schedule);
+        let dst_len = specs[2].len;
+        let windows = &state.windows;
+        let mut take = |temps: &mut Vec<Buffer>, len: usize| -> Result<usize, GraphError> {
+            temps.push(take_buffer(workspace, len)?);
+            Ok(temps.len() - 1)
+        };
+        let src_copy = match input_window {
+            Some(_) => None,
+            None => Some(take(temps, specs[0].len)?),
+        };
+        // Residuals in windows of the destination's pitch are read in place; the one it
+        // writes over is the destination itself.
+        let res_pitch = call_desc.dst_pitch();
+        let res_window = |r: Value| {
+            schedule
+                .window_of(segment, r)
+                .and_then(|j| windows[j].as_ref())
+                .filter(|w| w.pitch == res_pitch)
+        };
+        let residuals: Vec<Value> = s
+            .residuals
+            .iter()
+            .copied()
+            .filter(|&r| Some(r) != over_residual)
+            .collect();
+        // The kernel takes the residuals it reads from buffers of their own, in order.
+        let res_specs = &specs[3..][..residuals.len()];
+        let res_copies = residuals
+            .iter()
+            .zip(res_specs)
+            .map(|(&r, spec)| match res_window(r) {
+                Some(_) => Ok(None),
+                None => take(temps, spec.len).map(Some),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let dst_copy = match &out {
+            Some(_) => None,
+            None => Some(take(temps, dst_len)?),
+        };
+        let scratch = match call_desc.scratch_len() {
+            0 => None,
+            n => Some(take(temps, n * engine.threads())?),
+        };
+        if let Some(i) = src_copy {
+            self.gather(
+                state,
+                s.input,
+                call.input.begin..call.input.end,
+                &mut temps[i],
+                band_iw,
+                blocked,
+            );
+        }
+        for (&r, copy) in residuals.iter().zip(&res_copies) {
+            if let Some(i) = *copy {
+                self.gather(
+                    state,
+                    r,
+                    call.x0..call.x1,
+                    &mut temps[i],
+                    res_pitch,
+                    blocked,
+                );
+            }
+        }
+        let temp_bytes = temps.iter().map(|b| b.len() * 4).sum::<usize>();
+
+        let mut own: Vec<Option<&mut Buffer>> = temps.iter_mut().map(Some).collect();
+        let mut own = |i: usize| own[i].take().expect("each buffer serves once");
+        let src: &[f32] = match (input_window, src_copy) {
+            (Some(j), _) => windows[j]
+                .as_ref()
+                .expect("a window")
+                .columns(call.input.begin, specs[0].len),
+            (None, Some(i)) => own(i),
+            (None, None) => unreachable!("copied above"),
+        };
+        let extra: Vec<&[f32]> = residuals
+            .iter()
+            .zip(res_specs)
+            .zip(&res_copies)
+            .map(|((&r, spec), copy)| match copy {
+                Some(i) => &own(*i)[..],
+                None => res_window(r)
+                    .expect("in a window")
+                    .columns(call.x0, spec.len),
+            })
+            .collect();
+        let dst: &mut [f32] = match (dst_copy, out.as_mut()) {
+            (Some(i), _) => own(i),
+            (None, Some(w)) => w.columns_mut(call.x0, dst_len),
+            (None, None) => unreachable!("a destination is taken above"),
+        };
+        let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
+            unreachable!("convs are prepared")
+        };
+        let args = ExecArgs {
+            src,
+            weights: Some(packed.as_slice()),
+            dst,
+            extra: &extra,
+            scratch: scratch.map(|i| &mut own(i)[..]),
+        };
+        let extents = key.runtime_dims().any().then_some([ih, band_iw]);
+        let start = std::time::Instant::now();
+        match (over_residual, extents) {
+            (Some(_), e) => engine.execute_over_residual(primitive, args, e)?,
+            (None, Some(e)) => engine.execute_at(primitive, args, e)?,
+            (None, None) => engine.execute(primitive, args)?,
+        }
+        Ok((temp_bytes, start.elapsed().as_secs_f64(), dst_copy))
     }
 
     /// Copies the columns `columns` of value `v` into `dst`, in rows `pitch` columns apart,
@@ -1764,6 +1799,26 @@ struct RunInputs<'a> {
     keys: &'a [(String, PrimitiveKey)],
     shapes: &'a primjit_ir::Shapes,
     inputs: &'a [(&'a str, TensorView<'a>)],
+}
+
+/// One call of a streamed node, at its band's extents: what `execute_band` hands its kernel
+/// call (`run_band`).
+#[derive(Clone, Copy)]
+struct BandCall<'a> {
+    node: &'a stream::SegmentNode,
+    call: &'a Call,
+    /// The kernel's key (`Segment::call_key`).
+    key: &'a PrimitiveKey,
+    /// The kernel's key at the band's extents, and its buffers.
+    call_desc: &'a ConvDesc,
+    specs: &'a [primjit_codegen::BufferSpec],
+    primitive: &'a Primitive,
+    /// The window that holds the call's input, read in place.
+    input_window: Option<usize>,
+    /// The residual the call writes its output over, in the window of its destination.
+    over_residual: Option<Value>,
+    /// The band's input extents `[ih, iw]`.
+    extents: [usize; 2],
 }
 
 /// What a streamed segment holds between its calls: each windowed value's window.
