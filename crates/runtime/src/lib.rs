@@ -1,10 +1,12 @@
 //! Primitives that own their executable pages, the byte-budgeted primitive cache, the engine,
 //! and the graph executor.
 //!
-//! All `unsafe` code of primjit lives in [`exec`]: mapping pages, flipping them to
-//! read+execute, and calling kernels.
+//! All `unsafe` code of the runtime lives in [`exec`]: mapping pages, flipping them to
+//! read+execute, and calling kernels. (Elsewhere in primjit, only the read-only mappings of
+//! model and parameter files, in the facade's `params_file` and the ONNX importer, are
+//! `unsafe`.)
 
-// The compiler holds every other module to that.
+// The compiler holds every other module of the runtime to that.
 #![deny(unsafe_code)]
 
 mod cache;
