@@ -583,33 +583,7 @@ impl CompiledGraph {
         // The leading convolutions in bands, when the image is wider than one: their calls'
         // kernels, and the other nodes', are all known before the first runs, so that the
         // missing ones compile at once on the engine's threads.
-        let banded = self
-            .streamed_segment(&shapes, &keys)
-            .map(|(segment, band)| {
-                let schedule = segment.schedule(band);
-                let mut kernels: Vec<PrimitiveKey> = Vec::new();
-                let mut index: HashMap<PrimitiveKey, usize> = HashMap::new();
-                let call_kernels = schedule
-                    .calls
-                    .iter()
-                    .map(|call| {
-                        let s = &segment.nodes[call.node];
-                        let [_, _, ih, iw] = shape4(s.input);
-                        let key = segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw]);
-                        *index.entry(key).or_insert_with_key(|key| {
-                            kernels.push(key.clone());
-                            kernels.len() - 1
-                        })
-                    })
-                    .collect();
-                BandedRun {
-                    segment,
-                    band,
-                    schedule,
-                    kernels,
-                    call_kernels,
-                }
-            });
+        let banded = self.banded_run(&shapes, &keys);
         // The segment is the graph's first nodes; the others run on whole tensors.
         let whole_from = banded.as_ref().map_or(0, |b| b.segment.nodes.len());
         engine.prefetch(
@@ -1381,6 +1355,40 @@ fn keys_at(
 }
 
 impl CompiledGraph {
+    /// The streamed segment of a run at `shapes` with node keys `keys`, if the run streams:
+    /// its schedule, and its calls' distinct kernel keys.
+    fn banded_run(
+        &self,
+        shapes: &primjit_ir::Shapes,
+        keys: &[(String, PrimitiveKey)],
+    ) -> Option<BandedRun> {
+        let (segment, band) = self.streamed_segment(shapes, keys)?;
+        let schedule = segment.schedule(band);
+        let mut kernels: Vec<PrimitiveKey> = Vec::new();
+        let mut index: HashMap<PrimitiveKey, usize> = HashMap::new();
+        let call_kernels = schedule
+            .calls
+            .iter()
+            .map(|call| {
+                let s = &segment.nodes[call.node];
+                let input = shapes.concrete(s.input).expect("bound");
+                let (ih, iw) = (input[2], input[3]);
+                let key = segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw]);
+                *index.entry(key).or_insert_with_key(|key| {
+                    kernels.push(key.clone());
+                    kernels.len() - 1
+                })
+            })
+            .collect();
+        Some(BandedRun {
+            segment,
+            band,
+            schedule,
+            kernels,
+            call_kernels,
+        })
+    }
+
     /// Runs the streamed segment of `banded` at the run's shapes (`run`): its whole outputs
     /// land in `blocked`, its nodes' runs in `stats.nodes`. `live_bytes` is what the run holds
     /// besides.
