@@ -6,15 +6,16 @@
 //! first call; the harness allocates nothing per call (`workload::Inputs`, `run_into`), so the
 //! growth is the library's.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, Engine, EngineConfig, Params, SegmentRun, ShapeMode,
-    Streaming, Tensor, TensorView, Workspace,
+    Budget, CacheConfig, CompiledGraph, ConvAlgoChoice, Engine, EngineConfig, Params, PrimitiveKey,
+    RunStats, SegmentRun, ShapeMode, Streaming, Tensor, TensorView, Workspace, WorkspaceStats,
 };
 use serde::Serialize;
 
@@ -330,81 +331,249 @@ pub fn run(args: &Args) -> Result<()> {
 
 /// Runs the benchmark; returns its report and the engine, whose cache holds what the run left.
 pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
-    let mut source = model_source(args.workload.file.as_ref())?;
-    let graph = source.parse()?;
-    // Verified before parameters are drawn for it: verification bounds every parameter's
-    // size, which `Params::random` allocates as declared.
-    graph.verify().map_err(|e| source.diagnose(e))?;
-    let (input_name, [n, c, h]) = width_symbol(&graph)?;
-    let widths = workload::load_widths(args.workload.widths.as_deref())?;
-    if args.workload.n == 0 || args.workload.n > widths.len() {
-        bail!(
-            "--n must be between 1 and the {} widths of the workload, found {}",
-            widths.len(),
-            args.workload.n
-        );
-    }
-    let widths = &widths[..args.workload.n];
-
-    let mut config = EngineConfig::from_env()?;
-    config.cache = CacheConfig {
-        budget: args.budget.unwrap_or(config.cache.budget),
-        capacity: args.capacity.or(config.cache.capacity),
-    };
-    if let Some(b) = args.workspace_budget {
-        config.workspace.budget = b;
-    }
-    config.threads = args.workload.threads;
-    config.max_isa = args.algo.max_isa()?;
-    let engine = Engine::new(config.clone())?;
-    // An ONNX model runs with its own weights; an IR file with seeded ones. Once packed they
-    // are dropped: the model's packed weights are the only copy the timed calls see.
-    let params = source
-        .take_initializers()
-        .unwrap_or_else(|| Params::random(&graph, args.seed));
-    let conv_algo = args.algo.conv_algo.unwrap_or(config.conv_algo);
-    let model = CompiledGraph::with_target(&graph, &params, conv_algo, engine.isa())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;
-    drop(params);
-    let model = match args.policy {
-        Policy::Dynamic => model.with_mode(ShapeMode::Runtime),
-        _ => model,
-    };
-    // `--streaming` overrides the graph's choice (on for `dynamic`, whose keys take widths at
-    // run time; off for the policies that specialize on widths).
-    let model = match args.stream_settings(model.streaming())? {
-        Some(s) => model.with_streaming(s),
-        None => model,
-    };
-
+    let setup = Setup::new(args)?;
     let mut out = std::io::stdout().lock();
-    let sorted = {
-        let mut s: Vec<f64> = widths.iter().map(|&w| w as f64).collect();
-        s.sort_by(f64::total_cmp);
-        s
-    };
-    writeln!(
-        out,
-        "widths: mean={:.0}, p50={} p95={} max={}",
-        sorted.iter().sum::<f64>() / sorted.len() as f64,
-        percentile(&sorted, 50.0),
-        percentile(&sorted, 95.0),
-        sorted.last().copied().unwrap_or(0.0)
-    )?;
-    writeln!(
-        out,
-        "model={} policy={} budget={} capacity={} workspace_budget={} threads={}",
-        source.path,
-        args.policy.name(),
-        config.cache.budget,
-        config
-            .cache
-            .capacity
-            .map_or("none".to_string(), |c| c.to_string()),
-        config.workspace.budget,
-        engine.threads()
-    )?;
+    setup.print_header(&mut out, args)?;
+    let timed = time_calls(&mut out, args, &setup)?;
+    let report = setup.report(args, timed)?;
+    print_report(&mut out, args, &report)?;
+    Ok((report, setup.engine))
+}
 
+/// What a benchmark runs: the model compiled for its engine, at the workload's widths.
+struct Setup {
+    source: Source,
+    /// The input's name and its dimensions other than the width.
+    input_name: String,
+    input: [usize; 3],
+    /// The widths of the calls, the first `--n` of the workload.
+    widths: Vec<usize>,
+    config: EngineConfig,
+    engine: Engine,
+    model: CompiledGraph,
+    conv_algo: ConvAlgoChoice,
+}
+
+/// What the calls of a benchmark measured, warm-up included.
+struct Timed {
+    records: Vec<CallRecord>,
+    /// The RSS growth after every 100 calls.
+    growth: Vec<(usize, i64)>,
+    /// The RSS after the warm-up, or after the first call when there is none.
+    rss_first: u64,
+    peak_activation: usize,
+    /// The streamed segments of the call with the most activation bytes.
+    peak_segments: Vec<SegmentReport>,
+    /// The workspace after the last call.
+    workspace: WorkspaceStats,
+    warm_up_seconds: f64,
+    total_seconds: f64,
+    /// The compile time of each distinct primitive the calls ran.
+    configurations: HashMap<PrimitiveKey, Duration>,
+    vmhwm_kb: u64,
+    /// The calls' inputs, for the check against exact runs.
+    inputs: Inputs,
+}
+
+impl Setup {
+    /// Loads and verifies the model, reads the workload, and compiles the model for an engine
+    /// configured from the environment and `args`.
+    fn new(args: &Args) -> Result<Self> {
+        let mut source = model_source(args.workload.file.as_ref())?;
+        let graph = source.parse()?;
+        // Verified before parameters are drawn for it: verification bounds every parameter's
+        // size, which `Params::random` allocates as declared.
+        graph.verify().map_err(|e| source.diagnose(e))?;
+        let (input_name, [n, c, h]) = width_symbol(&graph)?;
+        let mut widths = workload::load_widths(args.workload.widths.as_deref())?;
+        if args.workload.n == 0 || args.workload.n > widths.len() {
+            bail!(
+                "--n must be between 1 and the {} widths of the workload, found {}",
+                widths.len(),
+                args.workload.n
+            );
+        }
+        widths.truncate(args.workload.n);
+
+        let mut config = EngineConfig::from_env()?;
+        config.cache = CacheConfig {
+            budget: args.budget.unwrap_or(config.cache.budget),
+            capacity: args.capacity.or(config.cache.capacity),
+        };
+        if let Some(b) = args.workspace_budget {
+            config.workspace.budget = b;
+        }
+        config.threads = args.workload.threads;
+        config.max_isa = args.algo.max_isa()?;
+        let engine = Engine::new(config.clone())?;
+        // An ONNX model runs with its own weights; an IR file with seeded ones. Once packed they
+        // are dropped: the model's packed weights are the only copy the timed calls see.
+        let params = source
+            .take_initializers()
+            .unwrap_or_else(|| Params::random(&graph, args.seed));
+        let conv_algo = args.algo.conv_algo.unwrap_or(config.conv_algo);
+        let model = CompiledGraph::with_target(&graph, &params, conv_algo, engine.isa())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", source.path))?;
+        drop(params);
+        let model = match args.policy {
+            Policy::Dynamic => model.with_mode(ShapeMode::Runtime),
+            _ => model,
+        };
+        // `--streaming` overrides the graph's choice (on for `dynamic`, whose keys take widths at
+        // run time; off for the policies that specialize on widths).
+        let model = match args.stream_settings(model.streaming())? {
+            Some(s) => model.with_streaming(s),
+            None => model,
+        };
+
+        Ok(Setup {
+            source,
+            input_name,
+            input: [n, c, h],
+            widths,
+            config,
+            engine,
+            model,
+            conv_algo,
+        })
+    }
+
+    /// The lines before the calls: the workload's widths and what runs them.
+    fn print_header(&self, out: &mut impl Write, args: &Args) -> Result<()> {
+        let (widths, source, config, engine) =
+            (&self.widths, &self.source, &self.config, &self.engine);
+        let sorted = {
+            let mut s: Vec<f64> = widths.iter().map(|&w| w as f64).collect();
+            s.sort_by(f64::total_cmp);
+            s
+        };
+        writeln!(
+            out,
+            "widths: mean={:.0}, p50={} p95={} max={}",
+            sorted.iter().sum::<f64>() / sorted.len() as f64,
+            percentile(&sorted, 50.0),
+            percentile(&sorted, 95.0),
+            sorted.last().copied().unwrap_or(0.0)
+        )?;
+        writeln!(
+            out,
+            "model={} policy={} budget={} capacity={} workspace_budget={} threads={}",
+            source.path,
+            args.policy.name(),
+            config.cache.budget,
+            config
+                .cache
+                .capacity
+                .map_or("none".to_string(), |c| c.to_string()),
+            config.workspace.budget,
+            engine.threads()
+        )?;
+        Ok(())
+    }
+
+    /// The report of the calls `timed` measured, with the error against exact runs where the
+    /// policy pads.
+    fn report(&self, args: &Args, timed: Timed) -> Result<BenchReport> {
+        let Setup {
+            source,
+            input_name,
+            input,
+            widths,
+            config,
+            engine,
+            model,
+            conv_algo,
+        } = self;
+        let Timed {
+            records,
+            growth,
+            rss_first,
+            peak_activation,
+            peak_segments,
+            workspace,
+            warm_up_seconds,
+            total_seconds,
+            configurations,
+            vmhwm_kb,
+            mut inputs,
+        } = timed;
+        let mut times: Vec<f64> = records.iter().map(|r| r.seconds).collect();
+        times.sort_by(f64::total_cmp);
+        let rss_last = records.last().map_or(0, |r| r.rss_kb);
+        let stats = engine.cache().stats();
+        let bucket_error = if args.policy != Policy::Exact && args.check_calls > 0 {
+            Some(bucket_error(
+                model,
+                input_name,
+                args,
+                widths,
+                &mut inputs,
+                config,
+            )?)
+        } else {
+            None
+        };
+        let report = BenchReport {
+            model: source.path.clone(),
+            policy: args.policy,
+            budget: config.cache.budget.to_string(),
+            capacity: config.cache.capacity,
+            threads: engine.threads(),
+            calls: widths.len(),
+            time_mean_s: total_seconds / widths.len() as f64,
+            time_p50_s: percentile(&times, 50.0),
+            time_p95_s: percentile(&times, 95.0),
+            warm_up_calls: args.warm_up,
+            warm_up_s: warm_up_seconds,
+            rss_initial_kb: rss_first,
+            rss_growth_kb: rss_last as i64 - rss_first as i64,
+            growth_every_100: growth,
+            compiles: stats.compiles,
+            failed_compiles: stats.failed_compiles,
+            hits: stats.hits,
+            misses: stats.misses,
+            evictions: stats.evictions,
+            evicted_bytes: stats.evicted_bytes,
+            cache_entries: stats.entries,
+            cache_bytes: stats.bytes,
+            cache_peak_bytes: stats.peak_bytes,
+            peak_activation_bytes: peak_activation,
+            streaming: model.streaming().name().to_string(),
+            stream_band: model.streaming().band().unwrap_or(0),
+            peak_call_segments: peak_segments,
+            workspace_budget: config.workspace.budget.to_string(),
+            workspace_bytes: workspace.bytes,
+            workspace_peak_bytes: workspace.peak_bytes,
+            workspace_returned_bytes: workspace.returned_bytes,
+            vmhwm_kb,
+            compile_time_s: stats.compile_time.as_secs_f64(),
+            max_compile_time_s: stats.max_compile_time.as_secs_f64(),
+            bucket_error,
+            node_configurations: configurations.len(),
+            conv_algo: conv_algo.to_string(),
+            weight_bytes_direct: model.weight_bytes().direct,
+            weight_bytes_winograd: model.weight_bytes().winograd,
+            compile_by_algo: compile_by_algo(&configurations),
+            per_call: records,
+            peer_command: peer_command(args, source, *input, engine.threads()),
+        };
+        Ok(report)
+    }
+}
+
+/// Runs the warm-up calls and then the timed calls, with a progress bar on stderr and the RSS
+/// growth every 100 calls on `out`.
+fn time_calls(out: &mut impl Write, args: &Args, setup: &Setup) -> Result<Timed> {
+    let Setup {
+        input_name,
+        input,
+        widths,
+        engine,
+        model,
+        ..
+    } = setup;
+    let [n, c, h] = *input;
+    let input_name = input_name.as_str();
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
@@ -418,11 +587,16 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let widest_padded = args.policy.padded_width(widest);
     // The outputs first: binding the widest call's shape checks that its tensors are of a
     // size the IR accepts before the inputs are allocated for it.
-    let mut outputs = output_tensors(&model, &input_name, [n, c, h, widest_padded])?;
+    let outputs = output_tensors(model, input_name, [n, c, h, widest_padded])?;
     let pads = widths.iter().any(|&w| args.policy.padded_width(w) != w);
-    let mut inputs = Inputs::new(args.seed, [n, c, h], widest, widest_padded, pads);
-    let mut ws = Workspace::new();
-    let mut configurations = std::collections::HashMap::new();
+    let mut caller = Caller {
+        setup,
+        policy: args.policy,
+        inputs: Inputs::new(args.seed, [n, c, h], widest, widest_padded, pads),
+        outputs,
+        ws: Workspace::new(),
+        configurations: HashMap::new(),
+    };
     let mut records = Vec::with_capacity(widths.len());
     let mut growth = Vec::new();
     let mut rss_first = 0;
@@ -433,20 +607,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     // after the first call, when there is none), and the warm-up's time is not the workload's.
     let mut warm_up_seconds = 0.0;
     for _ in 0..args.warm_up {
-        let w = widths[0];
-        let (shape, data) = inputs.view(w, args.policy.padded_width(w));
-        let x = TensorView {
-            shape: &shape,
-            data,
-        };
-        let start = Instant::now();
-        let stats = model.run_into(&engine, &[(&input_name, x)], &mut outputs, &mut ws)?;
-        warm_up_seconds += start.elapsed().as_secs_f64();
-        for node in &stats.nodes {
-            configurations
-                .entry(node.primitive.key().clone())
-                .or_insert_with(|| node.primitive.compile_time());
-        }
+        warm_up_seconds += caller.call(widths[0])?.1;
         rss_first = rss_kb()?;
     }
     if args.warm_up > 0 {
@@ -465,19 +626,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     let mut total_seconds = 0.0;
     for (i, &w) in widths.iter().enumerate() {
         let run_width = args.policy.padded_width(w);
-        let (shape, data) = inputs.view(w, run_width);
-        let x = TensorView {
-            shape: &shape,
-            data,
-        };
-        let start = Instant::now();
-        let stats = model.run_into(&engine, &[(&input_name, x)], &mut outputs, &mut ws)?;
-        let seconds = start.elapsed().as_secs_f64();
-        for node in &stats.nodes {
-            configurations
-                .entry(node.primitive.key().clone())
-                .or_insert_with(|| node.primitive.compile_time());
-        }
+        let (stats, seconds) = caller.call(w)?;
         total_seconds += seconds;
         if stats.peak_activation_bytes > peak_activation {
             peak_activation = stats.peak_activation_bytes;
@@ -514,67 +663,66 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
     bar.finish_and_clear();
     let vmhwm_kb = hwm_kb()?;
 
-    let mut times: Vec<f64> = records.iter().map(|r| r.seconds).collect();
-    times.sort_by(f64::total_cmp);
-    let rss_last = records.last().map_or(0, |r| r.rss_kb);
-    let stats = engine.cache().stats();
-    let bucket_error = if args.policy != Policy::Exact && args.check_calls > 0 {
-        Some(bucket_error(
-            &model,
-            &input_name,
-            args,
-            widths,
-            &mut inputs,
-            &config,
-        )?)
-    } else {
-        None
-    };
-    let report = BenchReport {
-        model: source.path.clone(),
-        policy: args.policy,
-        budget: config.cache.budget.to_string(),
-        capacity: config.cache.capacity,
-        threads: engine.threads(),
-        calls: widths.len(),
-        time_mean_s: total_seconds / widths.len() as f64,
-        time_p50_s: percentile(&times, 50.0),
-        time_p95_s: percentile(&times, 95.0),
-        warm_up_calls: args.warm_up,
-        warm_up_s: warm_up_seconds,
-        rss_initial_kb: rss_first,
-        rss_growth_kb: rss_last as i64 - rss_first as i64,
-        growth_every_100: growth,
-        compiles: stats.compiles,
-        failed_compiles: stats.failed_compiles,
-        hits: stats.hits,
-        misses: stats.misses,
-        evictions: stats.evictions,
-        evicted_bytes: stats.evicted_bytes,
-        cache_entries: stats.entries,
-        cache_bytes: stats.bytes,
-        cache_peak_bytes: stats.peak_bytes,
-        peak_activation_bytes: peak_activation,
-        streaming: model.streaming().name().to_string(),
-        stream_band: model.streaming().band().unwrap_or(0),
-        peak_call_segments: peak_segments,
-        workspace_budget: config.workspace.budget.to_string(),
-        workspace_bytes: workspace.bytes,
-        workspace_peak_bytes: workspace.peak_bytes,
-        workspace_returned_bytes: workspace.returned_bytes,
+    Ok(Timed {
+        records,
+        growth,
+        rss_first,
+        peak_activation,
+        peak_segments,
+        workspace,
+        warm_up_seconds,
+        total_seconds,
+        configurations: caller.configurations,
         vmhwm_kb,
-        compile_time_s: stats.compile_time.as_secs_f64(),
-        max_compile_time_s: stats.max_compile_time.as_secs_f64(),
-        bucket_error,
-        node_configurations: configurations.len(),
-        conv_algo: conv_algo.to_string(),
-        weight_bytes_direct: model.weight_bytes().direct,
-        weight_bytes_winograd: model.weight_bytes().winograd,
-        compile_by_algo: compile_by_algo(&configurations),
-        per_call: records,
-        peer_command: peer_command(args, &source, [n, c, h], engine.threads()),
-    };
+        inputs: caller.inputs,
+    })
+}
 
+/// Benchmark calls, one after another on the same buffers, noting the primitives they ran.
+struct Caller<'a> {
+    setup: &'a Setup,
+    policy: Policy,
+    inputs: Inputs,
+    outputs: Vec<Tensor>,
+    ws: Workspace,
+    /// The compile time of each distinct primitive the calls ran.
+    configurations: HashMap<PrimitiveKey, Duration>,
+}
+
+impl Caller<'_> {
+    /// Runs the model on an input of width `w`, padded as the policy says; returns the run's
+    /// statistics and its time in seconds.
+    fn call(&mut self, w: usize) -> Result<(RunStats, f64)> {
+        let (shape, data) = self.inputs.view(w, self.policy.padded_width(w));
+        let x = TensorView {
+            shape: &shape,
+            data,
+        };
+        let Setup {
+            input_name,
+            engine,
+            model,
+            ..
+        } = self.setup;
+        let start = Instant::now();
+        let stats = model.run_into(
+            engine,
+            &[(input_name.as_str(), x)],
+            &mut self.outputs,
+            &mut self.ws,
+        )?;
+        let seconds = start.elapsed().as_secs_f64();
+        for node in &stats.nodes {
+            self.configurations
+                .entry(node.primitive.key().clone())
+                .or_insert_with(|| node.primitive.compile_time());
+        }
+        Ok((stats, seconds))
+    }
+}
+
+/// The report's lines after the calls.
+fn print_report(out: &mut impl Write, args: &Args, report: &BenchReport) -> Result<()> {
     writeln!(
         out,
         "time: mean={:.3} s, p50={:.3} s, p95={:.3} s",
@@ -670,7 +818,7 @@ pub fn bench(args: &Args) -> Result<(BenchReport, Engine)> {
             e.max_rel
         )?;
     }
-    Ok((report, engine))
+    Ok(())
 }
 
 /// The closing lines of `bench`: the figures to set beside a peer's, and how to run the peer.

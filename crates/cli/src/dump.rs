@@ -117,23 +117,7 @@ fn annotated(graph: &Graph, shapes: &Shapes) -> String {
 /// The per-node stages: every node's primitive key at the bound shapes, and what the stage
 /// shows of it.
 fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
-    loaded.shapes(&loaded.graph, &loaded.bindings)?;
-    let mut graph = loaded.graph.clone();
-    passes::optimize(&mut graph);
-    let unbound: Vec<String> = graph
-        .symbols()
-        .into_iter()
-        .filter(|s| !loaded.bindings.contains_key(s))
-        .collect();
-    if !unbound.is_empty() {
-        bail!(
-            "stage {} needs concrete shapes: bind {} with --dims",
-            clap::ValueEnum::to_possible_value(&args.stage)
-                .expect("no skipped stages")
-                .get_name(),
-            unbound.join(", ")
-        );
-    }
+    let graph = bound_graph(loaded, args)?;
     let mode = if args.dynamic {
         primjit::ShapeMode::Runtime
     } else {
@@ -180,70 +164,13 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
                  is more than four bands wide)"
             );
         };
-        keys.iter()
-            .flat_map(|(name, key)| {
-                let own: Vec<(String, PrimitiveKey)> = bands
-                    .iter()
-                    .filter(|b| b.node == *name)
-                    .map(|b| {
-                        let [x0, x1] = b.first_columns;
-                        let label = match b.calls {
-                            1 => format!("{name} [band kernel of 1 call, on columns {x0}..{x1}]"),
-                            n => format!(
-                                "{name} [band kernel of {n} calls, the first on columns {x0}..{x1}]"
-                            ),
-                        };
-                        (label, b.key.clone())
-                    })
-                    .collect();
-                if own.is_empty() {
-                    vec![(name.clone(), key.clone())]
-                } else {
-                    own
-                }
-            })
-            .collect()
+        with_band_kernels(&keys, &bands)
     } else {
         keys.clone()
     };
-    let mut text = String::new();
-    match args.stage {
+    Ok(match args.stage {
         Stage::Plan | Stage::Clif | Stage::Asm => {
-            let dumps = Dumps {
-                clif: args.stage == Stage::Clif,
-                disasm: args.stage == Stage::Asm,
-            };
-            for (name, key) in &shown {
-                text.push_str(&format!("%{name}: {key}\n"));
-                let runtime = key.runtime_dims();
-                if runtime.any() {
-                    let fused = matches!(key, PrimitiveKey::Conv(d) if d.pool.is_some());
-                    let read = if fused {
-                        "[ih, iw, oh, ow, ph, pw]"
-                    } else {
-                        "[ih, iw, oh, ow]"
-                    };
-                    text.push_str(&format!(
-                        "  runtime extents: {runtime} (`*` fields; the kernel reads {read} from its extents argument)\n"
-                    ));
-                }
-                match args.stage {
-                    Stage::Plan => {
-                        // As `compile` does for the other stages: a plan takes a valid key.
-                        key.validate()?;
-                        if let PrimitiveKey::Conv(d) = key {
-                            text.push_str(&format!("  algorithm: {}\n", conv_algo.explain(d)));
-                        }
-                        text.push_str(&describe_plan(key))
-                    }
-                    _ => {
-                        let kernel = compile(key, CodegenOptions::default(), dumps)?;
-                        text.push_str(kernel.clif().or(kernel.disasm()).unwrap_or_default());
-                        text.push_str(&format!("; {} bytes of code\n", kernel.code().len()));
-                    }
-                }
-                text.push('\n');
-            }
+            let mut text = describe_keys(&shown, args.stage, conv_algo)?;
             if args.stage == Stage::Plan
                 && let Some(plan) = primjit::describe_stream_plan(
                     &graph,
@@ -255,59 +182,168 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
             {
                 text.push_str(&plan);
             }
+            text
         }
-        _ => {
-            // An engine of its own with no budget limit: every distinct primitive once.
-            let config = EngineConfig {
-                cache: CacheConfig {
-                    budget: Budget::Unlimited,
-                    capacity: None,
-                },
-                max_isa: Some(isa),
-                ..EngineConfig::default()
+        _ => memory_table(&shown, &keys, isa, conv_algo)?,
+    })
+}
+
+/// The loaded graph after folding and fusion, where `--dims` binds every symbol.
+fn bound_graph(loaded: &crate::source::Loaded, args: &Args) -> Result<Graph> {
+    loaded.shapes(&loaded.graph, &loaded.bindings)?;
+    let mut graph = loaded.graph.clone();
+    passes::optimize(&mut graph);
+    let unbound: Vec<String> = graph
+        .symbols()
+        .into_iter()
+        .filter(|s| !loaded.bindings.contains_key(s))
+        .collect();
+    if !unbound.is_empty() {
+        bail!(
+            "stage {} needs concrete shapes: bind {} with --dims",
+            clap::ValueEnum::to_possible_value(&args.stage)
+                .expect("no skipped stages")
+                .get_name(),
+            unbound.join(", ")
+        );
+    }
+    Ok(graph)
+}
+
+/// `keys` with each streamed node's entry replaced by its band kernels (`bands`), labelled
+/// with the calls they serve.
+fn with_band_kernels(
+    keys: &[(String, PrimitiveKey)],
+    bands: &[primjit::BandKernel],
+) -> Vec<(String, PrimitiveKey)> {
+    keys.iter()
+        .flat_map(|(name, key)| {
+            let own: Vec<(String, PrimitiveKey)> = bands
+                .iter()
+                .filter(|b| b.node == *name)
+                .map(|b| {
+                    let [x0, x1] = b.first_columns;
+                    let label = match b.calls {
+                        1 => format!("{name} [band kernel of 1 call, on columns {x0}..{x1}]"),
+                        n => format!(
+                            "{name} [band kernel of {n} calls, the first on columns {x0}..{x1}]"
+                        ),
+                    };
+                    (label, b.key.clone())
+                })
+                .collect();
+            if own.is_empty() {
+                vec![(name.clone(), key.clone())]
+            } else {
+                own
+            }
+        })
+        .collect()
+}
+
+/// Stages plan, clif and asm: each shown key with its runtime extents, and its plan or code.
+fn describe_keys(
+    shown: &[(String, PrimitiveKey)],
+    stage: Stage,
+    conv_algo: primjit::ConvAlgoChoice,
+) -> Result<String> {
+    let mut text = String::new();
+    let dumps = Dumps {
+        clif: stage == Stage::Clif,
+        disasm: stage == Stage::Asm,
+    };
+    for (name, key) in shown {
+        text.push_str(&format!("%{name}: {key}\n"));
+        let runtime = key.runtime_dims();
+        if runtime.any() {
+            let fused = matches!(key, PrimitiveKey::Conv(d) if d.pool.is_some());
+            let read = if fused {
+                "[ih, iw, oh, ow, ph, pw]"
+            } else {
+                "[ih, iw, oh, ow]"
             };
-            let engine = Engine::new(config)?;
             text.push_str(&format!(
-                "{:<28} {:>7} {:>7} {:>6} {:>8} {:>9}  key\n",
-                "node", "code", "mapped", "heap", "total", "compile"
+                "  runtime extents: {runtime} (`*` fields; the kernel reads {read} from its extents argument)\n"
             ));
-            for (name, key) in &shown {
-                let p = engine.compile(key)?;
-                let m = p.memory();
-                text.push_str(&format!(
-                    "{:<28} {:>7} {:>7} {:>6} {:>8} {:>7.3}ms  {key}\n",
-                    format!("%{name}"),
-                    m.code,
-                    m.mapped,
-                    m.heap,
-                    m.total(),
-                    p.compile_time().as_secs_f64() * 1e3
-                ));
-            }
-            let stats = engine.cache().stats();
-            text.push_str(&format!(
-                "# {} nodes, {} distinct primitives, {} bytes ({} mapped), compiled in {:.1} ms\n",
-                keys.len(),
-                stats.entries,
-                stats.bytes,
-                stats.mapped_bytes,
-                stats.compile_time.as_secs_f64() * 1e3
-            ));
-            // Each convolution node holds its own packed weights, whatever its key shares.
-            let (mut direct, mut winograd) = (0, 0);
-            for (_, key) in &keys {
+        }
+        match stage {
+            Stage::Plan => {
+                // As `compile` does for the other stages: a plan takes a valid key.
+                key.validate()?;
                 if let PrimitiveKey::Conv(d) = key {
-                    match d.algo {
-                        primjit::ConvAlgo::Direct => direct += d.packed_weights_len() * 4,
-                        primjit::ConvAlgo::WinogradF4x3 => winograd += d.packed_weights_len() * 4,
-                    }
+                    text.push_str(&format!("  algorithm: {}\n", conv_algo.explain(d)));
                 }
+                text.push_str(&describe_plan(key))
             }
-            text.push_str(&format!(
-                "# weights ({conv_algo} convolutions): {direct} bytes packed for direct kernels, \
-                 {winograd} bytes winograd-transformed\n"
-            ));
+            _ => {
+                let kernel = compile(key, CodegenOptions::default(), dumps)?;
+                text.push_str(kernel.clif().or(kernel.disasm()).unwrap_or_default());
+                text.push_str(&format!("; {} bytes of code\n", kernel.code().len()));
+            }
+        }
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// Stage memory: each shown key's code, mapped and heap bytes and compile time on an engine of
+/// its own, then the totals and the weights that `keys`' convolutions hold.
+fn memory_table(
+    shown: &[(String, PrimitiveKey)],
+    keys: &[(String, PrimitiveKey)],
+    isa: primjit::Isa,
+    conv_algo: primjit::ConvAlgoChoice,
+) -> Result<String> {
+    let mut text = String::new();
+    // An engine of its own with no budget limit: every distinct primitive once.
+    let config = EngineConfig {
+        cache: CacheConfig {
+            budget: Budget::Unlimited,
+            capacity: None,
+        },
+        max_isa: Some(isa),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(config)?;
+    text.push_str(&format!(
+        "{:<28} {:>7} {:>7} {:>6} {:>8} {:>9}  key\n",
+        "node", "code", "mapped", "heap", "total", "compile"
+    ));
+    for (name, key) in shown {
+        let p = engine.compile(key)?;
+        let m = p.memory();
+        text.push_str(&format!(
+            "{:<28} {:>7} {:>7} {:>6} {:>8} {:>7.3}ms  {key}\n",
+            format!("%{name}"),
+            m.code,
+            m.mapped,
+            m.heap,
+            m.total(),
+            p.compile_time().as_secs_f64() * 1e3
+        ));
+    }
+    let stats = engine.cache().stats();
+    text.push_str(&format!(
+        "# {} nodes, {} distinct primitives, {} bytes ({} mapped), compiled in {:.1} ms\n",
+        keys.len(),
+        stats.entries,
+        stats.bytes,
+        stats.mapped_bytes,
+        stats.compile_time.as_secs_f64() * 1e3
+    ));
+    // Each convolution node holds its own packed weights, whatever its key shares.
+    let (mut direct, mut winograd) = (0, 0);
+    for (_, key) in keys {
+        if let PrimitiveKey::Conv(d) = key {
+            match d.algo {
+                primjit::ConvAlgo::Direct => direct += d.packed_weights_len() * 4,
+                primjit::ConvAlgo::WinogradF4x3 => winograd += d.packed_weights_len() * 4,
+            }
         }
     }
+    text.push_str(&format!(
+        "# weights ({conv_algo} convolutions): {direct} bytes packed for direct kernels, \
+         {winograd} bytes winograd-transformed\n"
+    ));
     Ok(text)
 }

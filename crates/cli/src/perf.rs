@@ -709,6 +709,8 @@ fn peak_after(engine: &Engine, before: &TierPeaks, out: &mut impl Write) -> Resu
     Ok(best)
 }
 
+/// `bench-op --model`: the model's nodes timed run by run, alone or beside a second form of
+/// the model (its dynamic keys, or another convolution algorithm), against the machine's peaks.
 fn bench_model(
     engine: &Engine,
     path: &std::path::Path,
@@ -716,73 +718,18 @@ fn bench_model(
     peak_before: &TierPeaks,
     out: &mut impl Write,
 ) -> Result<()> {
-    let dims = args
-        .dims
-        .as_deref()
-        .map(primjit::ir::parse_bindings)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
-    let loaded = GraphArgs {
-        file: path.to_path_buf(),
-        dims,
-    }
-    .load()?;
-    let graph = &loaded.graph;
-    let [input] = graph.inputs() else {
-        bail!("bench-op --model needs a graph with one input")
-    };
-    let shapes = loaded.shapes(graph, &loaded.bindings)?;
-    let Some(shape) = shapes.concrete(input.value) else {
-        bail!("bind every symbol of the input with --dims")
-    };
-    let params = Params::random(graph, 0);
-    let isa = args.algo.isa()?;
-    let exact = CompiledGraph::with_target(graph, &params, args.algo.choice()?, isa)?;
-    let mut models = vec![exact.clone()];
-    // The second model and its column label.
-    let second = if args.dynamic {
-        // Whole tensors, as the exact model runs: the columns compare kernels, node by node.
-        models.push(
-            exact
-                .with_mode(ShapeMode::Runtime)
-                .with_streaming(primjit::Streaming::OFF),
-        );
-        Some("dyn".to_string())
-    } else if let Some(algo) = args.vs_algo {
-        models.push(CompiledGraph::with_target(graph, &params, algo, isa)?);
-        Some(algo.to_string())
-    } else {
-        None
-    };
-    let x: Tensor = random_tensor(1, "x", shape, -1.0, 1.0);
-    let name = graph.value_name(input.value).to_string();
-    let mut ws = Workspace::new();
-    let mut firsts = Vec::new();
-    for model in &models {
-        firsts.push(model.run(engine, &[(&name, &x)], &mut ws)?.1);
-    }
+    let Compared {
+        models,
+        second,
+        input,
+        x,
+    } = compared_models(path, args)?;
     let runs = args.runs;
-    // [model][node][run]; the models alternate run by run, so they see the same machine.
-    let mut per_node: Vec<Vec<Vec<f64>>> =
-        vec![vec![Vec::new(); firsts[0].nodes.len()]; models.len()];
-    let mut totals: Vec<Vec<f64>> = vec![Vec::new(); models.len()];
-    for run in 0..runs {
-        // ABBA order, so that neither model always runs right after the other.
-        let order: Vec<usize> = if run % 2 == 0 {
-            (0..models.len()).collect()
-        } else {
-            (0..models.len()).rev().collect()
-        };
-        for m in order {
-            let model = &models[m];
-            let t = Instant::now();
-            let (_, stats) = model.run(engine, &[(&name, &x)], &mut ws)?;
-            totals[m].push(t.elapsed().as_secs_f64());
-            for (i, n) in stats.nodes.iter().enumerate() {
-                per_node[m][i].push(n.seconds);
-            }
-        }
-    }
+    let Timings {
+        firsts,
+        mut per_node,
+        mut totals,
+    } = time_models(engine, &models, (&input, &x), runs)?;
     let peaks = peak_after(engine, peak_before, out)?;
     let machine_peak = peaks.widest();
     if let Some(label) = &second {
@@ -870,4 +817,115 @@ fn bench_model(
         )?;
     }
     Ok(())
+}
+
+/// The models `bench-op --model` times: the model with its exact keys and, with `--dynamic`
+/// or `--vs-algo`, a second form of it, with its column label; and their input.
+struct Compared {
+    models: Vec<CompiledGraph>,
+    second: Option<String>,
+    /// The input's name and a random tensor for it.
+    input: String,
+    x: Tensor,
+}
+
+/// Loads the model at `path` with random parameters and compiles what `args` compares.
+fn compared_models(path: &std::path::Path, args: &BenchOpArgs) -> Result<Compared> {
+    let dims = args
+        .dims
+        .as_deref()
+        .map(primjit::ir::parse_bindings)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let loaded = GraphArgs {
+        file: path.to_path_buf(),
+        dims,
+    }
+    .load()?;
+    let graph = &loaded.graph;
+    let [input] = graph.inputs() else {
+        bail!("bench-op --model needs a graph with one input")
+    };
+    let shapes = loaded.shapes(graph, &loaded.bindings)?;
+    let Some(shape) = shapes.concrete(input.value) else {
+        bail!("bind every symbol of the input with --dims")
+    };
+    let params = Params::random(graph, 0);
+    let isa = args.algo.isa()?;
+    let exact = CompiledGraph::with_target(graph, &params, args.algo.choice()?, isa)?;
+    let mut models = vec![exact.clone()];
+    // The second model and its column label.
+    let second = if args.dynamic {
+        // Whole tensors, as the exact model runs: the columns compare kernels, node by node.
+        models.push(
+            exact
+                .with_mode(ShapeMode::Runtime)
+                .with_streaming(primjit::Streaming::OFF),
+        );
+        Some("dyn".to_string())
+    } else if let Some(algo) = args.vs_algo {
+        models.push(CompiledGraph::with_target(graph, &params, algo, isa)?);
+        Some(algo.to_string())
+    } else {
+        None
+    };
+    let x: Tensor = random_tensor(1, "x", shape, -1.0, 1.0);
+    let input = graph.value_name(input.value).to_string();
+    Ok(Compared {
+        models,
+        second,
+        input,
+        x,
+    })
+}
+
+/// What [`time_models`] measured: each model's first run, and its seconds per node and in
+/// total, run by run.
+struct Timings {
+    firsts: Vec<primjit::RunStats>,
+    /// `[model][node][run]`.
+    per_node: Vec<Vec<Vec<f64>>>,
+    /// `[model][run]`.
+    totals: Vec<Vec<f64>>,
+}
+
+/// Runs each model once, then `runs` times more, the models alternating run by run so that
+/// they see the same machine.
+fn time_models(
+    engine: &Engine,
+    models: &[CompiledGraph],
+    (name, x): (&str, &Tensor),
+    runs: usize,
+) -> Result<Timings> {
+    let mut ws = Workspace::new();
+    let mut firsts = Vec::new();
+    for model in models {
+        firsts.push(model.run(engine, &[(name, x)], &mut ws)?.1);
+    }
+    // [model][node][run]; the models alternate run by run, so they see the same machine.
+    let mut per_node: Vec<Vec<Vec<f64>>> =
+        vec![vec![Vec::new(); firsts[0].nodes.len()]; models.len()];
+    let mut totals: Vec<Vec<f64>> = vec![Vec::new(); models.len()];
+    for run in 0..runs {
+        // ABBA order, so that neither model always runs right after the other.
+        let order: Vec<usize> = if run % 2 == 0 {
+            (0..models.len()).collect()
+        } else {
+            (0..models.len()).rev().collect()
+        };
+        for m in order {
+            let model = &models[m];
+            let t = Instant::now();
+            let (_, stats) = model.run(engine, &[(name, x)], &mut ws)?;
+            totals[m].push(t.elapsed().as_secs_f64());
+            for (i, n) in stats.nodes.iter().enumerate() {
+                per_node[m][i].push(n.seconds);
+            }
+        }
+    }
+    Ok(Timings {
+        firsts,
+        per_node,
+        totals,
+    })
 }

@@ -7,119 +7,15 @@
 //! primitive, never under running code.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
 use primjit_codegen::{CodegenOptions, PrimitiveKey};
 
-use crate::error::{ConfigError, RuntimeError};
+use crate::config::{Budget, CacheConfig};
+use crate::error::RuntimeError;
 use crate::primitive::{Primitive, PrimitiveMemory};
-
-/// A byte budget: a number of bytes or no limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Budget {
-    Bytes(usize),
-    Unlimited,
-}
-
-impl Budget {
-    /// 64 MiB: room for several thousand primitives of the ResNet34 trunk (each costs a few
-    /// KiB) and so for hundreds of distinct widths, while staying a hundredth of what the
-    /// original report saw oneDNN grow to.
-    pub const DEFAULT: Budget = Budget::Bytes(64 << 20);
-
-    fn allows(self, bytes: usize) -> bool {
-        match self {
-            Budget::Bytes(b) => bytes <= b,
-            Budget::Unlimited => true,
-        }
-    }
-
-    /// Parses `64MiB`, `512KiB`, `1GiB`, `4096` (bytes), `0` or `unlimited`.
-    pub fn parse(text: &str) -> Result<Budget, String> {
-        let t = text.trim();
-        if t.eq_ignore_ascii_case("unlimited") {
-            return Ok(Budget::Unlimited);
-        }
-        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        let (number, unit) = t.split_at(split);
-        let n: usize = number.parse().map_err(|_| {
-            "expected a number of bytes such as 64MiB, 512KiB, 0 or unlimited".to_string()
-        })?;
-        let scale: usize = match unit.trim() {
-            "" | "B" => 1,
-            "KiB" => 1 << 10,
-            "MiB" => 1 << 20,
-            "GiB" => 1 << 30,
-            other => return Err(format!("unknown unit `{other}` (use B, KiB, MiB or GiB)")),
-        };
-        n.checked_mul(scale)
-            .map(Budget::Bytes)
-            .ok_or_else(|| "the budget overflows".to_string())
-    }
-}
-
-impl fmt::Display for Budget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Budget::Unlimited => f.write_str("unlimited"),
-            Budget::Bytes(b) if *b >= 1 << 20 && b % (1 << 20) == 0 => write!(f, "{}MiB", b >> 20),
-            Budget::Bytes(b) if *b >= 1 << 10 && b % (1 << 10) == 0 => write!(f, "{}KiB", b >> 10),
-            Budget::Bytes(b) => write!(f, "{b}"),
-        }
-    }
-}
-
-/// How the cache is bounded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheConfig {
-    pub budget: Budget,
-    /// An optional bound on the number of entries, applied with the byte budget, as oneDNN's
-    /// `ONEDNN_PRIMITIVE_CACHE_CAPACITY` does alone.
-    pub capacity: Option<usize>,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig {
-            budget: Budget::DEFAULT,
-            capacity: None,
-        }
-    }
-}
-
-impl CacheConfig {
-    /// Reads `PRIMJIT_CACHE_BUDGET` and `PRIMJIT_CACHE_CAPACITY`, defaulting what is unset.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(crate::engine::env_var)
-    }
-
-    /// As [`CacheConfig::from_env`], reading variables through `var`.
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut config = CacheConfig::default();
-        if let Some(v) = var("PRIMJIT_CACHE_BUDGET") {
-            config.budget = Budget::parse(&v).map_err(|reason| ConfigError::Invalid {
-                name: "PRIMJIT_CACHE_BUDGET",
-                value: v,
-                reason,
-            })?;
-        }
-        if let Some(v) = var("PRIMJIT_CACHE_CAPACITY") {
-            let n = v
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| ConfigError::Invalid {
-                    name: "PRIMJIT_CACHE_CAPACITY",
-                    value: v.clone(),
-                    reason: "expected a whole number of entries".into(),
-                })?;
-            config.capacity = Some(n);
-        }
-        Ok(config)
-    }
-}
 
 /// What makes two compiled kernels interchangeable: the key, the ISA flags and the options.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

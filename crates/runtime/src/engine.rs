@@ -5,145 +5,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use primjit_codegen::{
-    CodegenOptions, ConvAlgoChoice, Dumps, Isa, PrimitiveKey, compile, host_isa,
-};
+use primjit_codegen::{CodegenOptions, Dumps, Isa, PrimitiveKey, compile, host_isa};
 
-use crate::cache::{CacheConfig, CacheKey, Lookup, PrimitiveCache};
-use crate::error::{ConfigError, RuntimeError};
+use crate::cache::{CacheKey, Lookup, PrimitiveCache};
+use crate::config::{self, ConfigError, EngineConfig, WorkspaceConfig};
+use crate::error::RuntimeError;
+use crate::exec::ExecArgs;
 use crate::exec::{PageSource, SystemPages};
 use crate::perf_map::PerfMap;
-use crate::primitive::{ExecArgs, Primitive};
-use crate::workspace::WorkspaceConfig;
+use crate::primitive::Primitive;
 
 /// What [`Engine::prefetch`] assumes a kernel may cost the cache: the trunk's largest, conv1
 /// with its fused pool at runtime widths, takes 78 KB (76 KB of code), its Winograd kernels
 /// 25-30 KB.
 const PREFETCH_ENTRY_BYTES: usize = 256 << 10;
-
-/// Everything an [`Engine`] is configured with.
-#[derive(Clone, Debug, Default)]
-pub struct EngineConfig {
-    pub cache: CacheConfig,
-    /// What a graph run's [`crate::Workspace`] keeps between runs, unless it has a budget of its
-    /// own.
-    pub workspace: WorkspaceConfig,
-    /// Threads per execution; 0 means one per available core.
-    pub threads: usize,
-    pub codegen: CodegenOptions,
-    /// `PRIMJIT_VERBOSE`: 0 silent, 1 a line per primitive creation and eviction, 2 also a
-    /// line per execution.
-    pub verbose: u8,
-    /// `PRIMJIT_CONV_ALGO`: the convolution algorithms of graphs compiled for this engine
-    /// (`direct`, `winograd` or `auto`). A graph packs its weights for its algorithms, so the
-    /// choice is made when it is compiled: pass it to `CompiledGraph::with_conv_algo`.
-    pub conv_algo: ConvAlgoChoice,
-    /// `PRIMJIT_PERF_MAP`: `1` writes a line per primitive placed in executable pages to
-    /// `/tmp/perf-<pid>.map`, where Linux `perf report` finds the kernels' names.
-    pub perf_map: bool,
-    /// `PRIMJIT_COMPILE_AHEAD`: `1` lets a graph run on more than one thread compile the
-    /// kernels it lacks at once, before its first call (`Engine::prefetch`): a cold call
-    /// waits for its longest compile rather than for their sum, and the process's peak RSS
-    /// grows by a second compiler's working memory (the main job's `VmHWM` by 5-10 MB). Off by
-    /// default: a server compiles each of its few dozen kernels once in its life, and keeps
-    /// the peak.
-    pub compile_ahead: bool,
-    /// `PRIMJIT_MAX_ISA`: the widest vector tier the engine's kernels use (`x128`, `avx2` or
-    /// `avx512`), as oneDNN's `ONEDNN_MAX_CPU_ISA`; `None` is the host's widest. A cap above
-    /// the host's tier is an error ([`ConfigError::Isa`]) that names the tiers it has.
-    pub max_isa: Option<Isa>,
-}
-
-/// The vector tier of an engine made from the environment: the host's, capped by
-/// `PRIMJIT_MAX_ISA`. What a graph packs its weights for unless told a tier.
-pub fn env_isa() -> Result<Isa, ConfigError> {
-    let cap = max_isa_from(env_var)?;
-    Ok(Isa::capped(Isa::host(), cap)?)
-}
-
-/// `PRIMJIT_MAX_ISA` from `var`, strictly parsed.
-fn max_isa_from(var: impl Fn(&str) -> Option<String>) -> Result<Option<Isa>, ConfigError> {
-    var("PRIMJIT_MAX_ISA")
-        .map(|v| {
-            v.trim().parse().map_err(|_| ConfigError::Invalid {
-                name: "PRIMJIT_MAX_ISA",
-                value: v.clone(),
-                reason: "expected x128, avx2 or avx512".into(),
-            })
-        })
-        .transpose()
-}
-
-/// The value of the environment variable `name`; a value that is not UTF-8 comes back with
-/// replacement characters, so that the strict parsers report it as malformed instead of
-/// treating it as unset.
-pub(crate) fn env_var(name: &str) -> Option<String> {
-    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
-}
-
-impl EngineConfig {
-    /// The defaults, overridden by `PRIMJIT_CACHE_BUDGET`, `PRIMJIT_CACHE_CAPACITY`,
-    /// `PRIMJIT_WORKSPACE_BUDGET`, `PRIMJIT_VERBOSE`, `PRIMJIT_THREADS`, `PRIMJIT_CONV_ALGO`,
-    /// `PRIMJIT_PERF_MAP`, `PRIMJIT_COMPILE_AHEAD` and `PRIMJIT_MAX_ISA`; a malformed value is
-    /// an error.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(env_var)
-    }
-
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut config = EngineConfig {
-            cache: CacheConfig::from_vars(&var)?,
-            workspace: WorkspaceConfig::from_vars(&var)?,
-            ..EngineConfig::default()
-        };
-        if let Some(v) = var("PRIMJIT_VERBOSE") {
-            config.verbose = level("PRIMJIT_VERBOSE", v, 2, "expected 0, 1 or 2")?;
-        }
-        if let Some(v) = var("PRIMJIT_THREADS") {
-            config.threads = v.trim().parse().map_err(|_| ConfigError::Invalid {
-                name: "PRIMJIT_THREADS",
-                value: v.clone(),
-                reason: "expected a whole number of threads (0 for all cores)".into(),
-            })?;
-            if config.threads > Engine::MAX_THREADS {
-                return Err(ConfigError::Invalid {
-                    name: "PRIMJIT_THREADS",
-                    value: v.clone(),
-                    reason: format!("expected 0 (all cores) to {} threads", Engine::MAX_THREADS),
-                });
-            }
-        }
-        if let Some(v) = var("PRIMJIT_CONV_ALGO") {
-            config.conv_algo = v.trim().parse().map_err(|_| ConfigError::Invalid {
-                name: "PRIMJIT_CONV_ALGO",
-                value: v.clone(),
-                reason: "expected direct, winograd or auto".into(),
-            })?;
-        }
-        if let Some(v) = var("PRIMJIT_PERF_MAP") {
-            config.perf_map = level("PRIMJIT_PERF_MAP", v, 1, "expected 0 or 1")? == 1;
-        }
-        if let Some(v) = var("PRIMJIT_COMPILE_AHEAD") {
-            config.compile_ahead = level("PRIMJIT_COMPILE_AHEAD", v, 1, "expected 0 or 1")? == 1;
-        }
-        config.max_isa = max_isa_from(&var)?;
-        Ok(config)
-    }
-}
-
-/// A variable that takes a level from 0 to `max`, written as one digit (blank is 0).
-fn level(name: &'static str, value: String, max: u8, expected: &str) -> Result<u8, ConfigError> {
-    match value.trim() {
-        "" => Ok(0),
-        t => (0..=max)
-            .find(|l| t == l.to_string())
-            .ok_or_else(|| ConfigError::Invalid {
-                name,
-                value,
-                reason: expected.into(),
-            }),
-    }
-}
 
 fn trace_line(line: &str) {
     eprintln!("primjit_verbose,{line}");
@@ -286,7 +161,7 @@ impl Engine {
     /// two-socket hosts (768), so that no real machine is refused, while a typo (`10**6`,
     /// 65,535) fails at once instead of starting every OS thread up front (31 s at 8,000) with
     /// nothing to run on them. rayon's own limit is 65,535.
-    pub const MAX_THREADS: usize = 1024;
+    pub const MAX_THREADS: usize = config::MAX_THREADS;
 
     pub fn new(config: EngineConfig) -> Result<Self, RuntimeError> {
         Self::with_pages(config, Box::new(SystemPages))

@@ -1,6 +1,9 @@
-//! The runtime's errors: configuration, compilation, mapping and execution.
+//! The runtime's errors: compilation, mapping and execution. A bad configuration value
+//! ([`ConfigError`]) is defined with the configuration, in `config`.
 
 use primjit_codegen::CodegenError;
+
+use crate::config::ConfigError;
 
 /// Arguments of `Primitive::execute` (and `execute_parallel`, `execute_range`,
 /// `Engine::execute`) that do not match the primitive's key. Checked before any code runs, in
@@ -70,43 +73,6 @@ pub enum ExecError {
         expected: usize,
         found: usize,
     },
-}
-
-/// A bad configuration value, from the environment or the API.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// A malformed `PRIMJIT_*` variable (`EngineConfig::from_env`, `CacheConfig::from_env`):
-    /// `name=value` and what was expected. Malformed values are never ignored; fix or unset
-    /// the variable.
-    #[error("{name}={value}: {reason}")]
-    Invalid {
-        name: &'static str,
-        value: String,
-        reason: String,
-    },
-    /// The engine's rayon pool could not start its threads (`Engine::new`, wrapped in
-    /// `RuntimeError::Config`): the operating system refused to spawn a thread (a limit on
-    /// processes or memory). Lower `threads` or raise the limit. Not produced by tests: it
-    /// needs the process's thread creation to fail, which would disturb the test harness.
-    #[error("the thread pool could not be created: {0}")]
-    ThreadPool(String),
-    /// More threads than an engine runs ([`crate::Engine::MAX_THREADS`], 1,024): refused
-    /// before any thread starts, where a mistyped count would otherwise start them all.
-    #[error("threads {0}: expected 0 (one per core) to {max}", max = crate::Engine::MAX_THREADS)]
-    TooManyThreads(usize),
-    /// An engine used in a process other than the one that created it: a child of `fork`
-    /// (Python's `multiprocessing` forks by default on Linux up to 3.13) inherits the engine
-    /// but not its pool's threads, and a run would wait for them forever. Runs
-    /// (`Engine::execute`, `CompiledGraph::run_into`) check the process first.
-    #[error(
-        "this engine was created in process {created}, and a fork does not copy its threads \
-         into process {current}: create a new engine in this process"
-    )]
-    OtherProcess { created: u32, current: u32 },
-    /// `PRIMJIT_MAX_ISA` (`EngineConfig::max_isa`) names a vector tier above the host's: the
-    /// message lists the tiers the host runs. Lower the cap or unset it.
-    #[error(transparent)]
-    Isa(#[from] primjit_codegen::IsaError),
 }
 
 /// Any error of compiling or running a primitive (`Engine::new`, `Engine::compile`,

@@ -7,6 +7,8 @@
 //!
 //! Kernels are called with pointers to buffers whose lengths the caller has checked against
 //! the key; code generation guarantees that a kernel touches nothing outside them.
+//! A call's buffers ([`ExecArgs`]) are defined here, beside the kernel signature that takes
+//! them, so that primitives depend on this module and not the other way round.
 
 use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 use std::io;
@@ -20,7 +22,6 @@ use primjit_codegen::key::{EXTENT_ARGS, SCRATCH_ROLE};
 use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
-use crate::primitive::ExecArgs;
 
 /// The signature of every generated kernel; see `primjit_codegen` (`emit.rs`).
 type KernelFn = unsafe extern "C" fn(
@@ -300,6 +301,25 @@ impl ExecutableCode {
     }
 }
 
+/// Buffers for one execution. Which of them a key needs is given by
+/// [`PrimitiveKey::buffers`]: a conv takes packed `weights` (see
+/// `primjit_codegen::ConvPlan::pack_weights`) and one `extra` residual per `add` post-op, and
+/// a conv with a fused pool its `scratch`; an element-wise add takes its second source as
+/// `extra[0]`.
+#[derive(Debug)]
+pub struct ExecArgs<'a> {
+    pub src: &'a [f32],
+    pub weights: Option<&'a [f32]>,
+    pub dst: &'a mut [f32],
+    pub extra: &'a [&'a [f32]],
+    /// Working memory of a conv with a fused pool or Winograd's tiles (the `scratch` buffer of
+    /// its key), `None` for every other primitive: a band of `ConvDesc::scratch_len` floats
+    /// (of the call's key, at its extents) per thread; a call runs on at most as many threads
+    /// as it holds whole bands, and floats past the last band are unused. Its contents before
+    /// and after a call mean nothing.
+    pub scratch: Option<&'a mut [f32]>,
+}
+
 /// A published kernel bound to the key it implements: the only way to run generated code.
 ///
 /// It is made from a [`CompiledKernel`], which only `primjit_codegen::compile` produces and
@@ -387,8 +407,66 @@ impl Kernel {
                 key: self.key.to_string(),
             });
         }
+        let call_key = self.key_at(extents)?;
+        let key = call_key.as_ref().unwrap_or(&self.key);
+        // The bounds the code relies on were proven when the key was validated before codegen
+        // (or in `key_at`, for runtime extents); debug builds prove them again before each
+        // call.
+        debug_assert!(
+            key.validate().is_ok(),
+            "{key}: running a kernel whose key does not validate"
+        );
+        let items = Self::work_items(key, items)?;
+        let (pointers, scratch) = match &call_key {
+            Some(k) => pointers(k, &k.buffers(), args, residual)?,
+            None => pointers(&self.key, &self.buffers, args, residual)?,
+        };
+        let extent_args = key.extent_args();
+        let call = CallArgs {
+            code: &self.code,
+            buffers: &pointers,
+            scratch,
+            extents: &extent_args,
+        };
+        match pool {
+            // SAFETY: `pointers` matched every buffer's length to `key`, which this code
+            // implements (the kernel's own key, or its runtime key at validated extents that
+            // `extent_args` passes); the borrows in `args` keep the buffers alive, and unaliased
+            // except for the shared read-only ones, for the call (a residual in the
+            // destination is its one `&mut` borrow, passed twice only to a kernel whose key
+            // allows it, checked above); the chunks of rows are
+            // disjoint and within the key's work items (the FMA peak kernel, whose trips
+            // share the destination, is one chunk), and each has a band of the scratch of its
+            // own (at most `scratch.bands` chunks).
+            Some(pool) => unsafe {
+                call_parallel(
+                    call,
+                    items,
+                    pool,
+                    // The FMA peak kernel's trips all accumulate into the one destination:
+                    // they are not rows of it, and split across threads they raced on it.
+                    if matches!(
+                        key,
+                        PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. }
+                    ) {
+                        1
+                    } else {
+                        pool.current_num_threads()
+                    },
+                )
+            },
+            // SAFETY: as above, on one thread with the scratch's first band.
+            None => unsafe { self.code.call(&pointers, items, &extent_args) },
+        }
+        Ok(())
+    }
+
+    /// The key of a call at `extents`: `None` where it is the kernel's own (a fixed key at
+    /// its extents), the key at `extents`, validated, for a key with runtime extents, and an
+    /// error for any other pairing.
+    fn key_at(&self, extents: Option<[usize; 2]>) -> Result<Option<PrimitiveKey>, ExecError> {
         let runtime = self.key.runtime_dims().any();
-        let call_key = match (runtime, extents) {
+        Ok(match (runtime, extents) {
             (false, None) => None,
             (false, Some(e)) if e == self.key.input_extents() => None,
             (_, Some(e)) if runtime => {
@@ -414,14 +492,15 @@ impl Kernel {
                     },
                 });
             }
-        };
-        let key = call_key.as_ref().unwrap_or(&self.key);
-        // The bounds the code relies on were proven when the key was validated before codegen
-        // (or just above, for runtime extents); debug builds prove them again before each call.
-        debug_assert!(
-            key.validate().is_ok(),
-            "{key}: running a kernel whose key does not validate"
-        );
+        })
+    }
+
+    /// The work items a call runs: `items`, or all of the key's when `None` (one loop trip of
+    /// the FMA peak kernel), checked to lie within what the key takes.
+    fn work_items(
+        key: &PrimitiveKey,
+        items: Option<Range<usize>>,
+    ) -> Result<Range<usize>, ExecError> {
         let limit = match key {
             // The FMA peak kernel takes any number of loop trips.
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => usize::MAX >> 1,
@@ -437,45 +516,7 @@ impl Kernel {
                 limit,
             });
         }
-        let (pointers, scratch) = match &call_key {
-            Some(k) => pointers(k, &k.buffers(), args, residual)?,
-            None => pointers(&self.key, &self.buffers, args, residual)?,
-        };
-        let extent_args = key.extent_args();
-        match pool {
-            // SAFETY: `pointers` matched every buffer's length to `key`, which this code
-            // implements (the kernel's own key, or its runtime key at validated extents that
-            // `extent_args` passes); the borrows in `args` keep the buffers alive, and unaliased
-            // except for the shared read-only ones, for the call (a residual in the
-            // destination is its one `&mut` borrow, passed twice only to a kernel whose key
-            // allows it, checked above); the chunks of rows are
-            // disjoint and within the key's work items (the FMA peak kernel, whose trips
-            // share the destination, is one chunk), and each has a band of the scratch of its
-            // own (at most `scratch.bands` chunks).
-            Some(pool) => unsafe {
-                call_parallel(
-                    &self.code,
-                    &pointers,
-                    scratch,
-                    items,
-                    &extent_args,
-                    pool,
-                    // The FMA peak kernel's trips all accumulate into the one destination:
-                    // they are not rows of it, and split across threads they raced on it.
-                    if matches!(
-                        key,
-                        PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. }
-                    ) {
-                        1
-                    } else {
-                        pool.current_num_threads()
-                    },
-                )
-            },
-            // SAFETY: as above, on one thread with the scratch's first band.
-            None => unsafe { self.code.call(&pointers, items, &extent_args) },
-        }
-        Ok(())
+        Ok(items)
     }
 }
 
@@ -620,23 +661,37 @@ unsafe impl Send for SharedBuffers<'_> {}
 // SAFETY: as above; the slice of pointers itself is never written.
 unsafe impl Sync for SharedBuffers<'_> {}
 
+/// One call's code and its arguments, checked against its key: what [`call_parallel`] hands
+/// each chunk of rows.
+#[derive(Clone, Copy)]
+struct CallArgs<'a> {
+    code: &'a ExecutableCode,
+    /// The buffers' pointers in kernel order.
+    buffers: &'a [*mut f32],
+    /// Where the scratch sits among `buffers`, if the key takes one.
+    scratch: Option<Scratch>,
+    extents: &'a [i64; EXTENT_ARGS],
+}
+
 /// Splits `rows` into `chunks` contiguous ranges (at most one per band of the scratch) and
 /// runs them on `pool`.
 ///
 /// # Safety
 ///
-/// As [`ExecutableCode::call`], for the whole of `rows`; `scratch` describes the scratch
-/// buffer among `buffers`, if there is one.
-#[allow(clippy::too_many_arguments)]
+/// As [`ExecutableCode::call`], for `call`'s buffers over the whole of `rows`; `call.scratch`
+/// describes the scratch buffer among them, if there is one.
 unsafe fn call_parallel(
-    code: &ExecutableCode,
-    buffers: &[*mut f32],
-    scratch: Option<Scratch>,
+    call: CallArgs<'_>,
     rows: Range<usize>,
-    extents: &[i64; EXTENT_ARGS],
     pool: &rayon::ThreadPool,
     chunks: usize,
 ) {
+    let CallArgs {
+        code,
+        buffers,
+        scratch,
+        extents,
+    } = call;
     let n = rows.len();
     let bands = scratch.map_or(usize::MAX, |s| s.bands);
     let chunks = chunks.min(bands).clamp(1, n.max(1));

@@ -26,9 +26,9 @@ use primjit_ir::{
 
 use crate::engine::Engine;
 use crate::error::RuntimeError;
-use crate::exec::WeightBuffer;
+use crate::exec::{ExecArgs, WeightBuffer};
 use crate::layout;
-use crate::primitive::{ExecArgs, Primitive};
+use crate::primitive::Primitive;
 use crate::stream::{self, Call, Schedule, Segment, SegmentRun, Streaming};
 use crate::workspace::{Buffer, REUSE_SLACK, Workspace, WorkspaceStats};
 
@@ -225,7 +225,7 @@ impl CompiledGraph {
         params: &Params,
         conv_algo: ConvAlgoChoice,
     ) -> Result<Self, GraphError> {
-        let isa = crate::engine::env_isa().map_err(RuntimeError::from)?;
+        let isa = crate::config::env_isa().map_err(RuntimeError::from)?;
         Self::with_target(graph, params, conv_algo, isa)
     }
 
@@ -583,33 +583,7 @@ impl CompiledGraph {
         // The leading convolutions in bands, when the image is wider than one: their calls'
         // kernels, and the other nodes', are all known before the first runs, so that the
         // missing ones compile at once on the engine's threads.
-        let banded = self
-            .streamed_segment(&shapes, &keys)
-            .map(|(segment, band)| {
-                let schedule = segment.schedule(band);
-                let mut kernels: Vec<PrimitiveKey> = Vec::new();
-                let mut index: HashMap<PrimitiveKey, usize> = HashMap::new();
-                let call_kernels = schedule
-                    .calls
-                    .iter()
-                    .map(|call| {
-                        let s = &segment.nodes[call.node];
-                        let [_, _, ih, iw] = shape4(s.input);
-                        let key = segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw]);
-                        *index.entry(key).or_insert_with_key(|key| {
-                            kernels.push(key.clone());
-                            kernels.len() - 1
-                        })
-                    })
-                    .collect();
-                BandedRun {
-                    segment,
-                    band,
-                    schedule,
-                    kernels,
-                    call_kernels,
-                }
-            });
+        let banded = self.banded_run(&shapes, &keys);
         // The segment is the graph's first nodes; the others run on whole tensors.
         let whole_from = banded.as_ref().map_or(0, |b| b.segment.nodes.len());
         engine.prefetch(
@@ -620,8 +594,14 @@ impl CompiledGraph {
         );
         let mut streamed = 0;
         if let Some(banded) = &banded {
+            let run_inputs = RunInputs {
+                engine,
+                keys: &keys,
+                shapes: &shapes,
+                inputs,
+            };
             let run = self.execute_segment(
-                banded, engine, &keys, &shapes, inputs, workspace, blocked, live_bytes, &mut stats,
+                banded, run_inputs, workspace, blocked, live_bytes, &mut stats,
             )?;
             streamed = banded.segment.nodes.len();
             live_bytes += run.whole_bytes;
@@ -1182,7 +1162,7 @@ pub fn node_keys(
     graph: &Graph,
     bindings: &Bindings,
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-    let isa = crate::engine::env_isa().map_err(RuntimeError::from)?;
+    let isa = crate::config::env_isa().map_err(RuntimeError::from)?;
     node_keys_in(graph, bindings, ShapeMode::Exact, ConvAlgoChoice::Auto, isa)
 }
 
@@ -1375,22 +1355,53 @@ fn keys_at(
 }
 
 impl CompiledGraph {
-    /// Runs the streamed segment of `banded` at the run's `shapes`: its whole outputs land in
-    /// `blocked`, its nodes' runs in `stats.nodes`. `live_bytes` is what the run holds
+    /// The streamed segment of a run at `shapes` with node keys `keys`, if the run streams:
+    /// its schedule, and its calls' distinct kernel keys.
+    fn banded_run(
+        &self,
+        shapes: &primjit_ir::Shapes,
+        keys: &[(String, PrimitiveKey)],
+    ) -> Option<BandedRun> {
+        let (segment, band) = self.streamed_segment(shapes, keys)?;
+        let schedule = segment.schedule(band);
+        let mut kernels: Vec<PrimitiveKey> = Vec::new();
+        let mut index: HashMap<PrimitiveKey, usize> = HashMap::new();
+        let call_kernels = schedule
+            .calls
+            .iter()
+            .map(|call| {
+                let s = &segment.nodes[call.node];
+                let input = shapes.concrete(s.input).expect("bound");
+                let (ih, iw) = (input[2], input[3]);
+                let key = segment.call_key(&schedule, call, &keys[s.node].1, [ih, iw]);
+                *index.entry(key).or_insert_with_key(|key| {
+                    kernels.push(key.clone());
+                    kernels.len() - 1
+                })
+            })
+            .collect();
+        Some(BandedRun {
+            segment,
+            band,
+            schedule,
+            kernels,
+            call_kernels,
+        })
+    }
+
+    /// Runs the streamed segment of `banded` at the run's shapes (`run`): its whole outputs
+    /// land in `blocked`, its nodes' runs in `stats.nodes`. `live_bytes` is what the run holds
     /// besides.
-    #[allow(clippy::too_many_arguments)]
     fn execute_segment(
         &self,
         banded: &BandedRun,
-        engine: &Engine,
-        keys: &[(String, PrimitiveKey)],
-        shapes: &primjit_ir::Shapes,
-        inputs: &[(&str, TensorView<'_>)],
+        run_inputs: RunInputs<'_>,
         workspace: &mut Workspace,
         blocked: &mut [Option<Buffer>],
         live_bytes: usize,
         stats: &mut RunStats,
     ) -> Result<SegmentRun, GraphError> {
+        let RunInputs { engine, keys, .. } = run_inputs;
         let BandedRun {
             segment,
             band,
@@ -1411,7 +1422,7 @@ impl CompiledGraph {
         let mut state = SegmentState {
             segment,
             schedule,
-            shapes,
+            run: run_inputs,
             windows: Vec::with_capacity(segment.nodes.len()),
         };
         for (s, &whole) in segment.nodes.iter().zip(&segment.whole) {
@@ -1458,17 +1469,7 @@ impl CompiledGraph {
                         .map_err(GraphError::from),
                 };
                 let ran = primitive.and_then(|primitive| {
-                    self.execute_band(
-                        &mut state,
-                        call,
-                        &kernels[k],
-                        primitive,
-                        engine,
-                        keys,
-                        inputs,
-                        workspace,
-                        blocked,
-                    )
+                    self.execute_band(&mut state, call, &kernels[k], primitive, workspace, blocked)
                 });
                 match ran {
                     Ok((temp_bytes, node_run)) => {
@@ -1500,19 +1501,16 @@ impl CompiledGraph {
     /// own window; only values outside the windows (graph inputs, whole tensors) are copied
     /// in, and a whole output is copied out. Returns the bytes of the copies, scratch and
     /// destination it took, and the node's run.
-    #[allow(clippy::too_many_arguments)]
     fn execute_band(
         &self,
         state: &mut SegmentState<'_>,
         call: &Call,
         key: &PrimitiveKey,
         primitive: Arc<Primitive>,
-        engine: &Engine,
-        keys: &[(String, PrimitiveKey)],
-        inputs: &[(&str, TensorView<'_>)],
         workspace: &mut Workspace,
         blocked: &mut [Option<Buffer>],
     ) -> Result<(usize, NodeRun), GraphError> {
+        let RunInputs { engine, keys, .. } = state.run;
         let segment = state.segment;
         let s = &segment.nodes[call.node];
         let name = &keys[s.node].0;
@@ -1522,9 +1520,6 @@ impl CompiledGraph {
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
         let schedule = state.schedule;
-        let input_window = schedule.window_of(segment, s.input);
-        // The residual this call writes its output over, in the window of its destination.
-        let over_residual = schedule.overwritten(segment, call.node);
         let home = schedule.home(call.node);
         let call_key = key.at([ih, band_iw]);
         let specs = call_key.buffers();
@@ -1532,7 +1527,17 @@ impl CompiledGraph {
             unreachable!("segments hold convolutions")
         };
         let dst_pitch = call_desc.pitches.dst;
-        let dst_len = specs[2].len;
+        let band = BandCall {
+            node: s,
+            call,
+            key,
+            call_desc,
+            specs: &specs,
+            primitive: &primitive,
+            input_window: schedule.window_of(segment, s.input),
+            over_residual: schedule.overwritten(segment, call.node),
+            extents: [ih, band_iw],
+        };
 
         // The call's columns overwrite only columns no consumer reads any more (see `Window`).
         let mut out = state.windows[home].take();
@@ -1547,124 +1552,7 @@ impl CompiledGraph {
         // Buffers of the call's own: copies in, a destination where the output is not written
         // in place, the scratch. All go back after the call, also when it fails.
         let mut temps: Vec<Buffer> = Vec::new();
-        let result = (|| -> Result<(usize, f64, Option<usize>), GraphError> {
-            let windows = &state.windows;
-            let mut take = |temps: &mut Vec<Buffer>, len: usize| -> Result<usize, GraphError> {
-                temps.push(take_buffer(workspace, len)?);
-                Ok(temps.len() - 1)
-            };
-            let src_copy = match input_window {
-                Some(_) => None,
-                None => Some(take(&mut temps, specs[0].len)?),
-            };
-            // Residuals in windows of the destination's pitch are read in place; the one it
-            // writes over is the destination itself.
-            let res_pitch = call_desc.dst_pitch();
-            let res_window = |r: Value| {
-                schedule
-                    .window_of(segment, r)
-                    .and_then(|j| windows[j].as_ref())
-                    .filter(|w| w.pitch == res_pitch)
-            };
-            let residuals: Vec<Value> = s
-                .residuals
-                .iter()
-                .copied()
-                .filter(|&r| Some(r) != over_residual)
-                .collect();
-            // The kernel takes the residuals it reads from buffers of their own, in order.
-            let res_specs = &specs[3..][..residuals.len()];
-            let res_copies = residuals
-                .iter()
-                .zip(res_specs)
-                .map(|(&r, spec)| match res_window(r) {
-                    Some(_) => Ok(None),
-                    None => take(&mut temps, spec.len).map(Some),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let dst_copy = match &out {
-                Some(_) => None,
-                None => Some(take(&mut temps, dst_len)?),
-            };
-            let scratch = match call_desc.scratch_len() {
-                0 => None,
-                n => Some(take(&mut temps, n * engine.threads())?),
-            };
-            if let Some(i) = src_copy {
-                self.gather(
-                    state,
-                    s.input,
-                    call.input.begin,
-                    &mut temps[i],
-                    band_iw,
-                    band_iw,
-                    engine,
-                    blocked,
-                    inputs,
-                );
-            }
-            for (&r, copy) in residuals.iter().zip(&res_copies) {
-                if let Some(i) = *copy {
-                    self.gather(
-                        state,
-                        r,
-                        call.x0,
-                        &mut temps[i],
-                        cols,
-                        res_pitch,
-                        engine,
-                        blocked,
-                        inputs,
-                    );
-                }
-            }
-            let temp_bytes = temps.iter().map(|b| b.len() * 4).sum::<usize>();
-
-            let mut own: Vec<Option<&mut Buffer>> = temps.iter_mut().map(Some).collect();
-            let mut own = |i: usize| own[i].take().expect("each buffer serves once");
-            let src: &[f32] = match (input_window, src_copy) {
-                (Some(j), _) => windows[j]
-                    .as_ref()
-                    .expect("a window")
-                    .columns(call.input.begin, specs[0].len),
-                (None, Some(i)) => own(i),
-                (None, None) => unreachable!("copied above"),
-            };
-            let extra: Vec<&[f32]> = residuals
-                .iter()
-                .zip(res_specs)
-                .zip(&res_copies)
-                .map(|((&r, spec), copy)| match copy {
-                    Some(i) => &own(*i)[..],
-                    None => res_window(r)
-                        .expect("in a window")
-                        .columns(call.x0, spec.len),
-                })
-                .collect();
-            let dst: &mut [f32] = match (dst_copy, out.as_mut()) {
-                (Some(i), _) => own(i),
-                (None, Some(w)) => w.columns_mut(call.x0, dst_len),
-                (None, None) => unreachable!("a destination is taken above"),
-            };
-            let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
-                unreachable!("convs are prepared")
-            };
-            let args = ExecArgs {
-                src,
-                weights: Some(packed.as_slice()),
-                dst,
-                extra: &extra,
-                scratch: scratch.map(|i| &mut own(i)[..]),
-            };
-            let extents = key.runtime_dims().any().then_some([ih, band_iw]);
-            let start = std::time::Instant::now();
-            match (over_residual, extents) {
-                (Some(_), e) => engine.execute_over_residual(&primitive, args, e)?,
-                (None, Some(e)) => engine.execute_at(&primitive, args, e)?,
-                (None, None) => engine.execute(&primitive, args)?,
-            }
-            Ok((temp_bytes, start.elapsed().as_secs_f64(), dst_copy))
-        })();
+        let result = self.run_band(state, &band, out.as_mut(), &mut temps, workspace, blocked);
         let copied_out = result.as_ref().map(|(_, _, dst_copy)| *dst_copy);
         // A destination of its own holds columns of a whole output (a window is written in
         // place): they go to the whole tensor.
@@ -1673,12 +1561,16 @@ impl CompiledGraph {
                 .as_deref_mut()
                 .expect("whole outputs are taken first");
             stream::copy_columns(
-                &temps[i],
-                dst_pitch.unwrap_or(cols),
-                0,
-                whole,
-                out_shape[3],
-                call.x0,
+                stream::Columns {
+                    data: &temps[i],
+                    pitch: dst_pitch.unwrap_or(cols),
+                    col: 0,
+                },
+                stream::Columns {
+                    data: whole,
+                    pitch: out_shape[3],
+                    col: call.x0,
+                },
                 cols,
                 out_rows,
                 4,
@@ -1701,22 +1593,159 @@ impl CompiledGraph {
         ))
     }
 
-    /// Copies the columns `[begin, begin + cols)` of value `v` into `dst`, in rows `pitch`
-    /// columns apart, from its window, its whole blocked tensor, or the caller's NCHW input;
-    /// the rows are shared among the engine's threads.
-    #[allow(clippy::too_many_arguments)]
+    /// The kernel call of `band`, writing into `out` (the window of its output's home, if it
+    /// has one): takes the buffers it needs into `temps`, copies in what lies outside the
+    /// windows, and runs. Returns the bytes of `temps`, the call's seconds, and which of
+    /// `temps` holds the output where it is not written into a window.
+    fn run_band(
+        &self,
+        state: &SegmentState<'_>,
+        band: &BandCall<'_>,
+        mut out: Option<&mut Window>,
+        temps: &mut Vec<Buffer>,
+        workspace: &mut Workspace,
+        blocked: &[Option<Buffer>],
+    ) -> Result<(usize, f64, Option<usize>), GraphError> {
+        let BandCall {
+            node: s,
+            call,
+            key,
+            call_desc,
+            specs,
+            primitive,
+            input_window,
+            over_residual,
+            extents: [ih, band_iw],
+        } = *band;
+        let RunInputs { engine, .. } = state.run;
+        let (segment, schedule) = (state.segment, state.schedule);
+        let dst_len = specs[2].len;
+        let windows = &state.windows;
+        let mut take = |temps: &mut Vec<Buffer>, len: usize| -> Result<usize, GraphError> {
+            temps.push(take_buffer(workspace, len)?);
+            Ok(temps.len() - 1)
+        };
+        let src_copy = match input_window {
+            Some(_) => None,
+            None => Some(take(temps, specs[0].len)?),
+        };
+        // Residuals in windows of the destination's pitch are read in place; the one it
+        // writes over is the destination itself.
+        let res_pitch = call_desc.dst_pitch();
+        let res_window = |r: Value| {
+            schedule
+                .window_of(segment, r)
+                .and_then(|j| windows[j].as_ref())
+                .filter(|w| w.pitch == res_pitch)
+        };
+        let residuals: Vec<Value> = s
+            .residuals
+            .iter()
+            .copied()
+            .filter(|&r| Some(r) != over_residual)
+            .collect();
+        // The kernel takes the residuals it reads from buffers of their own, in order.
+        let res_specs = &specs[3..][..residuals.len()];
+        let res_copies = residuals
+            .iter()
+            .zip(res_specs)
+            .map(|(&r, spec)| match res_window(r) {
+                Some(_) => Ok(None),
+                None => take(temps, spec.len).map(Some),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let dst_copy = match &out {
+            Some(_) => None,
+            None => Some(take(temps, dst_len)?),
+        };
+        let scratch = match call_desc.scratch_len() {
+            0 => None,
+            n => Some(take(temps, n * engine.threads())?),
+        };
+        if let Some(i) = src_copy {
+            self.gather(
+                state,
+                s.input,
+                call.input.begin..call.input.end,
+                &mut temps[i],
+                band_iw,
+                blocked,
+            );
+        }
+        for (&r, copy) in residuals.iter().zip(&res_copies) {
+            if let Some(i) = *copy {
+                self.gather(
+                    state,
+                    r,
+                    call.x0..call.x1,
+                    &mut temps[i],
+                    res_pitch,
+                    blocked,
+                );
+            }
+        }
+        let temp_bytes = temps.iter().map(|b| b.len() * 4).sum::<usize>();
+
+        let mut own: Vec<Option<&mut Buffer>> = temps.iter_mut().map(Some).collect();
+        let mut own = |i: usize| own[i].take().expect("each buffer serves once");
+        let src: &[f32] = match (input_window, src_copy) {
+            (Some(j), _) => windows[j]
+                .as_ref()
+                .expect("a window")
+                .columns(call.input.begin, specs[0].len),
+            (None, Some(i)) => own(i),
+            (None, None) => unreachable!("copied above"),
+        };
+        let extra: Vec<&[f32]> = residuals
+            .iter()
+            .zip(res_specs)
+            .zip(&res_copies)
+            .map(|((&r, spec), copy)| match copy {
+                Some(i) => &own(*i)[..],
+                None => res_window(r)
+                    .expect("in a window")
+                    .columns(call.x0, spec.len),
+            })
+            .collect();
+        let dst: &mut [f32] = match (dst_copy, out.as_mut()) {
+            (Some(i), _) => own(i),
+            (None, Some(w)) => w.columns_mut(call.x0, dst_len),
+            (None, None) => unreachable!("a destination is taken above"),
+        };
+        let Prepared::Conv { packed, .. } = &self.prepared[s.node] else {
+            unreachable!("convs are prepared")
+        };
+        let args = ExecArgs {
+            src,
+            weights: Some(packed.as_slice()),
+            dst,
+            extra: &extra,
+            scratch: scratch.map(|i| &mut own(i)[..]),
+        };
+        let extents = key.runtime_dims().any().then_some([ih, band_iw]);
+        let start = std::time::Instant::now();
+        match (over_residual, extents) {
+            (Some(_), e) => engine.execute_over_residual(primitive, args, e)?,
+            (None, Some(e)) => engine.execute_at(primitive, args, e)?,
+            (None, None) => engine.execute(primitive, args)?,
+        }
+        Ok((temp_bytes, start.elapsed().as_secs_f64(), dst_copy))
+    }
+
+    /// Copies the columns `columns` of value `v` into `dst`, in rows `pitch` columns apart,
+    /// from its window, its whole blocked tensor, or the caller's NCHW input; the rows are
+    /// shared among the engine's threads.
     fn gather(
         &self,
         state: &SegmentState<'_>,
         v: Value,
-        begin: usize,
+        columns: std::ops::Range<usize>,
         dst: &mut [f32],
-        cols: usize,
         pitch: usize,
-        engine: &Engine,
         blocked: &[Option<Buffer>],
-        inputs: &[(&str, TensorView<'_>)],
     ) {
+        let RunInputs { engine, inputs, .. } = state.run;
+        let (begin, cols) = (columns.start, columns.len());
         let shape = state.shape4(v);
         let layout = layout_of(&self.graph, v);
         let (rows, elem) = stream::rows_and_elem(layout, shape);
@@ -1741,12 +1770,16 @@ impl CompiledGraph {
                 }
             };
         stream::copy_columns(
-            data,
-            width,
-            begin - x0,
-            dst,
-            pitch,
-            0,
+            stream::Columns {
+                data,
+                pitch: width,
+                col: begin - x0,
+            },
+            stream::Columns {
+                data: dst,
+                pitch,
+                col: 0,
+            },
             cols,
             rows,
             elem,
@@ -1766,11 +1799,41 @@ struct BandedRun {
     call_kernels: Vec<usize>,
 }
 
+/// What every call of a run reads and none changes: the engine, the nodes' names and keys
+/// (in graph order), the run's shapes and the caller's inputs.
+#[derive(Clone, Copy)]
+struct RunInputs<'a> {
+    engine: &'a Engine,
+    keys: &'a [(String, PrimitiveKey)],
+    shapes: &'a primjit_ir::Shapes,
+    inputs: &'a [(&'a str, TensorView<'a>)],
+}
+
+/// One call of a streamed node, at its band's extents: what `execute_band` hands its kernel
+/// call (`run_band`).
+#[derive(Clone, Copy)]
+struct BandCall<'a> {
+    node: &'a stream::SegmentNode,
+    call: &'a Call,
+    /// The kernel's key (`Segment::call_key`).
+    key: &'a PrimitiveKey,
+    /// The kernel's key at the band's extents, and its buffers.
+    call_desc: &'a ConvDesc,
+    specs: &'a [primjit_codegen::BufferSpec],
+    primitive: &'a Primitive,
+    /// The window that holds the call's input, read in place.
+    input_window: Option<usize>,
+    /// The residual the call writes its output over, in the window of its destination.
+    over_residual: Option<Value>,
+    /// The band's input extents `[ih, iw]`.
+    extents: [usize; 2],
+}
+
 /// What a streamed segment holds between its calls: each windowed value's window.
 struct SegmentState<'a> {
     segment: &'a Segment,
     schedule: &'a Schedule,
-    shapes: &'a primjit_ir::Shapes,
+    run: RunInputs<'a>,
     /// Per node of the segment: the window of the values it is the home of
     /// (`Schedule::home`; `None` for a whole output or a value in another node's window).
     windows: Vec<Option<Window>>,
@@ -1778,7 +1841,7 @@ struct SegmentState<'a> {
 
 impl SegmentState<'_> {
     fn shape4(&self, v: Value) -> [usize; 4] {
-        let s = self.shapes.concrete(v).expect("bound");
+        let s = self.run.shapes.concrete(v).expect("bound");
         [s[0], s[1], s[2], s[3]]
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
-use crate::exec::{Kernel, PageSource, Residual};
+use crate::exec::{ExecArgs, Kernel, PageSource, Residual};
 
 /// The memory a primitive holds, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -25,25 +25,6 @@ impl PrimitiveMemory {
     pub fn total(&self) -> usize {
         self.mapped + self.heap
     }
-}
-
-/// Buffers for one execution. Which of them a key needs is given by
-/// [`PrimitiveKey::buffers`]: a conv takes packed `weights` (see
-/// `primjit_codegen::ConvPlan::pack_weights`) and one `extra` residual per `add` post-op, and
-/// a conv with a fused pool its `scratch`; an element-wise add takes its second source as
-/// `extra[0]`.
-#[derive(Debug)]
-pub struct ExecArgs<'a> {
-    pub src: &'a [f32],
-    pub weights: Option<&'a [f32]>,
-    pub dst: &'a mut [f32],
-    pub extra: &'a [&'a [f32]],
-    /// Working memory of a conv with a fused pool or Winograd's tiles (the `scratch` buffer of
-    /// its key), `None` for every other primitive: a band of `ConvDesc::scratch_len` floats
-    /// (of the call's key, at its extents) per thread; a call runs on at most as many threads
-    /// as it holds whole bands, and floats past the last band are unused. Its contents before
-    /// and after a call mean nothing.
-    pub scratch: Option<&'a mut [f32]>,
 }
 
 /// One compiled kernel, its cost and its compile time.

@@ -35,7 +35,7 @@
 use std::fmt;
 
 use primjit_codegen::{ConvDesc, Layout, Pitches, PrimitiveKey};
-use primjit_ir::{Graph, Op, PostOp, Shapes, Value, conv_output_extent};
+use primjit_ir::{Conv2d, Graph, Op, PostOp, Shapes, Value, conv_output_extent};
 
 use crate::engine::Engine;
 
@@ -386,156 +386,20 @@ pub fn plan_segment(
         let s = shapes.concrete(v)?;
         Some([s[0], s[1], s[2], s[3]])
     };
-    let is_input = |v: Value| graph.inputs().iter().any(|i| i.value == v);
-    let mut chain: Vec<SegmentNode> = Vec::new();
-    let mut ends_before = None;
-    for (i, (_, node)) in graph.nodes().enumerate() {
-        let Op::Conv2d(c) = &node.op else { break };
-        let produced = |v: Value| chain.iter().any(|n| n.output == v);
-        let pool = c.post_ops.iter().find_map(|p| match p {
-            PostOp::MaxPool(w) => Some(*w),
-            _ => None,
-        });
-        let residuals: Vec<Value> = c
-            .post_ops
-            .iter()
-            .filter_map(|p| match p {
-                PostOp::Add(r) => Some(*r),
-                _ => None,
-            })
-            .collect();
-        // Residuals are read in nChw4c, so they come from the segment; inputs may be graph
-        // inputs too, read where the caller has them.
-        if !(is_input(c.input) || produced(c.input))
-            || !residuals.iter().all(|&r| produced(r))
-            || pool.is_some_and(|w| w.ceil_mode)
-        {
-            break;
-        }
-        let (Some(src), Some(dst)) = (shape(c.input), shape(node.result)) else {
-            break;
-        };
-        let kw = graph.param(c.weight).shape[3];
-        // A conv padded by its whole window or more has output columns that read only
-        // padding: no band of input columns computes them, so it runs whole.
-        let extent = c.dilations[1].saturating_mul(kw.saturating_sub(1)) + 1;
-        if c.pads.left >= extent || c.pads.right >= extent {
-            break;
-        }
-        let conv = Axis {
-            kernel: kw,
-            stride: c.strides[1],
-            dilation: c.dilations[1],
-            pad_begin: c.pads.left,
-        };
-        let Some(conv_width) = conv_output_extent(
-            src[3],
-            c.pads.left,
-            c.pads.right,
-            kw,
-            c.strides[1],
-            c.dilations[1],
-        ) else {
-            break;
-        };
-        let node = SegmentNode {
-            node: i,
-            input: c.input,
-            residuals,
-            output: node.result,
-            conv,
-            pool: pool.map(|w| Axis {
-                kernel: w.kernel[1],
-                stride: w.strides[1],
-                dilation: w.dilations[1],
-                pad_begin: w.pads.left,
-            }),
-            in_width: src[3],
-            conv_width,
-            out_width: dst[3],
-        };
-        let Some((_, PrimitiveKey::Conv(whole))) = keys.get(i) else {
-            break;
-        };
-        let first_width = chain.first().unwrap_or(&node).out_width;
-        let reads = node.band_weight_reads(&whole.at([src[2], src[3]]), band, first_width);
-        if reads > MAX_BAND_WEIGHT_READS {
-            ends_before = Some((i, reads));
-            break;
-        }
-        chain.push(node);
-    }
+    let (mut chain, ends_before) = streamable_chain(graph, &shape, keys, band);
     if chain.is_empty() {
         return None;
     }
-
-    // Bytes of the whole tensors alive while each node runs, when nodes [0, cut) stream: the
-    // values read later that the segment writes, and every value of the rest.
     let bytes = |v: Value| shape(v).map_or(0, |s| Layout::Nchw4c.buffer_len(s) * 4);
-    let outputs: Vec<Value> = graph.nodes().map(|(_, n)| n.result).collect();
-    // The bytes alive while node i runs do not depend on the cut (for i at or after it), so
-    // the rest's peak for every cut is a suffix maximum, computed once per run.
-    let live_at: Vec<usize> = outputs
-        .iter()
-        .enumerate()
-        .map(|(i, &out)| {
-            let live: usize = outputs[..i]
-                .iter()
-                .filter(|v| last_use[v.index()] >= i)
-                .map(|&v| bytes(v))
-                .sum();
-            live + if overwrites[i].is_some() {
-                0
-            } else {
-                bytes(out)
-            }
-        })
-        .collect();
-    let mut suffix_peak = vec![0; live_at.len() + 1];
-    for i in (0..live_at.len()).rev() {
-        suffix_peak[i] = suffix_peak[i + 1].max(live_at[i]);
-    }
-    let rest_peak = |cut: usize| suffix_peak[cut];
-    // The values a cut leaves to whole tensors: those the segment writes and the rest reads.
-    let crossing = |cut: usize| -> usize {
-        chain[..cut]
-            .iter()
-            .filter(|n| last_use[n.output.index()] >= cut)
-            .map(|n| bytes(n.output))
-            .sum()
-    };
-    // The windows of the values the segment keeps to itself: a band (scaled to the value's
-    // width) and a few columns of halo and lag each, and a row's width over which the rows
-    // advance (see `Window` in graph.rs). A value written over its residual adds its lag to
-    // the residual's window instead.
-    let windows = |cut: usize| -> usize {
-        let first = chain[0].out_width.max(1);
-        chain[..cut]
-            .iter()
-            .filter(|n| last_use[n.output.index()] < cut)
-            .map(|n| {
-                let column = bytes(n.output) / n.out_width.max(1);
-                if overwrites[n.node].is_some() {
-                    return column * 2 * COLUMN_ALIGN;
-                }
-                let columns = band * n.out_width / first + 2 * COLUMN_ALIGN;
-                let row = Layout::Nchw4c.buffer_len([1, 1, 1, n.out_width]) * 4;
-                column * columns + row
-            })
-            .sum()
-    };
-    let cut = (1..=chain.len())
-        .min_by_key(|&k| {
-            let (rest, crossing) = (rest_peak(k), crossing(k));
-            (rest.max(crossing + windows(k)), k)
-        })
-        .expect("a non-empty chain");
+    let footprint = Footprint::new(graph, &chain, last_use, overwrites, band, &bytes);
+    let cut = footprint.best_cut();
+    let unstreamed_bytes = footprint.rest_peak(0);
     chain.truncate(cut);
     let whole: Vec<bool> = chain
         .iter()
         .map(|n| last_use[n.output.index()] >= cut || last_use[n.output.index()] == usize::MAX)
         .collect();
-    // Residuals are produced by earlier nodes of the segment (checked above).
+    // Residuals are produced by earlier nodes of the segment (checked in `streamable_chain`).
     let segment_overwrites = chain
         .iter()
         .enumerate()
@@ -548,10 +412,216 @@ pub fn plan_segment(
     Some(Segment {
         nodes: chain,
         whole,
-        unstreamed_bytes: rest_peak(0),
+        unstreamed_bytes,
         overwrites: segment_overwrites,
         ends_before: ends_before.filter(|&(i, _)| i == cut),
     })
+}
+
+/// The longest prefix of `graph`'s nodes that [`plan_segment`] may stream in bands of `band`
+/// columns, and the node right after it with its band weight reads where those ended it.
+fn streamable_chain(
+    graph: &Graph,
+    shape: &impl Fn(Value) -> Option<[usize; 4]>,
+    keys: &[(String, PrimitiveKey)],
+    band: usize,
+) -> (Vec<SegmentNode>, Option<(usize, f64)>) {
+    let is_input = |v: Value| graph.inputs().iter().any(|i| i.value == v);
+    let mut chain: Vec<SegmentNode> = Vec::new();
+    for (i, (_, node)) in graph.nodes().enumerate() {
+        let Op::Conv2d(c) = &node.op else { break };
+        let Some(node) = segment_node(graph, i, c, node.result, shape) else {
+            break;
+        };
+        // Residuals are read in nChw4c, so they come from the segment; inputs may be graph
+        // inputs too, read where the caller has them.
+        let produced = |v: Value| chain.iter().any(|n| n.output == v);
+        if !(is_input(node.input) || produced(node.input))
+            || !node.residuals.iter().all(|&r| produced(r))
+        {
+            break;
+        }
+        let Some((_, PrimitiveKey::Conv(whole))) = keys.get(i) else {
+            break;
+        };
+        let first_width = chain.first().unwrap_or(&node).out_width;
+        let [_, _, ih, iw] = shape(c.input).expect("segment_node read the input's shape");
+        let reads = node.band_weight_reads(&whole.at([ih, iw]), band, first_width);
+        if reads > MAX_BAND_WEIGHT_READS {
+            return (chain, Some((i, reads)));
+        }
+        chain.push(node);
+    }
+    (chain, None)
+}
+
+/// Node `i`, convolution `c` with output `result`, as a segment sees it along the width axis;
+/// `None` where it cannot run in bands: a fused pool in ceil mode, a shape that is not
+/// concrete, or output columns that read only padding.
+fn segment_node(
+    graph: &Graph,
+    i: usize,
+    c: &Conv2d,
+    result: Value,
+    shape: &impl Fn(Value) -> Option<[usize; 4]>,
+) -> Option<SegmentNode> {
+    let pool = c.post_ops.iter().find_map(|p| match p {
+        PostOp::MaxPool(w) => Some(*w),
+        _ => None,
+    });
+    if pool.is_some_and(|w| w.ceil_mode) {
+        return None;
+    }
+    let residuals: Vec<Value> = c
+        .post_ops
+        .iter()
+        .filter_map(|p| match p {
+            PostOp::Add(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    let (src, dst) = (shape(c.input)?, shape(result)?);
+    let kw = graph.param(c.weight).shape[3];
+    // A conv padded by its whole window or more has output columns that read only
+    // padding: no band of input columns computes them, so it runs whole.
+    let extent = c.dilations[1].saturating_mul(kw.saturating_sub(1)) + 1;
+    if c.pads.left >= extent || c.pads.right >= extent {
+        return None;
+    }
+    let conv_width = conv_output_extent(
+        src[3],
+        c.pads.left,
+        c.pads.right,
+        kw,
+        c.strides[1],
+        c.dilations[1],
+    )?;
+    Some(SegmentNode {
+        node: i,
+        input: c.input,
+        residuals,
+        output: result,
+        conv: Axis {
+            kernel: kw,
+            stride: c.strides[1],
+            dilation: c.dilations[1],
+            pad_begin: c.pads.left,
+        },
+        pool: pool.map(|w| Axis {
+            kernel: w.kernel[1],
+            stride: w.strides[1],
+            dilation: w.dilations[1],
+            pad_begin: w.pads.left,
+        }),
+        in_width: src[3],
+        conv_width,
+        out_width: dst[3],
+    })
+}
+
+/// The activation bytes a run holds at once when the first `cut` nodes of a chain stream:
+/// what [`plan_segment`] minimizes over the cut.
+struct Footprint<'a> {
+    chain: &'a [SegmentNode],
+    last_use: &'a [usize],
+    overwrites: &'a [Option<Value>],
+    band: usize,
+    /// A value's bytes as a whole nChw4c tensor.
+    bytes: &'a dyn Fn(Value) -> usize,
+    /// Per node `i`: the most bytes of whole tensors alive while node `i` or a later one runs
+    /// unstreamed (one more entry, 0, past the last node).
+    suffix_peak: Vec<usize>,
+}
+
+impl<'a> Footprint<'a> {
+    fn new(
+        graph: &Graph,
+        chain: &'a [SegmentNode],
+        last_use: &'a [usize],
+        overwrites: &'a [Option<Value>],
+        band: usize,
+        bytes: &'a dyn Fn(Value) -> usize,
+    ) -> Self {
+        // Bytes of the whole tensors alive while each node runs, when nodes [0, cut) stream:
+        // the values read later that the segment writes, and every value of the rest.
+        let outputs: Vec<Value> = graph.nodes().map(|(_, n)| n.result).collect();
+        // The bytes alive while node i runs do not depend on the cut (for i at or after it),
+        // so the rest's peak for every cut is a suffix maximum, computed once per run.
+        let live_at: Vec<usize> = outputs
+            .iter()
+            .enumerate()
+            .map(|(i, &out)| {
+                let live: usize = outputs[..i]
+                    .iter()
+                    .filter(|v| last_use[v.index()] >= i)
+                    .map(|&v| bytes(v))
+                    .sum();
+                live + if overwrites[i].is_some() {
+                    0
+                } else {
+                    bytes(out)
+                }
+            })
+            .collect();
+        let mut suffix_peak = vec![0; live_at.len() + 1];
+        for i in (0..live_at.len()).rev() {
+            suffix_peak[i] = suffix_peak[i + 1].max(live_at[i]);
+        }
+        Footprint {
+            chain,
+            last_use,
+            overwrites,
+            band,
+            bytes,
+            suffix_peak,
+        }
+    }
+
+    /// The peak of the unstreamed rest, nodes `cut..`.
+    fn rest_peak(&self, cut: usize) -> usize {
+        self.suffix_peak[cut]
+    }
+
+    /// The values a cut leaves to whole tensors: those the segment writes and the rest reads.
+    fn crossing(&self, cut: usize) -> usize {
+        self.chain[..cut]
+            .iter()
+            .filter(|n| self.last_use[n.output.index()] >= cut)
+            .map(|n| (self.bytes)(n.output))
+            .sum()
+    }
+
+    /// The windows of the values the segment keeps to itself: a band (scaled to the value's
+    /// width) and a few columns of halo and lag each, and a row's width over which the rows
+    /// advance (see `Window` in graph.rs). A value written over its residual adds its lag to
+    /// the residual's window instead.
+    fn windows(&self, cut: usize) -> usize {
+        let first = self.chain[0].out_width.max(1);
+        self.chain[..cut]
+            .iter()
+            .filter(|n| self.last_use[n.output.index()] < cut)
+            .map(|n| {
+                let column = (self.bytes)(n.output) / n.out_width.max(1);
+                if self.overwrites[n.node].is_some() {
+                    return column * 2 * COLUMN_ALIGN;
+                }
+                let columns = self.band * n.out_width / first + 2 * COLUMN_ALIGN;
+                let row = Layout::Nchw4c.buffer_len([1, 1, 1, n.out_width]) * 4;
+                column * columns + row
+            })
+            .sum()
+    }
+
+    /// The shortest cut (at least one node) that holds the fewest bytes at once: the larger
+    /// of the rest's peak and what the segment holds.
+    fn best_cut(&self) -> usize {
+        (1..=self.chain.len())
+            .min_by_key(|&k| {
+                let (rest, crossing) = (self.rest_peak(k), self.crossing(k));
+                (rest.max(crossing + self.windows(k)), k)
+            })
+            .expect("a non-empty chain")
+    }
 }
 
 /// The segment a run streams with `streaming`, and its band: [`plan_segment`]'s, where
@@ -830,23 +900,35 @@ pub fn band_key(
     PrimitiveKey::Conv(node.band_desc(&fixed, band).with_runtime(runtime))
 }
 
-/// Copies `cols` columns of `rows` rows of `elem` floats per pixel, from column `src_col` of
-/// rows `src_width` apart to column `dst_col` of rows `dst_width` apart, the rows shared among
-/// the engine's threads. A buffer may end where its last row's columns do.
-#[allow(clippy::too_many_arguments)]
+/// One side of a [`copy_columns`]: rows of pixels in `data`, `pitch` pixels apart, from
+/// column `col` on.
+pub struct Columns<B> {
+    pub data: B,
+    pub pitch: usize,
+    pub col: usize,
+}
+
+/// Copies `cols` columns of `rows` rows of `elem` floats per pixel from `src` to `dst`, the
+/// rows shared among the engine's threads. A buffer may end where its last row's columns do.
 pub fn copy_columns(
-    src: &[f32],
-    src_width: usize,
-    src_col: usize,
-    dst: &mut [f32],
-    dst_width: usize,
-    dst_col: usize,
+    src: Columns<&[f32]>,
+    dst: Columns<&mut [f32]>,
     cols: usize,
     rows: usize,
     elem: usize,
     engine: &Engine,
 ) {
     use rayon::prelude::*;
+    let Columns {
+        data: src,
+        pitch: src_width,
+        col: src_col,
+    } = src;
+    let Columns {
+        data: dst,
+        pitch: dst_width,
+        col: dst_col,
+    } = dst;
     let len = cols * elem;
     if len == 0 || rows == 0 {
         return;

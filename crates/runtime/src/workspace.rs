@@ -12,8 +12,7 @@ use std::ops::{Deref, DerefMut};
 
 use memmap2::MmapMut;
 
-use crate::cache::Budget;
-use crate::error::ConfigError;
+use crate::config::Budget;
 
 /// Buffers of at least this many bytes are anonymous mappings; smaller ones live on the heap,
 /// where they cost less than a page each and never hold much.
@@ -27,45 +26,6 @@ pub const MAP_THRESHOLD_BYTES: usize = 64 << 10;
 /// tensors take any free buffer that is large enough, so that narrow calls after wide ones
 /// map nothing.
 pub const REUSE_SLACK: usize = 4;
-
-/// How a workspace is bounded (`EngineConfig::workspace`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WorkspaceConfig {
-    /// The most bytes of free buffers a workspace keeps after a run (`PRIMJIT_WORKSPACE_BUDGET`).
-    pub budget: Budget,
-}
-
-impl WorkspaceConfig {
-    /// 8 MiB: the smallest budget whose latency on the benchmark workload stayed within 2% of
-    /// an unlimited workspace, by the median of per-call ratios (about 1.5%; 4 MiB: 4-5%;
-    /// docs/decisions/014-workspace-budget.md). It holds the buffers of the trunk's calls up
-    /// to about 300 columns wide (59 of the workload's first 100 calls; its median width is 232);
-    /// after a wider call, the buffers kept take the sizes that the calls within it needed,
-    /// which the narrower calls then reuse as they are.
-    pub const DEFAULT_BUDGET: Budget = Budget::Bytes(8 << 20);
-
-    /// Reads `PRIMJIT_WORKSPACE_BUDGET` (`64MiB`, `512KiB`, a number of bytes, `0`, `unlimited`),
-    /// defaulting what is unset; a malformed value is an error.
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut config = WorkspaceConfig::default();
-        if let Some(v) = var("PRIMJIT_WORKSPACE_BUDGET") {
-            config.budget = Budget::parse(&v).map_err(|reason| ConfigError::Invalid {
-                name: "PRIMJIT_WORKSPACE_BUDGET",
-                value: v,
-                reason,
-            })?;
-        }
-        Ok(config)
-    }
-}
-
-impl Default for WorkspaceConfig {
-    fn default() -> Self {
-        WorkspaceConfig {
-            budget: Self::DEFAULT_BUDGET,
-        }
-    }
-}
 
 /// What a workspace holds and has given back, in bytes (mappings by their mapped length, heap
 /// buffers by capacity).
