@@ -66,7 +66,10 @@ pub enum Dim {
         pad_begin: u64,
     },
     /// `input * factor`: a symbolic extent resized by a whole scale factor (at least 2).
-    Scaled { input: Box<Dim>, factor: u64 },
+    Scaled {
+        input: Box<Dim>,
+        factor: u64,
+    },
 }
 
 impl Dim {

@@ -8,11 +8,11 @@ use std::num::IntErrorKind;
 
 use crate::dim::{Dim, is_symbol};
 use crate::error::{ParseError, SourceLoc};
-use crate::resize::{CoordMode, NearestMode, Resize, ResizeMode, ResizeSize};
 use crate::graph::{
     Activation, BatchNorm, BinaryKind, Conv2d, DerivedParam, Graph, NodeData, Op, Pads, Param,
     ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Value,
 };
+use crate::resize::{CoordMode, NearestMode, Resize, ResizeMode, ResizeSize};
 
 /// Parses IR text into a graph. Names are resolved; shapes and attributes are not yet checked
 /// against each other (see [`crate::infer_shapes`]).
@@ -674,7 +674,9 @@ impl Parser {
                         },
                         Ok,
                     )?,
-                    Some((_, l)) => return err(l, "`nearest` must be a nearest mode such as `floor`"),
+                    Some((_, l)) => {
+                        return err(l, "`nearest` must be a nearest mode such as `floor`");
+                    }
                 };
                 let coord = match a.take("coord") {
                     None => CoordMode::HalfPixel,

@@ -203,7 +203,10 @@ mod tests {
                     for x in 0..output {
                         let exact = (a * x as i128 + b) as f64 / d as f64;
                         let want = spec(coord, x, input, output);
-                        assert!((exact - want).abs() < 1e-9, "{coord} {input}->{output} x={x}");
+                        assert!(
+                            (exact - want).abs() < 1e-9,
+                            "{coord} {input}->{output} x={x}"
+                        );
                     }
                 }
             }

@@ -1,9 +1,9 @@
 //! Verification and shape inference: ranks, channel counts, attributes, and every value's shape.
 
 use crate::dim::{Bindings, Dim, WindowError};
-use crate::resize::ResizeSize;
 use crate::error::{SourceLoc, VerifyError};
 use crate::graph::{Graph, Op, Pads, PoolWindow, PostOp, Value};
+use crate::resize::ResizeSize;
 
 /// The largest number of elements any tensor may have: 2^31, so that every byte offset a
 /// kernel forms fits in a signed 32-bit displacement times four and no count overflows.
@@ -681,9 +681,8 @@ fn infer_node(
                 }
                 ResizeSize::Sizes(sizes) => {
                     if sizes.contains(&0) {
-                        return ctx.fail(format!(
-                            "resize sizes must be at least 1, found {sizes:?}"
-                        ));
+                        return ctx
+                            .fail(format!("resize sizes must be at least 1, found {sizes:?}"));
                     }
                     (Dim::Known(sizes[0]), Dim::Known(sizes[1]))
                 }

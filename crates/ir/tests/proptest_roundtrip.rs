@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 
 use primjit_ir::{
     Activation, BatchNorm, BinaryKind, Bindings, Conv2d, CoordMode, DerivedParam, Dim, Graph,
-    IrError, NearestMode, Op, Pads, Param, ParamData, Pool2d, PoolKind, PoolWindow, PostOp,
-    Resize, ResizeMode, ResizeSize, Value, infer_shapes, parse, passes,
+    IrError, NearestMode, Op, Pads, Param, ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Resize,
+    ResizeMode, ResizeSize, Value, infer_shapes, parse, passes,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -209,8 +209,7 @@ impl Builder {
                             .filter(|(_, s)| *s == [n, c, 1, 1])
                             .map(|(v, _)| *v)
                             .collect();
-                        (!candidates.is_empty())
-                            .then(|| candidates[bytes.below(candidates.len())])
+                        (!candidates.is_empty()).then(|| candidates[bytes.below(candidates.len())])
                     } else {
                         self.value_of_shape(&mut bytes, shape)
                     }
