@@ -77,7 +77,7 @@ impl Rng {
     /// Uniform in `[-4, 4)`, or (with `special`) sometimes NaN, an infinity or a zero.
     fn value(&mut self, special: bool) -> f32 {
         let r = self.next_u64();
-        if special && r % 7 == 0 {
+        if special && r.is_multiple_of(7) {
             return [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0][(r >> 8) as usize % 4];
         }
         (r >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
