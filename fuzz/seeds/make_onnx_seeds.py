@@ -2,8 +2,8 @@
 """Writes one seed per op of issue 55 for the `onnx_import` fuzz target into onnx_import/:
 a one-byte mode prefix (1: the rest is the model) and a small model whose one node (after a
 conv, where the op needs an activation from one) is that op; for Resize, its sizes computed
-by Shape, Gather, Unsqueeze, Slice, Concat and Cast, or its scales, and Upsample. Run by hand with a Python that
-has onnx (see tests/onnx/make_zoo.py):
+by Shape, Gather, Unsqueeze, Slice, Concat and Cast, or its scales, and Upsample. Run by hand
+with a Python that has onnx (see tests/onnx/make_zoo.py):
 
     /tmp/ov/bin/python fuzz/seeds/make_onnx_seeds.py
 """
