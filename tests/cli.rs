@@ -2928,7 +2928,7 @@ fn onnx_errors_list_every_unsupported_node_and_reject_malformed_files() {
         &model,
         onnx_model(
             vec![
-                onnx_node("Resize", "Resize_42", &["x"], "r"),
+                onnx_node("LRN", "LRN_42", &["x"], "r"),
                 onnx_node("Softplus", "sig", &["x"], "s"),
                 onnx_node("Add", "sum", &["r", "s"], "y"),
             ],
@@ -2955,7 +2955,7 @@ fn onnx_errors_list_every_unsupported_node_and_reject_malformed_files() {
         assert_eq!(
             err,
             format!(
-                "error: {m}: node \"Resize_42\" (Resize, opset 17): unsupported op\n{m}: node \"sig\" (Softplus, opset 17): unsupported op\n"
+                "error: {m}: node \"LRN_42\" (LRN, opset 17): unsupported op\n{m}: node \"sig\" (Softplus, opset 17): unsupported op\n"
             ),
             "{verb:?}"
         );

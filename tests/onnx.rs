@@ -274,7 +274,8 @@ fn model_families_match_onnxruntime() {
 /// EfficientNet's MBConv with SiLU and SE, a DenseNet dense block and transition, a
 /// SqueezeNet fire module, a VGG classifier head over a 3x3 image, the other activations, a
 /// ShuffleNetV2 unit (split, channel shuffle, slice), an Inception block, and a
-/// 32xW line recognizer at three widths from one import. Each runs with exact keys and with
+/// 32xW line recognizer at three widths from one import, an FCN/DeepLab head resized to its
+/// input's size and an FPN top-down step, each at three sizes from one import. Each runs with exact keys and with
 /// runtime extents (`dynamic`), within 1e-4 of the largest output of onnxruntime's.
 #[test]
 fn zoo_blocks_match_onnxruntime() {
@@ -291,6 +292,8 @@ fn zoo_blocks_match_onnxruntime() {
         ("shufflenet", &[""]),
         ("inception", &[""]),
         ("recognizer", &[".w64", ".w100", ".w160"]),
+        ("fcn", &[".16x20", ".13x9", ".32x24"]),
+        ("fpn", &[".16x24", ".20x12", ".8x8"]),
     ];
     for (block, runs) in cases {
         let imported = import_file(&dir.join(format!("{block}.onnx")))
@@ -304,6 +307,22 @@ fn zoo_blocks_match_onnxruntime() {
                 text.contains("groups=3)") && !text.contains("div("),
                 "{text}"
             ),
+            // Sizes computed from Shape fold into the input's symbolic extents.
+            "fcn" => {
+                assert_eq!(imported.graph.symbols(), ["H", "W"], "{text}");
+                assert!(
+                    text.contains(", %x, mode=linear, coord=pytorch_half_pixel)"),
+                    "{text}"
+                );
+            }
+            "fpn" => {
+                assert_eq!(imported.graph.symbols(), ["H", "W"], "{text}");
+                assert!(
+                    text.contains(", nearest=floor, coord=asymmetric, scale=[2, 2])"),
+                    "{text}"
+                );
+                assert_eq!(text.matches("mode=linear").count(), 2, "{text}");
+            }
             _ => {}
         }
         for mode in [ShapeMode::Exact, ShapeMode::Runtime] {

@@ -125,7 +125,17 @@ fn widen(key: &mut PrimitiveKey, w: &Widen) {
                 .expect("in range") = v;
         }
         PrimitiveKey::Eltwise(d) => d.shape[w.field as usize % 4] = v,
-        PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => {}
+        PrimitiveKey::Resize(d) => {
+            let fields: [&mut usize; 4] = [&mut d.mb, &mut d.c, &mut d.ih, &mut d.iw];
+            *fields
+                .into_iter()
+                .nth(w.field as usize % 4)
+                .expect("in range") = v;
+        }
+        PrimitiveKey::Concat(_)
+        | PrimitiveKey::SelectChannels(_)
+        | PrimitiveKey::FmaPeak(_)
+        | PrimitiveKey::WidePeak { .. } => {}
     }
 }
 

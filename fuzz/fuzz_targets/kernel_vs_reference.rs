@@ -140,7 +140,11 @@ fuzz_target!(|spec: OpSpec| {
         PrimitiveKey::Pool(d) => (d.src_layout, d.src_shape()),
         PrimitiveKey::GlobalPool(d) => (d.src_layout, [d.mb, d.c, d.ih, d.iw]),
         PrimitiveKey::Eltwise(d) => (d.layout, d.shape),
-        PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => unreachable!("not generated"),
+        PrimitiveKey::Concat(_)
+        | PrimitiveKey::SelectChannels(_)
+        | PrimitiveKey::Resize(_)
+        | PrimitiveKey::FmaPeak(_)
+        | PrimitiveKey::WidePeak { .. } => unreachable!("not generated"),
     };
     let dirty_input = src_layout == Layout::Nchw4c
         || (problem.dst_layout == Layout::Nchw4c && !problem.extra.is_empty());

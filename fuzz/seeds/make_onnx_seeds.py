@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes one seed per op of issue 55 for the `onnx_import` fuzz target into onnx_import/:
 a one-byte mode prefix (1: the rest is the model) and a small model whose one node (after a
-conv, where the op needs an activation from one) is that op. Run by hand with a Python that
-has onnx (see tests/onnx/make_zoo.py):
+conv, where the op needs an activation from one) is that op; for Resize, its sizes computed
+by Shape, Gather, Unsqueeze, Slice, Concat and Cast, or its scales, and Upsample. Run by hand
+with a Python that has onnx (see tests/onnx/make_zoo.py):
 
     /tmp/ov/bin/python fuzz/seeds/make_onnx_seeds.py
 """
@@ -77,6 +78,27 @@ def main():
         "concat": model("concat", [helper.make_node("Relu", ["x"], ["r"]),
                                    helper.make_node("Concat", ["x", "r", "x"], ["y"], axis=1)], []),
     }
+    hw = [helper.make_node("Shape", ["x"], ["s"]),
+          helper.make_node("Gather", ["s", "i2"], ["h"], axis=0),
+          helper.make_node("Gather", ["s", "i3"], ["w"], axis=0),
+          helper.make_node("Unsqueeze", ["h", "a0"], ["hu"]),
+          helper.make_node("Unsqueeze", ["w", "a0"], ["wu"]),
+          helper.make_node("Slice", ["s", "st", "en"], ["nc"]),
+          helper.make_node("Concat", ["nc", "hu", "wu"], ["c"], axis=0),
+          helper.make_node("Cast", ["c"], ["sz"], to=TensorProto.INT64)]
+    seeds.update({
+        "resize_sizes": model("resize_sizes", [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2])] + hw + [
+            helper.make_node("Resize", ["p", "", "", "sz"], ["y"], mode="linear",
+                             coordinate_transformation_mode="pytorch_half_pixel")],
+            [("i2", 2, i64), ("i3", 3, i64), ("a0", [0], i64), ("st", [0], i64), ("en", [2], i64)],
+            opset=13),
+        "resize_scales": model("resize_scales", [
+            helper.make_node("Resize", ["x", "roi", "sc"], ["y"], mode="nearest",
+                             coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
+            [("roi", [], f32), ("sc", [1, 1, 2, 3], f32)], opset=11, out_shape=(1, 5, "H2", "W3")),
+        "upsample": model("upsample", [helper.make_node("Upsample", ["x", "sc"], ["y"], mode="linear")],
+                          [("sc", [1, 1, 2, 2], f32)], opset=9, out_shape=(1, 5, "H2", "W2")),
+    })
     w = rng.standard_normal((4, 5, 3, 3)).astype(f32)
     graph = helper.make_graph(
         [helper.make_node("Flatten", ["x"], ["f"]),

@@ -430,8 +430,8 @@ impl Problem {
                     tolerance: None,
                 }
             }
-            PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) => {
-                panic!("the fuzz specs make no concat or channel selection")
+            PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) | PrimitiveKey::Resize(_) => {
+                panic!("the fuzz specs make no concat, channel selection or resize")
             }
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => {
                 panic!("the FMA peak loops have no reference")

@@ -32,11 +32,22 @@ training-free exports without constant folding. Every model takes a batch of 2.
   height 8 and any width, then a Slice of channels 3 to 10.
 - inception: Inception v3's block A: 1x1, 5x5 and double 3x3 branches and an average pool
   branch, with BN and ReLU, joined by Concat (6 + 6 + 7 + 5 channels). Symbolic H, W.
+- fcn: an FCN/DeepLab head: two stride-2 conv stages, a 1x1 classifier, and its logits resized
+  (bilinear, pytorch_half_pixel) to the input's height and width, the sizes computed as torch
+  writes them: Shape, Gather, Unsqueeze, Concat, Cast, and a Slice of the logits' Shape for
+  the batch and channels. Symbolic H and W, run at three sizes (fcn.HxW.*.npy).
+- fpn: an FPN top-down step: the top level upsampled x2 (nearest, asymmetric, floor: torch's
+  `nearest`) plus a lateral, plus the top resized bilinearly (half_pixel) to the lateral's
+  size, then resized (pytorch_half_pixel, torch's align_corners=False) to the size of a
+  full-resolution lateral, `x.shape[-2:]` as a Slice of Shape, and concatenated with it.
+  Symbolic H and W (multiples of 4, for the x2 upsampling to meet its lateral), run at
+  three sizes (fpn.HxW.*.npy).
 - recognizer: a 32xW text-line recognizer block in PP-LCNet's style: a stride-2 stem with
   HardSwish, depthwise-separable blocks with HardSwish and SE (HardSigmoid gate), run at
   widths 64, 100 and 160.
 """
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -99,6 +110,10 @@ class Net:
         else:
             s = self.node(gate, [s], name + ".gate")
         return self.node("Mul", [x, s], name + ".scale")
+
+    def param_i64(self, name, arr):
+        self.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=np.int64), name))
+        return name
 
     def model(self, name, cin, out, out_shape, in_shape, opset=17):
         graph = helper.make_graph(
@@ -254,6 +269,69 @@ def recognizer():
     return m, [(2, 3, 32, w) for w in (64, 100, 160)]
 
 
+def shape_hw(n, x, name):
+    """[N, C, H, W] sizes of a Resize as torch writes `size=x.shape[2:]` for F.interpolate:
+    the batch and channels of the resized value by a Slice of its Shape, the height and width of
+    `x` gathered, unsqueezed, concatenated and cast."""
+    s = n.node("Shape", [x], name + ".shape")
+    dims = []
+    for axis in (2, 3):
+        k = n.param_i64(f"{name}.axis{axis}", np.array(axis, dtype=np.int64))
+        g = n.node("Gather", [s, k], f"{name}.gather{axis}", axis=0)
+        a = n.param_i64(f"{name}.unsq{axis}", np.array([0], dtype=np.int64))
+        dims.append(n.node("Unsqueeze", [g, a], f"{name}.unsqueeze{axis}"))
+    hw = n.node("Concat", dims, name + ".hw", axis=0)
+    return n.node("Cast", [hw], name + ".cast", to=TensorProto.INT64)
+
+
+def shape_slice(n, x, start, end, name):
+    s = n.node("Shape", [x], name + ".shape")
+    starts = n.param_i64(name + ".starts", np.array([start], dtype=np.int64))
+    ends = n.param_i64(name + ".ends", np.array([end], dtype=np.int64))
+    return n.node("Slice", [s, starts, ends], name + ".slice")
+
+
+def fcn():
+    n = Net(23)
+    x = n.node("Relu", [n.bn(n.conv("x", "backbone.0", 3, 8, 3, 2), "backbone.0.bn", 8)], "backbone.0.relu")
+    x = n.node("Relu", [n.conv(x, "backbone.1", 8, 12, 3, 2, bias=True)], "backbone.1.relu")
+    logits = n.conv(x, "classifier", 12, 5, 1, bias=True)
+    nc = shape_slice(n, logits, 0, 2, "head.nc")
+    sizes = n.node("Concat", [nc, shape_hw(n, "x", "head.hw")], "head.sizes", axis=0)
+    out = n.node("Resize", [logits, "", "", sizes], "head.resize", mode="linear",
+                 coordinate_transformation_mode="pytorch_half_pixel")
+    m = n.model("fcn", 3, out, [2, 5, "H", "W"], [2, 3, "H", "W"])
+    return m, [(2, 3, h, w) for h, w in ((16, 20), (13, 9), (32, 24))]
+
+
+def fpn():
+    n = Net(29)
+    c1 = n.node("Relu", [n.conv("x", "c1", 3, 8, 3, 2)], "c1.relu")
+    c2 = n.node("Relu", [n.conv(c1, "c2", 8, 8, 3, 2)], "c2.relu")
+    top = n.conv(c2, "inner.top", 8, 6, 1, bias=True)
+    lat1 = n.conv(c1, "inner.lat1", 8, 6, 1, bias=True)
+    scales = n.param("up.scales", [1.0, 1.0, 2.0, 2.0])
+    up = n.node("Resize", [top, "", scales], "up", mode="nearest",
+                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    p1 = n.node("Add", [up, lat1], "p1")
+    nc = shape_slice(n, top, 0, 2, "up2.nc")
+    hw = shape_slice(n, lat1, -2, 2**63 - 1, "up2.hw")
+    sizes = n.node("Concat", [nc, hw], "up2.sizes", axis=0)
+    up2 = n.node("Resize", [top, "", "", sizes], "up2", mode="linear",
+                 coordinate_transformation_mode="half_pixel")
+    p1 = n.node("Add", [p1, up2], "p1b")
+    lat0 = n.conv("x", "inner.lat0", 3, 4, 3, bias=True)
+    nc = shape_slice(n, p1, 0, 2, "up3.nc")
+    hw = shape_slice(n, lat0, -2, 2**63 - 1, "up3.hw")
+    sizes = n.node("Concat", [nc, hw], "up3.sizes", axis=0)
+    r = n.node("Resize", [p1, "", "", sizes], "up3", mode="linear",
+               coordinate_transformation_mode="pytorch_half_pixel")
+    cat = n.node("Concat", [r, lat0], "cat", axis=1)
+    out = n.conv(cat, "out", 10, 3, 3, bias=True)
+    m = n.model("fpn", 3, out, [2, 3, "H", "W"], [2, 3, "H", "W"])
+    return m, [(2, 3, h, w) for h, w in ((16, 24), (20, 12), (8, 8))]
+
+
 def run(m, shape, seed):
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -261,8 +339,27 @@ def run(m, shape, seed):
     return x, y
 
 
+def sized(make, seed):
+    """A model run at several sizes: NAME.onnx and NAME.HxW.{input,expected}.npy."""
+    m, shapes = make()
+    name = m.graph.name
+    onnx.save(m, os.path.join(OUT, f"{name}.onnx"))
+    for j, shape in enumerate(shapes):
+        x, y = run(m, shape, seed + j)
+        tag = f"{shape[2]}x{shape[3]}"
+        np.save(os.path.join(OUT, f"{name}.{tag}.input.npy"), x)
+        np.save(os.path.join(OUT, f"{name}.{tag}.expected.npy"), y)
+        print(name, x.shape, "->", y.shape)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    # `make_zoo.py fcn fpn` builds those alone.
+    only = sys.argv[1:]
+    if only:
+        for name in only:
+            sized({"fcn": fcn, "fpn": fpn}[name], {"fcn": 300, "fpn": 400}[name])
+        return
     for i, make in enumerate([mbv3, mbconv, densenet, fire, vgg_head, acts, shufflenet, inception]):
         m, shape = make()
         name = m.graph.name
@@ -279,6 +376,8 @@ def main():
         np.save(os.path.join(OUT, f"recognizer.w{w}.input.npy"), x)
         np.save(os.path.join(OUT, f"recognizer.w{w}.expected.npy"), y)
         print("recognizer", x.shape, "->", y.shape)
+    sized(fcn, 300)
+    sized(fpn, 400)
 
 
 if __name__ == "__main__":

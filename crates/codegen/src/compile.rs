@@ -12,9 +12,9 @@ use cranelift_codegen::settings::{self, Configurable};
 use crate::backend::x64::{self, WideTile};
 use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
-use crate::key::{ConvAlgo, EltwiseKind, FmaPattern, KeyError, PrimitiveKey};
+use crate::key::{ConvAlgo, EltwiseKind, FmaPattern, KeyError, PrimitiveKey, ResizeMode};
 use crate::plan::{ConvPlan, PoolPlan};
-use crate::{lower_eltwise, lower_fused, lower_pool};
+use crate::{lower_eltwise, lower_fused, lower_pool, lower_resize};
 
 /// Options that change the generated code or what is kept of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -214,6 +214,16 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
         PrimitiveKey::SelectChannels(_) => "  select channels: per destination block, a vector \
              copy per pixel where four source channels line up, lane by lane elsewhere\n"
             .to_string(),
+        PrimitiveKey::Resize(d) => match d.mode {
+            ResizeMode::Linear => "  resize: per output row, its two source rows and weight; per \
+                 column, its two source columns and weight stepped from the last column's without \
+                 a division; per channel block, a blend of four vectors\n"
+                .to_string(),
+            ResizeMode::Nearest(_) => "  resize: per output row, its source row; per column, its \
+                 source column stepped from the last column's without a division; per channel \
+                 block, a vector copy\n"
+                .to_string(),
+        },
         PrimitiveKey::Concat(_) => "  concat: each input's channel blocks copied to their place \
              in the result, a vector per pixel where the blocks line up, lane by lane elsewhere\n"
             .to_string(),
@@ -275,6 +285,7 @@ pub fn lower(
         PrimitiveKey::Eltwise(d) => lower_pool::lower_eltwise(&mut e, d),
         PrimitiveKey::Concat(d) => lower_eltwise::lower_concat(&mut e, d),
         PrimitiveKey::SelectChannels(d) => lower_eltwise::lower_select(&mut e, d),
+        PrimitiveKey::Resize(d) => lower_resize::lower_resize(&mut e, d),
         PrimitiveKey::FmaPeak(pattern) => lower_pool::lower_fma_peak(&mut e, *pattern),
         PrimitiveKey::WidePeak { .. } => unreachable!("the x64 backend emits wide peaks whole"),
     }

@@ -11,6 +11,8 @@ use std::hash::{Hash, Hasher};
 pub use primjit_ir::PoolWindow;
 /// The activations of post-ops and element-wise keys, and the binary ops, the IR's own.
 pub use primjit_ir::{Activation, BinaryKind};
+/// `resize`'s modes, the IR's own.
+pub use primjit_ir::{CoordMode, NearestMode, ResizeMode};
 use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
 
 use crate::conv::winograd::{GEMM_UNROLL, GROUP_TILES, GROUP_VECTORS};
@@ -719,6 +721,74 @@ impl SelectDesc {
     }
 }
 
+/// How a resize key gets its output extents: whole multiples of the input's (which may be left
+/// to run time), or fixed extents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResizeOut {
+    Scale([usize; 2]),
+    Sizes([usize; 2]),
+}
+
+/// Spatial resizing of an nChw4c tensor ([`primjit_ir::Resize`]): per output pixel, the
+/// vector of four channels of its nearest source pixel, or a blend of the 2x2 around its
+/// source coordinate. With whole scale factors, the input extents may be left to run time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ResizeDesc {
+    pub mb: usize,
+    pub c: usize,
+    pub ih: usize,
+    pub iw: usize,
+    pub out: ResizeOut,
+    pub mode: ResizeMode,
+    pub coord: CoordMode,
+    pub runtime: RuntimeDims,
+}
+
+impl ResizeDesc {
+    /// The key with the extents `runtime` names left to run time (only keys with scale
+    /// factors can: fixed sizes do not follow the input).
+    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
+        if matches!(self.out, ResizeOut::Sizes(_)) {
+            return self;
+        }
+        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
+        self.runtime = runtime;
+        self
+    }
+
+    /// The fixed-shape resize of one call (see [`ConvDesc::at`]).
+    pub fn at(&self, extents: [usize; 2]) -> ResizeDesc {
+        let mut d = self.clone();
+        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
+        d.runtime = RuntimeDims::NONE;
+        d
+    }
+
+    /// The output extents (saturating; validation rejects overflowing ones).
+    pub fn out_extents(&self) -> [usize; 2] {
+        match self.out {
+            ResizeOut::Scale([sh, sw]) => [self.ih.saturating_mul(sh), self.iw.saturating_mul(sw)],
+            ResizeOut::Sizes(s) => s,
+        }
+    }
+
+    pub fn oh(&self) -> usize {
+        self.out_extents()[0]
+    }
+
+    pub fn ow(&self) -> usize {
+        self.out_extents()[1]
+    }
+
+    pub fn src_shape(&self) -> [usize; 4] {
+        [self.mb, self.c, self.ih, self.iw]
+    }
+
+    pub fn dst_shape(&self) -> [usize; 4] {
+        [self.mb, self.c, self.oh(), self.ow()]
+    }
+}
+
 /// Accumulators of the FMA peak kernel: enough independent chains to cover the FMA latency
 /// on two pipes.
 pub const FMA_PEAK_ACCUMULATORS: usize = 12;
@@ -791,6 +861,7 @@ pub enum PrimitiveKey {
     Eltwise(EltwiseDesc),
     Concat(ConcatDesc),
     SelectChannels(SelectDesc),
+    Resize(ResizeDesc),
     /// Not an op: a loop of f32x4 FMAs that measures the machine's peak, or the peak of a
     /// convolution's register tile ([`FmaPattern`]). Its work items are loop trips; it keeps
     /// its accumulators (12 vectors, 48 floats) in the destination.
@@ -839,6 +910,7 @@ impl PrimitiveKey {
         match self {
             PrimitiveKey::Conv(d) => d.runtime,
             PrimitiveKey::Pool(d) => d.runtime,
+            PrimitiveKey::Resize(d) => d.runtime,
             _ => RuntimeDims::NONE,
         }
     }
@@ -849,6 +921,7 @@ impl PrimitiveKey {
         match self {
             PrimitiveKey::Conv(d) if d.runtime.any() => PrimitiveKey::Conv(d.at(extents)),
             PrimitiveKey::Pool(d) if d.runtime.any() => PrimitiveKey::Pool(d.at(extents)),
+            PrimitiveKey::Resize(d) if d.runtime.any() => PrimitiveKey::Resize(d.at(extents)),
             _ => self.clone(),
         }
     }
@@ -871,6 +944,7 @@ impl PrimitiveKey {
             PrimitiveKey::Eltwise(d) => [d.shape[2], d.shape[3]],
             PrimitiveKey::Concat(d) => [d.h, d.w],
             PrimitiveKey::SelectChannels(d) => [d.h, d.w],
+            PrimitiveKey::Resize(d) => [d.ih, d.iw],
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => [1, 1],
         }
     }
@@ -884,6 +958,7 @@ impl PrimitiveKey {
         let [oh, ow] = match self {
             PrimitiveKey::Conv(d) => [d.oh(), d.ow()],
             PrimitiveKey::Pool(d) => [d.oh(), d.ow()],
+            PrimitiveKey::Resize(d) => [d.oh(), d.ow()],
             _ => [1, 1],
         };
         let [ph, pw] = match self {
@@ -1141,6 +1216,28 @@ impl PrimitiveKey {
                 check_count("input", [d.mb, d.c, d.h, d.w])?;
                 check_count("output", d.dst_shape())?;
             }
+            PrimitiveKey::Resize(d) => {
+                positive("extents", &[d.mb, d.c, d.ih, d.iw])?;
+                match d.out {
+                    ResizeOut::Scale(f) => {
+                        positive("scale factors", &f)?;
+                        bounded("scale factors", &f)?;
+                        let (Some(oh), Some(ow)) = (d.ih.checked_mul(f[0]), d.iw.checked_mul(f[1]))
+                        else {
+                            return fail("the output extents overflow".into());
+                        };
+                        check_count("output", [d.mb, d.c, oh, ow])?;
+                    }
+                    ResizeOut::Sizes(s) => positive("output extents", &s)?,
+                }
+                check_count("input", d.src_shape())?;
+                check_count("output", d.dst_shape())?;
+                // The kernels' exact source coordinates multiply an input and an output
+                // extent by at most 4 in i64.
+                if d.ih.max(d.iw) as u128 * d.oh().max(d.ow()) as u128 * 4 > i64::MAX as u128 {
+                    return fail("the extents are too large for exact coordinates".into());
+                }
+            }
             PrimitiveKey::FmaPeak(_) => {}
             PrimitiveKey::WidePeak { isa, .. } => {
                 if *isa == Isa::X128 {
@@ -1232,6 +1329,10 @@ impl PrimitiveKey {
                 act("src", [d.mb, d.c, d.h, d.w], d.layout),
                 act("dst", d.dst_shape(), d.layout),
             ],
+            PrimitiveKey::Resize(d) => vec![
+                act("src", d.src_shape(), Layout::Nchw4c),
+                act("dst", d.dst_shape(), Layout::Nchw4c),
+            ],
             PrimitiveKey::FmaPeak(pattern) => {
                 let raw = |role, len: usize| BufferSpec {
                     role,
@@ -1268,6 +1369,11 @@ impl PrimitiveKey {
             PrimitiveKey::Eltwise(d) => d.shape.iter().product::<usize>() as u64,
             // None: a copy.
             PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) => 0,
+            // A blend of four pixels per output element: three multiply-adds and a multiply.
+            PrimitiveKey::Resize(d) => match d.mode {
+                ResizeMode::Nearest(_) => 0,
+                ResizeMode::Linear => d.dst_shape().iter().product::<usize>() as u64 * 7,
+            },
             PrimitiveKey::FmaPeak(pattern) => pattern.flops_per_item(),
             PrimitiveKey::WidePeak { isa, tile } => {
                 crate::backend::x64::peak_flops_per_item(*isa, *tile)
@@ -1297,6 +1403,7 @@ impl PrimitiveKey {
             PrimitiveKey::Eltwise(d) => d.shape[2],
             PrimitiveKey::Concat(d) => d.h,
             PrimitiveKey::SelectChannels(d) => d.h,
+            PrimitiveKey::Resize(d) => d.oh(),
             // The caller chooses the trip count through the range of work items.
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => 1,
         }
@@ -1437,6 +1544,19 @@ impl fmt::Display for PrimitiveKey {
                     select.join(","),
                     d.layout
                 )
+            }
+            PrimitiveKey::Resize(d) => {
+                f.write_str("resize_")?;
+                match d.mode {
+                    ResizeMode::Linear => f.write_str("linear")?,
+                    ResizeMode::Nearest(m) => write!(f, "nearest:{m}")?,
+                }
+                let [ih, iw, oh, ow] = extent_fields(d.runtime, [d.ih, d.iw, d.oh(), d.ow()]);
+                write!(f, " mb{}ic{}ih{ih}iw{iw}oh{oh}ow{ow}", d.mb, d.c)?;
+                if let ResizeOut::Scale([sh, sw]) = d.out {
+                    write!(f, " scale{sh}x{sw}")?;
+                }
+                write!(f, " {} {}", d.coord, Layout::Nchw4c)
             }
             PrimitiveKey::FmaPeak(FmaPattern::Registers) => f.write_str("fma_peak 8x12 f32x4"),
             PrimitiveKey::FmaPeak(FmaPattern::Broadcast) => {

@@ -15,6 +15,7 @@ pub mod key;
 mod lower_eltwise;
 mod lower_fused;
 mod lower_pool;
+mod lower_resize;
 pub mod plan;
 pub mod target;
 
@@ -26,8 +27,9 @@ pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS, WINOGRAD_
 pub use key::{
     Activation, BinaryKind, Broadcast, BufferSpec, ConcatDesc, ConvAlgo, ConvDesc, EltwiseDesc,
     EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches, PoolDesc,
-    PoolWindow, PostOpDesc, PrimitiveKey, SelectDesc,
+    PoolWindow, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut, SelectDesc,
 };
+pub use key::{CoordMode, NearestMode, ResizeMode};
 pub use lower_eltwise::{EXP_ULPS, TANH_ULPS};
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};
 pub use target::{Isa, IsaError, Target};

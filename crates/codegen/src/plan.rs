@@ -384,6 +384,8 @@ pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
                 if rt.w { probe(cols) } else { iw },
             ]
         }
+        // Any extent will do: the kernel has no borders to keep apart.
+        crate::PrimitiveKey::Resize(_) => [if rt.h { 5 } else { ih }, if rt.w { 5 } else { iw }],
         _ => [ih, iw],
     }
 }

@@ -65,6 +65,11 @@ pub enum Dim {
         ceil: bool,
         pad_begin: u64,
     },
+    /// `input * factor`: a symbolic extent resized by a whole scale factor (at least 2).
+    Scaled {
+        input: Box<Dim>,
+        factor: u64,
+    },
 }
 
 impl Dim {
@@ -103,6 +108,23 @@ impl Dim {
         })
     }
 
+    /// This dimension times a whole `factor` (at least 1), folded when known; `None` when a
+    /// known product overflows.
+    pub fn scaled(&self, factor: u64) -> Option<Dim> {
+        Some(match self {
+            Dim::Known(n) => Dim::Known(n.checked_mul(factor)?),
+            _ if factor == 1 => self.clone(),
+            Dim::Scaled { input, factor: f } => Dim::Scaled {
+                input: input.clone(),
+                factor: f.checked_mul(factor)?,
+            },
+            _ => Dim::Scaled {
+                input: Box::new(self.clone()),
+                factor,
+            },
+        })
+    }
+
     /// Whether two dimensions are certainly different (both known and unequal).
     pub fn provably_differs(&self, other: &Dim) -> bool {
         matches!((self, other), (Dim::Known(a), Dim::Known(b)) if a != b)
@@ -116,7 +138,7 @@ impl Dim {
                     out.push(s.clone());
                 }
             }
-            Dim::Window { input, .. } => input.collect_symbols(out),
+            Dim::Window { input, .. } | Dim::Scaled { input, .. } => input.collect_symbols(out),
         }
     }
 }
@@ -212,6 +234,14 @@ impl Dim {
                     pad_begin: *pad_begin,
                 },
             },
+            // Saturating: shape inference's element count rejects such extents.
+            Dim::Scaled { input, factor } => match input.resolve(bindings)? {
+                Dim::Known(n) => Dim::Known(n.saturating_mul(*factor)),
+                input => Dim::Scaled {
+                    input: Box::new(input),
+                    factor: *factor,
+                },
+            },
         })
     }
 }
@@ -221,6 +251,10 @@ impl fmt::Display for Dim {
         match self {
             Dim::Known(n) => write!(f, "{n}"),
             Dim::Sym(s) => f.write_str(s),
+            Dim::Scaled { input, factor } => match **input {
+                Dim::Window { .. } => write!(f, "({input}) * {factor}"),
+                _ => write!(f, "{input} * {factor}"),
+            },
             Dim::Window {
                 input,
                 offset,
@@ -229,7 +263,7 @@ impl fmt::Display for Dim {
                 ..
             } => {
                 let mut expr = match **input {
-                    Dim::Window { .. } => format!("({input})"),
+                    Dim::Window { .. } | Dim::Scaled { .. } => format!("({input})"),
                     _ => input.to_string(),
                 };
                 if *offset > 0 {
@@ -308,5 +342,26 @@ mod tests {
         );
         let b = parse_bindings("W=1031").unwrap();
         assert_eq!(d.resolve(&b), Ok(Dim::Known(516)));
+    }
+
+    #[test]
+    fn scaled_dims_fold_print_and_resolve() {
+        let w = Dim::Sym("W".into());
+        assert_eq!(Dim::Known(7).scaled(3), Some(Dim::Known(21)));
+        assert_eq!(Dim::Known(u64::MAX).scaled(2), None);
+        assert_eq!(w.scaled(1), Some(w.clone()));
+        let twice = w.scaled(2).unwrap().scaled(2).unwrap();
+        assert_eq!(twice, w.scaled(4).unwrap(), "factors multiply");
+        assert_eq!(twice.to_string(), "W * 4");
+        let down = w.window(0, 0, 1, 2, false).unwrap().scaled(2).unwrap();
+        assert_eq!(down.to_string(), "((W - 1) / 2 + 1) * 2");
+        let b = parse_bindings("W=7").unwrap();
+        assert_eq!(down.resolve(&b), Ok(Dim::Known(8)));
+        assert_eq!(twice.resolve(&b), Ok(Dim::Known(28)));
+        // Symbolic dimensions are never provably different, whatever their factors.
+        assert!(!twice.provably_differs(&w));
+        let mut symbols = Vec::new();
+        down.collect_symbols(&mut symbols);
+        assert_eq!(symbols, ["W"]);
     }
 }

@@ -381,6 +381,8 @@ pub enum Op {
         input: Value,
         select: Vec<usize>,
     },
+    /// Spatial resizing with ONNX `Resize` semantics ([`crate::Resize`]).
+    Resize(crate::Resize),
 }
 
 /// The kind of an [`Op`], without its operands: what the text format calls the op.
@@ -400,10 +402,11 @@ pub enum OpKind {
     Binary(BinaryKind),
     Concat,
     SelectChannels,
+    Resize,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 23] = [
+    pub const ALL: [OpKind; 24] = [
         OpKind::Conv2d,
         OpKind::MaxPool2d,
         OpKind::AvgPool2d,
@@ -427,6 +430,7 @@ impl OpKind {
         OpKind::Binary(BinaryKind::Div),
         OpKind::Concat,
         OpKind::SelectChannels,
+        OpKind::Resize,
     ];
 
     /// The op's name in the text format.
@@ -445,6 +449,7 @@ impl OpKind {
             OpKind::Binary(kind) => kind.name(),
             OpKind::Concat => "concat",
             OpKind::SelectChannels => "select_channels",
+            OpKind::Resize => "resize",
         }
     }
 }
@@ -479,6 +484,7 @@ impl Op {
             Op::Binary { kind, .. } => OpKind::Binary(*kind),
             Op::Concat { .. } => OpKind::Concat,
             Op::SelectChannels { .. } => OpKind::SelectChannels,
+            Op::Resize(_) => OpKind::Resize,
         }
     }
 
@@ -502,6 +508,12 @@ impl Op {
             }
             Op::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
             Op::Concat { inputs } => inputs.clone(),
+            // The value whose extents the output takes is read for its shape only, but it
+            // counts as a use: passes must not fuse it away while the resize needs it.
+            Op::Resize(r) => match r.size {
+                crate::ResizeSize::Like(like) => vec![r.input, like],
+                _ => vec![r.input],
+            },
         }
     }
 
@@ -531,6 +543,12 @@ impl Op {
                 f(rhs);
             }
             Op::Concat { inputs } => inputs.iter_mut().for_each(f),
+            Op::Resize(r) => {
+                f(&mut r.input);
+                if let crate::ResizeSize::Like(like) = &mut r.size {
+                    f(like);
+                }
+            }
         }
     }
 

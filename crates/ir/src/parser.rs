@@ -12,6 +12,7 @@ use crate::graph::{
     Activation, BatchNorm, BinaryKind, Conv2d, DerivedParam, Graph, NodeData, Op, Pads, Param,
     ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Value,
 };
+use crate::resize::{CoordMode, NearestMode, Resize, ResizeMode, ResizeSize};
 
 /// Parses IR text into a graph. Names are resolved; shapes and attributes are not yet checked
 /// against each other (see [`crate::infer_shapes`]).
@@ -640,6 +641,86 @@ impl Parser {
                     None => return err(loc, "`select_channels` needs the attribute `select`"),
                 };
                 Op::SelectChannels { input, select }
+            }
+            "resize" => {
+                a.arity(1, 2)?;
+                let input = a.value(0)?;
+                let loc = a.call.loc;
+                let like = if a.call.positional.len() == 2 {
+                    Some(a.value(1)?)
+                } else {
+                    None
+                };
+                let linear = match a.take("mode") {
+                    None => false,
+                    Some((Arg::Ident(m), _)) if m == "nearest" => false,
+                    Some((Arg::Ident(m), _)) if m == "linear" => true,
+                    Some((_, l)) => return err(l, "`mode` must be `nearest` or `linear`"),
+                };
+                let nearest = match a.take("nearest") {
+                    None => NearestMode::RoundPreferFloor,
+                    Some((_, l)) if linear => {
+                        return err(l, "`nearest` applies to `mode=nearest` only");
+                    }
+                    Some((Arg::Ident(m), l)) => NearestMode::by_name(&m).map_or_else(
+                        || {
+                            err(
+                                l,
+                                format!(
+                                    "unknown nearest mode `{m}` (known: {})",
+                                    NearestMode::ALL.map(|m| m.name()).join(", ")
+                                ),
+                            )
+                        },
+                        Ok,
+                    )?,
+                    Some((_, l)) => {
+                        return err(l, "`nearest` must be a nearest mode such as `floor`");
+                    }
+                };
+                let coord = match a.take("coord") {
+                    None => CoordMode::HalfPixel,
+                    Some((Arg::Ident(m), l)) => CoordMode::by_name(&m).map_or_else(
+                        || {
+                            err(
+                                l,
+                                format!(
+                                    "unknown coordinate mode `{m}` (known: {})",
+                                    CoordMode::ALL.map(|m| m.name()).join(", ")
+                                ),
+                            )
+                        },
+                        Ok,
+                    )?,
+                    Some((_, l)) => {
+                        return err(l, "`coord` must be a coordinate mode such as `half_pixel`");
+                    }
+                };
+                let scale = a.list("scale", 2)?;
+                let sizes = a.list("size", 2)?;
+                let pair = |v: Vec<usize>| [v[0] as u64, v[1] as u64];
+                let size = match (like, scale, sizes) {
+                    (Some(v), None, None) => ResizeSize::Like(v),
+                    (None, Some(s), None) => ResizeSize::Scale(pair(s)),
+                    (None, None, Some(s)) => ResizeSize::Sizes(pair(s)),
+                    _ => {
+                        return err(
+                            loc,
+                            "`resize` takes exactly one of `scale=[h, w]`, `size=[h, w]` or a \
+                             second operand whose height and width the output takes",
+                        );
+                    }
+                };
+                Op::Resize(Resize {
+                    input,
+                    mode: if linear {
+                        ResizeMode::Linear
+                    } else {
+                        ResizeMode::Nearest(nearest)
+                    },
+                    coord,
+                    size,
+                })
             }
             name if Activation::by_name(name).is_some() => {
                 a.arity(1, 1)?;

@@ -3,6 +3,7 @@
 use crate::dim::{Bindings, Dim, WindowError};
 use crate::error::{SourceLoc, VerifyError};
 use crate::graph::{Graph, Op, Pads, PoolWindow, PostOp, Value};
+use crate::resize::ResizeSize;
 
 /// The largest number of elements any tensor may have: 2^31, so that every byte offset a
 /// kernel forms fits in a signed 32-bit displacement times four and no count overflows.
@@ -381,7 +382,11 @@ pub fn infer_shapes(graph: &Graph, bindings: &Bindings) -> Result<Shapes, Verify
         };
         // Numbers and symbols only: `bind_inputs` binds a given tensor's extents to them, and
         // a window (which only the API can declare) would leave its extent unchecked.
-        if input.shape.iter().any(|d| matches!(d, Dim::Window { .. })) {
+        if input
+            .shape
+            .iter()
+            .any(|d| !matches!(d, Dim::Known(_) | Dim::Sym(_)))
+        {
             return ctx.fail(format!(
                 "a graph input's dimensions must be numbers or symbols, found {}",
                 describe(&input.shape)
@@ -655,6 +660,38 @@ fn infer_node(
                 x[2].clone(),
                 x[3].clone(),
             ]
+        }
+        Op::Resize(r) => {
+            let x = ctx.rank4(shapes, r.input, "the input")?;
+            ctx.channels(x, r.input)?;
+            let (h, w) = match r.size {
+                ResizeSize::Scale(factors) => {
+                    if factors.contains(&0) || factors.iter().any(|&f| f > MAX_STEP as u64) {
+                        return ctx.fail(format!(
+                            "resize scale factors must be from 1 to {MAX_STEP}, found {factors:?}"
+                        ));
+                    }
+                    let scaled = |d: &Dim, f: u64| {
+                        d.scaled(f).map_or_else(
+                            || ctx.fail(format!("the resized extent {d} * {f} overflows")),
+                            Ok,
+                        )
+                    };
+                    (scaled(&x[2], factors[0])?, scaled(&x[3], factors[1])?)
+                }
+                ResizeSize::Sizes(sizes) => {
+                    if sizes.contains(&0) {
+                        return ctx
+                            .fail(format!("resize sizes must be at least 1, found {sizes:?}"));
+                    }
+                    (Dim::Known(sizes[0]), Dim::Known(sizes[1]))
+                }
+                ResizeSize::Like(like) => {
+                    let y = ctx.rank4(shapes, like, "the size operand")?;
+                    (y[2].clone(), y[3].clone())
+                }
+            };
+            vec![x[0].clone(), x[1].clone(), h, w]
         }
     })
 }

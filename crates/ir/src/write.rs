@@ -7,6 +7,7 @@
 use std::fmt::{self, Write};
 
 use crate::graph::{Activation, DerivedParam, Graph, Op, Pads, PoolKind, PoolWindow, PostOp};
+use crate::resize::{CoordMode, NearestMode, ResizeMode, ResizeSize};
 
 /// A pooling window's attributes in their canonical order, leaving out those at their
 /// defaults: shared by `maxpool2d`/`avgpool2d` and the `maxpool(...)` post-op so that the two
@@ -135,6 +136,25 @@ impl Graph {
             Op::SelectChannels { input, select } => {
                 args.push(v(input));
                 args.push(format!("select=[{}]", join(select, |c| c.to_string())));
+            }
+            Op::Resize(r) => {
+                args.push(v(&r.input));
+                if let ResizeSize::Like(like) = &r.size {
+                    args.push(v(like));
+                }
+                match r.mode {
+                    ResizeMode::Linear => args.push("mode=linear".to_string()),
+                    ResizeMode::Nearest(NearestMode::RoundPreferFloor) => {}
+                    ResizeMode::Nearest(m) => args.push(format!("nearest={m}")),
+                }
+                if r.coord != CoordMode::HalfPixel {
+                    args.push(format!("coord={}", r.coord));
+                }
+                match r.size {
+                    ResizeSize::Scale([h, w]) => args.push(format!("scale=[{h}, {w}]")),
+                    ResizeSize::Sizes([h, w]) => args.push(format!("size=[{h}, {w}]")),
+                    ResizeSize::Like(_) => {}
+                }
             }
         }
         format!("{}({})", op.kind(), args.join(", "))

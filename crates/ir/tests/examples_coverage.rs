@@ -137,6 +137,20 @@ fn examples_cover_every_op_and_attribute() {
                 | Op::Binary { .. }
                 | Op::Concat { .. }
                 | Op::SelectChannels { .. } => {}
+                Op::Resize(r) => {
+                    let mode = match r.mode {
+                        primjit_ir::ResizeMode::Linear => "linear".to_string(),
+                        primjit_ir::ResizeMode::Nearest(m) => format!("nearest {m}"),
+                    };
+                    let size = match r.size {
+                        primjit_ir::ResizeSize::Scale(_) => "scale",
+                        primjit_ir::ResizeSize::Sizes(_) => "size",
+                        primjit_ir::ResizeSize::Like(_) => "like",
+                    };
+                    for name in [mode, format!("coord {}", r.coord), size.to_string()] {
+                        seen.insert(format!("resize {name}"));
+                    }
+                }
             }
         }
     }
@@ -175,6 +189,19 @@ fn examples_cover_every_op_and_attribute() {
         "unbound symbols",
         "several inputs",
         "several outputs",
+        "resize linear",
+        "resize nearest round_prefer_floor",
+        "resize nearest round_prefer_ceil",
+        "resize nearest floor",
+        "resize nearest ceil",
+        "resize coord half_pixel",
+        "resize coord pytorch_half_pixel",
+        "resize coord align_corners",
+        "resize coord asymmetric",
+        "resize coord tf_half_pixel_for_nearest",
+        "resize scale",
+        "resize size",
+        "resize like",
     ]);
     let missing: Vec<&str> = wanted.into_iter().filter(|w| !seen.contains(*w)).collect();
     assert!(missing.is_empty(), "no example shows: {missing:?}");

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use primjit_ir::{
-    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, DerivedParam, Dim, Graph, IrError, Op,
-    Pads, Param, ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Value, infer_shapes, parse,
-    passes,
+    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, CoordMode, DerivedParam, Dim, Graph,
+    IrError, NearestMode, Op, Pads, Param, ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Resize,
+    ResizeMode, ResizeSize, Value, infer_shapes, parse, passes,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -179,7 +179,7 @@ impl Builder {
                 let pooled = *self.shapes.last().expect("the node just added");
                 self.per_channel.push(pooled);
             }
-            6 => match bytes.below(6) {
+            6 => match bytes.below(7) {
                 0 => self.node(&mut bytes, Op::Relu { input }, shape),
                 1 => {
                     let rhs = self.value_of_shape(&mut bytes, shape).unwrap_or(input);
@@ -224,6 +224,7 @@ impl Builder {
                         shape,
                     );
                 }
+                5 => self.resize(&mut bytes, input, shape),
                 _ => {
                     let other = self.value_of_shape(&mut bytes, shape).unwrap_or(input);
                     let [n, c, h, w] = shape;
@@ -244,6 +245,41 @@ impl Builder {
                 self.node(&mut bytes, Op::BatchNorm(bn), shape);
             }
         }
+    }
+
+    /// A resize in any mode, to whole multiples of the input, to fixed extents, or to the
+    /// extents of another value.
+    fn resize(&mut self, bytes: &mut Bytes<'_>, input: Value, [n, c, h, w]: [usize; 4]) {
+        let mode = if bytes.flag() {
+            ResizeMode::Linear
+        } else {
+            ResizeMode::Nearest(NearestMode::ALL[bytes.below(NearestMode::ALL.len())])
+        };
+        let coord = CoordMode::ALL[bytes.below(CoordMode::ALL.len())];
+        let (size, out) = match bytes.below(3) {
+            0 => {
+                let f = [bytes.range(1, 2), bytes.range(1, 3)];
+                (
+                    ResizeSize::Scale([f[0] as u64, f[1] as u64]),
+                    [h * f[0], w * f[1]],
+                )
+            }
+            1 => {
+                let s = [bytes.range(1, 13), bytes.range(1, 13)];
+                (ResizeSize::Sizes([s[0] as u64, s[1] as u64]), s)
+            }
+            _ => {
+                let (like, [_, _, lh, lw]) = self.shapes[bytes.below(self.shapes.len())];
+                (ResizeSize::Like(like), [lh, lw])
+            }
+        };
+        let op = Op::Resize(Resize {
+            input,
+            mode,
+            coord,
+            size,
+        });
+        self.node(bytes, op, [n, c, out[0], out[1]]);
     }
 
     fn conv(&mut self, bytes: &mut Bytes<'_>, input: Value, [n, c, h, w]: [usize; 4]) {

@@ -22,6 +22,8 @@ use crate::names::{NameKind, Namespace, Rename, sanitize_ident, sanitize_value};
 use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, attribute_type, data_type};
 use crate::tensor::{self, Const, ConstData, ExternalFiles};
 
+mod resize;
+
 /// An imported model: the IR graph, its parameters from the model's initializers, and where
 /// every IR name came from.
 #[derive(Clone, Debug)]
@@ -117,8 +119,22 @@ enum Bound {
         groups: usize,
         transposed: bool,
     },
+    /// An integer vector (or, `scalar`, a 0-D integer) computed from activations' shapes by
+    /// `Shape`, `Gather`, `Slice`, `Unsqueeze`, `Concat` and `Cast`, which only a `Resize`'s
+    /// sizes and more of that arithmetic read.
+    Shape {
+        elems: Rc<Vec<ShapeElem>>,
+        scalar: bool,
+    },
     /// Made by a node that failed: nothing downstream of it is checked again.
     Failed,
+}
+
+/// One element of a [`Bound::Shape`]: a number, or a symbolic dimension of the IR value `of`.
+#[derive(Clone, Debug)]
+enum ShapeElem {
+    Int(i64),
+    Dim { dim: Dim, of: Value },
 }
 
 /// A node's failure: the message that names the attribute or input at fault.
@@ -341,6 +357,10 @@ impl Importer {
                 Some(Bound::Padded { .. }) => self.problem(
                     subject,
                     "is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins",
+                ),
+                Some(Bound::Shape { .. }) => self.problem(
+                    subject,
+                    "is computed from shapes: only a Resize's sizes may be",
                 ),
                 Some(Bound::Failed) => {}
                 None => self.problem(subject, "is not defined by any node or input"),
@@ -604,10 +624,19 @@ impl Importer {
             "PRelu" => self.prelu(node),
             "Mul" | "Sub" | "Div" => self.binary(node),
             "ReduceMean" | "ReduceMax" => self.reduce(node),
+            "Concat" if (0..node.input.len()).any(|i| self.is_shape(node, i)) => {
+                self.shape_concat(node)
+            }
             "Concat" => self.concat(node),
             "Pad" => self.pad(node),
             "Split" => self.split(node),
+            "Slice" if self.opset >= 10 && self.is_shape(node, 0) => self.shape_slice(node),
             "Slice" => self.slice(node),
+            "Shape" => self.shape_op(node),
+            "Gather" => self.gather(node),
+            "Unsqueeze" => self.unsqueeze(node),
+            "Cast" => self.cast(node),
+            "Resize" | "Upsample" => self.resize(node),
             "Clip" => self.clip(node),
             "BatchNormalization" => self.batchnorm(node),
             "Identity" | "Dropout" => self.identity(node),
@@ -651,6 +680,9 @@ impl Importer {
             Bound::Padded { .. } => Err(format!(
                 "input {i} ({role}) is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
             )),
+            Bound::Shape { .. } => Err(format!(
+                "input {i} ({role}) is computed from shapes: only a Resize's sizes may be"
+            )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
         }
     }
@@ -668,7 +700,10 @@ impl Importer {
     fn constant_input(&self, node: &NodeProto, i: usize, role: &str) -> NodeResult<Rc<Const>> {
         match self.bound_input(node, i, role)? {
             Bound::Const(c) => Ok(c),
-            Bound::Act { .. } | Bound::Padded { .. } | Bound::Grouped { .. } => Err(format!(
+            Bound::Act { .. }
+            | Bound::Padded { .. }
+            | Bound::Grouped { .. }
+            | Bound::Shape { .. } => Err(format!(
                 "input {i} ({role}) is computed: it must be a constant (an initializer or a Constant node)"
             )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
@@ -1341,6 +1376,10 @@ impl Importer {
             ),
             (Bound::Padded { .. }, _) | (_, Bound::Padded { .. }) => Err(
                 "an operand is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
+                    .into(),
+            ),
+            (Bound::Shape { .. }, _) | (_, Bound::Shape { .. }) => Err(
+                "an operand is computed from shapes: arithmetic on shapes is not supported (only Gather, Slice, Unsqueeze, Concat and Cast into a Resize's sizes)"
                     .into(),
             ),
             (Bound::Failed, _) | (_, Bound::Failed) => {
@@ -2402,6 +2441,12 @@ pub const SUPPORTED: &[&str] = &[
     "Split",
     "Slice",
     "Transpose",
+    "Shape",
+    "Gather",
+    "Unsqueeze",
+    "Cast",
+    "Resize",
+    "Upsample",
 ];
 
 /// The oldest default-domain (`ai.onnx`) opset the importer reads. Opset 7 (ONNX 1.2) gave
@@ -2432,6 +2477,11 @@ fn max_inputs(op: &str, opset: i64) -> (usize, Option<i64>) {
         "Pad" if opset < 11 => return (1, Some(11)),
         "Split" if opset < 13 => return (1, Some(13)),
         "Slice" if opset < 10 => return (1, Some(10)),
+        "Unsqueeze" if opset < 13 => return (1, Some(13)),
+        "Upsample" if opset < 9 => return (1, Some(9)),
+        "Resize" if opset < 11 => return (2, Some(11)),
+        "Resize" => 4,
+        "Gather" | "Unsqueeze" | "Upsample" => 2,
         "Split" => 2,
         "Slice" => 5,
         "Pad" if opset < 18 => 3,
@@ -2479,6 +2529,19 @@ const VERSIONED_ATTRIBUTES: &[(&str, &str, i64, Option<i64>)] = &[
     ("ReduceMean", "noop_with_empty_axes", 18, None),
     ("ReduceMax", "noop_with_empty_axes", 18, None),
     ("Constant", "sparse_value", 11, None),
+    ("Upsample", "scales", 7, Some(9)),
+    ("Resize", "coordinate_transformation_mode", 11, None),
+    ("Resize", "cubic_coeff_a", 11, None),
+    ("Resize", "exclude_outside", 11, None),
+    ("Resize", "extrapolation_value", 11, None),
+    ("Resize", "nearest_mode", 11, None),
+    ("Resize", "antialias", 18, None),
+    ("Resize", "axes", 18, None),
+    ("Resize", "keep_aspect_ratio_policy", 18, None),
+    ("Shape", "start", 15, None),
+    ("Shape", "end", 15, None),
+    ("Unsqueeze", "axes", 1, Some(13)),
+    ("Cast", "saturate", 19, None),
     ("Constant", "value_float", 12, None),
     ("Constant", "value_floats", 12, None),
     ("Constant", "value_int", 12, None),
@@ -2557,6 +2620,14 @@ fn int(node: &NodeProto, name: &str) -> NodeResult<Option<i64>> {
 fn float(node: &NodeProto, name: &str) -> NodeResult<Option<f32>> {
     attr(node, name)
         .map(|a| expect_type(a, attribute_type::FLOAT, "a float").map(|()| a.f))
+        .transpose()
+}
+
+fn floats(node: &NodeProto, name: &str) -> NodeResult<Option<Vec<f32>>> {
+    attr(node, name)
+        .map(|a| {
+            expect_type(a, attribute_type::FLOATS, "a list of floats").map(|()| a.floats.clone())
+        })
         .transpose()
 }
 

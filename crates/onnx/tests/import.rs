@@ -980,7 +980,7 @@ fn every_unsupported_node_is_listed_once_and_nothing_downstream() {
         17,
         vec![x4("x", 3, 8, 8)],
         vec![
-            node("Resize", "Resize_42", &["x"], &["r"], vec![]),
+            node("LRN", "LRN_42", &["x"], &["r"], vec![]),
             // Reads the failed value: not reported again.
             node("Relu", "relu_after", &["r"], &["r2"], vec![]),
             node("Conv", "conv", &["x", "w"], &["c"], vec![("foo", A::I(1))]),
@@ -998,7 +998,7 @@ fn every_unsupported_node_is_listed_once_and_nothing_downstream() {
     assert_eq!(
         e,
         [
-            "model.onnx: node \"Resize_42\" (Resize, opset 17): unsupported op",
+            "model.onnx: node \"LRN_42\" (LRN, opset 17): unsupported op",
             "model.onnx: node \"conv\" (Conv, opset 17): attribute foo is not supported",
             "model.onnx: node \"#3\" (Softplus, opset 17): unsupported op",
             "model.onnx: node \"fc\" (com.microsoft.FusedConv): unsupported op of the domain com.microsoft, which the model does not import: only ops of the default (ai.onnx) domain are supported",
@@ -2470,4 +2470,252 @@ fn split_slice_and_the_channel_shuffle_select_channels_and_refuse_other_axes() {
             "node \"t\" (Transpose, opset 17): only the Transpose of a channel shuffle ([N, g, C / g, H, W] with perm [0, 2, 1, 3, 4]) is supported",
         ]
     );
+}
+
+fn ints_init(name: &str, dims: &[i64], v: Vec<i64>) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: data_type::INT64,
+        int64_data: v,
+        ..Default::default()
+    }
+}
+
+fn xsym(name: &str, c: i64) -> ValueInfoProto {
+    info(
+        name,
+        data_type::FLOAT,
+        vec![D::N(1), D::N(c), D::P("H"), D::P("W")],
+    )
+}
+
+/// Resize by whole scales, to constant sizes and to sizes computed from the shapes of the
+/// input (`Shape`, `Slice`, `Gather`, `Unsqueeze`, `Concat`, `Cast`) at symbolic H and W, and
+/// `Resize` of opset 10 and `Upsample` with their asymmetric coordinates.
+#[test]
+fn resize_imports_scales_sizes_and_sizes_from_shapes() {
+    let resize = |name: &str, inputs: &[&str], out: &str, attrs: Vec<(&str, A)>| {
+        node("Resize", name, inputs, &[out], attrs)
+    };
+    let m = model(
+        13,
+        vec![xsym("x", 4)],
+        vec![
+            node(
+                "Conv",
+                "down",
+                &["x", "w"],
+                &["c"],
+                vec![("strides", A::Is(vec![2, 2]))],
+            ),
+            resize(
+                "up",
+                &["c", "", "scales"],
+                "a",
+                vec![
+                    ("coordinate_transformation_mode", A::S("asymmetric")),
+                    ("nearest_mode", A::S("floor")),
+                ],
+            ),
+            node("Shape", "shape_x", &["x"], &["sx"], vec![]),
+            node("Slice", "hw", &["sx", "m2", "big"], &["hw"], vec![]),
+            node("Shape", "shape_c", &["c"], &["sc"], vec![]),
+            node(
+                "Gather",
+                "n",
+                &["sc", "zero"],
+                &["n0"],
+                vec![("axis", A::I(0))],
+            ),
+            node("Unsqueeze", "n_vec", &["n0", "axes0"], &["n1"], vec![]),
+            node("Gather", "c_of", &["sc", "one"], &["c1"], vec![]),
+            node(
+                "Concat",
+                "nc",
+                &["n1", "c1"],
+                &["nc"],
+                vec![("axis", A::I(0))],
+            ),
+            node(
+                "Concat",
+                "sizes",
+                &["nc", "hw"],
+                &["s"],
+                vec![("axis", A::I(0))],
+            ),
+            node("Cast", "cast", &["s"], &["s64"], vec![("to", A::I(7))]),
+            resize(
+                "back",
+                &["c", "", "", "s64"],
+                "b",
+                vec![("mode", A::S("linear"))],
+            ),
+            resize("fixed", &["c", "", "", "fixed_sizes"], "d", vec![]),
+        ],
+        vec![
+            init("w", &[4, 4, 1, 1]),
+            values("scales", &[4], vec![1.0, 1.0, 2.0, 3.0]),
+            ints_init("m2", &[1], vec![-2]),
+            ints_init("big", &[1], vec![i64::MAX]),
+            ints_init("zero", &[], vec![0]),
+            ints_init("axes0", &[1], vec![0]),
+            ints_init("one", &[1], vec![1]),
+            ints_init("fixed_sizes", &[4], vec![1, 4, 5, 7]),
+        ],
+        &["a", "b", "d"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert_eq!(i.graph.symbols(), ["H", "W"]);
+    let x = i.graph.inputs()[0].value;
+    let resizes: Vec<primjit_ir::Resize> = ops(&i)
+        .into_iter()
+        .filter_map(|op| match op {
+            Op::Resize(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    use primjit_ir::{CoordMode, NearestMode, ResizeMode, ResizeSize};
+    let modes: Vec<_> = resizes.iter().map(|r| (r.mode, r.coord, r.size)).collect();
+    assert_eq!(
+        modes,
+        [
+            (
+                ResizeMode::Nearest(NearestMode::Floor),
+                CoordMode::Asymmetric,
+                ResizeSize::Scale([2, 3])
+            ),
+            (
+                ResizeMode::Linear,
+                CoordMode::HalfPixel,
+                ResizeSize::Like(x)
+            ),
+            (
+                ResizeMode::Nearest(NearestMode::RoundPreferFloor),
+                CoordMode::HalfPixel,
+                ResizeSize::Sizes([5, 7])
+            ),
+        ],
+        "{text}"
+    );
+    let shapes = i.graph.verify().unwrap();
+    let out = |k: usize| shapes.get(i.graph.outputs()[k].1).unwrap().to_vec();
+    assert_eq!(out(1)[2..], [Dim::Sym("H".into()), Dim::Sym("W".into())]);
+    assert_eq!(out(0)[2].to_string(), "((H - 1) / 2 + 1) * 2");
+
+    // Before opset 11, coordinates are asymmetric and nearest pixels rounded down.
+    for (opset, op, inputs, attrs) in [
+        (10, "Resize", vec!["x", "scales"], vec![]),
+        (
+            9,
+            "Upsample",
+            vec!["x", "scales"],
+            vec![("mode", A::S("linear"))],
+        ),
+        (7, "Upsample", vec!["x"], vec![]),
+    ] {
+        let mut n = node(op, "r", &inputs, &["y"], attrs);
+        if opset == 7 {
+            // An attribute, a list of floats, in opset 7.
+            n.attribute.push(AttributeProto {
+                name: "scales".into(),
+                r#type: attribute_type::FLOATS,
+                floats: vec![1.0, 1.0, 2.0, 2.0],
+                ..Default::default()
+            });
+        }
+        let m = model(
+            opset,
+            vec![xsym("x", 4)],
+            vec![n],
+            vec![values("scales", &[4], vec![1.0, 1.0, 2.0, 2.0])],
+            &["y"],
+        );
+        let i = import(&m);
+        assert_round_trip(&i);
+        match ops(&i).as_slice() {
+            [Op::Resize(r)] => {
+                assert_eq!(r.coord, CoordMode::Asymmetric, "{op} {opset}");
+                assert_eq!(r.size, ResizeSize::Scale([2, 2]), "{op} {opset}");
+                let linear = op == "Upsample" && opset == 9;
+                assert_eq!(
+                    r.mode,
+                    if linear {
+                        ResizeMode::Linear
+                    } else {
+                        ResizeMode::Nearest(NearestMode::Floor)
+                    }
+                );
+            }
+            other => panic!("{op} {opset}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn resize_refuses_what_it_cannot_run_listing_every_node() {
+    let resize = |name: &str, inputs: &[&str], out: &str, attrs: Vec<(&str, A)>| {
+        node("Resize", name, inputs, &[out], attrs)
+    };
+    let m = model(
+        19,
+        vec![x4("x", 4, 6, 6)],
+        vec![
+            resize("fraction", &["x", "", "half"], "a", vec![]),
+            resize(
+                "cubic",
+                &["x", "", "twice"],
+                "b",
+                vec![("mode", A::S("cubic"))],
+            ),
+            resize(
+                "crop",
+                &["x", "", "twice"],
+                "c",
+                vec![("coordinate_transformation_mode", A::S("tf_crop_and_resize"))],
+            ),
+            resize("channels", &["x", "", "", "more_channels"], "d", vec![]),
+            resize("both", &["x", "", "twice", "sizes"], "e", vec![]),
+            node("Shape", "shape", &["x"], &["s"], vec![]),
+            node("Mul", "double", &["s", "s"], &["s2"], vec![]),
+            resize("from_mul", &["x", "", "", "s2"], "f", vec![]),
+            node("Gather", "gather_act", &["x", "idx"], &["g"], vec![]),
+            node("Unsqueeze", "unsqueeze_act", &["x", "idx"], &["u"], vec![]),
+            resize("neither", &["x"], "h", vec![]),
+            resize(
+                "antialias",
+                &["x", "", "twice"],
+                "i",
+                vec![("mode", A::S("linear")), ("antialias", A::I(1))],
+            ),
+        ],
+        vec![
+            values("half", &[4], vec![1.0, 1.0, 0.5, 0.5]),
+            values("twice", &[4], vec![1.0, 1.0, 2.0, 2.0]),
+            ints_init("more_channels", &[4], vec![1, 8, 12, 12]),
+            ints_init("sizes", &[4], vec![1, 4, 12, 12]),
+            ints_init("idx", &[1], vec![0]),
+        ],
+        &["a", "s"],
+    );
+    let text = import_err(&m);
+    let expected = [
+        "node \"fraction\" (Resize, opset 19): scales [1.0, 1.0, 0.5, 0.5]: only whole factors of the height and width are supported (sizes resize to any extent)",
+        "node \"cubic\" (Resize, opset 19): attribute mode is \"cubic\": only nearest and linear are supported",
+        "node \"crop\" (Resize, opset 19): attribute coordinate_transformation_mode is \"tf_crop_and_resize\": supported are half_pixel, pytorch_half_pixel, align_corners, asymmetric, tf_half_pixel_for_nearest",
+        "node \"channels\" (Resize, opset 19): sizes change the channels from 4 to 8: only the height and width are resized",
+        "node \"both\" (Resize, opset 19): both scales and sizes are given: only one may be",
+        "node \"double\" (Mul, opset 19): an operand is computed from shapes: arithmetic on shapes is not supported (only Gather, Slice, Unsqueeze, Concat and Cast into a Resize's sizes)",
+        "node \"gather_act\" (Gather, opset 19): input 0 (data) is not a vector of shape dimensions: only gathering from a Shape is supported",
+        "node \"unsqueeze_act\" (Unsqueeze, opset 19): input 0 is not a scalar shape dimension: only unsqueezing one (as exporters do for a Resize's sizes) is supported",
+        "node \"neither\" (Resize, opset 19): neither scales nor sizes are given",
+        "node \"antialias\" (Resize, opset 19): attribute antialias is 1: antialiased resizing is not supported",
+        "output \"s\": is computed from shapes: only a Resize's sizes may be",
+    ];
+    let got: Vec<&str> = text
+        .lines()
+        .map(|l| l.trim_start_matches("model.onnx: "))
+        .collect();
+    assert_eq!(got, expected);
 }

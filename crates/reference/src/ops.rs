@@ -3,8 +3,8 @@
 //! See the crate documentation for their preconditions and rounding.
 
 use primjit_ir::{
-    Activation, BinaryKind, Conv2d, Pads, Pool2d, PoolKind, PoolWindow, Tensor, conv_output_extent,
-    pool_output_extent,
+    Activation, BinaryKind, Conv2d, CoordMode, Pads, Pool2d, PoolKind, PoolWindow, ResizeMode,
+    Tensor, conv_output_extent, linear_taps, nearest_index, pool_output_extent,
 };
 
 /// An element-wise operation applied to a convolution's output, in f64, before rounding.
@@ -453,6 +453,55 @@ pub fn select_channels(x: &Tensor, select: &[usize]) -> Tensor {
     }
     Tensor {
         shape: vec![n, select.len(), h, w],
+        data,
+    }
+}
+
+/// `x` resized to `out = [oh, ow]` with ONNX `Resize` semantics (see [`primjit_ir::Resize`]):
+/// source coordinates exact ([`CoordMode::source_affine`]), nearest indices by exact rounding,
+/// linear blends with f64 weights, rows blended first, then the two rows.
+pub fn resize(x: &Tensor, mode: ResizeMode, coord: CoordMode, [oh, ow]: [usize; 2]) -> Tensor {
+    let [n, c, h, w] = dims4(x);
+    assert!(oh > 0 && ow > 0, "resize to an empty extent");
+    // Per output coordinate along one axis: the two taps and the second's weight.
+    let taps = |input: usize, output: usize| -> Vec<(usize, usize, f64)> {
+        let (a, b, d) = coord.source_affine(input as u64, output as u64);
+        (0..output)
+            .map(|o| {
+                let num = a * o as i128 + b;
+                match mode {
+                    ResizeMode::Nearest(m) => {
+                        let i = nearest_index(m, num, d, input as u64) as usize;
+                        (i, i, 0.0)
+                    }
+                    ResizeMode::Linear => {
+                        let (i0, i1, frac) = linear_taps(num, d, input as u64);
+                        (i0 as usize, i1 as usize, frac as f64 / d as f64)
+                    }
+                }
+            })
+            .collect()
+    };
+    let (rows, cols) = (taps(h, oh), taps(w, ow));
+    let mut data = Vec::with_capacity(n * c * oh * ow);
+    for plane in x.data.chunks_exact(h * w) {
+        let at = |y: usize, x: usize| plane[y * w + x] as f64;
+        for &(y0, y1, fy) in &rows {
+            for &(x0, x1, fx) in &cols {
+                let v = match mode {
+                    ResizeMode::Nearest(_) => at(y0, x0),
+                    ResizeMode::Linear => {
+                        let top = (1.0 - fx) * at(y0, x0) + fx * at(y0, x1);
+                        let bottom = (1.0 - fx) * at(y1, x0) + fx * at(y1, x1);
+                        (1.0 - fy) * top + fy * bottom
+                    }
+                };
+                data.push(v as f32);
+            }
+        }
+    }
+    Tensor {
+        shape: vec![n, c, oh, ow],
         data,
     }
 }

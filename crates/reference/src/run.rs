@@ -77,7 +77,11 @@ fn check_structure(graph: &Graph) -> Result<(), VerifyError> {
         }
     };
     for input in graph.inputs() {
-        if input.shape.iter().any(|d| matches!(d, Dim::Window { .. })) {
+        if input
+            .shape
+            .iter()
+            .any(|d| !matches!(d, Dim::Known(_) | Dim::Sym(_)))
+        {
             return fail(
                 name(input.value),
                 "an input's dimensions must be numbers or symbols".into(),
@@ -275,6 +279,10 @@ pub fn run_graph(
                 ops::concat(&inputs)
             }
             Op::SelectChannels { input, select } => ops::select_channels(value(*input), select),
+            Op::Resize(r) => {
+                let out = shapes.concrete(node.result).expect("bound above");
+                ops::resize(value(r.input), r.mode, r.coord, [out[2], out[3]])
+            }
         };
         debug_assert_eq!(
             Some(&out.shape),

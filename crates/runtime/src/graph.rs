@@ -17,11 +17,12 @@ use primjit_codegen::Isa;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     Broadcast, ConcatDesc, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey, SelectDesc,
+    GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut,
+    SelectDesc,
 };
 use primjit_ir::{
-    Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, Shapes, Tensor, Value,
-    VerifyError, infer_shapes, passes,
+    Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, ResizeSize, Shapes, Tensor,
+    Value, VerifyError, infer_shapes, passes,
 };
 
 use crate::engine::Engine;
@@ -565,6 +566,8 @@ impl CompiledGraph {
                 | Op::Binary { .. }
                 | Op::Concat { .. }
                 | Op::SelectChannels { .. } => n.op.value_operands().contains(&input.value),
+                // Only the resized value is read; the one whose extents it takes is not.
+                Op::Resize(r) => r.input == input.value,
                 _ => false,
             }) || self.graph.outputs().iter().any(|(_, v)| *v == input.value);
             if needs_blocked {
@@ -661,6 +664,7 @@ impl CompiledGraph {
                 Op::Conv2d(c) if key.runtime_dims().any() => Some(c.input),
                 Op::Pool2d(p) if key.runtime_dims().any() => Some(p.input),
                 Op::BatchNorm(bn) if key.runtime_dims().any() => Some(bn.input),
+                Op::Resize(r) if key.runtime_dims().any() => Some(r.input),
                 _ => None,
             }
             .map(|v| {
@@ -778,6 +782,13 @@ impl CompiledGraph {
                 }
                 (Op::SelectChannels { input, .. }, _) => execute(ExecArgs {
                     src: blocked_of(*input),
+                    weights: None,
+                    dst: &mut dst,
+                    extra: &[],
+                    scratch: None,
+                }),
+                (Op::Resize(r), _) => execute(ExecArgs {
+                    src: blocked_of(r.input),
                     weights: None,
                     dst: &mut dst,
                     extra: &[],
@@ -1145,6 +1156,8 @@ fn symbolic_dims(graph: &Graph, shapes: &primjit_ir::Shapes) -> Vec<RuntimeDims>
                 Op::Conv2d(c) => c.input,
                 Op::Pool2d(p) => p.input,
                 Op::BatchNorm(bn) => bn.input,
+                // Fixed sizes and another value's extents are not a function of the input's.
+                Op::Resize(r) if matches!(r.size, ResizeSize::Scale(_)) => r.input,
                 _ => return RuntimeDims::NONE,
             };
             let dims = shapes.get(input).expect("verified");
@@ -1336,6 +1349,27 @@ fn keys_at(
                     w,
                     layout: Layout::Nchw4c,
                 })
+            }
+            Op::Resize(r) => {
+                let [n, c, ih, iw] = concrete(r.input)?;
+                let [_, _, oh, ow] = concrete(node.result)?;
+                let out = match r.size {
+                    ResizeSize::Scale([sh, sw]) => ResizeOut::Scale([sh as usize, sw as usize]),
+                    _ => ResizeOut::Sizes([oh, ow]),
+                };
+                PrimitiveKey::Resize(
+                    ResizeDesc {
+                        mb: n,
+                        c,
+                        ih,
+                        iw,
+                        out,
+                        mode: r.mode,
+                        coord: r.coord,
+                        runtime: RuntimeDims::NONE,
+                    }
+                    .with_runtime(rt),
+                )
             }
             Op::SelectChannels { input, select } => {
                 let [n, c, h, w] = concrete(*input)?;

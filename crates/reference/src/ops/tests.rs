@@ -427,3 +427,75 @@ proptest! {
         prop_assert_eq!(y.data, expected);
     }
 }
+
+/// The expected outputs of ONNX's backend node tests `resize_upsample_scales_linear`,
+/// `resize_upsample_scales_linear_align_corners`, `resize_upsample_scales_nearest` and
+/// `resize_downsample_sizes_nearest`, and asymmetric nearest upsampling (PyTorch's
+/// `nearest`), which repeats each pixel.
+#[test]
+fn resize_matches_the_onnx_node_tests() {
+    use primjit_ir::{CoordMode, NearestMode, ResizeMode};
+    let x = seq(&[1, 1, 2, 2]);
+    let close = |y: &Tensor, want: &[f32]| {
+        assert_eq!(y.data.len(), want.len());
+        for (a, b) in y.data.iter().zip(want) {
+            assert!((a - b).abs() < 1e-6, "{:?} != {want:?}", y.data);
+        }
+    };
+    let y = resize(&x, ResizeMode::Linear, CoordMode::HalfPixel, [4, 4]);
+    close(
+        &y,
+        &[
+            1.0, 1.25, 1.75, 2.0, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3.0, 3.25, 3.75, 4.0,
+        ],
+    );
+    let y = resize(&x, ResizeMode::Linear, CoordMode::AlignCorners, [4, 4]);
+    let third = 1.0 / 3.0;
+    let want: Vec<f32> = (0..4)
+        .flat_map(|r| (0..4).map(move |c| (1.0 + 2.0 * r as f64 * third + c as f64 * third) as f32))
+        .collect();
+    close(&y, &want);
+    let nearest = ResizeMode::Nearest(NearestMode::RoundPreferFloor);
+    let y = resize(&x, nearest, CoordMode::HalfPixel, [4, 6]);
+    let row = |a: f32, b: f32| [a, a, a, b, b, b];
+    let want: Vec<f32> = [row(1.0, 2.0), row(1.0, 2.0), row(3.0, 4.0), row(3.0, 4.0)].concat();
+    assert_eq!(y.data, want);
+    let y = resize(&seq(&[1, 1, 2, 4]), nearest, CoordMode::HalfPixel, [1, 2]);
+    assert_eq!(y.data, [1.0, 3.0]);
+    let floor = ResizeMode::Nearest(NearestMode::Floor);
+    let y = resize(&seq(&[2, 1, 1, 3]), floor, CoordMode::Asymmetric, [2, 6]);
+    assert_eq!(y.shape, [2, 1, 2, 6]);
+    let row = |a: f32, b: f32, c: f32| [a, a, b, b, c, c];
+    assert_eq!(
+        y.data,
+        [
+            row(1.0, 2.0, 3.0),
+            row(1.0, 2.0, 3.0),
+            row(4.0, 5.0, 6.0),
+            row(4.0, 5.0, 6.0)
+        ]
+        .concat()
+    );
+}
+
+proptest! {
+    /// Resizing to the same extents is the identity in every mode whose source coordinate is
+    /// then the output coordinate (all but `tf_half_pixel_for_nearest`, the last), and a
+    /// linear blend never leaves the range of its input.
+    #[test]
+    fn resize_to_the_same_extents_is_the_identity(
+        h in 1usize..6, w in 1usize..6, values in prop::collection::vec(-4.0f32..4.0, 36),
+        coord in 0usize..4, nearest in 0usize..4,
+    ) {
+        use primjit_ir::{CoordMode, NearestMode, ResizeMode};
+        let x = t(&[1, 1, h, w], &values[..h * w]);
+        let coord = CoordMode::ALL[coord];
+        for mode in [ResizeMode::Linear, ResizeMode::Nearest(NearestMode::ALL[nearest])] {
+            let y = resize(&x, mode, coord, [h, w]);
+            prop_assert_eq!(&y.data, &x.data);
+        }
+        let (lo, hi) = values[..h * w].iter().fold((f32::MAX, f32::MIN), |(l, u), &v| (l.min(v), u.max(v)));
+        let y = resize(&x, ResizeMode::Linear, coord, [2 * h + 1, w + 3]);
+        prop_assert!(y.data.iter().all(|&v| v >= lo - 1e-6 && v <= hi + 1e-6));
+    }
+}

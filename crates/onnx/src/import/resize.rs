@@ -1,0 +1,443 @@
+//! `Resize` and `Upsample`, and the shape arithmetic that computes their sizes: `Shape` of an
+//! activation, then `Gather`, `Slice`, `Unsqueeze`, `Concat` and `Cast` of the integer vector
+//! it gives, folded at import into the IR's dimensions, so that a head resized to its input's
+//! extents keeps them symbolic.
+
+use std::rc::Rc;
+
+use primjit_ir::{CoordMode, Dim, NearestMode, Op, Resize, ResizeMode, ResizeSize, Value};
+
+use super::{Bound, Importer, NodeResult, ShapeElem, check_attrs, int, ints, string};
+use crate::tensor::ConstData;
+
+/// The float and integer data types a `Cast` of a shape vector may go to: the vector stays
+/// what it is (a `Cast` to float is how exporters feed it to `Resize`'s scales arithmetic).
+const NUMERIC_TYPES: &[i64] = &[1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 16];
+
+impl Importer {
+    /// Input `i` as an integer vector made from shapes (or an integer constant of rank at most
+    /// 1), with whether it is a scalar; `None` for anything else.
+    fn shape_vec(
+        &self,
+        node: &crate::proto::NodeProto,
+        i: usize,
+    ) -> Option<(Vec<ShapeElem>, bool)> {
+        match self.bound.get(Self::input_name(node, i)?)? {
+            Bound::Shape { elems, scalar } => Some((elems.to_vec(), *scalar)),
+            Bound::Const(c) if c.dims.len() <= 1 => match &c.data {
+                ConstData::I64(v) => Some((
+                    v.iter().map(|&n| ShapeElem::Int(n)).collect(),
+                    c.dims.is_empty(),
+                )),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether input `i` is a shape vector (not a plain constant), which makes a `Concat` or
+    /// a `Slice` shape arithmetic.
+    pub(super) fn is_shape(&self, node: &crate::proto::NodeProto, i: usize) -> bool {
+        Self::input_name(node, i)
+            .and_then(|n| self.bound.get(n))
+            .is_some_and(|b| matches!(b, Bound::Shape { .. }))
+    }
+
+    fn bind_shape(
+        &mut self,
+        node: &crate::proto::NodeProto,
+        elems: Vec<ShapeElem>,
+        scalar: bool,
+    ) -> NodeResult<()> {
+        let Some(out) = node.output.first().filter(|o| !o.is_empty()) else {
+            return Err("output 0 is missing".into());
+        };
+        self.bound.insert(
+            out.clone(),
+            Bound::Shape {
+                elems: Rc::new(elems),
+                scalar,
+            },
+        );
+        Ok(())
+    }
+
+    /// `Shape` of an NCHW activation: its four dimensions (from `start` to `end`, opset 15).
+    pub(super) fn shape_op(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        check_attrs(node, &["start", "end"])?;
+        let x = self.act(node, 0, "data")?;
+        let dims = self.shape(x);
+        let rank = dims.len() as i64;
+        let clamp = |v: i64| {
+            if v < 0 {
+                (v + rank).max(0)
+            } else {
+                v.min(rank)
+            }
+        };
+        let start = clamp(int(node, "start")?.unwrap_or(0));
+        let end = clamp(int(node, "end")?.unwrap_or(rank));
+        let elems = dims
+            .iter()
+            .take(end.max(start) as usize)
+            .skip(start as usize)
+            .map(|d| match d {
+                Dim::Known(n) => ShapeElem::Int(*n as i64),
+                d => ShapeElem::Dim {
+                    dim: d.clone(),
+                    of: x,
+                },
+            })
+            .collect();
+        self.bind_shape(node, elems, false)
+    }
+
+    /// `Gather` along axis 0 of a shape vector by constant indices.
+    pub(super) fn gather(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        check_attrs(node, &["axis"])?;
+        let Some((elems, false)) = self.shape_vec(node, 0) else {
+            return Err(
+                "input 0 (data) is not a vector of shape dimensions: only gathering from a Shape is supported"
+                    .into(),
+            );
+        };
+        if int(node, "axis")?.unwrap_or(0) != 0 {
+            return Err("attribute axis must be 0 for a vector".into());
+        }
+        let k = self.constant_input(node, 1, "indices")?;
+        let ConstData::I64(indices) = &k.data else {
+            return Err("input 1 (indices) is not an integer tensor".into());
+        };
+        if k.dims.len() > 1 {
+            return Err("input 1 (indices) must be a scalar or a vector".into());
+        }
+        let n = elems.len() as i64;
+        let picked = indices
+            .iter()
+            .map(|&i| {
+                let j = if i < 0 { i + n } else { i };
+                (0..n)
+                    .contains(&j)
+                    .then(|| elems[j as usize].clone())
+                    .ok_or_else(|| format!("index {i} is out of range for {n} dimensions"))
+            })
+            .collect::<NodeResult<Vec<_>>>()?;
+        self.bind_shape(node, picked, k.dims.is_empty())
+    }
+
+    /// `Unsqueeze` of a scalar shape element to a vector of one.
+    pub(super) fn unsqueeze(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        let axes = if self.opset < 13 {
+            check_attrs(node, &["axes"])?;
+            ints(node, "axes")?
+        } else {
+            check_attrs(node, &[])?;
+            match self.optional_constant(node, 1, "axes")? {
+                Some(k) => match &k.data {
+                    ConstData::I64(v) => Some(v.clone()),
+                    _ => return Err("input 1 (axes) is not an integer tensor".into()),
+                },
+                None => None,
+            }
+        };
+        let Some((elems, true)) = self.shape_vec(node, 0) else {
+            return Err(
+                "input 0 is not a scalar shape dimension: only unsqueezing one (as exporters do for a Resize's sizes) is supported"
+                    .into(),
+            );
+        };
+        if !matches!(axes.as_deref(), Some([0] | [-1])) {
+            return Err(format!(
+                "axes {axes:?}: a scalar unsqueezes along axis 0 only"
+            ));
+        }
+        self.bind_shape(node, elems, false)
+    }
+
+    /// `Concat` of shape vectors (and integer constants) along their one axis.
+    pub(super) fn shape_concat(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        check_attrs(node, &["axis"])?;
+        if !matches!(int(node, "axis")?, Some(0 | -1)) {
+            return Err("attribute axis must be 0 to join vectors of shape dimensions".into());
+        }
+        let mut elems = Vec::new();
+        for i in 0..node.input.len() {
+            match self.shape_vec(node, i) {
+                Some((e, false)) => elems.extend(e),
+                _ => {
+                    return Err(format!(
+                        "input {i} is not a vector of shape dimensions or integers, which the other inputs are"
+                    ));
+                }
+            }
+        }
+        self.bind_shape(node, elems, false)
+    }
+
+    /// `Slice` of a shape vector (`x.shape[-2:]`), with constant bounds and step 1.
+    pub(super) fn shape_slice(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        check_attrs(node, &[])?;
+        let Some((elems, false)) = self.shape_vec(node, 0) else {
+            return Err("input 0 (data) is not a vector of shape dimensions".into());
+        };
+        let ints_of = |this: &Self, i: usize, role: &str| -> NodeResult<Option<Vec<i64>>> {
+            match this.optional_constant(node, i, role)? {
+                None => Ok(None),
+                Some(k) => match &k.data {
+                    ConstData::I64(v) => Ok(Some(v.clone())),
+                    _ => Err(format!("input {i} ({role}) is not an integer tensor")),
+                },
+            }
+        };
+        let (starts, ends) = (ints_of(self, 1, "starts")?, ints_of(self, 2, "ends")?);
+        let (Some(&[start]), Some(&[end])) = (starts.as_deref(), ends.as_deref()) else {
+            return Err("a vector of shape dimensions is sliced by one start and one end".into());
+        };
+        if !matches!(
+            ints_of(self, 3, "axes")?.as_deref(),
+            None | Some([0] | [-1])
+        ) {
+            return Err("a vector of shape dimensions is sliced along axis 0 only".into());
+        }
+        if !matches!(ints_of(self, 4, "steps")?.as_deref(), None | Some([1])) {
+            return Err("only a step of 1 is supported".into());
+        }
+        let n = elems.len() as i64;
+        let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+        let (start, end) = (clamp(start) as usize, clamp(end) as usize);
+        self.bind_shape(node, elems[start..end.max(start)].to_vec(), false)
+    }
+
+    /// `Cast` of a shape vector to a numeric type: the same vector.
+    pub(super) fn cast(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        check_attrs(node, &["to", "saturate", "round_mode"])?;
+        let Some((elems, scalar)) = self.shape_vec(node, 0).filter(|_| self.is_shape(node, 0))
+        else {
+            return Err(
+                "input 0 is not a vector of shape dimensions: only casting one (as exporters do for a Resize's sizes) is supported"
+                    .into(),
+            );
+        };
+        let to = int(node, "to")?.ok_or("attribute to is missing")?;
+        if !NUMERIC_TYPES.contains(&to) {
+            return Err(format!("attribute to is {to}: a numeric type is needed"));
+        }
+        self.bind_shape(node, elems, scalar)
+    }
+
+    /// `Resize` (opsets 10 to 19) and `Upsample` (7 to 9): nearest or linear, over height and
+    /// width only, by whole scale factors or to sizes (numbers, or dimensions of the model's
+    /// tensors through `Shape`).
+    pub(super) fn resize(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        let upsample = node.op_type == "Upsample";
+        let modern = !upsample && self.opset >= 11;
+        if modern {
+            check_attrs(
+                node,
+                &[
+                    "mode",
+                    "coordinate_transformation_mode",
+                    "nearest_mode",
+                    "cubic_coeff_a",
+                    "exclude_outside",
+                    "extrapolation_value",
+                    "antialias",
+                    "axes",
+                    "keep_aspect_ratio_policy",
+                ],
+            )?;
+        } else if upsample && self.opset < 9 {
+            check_attrs(node, &["mode", "scales"])?;
+        } else {
+            check_attrs(node, &["mode"])?;
+        }
+        let x = self.act(node, 0, "X")?;
+        let mode = string(node, "mode")?.unwrap_or_else(|| "nearest".into());
+        let linear = match mode.as_str() {
+            "nearest" => false,
+            "linear" | "bilinear" if mode == "linear" || upsample => true,
+            other => {
+                return Err(format!(
+                    "attribute mode is {other:?}: only nearest and linear are supported"
+                ));
+            }
+        };
+        let (coord, nearest) = if modern {
+            let coord = string(node, "coordinate_transformation_mode")?
+                .unwrap_or_else(|| "half_pixel".into());
+            let Some(coord) = CoordMode::by_name(&coord) else {
+                return Err(format!(
+                    "attribute coordinate_transformation_mode is {coord:?}: supported are {}",
+                    CoordMode::ALL.map(|m| m.name()).join(", ")
+                ));
+            };
+            let nearest =
+                string(node, "nearest_mode")?.unwrap_or_else(|| "round_prefer_floor".into());
+            let Some(nearest) = NearestMode::by_name(&nearest) else {
+                return Err(format!(
+                    "attribute nearest_mode is {nearest:?}: supported are {}",
+                    NearestMode::ALL.map(|m| m.name()).join(", ")
+                ));
+            };
+            if int(node, "antialias")?.unwrap_or(0) != 0 && linear {
+                return Err(
+                    "attribute antialias is 1: antialiased resizing is not supported".into(),
+                );
+            }
+            if let Some(axes) = ints(node, "axes")?
+                && !matches!(axes.as_slice(), [2, 3] | [-2, -1])
+            {
+                return Err(format!(
+                    "attribute axes is {axes:?}: only resizing the height and width (axes 2 and 3) is supported"
+                ));
+            }
+            (coord, nearest)
+        } else {
+            // Before opset 11, coordinates are asymmetric, and onnxruntime rounds nearest ones
+            // down when upsampling, which is all whole scale factors do.
+            (CoordMode::Asymmetric, NearestMode::Floor)
+        };
+        let mode = if linear {
+            ResizeMode::Linear
+        } else {
+            ResizeMode::Nearest(nearest)
+        };
+        let xs = self.shape(x);
+        let size = if upsample && self.opset < 9 {
+            let scales = super::floats(node, "scales")?.ok_or("attribute scales is missing")?;
+            whole_scales(&scales, false)?
+        } else {
+            let (scales_at, sizes_at) = if modern { (2, Some(3)) } else { (1, None) };
+            let scales = match self.optional_constant(node, scales_at, "scales")? {
+                Some(k) if k.len() > 0 => Some(
+                    k.floats()
+                        .map_err(|m| format!("input {scales_at} (scales) {m}"))?
+                        .to_vec(),
+                ),
+                _ => None,
+            };
+            let has_sizes = sizes_at.and_then(|i| Self::input_name(node, i)).is_some();
+            match (scales, has_sizes) {
+                (Some(_), true) => {
+                    return Err("both scales and sizes are given: only one may be".into());
+                }
+                (Some(s), false) => whole_scales(&s, ints(node, "axes")?.is_some())?,
+                (None, true) => {
+                    let i = sizes_at.expect("modern");
+                    if modern
+                        && string(node, "keep_aspect_ratio_policy")?.is_some_and(|p| p != "stretch")
+                    {
+                        return Err(
+                            "attribute keep_aspect_ratio_policy: only stretch is supported".into(),
+                        );
+                    }
+                    let Some((elems, false)) = self.shape_vec(node, i) else {
+                        return Err(format!(
+                            "input {i} (sizes) is neither an integer constant nor computed from Shape by Gather, Slice, Unsqueeze, Concat and Cast"
+                        ));
+                    };
+                    self.sizes(x, &xs, &elems, ints(node, "axes")?.is_some())?
+                }
+                (None, false) => return Err("neither scales nor sizes are given".into()),
+            }
+        };
+        let op = Op::Resize(Resize {
+            input: x,
+            mode,
+            coord,
+            size,
+        });
+        self.push(node, op, false)
+    }
+
+    /// The output extents of sizes `elems` (four, or two with `axes`): the batch and channels
+    /// must stay; the height and width are numbers, or a value of the graph with those
+    /// dimensions (a graph input where one has them).
+    fn sizes(
+        &mut self,
+        x: Value,
+        xs: &[Dim],
+        elems: &[ShapeElem],
+        axes: bool,
+    ) -> NodeResult<ResizeSize> {
+        let dim = |e: &ShapeElem| match e {
+            ShapeElem::Int(n) if *n >= 1 => Ok(Dim::Known(*n as u64)),
+            ShapeElem::Int(n) => Err(format!("size {n} must be at least 1")),
+            ShapeElem::Dim { dim, .. } => Ok(dim.clone()),
+        };
+        let hw = match (elems, axes) {
+            ([n, c, h, w], false) => {
+                for (e, axis, what) in [(n, 0, "batch"), (c, 1, "channels")] {
+                    let d = dim(e)?;
+                    if d != xs[axis] {
+                        return Err(format!(
+                            "sizes change the {what} from {} to {d}: only the height and width are resized",
+                            xs[axis]
+                        ));
+                    }
+                }
+                [h, w]
+            }
+            ([h, w], true) => [h, w],
+            _ => {
+                return Err(format!(
+                    "sizes have {} elements: one per dimension of the input is needed",
+                    elems.len()
+                ));
+            }
+        };
+        let [h, w] = [dim(hw[0])?, dim(hw[1])?];
+        if let (Dim::Known(h), Dim::Known(w)) = (&h, &w) {
+            return Ok(ResizeSize::Sizes([*h, *w]));
+        }
+        // The value whose height and width these are: a graph input where one has them, which
+        // nothing fuses away; else the tensor the Shape was of.
+        let sources: Vec<Value> = hw
+            .iter()
+            .filter_map(|e| match e {
+                ShapeElem::Dim { of, .. } => Some(*of),
+                ShapeElem::Int(_) => None,
+            })
+            .collect();
+        let candidates: Vec<Value> = self
+            .graph
+            .inputs()
+            .iter()
+            .map(|i| i.value)
+            .chain(sources)
+            .chain(std::iter::once(x))
+            .collect();
+        let Some(like) = candidates.into_iter().find(|&v| {
+            let s = self.shape(v);
+            s.len() == 4 && s[2] == h && s[3] == w
+        }) else {
+            return Err(format!(
+                "sizes [{h}, {w}] are neither numbers nor the height and width of one tensor"
+            ));
+        };
+        // Read for its extents until the end: no later node may fuse it away.
+        *self.pending_reads.entry(like).or_default() += 1;
+        Ok(ResizeSize::Like(like))
+    }
+}
+
+/// `[1, 1, sh, sw]` (`[sh, sw]` with `axes`) with whole `sh`, `sw` as the IR's scale factors.
+fn whole_scales(scales: &[f32], axes: bool) -> NodeResult<ResizeSize> {
+    let whole = |s: f32| (s >= 1.0 && s.fract() == 0.0 && s <= 65536.0).then_some(s as u64);
+    let hw = match (scales, axes) {
+        ([n, c, h, w], false) if *n == 1.0 && *c == 1.0 => Some([h, w]),
+        ([h, w], true) => Some([h, w]),
+        _ => None,
+    };
+    match hw {
+        Some([h, w]) => match (whole(*h), whole(*w)) {
+            (Some(h), Some(w)) => Ok(ResizeSize::Scale([h, w])),
+            _ => Err(format!(
+                "scales {scales:?}: only whole factors of the height and width are supported (sizes resize to any extent)"
+            )),
+        },
+        None => Err(format!(
+            "scales {scales:?}: one per dimension of the input is needed, 1 for the batch and the channels"
+        )),
+    }
+}

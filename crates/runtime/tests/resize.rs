@@ -1,0 +1,383 @@
+//! The resize kernel against the reference interpreter on nChw4c buffers that end at a guard
+//! page: nearest (every rounding mode) and linear, every coordinate mode, upsampling and
+//! downsampling, one-pixel images, channels that do not fill their last block, and keys whose
+//! input extents are left to run time, called at several extents.
+//!
+//! Every problem runs on one thread and on pools of two and three threads, which must agree
+//! to the bit; destinations start as a NaN sentinel, so an element left unwritten fails.
+//!
+//! # Tolerances
+//!
+//! Nearest copies: results equal the reference's to the bit (NaN and infinities included).
+//! Linear blends round a few times in f32 where the reference rounds once: each result is
+//! within `8 * 2^-24 * max |x|` of the reference, `x` over the four pixels blended (bounded
+//! here by the tensor's largest magnitude).
+
+use std::sync::{Arc, OnceLock};
+
+use primjit_codegen::key::RuntimeDims;
+use primjit_codegen::{
+    CodegenOptions, CoordMode, Layout, NearestMode, PrimitiveKey, ResizeDesc, ResizeMode, ResizeOut,
+};
+use primjit_reference::Tensor;
+use primjit_runtime::exec::GuardedBuffer;
+use primjit_runtime::layout::{to_blocked, to_nchw};
+use primjit_runtime::{Engine, EngineConfig, ExecArgs, Primitive};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+const SENTINEL: u32 = 0x7fc0_dead;
+
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        Engine::new(EngineConfig {
+            threads: 1,
+            codegen: CodegenOptions {
+                verify: true,
+                ..CodegenOptions::default()
+            },
+            ..EngineConfig::default()
+        })
+        .expect("engine")
+    })
+}
+
+fn pools() -> &'static [rayon::ThreadPool; 2] {
+    static POOLS: OnceLock<[rayon::ThreadPool; 2]> = OnceLock::new();
+    POOLS.get_or_init(|| {
+        let pool = |n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .expect("thread pool")
+        };
+        [pool(2), pool(3)]
+    })
+}
+
+fn compile(key: &PrimitiveKey) -> Arc<Primitive> {
+    engine()
+        .compile(key)
+        .unwrap_or_else(|e| panic!("{key} does not compile: {e}"))
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[-4, 4)`, or (with `special`) sometimes NaN, an infinity or a zero.
+    fn value(&mut self, special: bool) -> f32 {
+        let r = self.next_u64();
+        if special && r.is_multiple_of(7) {
+            return [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0][(r >> 8) as usize % 4];
+        }
+        (r >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+    }
+
+    fn tensor(&mut self, shape: [usize; 4], special: bool) -> Tensor {
+        Tensor {
+            shape: shape.to_vec(),
+            data: (0..shape.iter().product())
+                .map(|_| self.value(special))
+                .collect(),
+        }
+    }
+}
+
+/// Runs `p` (at input `extents` when it has runtime extents) on one thread and on pools of
+/// two and three, checks the three agree to the bit, and returns the destination in NCHW.
+fn run(
+    p: &Primitive,
+    x: &Tensor,
+    extents: Option<[usize; 2]>,
+    dst_shape: [usize; 4],
+) -> Result<Vec<f32>, TestCaseError> {
+    let s: [usize; 4] = x.shape.clone().try_into().expect("rank 4");
+    let src = GuardedBuffer::from_slice(&to_blocked(&x.data, s)).expect("a guarded buffer");
+    let once = |pool: Option<&rayon::ThreadPool>| -> Result<Vec<f32>, TestCaseError> {
+        let mut dst = GuardedBuffer::new(Layout::Nchw4c.buffer_len(dst_shape)).expect("a buffer");
+        dst.as_mut_slice().fill(f32::from_bits(SENTINEL));
+        let args = ExecArgs {
+            src: src.as_slice(),
+            weights: None,
+            dst: dst.as_mut_slice(),
+            extra: &[],
+            scratch: None,
+        };
+        match (pool, extents) {
+            (Some(pool), e) => p.execute_parallel(args, e, pool),
+            (None, Some(e)) => p.execute_at(args, e),
+            (None, None) => p.execute(args),
+        }
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.key())))?;
+        Ok(dst.as_slice().to_vec())
+    };
+    let single = once(None)?;
+    for pool in pools() {
+        let parallel = once(Some(pool))?;
+        let same = single
+            .iter()
+            .zip(&parallel)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        prop_assert!(
+            same,
+            "{} on {} threads differs",
+            p.key(),
+            pool.current_num_threads()
+        );
+    }
+    // The padding lanes of a last, partial block stay zero (the source's are).
+    let [n, c, h, w] = dst_shape;
+    let blocks = c.div_ceil(4);
+    for i in 0..n * blocks * h * w {
+        for lane in 0..4 {
+            if (i / (h * w)) % blocks == blocks - 1 && (blocks - 1) * 4 + lane >= c {
+                prop_assert_eq!(
+                    single[i * 4 + lane].to_bits(),
+                    0,
+                    "{}: padding lane",
+                    p.key()
+                );
+            }
+        }
+    }
+    Ok(to_nchw(&single, dst_shape))
+}
+
+fn mode() -> impl Strategy<Value = ResizeMode> {
+    prop_oneof![
+        Just(ResizeMode::Linear),
+        prop::sample::select(NearestMode::ALL.to_vec()).prop_map(ResizeMode::Nearest),
+    ]
+}
+
+fn coord() -> impl Strategy<Value = CoordMode> {
+    prop::sample::select(CoordMode::ALL.to_vec())
+}
+
+/// Checks the kernel's result against the reference (see the module documentation).
+fn check(
+    key: &PrimitiveKey,
+    mode: ResizeMode,
+    x: &Tensor,
+    got: &[f32],
+    coord: CoordMode,
+    out: [usize; 2],
+) -> Result<(), TestCaseError> {
+    let want = primjit_reference::resize(x, mode, coord, out);
+    prop_assert_eq!(got.len(), want.data.len());
+    let largest = x.data.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (i, (&g, &w)) in got.iter().zip(&want.data).enumerate() {
+        let ok = match mode {
+            ResizeMode::Nearest(_) => g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            ResizeMode::Linear => (g - w).abs() <= 8.0 * f32::EPSILON / 2.0 * largest,
+        };
+        prop_assert!(ok, "{key}: element {i} is {g}, the reference {w}");
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    #[test]
+    fn fixed_resizes_match_the_reference(
+        mode in mode(),
+        coord in coord(),
+        (n, c) in (1..=2usize, 1..=9usize),
+        (ih, iw) in (1..=7usize, 1..=7usize),
+        sizes in any::<bool>(),
+        (oh, ow) in (1..=11usize, 1..=11usize),
+        (sh, sw) in (1..=3usize, 1..=3usize),
+        seed in any::<u64>(),
+    ) {
+        let out = if sizes { ResizeOut::Sizes([oh, ow]) } else { ResizeOut::Scale([sh, sw]) };
+        let d = ResizeDesc { mb: n, c, ih, iw, out, mode, coord, runtime: RuntimeDims::NONE };
+        let dst = d.dst_shape();
+        let key = PrimitiveKey::Resize(d.clone());
+        key.validate().unwrap();
+        let x = Rng(seed).tensor([n, c, ih, iw], matches!(mode, ResizeMode::Nearest(_)));
+        let got = run(&compile(&key), &x, None, dst)?;
+        check(&key, mode, &x, &got, coord, [dst[2], dst[3]])?;
+    }
+
+    /// One kernel whose input extents are runtime values, called at several extents.
+    #[test]
+    fn runtime_resizes_match_the_reference(
+        mode in mode(),
+        coord in coord(),
+        c in 1..=6usize,
+        (sh, sw) in (1..=3usize, 1..=3usize),
+        rt in prop::sample::select(vec![(true, false), (false, true), (true, true)]),
+        fixed in (1..=5usize, 1..=5usize),
+        calls in prop::collection::vec((1..=9usize, 1..=9usize), 1..=3),
+        seed in any::<u64>(),
+    ) {
+        let runtime = RuntimeDims { h: rt.0, w: rt.1 };
+        let d = ResizeDesc {
+            mb: 1,
+            c,
+            ih: fixed.0,
+            iw: fixed.1,
+            out: ResizeOut::Scale([sh, sw]),
+            mode,
+            coord,
+            runtime: RuntimeDims::NONE,
+        }
+        .with_runtime(runtime);
+        let key = PrimitiveKey::Resize(d.clone());
+        key.validate().unwrap();
+        let p = compile(&key);
+        let mut rng = Rng(seed);
+        for (h, w) in calls {
+            let at = d.at([h, w]);
+            let x = rng.tensor([1, c, at.ih, at.iw], false);
+            let dst = at.dst_shape();
+            let got = run(&p, &x, Some([h, w]), dst)?;
+            check(&PrimitiveKey::Resize(at), mode, &x, &got, coord, [dst[2], dst[3]])?;
+        }
+    }
+}
+
+#[test]
+fn keys_print_their_modes_and_runtime_extents() {
+    let d = ResizeDesc {
+        mb: 1,
+        c: 5,
+        ih: 7,
+        iw: 9,
+        out: ResizeOut::Scale([2, 3]),
+        mode: ResizeMode::Nearest(NearestMode::Floor),
+        coord: CoordMode::Asymmetric,
+        runtime: RuntimeDims::NONE,
+    };
+    assert_eq!(
+        PrimitiveKey::Resize(d.clone()).to_string(),
+        "resize_nearest:floor mb1ic5ih7iw9oh14ow27 scale2x3 asymmetric nChw4c"
+    );
+    let rt = d.clone().with_runtime(RuntimeDims { h: true, w: true });
+    assert_eq!(
+        PrimitiveKey::Resize(rt).to_string(),
+        "resize_nearest:floor mb1ic5ih*iw*oh*ow* scale2x3 asymmetric nChw4c"
+    );
+    let sizes = ResizeDesc {
+        out: ResizeOut::Sizes([3, 4]),
+        mode: ResizeMode::Linear,
+        coord: CoordMode::HalfPixel,
+        ..d
+    };
+    // Fixed sizes do not follow the input: such a key keeps its extents.
+    let kept = sizes.clone().with_runtime(RuntimeDims { h: true, w: true });
+    assert_eq!(kept, sizes);
+    assert_eq!(
+        PrimitiveKey::Resize(sizes).to_string(),
+        "resize_linear mb1ic5ih7iw9oh3ow4 half_pixel nChw4c"
+    );
+}
+
+#[test]
+fn invalid_resize_keys_are_refused() {
+    let base = ResizeDesc {
+        mb: 1,
+        c: 3,
+        ih: 4,
+        iw: 4,
+        out: ResizeOut::Scale([2, 2]),
+        mode: ResizeMode::Linear,
+        coord: CoordMode::HalfPixel,
+        runtime: RuntimeDims::NONE,
+    };
+    for (d, reason) in [
+        (
+            ResizeDesc {
+                out: ResizeOut::Scale([0, 2]),
+                ..base.clone()
+            },
+            "scale factors must be at least 1",
+        ),
+        (
+            ResizeDesc {
+                out: ResizeOut::Sizes([3, 0]),
+                ..base.clone()
+            },
+            "output extents must be at least 1",
+        ),
+        (
+            ResizeDesc {
+                ih: 0,
+                ..base.clone()
+            },
+            "extents must be at least 1",
+        ),
+        (
+            ResizeDesc {
+                ih: 1 << 20,
+                out: ResizeOut::Scale([1 << 20, 1]),
+                ..base.clone()
+            },
+            "elements",
+        ),
+    ] {
+        let err = PrimitiveKey::Resize(d).validate().unwrap_err();
+        assert!(err.reason.contains(reason), "{err}");
+    }
+}
+
+/// `ir/examples/resize.ir` (every mode, scale factors over a symbolic downsampled extent,
+/// fixed sizes, and the input's own extents) through the graph executor against the
+/// reference, at fixed shapes and with one runtime-shape graph at several sizes: within 1e-5
+/// of each output's largest magnitude.
+#[test]
+fn the_resize_example_runs_as_the_reference_does() {
+    use primjit_runtime::{CompiledGraph, ShapeMode, Workspace};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ir/examples/resize.ir");
+    let graph = primjit_ir::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let params = primjit_ir::Params::random(&graph, 11);
+    // At runtime shapes, resizes by scale factors of symbolic extents leave them to run time;
+    // those to fixed sizes or to another value's extents keep fixed keys.
+    let bindings = primjit_ir::parse_bindings("H=5,W=8").unwrap();
+    let keys = primjit_runtime::node_keys_in(
+        &graph,
+        &bindings,
+        ShapeMode::Runtime,
+        primjit_codegen::ConvAlgoChoice::Direct,
+        primjit_codegen::Isa::X128,
+    )
+    .unwrap();
+    let runtime: Vec<&str> = keys
+        .iter()
+        .filter(|(_, k)| matches!(k, PrimitiveKey::Resize(_)) && k.runtime_dims().any())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(runtime, ["up", "ceil"]);
+    for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
+        let compiled = CompiledGraph::new(&graph, &params).unwrap().with_mode(mode);
+        for (h, w) in [(1, 1), (5, 8), (9, 3)] {
+            let x = Rng((h * 16 + w) as u64).tensor([1, 3, h, w], false);
+            let want = primjit_reference::run_graph(&graph, &params, &[("x", &x)]).unwrap();
+            let (got, _) = compiled
+                .run(engine(), &[("x", &x)], &mut Workspace::new())
+                .unwrap();
+            assert_eq!(want.len(), got.len());
+            for ((name, want), (_, got)) in want.iter().zip(&got) {
+                assert_eq!(want.shape, got.shape, "{name}");
+                let scale = want.data.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (i, (g, r)) in got.data.iter().zip(&want.data).enumerate() {
+                    assert!(
+                        (g - r).abs() <= 1e-5 * scale,
+                        "{h}x{w} {mode:?} {name}: element {i}: jit {g}, reference {r}"
+                    );
+                }
+            }
+        }
+    }
+}
