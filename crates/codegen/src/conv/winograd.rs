@@ -12,9 +12,10 @@
 //!    zeroed patch on the stack, so the transform itself never tests a bound;
 //! 2. independent GEMMs, one per point, `M[point] = V[point] (tiles x ic) · U[point] (ic x
 //!    oc)`, with a register tile of 5 tiles x two output-channel vectors, one broadcast load
-//!    per two FMAs (see [`GROUP_TILES`]), into `M[point][channel block][tile][4]`; where the
-//!    weights stream from memory, each group of tiles prefetches a slice of the next weight
-//!    panel (see `PanelPrefetch`);
+//!    per two FMAs (see [`GROUP_TILES`]), into `M[point][channel block][tile][4]`; at a wide
+//!    tier the tile is the x64 backend's `GemmTile` (two `ymm` or `zmm`, the same sums in the
+//!    same order); where the weights stream from memory, each group of tiles prefetches a
+//!    slice of the next weight panel (see `PanelPrefetch`);
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
 //!    or column stores only its pixels inside the output.
