@@ -512,8 +512,9 @@ impl WinogradPlan {
 
     /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed per weight
     /// point (36; at stride 2, the points whose rows and columns of `G` are the same share
-    /// them, [`Form::weight_row`]) and chunk as `[oc vector pair][ic][2][4]`, and a chunk's odd
-    /// last vector as `[ic][4]` (see `WinogradPlan::u_float`): a GEMM's register tile reads its
+    /// them, [`Form::weight_row`]) and chunk as `[oc panel][ic][2][4]` (at avx512
+    /// `[oc panel][ic][4][4]`), and a chunk's odd last vector as `[ic][4]` (see
+    /// `WinogradPlan::u_float`): a GEMM's register tile reads its
     /// weights as one sequential stream (the 256-channel layers' 9.4 MB do not fit in L2, and
     /// a stride of a row of output channels defeated the prefetchers), with output channels
     /// padded to whole vectors by zeros (so the padding lanes of the destination get zero plus

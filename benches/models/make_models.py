@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Builds torchvision's ResNet18, ResNet50 and MobileNetV2 (the architectures at full width,
+random weights, unfolded batch-norms, opset 17) as ONNX files with onnx.helper, for the model
+table of docs/perf: `primjit bench-op --model OUT/NAME.onnx --dims H=224,W=224` beside
+`../shared/peers/bench_model.py OUT/NAME.onnx --dims H=224,W=224`, alternately.
+
+usage: make_models.py OUT_DIR   (needs onnx and numpy; the files are 14-100 MB, not committed)
+
+Inputs are [1, 3, H, W] with symbolic H and W; the classifier is a global average pool,
+Flatten and Gemm, as torchvision exports it.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+class Net:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.k = [], [], 0
+
+    def fresh(self, p):
+        self.k += 1
+        return f"{p}_{self.k}"
+
+    def param(self, name, arr):
+        self.inits.append(numpy_helper.from_array(arr.astype(np.float32), name))
+        return name
+
+    def node(self, op, inputs, name, **attrs):
+        out = self.fresh(name)
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def conv(self, x, name, cin, cout, k, stride=1, group=1):
+        fan_in = cin // group * k * k
+        w = self.rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / fan_in)
+        return self.node("Conv", [x, self.param(name + ".weight", w)], name,
+                         kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4,
+                         group=group)
+
+    def bn(self, x, name, c):
+        r = self.rng
+        ins = [x] + [self.param(f"{name}.{n}", v) for n, v in (
+            ("weight", r.uniform(0.5, 1.0, c)), ("bias", r.uniform(-0.1, 0.1, c)),
+            ("running_mean", r.uniform(-0.1, 0.1, c)), ("running_var", r.uniform(0.5, 1.5, c)))]
+        return self.node("BatchNormalization", ins, name, epsilon=1e-5)
+
+    def cbr(self, x, name, cin, cout, k, stride=1, group=1, act="relu"):
+        y = self.bn(self.conv(x, name + ".conv", cin, cout, k, stride, group), name + ".bn", cout)
+        if act == "relu":
+            return self.node("Relu", [y], name + ".relu")
+        if act == "relu6":
+            lo = self.param(name + ".min", np.array(0.0))
+            hi = self.param(name + ".max", np.array(6.0))
+            return self.node("Clip", [y, lo, hi], name + ".relu6")
+        return y
+
+    def head(self, x, cin, classes=1000):
+        x = self.node("GlobalAveragePool", [x], "avgpool")
+        x = self.node("Flatten", [x], "flatten", axis=1)
+        w = self.rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)
+        return self.node("Gemm", [x, self.param("fc.weight", w),
+                                  self.param("fc.bias", self.rng.uniform(-0.1, 0.1, classes))],
+                         "fc", transB=1)
+
+    def model(self, name, out):
+        graph = helper.make_graph(
+            self.nodes, name,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 1000])], self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="make_models.py")
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        return m
+
+
+def stem(n):
+    x = n.cbr("x", "stem", 3, 64, 7, 2)
+    return n.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+
+
+def resnet(blocks, bottleneck, name):
+    n = Net(18 if not bottleneck else 50)
+    x, cin = stem(n), 64
+    for layer, (width, count) in enumerate(zip([64, 128, 256, 512], blocks)):
+        for b in range(count):
+            p = f"layer{layer + 1}.{b}"
+            s = 2 if b == 0 and layer > 0 else 1
+            cout = width * 4 if bottleneck else width
+            if bottleneck:
+                y = n.cbr(x, p + ".1", cin, width, 1)
+                y = n.cbr(y, p + ".2", width, width, 3, s)
+                y = n.cbr(y, p + ".3", width, cout, 1, act=None)
+            else:
+                y = n.cbr(x, p + ".1", cin, width, 3, s)
+                y = n.cbr(y, p + ".2", width, width, 3, act=None)
+            if s != 1 or cin != cout:
+                x = n.cbr(x, p + ".downsample", cin, cout, 1, s, act=None)
+            x = n.node("Relu", [n.node("Add", [y, x], p + ".add")], p + ".relu")
+            cin = cout
+    return n.model(name, n.head(x, cin))
+
+
+def mobilenet_v2():
+    n = Net(2)
+    x, cin = n.cbr("x", "features.0", 3, 32, 3, 2, act="relu6"), 32
+    i = 1
+    for t, c, reps, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                          (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for r in range(reps):
+            p = f"features.{i}"
+            hidden = cin * t
+            y = x if t == 1 else n.cbr(x, p + ".expand", cin, hidden, 1, act="relu6")
+            y = n.cbr(y, p + ".dw", hidden, hidden, 3, s if r == 0 else 1, group=hidden,
+                      act="relu6")
+            y = n.cbr(y, p + ".project", hidden, c, 1, act=None)
+            x = n.node("Add", [y, x], p + ".add") if (r > 0 or s == 1) and cin == c else y
+            cin, i = c, i + 1
+    x = n.cbr(x, "features.18", cin, 1280, 1, act="relu6")
+    return n.model("mobilenet_v2", n.head(x, 1280))
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "."
+    os.makedirs(out, exist_ok=True)
+    for name, m in [("resnet18", resnet([2, 2, 2, 2], False, "resnet18")),
+                    ("resnet50", resnet([3, 4, 6, 3], True, "resnet50")),
+                    ("mobilenet_v2", mobilenet_v2())]:
+        path = os.path.join(out, name + ".onnx")
+        onnx.save(m, path)
+        print(path, os.path.getsize(path), "bytes")
