@@ -4,7 +4,8 @@ random weights, unfolded batch-norms, opset 17) as ONNX files with onnx.helper, 
 table of docs/perf: `primjit bench-op --model OUT/NAME.onnx --dims H=224,W=224` beside
 `../shared/peers/bench_model.py OUT/NAME.onnx --dims H=224,W=224`, alternately.
 
-usage: make_models.py OUT_DIR   (needs onnx and numpy; the files are 14-100 MB, not committed)
+usage: make_models.py OUT_DIR   (needs onnx, onnxruntime and numpy, as make_families.py; the
+files are 14-100 MB, not committed)
 
 Inputs are [1, 3, H, W] with symbolic H and W; the classifier is a global average pool,
 Flatten and Gemm, as torchvision exports it.
@@ -14,40 +15,17 @@ import sys
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+# The families' builder (tests/onnx/make_families.py): parameters, nodes, conv, batch-norm.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tests", "onnx"))
+from make_families import Net as FamilyNet  # noqa: E402
 
 
-class Net:
-    def __init__(self, seed):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.k = [], [], 0
-
-    def fresh(self, p):
-        self.k += 1
-        return f"{p}_{self.k}"
-
-    def param(self, name, arr):
-        self.inits.append(numpy_helper.from_array(arr.astype(np.float32), name))
-        return name
-
-    def node(self, op, inputs, name, **attrs):
-        out = self.fresh(name)
-        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
-        return out
-
+class Net(FamilyNet):
     def conv(self, x, name, cin, cout, k, stride=1, group=1):
-        fan_in = cin // group * k * k
-        w = self.rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / fan_in)
-        return self.node("Conv", [x, self.param(name + ".weight", w)], name,
-                         kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4,
-                         group=group)
-
-    def bn(self, x, name, c):
-        r = self.rng
-        ins = [x] + [self.param(f"{name}.{n}", v) for n, v in (
-            ("weight", r.uniform(0.5, 1.0, c)), ("bias", r.uniform(-0.1, 0.1, c)),
-            ("running_mean", r.uniform(-0.1, 0.1, c)), ("running_var", r.uniform(0.5, 1.5, c)))]
-        return self.node("BatchNormalization", ins, name, epsilon=1e-5)
+        return super().conv(x, name, cin, cout, k, stride, pads=[k // 2] * 4, group=group)
 
     def cbr(self, x, name, cin, cout, k, stride=1, group=1, act="relu"):
         y = self.bn(self.conv(x, name + ".conv", cin, cout, k, stride, group), name + ".bn", cout)
@@ -62,10 +40,7 @@ class Net:
     def head(self, x, cin, classes=1000):
         x = self.node("GlobalAveragePool", [x], "avgpool")
         x = self.node("Flatten", [x], "flatten", axis=1)
-        w = self.rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)
-        return self.node("Gemm", [x, self.param("fc.weight", w),
-                                  self.param("fc.bias", self.rng.uniform(-0.1, 0.1, classes))],
-                         "fc", transB=1)
+        return self.gemm(x, "fc", cin, classes)
 
     def model(self, name, out):
         graph = helper.make_graph(

@@ -57,22 +57,24 @@
 //!   equal. An element-wise add rounds once, like the reference (rounding the exact f64 sum of
 //!   two f32s to f32 is correctly rounded): equal as well.
 
+mod common;
+use common::{SENTINEL, engine, pools};
+
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use primjit_codegen::conv::winograd::WinogradPlan;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
-    CHUNK_WEIGHT_BYTES, CodegenOptions, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    FmaPattern, GlobalPoolDesc, Isa, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc,
-    PrimitiveKey,
+    CHUNK_WEIGHT_BYTES, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, FmaPattern,
+    GlobalPoolDesc, Isa, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
 use primjit_runtime::layout::{to_blocked, to_nchw};
 use primjit_runtime::stream::rows_and_elem;
-use primjit_runtime::{Engine, EngineConfig, ExecArgs, ExecError, Primitive, RuntimeError};
+use primjit_runtime::{ExecArgs, ExecError, Primitive, RuntimeError};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
@@ -83,38 +85,6 @@ use proptest::test_runner::TestCaseError;
 
 /// The unit in the last place of 1.0 in f32, `2^-23 = 2u`.
 const EPS: f64 = f32::EPSILON as f64;
-
-/// What an unwritten destination element holds: a NaN with a recognizable payload.
-const SENTINEL: u32 = 0x7fc0_dead;
-
-fn engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        Engine::new(EngineConfig {
-            threads: 1,
-            codegen: CodegenOptions {
-                verify: true,
-                ..CodegenOptions::default()
-            },
-            ..EngineConfig::default()
-        })
-        .expect("engine")
-    })
-}
-
-/// Rayon pools of two and three threads for the partitioning checks.
-fn pools() -> &'static [rayon::ThreadPool; 2] {
-    static POOLS: OnceLock<[rayon::ThreadPool; 2]> = OnceLock::new();
-    POOLS.get_or_init(|| {
-        let pool = |n| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .expect("thread pool")
-        };
-        [pool(2), pool(3)]
-    })
-}
 
 fn compile(key: &PrimitiveKey) -> Result<Arc<Primitive>, TestCaseError> {
     engine()
@@ -127,11 +97,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        common::splitmix64(&mut self.0)
     }
 
     /// Mostly uniform in `[-1, 1)` with all 24 bits of mantissa random (so that sums really

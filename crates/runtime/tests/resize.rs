@@ -13,48 +13,21 @@
 //! within `8 * 2^-24 * max |x|` of the reference, `x` over the four pixels blended (bounded
 //! here by the tensor's largest magnitude).
 
-use std::sync::{Arc, OnceLock};
+mod common;
+use common::{SENTINEL, engine, pools};
+
+use std::sync::Arc;
 
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    CodegenOptions, CoordMode, Layout, NearestMode, PrimitiveKey, ResizeDesc, ResizeMode, ResizeOut,
+    CoordMode, Layout, NearestMode, PrimitiveKey, ResizeDesc, ResizeMode, ResizeOut,
 };
 use primjit_reference::Tensor;
 use primjit_runtime::exec::GuardedBuffer;
 use primjit_runtime::layout::{to_blocked, to_nchw};
-use primjit_runtime::{Engine, EngineConfig, ExecArgs, Primitive};
+use primjit_runtime::{ExecArgs, Primitive};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-
-const SENTINEL: u32 = 0x7fc0_dead;
-
-fn engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        Engine::new(EngineConfig {
-            threads: 1,
-            codegen: CodegenOptions {
-                verify: true,
-                ..CodegenOptions::default()
-            },
-            ..EngineConfig::default()
-        })
-        .expect("engine")
-    })
-}
-
-fn pools() -> &'static [rayon::ThreadPool; 2] {
-    static POOLS: OnceLock<[rayon::ThreadPool; 2]> = OnceLock::new();
-    POOLS.get_or_init(|| {
-        let pool = |n| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .expect("thread pool")
-        };
-        [pool(2), pool(3)]
-    })
-}
 
 fn compile(key: &PrimitiveKey) -> Arc<Primitive> {
     engine()
@@ -67,11 +40,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        common::splitmix64(&mut self.0)
     }
 
     /// Uniform in `[-4, 4)`, or (with `special`) sometimes NaN, an infinity or a zero.
