@@ -503,6 +503,15 @@ impl<'a> Emit<'a> {
         self.b.ins().load(types::F32X4, self.flags, base, imm)
     }
 
+    /// A vector load that stays an instruction of its own: an FMA taking it as its first
+    /// factor then leaves its sum in the loaded register, where a load folded into the FMA's
+    /// memory operand makes x64 copy another operand into the result's register first.
+    pub fn load_vec_unfolded(&mut self, base: Value, offset: i64) -> Value {
+        let (base, imm) = self.address(base, offset);
+        let raw = self.b.ins().load(types::I32X4, self.flags, base, imm);
+        self.b.ins().bitcast(types::F32X4, MemFlagsData::new(), raw)
+    }
+
     pub fn load_f32(&mut self, base: Value, offset: i64) -> Value {
         let (base, imm) = self.address(base, offset);
         self.b.ins().load(types::F32, self.flags, base, imm)

@@ -499,7 +499,8 @@ pub struct IcRange {
 ///
 /// Packed weights are `[tile][ic in range][kh][kw][vecs * 4]`, zero for padding lanes, for
 /// input channels outside an output channel's group, and for channels past the input's; the
-/// padded bias (`ceil(oc / 4) * 4` values) follows when the key has one.
+/// padded bias (`ceil(oc / 4) * 4` values) follows when the key has one. A lane-wise plan
+/// ([`ConvPlan::lanewise`]) packs `[tile][kh][kw][4]`: each lane's own channel's taps.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConvPlan {
     pub desc: ConvDesc,
@@ -520,6 +521,13 @@ pub struct ConvPlan {
     /// output: the lowering then addresses row `oh` of a destination whose pointer was moved
     /// back by the band's first row (see `lower_fused`).
     pub dst_rows: Option<usize>,
+    /// Whether each output channel reduces over its own input channel alone: a depthwise
+    /// convolution (one output channel per group of one input channel) on `nChw4c`. Its tiles
+    /// are one vector of four channels, and each FMA multiplies an input vector (four
+    /// channels of one pixel) by a weight vector lane by lane, where the broadcast reduction
+    /// would take four FMAs per vector, three of them by zero weights. A zero weight also
+    /// turned a NaN in one channel into NaN in its three neighbours.
+    pub lanewise: bool,
 }
 
 /// Dependent FMA chains from which a register tile is wide enough ([`ConvPlan::narrow_group`]).
@@ -553,7 +561,11 @@ impl ConvPlan {
             Layout::Nchw4c => LANES,
         };
         let ic_padded = d.ic.div_ceil(ic_step) * ic_step;
+        let lanewise = Self::is_lanewise(d);
         let (vecs, pixel_tile) = match Self::wide_tile(d, oc_blocks) {
+            // One accumulator per pixel, a weight vector and an input vector: 14 of the 16
+            // registers, as the broadcast tiles'.
+            _ if lanewise => (1, 10),
             Some(tile) => tile,
             None => {
                 let vecs = Self::oc_vectors(d, oc_blocks, ic_padded);
@@ -592,7 +604,11 @@ impl ConvPlan {
             }
         };
         let [rows, cols] = conv_axes(d);
-        let ic_chunk = Self::chunk_len(d, ic.len, ic_step, channel_weight_bytes(d, vecs));
+        let ic_chunk = if lanewise {
+            ic.len
+        } else {
+            Self::chunk_len(d, ic.len, ic_step, channel_weight_bytes(d, vecs))
+        };
         let mut plan = ConvPlan {
             desc: d.clone(),
             vecs,
@@ -605,9 +621,23 @@ impl ConvPlan {
             rows: AxisPlan::conv_rows(rows, d.runtime),
             cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
             dst_rows: None,
+            lanewise,
         };
         plan.rows_outer = Self::weights_allow_rows_outer(plan.packed_weights_len());
         plan
+    }
+
+    /// Whether a convolution takes the lane-wise reduction ([`ConvPlan::lanewise`]): one
+    /// input and one output channel per group, on an `nChw4c` source, whose blocks of four
+    /// channels are then the tiles' input vectors.
+    fn is_lanewise(d: &ConvDesc) -> bool {
+        d.groups > 1 && d.groups == d.ic && d.groups == d.oc && d.src_layout == Layout::Nchw4c
+    }
+
+    /// Input channels per tile in the packed weights: each lane's own at most, for a
+    /// lane-wise plan; the tile's reduction range otherwise.
+    fn weight_channels(&self) -> usize {
+        if self.lanewise { 1 } else { self.ic.len }
     }
 
     /// Output-channel vectors per tile: one (a tile of 10-12 pixels) for a convolution with
@@ -786,7 +816,7 @@ impl ConvPlan {
 
     /// Floats per output-channel tile of packed weights.
     pub fn tile_weights_len(&self) -> usize {
-        self.ic.len * self.desc.kh * self.desc.kw * self.vecs * LANES
+        self.weight_channels() * self.desc.kh * self.desc.kw * self.vecs * LANES
     }
 
     /// Where the padded bias starts in the packed weights.
@@ -818,7 +848,14 @@ impl ConvPlan {
         let ocg = oc / d.groups;
         let tile_oc = self.vecs * LANES;
         let mut out = vec![0.0; self.packed_weights_len()];
-        for t in 0..self.oc_tiles {
+        for o in (0..oc).filter(|_| self.lanewise) {
+            let (t, lane) = (o / tile_oc, o % tile_oc);
+            for tap in 0..kh * kw {
+                out[t * self.tile_weights_len() + tap * tile_oc + lane] =
+                    weights[o * kh * kw + tap];
+            }
+        }
+        for t in (0..self.oc_tiles).filter(|_| !self.lanewise) {
             let ic_begin = self.ic.begin + t * self.ic.step;
             for ic_rel in 0..self.ic.len {
                 let ic = ic_begin + ic_rel;
@@ -949,11 +986,18 @@ impl fmt::Display for ConvPlan {
             self.pixel_tile * self.vecs,
             self.oc_tiles
         )?;
-        writeln!(
-            f,
-            "  reduction: {} input channels per tile from {} (+{} per tile), {} per step, kh loop, kw unrolled",
-            self.ic.len, self.ic.begin, self.ic.step, self.ic_step
-        )?;
+        if self.lanewise {
+            writeln!(
+                f,
+                "  reduction: lane-wise, each output channel over its own input channel, kh loop, kw unrolled"
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  reduction: {} input channels per tile from {} (+{} per tile), {} per step, kh loop, kw unrolled",
+                self.ic.len, self.ic.begin, self.ic.step, self.ic_step
+            )?;
+        }
         writeln!(
             f,
             "  loop order: {}",
@@ -1302,12 +1346,37 @@ mod tests {
         d.groups = 16;
         d.src_layout = Layout::Nchw4c;
         let plan = ConvPlan::new(&d);
+        // Depthwise: lane-wise tiles of one vector, each over its own block, packing each
+        // lane's own channel's taps only.
+        assert!(plan.lanewise);
+        assert_eq!((plan.vecs, plan.oc_tiles, plan.chunks()), (1, 4, 1));
         assert_eq!(
             plan.ic,
             IcRange {
                 begin: 0,
-                len: 8,
-                step: 8
+                len: 4,
+                step: 4
+            }
+        );
+        let weights: Vec<f32> = (0..16 * 9).map(|i| i as f32).collect();
+        let packed = plan.pack_weights(&weights, None);
+        assert_eq!(packed.len(), 16 * 9);
+        // Tile 2, tap (1, 2), lane 3: channel 11's tap 5.
+        assert_eq!(packed[2 * 36 + 5 * 4 + 3], (11 * 9 + 5) as f32);
+        // A depthwise conv on NCHW, or with two outputs per channel, broadcasts.
+        d.src_layout = Layout::Nchw;
+        assert!(!ConvPlan::new(&d).lanewise);
+        let mut d = ConvDesc::new(1, 8, [5, 5], 16, [3, 3]);
+        d.groups = 8;
+        d.src_layout = Layout::Nchw4c;
+        let plan = ConvPlan::new(&d);
+        assert!(!plan.lanewise);
+        assert_eq!(
+            plan.ic,
+            IcRange {
+                begin: 0,
+                len: 4,
+                step: 4
             }
         );
         // Tiles of 8 output channels over groups of 3 straddle groups irregularly: the

@@ -232,16 +232,26 @@ proptest! {
         }
     }
 
-    /// Direct convolutions with every post-op, a fused max pool, and global pools of their
-    /// (`nChw4c`) output.
+    /// Direct convolutions, dense and depthwise, with every post-op, a fused max pool, and
+    /// global pools of their (`nChw4c`) output. A depthwise conv's NaN stays in its channel.
     #[test]
     fn direct_convolutions_propagate_nan_and_inf(
         x in tensor(1..=6, 2..=8, 2..=11),
         k in (1usize..=2).prop_map(|m| 4 * m),
         s in 1usize..=2,
         post in 0usize..POSTS.len(),
+        depthwise in any::<bool>(),
     ) {
         let posts = posts(post, s);
+        let conv_graph = |x: &Tensor, k, s, posts: &[&str]| {
+            let text = conv_graph(x, k, s, posts);
+            if depthwise {
+                text.replace(&format!("f32[{k}, {k}, 3, 3]"), &format!("f32[{k}, 1, 3, 3]"))
+                    .replace("pads=[1, 1, 1, 1]", &format!("pads=[1, 1, 1, 1], groups={k}"))
+            } else {
+                text
+            }
+        };
         let text = conv_graph(&x, k, s, &posts);
         let (got, want, keys) = run_both(&text, &x, ConvAlgoChoice::Direct);
         prop_assert!(!keys.iter().any(wino));

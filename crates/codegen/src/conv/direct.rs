@@ -864,6 +864,18 @@ fn pixel_tile(
                 let (src_kh, w_kh) = (k[0], k[1]);
                 let mut acc = k[2..].to_vec();
                 match col_taps {
+                    Taps::Fixed(kw_taps) if plan.lanewise => {
+                        for kw in kw_taps.clone() {
+                            let x_offs: Vec<i64> = (0..pixels as i64)
+                                .map(|p| {
+                                    (kw as i64 * d.dilations[1] as i64 + p * d.strides[1] as i64)
+                                        * src_px
+                                })
+                                .collect();
+                            let w_off = kw as i64 * tile_oc * f;
+                            lanewise_step(e, w_kh, w_off, src_kh, &x_offs, &mut acc);
+                        }
+                    }
                     Taps::Fixed(kw_taps) if pixels == 1 && d.src_layout == Layout::Nchw4c => {
                         one_pixel_taps(e, plan, &w_vecs, kw_taps, w_kh, src_kh, src_px, &mut acc);
                     }
@@ -885,8 +897,14 @@ fn pixel_tile(
                     }
                     Taps::OfRow { .. } => unreachable!("a row's taps are never a column's"),
                     Taps::Runtime { first, count } => {
-                        // Channel outer, tap inner, as in the fixed path.
-                        for c in 0..plan.ic_step as i64 {
+                        // Channel outer, tap inner, as in the fixed path; a lane-wise
+                        // reduction takes its channels in one step.
+                        let channels = if plan.lanewise {
+                            1
+                        } else {
+                            plan.ic_step as i64
+                        };
+                        for c in 0..channels {
                             let src_kw0 =
                                 e.scaled(src_kh, *first, d.dilations[1] as i64 * src_px, 0);
                             let w_kw0 = e.scaled(w_kh, *first, tile_oc * f, 0);
@@ -899,7 +917,19 @@ fn pixel_tile(
                                 let x_offs: Vec<i64> = (0..pixels as i64)
                                     .map(|p| c * chan_in_step + p * d.strides[1] as i64 * src_px)
                                     .collect();
-                                fma_step(e, &w_vecs, w_kw, c * per_ic, src_kw, &x_offs, &mut acc);
+                                if plan.lanewise {
+                                    lanewise_step(e, w_kw, 0, src_kw, &x_offs, &mut acc);
+                                } else {
+                                    fma_step(
+                                        e,
+                                        &w_vecs,
+                                        w_kw,
+                                        c * per_ic,
+                                        src_kw,
+                                        &x_offs,
+                                        &mut acc,
+                                    );
+                                }
                                 let mut next = vec![
                                     e.offset(src_kw, d.dilations[1] as i64 * src_px),
                                     e.offset(w_kw, tile_oc * f),
@@ -1217,6 +1247,27 @@ fn fma_step(
             let a = &mut acc[p * vecs + v];
             *a = e.fma(x, wv, *a);
         }
+    }
+}
+
+/// One kernel tap of a lane-wise tile ([`ConvPlan::lanewise`]): the weight vector at
+/// `w + w_off` times each pixel's input vector at `src + x_offs[p]`, lane by lane, added into
+/// the pixel's accumulator. Each input vector is loaded into a register of its own, where
+/// the FMA leaves its sum ([`Emit::load_vec_unfolded`]): folded into the FMA, the load made
+/// x64 copy the weight vector into the result's register first, and rotate the accumulators
+/// through the stack at the loop's back edge.
+fn lanewise_step(
+    e: &mut Emit<'_>,
+    w: Value,
+    w_off: i64,
+    src: Value,
+    x_offs: &[i64],
+    acc: &mut [Value],
+) {
+    let wv = e.load_vec(w, w_off);
+    for (a, &x_off) in acc.iter_mut().zip(x_offs) {
+        let x = e.load_vec_unfolded(src, x_off);
+        *a = e.fma(x, wv, *a);
     }
 }
 
