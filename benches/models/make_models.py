@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Builds torchvision's ResNet18, ResNet50 and MobileNetV2 (the architectures at full width,
-random weights, unfolded batch-norms, opset 17) as ONNX files with onnx.helper, for the model
-table of docs/perf: `primjit bench-op --model OUT/NAME.onnx --dims H=224,W=224` beside
+"""Builds torchvision's ResNet18, ResNet50, ResNeXt50 32x4d and MobileNetV2, and a VGG-style
+CRNN backbone (the architectures at full width, random weights, unfolded batch-norms, opset 17)
+as ONNX files with onnx.helper, for the model table of docs/perf: `primjit bench-op --model
+OUT/NAME.onnx --dims H=224,W=224` (the CRNN: `--dims W=280`) beside
 `../shared/peers/bench_model.py OUT/NAME.onnx --dims H=224,W=224`, alternately.
 
 usage: make_models.py OUT_DIR   (needs onnx, onnxruntime and numpy, as make_families.py; the
 files are 14-100 MB, not committed)
 
 Inputs are [1, 3, H, W] with symbolic H and W; the classifier is a global average pool,
-Flatten and Gemm, as torchvision exports it.
+Flatten and Gemm, as torchvision exports it. The CRNN backbone (Shi et al.'s, as OCR
+recognizers run it) takes [1, 1, 32, W] text lines and gives [1, 512, 1, W/4 + 1] features.
 """
 import os
 import sys
@@ -42,11 +44,12 @@ class Net(FamilyNet):
         x = self.node("Flatten", [x], "flatten", axis=1)
         return self.gemm(x, "fc", cin, classes)
 
-    def model(self, name, out):
+    def model(self, name, out, x_shape=(1, 3, "H", "W"), out_shape=(1, 1000)):
         graph = helper.make_graph(
             self.nodes, name,
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])],
-            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 1000])], self.inits)
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, list(out_shape))],
+            self.inits)
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                               producer_name="make_models.py")
         m.ir_version = 8
@@ -59,21 +62,24 @@ def stem(n):
     return n.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
 
 
-def resnet(blocks, bottleneck, name):
-    n = Net(18 if not bottleneck else 50)
+def resnet(blocks, bottleneck, name, groups=1, group_width=64):
+    """ResNet (basic or bottleneck blocks); ResNeXt with `groups` convolutions of
+    `group_width` channels per 64 of a layer's planes."""
+    n = Net(18 if not bottleneck else 49 + groups)
     x, cin = stem(n), 64
-    for layer, (width, count) in enumerate(zip([64, 128, 256, 512], blocks)):
+    for layer, (planes, count) in enumerate(zip([64, 128, 256, 512], blocks)):
         for b in range(count):
             p = f"layer{layer + 1}.{b}"
             s = 2 if b == 0 and layer > 0 else 1
-            cout = width * 4 if bottleneck else width
+            cout = planes * 4 if bottleneck else planes
+            width = planes * group_width // 64 * groups
             if bottleneck:
                 y = n.cbr(x, p + ".1", cin, width, 1)
-                y = n.cbr(y, p + ".2", width, width, 3, s)
+                y = n.cbr(y, p + ".2", width, width, 3, s, group=groups)
                 y = n.cbr(y, p + ".3", width, cout, 1, act=None)
             else:
-                y = n.cbr(x, p + ".1", cin, width, 3, s)
-                y = n.cbr(y, p + ".2", width, width, 3, act=None)
+                y = n.cbr(x, p + ".1", cin, planes, 3, s)
+                y = n.cbr(y, p + ".2", planes, planes, 3, act=None)
             if s != 1 or cin != cout:
                 x = n.cbr(x, p + ".downsample", cin, cout, 1, s, act=None)
             x = n.node("Relu", [n.node("Add", [y, x], p + ".add")], p + ".relu")
@@ -100,11 +106,34 @@ def mobilenet_v2():
     return n.model("mobilenet_v2", n.head(x, 1280))
 
 
+def crnn():
+    """The VGG-style CRNN backbone: 3x3 convs (batch-norms on the 512-channel ones), 2x2 max
+    pools, then 2x1 pools that keep the width, and a final 2x2 conv without padding."""
+    n = Net(7)
+    x, cin = "x", 1
+    plan = [(64, False, (2, 2)), (128, False, (2, 2)), (256, False, None),
+            (256, False, (2, 1)), (512, True, None), (512, True, (2, 1))]
+    for i, (cout, bn, pool) in enumerate(plan):
+        y = n.conv(x, f"conv{i}", cin, cout, 3)
+        y = n.bn(y, f"bn{i}", cout) if bn else y
+        x, cin = n.node("Relu", [y], f"relu{i}"), cout
+        if pool == (2, 2):
+            x = n.node("MaxPool", [x], f"pool{i}", kernel_shape=[2, 2], strides=[2, 2])
+        elif pool == (2, 1):
+            x = n.node("MaxPool", [x], f"pool{i}", kernel_shape=[2, 2], strides=[2, 1],
+                       pads=[0, 1, 0, 1])
+    y = super(Net, n).conv(x, "conv6", 512, 512, 2, pads=[0] * 4)
+    out = n.node("Relu", [n.bn(y, "bn6", 512)], "relu6")
+    return n.model("crnn", out, (1, 1, 32, "W"), (1, 512, 1, "T"))
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     os.makedirs(out, exist_ok=True)
     for name, m in [("resnet18", resnet([2, 2, 2, 2], False, "resnet18")),
                     ("resnet50", resnet([3, 4, 6, 3], True, "resnet50")),
+                    ("resnext50_32x4d", resnet([3, 4, 6, 3], True, "resnext50_32x4d", 32, 4)),
+                    ("crnn", crnn()),
                     ("mobilenet_v2", mobilenet_v2())]:
         path = os.path.join(out, name + ".onnx")
         onnx.save(m, path)

@@ -327,7 +327,15 @@ impl ConvDesc {
                     + 1)
                     * 16;
                 let small = weight_bytes < i32::MAX as u128 && reach < i32::MAX as u128;
-                self.groups == 1 && tile_posts && small
+                // Grouped convolutions take the wide tile where a group's channels fill its
+                // two wide vectors: a tile across groups would reduce over every group's
+                // input channels, most of them by zero weights.
+                let (icg, ocg) = (self.ic / self.groups, self.oc / self.groups);
+                // The channels of one block of the `nChw4c` input.
+                let block = Isa::X128.target().lanes;
+                let whole_groups = self.groups == 1
+                    || (ocg.is_multiple_of(2 * engine.target().lanes) && icg.is_multiple_of(block));
+                whole_groups && tile_posts && small
             }
             ConvAlgo::WinogradF4x3 => {
                 // A chunk of output channels must be whole wide vectors, and the tile's two

@@ -61,8 +61,13 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     five.pads = Pads::uniform(1);
     five.bias = true;
     five.post_ops = vec![PostOpDesc::Relu];
+    // Groups of 32 channels: at avx2 two tiles per group share its input channels.
+    let mut grouped = blocked(ConvDesc::new(1, 64, [7, 12], 64, [3, 3]));
+    grouped.groups = 2;
+    grouped.pads = Pads::uniform(1);
     vec![
         ("3x3", c3),
+        ("grouped", grouped),
         ("1x1 strided", c1),
         ("3x3 strided", strided),
         ("7x7 stem with a fused pool", stem),
@@ -285,8 +290,15 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
     assert_eq!(plain.tier_for(Isa::Avx512), Isa::Avx512);
     let huge = ConvDesc::new(1, 4096, [2048, 2048], 64, [2048, 2048]);
     assert_eq!(huge.tier_for(Isa::Avx2), Isa::X128);
+    // Groups of 16 output channels fill two `ymm`, not two `zmm`; groups of 8 neither, and
+    // a depthwise conv keeps its lane-wise 128-bit tiles.
     let mut grouped = plain.clone();
     grouped.groups = 4;
+    assert_eq!(grouped.tier_for(Isa::Avx2), Isa::Avx2);
+    assert_eq!(grouped.tier_for(Isa::Avx512), Isa::X128);
+    grouped.groups = 64;
+    assert_eq!(grouped.tier_for(Isa::Avx2), Isa::X128);
+    grouped.groups = 8;
     assert_eq!(grouped.tier_for(Isa::Avx2), Isa::X128);
     // A key forced to a tier that does not cover it is refused, not miscompiled.
     grouped.isa = Isa::Avx2;

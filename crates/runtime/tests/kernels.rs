@@ -768,8 +768,9 @@ fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-/// `(ic, oc, groups)`: any channel pair with a divisor of both, depthwise, or a grouping
-/// whose groups straddle output-channel tiles (e.g. ic 16, oc 24, groups 8).
+/// `(ic, oc, groups)`: any channel pair with a divisor of both, depthwise, a grouping whose
+/// groups straddle output-channel tiles (e.g. ic 16, oc 24, groups 8), or ResNeXt's groups of
+/// 16 to 48 output channels, which span one or more tiles (and wide tiles).
 fn channel_config() -> impl Strategy<Value = (usize, usize, usize)> {
     prop_oneof![
         4 => (channels(), channels(), any::<Index>()).prop_map(|(ic, oc, i)| {
@@ -779,6 +780,11 @@ fn channel_config() -> impl Strategy<Value = (usize, usize, usize)> {
         1 => channels().prop_map(|c| (c, c, c)),
         1 => (prop::sample::select(&[2usize, 4, 8][..]), 1..=3usize, 1..=3usize)
             .prop_map(|(g, a, b)| (g * a, g * b, g)),
+        1 => (
+            prop::sample::select(&[2usize, 3][..]),
+            prop::sample::select(&[(4usize, 16usize), (16, 16), (8, 32), (32, 32), (16, 48)][..]),
+        )
+            .prop_map(|(g, (icg, ocg))| (g * icg, g * ocg, g)),
     ]
 }
 

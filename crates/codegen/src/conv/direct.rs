@@ -254,7 +254,7 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                 .collect();
             for class in classes {
                 let first = class.tiles.start;
-                let first_ch = src_chan_bytes(e, plan, &geo, plan.ic.begin + first * plan.ic.step);
+                let first_ch = src_chan_bytes(e, plan, &geo, plan.ic.first(first));
                 let src_t0 = e.offset_by(src_n, first_ch, 1);
                 let w_t0 = e.offset(weights, first as i64 * tile_w_bytes);
                 let bias_t0 = d
@@ -268,11 +268,12 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                     .collect();
 
                 let mut ptrs = vec![src_t0, w_t0, dst_t0];
-                let mut steps = vec![
-                    src_chan_bytes(e, plan, &geo, plan.ic.step),
-                    Scalar::Const(tile_w_bytes),
-                    tile_dst_bytes,
-                ];
+                // Tiles that share their group's range step their source in the body.
+                let src_step = match plan.ic.every {
+                    1 => src_chan_bytes(e, plan, &geo, plan.ic.step),
+                    _ => Scalar::Const(0),
+                };
+                let mut steps = vec![src_step, Scalar::Const(tile_w_bytes), tile_dst_bytes];
                 if let Some(b) = bias_t0 {
                     ptrs.push(b);
                     steps.push(Scalar::Const(tile_oc as i64 * F32_BYTES));
@@ -294,8 +295,18 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                         } else {
                             (None, &p[3..])
                         };
+                        let src = match plan.ic.every {
+                            1 => p[0],
+                            every => {
+                                let run = e.udiv_const(oc_tile, every as u64);
+                                let run = e.offset(run, -((first / every) as i64));
+                                let geo = Geometry::new(e, plan);
+                                let step = src_chan_bytes(e, plan, &geo, plan.ic.step);
+                                e.scaled_by(p[0], run, step, 1, 0)
+                            }
+                        };
                         let tile = TilePtrs {
-                            src: p[0],
+                            src,
                             weights: p[1],
                             bias,
                             dst: p[2],
@@ -365,9 +376,13 @@ fn tile_ptrs(e: &mut Emit<'_>, plan: &ConvPlan, n: Value, t: Value) -> (TilePtrs
     let first = src_chan_bytes(e, plan, &geo, plan.ic.begin);
     let src = e.offset_by(src, first, 1);
     let step = src_chan_bytes(e, plan, &geo, plan.ic.step);
-    let src = match step {
-        Scalar::Const(0) => src,
-        step => e.scaled_by(src, t, step, 1, 0),
+    let src = match (step, plan.ic.every) {
+        (Scalar::Const(0), _) => src,
+        (step, 1) => e.scaled_by(src, t, step, 1, 0),
+        (step, every) => {
+            let run = e.udiv_const(t, every as u64);
+            e.scaled_by(src, run, step, 1, 0)
+        }
     };
     let weights = e.buffer(WEIGHTS);
     let tile_w_bytes = plan.tile_weights_len() as i64 * F32_BYTES;
