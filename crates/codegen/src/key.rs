@@ -335,7 +335,17 @@ impl ConvDesc {
                 let block = Isa::X128.target().lanes;
                 let whole_groups = self.groups == 1
                     || (ocg.is_multiple_of(2 * engine.target().lanes) && icg.is_multiple_of(block));
-                whole_groups && tile_posts && small
+                if self.lanewise() {
+                    // The wide lane-wise tile reads consecutive pixels as one vector and
+                    // stores them so: unit stride along rows, an `nChw4c` destination.
+                    self.strides[1] == 1
+                        && self.dst_layout == Layout::Nchw4c
+                        && self.pool.is_none()
+                        && tile_posts
+                        && small
+                } else {
+                    whole_groups && tile_posts && small
+                }
             }
             ConvAlgo::WinogradF4x3 => {
                 // A chunk of output channels must be whole wide vectors, and the tile's two
@@ -349,6 +359,16 @@ impl ConvDesc {
             }
         };
         if fits { engine } else { Isa::X128 }
+    }
+
+    /// Whether each output channel reduces over its own input channel alone: a depthwise
+    /// convolution (one input and one output channel per group) on an `nChw4c` source, whose
+    /// blocks of four channels are then the input vectors of lane-wise FMAs.
+    pub fn lanewise(&self) -> bool {
+        self.groups > 1
+            && self.groups == self.ic
+            && self.groups == self.oc
+            && self.src_layout == Layout::Nchw4c
     }
 
     /// The source's row pitch in pixels: its own, or the width when dense.

@@ -571,11 +571,9 @@ impl ConvPlan {
             Layout::Nchw4c => LANES,
         };
         let ic_padded = d.ic.div_ceil(ic_step) * ic_step;
-        let lanewise = Self::is_lanewise(d);
+        let lanewise = d.lanewise();
         let (vecs, pixel_tile) = match Self::wide_tile(d, oc_blocks) {
-            // One accumulator per pixel, a weight vector and an input vector: 14 of the 16
-            // registers, as the broadcast tiles'.
-            _ if lanewise => (1, 10),
+            _ if lanewise => (1, Self::lanewise_pixels(d.isa)),
             Some(tile) => tile,
             None => {
                 let vecs = Self::oc_vectors(d, oc_blocks, ic_padded);
@@ -643,11 +641,23 @@ impl ConvPlan {
         plan
     }
 
-    /// Whether a convolution takes the lane-wise reduction ([`ConvPlan::lanewise`]): one
-    /// input and one output channel per group, on an `nChw4c` source, whose blocks of four
-    /// channels are then the tiles' input vectors.
-    fn is_lanewise(d: &ConvDesc) -> bool {
-        d.groups > 1 && d.groups == d.ic && d.groups == d.oc && d.src_layout == Layout::Nchw4c
+    /// Pixels of a lane-wise tile ([`ConvPlan::lanewise`]). At `x128` 10: an accumulator
+    /// per pixel, the weight vector and each FMA's input vector take 12 of the 16 registers,
+    /// which leaves the allocator room to rotate the accumulators at the loop's back edge
+    /// (with 12 it spilled three of them there). At a wide tier, 8 wide vectors of
+    /// consecutive pixels (`backend::x64::LanewiseTile`): 8 chains of FMAs, as many as two
+    /// FMA ports of 4 cycles' latency keep busy.
+    fn lanewise_pixels(isa: Isa) -> usize {
+        match isa {
+            Isa::X128 => 10,
+            wide => crate::backend::x64::LANEWISE_VECTORS * (wide.target().lanes / LANES),
+        }
+    }
+
+    /// Consecutive pixels per wide vector of a lane-wise plan at a wide tier, else `None`.
+    pub fn lanewise_ratio(&self) -> Option<usize> {
+        let ratio = self.desc.isa.target().lanes / LANES;
+        (self.lanewise && ratio > 1).then_some(ratio)
     }
 
     /// Input channels per tile in the packed weights: each lane's own at most, for a
@@ -731,6 +741,9 @@ impl ConvPlan {
     /// its tiling is the tier's (`ConvPlan::wide_tile`).
     pub fn wide_ratio(&self) -> Option<usize> {
         let ratio = self.desc.isa.target().lanes / LANES;
+        if self.lanewise {
+            return None;
+        }
         Self::wide_tile(&self.desc, self.desc.oc.div_ceil(LANES))
             .filter(|&(vecs, _)| vecs == self.vecs)
             .map(|_| ratio)

@@ -65,9 +65,17 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     let mut grouped = blocked(ConvDesc::new(1, 64, [7, 12], 64, [3, 3]));
     grouped.groups = 2;
     grouped.pads = Pads::uniform(1);
+    // Depthwise, lane-wise: wide vectors of consecutive pixels, with a bias, a residual and a
+    // clip, rows of 3 wide tiles and a remainder.
+    let mut depthwise = blocked(ConvDesc::new(1, 24, [6, 53], 24, [3, 3]));
+    depthwise.groups = 24;
+    depthwise.pads = Pads::uniform(1);
+    depthwise.bias = true;
+    depthwise.post_ops = vec![PostOpDesc::Add, PostOpDesc::Clip { lo: 0.0, hi: 6.0 }];
     vec![
         ("3x3", c3),
         ("grouped", grouped),
+        ("depthwise", depthwise),
         ("1x1 strided", c1),
         ("3x3 strided", strided),
         ("7x7 stem with a fused pool", stem),
@@ -169,7 +177,23 @@ fn every_family_emits_its_tiers_instruction_forms_on_every_host() {
             let k = compile(&key, verified(), Dumps::default())
                 .unwrap_or_else(|e| panic!("{name} at {isa}: {e}"));
             let masked = assert_tier_code(name, isa, &k);
-            let tail = !d.oc.div_ceil(4).is_multiple_of(4);
+            // A lane-wise tile's vectors are pixels of one block: never a tail of channels.
+            let tail = !d.lanewise() && !d.oc.div_ceil(4).is_multiple_of(4);
+            if d.lanewise() {
+                // Its weights and bias: a block of four repeated across the vector.
+                let repeat = match isa {
+                    Isa::Avx2 => Mnemonic::Vbroadcastf128,
+                    _ => Mnemonic::Vbroadcastf32x4,
+                };
+                let tiles = k
+                    .tiles()
+                    .iter()
+                    .flat_map(|r| decode(&k.code()[r.clone()], 0));
+                assert!(
+                    tiles.into_iter().any(|i| i.mnemonic() == repeat),
+                    "{name} at {isa}"
+                );
+            }
             assert_eq!(
                 masked,
                 isa == Isa::Avx512 && tail,
@@ -290,14 +314,17 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
     assert_eq!(plain.tier_for(Isa::Avx512), Isa::Avx512);
     let huge = ConvDesc::new(1, 4096, [2048, 2048], 64, [2048, 2048]);
     assert_eq!(huge.tier_for(Isa::Avx2), Isa::X128);
-    // Groups of 16 output channels fill two `ymm`, not two `zmm`; groups of 8 neither, and
-    // a depthwise conv keeps its lane-wise 128-bit tiles.
+    // Groups of 16 output channels fill two `ymm`, not two `zmm`; groups of 8 neither.
     let mut grouped = plain.clone();
     grouped.groups = 4;
     assert_eq!(grouped.tier_for(Isa::Avx2), Isa::Avx2);
     assert_eq!(grouped.tier_for(Isa::Avx512), Isa::X128);
-    grouped.groups = 64;
-    assert_eq!(grouped.tier_for(Isa::Avx2), Isa::X128);
+    // A depthwise conv takes the lane-wise tile at unit stride along rows, not at 2.
+    let mut depthwise = blocked(plain.clone());
+    depthwise.groups = 64;
+    assert_eq!(depthwise.tier_for(Isa::Avx512), Isa::Avx512);
+    depthwise.strides = [1, 2];
+    assert_eq!(depthwise.tier_for(Isa::Avx2), Isa::X128);
     grouped.groups = 8;
     assert_eq!(grouped.tier_for(Isa::Avx2), Isa::X128);
     // A key forced to a tier that does not cover it is refused, not miscompiled.

@@ -861,6 +861,75 @@ proptest! {
     }
 }
 
+/// Depthwise problems (`ConvPlan::lanewise`): every channel count of [`CHANNELS`] and
+/// more, an `nChw4c` source, mostly unit stride along rows and an `nChw4c` destination (what
+/// the wide lane-wise tile takes), rows up to 40 pixels (several wide tiles and every
+/// remainder), at every tier the host runs.
+fn depthwise_problem() -> impl Strategy<Value = ConvProblem> {
+    (
+        conv_problem(),
+        prop::sample::select(&[1usize, 3, 4, 5, 8, 12, 16, 17, 24, 36][..]),
+        prop_oneof![3 => Just(1usize), 1 => 2..=3usize],
+        prop_oneof![3 => Just(Layout::Nchw4c), 1 => Just(Layout::Nchw)],
+        prop_oneof![3 => extent(), 1 => 16..=40usize],
+        tier(),
+    )
+        .prop_map(|(mut p, c, sw, dst, iw, isa)| {
+            let d = &mut p.desc;
+            (d.ic, d.oc, d.groups) = (c, c, c);
+            d.src_layout = Layout::Nchw4c;
+            d.dst_layout = dst;
+            d.strides[1] = sw;
+            d.iw = iw;
+            p.desc = p.desc.at_tier(isa);
+            p
+        })
+        .prop_filter("valid conv key", |p| p.key().validate().is_ok())
+}
+
+/// `p`'s output from its own kernel, and from its kernel at x128.
+fn outputs_at_tier_and_x128(p: &ConvProblem) -> (Vec<f32>, Vec<f32>) {
+    let narrow = ConvProblem {
+        desc: ConvDesc {
+            isa: Isa::X128,
+            ..p.desc.clone()
+        },
+        seed: p.seed,
+    };
+    let run = |p: &ConvProblem| {
+        let prim = compile(&p.key()).unwrap_or_else(|e| panic!("{e}"));
+        p.buffers()
+            .execute(&prim, None)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    (run(p), run(&narrow))
+}
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    /// Depthwise convolutions match the reference, and at a wide tier their x128 kernel bit
+    /// for bit: the wide lane-wise tile sums each pixel's taps in the 128-bit tile's order.
+    #[test]
+    fn depthwise_matches_reference_and_its_x128_kernel(p in depthwise_problem()) {
+        p.check()?;
+        let (got, narrow) = outputs_at_tier_and_x128(&p);
+        let same = got.iter().zip(&narrow).all(|(x, y)| x.to_bits() == y.to_bits());
+        prop_assert!(same, "{} differs from its x128 kernel", p.key());
+    }
+
+    /// A runtime-extent depthwise kernel at the problem's extents and at two more.
+    #[test]
+    fn depthwise_runtime_extents_match_exact(
+        p in depthwise_problem(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        check_runtime_extents(&p, rt, &more, rows)?;
+    }
+}
+
 proptest! {
     #![proptest_config(config(48))]
 

@@ -76,20 +76,141 @@ pub struct DirectTile {
     pub finish: TileFinish,
 }
 
+/// A depthwise convolution's register tile at a wide tier (`ConvPlan::lanewise`): `vectors`
+/// accumulators, each `lanes / 4` consecutive output pixels of one block of four channels,
+/// which `nChw4c` stores side by side. Each pixel's sum starts from the bias (or zero) and
+/// adds its taps in the order of `units`, one fused multiply-add each, as the 128-bit
+/// lane-wise tile of `conv::direct` sums it: the bits are the same at every tier.
+///
+/// The tile is called as `fn(src, weights, dst, kh_count, kh_src_step, bias, residuals...)`:
+/// `kh_count` kernel-row trips of `units`, after each of which the source moves by
+/// `kh_src_step` bytes and the weights by `per_kh`. A unit's four weights at `w` bytes from
+/// the trip's, repeated across the vector, multiply the input vector at `x[j]` bytes from the
+/// trip's source for accumulator `j`. Vector `j`'s sums go to `dst + j * vector bytes`, its
+/// residuals' from the same offset.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LanewiseTile {
+    pub isa: Isa,
+    pub vectors: usize,
+    pub units: Vec<TileUnit>,
+    pub per_kh: i64,
+    pub bias: bool,
+    pub posts: Vec<PostOpDesc>,
+}
+
+/// Accumulators of a full lane-wise tile: 8 chains of FMAs keep two FMA ports of 4 cycles'
+/// latency busy.
+pub const LANEWISE_VECTORS: usize = 8;
+
+impl LanewiseTile {
+    /// Registers below the accumulators: the weights (the epilogue's zero), the clip
+    /// bounds and a residual.
+    const FIRST_ACCUMULATOR: usize = 4;
+    const WEIGHTS: usize = 0;
+
+    /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
+    pub fn fits(&self) -> bool {
+        let reach = self.units.iter().flat_map(|u| u.x.iter().chain([&u.w]));
+        self.isa != Isa::X128
+            && self.vectors > 0
+            && Self::FIRST_ACCUMULATOR + self.vectors <= self.isa.target().vector_registers
+            && self.units.iter().all(|u| u.x.len() == self.vectors)
+            && reach
+                .chain([&self.per_kh])
+                .all(|&x| i32::try_from(x).is_ok())
+    }
+
+    /// The tile's machine code, for any address.
+    ///
+    /// # Panics
+    ///
+    /// If the tile does not [`fit`](Self::fits): the lowering's to rule out.
+    pub fn assemble(&self) -> Vec<u8> {
+        assert!(
+            self.fits(),
+            "a wide lane-wise tile that does not fit its tier: {self:?}"
+        );
+        let mut a = Asm::new(self.isa);
+        let vb = self.isa.target().vector_bytes() as i64;
+        let acc = |j: usize| Self::FIRST_ACCUMULATOR + j;
+        for j in 0..self.vectors {
+            if self.bias {
+                a.broadcast_block(acc(j), r9);
+            } else {
+                a.zero(acc(j));
+            }
+        }
+        let mut kh_loop = a.a.create_label();
+        let mut kh_done = a.a.create_label();
+        ok(a.a.test(rcx, rcx));
+        ok(a.a.jz(kh_done));
+        ok(a.a.set_label(&mut kh_loop));
+        for unit in &self.units {
+            a.broadcast_block(Self::WEIGHTS, rsi + disp(unit.w));
+            for (j, &x) in unit.x.iter().enumerate() {
+                a.fma_mem(acc(j), Self::WEIGHTS, rdi + disp(x), Lanes::Full);
+            }
+        }
+        ok(a.a.add(rdi, r8));
+        ok(a.a.add(rsi, i32_of(self.per_kh)));
+        ok(a.a.dec(rcx));
+        ok(a.a.jnz(kh_loop));
+        ok(a.a.set_label(&mut kh_done));
+        // The post-ops as `DirectTile::epilogue` applies them, then the store.
+        const ZERO: usize = 0;
+        const LO: usize = 1;
+        const HI: usize = 2;
+        const RESIDUAL: usize = 3;
+        if self.posts.contains(&PostOpDesc::Relu) {
+            a.zero(ZERO);
+        }
+        for j in 0..self.vectors {
+            let x = acc(j);
+            let mut adds = 0;
+            for post in &self.posts {
+                match *post {
+                    PostOpDesc::Relu => a.max(x, ZERO, x),
+                    PostOpDesc::Clip { lo, hi } => {
+                        a.splat_const(LO, lo);
+                        a.splat_const(HI, hi);
+                        a.max(x, LO, x);
+                        a.min(x, HI, x);
+                    }
+                    PostOpDesc::Add => {
+                        // Residual pointers follow the return address on the stack.
+                        ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds + 1))));
+                        adds += 1;
+                        a.load(RESIDUAL, rax + disp(j as i64 * vb));
+                        a.add(x, x, RESIDUAL);
+                    }
+                    // `ConvDesc::tier_for` keeps every other post-op's key at x128.
+                    ref other => unreachable!("{other} is not a wide tile's post-op"),
+                }
+            }
+            a.store(rdx + disp(j as i64 * vb), x);
+        }
+        ok(a.a.vzeroupper());
+        ok(a.a.ret());
+        a.finish()
+    }
+}
+
 /// Any register tile of the wide tiers, as a kernel's calls name it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WideTile {
     Direct(DirectTile),
     WinogradGemm(GemmTile),
+    Lanewise(LanewiseTile),
 }
 
 impl WideTile {
-    /// The tile's machine code, for any address (see [`DirectTile::assemble`] and
-    /// [`GemmTile::assemble`]).
+    /// The tile's machine code, for any address (see [`DirectTile::assemble`],
+    /// [`GemmTile::assemble`] and [`LanewiseTile::assemble`]).
     pub fn assemble(&self) -> Vec<u8> {
         match self {
             WideTile::Direct(t) => t.assemble(),
             WideTile::WinogradGemm(t) => t.assemble(),
+            WideTile::Lanewise(t) => t.assemble(),
         }
     }
 }
@@ -590,6 +711,18 @@ impl Asm {
             self.a.vbroadcastss(ZMM[r], m)
         } else {
             self.a.vbroadcastss(YMM[r], m)
+        };
+        ok(res);
+    }
+
+    /// Four floats at `m` repeated across register `r`: a block's weights or bias for a
+    /// vector of consecutive pixels.
+    pub(crate) fn broadcast_block(&mut self, r: usize, m: impl Into<AsmMemoryOperand>) {
+        let m = xmmword_ptr(m.into());
+        let res = if self.wide() {
+            self.a.vbroadcastf32x4(ZMM[r], m)
+        } else {
+            self.a.vbroadcastf128(YMM[r], m)
         };
         ok(res);
     }

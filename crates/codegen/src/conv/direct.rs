@@ -23,7 +23,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 use super::apply_post_ops;
-use crate::backend::x64::{DirectTile, TileFinish, TileInit, TileUnit, WideTile};
+use crate::backend::x64::{DirectTile, LanewiseTile, TileFinish, TileInit, TileUnit, WideTile};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{Layout, PostOpDesc};
 use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, LANES};
@@ -769,6 +769,13 @@ fn pixel_tile(
     residuals: &[Value],
     lanes: LaneCounts,
 ) {
+    if let (Some(ratio), Taps::Fixed(kw_taps)) = (plan.lanewise_ratio(), col_taps)
+        && pixels >= ratio
+    {
+        return lanewise_wide_tile(
+            e, plan, pixels, ratio, row_taps, kw_taps, tile, residuals, lanes,
+        );
+    }
     if let (Some(ratio), Taps::Fixed(kw_taps)) = (plan.wide_ratio(), col_taps) {
         return wide_pixel_tile(
             e, plan, pixels, group, row_taps, kw_taps, tile, residuals, ratio,
@@ -1159,6 +1166,92 @@ fn wide_pixel_tile(
             );
         },
     );
+}
+
+/// A lane-wise tile at a wide tier ([`ConvPlan::lanewise_ratio`]): its first whole wide
+/// vectors of `ratio` consecutive pixels as one call of the x64 backend's tile
+/// ([`LanewiseTile`]), the pixels left over in the 128-bit lane-wise tile. Both sum each
+/// pixel's taps in the same order, so a pixel's bits do not depend on which computes it.
+#[allow(clippy::too_many_arguments)]
+fn lanewise_wide_tile(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    pixels: usize,
+    ratio: usize,
+    row_taps: &Taps,
+    kw_taps: &std::ops::Range<usize>,
+    tile: TilePtrs,
+    residuals: &[Value],
+    lanes: LaneCounts,
+) {
+    let d = &plan.desc;
+    debug_assert_eq!(d.strides[1], 1, "wide vectors of consecutive pixels");
+    let f = F32_BYTES;
+    let geo = &Geometry::new(e, plan);
+    let (src_px, dst_px) = (geo.src.pixel * f, geo.dst.pixel * f);
+    let vectors = pixels / ratio;
+    let tile_oc = (plan.vecs * LANES) as i64;
+    let per_kh = d.kw as i64 * tile_oc * f;
+    let units = kw_taps
+        .clone()
+        .map(|kw| TileUnit {
+            w: kw as i64 * tile_oc * f,
+            x: (0..vectors)
+                .map(|j| (kw as i64 * d.dilations[1] as i64 + (j * ratio) as i64) * src_px)
+                .collect(),
+        })
+        .collect();
+    let (kh_first, kh_count) = match row_taps {
+        Taps::Fixed(r) if r.is_empty() => (Scalar::Const(0), Scalar::Const(0)),
+        _ => row_tap_range(e, plan, geo, row_taps),
+    };
+    let kh_src_off = kh_src_offset(e, kh_first, geo.kh_src_step);
+    let kh_w_off = e.mul(kh_first, per_kh);
+    let spec = LanewiseTile {
+        isa: d.isa,
+        vectors,
+        units,
+        per_kh,
+        bias: tile.bias.is_some(),
+        posts: d.post_ops.clone(),
+    };
+    let mut args = vec![
+        e.offset_by(tile.src, kh_src_off, 1),
+        e.offset_by(tile.weights, kh_w_off, 1),
+        tile.dst,
+        e.value(kh_count),
+        e.value(geo.kh_src_step),
+        match tile.bias {
+            Some(b) => b,
+            None => e.iconst(0),
+        },
+    ];
+    args.extend(residuals);
+    e.call_tile(WideTile::Lanewise(spec), &args);
+    let done = vectors * ratio;
+    if done < pixels {
+        let rest = TilePtrs {
+            src: e.offset(tile.src, done as i64 * src_px),
+            dst: e.offset(tile.dst, done as i64 * dst_px),
+            ..tile
+        };
+        let res: Vec<Value> = residuals
+            .iter()
+            .map(|&r| e.offset(r, done as i64 * dst_px))
+            .collect();
+        let cols = Taps::Fixed(kw_taps.clone());
+        pixel_tile(
+            e,
+            plan,
+            pixels - done,
+            1,
+            row_taps,
+            &cols,
+            rest,
+            &res,
+            lanes,
+        );
+    }
 }
 
 /// Loads the partial sums of a tile of `vecs` output-channel vectors from an `nChw4c`
