@@ -2876,6 +2876,7 @@ fn pitched_problem() -> impl Strategy<Value = (ConvProblem, [usize; 2])> {
             2 => conv_problem(),
             2 => winograd_problem(),
             1 => fused_conv_problem(),
+            1 => depthwise_problem(),
         ],
         (0..=6usize, 0..=6usize),
     )
@@ -2956,8 +2957,8 @@ impl ConvProblem {
 proptest! {
     #![proptest_config(config(64))]
 
-    /// A kernel with row pitches (direct, Winograd, with a fused pool; fixed and runtime
-    /// width) reads and writes only its rows' pixels of guard-page buffers, leaves the pixels
+    /// A kernel with row pitches (direct, Winograd, with a fused pool, depthwise; fixed and
+    /// runtime width) reads and writes only its rows' pixels of guard-page buffers, leaves the pixels
     /// between rows alone (NaN there would reach the result if read), and computes the dense
     /// kernel's result bit for bit.
     #[test]
