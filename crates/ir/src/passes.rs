@@ -24,10 +24,20 @@ pub struct PassReport {
 /// Folds batch-norm into the preceding conv, fuses relu and residual adds into convs, then
 /// max pooling after them.
 pub fn optimize(graph: &mut Graph) -> PassReport {
+    optimize_with(graph, |_, _| true)
+}
+
+/// [`optimize`], fusing a max pool into a conv only where `fuse_pool(graph, conv)` says so
+/// (`conv` as it is before the pool joins it): a caller that runs some convs by an algorithm
+/// that takes no fused pool (Winograd) keeps their pools nodes of their own.
+pub fn optimize_with(
+    graph: &mut Graph,
+    fuse_pool: impl FnMut(&Graph, &Conv2d) -> bool,
+) -> PassReport {
     let folded_batchnorms = fold_batchnorm(graph);
     let (fused_relus, fused_adds) = fuse_post_ops(graph);
     // Last: a fused pool must be the conv's last post-op, so nothing can be fused after it.
-    let fused_pools = fuse_pools(graph);
+    let fused_pools = fuse_pools_where(graph, fuse_pool);
     PassReport {
         folded_batchnorms,
         fused_relus,
@@ -209,6 +219,11 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
 /// full-resolution output is never stored. Average pooling is left alone. Returns how many
 /// pools were fused.
 pub fn fuse_pools(graph: &mut Graph) -> usize {
+    fuse_pools_where(graph, |_, _| true)
+}
+
+/// [`fuse_pools`], for the convs `fuse(graph, conv)` accepts.
+pub fn fuse_pools_where(graph: &mut Graph, mut fuse: impl FnMut(&Graph, &Conv2d) -> bool) -> usize {
     merge_sole_readers(graph, |graph, mut conv, _, reader| {
         // A pool must be the last post-op, so a conv that ends in one takes no other. A
         // residual is read at full resolution anyway, so fusing the pool after it would not
@@ -223,7 +238,7 @@ pub fn fuse_pools(graph: &mut Graph) -> usize {
         let Op::Pool2d(pool) = &graph.nodes[reader].op else {
             return None;
         };
-        if pool.kind != PoolKind::Max {
+        if pool.kind != PoolKind::Max || !fuse(graph, &conv) {
             return None;
         }
         conv.post_ops.push(PostOp::MaxPool(pool.window));
@@ -362,6 +377,20 @@ mod tests {
         assert!(text.contains("output pooled = %conv1"), "{text}");
         assert!(g.node_by_name("maxpool").is_none(), "{text}");
         g.verify().unwrap();
+    }
+
+    #[test]
+    fn keeps_the_pools_the_caller_keeps() {
+        let mut g = parse(STEM).unwrap();
+        let mut asked = Vec::new();
+        let report = optimize_with(&mut g, |_, conv| {
+            asked.push(conv.post_ops.clone());
+            false
+        });
+        // Asked once, about the conv with its relu and without the pool.
+        assert_eq!(asked, [vec![PostOp::Relu]]);
+        assert_eq!((report.fused_relus, report.fused_pools), (1, 0));
+        assert!(g.node_by_name("maxpool").is_some());
     }
 
     #[test]
