@@ -127,3 +127,72 @@ fn dynamic_winograd_keys_do_not_depend_on_the_width() {
         .collect();
     assert_eq!(distinct.len(), distinct_direct.len());
 }
+
+/// A 3x3 conv that takes Winograd keeps the max pool after it a node of its own (Winograd
+/// fuses no pool, and gains more than the fusion would); under `direct` the pool fuses.
+/// Both runs match the reference.
+#[test]
+fn a_winograd_conv_keeps_its_max_pool_apart() {
+    use primjit_ir::{Params, Tensor};
+    use primjit_runtime::{CompiledGraph, Engine, EngineConfig, Workspace};
+    let text = "graph g {
+  input %x: f32[1, 3, 9, 14]
+  param @w1: f32[16, 3, 1, 1]
+  param @w3: f32[16, 16, 3, 3]
+  %a = conv2d(%x, @w1)
+  %b = conv2d(%a, @w3, pads=[1, 1, 1, 1], post=[relu])
+  %p = maxpool2d(%b, kernel=[2, 2], strides=[2, 2])
+  output y = %p
+}
+";
+    let graph = parse(text).expect("parses");
+    let params = Params::random(&graph, 3);
+    let x = Tensor {
+        shape: vec![1, 3, 9, 14],
+        data: (0..3 * 9 * 14)
+            .map(|i| (i % 17) as f32 / 8.0 - 1.0)
+            .collect(),
+    };
+    let want = primjit_reference::run_graph(&graph, &params, &[("x", &x)])
+        .expect("reference")
+        .remove(0)
+        .1;
+    let engine = Engine::new(EngineConfig {
+        threads: 1,
+        ..EngineConfig::default()
+    })
+    .expect("engine");
+    for (choice, algos) in [
+        (
+            ConvAlgoChoice::Auto,
+            vec![Some(ConvAlgo::Direct), Some(ConvAlgo::WinogradF4x3), None],
+        ),
+        (
+            ConvAlgoChoice::Direct,
+            vec![Some(ConvAlgo::Direct), Some(ConvAlgo::Direct)],
+        ),
+    ] {
+        let model = CompiledGraph::with_conv_algo(&graph, &params, choice).expect("compiles");
+        let (mut out, stats) = model
+            .run(&engine, &[("x", &x)], &mut Workspace::new())
+            .expect("runs");
+        let keys: Vec<&PrimitiveKey> = stats.nodes.iter().map(|n| n.primitive.key()).collect();
+        assert_eq!(
+            keys.iter().map(|k| algo(k)).collect::<Vec<_>>(),
+            algos,
+            "{choice}"
+        );
+        let fused = keys
+            .iter()
+            .any(|k| matches!(k, PrimitiveKey::Conv(d) if d.pool.is_some()));
+        assert_eq!(fused, choice == ConvAlgoChoice::Direct, "{choice}");
+        let got = out.remove(0).1;
+        assert_eq!(got.shape, want.shape);
+        for (g, w) in got.data.iter().zip(&want.data) {
+            assert!(
+                (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                "{choice}: {g} against {w}"
+            );
+        }
+    }
+}
