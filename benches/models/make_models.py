@@ -33,6 +33,8 @@ class Net(FamilyNet):
         y = self.bn(self.conv(x, name + ".conv", cin, cout, k, stride, group), name + ".bn", cout)
         if act == "relu":
             return self.node("Relu", [y], name + ".relu")
+        if act == "hardswish":
+            return self.node("HardSwish", [y], name + ".hardswish")
         if act == "relu6":
             lo = self.param(name + ".min", np.array(0.0))
             hi = self.param(name + ".max", np.array(6.0))
@@ -87,23 +89,25 @@ def resnet(blocks, bottleneck, name, groups=1, group_width=64):
     return n.model(name, n.head(x, cin))
 
 
-def mobilenet_v2():
+def mobilenet_v2(act="relu6", name="mobilenet_v2"):
+    """MobileNetV2; with `act="hardswish"`, its ReLU6s are HardSwish, as MobileNetV3 and
+    PP-LCNet have them."""
     n = Net(2)
-    x, cin = n.cbr("x", "features.0", 3, 32, 3, 2, act="relu6"), 32
+    x, cin = n.cbr("x", "features.0", 3, 32, 3, 2, act=act), 32
     i = 1
     for t, c, reps, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
                           (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
         for r in range(reps):
             p = f"features.{i}"
             hidden = cin * t
-            y = x if t == 1 else n.cbr(x, p + ".expand", cin, hidden, 1, act="relu6")
+            y = x if t == 1 else n.cbr(x, p + ".expand", cin, hidden, 1, act=act)
             y = n.cbr(y, p + ".dw", hidden, hidden, 3, s if r == 0 else 1, group=hidden,
-                      act="relu6")
+                      act=act)
             y = n.cbr(y, p + ".project", hidden, c, 1, act=None)
             x = n.node("Add", [y, x], p + ".add") if (r > 0 or s == 1) and cin == c else y
             cin, i = c, i + 1
-    x = n.cbr(x, "features.18", cin, 1280, 1, act="relu6")
-    return n.model("mobilenet_v2", n.head(x, 1280))
+    x = n.cbr(x, "features.18", cin, 1280, 1, act=act)
+    return n.model(name, n.head(x, 1280))
 
 
 def crnn():
@@ -134,7 +138,8 @@ if __name__ == "__main__":
                     ("resnet50", resnet([3, 4, 6, 3], True, "resnet50")),
                     ("resnext50_32x4d", resnet([3, 4, 6, 3], True, "resnext50_32x4d", 32, 4)),
                     ("crnn", crnn()),
-                    ("mobilenet_v2", mobilenet_v2())]:
+                    ("mobilenet_v2", mobilenet_v2()),
+                    ("mobilenet_v2_hardswish", mobilenet_v2("hardswish", "mobilenet_v2_hardswish"))]:
         path = os.path.join(out, name + ".onnx")
         onnx.save(m, path)
         print(path, os.path.getsize(path), "bytes")

@@ -301,20 +301,18 @@ impl ConvDesc {
     }
 
     /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
-    /// a direct convolution without groups whose post-ops the wide register tile computes
-    /// (`backend::x64::DirectTile`), and for a Winograd convolution whose output-channel
-    /// chunks are whole wide vectors (`backend::x64::GemmTile`; its transforms and post-ops
-    /// stay 128-bit Cranelift code); `x128` for the others until theirs land.
+    /// a direct convolution, ungrouped or whose groups fill the wide tile
+    /// (`backend::x64::DirectTile`), or depthwise at unit stride along rows
+    /// (`backend::x64::LanewiseTile`), and for a Winograd convolution whose output-channel
+    /// chunks are whole wide vectors (`backend::x64::GemmTile`; its transforms stay 128-bit
+    /// Cranelift code); `x128` for the others. Post-ops a wide tile does not compute (the
+    /// activations) are applied by Cranelift code to its stored outputs.
     pub fn tier_for(&self, engine: Isa) -> Isa {
         if engine == Isa::X128 {
             return Isa::X128;
         }
         let fits = match self.algo {
             ConvAlgo::Direct => {
-                let tile_posts = self
-                    .post_ops
-                    .iter()
-                    .all(crate::backend::x64::DirectTile::supports);
                 // The tile addresses weights and inputs by 32-bit displacements: keys whose
                 // weights or a row's reach do not fit them (kernels of thousands of taps) keep
                 // x128 code.
@@ -341,10 +339,9 @@ impl ConvDesc {
                     self.strides[1] == 1
                         && self.dst_layout == Layout::Nchw4c
                         && self.pool.is_none()
-                        && tile_posts
                         && small
                 } else {
-                    whole_groups && tile_posts && small
+                    whole_groups && small
                 }
             }
             ConvAlgo::WinogradF4x3 => {

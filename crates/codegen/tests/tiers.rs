@@ -7,7 +7,7 @@
 
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 use primjit_codegen::{
-    CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps, Isa, Layout, PostOpDesc,
+    Activation, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps, Isa, Layout, PostOpDesc,
     PrimitiveKey, compile,
 };
 use primjit_ir::{Pads, PoolWindow};
@@ -62,9 +62,11 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     five.bias = true;
     five.post_ops = vec![PostOpDesc::Relu];
     // Groups of 32 channels: at avx2 two tiles per group share its input channels.
+    // Its HardSwish is applied by Cranelift code to the tile's stored outputs.
     let mut grouped = blocked(ConvDesc::new(1, 64, [7, 12], 64, [3, 3]));
     grouped.groups = 2;
     grouped.pads = Pads::uniform(1);
+    grouped.post_ops = vec![PostOpDesc::Relu, PostOpDesc::Act(Activation::HardSwish)];
     // Depthwise, lane-wise: wide vectors of consecutive pixels, with a bias, a residual and a
     // clip, rows of 3 wide tiles and a remainder.
     let mut depthwise = blocked(ConvDesc::new(1, 24, [6, 53], 24, [3, 3]));

@@ -441,8 +441,10 @@ proptest! {
         (src_layout, dst_layout) in (layout(), layout()),
         winograd in any::<bool>(),
         seed in any::<u64>(),
+        isa in prop::sample::select(primjit_codegen::Isa::host_tiers()),
     ) {
-        // Winograd's output transform applies the post-ops too (3x3, nChw4c in and out).
+        // Winograd's output transform applies the post-ops too (3x3, nChw4c in and out). At
+        // a wide tier the tile stores its sums and Cranelift code applies the activation.
         let winograd = winograd && k == 3;
         let (src_layout, dst_layout) = if winograd {
             (Layout::Nchw4c, Layout::Nchw4c)
@@ -462,6 +464,7 @@ proptest! {
         if winograd {
             d.algo = ConvAlgo::WinogradF4x3;
         }
+        d.isa = d.tier_for(isa);
         let key = PrimitiveKey::Conv(d.clone());
         key.validate().unwrap();
         let p = compile(&key);

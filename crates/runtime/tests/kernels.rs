@@ -67,8 +67,9 @@ use primjit_codegen::conv::winograd::WinogradPlan;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::plan::AxisPlan;
 use primjit_codegen::{
-    CHUNK_WEIGHT_BYTES, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, FmaPattern,
-    GlobalPoolDesc, Isa, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey,
+    Activation, CHUNK_WEIGHT_BYTES, ConvAlgo, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
+    FmaPattern, GlobalPoolDesc, Isa, Layout, Pitches, PoolDesc, PoolWindow, PostOpDesc,
+    PrimitiveKey,
 };
 use primjit_reference::{ConvAttrs, Pads, PoolAttrs, PoolKind, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -927,6 +928,43 @@ proptest! {
         rows in (any::<Index>(), any::<Index>()),
     ) {
         check_runtime_extents(&p, rt, &more, rows)?;
+    }
+}
+
+/// An activation post-op the x64 backend's tiles do not compute.
+fn activation_post_op() -> impl Strategy<Value = PostOpDesc> {
+    prop_oneof![
+        Just(Activation::HardSwish),
+        Just(Activation::Sigmoid),
+        Just(Activation::Silu),
+        (0.0f32..1.0).prop_map(|alpha| Activation::LeakyRelu { alpha }),
+    ]
+    .prop_map(PostOpDesc::Act)
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// At a wide tier, a conv (dense, grouped or depthwise) whose post-ops include an
+    /// activation applies the post-ops before it in the wide tile's registers and the rest,
+    /// from the activation on, to the tile's stored outputs: bit for bit the x128 kernel's,
+    /// which applies them all in registers (and which `eltwise.rs` checks against the
+    /// reference).
+    #[test]
+    fn activation_post_ops_at_a_wide_tier_match_x128(
+        p in prop_oneof![conv_problem(), depthwise_problem()],
+        act in activation_post_op(),
+        at in any::<Index>(),
+        isa in tier(),
+    ) {
+        let mut p = p;
+        let posts = &mut p.desc.post_ops;
+        posts.insert(at.index(posts.len() + 1), act);
+        p.desc = p.desc.at_tier(isa);
+        prop_assume!(p.key().validate().is_ok());
+        let (got, narrow) = outputs_at_tier_and_x128(&p);
+        let same = got.iter().zip(&narrow).all(|(x, y)| x.to_bits() == y.to_bits());
+        prop_assert!(same, "{} differs from its x128 kernel", p.key());
     }
 }
 

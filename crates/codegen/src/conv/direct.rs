@@ -1125,6 +1125,8 @@ fn wide_pixel_tile(
             finish,
         })
     };
+    let (tile_posts, rest) = split_post_ops(&d.post_ops);
+    let tile_residuals = tile_posts.iter().filter(|p| **p == PostOpDesc::Add).count();
     let mut args = vec![
         e.offset_by(tile.src, kh_src_off, 1),
         e.offset_by(tile.weights, kh_w_off, 1),
@@ -1138,15 +1140,20 @@ fn wide_pixel_tile(
             None => e.iconst(0),
         },
     ];
-    args.extend(residuals);
+    args.extend(&residuals[..tile_residuals]);
     let start = if tile.bias.is_some() {
         TileInit::Bias
     } else {
         TileInit::Zero
     };
-    let posts = TileFinish::PostOps(d.post_ops.clone());
+    let posts = TileFinish::PostOps(tile_posts.to_vec());
+    let rest_residuals = &residuals[tile_residuals..];
+    let finish = |e: &mut Emit<'_>, call: &dyn Fn(&mut Emit<'_>)| {
+        call(e);
+        post_ops_in_place(e, plan, pixels, blocks, tile.dst, rest_residuals, rest);
+    };
     let Some(chunk) = tile.chunk else {
-        e.call_tile(spec(start, posts), &args);
+        finish(e, &|e| e.call_tile(spec(start, posts.clone()), &args));
         return;
     };
     // Residuals are read only by the last chunk's tile: the others take none.
@@ -1161,7 +1168,11 @@ fn wide_pixel_tile(
                     .icmp_imm_s(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
             e.if_else(
                 last,
-                |e| e.call_tile(spec(TileInit::Partial, posts.clone()), &args),
+                |e| {
+                    finish(e, &|e| {
+                        e.call_tile(spec(TileInit::Partial, posts.clone()), &args)
+                    })
+                },
                 |e| e.call_tile(spec(TileInit::Partial, TileFinish::Partial), partial_args),
             );
         },
@@ -1207,13 +1218,15 @@ fn lanewise_wide_tile(
     };
     let kh_src_off = kh_src_offset(e, kh_first, geo.kh_src_step);
     let kh_w_off = e.mul(kh_first, per_kh);
+    let (tile_posts, rest) = split_post_ops(&d.post_ops);
+    let tile_residuals = tile_posts.iter().filter(|p| **p == PostOpDesc::Add).count();
     let spec = LanewiseTile {
         isa: d.isa,
         vectors,
         units,
         per_kh,
         bias: tile.bias.is_some(),
-        posts: d.post_ops.clone(),
+        posts: tile_posts.to_vec(),
     };
     let mut args = vec![
         e.offset_by(tile.src, kh_src_off, 1),
@@ -1226,9 +1239,11 @@ fn lanewise_wide_tile(
             None => e.iconst(0),
         },
     ];
-    args.extend(residuals);
+    args.extend(&residuals[..tile_residuals]);
     e.call_tile(WideTile::Lanewise(spec), &args);
     let done = vectors * ratio;
+    let rest_residuals = &residuals[tile_residuals..];
+    post_ops_in_place(e, plan, done, 1, tile.dst, rest_residuals, rest);
     if done < pixels {
         let rest = TilePtrs {
             src: e.offset(tile.src, done as i64 * src_px),
@@ -1251,6 +1266,53 @@ fn lanewise_wide_tile(
             &res,
             lanes,
         );
+    }
+}
+
+/// The post-ops a wide tile applies in its registers, up to the first it does not compute
+/// (an activation), and the rest, which [`post_ops_in_place`] applies after it.
+fn split_post_ops(posts: &[PostOpDesc]) -> (&[PostOpDesc], &[PostOpDesc]) {
+    let tile = posts
+        .iter()
+        .position(|p| !DirectTile::supports(p))
+        .unwrap_or(posts.len());
+    posts.split_at(tile)
+}
+
+/// Applies `posts` to the `pixels` x `blocks` vectors a wide tile stored at `dst` (an `nChw4c`
+/// destination), 128 bits at a time, in their order, each residual's vector read at the
+/// same place: the post-ops a wide tile leaves to Cranelift ([`split_post_ops`]). The tile
+/// stored its sums unchanged by rounding, so the results are the x128 epilogue's bits.
+fn post_ops_in_place(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    pixels: usize,
+    blocks: usize,
+    dst: Value,
+    residuals: &[Value],
+    posts: &[PostOpDesc],
+) {
+    if posts.is_empty() {
+        return;
+    }
+    let geo = Geometry::new(e, plan);
+    let at = |e: &mut Emit<'_>, base: Value, b: usize, p: usize| -> (Value, i64) {
+        let px = p as i64 * geo.dst.pixel * F32_BYTES;
+        match geo.dst_block_bytes {
+            Scalar::Const(bytes) => (base, b as i64 * bytes + px),
+            block => (e.offset_by(base, block, b as i64), px),
+        }
+    };
+    for b in 0..blocks {
+        for p in 0..pixels {
+            let (d, off) = at(e, dst, b, p);
+            let x = e.load_vec(d, off);
+            let x = apply_post_ops(e, posts, x, None, |e, i| {
+                let (r, off) = at(e, residuals[i], b, p);
+                e.load_vec(r, off)
+            });
+            e.store_vec(x, d, off);
+        }
     }
 }
 
