@@ -637,10 +637,12 @@ impl ConvPlan {
             dst_rows: None,
             lanewise,
         };
-        // A lane-wise tile reads only its own block's plane, so tiles outer stream one plane
-        // at a time where rows outer would visit every plane per row: MobileNetV2's depthwise
-        // layers took 0.54-0.88x the time (`bench-op --model`, 4 rounds alternated, Zen3).
-        plan.rows_outer = !lanewise && Self::weights_allow_rows_outer(plan.packed_weights_len());
+        // A grouped tile reads only its group's planes, so tiles outer stream them one group
+        // at a time, where rows outer would visit every plane per row: MobileNetV2's depthwise
+        // layers took 0.54-0.88x the time, ResNeXt50's grouped ones 0.89-0.99x (`bench-op
+        // --model`, 3-4 rounds alternated, Zen3).
+        plan.rows_outer =
+            d.groups == 1 && Self::weights_allow_rows_outer(plan.packed_weights_len());
         plan
     }
 
