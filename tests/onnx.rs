@@ -275,7 +275,8 @@ fn model_families_match_onnxruntime() {
 /// SqueezeNet fire module, a VGG classifier head over a 3x3 image, the other activations, a
 /// ShuffleNetV2 unit (split, channel shuffle, slice), an Inception block, and a
 /// 32xW line recognizer at three widths from one import, an FCN/DeepLab head resized to its
-/// input's size and an FPN top-down step, each at three sizes from one import. Each runs with exact keys and with
+/// input's size, an FPN top-down step and torchvision's LR-ASPP head, each at three sizes
+/// from one import. Each runs with exact keys and with
 /// runtime extents (`dynamic`), within 1e-4 of the largest output of onnxruntime's.
 #[test]
 fn zoo_blocks_match_onnxruntime() {
@@ -294,6 +295,7 @@ fn zoo_blocks_match_onnxruntime() {
         ("recognizer", &[".w64", ".w100", ".w160"]),
         ("fcn", &[".16x20", ".13x9", ".32x24"]),
         ("fpn", &[".16x24", ".20x12", ".8x8"]),
+        ("lraspp", &[".32x48", ".40x24", ".27x37"]),
     ];
     for (block, runs) in cases {
         let imported = import_file(&dir.join(format!("{block}.onnx")))
@@ -322,6 +324,13 @@ fn zoo_blocks_match_onnxruntime() {
                     "{text}"
                 );
                 assert_eq!(text.matches("mode=linear").count(), 2, "{text}");
+            }
+            // The gate's Mul broadcasts a [N, C, 1, 1] value; both resizes take their sizes
+            // from the symbolic extents.
+            "lraspp" => {
+                assert_eq!(imported.graph.symbols(), ["H", "W"], "{text}");
+                assert_eq!(text.matches("mode=linear").count(), 2, "{text}");
+                assert!(text.contains("global_avgpool("), "{text}");
             }
             _ => {}
         }

@@ -42,6 +42,11 @@ training-free exports without constant folding. Every model takes a batch of 2.
   full-resolution lateral, `x.shape[-2:]` as a Slice of Shape, and concatenated with it.
   Symbolic H and W (multiples of 4, for the x2 upsampling to meet its lateral), run at
   three sizes (fpn.HxW.*.npy).
+- lraspp: torchvision's LR-ASPP segmentation head over a small backbone: the high features
+  (stride 16) through a 1x1 conv, BN and ReLU, gated by their global average pool, a 1x1
+  conv and a Sigmoid (Mul), resized bilinearly to the low features' size (stride 8), the two
+  classifiers' sum, resized to the input's size. Symbolic H and W, run at three sizes
+  (lraspp.HxW.*.npy), one of them odd.
 - recognizer: a 32xW text-line recognizer block in PP-LCNet's style: a stride-2 stem with
   HardSwish, depthwise-separable blocks with HardSwish and SE (HardSigmoid gate), run at
   widths 64, 100 and 160.
@@ -332,6 +337,32 @@ def fpn():
     return m, [(2, 3, h, w) for h, w in ((16, 24), (20, 12), (8, 8))]
 
 
+def lraspp():
+    """torchvision's LR-ASPP head over a small backbone (low features at stride 8, high at 16)."""
+    n = Net(31)
+    x = n.node("Relu", [n.bn(n.conv("x", "backbone.0", 3, 8, 3, 2), "backbone.0.bn", 8)], "backbone.0.relu")
+    x = n.node("Relu", [n.conv(x, "backbone.1", 8, 8, 3, 2, bias=True)], "backbone.1.relu")
+    low = n.hswish(n.bn(n.conv(x, "backbone.2", 8, 12, 3, 2), "backbone.2.bn", 12), "backbone.2.act")
+    high = n.hswish(n.conv(low, "backbone.3", 12, 16, 3, 2, bias=True), "backbone.3.act")
+    cbr = n.node("Relu", [n.bn(n.conv(high, "head.cbr", 16, 8, 1), "head.cbr.bn", 8)], "head.cbr.relu")
+    scale = n.node("GlobalAveragePool", [high], "head.scale.pool")
+    scale = n.node("Sigmoid", [n.conv(scale, "head.scale.conv", 16, 8, 1)], "head.scale.sigmoid")
+    x = n.node("Mul", [cbr, scale], "head.mul")
+    nc = shape_slice(n, x, 0, 2, "head.up.nc")
+    hw = shape_slice(n, low, -2, 2**63 - 1, "head.up.hw")
+    sizes = n.node("Concat", [nc, hw], "head.up.sizes", axis=0)
+    x = n.node("Resize", [x, "", "", sizes], "head.up", mode="linear",
+               coordinate_transformation_mode="half_pixel")
+    x = n.node("Add", [n.conv(low, "head.low_classifier", 12, 5, 1, bias=True),
+                       n.conv(x, "head.high_classifier", 8, 5, 1, bias=True)], "head.add")
+    nc = shape_slice(n, x, 0, 2, "out.nc")
+    sizes = n.node("Concat", [nc, shape_hw(n, "x", "out.hw")], "out.sizes", axis=0)
+    out = n.node("Resize", [x, "", "", sizes], "out", mode="linear",
+                 coordinate_transformation_mode="pytorch_half_pixel")
+    m = n.model("lraspp", 3, out, [2, 5, "H", "W"], [2, 3, "H", "W"])
+    return m, [(2, 3, h, w) for h, w in ((32, 48), (40, 24), (27, 37))]
+
+
 def run(m, shape, seed):
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -354,11 +385,12 @@ def sized(make, seed):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    # `make_zoo.py fcn fpn` builds those alone.
+    # `make_zoo.py fcn fpn lraspp` builds those alone.
     only = sys.argv[1:]
     if only:
         for name in only:
-            sized({"fcn": fcn, "fpn": fpn}[name], {"fcn": 300, "fpn": 400}[name])
+            makers = {"fcn": (fcn, 300), "fpn": (fpn, 400), "lraspp": (lraspp, 500)}
+            sized(*makers[name])
         return
     for i, make in enumerate([mbv3, mbconv, densenet, fire, vgg_head, acts, shufflenet, inception]):
         m, shape = make()
@@ -378,6 +410,7 @@ def main():
         print("recognizer", x.shape, "->", y.shape)
     sized(fcn, 300)
     sized(fpn, 400)
+    sized(lraspp, 500)
 
 
 if __name__ == "__main__":
