@@ -21,7 +21,7 @@ use primjit_codegen::{
     SelectDesc,
 };
 use primjit_ir::{
-    Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, ResizeSize, Shapes, Tensor,
+    Bindings, Graph, GraphParams, Node, Op, ParamError, Params, PostOp, ResizeSize, Shapes, Tensor,
     Value, VerifyError, infer_shapes, passes,
 };
 
@@ -560,28 +560,14 @@ impl CompiledGraph {
         };
 
         // Values in nChw4c buffers; graph inputs are read from the caller's tensors, and get a
-        // blocked copy only where an op needs one (element-wise operands, residuals).
-        let mut live_bytes = 0usize;
-        let mut stats = RunStats::default();
+        // blocked copy only where an op needs one.
         let input_tensor = |v: Value| -> Option<TensorView<'_>> {
             let name = self.graph.value_name(v);
             inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
         };
+        let mut live_bytes = 0usize;
         for input in self.graph.inputs() {
-            let needs_blocked = self.graph.nodes().any(|(_, n)| match &n.op {
-                Op::Relu { input: x } => *x == input.value,
-                Op::Add { lhs, rhs } => *lhs == input.value || *rhs == input.value,
-                Op::Conv2d(c) => c.post_ops.contains(&PostOp::Add(input.value)),
-                Op::Act { .. }
-                | Op::PRelu { .. }
-                | Op::Binary { .. }
-                | Op::Concat { .. }
-                | Op::SelectChannels { .. } => n.op.value_operands().contains(&input.value),
-                // Only the resized value is read; the one whose extents it takes is not.
-                Op::Resize(r) => r.input == input.value,
-                _ => false,
-            }) || self.graph.outputs().iter().any(|(_, v)| *v == input.value);
-            if needs_blocked {
+            if self.needs_blocked(input.value) {
                 let t = input_tensor(input.value).expect("bound inputs are present");
                 let s = shape4(input.value);
                 let mut buf = take(workspace, Layout::Nchw4c.buffer_len(s))?;
@@ -592,7 +578,10 @@ impl CompiledGraph {
                 blocked[input.value.index()] = Some(buf);
             }
         }
-        stats.peak_activation_bytes = live_bytes;
+        let mut stats = RunStats {
+            peak_activation_bytes: live_bytes,
+            ..RunStats::default()
+        };
 
         // The leading convolutions in bands, when the image is wider than one: their calls'
         // kernels, and the other nodes', are all known before the first runs, so that the
@@ -636,199 +625,21 @@ impl CompiledGraph {
             workspace.trim_to_budget(engine.workspace_config().budget);
         }
 
-        for (i, ((_, node), (name, key))) in self.graph.nodes().zip(&keys).enumerate() {
-            if i < streamed {
-                continue;
-            }
-            let primitive = engine.compile(key)?;
-            let out_len = Layout::Nchw4c.buffer_len(shape4(node.result));
-            // A conv writes over its residual when nothing reads the residual after it (planned
-            // in `new`), its kernel allows it, and the residual has a buffer of the output's
-            // length; the residual's buffer then becomes the output's.
-            let over_residual = self.overwrites[i]
-                .filter(|_| self.in_place && primitive.residual_in_place())
-                .filter(|r| {
-                    blocked[r.index()]
-                        .as_ref()
-                        .is_some_and(|b| b.len() == out_len)
-                });
-            let mut dst = match over_residual {
-                Some(r) => blocked[r.index()].take().expect("checked above"),
-                None => {
-                    let dst = take(workspace, out_len)?;
-                    live_bytes += out_len * 4;
-                    dst
-                }
-            };
-            stats.peak_activation_bytes = stats.peak_activation_bytes.max(live_bytes);
-            let src_of = |v: Value| -> &[f32] {
-                match (&blocked[v.index()], layout_of(&self.graph, v)) {
-                    (_, Layout::Nchw) => input_tensor(v).expect("bound inputs are present").data,
-                    (Some(b), _) => b,
-                    (None, _) => unreachable!("values are computed before use"),
-                }
-            };
-            let blocked_of =
-                |v: Value| -> &[f32] { blocked[v.index()].as_deref().expect("blocked before use") };
-            // A runtime key runs at its input's extents.
-            let extents = match &node.op {
-                Op::Conv2d(c) if key.runtime_dims().any() => Some(c.input),
-                Op::Pool2d(p) if key.runtime_dims().any() => Some(p.input),
-                Op::BatchNorm(bn) if key.runtime_dims().any() => Some(bn.input),
-                Op::Resize(r) if key.runtime_dims().any() => Some(r.input),
-                _ => None,
-            }
-            .map(|v| {
-                let [_, _, h, w] = shape4(v);
-                [h, w]
-            });
-            let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
-                (Some(_), e) => engine.execute_over_residual(&primitive, args, e),
-                (None, Some(e)) => engine.execute_at(&primitive, args, e),
-                (None, None) => engine.execute(&primitive, args),
-            };
-            let start = std::time::Instant::now();
-            let ran = match (&node.op, &self.prepared[i]) {
-                (Op::Conv2d(c), Prepared::Conv { packed, .. }) => {
-                    let residuals: Vec<&[f32]> = c
-                        .post_ops
-                        .iter()
-                        .filter_map(|p| match p {
-                            PostOp::Add(r) if over_residual != Some(*r) => Some(blocked_of(*r)),
-                            _ => None,
-                        })
-                        .collect();
-                    // Per thread: a fused pool's band of the conv's output, or Winograd's
-                    // transformed tiles.
-                    let band = match key {
-                        PrimitiveKey::Conv(d) => {
-                            extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len()
-                        }
-                        _ => 0,
-                    };
-                    let mut scratch = match band {
-                        0 => None,
-                        _ => Some(take(workspace, band * engine.threads())?),
-                    };
-                    let scratch_bytes = scratch.as_ref().map_or(0, |s| s.len() * 4);
-                    stats.peak_activation_bytes =
-                        stats.peak_activation_bytes.max(live_bytes + scratch_bytes);
-                    let ran = execute(ExecArgs {
-                        src: src_of(c.input),
-                        weights: Some(packed.as_slice()),
-                        dst: &mut dst,
-                        extra: &residuals,
-                        scratch: scratch.as_deref_mut(),
-                    });
-                    if let Some(s) = scratch {
-                        workspace.give(s);
-                    }
-                    ran
-                }
-                (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => execute(ExecArgs {
-                    src: src_of(bn.input),
-                    weights: Some(packed.as_slice()),
-                    dst: &mut dst,
-                    extra: &[],
-                    scratch: None,
-                }),
-                (Op::Pool2d(p), _) => execute(ExecArgs {
-                    src: src_of(p.input),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[],
-                    scratch: None,
-                }),
-                (Op::GlobalPool { input, .. }, _) => execute(ExecArgs {
-                    src: src_of(*input),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[],
-                    scratch: None,
-                }),
-                (Op::Relu { input }, _) => execute(ExecArgs {
-                    src: blocked_of(*input),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[],
-                    scratch: None,
-                }),
-                (Op::Add { lhs, rhs }, _) => execute(ExecArgs {
-                    src: blocked_of(*lhs),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[blocked_of(*rhs)],
-                    scratch: None,
-                }),
-                (Op::Act { input, .. }, _) => execute(ExecArgs {
-                    src: blocked_of(*input),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[],
-                    scratch: None,
-                }),
-                (Op::PRelu { input, .. }, Prepared::Slope(slope)) => execute(ExecArgs {
-                    src: blocked_of(*input),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[slope],
-                    scratch: None,
-                }),
-                (Op::Binary { lhs, rhs, .. }, _) => execute(ExecArgs {
-                    src: blocked_of(*lhs),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[blocked_of(*rhs)],
-                    scratch: None,
-                }),
-                (Op::Concat { inputs }, _) => {
-                    let rest: Vec<&[f32]> = inputs[1..].iter().map(|&v| blocked_of(v)).collect();
-                    execute(ExecArgs {
-                        src: blocked_of(inputs[0]),
-                        weights: None,
-                        dst: &mut dst,
-                        extra: &rest,
-                        scratch: None,
-                    })
-                }
-                (Op::SelectChannels { input, .. }, _) => execute(ExecArgs {
-                    src: blocked_of(*input),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[],
-                    scratch: None,
-                }),
-                (Op::Resize(r), _) => execute(ExecArgs {
-                    src: blocked_of(r.input),
-                    weights: None,
-                    dst: &mut dst,
-                    extra: &[],
-                    scratch: None,
-                }),
-                (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Slope(_) | Prepared::Other)
-                | (Op::PRelu { .. }, Prepared::Conv { .. } | Prepared::Other) => {
-                    unreachable!("convs and prelus are prepared")
-                }
-            };
-            // The destination is the value's buffer from here on, also when the call failed,
-            // so that the caller gives it back.
-            blocked[node.result.index()] = Some(dst);
-            ran?;
-            stats.nodes.push(NodeRun {
-                name: name.clone(),
-                call_key: extents.map_or_else(|| key.clone(), |e| key.at(e)),
-                primitive,
-                seconds: start.elapsed().as_secs_f64(),
-            });
-            // Buffers whose value is read for the last time by this node go back.
-            for v in node.op.value_operands() {
-                if self.last_use[v.index()] == i
-                    && let Some(buf) = blocked[v.index()].take()
-                {
-                    live_bytes -= buf.len() * 4;
-                    workspace.give(buf);
-                }
-            }
+        let run_inputs = RunInputs {
+            engine,
+            keys: &keys,
+            shapes: &shapes,
+            inputs,
+        };
+        for (n, _) in self.graph.nodes().skip(streamed) {
+            self.execute_node(
+                n,
+                run_inputs,
+                workspace,
+                blocked,
+                &mut live_bytes,
+                &mut stats,
+            )?;
         }
 
         for ((_, v), out) in self.graph.outputs().iter().zip(outputs) {
@@ -845,6 +656,212 @@ impl CompiledGraph {
             );
         }
         Ok(stats)
+    }
+
+    /// Runs node `n` on whole tensors: its destination from the workspace (or its residual's
+    /// buffer, when it writes over it), its scratch for the call, and back to the workspace the
+    /// buffers of the values it reads for the last time.
+    fn execute_node(
+        &self,
+        n: Node,
+        run: RunInputs<'_>,
+        workspace: &mut Workspace,
+        blocked: &mut [Option<Buffer>],
+        live_bytes: &mut usize,
+        stats: &mut RunStats,
+    ) -> Result<(), GraphError> {
+        let RunInputs {
+            engine,
+            keys,
+            shapes,
+            inputs,
+        } = run;
+        let (i, node) = (n.index(), self.graph.node(n));
+        let (name, key) = &keys[i];
+        let shape4 = |v: Value| -> [usize; 4] {
+            let s = shapes.concrete(v).expect("bound above");
+            [s[0], s[1], s[2], s[3]]
+        };
+        let take = |workspace: &mut Workspace, len: usize| {
+            workspace.take(len).map_err(|e| GraphError::Workspace {
+                bytes: len * 4,
+                message: e.to_string(),
+            })
+        };
+        let input_tensor = |v: Value| -> Option<TensorView<'_>> {
+            let name = self.graph.value_name(v);
+            inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+        };
+        let primitive = engine.compile(key)?;
+        let out_len = Layout::Nchw4c.buffer_len(shape4(node.result));
+        // A conv writes over its residual when nothing reads the residual after it (planned
+        // in `new`), its kernel allows it, and the residual has a buffer of the output's
+        // length; the residual's buffer then becomes the output's.
+        let over_residual = self.overwrites[i]
+            .filter(|_| self.in_place && primitive.residual_in_place())
+            .filter(|r| {
+                blocked[r.index()]
+                    .as_ref()
+                    .is_some_and(|b| b.len() == out_len)
+            });
+        let mut dst = match over_residual {
+            Some(r) => blocked[r.index()].take().expect("checked above"),
+            None => {
+                let dst = take(workspace, out_len)?;
+                *live_bytes += out_len * 4;
+                dst
+            }
+        };
+        stats.peak_activation_bytes = stats.peak_activation_bytes.max(*live_bytes);
+        let src_of = |v: Value| -> &[f32] {
+            match (&blocked[v.index()], layout_of(&self.graph, v)) {
+                (_, Layout::Nchw) => input_tensor(v).expect("bound inputs are present").data,
+                (Some(b), _) => b,
+                (None, _) => unreachable!("values are computed before use"),
+            }
+        };
+        let blocked_of =
+            |v: Value| -> &[f32] { blocked[v.index()].as_deref().expect("blocked before use") };
+        // A runtime key runs at its input's extents.
+        let extents = match &node.op {
+            Op::Conv2d(c) if key.runtime_dims().any() => Some(c.input),
+            Op::Pool2d(p) if key.runtime_dims().any() => Some(p.input),
+            Op::BatchNorm(bn) if key.runtime_dims().any() => Some(bn.input),
+            Op::Resize(r) if key.runtime_dims().any() => Some(r.input),
+            _ => None,
+        }
+        .map(|v| {
+            let [_, _, h, w] = shape4(v);
+            [h, w]
+        });
+        let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
+            (Some(_), e) => engine.execute_over_residual(&primitive, args, e),
+            (None, Some(e)) => engine.execute_at(&primitive, args, e),
+            (None, None) => engine.execute(&primitive, args),
+        };
+        let start = std::time::Instant::now();
+        // Per thread: a fused pool's band of the conv's output, or Winograd's transformed
+        // tiles.
+        let band = match key {
+            PrimitiveKey::Conv(d) => extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len(),
+            _ => 0,
+        };
+        let mut scratch = match band {
+            0 => None,
+            _ => Some(take(workspace, band * engine.threads())?),
+        };
+        let scratch_bytes = scratch.as_ref().map_or(0, |s| s.len() * 4);
+        stats.peak_activation_bytes = stats.peak_activation_bytes.max(*live_bytes + scratch_bytes);
+        let (src, weights, extra) = call_operands(
+            &node.op,
+            &self.prepared[i],
+            over_residual,
+            src_of,
+            blocked_of,
+        );
+        let ran = execute(ExecArgs {
+            src,
+            weights,
+            dst: &mut dst,
+            extra: &extra,
+            scratch: scratch.as_deref_mut(),
+        });
+        if let Some(s) = scratch {
+            workspace.give(s);
+        }
+        // The destination is the value's buffer from here on, also when the call failed,
+        // so that the caller gives it back.
+        blocked[node.result.index()] = Some(dst);
+        ran?;
+        stats.nodes.push(NodeRun {
+            name: name.clone(),
+            call_key: extents.map_or_else(|| key.clone(), |e| key.at(e)),
+            primitive,
+            seconds: start.elapsed().as_secs_f64(),
+        });
+        // Buffers whose value is read for the last time by this node go back.
+        for v in node.op.value_operands() {
+            if self.last_use[v.index()] == i
+                && let Some(buf) = blocked[v.index()].take()
+            {
+                *live_bytes -= buf.len() * 4;
+                workspace.give(buf);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether graph input `input` needs a blocked (`nChw4c`) copy: an op reads it as a
+    /// value's buffer (element-wise operands, residuals, concat, resize), or it is an output.
+    /// Convolutions and pooling read the caller's NCHW data where it lies.
+    fn needs_blocked(&self, input: Value) -> bool {
+        let read_blocked = |op: &Op| match op {
+            Op::Relu { input: x } => *x == input,
+            Op::Add { lhs, rhs } => *lhs == input || *rhs == input,
+            Op::Conv2d(c) => c.post_ops.contains(&PostOp::Add(input)),
+            Op::Act { .. }
+            | Op::PRelu { .. }
+            | Op::Binary { .. }
+            | Op::Concat { .. }
+            | Op::SelectChannels { .. } => op.value_operands().contains(&input),
+            // Only the resized value is read; the one whose extents it takes is not.
+            Op::Resize(r) => r.input == input,
+            _ => false,
+        };
+        self.graph.nodes().any(|(_, n)| read_blocked(&n.op))
+            || self.graph.outputs().iter().any(|(_, v)| *v == input)
+    }
+}
+
+/// What a node's call reads besides its destination and scratch: its source (`src_of`: a
+/// graph input's own NCHW data, or a value's `nChw4c` buffer), its packed weights, and its
+/// other operands (`blocked_of`): a conv's residuals but the one it writes over, a binary
+/// op's second operand, PReLU's slopes, Concat's other inputs.
+fn call_operands<'a>(
+    op: &'a Op,
+    prepared: &'a Prepared,
+    over_residual: Option<Value>,
+    src_of: impl Fn(Value) -> &'a [f32],
+    blocked_of: impl Fn(Value) -> &'a [f32],
+) -> (&'a [f32], Option<&'a [f32]>, Vec<&'a [f32]>) {
+    match (op, prepared) {
+        (Op::Conv2d(c), Prepared::Conv { packed, .. }) => {
+            let residuals = c
+                .post_ops
+                .iter()
+                .filter_map(|p| match p {
+                    PostOp::Add(r) if over_residual != Some(*r) => Some(blocked_of(*r)),
+                    _ => None,
+                })
+                .collect();
+            (src_of(c.input), Some(packed.as_slice()), residuals)
+        }
+        (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => {
+            (src_of(bn.input), Some(packed.as_slice()), Vec::new())
+        }
+        (Op::Pool2d(p), _) => (src_of(p.input), None, Vec::new()),
+        (Op::GlobalPool { input, .. }, _) => (src_of(*input), None, Vec::new()),
+        (
+            Op::Relu { input }
+            | Op::Act { input, .. }
+            | Op::SelectChannels { input, .. }
+            | Op::Resize(primjit_ir::Resize { input, .. }),
+            _,
+        ) => (blocked_of(*input), None, Vec::new()),
+        (Op::Add { lhs, rhs } | Op::Binary { lhs, rhs, .. }, _) => {
+            (blocked_of(*lhs), None, vec![blocked_of(*rhs)])
+        }
+        (Op::PRelu { input, .. }, Prepared::Slope(slope)) => {
+            (blocked_of(*input), None, vec![slope.as_slice()])
+        }
+        (Op::Concat { inputs }, _) => {
+            let rest = inputs[1..].iter().map(|&v| blocked_of(v)).collect();
+            (blocked_of(inputs[0]), None, rest)
+        }
+        (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Slope(_) | Prepared::Other)
+        | (Op::PRelu { .. }, Prepared::Conv { .. } | Prepared::Other) => {
+            unreachable!("convs and prelus are prepared")
+        }
     }
 }
 
