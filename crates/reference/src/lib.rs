@@ -31,8 +31,8 @@ mod ops;
 mod run;
 
 pub use ops::{
-    ConvAttrs, PoolAttrs, Post, activation, add, batchnorm, binary, concat, conv_transpose, conv2d,
-    global_pool, pool2d, prelu, relu, resize, select_channels,
+    ConvAttrs, ConvTransposeAttrs, PoolAttrs, Post, activation, add, batchnorm, binary, concat,
+    conv_transpose, conv2d, global_pool, pool2d, prelu, relu, resize, select_channels,
 };
 pub use primjit_ir::{
     Activation, BinaryKind, CoordMode, NearestMode, Pads, PoolKind, PoolWindow, ResizeMode, Tensor,

@@ -506,6 +506,28 @@ pub fn resize(x: &Tensor, mode: ResizeMode, coord: CoordMode, [oh, ow]: [usize; 
     }
 }
 
+/// The attributes of a transposed convolution ([`primjit_ir::ConvTranspose2d`]'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTransposeAttrs {
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub pads: Pads,
+    pub output_padding: [usize; 2],
+    pub groups: usize,
+}
+
+impl From<&primjit_ir::ConvTranspose2d> for ConvTransposeAttrs {
+    fn from(c: &primjit_ir::ConvTranspose2d) -> Self {
+        ConvTransposeAttrs {
+            strides: c.strides,
+            dilations: c.dilations,
+            pads: c.pads,
+            output_padding: c.output_padding,
+            groups: c.groups,
+        }
+    }
+}
+
 /// A transposed convolution with ONNX `ConvTranspose` semantics ([`primjit_ir::ConvTranspose2d`]):
 /// weights `[C, O / groups, KH, KW]`; output pixel `(oy, ox)` sums, in f64, the taps whose input
 /// `((oy + top - kh * dh) / sh, (ox + left - kw * dw) / sw)` is whole and inside the input,
@@ -514,7 +536,7 @@ pub fn conv_transpose(
     x: &Tensor,
     weight: &Tensor,
     bias: Option<&Tensor>,
-    ct: &primjit_ir::ConvTranspose2d,
+    ct: &ConvTransposeAttrs,
 ) -> Tensor {
     let [n, c, h, w] = dims4(x);
     let [ic, opg, kh, kw] = dims4(weight);

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use primjit_codegen::Isa;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    Broadcast, ConcatDesc, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut,
-    SelectDesc,
+    Broadcast, ConcatDesc, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, ConvTransposeDesc,
+    EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
+    ResizeDesc, ResizeOut, SelectDesc,
 };
 use primjit_ir::{
     Bindings, Graph, GraphParams, Op, ParamError, Params, PostOp, ResizeSize, Shapes, Tensor,
@@ -266,6 +266,22 @@ impl CompiledGraph {
                         packed: weight_buffer(&ConvPlan::new(&desc).pack_weights(&w, Some(&b)))?,
                         algo: ConvAlgo::Direct,
                         isa: desc.isa,
+                    }
+                }
+                Op::ConvTranspose(ct) => {
+                    let w = params.get(ct.weight);
+                    let b = ct.bias.map(|b| params.get(b));
+                    // Packing depends on channels, window and groups only: any extents do.
+                    let desc =
+                        conv_transpose_desc(&graph, ct, [1, graph.param(ct.weight).shape[0], 1, 1]);
+                    Prepared::Conv {
+                        packed: weight_buffer(&primjit_codegen::pack_conv_transpose_weights(
+                            &desc,
+                            &w.data,
+                            b.as_ref().map(|b| b.data.as_slice()),
+                        ))?,
+                        algo: ConvAlgo::Direct,
+                        isa: Isa::X128,
                     }
                 }
                 Op::PRelu { slope, .. } => {
@@ -565,7 +581,8 @@ impl CompiledGraph {
                 | Op::PRelu { .. }
                 | Op::Binary { .. }
                 | Op::Concat { .. }
-                | Op::SelectChannels { .. } => n.op.value_operands().contains(&input.value),
+                | Op::SelectChannels { .. }
+                | Op::ConvTranspose(_) => n.op.value_operands().contains(&input.value),
                 // Only the resized value is read; the one whose extents it takes is not.
                 Op::Resize(r) => r.input == input.value,
                 _ => false,
@@ -665,6 +682,7 @@ impl CompiledGraph {
                 Op::Pool2d(p) if key.runtime_dims().any() => Some(p.input),
                 Op::BatchNorm(bn) if key.runtime_dims().any() => Some(bn.input),
                 Op::Resize(r) if key.runtime_dims().any() => Some(r.input),
+                Op::ConvTranspose(c) if key.runtime_dims().any() => Some(c.input),
                 _ => None,
             }
             .map(|v| {
@@ -794,7 +812,17 @@ impl CompiledGraph {
                     extra: &[],
                     scratch: None,
                 }),
-                (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Slope(_) | Prepared::Other)
+                (Op::ConvTranspose(c), Prepared::Conv { packed, .. }) => execute(ExecArgs {
+                    src: blocked_of(c.input),
+                    weights: Some(packed.as_slice()),
+                    dst: &mut dst,
+                    extra: &[],
+                    scratch: None,
+                }),
+                (
+                    Op::Conv2d(_) | Op::BatchNorm(_) | Op::ConvTranspose(_),
+                    Prepared::Slope(_) | Prepared::Other,
+                )
                 | (Op::PRelu { .. }, Prepared::Conv { .. } | Prepared::Other) => {
                     unreachable!("convs and prelus are prepared")
                 }
@@ -1136,6 +1164,31 @@ fn fused_pool(c: &primjit_ir::Conv2d) -> Option<primjit_codegen::PoolWindow> {
     })
 }
 
+/// The key of a transposed convolution whose input has shape `[n, ic, ih, iw]`.
+fn conv_transpose_desc(
+    graph: &Graph,
+    ct: &primjit_ir::ConvTranspose2d,
+    [n, ic, ih, iw]: [usize; 4],
+) -> ConvTransposeDesc {
+    let w = &graph.param(ct.weight).shape;
+    ConvTransposeDesc {
+        mb: n,
+        ic,
+        ih,
+        iw,
+        oc: w[1] * ct.groups,
+        kh: w[2],
+        kw: w[3],
+        strides: ct.strides,
+        dilations: ct.dilations,
+        pads: ct.pads,
+        output_padding: ct.output_padding,
+        groups: ct.groups,
+        bias: ct.bias.is_some(),
+        runtime: RuntimeDims::NONE,
+    }
+}
+
 /// A batch-norm as a depthwise 1x1 convolution with bias.
 fn bn_desc_shell(channels: usize, src_layout: Layout) -> ConvDesc {
     let mut d = ConvDesc::new(1, channels, [1, 1], channels, [1, 1]);
@@ -1158,6 +1211,7 @@ fn symbolic_dims(graph: &Graph, shapes: &primjit_ir::Shapes) -> Vec<RuntimeDims>
                 Op::BatchNorm(bn) => bn.input,
                 // Fixed sizes and another value's extents are not a function of the input's.
                 Op::Resize(r) if matches!(r.size, ResizeSize::Scale(_)) => r.input,
+                Op::ConvTranspose(c) => c.input,
                 _ => return RuntimeDims::NONE,
             };
             let dims = shapes.get(input).expect("verified");
@@ -1371,6 +1425,9 @@ fn keys_at(
                     .with_runtime(rt),
                 )
             }
+            Op::ConvTranspose(ct) => PrimitiveKey::ConvTranspose(
+                conv_transpose_desc(graph, ct, concrete(ct.input)?).with_runtime(rt),
+            ),
             Op::SelectChannels { input, select } => {
                 let [n, c, h, w] = concrete(*input)?;
                 PrimitiveKey::SelectChannels(SelectDesc {
