@@ -275,7 +275,8 @@ fn model_families_match_onnxruntime() {
 /// SqueezeNet fire module, a VGG classifier head over a 3x3 image, the other activations, a
 /// ShuffleNetV2 unit (split, channel shuffle, slice), an Inception block, and a
 /// 32xW line recognizer at three widths from one import, an FCN/DeepLab head resized to its
-/// input's size and an FPN top-down step, each at three sizes from one import. Each runs with exact keys and with
+/// input's size, an FPN top-down step and a DBNet-style detector (FPN, ConvTranspose head,
+/// Sigmoid), each at three sizes from one import. Each runs with exact keys and with
 /// runtime extents (`dynamic`), within 1e-4 of the largest output of onnxruntime's.
 #[test]
 fn zoo_blocks_match_onnxruntime() {
@@ -294,6 +295,7 @@ fn zoo_blocks_match_onnxruntime() {
         ("recognizer", &[".w64", ".w100", ".w160"]),
         ("fcn", &[".16x20", ".13x9", ".32x24"]),
         ("fpn", &[".16x24", ".20x12", ".8x8"]),
+        ("dbnet", &[".32x32", ".24x40", ".19x30"]),
     ];
     for (block, runs) in cases {
         let imported = import_file(&dir.join(format!("{block}.onnx")))
@@ -323,6 +325,16 @@ fn zoo_blocks_match_onnxruntime() {
                 );
                 assert_eq!(text.matches("mode=linear").count(), 2, "{text}");
             }
+            // Both transposed convolutions of the head, the second depthwise, over the
+            // symbolic extents.
+            "dbnet" => {
+                assert_eq!(imported.graph.symbols(), ["H", "W"], "{text}");
+                assert_eq!(text.matches(" = conv_transpose(").count(), 2, "{text}");
+                assert!(
+                    text.contains("pads=[1, 1, 1, 1], output_padding=[1, 1], groups=6)"),
+                    "{text}"
+                );
+            }
             _ => {}
         }
         for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
@@ -340,6 +352,9 @@ fn zoo_blocks_match_onnxruntime() {
                 };
                 assert_eq!(got.shape[0], want.shape[0], "{block}{run}");
                 assert_eq!(got.shape[1], want.shape[1], "{block}{run}");
+                if *block == "dbnet" {
+                    assert_eq!(got.shape, want.shape, "{block}{run}");
+                }
                 let rel = relative_error(got, &want);
                 eprintln!(
                     "{block}{run} {mode:?}: output {:?}, max relative error {rel:.2e}",
