@@ -221,7 +221,7 @@ fn channels(
         next
     });
     let mut accs = out[2..].to_vec();
-    if d.ic % 4 > 0 {
+    if !d.ic.is_multiple_of(4) {
         // The last block's real channels only: its padding lanes are never read.
         let x = e.load_vec(out[0], 0);
         lanes(e, x, out[1], d.ic % 4, &mut accs);
