@@ -390,3 +390,50 @@ fn fuzz_seeds_of_the_new_ops_import() {
         params.materialize(&imported.graph).unwrap();
     }
 }
+
+/// The DBNet-style detector under `dynamic`: one import and one engine serve three page sizes
+/// with the same two transposed-convolution primitives (runtime extents), and each new size
+/// compiles only the keys that stay exact (element-wise ops, concatenations, resizes to
+/// another value's extents), fewer than the exact policy compiles.
+#[test]
+fn the_detector_reuses_its_transposed_convolutions_across_sizes() {
+    use primjit::ShapeMode;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/onnx/zoo");
+    let imported = import_file(&dir.join("dbnet.onnx")).unwrap();
+    let mut compiles = Vec::new();
+    for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
+        let engine = Engine::new(EngineConfig::default()).unwrap();
+        let compiled = CompiledGraph::new(&imported.graph, &imported.params)
+            .unwrap()
+            .with_mode(mode);
+        let mut deconvs: Vec<Vec<String>> = Vec::new();
+        for run in [".32x32", ".24x40", ".19x30"] {
+            let x = read_npy(&dir.join(format!("dbnet{run}.input.npy")));
+            let (_, stats) = compiled
+                .run(&engine, &[("x", &x)], &mut Workspace::new())
+                .unwrap();
+            deconvs.push(
+                stats
+                    .nodes
+                    .iter()
+                    .map(|n| n.primitive.key().to_string())
+                    .filter(|k| k.starts_with("deconv"))
+                    .collect(),
+            );
+        }
+        assert_eq!(deconvs[0].len(), 2, "{deconvs:?}");
+        if mode == ShapeMode::Runtime {
+            assert!(deconvs.iter().all(|d| *d == deconvs[0]), "{deconvs:?}");
+            assert!(
+                deconvs[0].iter().all(|k| k.contains("ih*iw*")),
+                "{deconvs:?}"
+            );
+        }
+        compiles.push(engine.cache().stats().compiles);
+    }
+    eprintln!(
+        "compiles over three sizes: exact {}, dynamic {}",
+        compiles[0], compiles[1]
+    );
+    assert!(compiles[1] < compiles[0], "{compiles:?}");
+}
