@@ -3,9 +3,12 @@
 //! input.
 //!
 //! Output row `oy` meets kernel row `kh` where `oy + pad_top - kh * dilation` is a whole
-//! multiple of the stride whose quotient is an input row (and likewise for columns); the kernel
-//! tests that per tap and skips the others, so every tap it reads lies in the input and a tap
-//! that misses the input contributes nothing (not even a NaN). Each output element is one
+//! multiple of the stride whose quotient is an input row (and likewise for columns). At unit
+//! dilation those taps are one phase of the kernel, `kh = r + j * stride` with input row
+//! `q - j` for `oy + pad_top = q * stride + r`, and the kernel loops over the `j` whose input
+//! row exists (computed once per row, and once per pixel for columns); with a dilation it tests
+//! every tap. Either way every tap it reads lies in the input, and a tap that misses the input
+//! contributes nothing (not even a NaN). Each output element is one
 //! chain from its bias over the taps in `(kh, kw)` order and, within a tap, the input channels
 //! in order; extents may be runtime values, which change no order, so runtime-extent kernels
 //! give the exact kernels' bits. Groups are 1 (weights packed per tile of four output blocks:
@@ -129,6 +132,80 @@ struct Geometry {
     out_plane: Scalar,
 }
 
+/// The taps of one output coordinate along an axis of unit dilation, without a test per tap:
+/// with `t = o + pad = q * stride + r`, kernel index `r + j * stride` meets input `q - j`, for
+/// `j` in `lo..hi` (the kernel's taps of that phase whose input lies in `0..input`).
+struct TapRange {
+    r: Value,
+    q: Value,
+    lo: Value,
+    hi: Value,
+}
+
+fn tap_range(e: &mut Emit<'_>, t: Value, stride: usize, kernel: usize, input: Value) -> TapRange {
+    let q = e.udiv_const(t, stride as u64);
+    let qs = e.b.ins().imul_imm_s(q, stride as i64);
+    let r = e.b.ins().isub(t, qs);
+    // The taps of phase `r`: ceil((kernel - r) / stride), never negative as r < stride.
+    let span = e.iconst((kernel + stride - 1) as i64);
+    let span = e.b.ins().isub(span, r);
+    let count = e.udiv_const(span, stride as u64);
+    let zero = e.iconst(0);
+    let past = e.b.ins().isub(q, input);
+    let past = e.offset(past, 1);
+    let lo = e.imax(past, zero);
+    let q1 = e.offset(q, 1);
+    let hi = e.imin(count, q1);
+    TapRange { r, q, lo, hi }
+}
+
+/// One axis of the window: its stride, dilation and kernel extent.
+#[derive(Clone, Copy)]
+struct Axis {
+    stride: usize,
+    dilation: usize,
+    kernel: usize,
+}
+
+/// Runs `body(e, k, i, accs)` for every tap `k` of the axis whose input `i` lies in the
+/// input, at `t = o + pad`, in increasing `k`: by the phase's range (`range`, or computed
+/// here) at unit dilation, else by testing every tap.
+fn for_taps(
+    e: &mut Emit<'_>,
+    axis: Axis,
+    t: Value,
+    input: Value,
+    range: Option<&TapRange>,
+    accs: Vec<Value>,
+    mut body: impl FnMut(&mut Emit<'_>, Value, Value, Vec<Value>) -> Vec<Value>,
+) -> Vec<Value> {
+    if axis.dilation == 1 {
+        let computed;
+        let range = match range {
+            Some(r) => r,
+            None => {
+                computed = tap_range(e, t, axis.stride, axis.kernel, input);
+                &computed
+            }
+        };
+        let (r, q) = (range.r, range.q);
+        return e.for_range(range.lo, range.hi, &accs, |e, j, accs| {
+            let js = e.b.ins().imul_imm_s(j, axis.stride as i64);
+            let k = e.b.ins().iadd(r, js);
+            let i = e.b.ins().isub(q, j);
+            body(e, k, i, accs.to_vec())
+        });
+    }
+    e.for_count(axis.kernel, &accs, |e, k, accs| {
+        let dk = e.b.ins().imul_imm_s(k, axis.dilation as i64);
+        let tk = e.b.ins().isub(t, dk);
+        let (valid, i) = tap(e, tk, axis.stride, input);
+        let accs = accs.to_vec();
+        let skip = accs.clone();
+        e.if_else_values(valid, |e| body(e, k, i, accs), |_| skip)
+    })
+}
+
 /// One output row of a tile: per pixel, the bias and the sum over its taps, stored once.
 fn pixel_loop(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ty: Value, t: Tile) {
     let per_tap = if d.depthwise() { 1 } else { d.ic };
@@ -136,42 +213,40 @@ fn pixel_loop(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ty: Value, 
     let biases: Vec<Value> = (0..t.blocks)
         .map(|v| e.load_vec(t.bias, v as i64 * PIXEL))
         .collect();
+    let rows = Axis {
+        stride: d.strides[0],
+        dilation: d.dilations[0],
+        kernel: d.kh,
+    };
+    let cols = Axis {
+        stride: d.strides[1],
+        dilation: d.dilations[1],
+        kernel: d.kw,
+    };
+    // The row's taps are the same for every pixel of the row.
+    let row_range = (rows.dilation == 1).then(|| tap_range(e, ty, rows.stride, rows.kernel, g.ih));
     let zero = e.iconst(0);
     e.for_range(zero, g.ow, &[t.out], |e, ox, s| {
         let tx = e.offset(ox, d.pads.left as i64);
-        let accs = e.for_count(d.kh, &biases, |e, y, accs| {
-            let dy = e.b.ins().imul_imm_s(y, d.dilations[0] as i64);
-            let tyk = e.b.ins().isub(ty, dy);
-            let (valid_y, iy) = tap(e, tyk, d.strides[0], g.ih);
-            let accs = accs.to_vec();
-            let skip = accs.clone();
-            e.if_else_values(
-                valid_y,
-                |e| {
-                    let row = e.b.ins().imul(iy, g.in_row);
-                    let row = e.b.ins().iadd(t.src, row);
-                    let tap_row = e.b.ins().imul_imm_s(y, d.kw as i64 * tap_bytes);
-                    let w_row = e.b.ins().iadd(t.weights, tap_row);
-                    e.for_count(d.kw, &accs, |e, x, accs| {
-                        let dx = e.b.ins().imul_imm_s(x, d.dilations[1] as i64);
-                        let txk = e.b.ins().isub(tx, dx);
-                        let (valid_x, ix) = tap(e, txk, d.strides[1], g.iw);
-                        let accs = accs.to_vec();
-                        let skip = accs.clone();
-                        e.if_else_values(
-                            valid_x,
-                            |e| {
-                                let pix = e.scaled(row, ix, PIXEL, 0);
-                                let w = e.scaled(w_row, x, tap_bytes, 0);
-                                channels(e, d, g, t.blocks, pix, w, accs)
-                            },
-                            |_| skip,
-                        )
-                    })
-                },
-                |_| skip,
-            )
-        });
+        let accs = for_taps(
+            e,
+            rows,
+            ty,
+            g.ih,
+            row_range.as_ref(),
+            biases.clone(),
+            |e, y, iy, accs| {
+                let row = e.b.ins().imul(iy, g.in_row);
+                let row = e.b.ins().iadd(t.src, row);
+                let tap_row = e.b.ins().imul_imm_s(y, d.kw as i64 * tap_bytes);
+                let w_row = e.b.ins().iadd(t.weights, tap_row);
+                for_taps(e, cols, tx, g.iw, None, accs, |e, x, ix, accs| {
+                    let pix = e.scaled(row, ix, PIXEL, 0);
+                    let w = e.scaled(w_row, x, tap_bytes, 0);
+                    channels(e, d, g, t.blocks, pix, w, accs)
+                })
+            },
+        );
         let mut out = s[0];
         for (v, &acc) in accs.iter().enumerate() {
             if v > 0 {
