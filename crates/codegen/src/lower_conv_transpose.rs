@@ -12,8 +12,8 @@
 //! chain from its bias over the taps in `(kh, kw)` order and, within a tap, the input channels
 //! in order; extents may be runtime values, which change no order, so runtime-extent kernels
 //! give the exact kernels' bits. Groups are 1 (weights packed per tile of four output blocks:
-//! `[kh][kw][ic][blocks x 4]`) or depthwise (per block `[kh][kw][4]`, a vector FMA per tap);
-//! the bias follows, rounded up to whole blocks.
+//! `[kh][kw][ic][blocks x 4]`) or depthwise (per tile `[kh][kw][blocks x 4]`, a vector FMA per
+//! block and tap); the bias follows, rounded up to whole blocks.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
@@ -52,11 +52,12 @@ pub fn pack_conv_transpose_weights(
     let mut out = Vec::with_capacity(d.packed_weights_len());
     let w = |i: usize, o: usize, y: usize, x: usize| weights[((i * ocg + o) * kh + y) * kw + x];
     if d.depthwise() {
-        for b in 0..blocks {
+        for first in (0..blocks).step_by(TILE_BLOCKS) {
+            let tile = TILE_BLOCKS.min(blocks - first);
             for y in 0..kh {
                 for x in 0..kw {
-                    for lane in 0..4 {
-                        let c = b * 4 + lane;
+                    for lane in 0..tile * 4 {
+                        let c = first * 4 + lane;
                         out.push(if c < d.oc { w(c, 0, y, x) } else { 0.0 });
                     }
                 }
@@ -114,7 +115,7 @@ fn tap(e: &mut Emit<'_>, t: Value, stride: usize, input: Value) -> (Value, Value
 struct Tile {
     /// Output-channel blocks (accumulators).
     blocks: usize,
-    /// The tile's input: the image (groups 1) or the block's plane (depthwise).
+    /// The tile's input: the image (groups 1) or its first block's plane (depthwise).
     src: Value,
     weights: Value,
     bias: Value,
@@ -269,9 +270,18 @@ fn channels(
     accs: Vec<Value>,
 ) -> Vec<Value> {
     if d.depthwise() {
-        let x = e.load_vec(pix, 0);
-        let wv = e.load_vec(w, 0);
-        return vec![e.fma(x, wv, accs[0])];
+        // Block `v` of the tile: its own input plane and weight vector.
+        let mut x_ptr = pix;
+        let mut out = Vec::with_capacity(blocks);
+        for (v, &acc) in accs.iter().enumerate() {
+            if v > 0 {
+                x_ptr = e.offset_by(x_ptr, g.in_plane, 1);
+            }
+            let x = e.load_vec(x_ptr, 0);
+            let wv = e.load_vec(w, v as i64 * PIXEL);
+            out.push(e.fma(x, wv, acc));
+        }
+        return out;
     }
     // Four input channels (one source vector) per step; a step's weights are 4 x blocks
     // vectors.
@@ -350,53 +360,37 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvTransposeDesc) {
                 let ty = e.offset(oy, d.pads.top as i64);
                 let out_off = e.b.ins().imul(oy, out_row_v);
                 let out = e.b.ins().iadd(img[1], out_off);
-                if d.depthwise() {
-                    // One block at a time: its input plane, weights, bias and output plane.
-                    e.for_count(out_blocks, &[img[0], weights, bias, out], |e, _, p| {
-                        let tile = Tile {
-                            blocks: 1,
-                            src: p[0],
-                            weights: p[1],
-                            bias: p[2],
-                            out: p[3],
-                        };
-                        pixel_loop(e, d, &g, ty, tile);
-                        vec![
-                            e.offset_by(p[0], g.in_plane, 1),
-                            e.offset(p[1], taps_bytes),
-                            e.offset(p[2], PIXEL),
-                            e.offset_by(p[3], g.out_plane, 1),
-                        ]
-                    });
-                } else {
-                    let full = out_blocks / TILE_BLOCKS;
-                    let tile_w = TILE_BLOCKS as i64 * taps_bytes;
-                    let p = e.for_count(full, &[weights, bias, out], |e, _, p| {
-                        let tile = Tile {
-                            blocks: TILE_BLOCKS,
-                            src: img[0],
-                            weights: p[0],
-                            bias: p[1],
-                            out: p[2],
-                        };
-                        pixel_loop(e, d, &g, ty, tile);
-                        vec![
-                            e.offset(p[0], tile_w),
-                            e.offset(p[1], TILE_BLOCKS as i64 * PIXEL),
-                            e.offset_by(p[2], g.out_plane, TILE_BLOCKS as i64),
-                        ]
-                    });
-                    let rest = out_blocks % TILE_BLOCKS;
-                    if rest > 0 {
-                        let tile = Tile {
-                            blocks: rest,
-                            src: img[0],
-                            weights: p[0],
-                            bias: p[1],
-                            out: p[2],
-                        };
-                        pixel_loop(e, d, &g, ty, tile);
-                    }
+                // Tiles of four output blocks; a depthwise tile reads its own four input
+                // planes, a dense one every plane.
+                let full = out_blocks / TILE_BLOCKS;
+                let tile_w = TILE_BLOCKS as i64 * taps_bytes;
+                let src_step = if d.depthwise() { TILE_BLOCKS as i64 } else { 0 };
+                let p = e.for_count(full, &[img[0], weights, bias, out], |e, _, p| {
+                    let tile = Tile {
+                        blocks: TILE_BLOCKS,
+                        src: p[0],
+                        weights: p[1],
+                        bias: p[2],
+                        out: p[3],
+                    };
+                    pixel_loop(e, d, &g, ty, tile);
+                    vec![
+                        e.offset_by(p[0], g.in_plane, src_step),
+                        e.offset(p[1], tile_w),
+                        e.offset(p[2], TILE_BLOCKS as i64 * PIXEL),
+                        e.offset_by(p[3], g.out_plane, TILE_BLOCKS as i64),
+                    ]
+                });
+                let rest = out_blocks % TILE_BLOCKS;
+                if rest > 0 {
+                    let tile = Tile {
+                        blocks: rest,
+                        src: p[0],
+                        weights: p[1],
+                        bias: p[2],
+                        out: p[3],
+                    };
+                    pixel_loop(e, d, &g, ty, tile);
                 }
                 Vec::new()
             });
