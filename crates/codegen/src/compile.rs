@@ -226,15 +226,16 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
         },
         PrimitiveKey::ConvTranspose(d) => format!(
             "  deconv: per output row and tile of {} output-channel vectors, per pixel the bias \
-             plus every tap whose input row and column are whole and inside the input (tested \
-             per tap), {}\n",
-            if d.depthwise() {
-                1
-            } else {
-                d.oc.div_ceil(4).min(4)
+             plus the taps whose input row and column are whole and inside the input ({}), {}\n",
+            d.oc.div_ceil(4).min(4),
+            match d.dilations {
+                [1, 1] => "the kernel's phase of the pixel, its row range once per row",
+                [1, _] => "rows by the row's phase, columns tested per tap (dilated)",
+                [_, 1] => "rows tested per tap (dilated), columns by the pixel's phase",
+                _ => "tested per tap (dilated)",
             },
             if d.depthwise() {
-                "a vector FMA per tap (depthwise)"
+                "per tap a vector FMA per block (depthwise)"
             } else {
                 "per tap a source vector per four input channels, each lane broadcast into the tile"
             }
