@@ -432,3 +432,48 @@ fn the_conv_transpose_example_runs_as_the_reference_does() {
         }
     }
 }
+
+/// A transposed convolution's key is x128 code at every tier: the example compiled for each of
+/// the host's tiers, on an engine capped there, gives the same bits.
+#[test]
+fn every_tier_runs_the_same_x128_kernels() {
+    use primjit_codegen::Isa;
+    use primjit_runtime::{CompiledGraph, Engine, EngineConfig, Workspace};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../ir/examples/conv_transpose.ir"
+    );
+    let graph = primjit_ir::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let params = primjit_ir::Params::random(&graph, 9);
+    let x = Rng(3).tensor(vec![1, 3, 4, 5]);
+    let mut first: Option<Vec<Vec<u32>>> = None;
+    for isa in Isa::host_tiers() {
+        let engine = Engine::new(EngineConfig {
+            threads: 1,
+            max_isa: Some(isa),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let compiled =
+            CompiledGraph::with_target(&graph, &params, primjit_codegen::ConvAlgoChoice::Auto, isa)
+                .unwrap();
+        let (got, stats) = compiled
+            .run(&engine, &[("x", &x)], &mut Workspace::new())
+            .unwrap();
+        assert!(
+            stats
+                .nodes
+                .iter()
+                .all(|n| n.primitive.key().isa() == Isa::X128),
+            "{isa}"
+        );
+        let bits: Vec<Vec<u32>> = got
+            .iter()
+            .map(|(_, t)| t.data.iter().map(|v| v.to_bits()).collect())
+            .collect();
+        match &first {
+            None => first = Some(bits),
+            Some(f) => assert_eq!(*f, bits, "{isa} differs from x128"),
+        }
+    }
+}
