@@ -2,7 +2,8 @@
 //! end at a guard page: groups 1 and depthwise, strides 1 to 3, kernels 1 to 4, dilations,
 //! pads, output padding, one-pixel images and channels that do not fill their last block, and
 //! keys whose input extents are left to run time, called at several extents, which must give
-//! the exact keys' bits.
+//! the exact keys' bits; the example graph through the executor, at every host tier (the same
+//! x128 kernels, the same bits).
 //!
 //! Every problem runs on one thread and on pools of two and three threads, which must agree
 //! to the bit; destinations start as a NaN sentinel, so an element left unwritten fails.
