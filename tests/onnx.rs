@@ -275,8 +275,9 @@ fn model_families_match_onnxruntime() {
 /// SqueezeNet fire module, a VGG classifier head over a 3x3 image, the other activations, a
 /// ShuffleNetV2 unit (split, channel shuffle, slice), an Inception block, and a
 /// 32xW line recognizer at three widths from one import, an FCN/DeepLab head resized to its
-/// input's size, an FPN top-down step and torchvision's LR-ASPP head, each at three sizes
-/// from one import. Each runs with exact keys and with
+/// input's size, an FPN top-down step, torchvision's LR-ASPP head and a DBNet-style detector
+/// (FPN, ConvTranspose head, Sigmoid), each at three sizes from one import. Each runs with
+/// exact keys and with
 /// runtime extents (`dynamic`), within 1e-4 of the largest output of onnxruntime's.
 #[test]
 fn zoo_blocks_match_onnxruntime() {
@@ -296,6 +297,7 @@ fn zoo_blocks_match_onnxruntime() {
         ("fcn", &[".16x20", ".13x9", ".32x24"]),
         ("fpn", &[".16x24", ".20x12", ".8x8"]),
         ("lraspp", &[".32x48", ".40x24", ".27x37"]),
+        ("dbnet", &[".32x32", ".24x40", ".19x30"]),
     ];
     for (block, runs) in cases {
         let imported = import_file(&dir.join(format!("{block}.onnx")))
@@ -332,6 +334,16 @@ fn zoo_blocks_match_onnxruntime() {
                 assert_eq!(text.matches("mode=linear").count(), 2, "{text}");
                 assert!(text.contains("global_avgpool("), "{text}");
             }
+            // Both transposed convolutions of the head, the second depthwise, over the
+            // symbolic extents.
+            "dbnet" => {
+                assert_eq!(imported.graph.symbols(), ["H", "W"], "{text}");
+                assert_eq!(text.matches(" = conv_transpose(").count(), 2, "{text}");
+                assert!(
+                    text.contains("pads=[1, 1, 1, 1], output_padding=[1, 1], groups=6)"),
+                    "{text}"
+                );
+            }
             _ => {}
         }
         for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
@@ -349,6 +361,9 @@ fn zoo_blocks_match_onnxruntime() {
                 };
                 assert_eq!(got.shape[0], want.shape[0], "{block}{run}");
                 assert_eq!(got.shape[1], want.shape[1], "{block}{run}");
+                if *block == "dbnet" {
+                    assert_eq!(got.shape, want.shape, "{block}{run}");
+                }
                 let rel = relative_error(got, &want);
                 eprintln!(
                     "{block}{run} {mode:?}: output {:?}, max relative error {rel:.2e}",
@@ -383,4 +398,51 @@ fn fuzz_seeds_of_the_new_ops_import() {
         let mut params = imported.params.clone();
         params.materialize(&imported.graph).unwrap();
     }
+}
+
+/// The DBNet-style detector under `dynamic`: one import and one engine serve three page sizes
+/// with the same two transposed-convolution primitives (runtime extents), and each new size
+/// compiles only the keys that stay exact (element-wise ops, concatenations, resizes to
+/// another value's extents), fewer than the exact policy compiles.
+#[test]
+fn the_detector_reuses_its_transposed_convolutions_across_sizes() {
+    use primjit::ShapeMode;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/onnx/zoo");
+    let imported = import_file(&dir.join("dbnet.onnx")).unwrap();
+    let mut compiles = Vec::new();
+    for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
+        let engine = Engine::new(EngineConfig::default()).unwrap();
+        let compiled = CompiledGraph::new(&imported.graph, &imported.params)
+            .unwrap()
+            .with_mode(mode);
+        let mut deconvs: Vec<Vec<String>> = Vec::new();
+        for run in [".32x32", ".24x40", ".19x30"] {
+            let x = read_npy(&dir.join(format!("dbnet{run}.input.npy")));
+            let (_, stats) = compiled
+                .run(&engine, &[("x", &x)], &mut Workspace::new())
+                .unwrap();
+            deconvs.push(
+                stats
+                    .nodes
+                    .iter()
+                    .map(|n| n.primitive.key().to_string())
+                    .filter(|k| k.starts_with("deconv"))
+                    .collect(),
+            );
+        }
+        assert_eq!(deconvs[0].len(), 2, "{deconvs:?}");
+        if mode == ShapeMode::Runtime {
+            assert!(deconvs.iter().all(|d| *d == deconvs[0]), "{deconvs:?}");
+            assert!(
+                deconvs[0].iter().all(|k| k.contains("ih*iw*")),
+                "{deconvs:?}"
+            );
+        }
+        compiles.push(engine.cache().stats().compiles);
+    }
+    eprintln!(
+        "compiles over three sizes: exact {}, dynamic {}",
+        compiles[0], compiles[1]
+    );
+    assert!(compiles[1] < compiles[0], "{compiles:?}");
 }

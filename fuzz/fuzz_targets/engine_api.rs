@@ -132,6 +132,13 @@ fn widen(key: &mut PrimitiveKey, w: &Widen) {
                 .nth(w.field as usize % 4)
                 .expect("in range") = v;
         }
+        PrimitiveKey::ConvTranspose(d) => {
+            let fields: [&mut usize; 4] = [&mut d.mb, &mut d.ic, &mut d.ih, &mut d.iw];
+            *fields
+                .into_iter()
+                .nth(w.field as usize % 4)
+                .expect("in range") = v;
+        }
         PrimitiveKey::Concat(_)
         | PrimitiveKey::SelectChannels(_)
         | PrimitiveKey::FmaPeak(_)

@@ -143,6 +143,7 @@ fuzz_target!(|spec: OpSpec| {
         PrimitiveKey::Concat(_)
         | PrimitiveKey::SelectChannels(_)
         | PrimitiveKey::Resize(_)
+        | PrimitiveKey::ConvTranspose(_)
         | PrimitiveKey::FmaPeak(_)
         | PrimitiveKey::WidePeak { .. } => unreachable!("not generated"),
     };

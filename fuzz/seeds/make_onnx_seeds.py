@@ -2,7 +2,9 @@
 """Writes one seed per op of issue 55 for the `onnx_import` fuzz target into onnx_import/:
 a one-byte mode prefix (1: the rest is the model) and a small model whose one node (after a
 conv, where the op needs an activation from one) is that op; for Resize, its sizes computed
-by Shape, Gather, Unsqueeze, Slice, Concat and Cast, or its scales, and Upsample. Run by hand
+by Shape, Gather, Unsqueeze, Slice, Concat and Cast, or its scales, and Upsample; two
+ConvTransposes (k2 s2 with a bias, then a depthwise one with pads and output_padding), and
+one with auto_pad SAME_UPPER and a dilation over symbolic extents. Run by hand
 with a Python that has onnx (see tests/onnx/make_zoo.py):
 
     /tmp/ov/bin/python fuzz/seeds/make_onnx_seeds.py
@@ -109,6 +111,20 @@ def main():
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     seeds["flatten_gemm"] = m
+    # Drawn last, so that the seeds above keep their bytes.
+    seeds.update({
+        "conv_transpose": model("conv_transpose", [
+            helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["u"], kernel_shape=[2, 2],
+                             strides=[2, 2]),
+            helper.make_node("ConvTranspose", ["u", "w2"], ["y"], strides=[2, 2], group=5,
+                             pads=[1, 1, 1, 1], output_padding=[1, 1])],
+            [("w1", rng.standard_normal((5, 5, 2, 2)), f32), ("b1", rng.uniform(-1, 1, 5), f32),
+             ("w2", rng.standard_normal((5, 1, 3, 3)), f32)], out_shape=(1, 5, "H4", "W4")),
+        "conv_transpose_same": model("conv_transpose_same", [
+            helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2],
+                             auto_pad="SAME_UPPER", dilations=[2, 1])],
+            [("w", rng.standard_normal((5, 3, 3, 3)), f32)], out_shape=(1, 3, "H2", "W2")),
+    })
     for name, m in seeds.items():
         with open(os.path.join(OUT, f"{name}.bin"), "wb") as f:
             f.write(b"\x01" + m.SerializeToString())

@@ -430,8 +430,11 @@ impl Problem {
                     tolerance: None,
                 }
             }
-            PrimitiveKey::Concat(_) | PrimitiveKey::SelectChannels(_) | PrimitiveKey::Resize(_) => {
-                panic!("the fuzz specs make no concat, channel selection or resize")
+            PrimitiveKey::Concat(_)
+            | PrimitiveKey::SelectChannels(_)
+            | PrimitiveKey::Resize(_)
+            | PrimitiveKey::ConvTranspose(_) => {
+                panic!("the fuzz specs make no concat, channel selection, resize or deconv")
             }
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => {
                 panic!("the FMA peak loops have no reference")

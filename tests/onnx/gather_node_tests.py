@@ -26,7 +26,7 @@ OPS = {
     # Issue 55: activations, broadcasting binary ops, reductions, concat.
     "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "PRelu", "Elu", "Exp",
     "Mul", "Sub", "Div", "ReduceMean", "ReduceMax", "Concat", "Pad", "Split", "Slice",
-    "Resize", "Upsample",
+    "Resize", "Upsample", "ConvTranspose",
 }
 # Ops a gathered case may hold besides those of OPS (constants for Clip's bounds, ...).
 ALSO = {"Constant", "Identity"}

@@ -47,6 +47,13 @@ training-free exports without constant folding. Every model takes a batch of 2.
   conv and a Sigmoid (Mul), resized bilinearly to the low features' size (stride 8), the two
   classifiers' sum, resized to the input's size. Symbolic H and W, run at three sizes
   (lraspp.HxW.*.npy), one of them odd.
+- dbnet: a DBNet-style text detector: a backbone of four stride-2 conv stages (BN, ReLU),
+  an FPN over the last three (1x1 laterals, top-down nearest Resize to each lateral's size
+  from its Shape, Add), 3x3 smoothing convs whose outputs are resized to the finest level and
+  concatenated, and the probability head: 3x3 conv, BN, ReLU, ConvTranspose k2 s2 (bias),
+  BN, ReLU, a depthwise ConvTranspose k3 s2 pad 1 output_padding 1, a 1x1 conv and a
+  Sigmoid. Symbolic H and W, run at three sizes (dbnet.HxW.*.npy), one not a multiple of
+  four (its output is then larger than its input).
 - recognizer: a 32xW text-line recognizer block in PP-LCNet's style: a stride-2 stem with
   HardSwish, depthwise-separable blocks with HardSwish and SE (HardSigmoid gate), run at
   widths 64, 100 and 160.
@@ -88,6 +95,17 @@ class Net:
             ins.append(self.param(name + ".bias", self.rng.uniform(-0.1, 0.1, cout)))
         return self.node("Conv", ins, name, kernel_shape=[k, k], strides=[stride, stride],
                          pads=[k // 2] * 4 if pads is None else pads, group=group)
+
+    def deconv(self, x, name, cin, cout, k, stride, group=1, pads=(0, 0, 0, 0),
+               output_padding=None, bias=True):
+        w = self.rng.standard_normal((cin, cout // group, k, k)) * np.sqrt(2.0 / (cout // group * k * k))
+        ins = [x, self.param(name + ".weight", w)]
+        if bias:
+            ins.append(self.param(name + ".bias", self.rng.uniform(-0.1, 0.1, cout)))
+        attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=list(pads), group=group)
+        if output_padding is not None:
+            attrs["output_padding"] = list(output_padding)
+        return self.node("ConvTranspose", ins, name, **attrs)
 
     def bn(self, x, name, c):
         r = self.rng
@@ -363,6 +381,40 @@ def lraspp():
     return m, [(2, 3, h, w) for h, w in ((32, 48), (40, 24), (27, 37))]
 
 
+def dbnet():
+    n = Net(31)
+    x, stages, c = "x", [], 3
+    for i, width in enumerate((6, 8, 12, 16)):
+        x = n.node("Relu", [n.bn(n.conv(x, f"backbone.{i}", c, width, 3, 2), f"backbone.{i}.bn", width)],
+                   f"backbone.{i}.relu")
+        stages.append(x)
+        c = width
+    c2, c3, c4 = stages[1:]
+    ins = [n.conv(v, f"neck.in{i}", w, 8, 1) for i, (v, w) in enumerate(((c2, 8), (c3, 12), (c4, 16)))]
+
+    def up_to(v, like, name):
+        nc = shape_slice(n, v, 0, 2, name + ".nc")
+        hw = shape_slice(n, like, -2, 2**63 - 1, name + ".hw")
+        sizes = n.node("Concat", [nc, hw], name + ".sizes", axis=0)
+        return n.node("Resize", [v, "", "", sizes], name, mode="nearest",
+                      coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+    p4 = ins[2]
+    p3 = n.node("Add", [ins[1], up_to(p4, ins[1], "neck.up4")], "neck.p3")
+    p2 = n.node("Add", [ins[0], up_to(p3, ins[0], "neck.up3")], "neck.p2")
+    outs = [n.conv(p, f"neck.out{i}", 8, 4, 3) for i, p in enumerate((p2, p3, p4))]
+    fuse = n.node("Concat", [outs[0]] + [up_to(o, outs[0], f"neck.fuse{i}") for i, o in
+                                         enumerate(outs[1:])], "neck.fuse", axis=1)
+    h = n.node("Relu", [n.bn(n.conv(fuse, "head.conv", 12, 8, 3), "head.bn1", 8)], "head.relu1")
+    h = n.deconv(h, "head.up1", 8, 6, 2, 2)
+    h = n.node("Relu", [n.bn(h, "head.bn2", 6)], "head.relu2")
+    h = n.deconv(h, "head.up2", 6, 6, 3, 2, group=6, pads=(1, 1, 1, 1), output_padding=(1, 1))
+    h = n.conv(h, "head.prob", 6, 1, 1, bias=True)
+    out = n.node("Sigmoid", [h], "head.sigmoid")
+    m = n.model("dbnet", 3, out, [2, 1, "OH", "OW"], [2, 3, "H", "W"])
+    return m, [(2, 3, h, w) for h, w in ((32, 32), (24, 40), (19, 30))]
+
+
 def run(m, shape, seed):
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -385,11 +437,12 @@ def sized(make, seed):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    # `make_zoo.py fcn fpn lraspp` builds those alone.
+    # `make_zoo.py fcn fpn lraspp dbnet` builds those alone.
     only = sys.argv[1:]
     if only:
+        makers = {"fcn": (fcn, 300), "fpn": (fpn, 400), "lraspp": (lraspp, 500),
+                  "dbnet": (dbnet, 500)}
         for name in only:
-            makers = {"fcn": (fcn, 300), "fpn": (fpn, 400), "lraspp": (lraspp, 500)}
             sized(*makers[name])
         return
     for i, make in enumerate([mbv3, mbconv, densenet, fire, vgg_head, acts, shufflenet, inception]):
@@ -411,6 +464,7 @@ def main():
     sized(fcn, 300)
     sized(fpn, 400)
     sized(lraspp, 500)
+    sized(dbnet, 500)
 
 
 if __name__ == "__main__":

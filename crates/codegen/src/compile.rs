@@ -14,7 +14,7 @@ use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
 use crate::key::{ConvAlgo, EltwiseKind, FmaPattern, KeyError, PrimitiveKey, ResizeMode};
 use crate::plan::{ConvPlan, PoolPlan};
-use crate::{lower_eltwise, lower_fused, lower_pool, lower_resize};
+use crate::{lower_conv_transpose, lower_eltwise, lower_fused, lower_pool, lower_resize};
 
 /// Options that change the generated code or what is kept of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -224,6 +224,22 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
                  block, a vector copy\n"
                 .to_string(),
         },
+        PrimitiveKey::ConvTranspose(d) => format!(
+            "  deconv: per output row and tile of {} output-channel vectors, per pixel the bias \
+             plus the taps whose input row and column are whole and inside the input ({}), {}\n",
+            d.oc.div_ceil(4).min(4),
+            match d.dilations {
+                [1, 1] => "the kernel's phase of the pixel, its row range once per row",
+                [1, _] => "rows by the row's phase, columns tested per tap (dilated)",
+                [_, 1] => "rows tested per tap (dilated), columns by the pixel's phase",
+                _ => "tested per tap (dilated)",
+            },
+            if d.depthwise() {
+                "per tap a vector FMA per block (depthwise)"
+            } else {
+                "per tap a source vector per four input channels, each lane broadcast into the tile"
+            }
+        ),
         PrimitiveKey::Concat(_) => "  concat: each input's channel blocks copied to their place \
              in the result, a vector per pixel where the blocks line up, lane by lane elsewhere\n"
             .to_string(),
@@ -286,6 +302,7 @@ pub fn lower(
         PrimitiveKey::Concat(d) => lower_eltwise::lower_concat(&mut e, d),
         PrimitiveKey::SelectChannels(d) => lower_eltwise::lower_select(&mut e, d),
         PrimitiveKey::Resize(d) => lower_resize::lower_resize(&mut e, d),
+        PrimitiveKey::ConvTranspose(d) => lower_conv_transpose::lower(&mut e, d),
         PrimitiveKey::FmaPeak(pattern) => lower_pool::lower_fma_peak(&mut e, *pattern),
         PrimitiveKey::WidePeak { .. } => unreachable!("the x64 backend emits wide peaks whole"),
     }

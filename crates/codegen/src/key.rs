@@ -814,6 +814,105 @@ impl ResizeDesc {
     }
 }
 
+/// A transposed convolution of nChw4c tensors ([`primjit_ir::ConvTranspose2d`]), groups 1 or
+/// depthwise (`groups == ic == oc`), with an optional bias; always x128 code. Input extents may
+/// be left to run time; the output's follow them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvTransposeDesc {
+    pub mb: usize,
+    pub ic: usize,
+    pub ih: usize,
+    pub iw: usize,
+    pub oc: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub pads: Pads,
+    pub output_padding: [usize; 2],
+    pub groups: usize,
+    pub bias: bool,
+    pub runtime: RuntimeDims,
+}
+
+impl ConvTransposeDesc {
+    /// The key with the extents `runtime` names left to run time.
+    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
+        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
+        self.runtime = runtime;
+        self
+    }
+
+    /// The fixed-shape transposed convolution of one call (see [`ConvDesc::at`]).
+    pub fn at(&self, extents: [usize; 2]) -> ConvTransposeDesc {
+        let mut d = self.clone();
+        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
+        d.runtime = RuntimeDims::NONE;
+        d
+    }
+
+    /// Whether each channel is its own group (`groups == ic == oc`).
+    pub fn depthwise(&self) -> bool {
+        self.groups > 1 && self.groups == self.ic && self.groups == self.oc
+    }
+
+    /// The output height; 0 when it would be below 1 (validation rejects such keys).
+    pub fn oh(&self) -> usize {
+        primjit_ir::conv_transpose_output_extent(
+            self.ih,
+            self.pads.top,
+            self.pads.bottom,
+            self.kh,
+            self.strides[0],
+            self.dilations[0],
+            self.output_padding[0],
+        )
+        .unwrap_or(0)
+    }
+
+    /// The output width; 0 when it would be below 1.
+    pub fn ow(&self) -> usize {
+        primjit_ir::conv_transpose_output_extent(
+            self.iw,
+            self.pads.left,
+            self.pads.right,
+            self.kw,
+            self.strides[1],
+            self.dilations[1],
+            self.output_padding[1],
+        )
+        .unwrap_or(0)
+    }
+
+    pub fn src_shape(&self) -> [usize; 4] {
+        [self.mb, self.ic, self.ih, self.iw]
+    }
+
+    pub fn dst_shape(&self) -> [usize; 4] {
+        [self.mb, self.oc, self.oh(), self.ow()]
+    }
+
+    /// The ONNX weight shape, `[ic, oc / groups, kh, kw]`.
+    pub fn weight_shape(&self) -> [usize; 4] {
+        [self.ic, self.oc / self.groups.max(1), self.kh, self.kw]
+    }
+
+    /// Floats of the packed weights ([`crate::pack_conv_transpose_weights`]): per output
+    /// block, its taps' weights, then the bias rounded up to whole blocks.
+    pub fn packed_weights_len(&self) -> usize {
+        let blocks = self.oc.div_ceil(4) * 4;
+        let per_tap = if self.depthwise() { 1 } else { self.ic };
+        blocks * self.kh * self.kw * per_tap + blocks
+    }
+
+    /// Multiply-adds count two: every input element meets `oc / groups` output channels at
+    /// every tap (those of the border that the pads cut off included).
+    pub fn flops(&self) -> u64 {
+        let ocg = self.oc / self.groups.max(1);
+        2 * (self.mb * self.ic * self.ih * self.iw) as u64 * (ocg * self.kh * self.kw) as u64
+    }
+}
+
 /// Accumulators of the FMA peak kernel: enough independent chains to cover the FMA latency
 /// on two pipes.
 pub const FMA_PEAK_ACCUMULATORS: usize = 12;
@@ -887,6 +986,7 @@ pub enum PrimitiveKey {
     Concat(ConcatDesc),
     SelectChannels(SelectDesc),
     Resize(ResizeDesc),
+    ConvTranspose(ConvTransposeDesc),
     /// Not an op: a loop of f32x4 FMAs that measures the machine's peak, or the peak of a
     /// convolution's register tile ([`FmaPattern`]). Its work items are loop trips; it keeps
     /// its accumulators (12 vectors, 48 floats) in the destination.
@@ -936,6 +1036,7 @@ impl PrimitiveKey {
             PrimitiveKey::Conv(d) => d.runtime,
             PrimitiveKey::Pool(d) => d.runtime,
             PrimitiveKey::Resize(d) => d.runtime,
+            PrimitiveKey::ConvTranspose(d) => d.runtime,
             _ => RuntimeDims::NONE,
         }
     }
@@ -947,6 +1048,9 @@ impl PrimitiveKey {
             PrimitiveKey::Conv(d) if d.runtime.any() => PrimitiveKey::Conv(d.at(extents)),
             PrimitiveKey::Pool(d) if d.runtime.any() => PrimitiveKey::Pool(d.at(extents)),
             PrimitiveKey::Resize(d) if d.runtime.any() => PrimitiveKey::Resize(d.at(extents)),
+            PrimitiveKey::ConvTranspose(d) if d.runtime.any() => {
+                PrimitiveKey::ConvTranspose(d.at(extents))
+            }
             _ => self.clone(),
         }
     }
@@ -970,6 +1074,7 @@ impl PrimitiveKey {
             PrimitiveKey::Concat(d) => [d.h, d.w],
             PrimitiveKey::SelectChannels(d) => [d.h, d.w],
             PrimitiveKey::Resize(d) => [d.ih, d.iw],
+            PrimitiveKey::ConvTranspose(d) => [d.ih, d.iw],
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => [1, 1],
         }
     }
@@ -984,6 +1089,7 @@ impl PrimitiveKey {
             PrimitiveKey::Conv(d) => [d.oh(), d.ow()],
             PrimitiveKey::Pool(d) => [d.oh(), d.ow()],
             PrimitiveKey::Resize(d) => [d.oh(), d.ow()],
+            PrimitiveKey::ConvTranspose(d) => [d.oh(), d.ow()],
             _ => [1, 1],
         };
         let [ph, pw] = match self {
@@ -1018,7 +1124,24 @@ impl PrimitiveKey {
                     reason: "a runtime extent must hold 0 in the key".into(),
                 });
             }
-            let [rh, rw] = crate::plan::representative_extents(self);
+            let [rh, rw] = match self {
+                // The kernel checks every tap at run time, so any extent whose output is not
+                // empty will do: one more than the pads leaves at least one row.
+                PrimitiveKey::ConvTranspose(d) => {
+                    let rep = |runtime: bool, fixed: usize, pads: usize| {
+                        if runtime {
+                            pads.saturating_add(2).max(5)
+                        } else {
+                            fixed
+                        }
+                    };
+                    [
+                        rep(runtime.h, ih, d.pads.top.saturating_add(d.pads.bottom)),
+                        rep(runtime.w, iw, d.pads.left.saturating_add(d.pads.right)),
+                    ]
+                }
+                _ => crate::plan::representative_extents(self),
+            };
             return self.at([rh, rw]).check(false).map_err(|e| KeyError {
                 key: self.to_string(),
                 reason: e.reason,
@@ -1263,6 +1386,39 @@ impl PrimitiveKey {
                     return fail("the extents are too large for exact coordinates".into());
                 }
             }
+            PrimitiveKey::ConvTranspose(d) => {
+                positive(
+                    "extents",
+                    &[d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.groups],
+                )?;
+                window_steps(&d.strides, &d.dilations, &d.pads)?;
+                bounded("output_padding", &d.output_padding)?;
+                if (0..2).any(|a| d.output_padding[a] >= d.strides[a].max(d.dilations[a])) {
+                    return fail(format!(
+                        "output_padding {:?} must be less than the stride {:?} or the dilation {:?}",
+                        d.output_padding, d.strides, d.dilations
+                    ));
+                }
+                if d.groups != 1 && !d.depthwise() {
+                    return fail(format!(
+                        "conv_transpose supports groups 1 and depthwise (groups = input channels = \
+                         output channels), found {} groups of {} input and {} output channels",
+                        d.groups, d.ic, d.oc
+                    ));
+                }
+                if d.oh() == 0 || d.ow() == 0 {
+                    return fail(
+                        "the output would be empty: the pads remove every output row or column"
+                            .into(),
+                    );
+                }
+                check_count("input", d.src_shape())?;
+                check_count("output", d.dst_shape())?;
+                let Some(oc) = d.oc.checked_next_multiple_of(4) else {
+                    return fail(format!("{} output channels are too many", d.oc));
+                };
+                check_count("weights", [oc, d.ic, d.kh, d.kw])?;
+            }
             PrimitiveKey::FmaPeak(_) => {}
             PrimitiveKey::WidePeak { isa, .. } => {
                 if *isa == Isa::X128 {
@@ -1358,6 +1514,16 @@ impl PrimitiveKey {
                 act("src", d.src_shape(), Layout::Nchw4c),
                 act("dst", d.dst_shape(), Layout::Nchw4c),
             ],
+            PrimitiveKey::ConvTranspose(d) => vec![
+                act("src", d.src_shape(), Layout::Nchw4c),
+                BufferSpec {
+                    role: "weights",
+                    shape: d.weight_shape().to_vec(),
+                    layout: None,
+                    len: d.packed_weights_len(),
+                },
+                act("dst", d.dst_shape(), Layout::Nchw4c),
+            ],
             PrimitiveKey::FmaPeak(pattern) => {
                 let raw = |role, len: usize| BufferSpec {
                     role,
@@ -1399,6 +1565,7 @@ impl PrimitiveKey {
                 ResizeMode::Nearest(_) => 0,
                 ResizeMode::Linear => d.dst_shape().iter().product::<usize>() as u64 * 7,
             },
+            PrimitiveKey::ConvTranspose(d) => d.flops(),
             PrimitiveKey::FmaPeak(pattern) => pattern.flops_per_item(),
             PrimitiveKey::WidePeak { isa, tile } => {
                 crate::backend::x64::peak_flops_per_item(*isa, *tile)
@@ -1429,6 +1596,7 @@ impl PrimitiveKey {
             PrimitiveKey::Concat(d) => d.h,
             PrimitiveKey::SelectChannels(d) => d.h,
             PrimitiveKey::Resize(d) => d.oh(),
+            PrimitiveKey::ConvTranspose(d) => d.oh(),
             // The caller chooses the trip count through the range of work items.
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => 1,
         }
@@ -1582,6 +1750,26 @@ impl fmt::Display for PrimitiveKey {
                     write!(f, " scale{sh}x{sw}")?;
                 }
                 write!(f, " {} {}", d.coord, Layout::Nchw4c)
+            }
+            PrimitiveKey::ConvTranspose(d) => {
+                // benchdnn's deconvolution fields, and the output padding where there is one.
+                write!(f, "deconv mb{}", d.mb)?;
+                if d.groups != 1 {
+                    write!(f, "g{}", d.groups)?;
+                }
+                let [ih, iw, oh, ow] = extent_fields(d.runtime, [d.ih, d.iw, d.oh(), d.ow()]);
+                write!(f, "ic{}ih{ih}iw{iw}oc{}oh{oh}ow{ow}", d.ic, d.oc)?;
+                window_fields(f, [d.kh, d.kw], d.strides, d.dilations, d.pads)?;
+                if d.pads.bottom != d.pads.top || d.pads.right != d.pads.left {
+                    write!(f, " pads:{}x{}", d.pads.bottom, d.pads.right)?;
+                }
+                if d.output_padding != [0, 0] {
+                    write!(f, " opad{}x{}", d.output_padding[0], d.output_padding[1])?;
+                }
+                if d.bias {
+                    f.write_str(" bias")?;
+                }
+                write!(f, " {}", Layout::Nchw4c)
             }
             PrimitiveKey::FmaPeak(FmaPattern::Registers) => f.write_str("fma_peak 8x12 f32x4"),
             PrimitiveKey::FmaPeak(FmaPattern::Broadcast) => {

@@ -12,6 +12,7 @@ mod compile;
 pub mod conv;
 mod emit;
 pub mod key;
+mod lower_conv_transpose;
 mod lower_eltwise;
 mod lower_fused;
 mod lower_pool;
@@ -24,12 +25,14 @@ pub use compile::{
     lower,
 };
 pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS, WINOGRAD_S2_MIN_CHANNELS};
+pub use key::ConvTransposeDesc;
 pub use key::{
     Activation, BinaryKind, Broadcast, BufferSpec, ConcatDesc, ConvAlgo, ConvDesc, EltwiseDesc,
     EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches, PoolDesc,
     PoolWindow, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut, SelectDesc,
 };
 pub use key::{CoordMode, NearestMode, ResizeMode};
+pub use lower_conv_transpose::pack_conv_transpose_weights;
 pub use lower_eltwise::{EXP_ULPS, TANH_ULPS};
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};
 pub use target::{Isa, IsaError, Target};

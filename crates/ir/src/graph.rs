@@ -383,6 +383,9 @@ pub enum Op {
     },
     /// Spatial resizing with ONNX `Resize` semantics ([`crate::Resize`]).
     Resize(crate::Resize),
+    /// A transposed convolution with ONNX `ConvTranspose` semantics
+    /// ([`crate::ConvTranspose2d`]).
+    ConvTranspose(crate::ConvTranspose2d),
 }
 
 /// The kind of an [`Op`], without its operands: what the text format calls the op.
@@ -403,10 +406,11 @@ pub enum OpKind {
     Concat,
     SelectChannels,
     Resize,
+    ConvTranspose,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 24] = [
+    pub const ALL: [OpKind; 25] = [
         OpKind::Conv2d,
         OpKind::MaxPool2d,
         OpKind::AvgPool2d,
@@ -431,6 +435,7 @@ impl OpKind {
         OpKind::Concat,
         OpKind::SelectChannels,
         OpKind::Resize,
+        OpKind::ConvTranspose,
     ];
 
     /// The op's name in the text format.
@@ -450,6 +455,7 @@ impl OpKind {
             OpKind::Concat => "concat",
             OpKind::SelectChannels => "select_channels",
             OpKind::Resize => "resize",
+            OpKind::ConvTranspose => "conv_transpose",
         }
     }
 }
@@ -485,6 +491,7 @@ impl Op {
             Op::Concat { .. } => OpKind::Concat,
             Op::SelectChannels { .. } => OpKind::SelectChannels,
             Op::Resize(_) => OpKind::Resize,
+            Op::ConvTranspose(_) => OpKind::ConvTranspose,
         }
     }
 
@@ -514,6 +521,7 @@ impl Op {
                 crate::ResizeSize::Like(like) => vec![r.input, like],
                 _ => vec![r.input],
             },
+            Op::ConvTranspose(c) => vec![c.input],
         }
     }
 
@@ -549,6 +557,7 @@ impl Op {
                     f(like);
                 }
             }
+            Op::ConvTranspose(c) => f(&mut c.input),
         }
     }
 
@@ -556,6 +565,7 @@ impl Op {
     pub fn param_operands(&self) -> Vec<Param> {
         match self {
             Op::Conv2d(c) => std::iter::once(c.weight).chain(c.bias).collect(),
+            Op::ConvTranspose(c) => std::iter::once(c.weight).chain(c.bias).collect(),
             Op::BatchNorm(b) => vec![b.scale, b.bias, b.mean, b.var],
             Op::PRelu { slope, .. } => vec![*slope],
             _ => Vec::new(),

@@ -24,6 +24,7 @@
 //! the ONNX defaults, and the printer leaves out exactly those, so printing is canonical.
 #![forbid(unsafe_code)]
 
+mod conv_transpose;
 mod dim;
 mod error;
 pub mod file;
@@ -35,6 +36,7 @@ mod resize;
 mod shape;
 mod write;
 
+pub use conv_transpose::{ConvTranspose2d, conv_transpose_output_extent};
 pub use dim::WindowError;
 pub use dim::{Bindings, Dim, parse_bindings};
 pub use error::{IrError, ParseError, SourceLoc, VerifyError};

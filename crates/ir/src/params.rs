@@ -150,6 +150,14 @@ impl Params {
                         fan_in: s.iter().skip(1).product::<usize>().max(1),
                     };
                 }
+                // Each output pixel sums about `I / groups * KH * KW / (strides)` taps; the
+                // weight's own channels times its window is the usual (PyTorch's) fan-in.
+                Op::ConvTranspose(c) => {
+                    let s = &graph.param(c.weight).shape;
+                    roles[c.weight.index()] = Role::ConvWeight {
+                        fan_in: s.iter().skip(1).product::<usize>().max(1),
+                    };
+                }
                 Op::BatchNorm(b) => {
                     roles[b.scale.index()] = Role::Scale;
                     roles[b.var.index()] = Role::Variance;

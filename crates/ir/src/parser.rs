@@ -6,6 +6,7 @@
 
 use std::num::IntErrorKind;
 
+use crate::conv_transpose::ConvTranspose2d;
 use crate::dim::{Dim, is_symbol};
 use crate::error::{ParseError, SourceLoc};
 use crate::graph::{
@@ -641,6 +642,27 @@ impl Parser {
                     None => return err(loc, "`select_channels` needs the attribute `select`"),
                 };
                 Op::SelectChannels { input, select }
+            }
+            "conv_transpose" => {
+                a.arity(2, 2)?;
+                let input = a.value(0)?;
+                let weight = a.param(1)?;
+                let bias = a.opt_param("bias")?;
+                let strides = a.pair("strides", [1, 1])?;
+                let dilations = a.pair("dilations", [1, 1])?;
+                let pads = a.pads()?;
+                let output_padding = a.pair("output_padding", [0, 0])?;
+                let groups = a.uint("groups", 1)?;
+                Op::ConvTranspose(ConvTranspose2d {
+                    input,
+                    weight,
+                    bias,
+                    strides,
+                    dilations,
+                    pads,
+                    output_padding,
+                    groups,
+                })
             }
             "resize" => {
                 a.arity(1, 2)?;

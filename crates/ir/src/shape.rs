@@ -547,6 +547,77 @@ fn infer_node(
                 _ => out,
             }
         }
+        Op::ConvTranspose(c) => {
+            let x = ctx.rank4(shapes, c.input, "the input")?;
+            let channels = ctx.channels(x, c.input)?;
+            let w = graph.param(c.weight);
+            if w.shape.len() != 4 {
+                return ctx.fail(format!(
+                    "the weight @{} must have rank 4 ([I, O / groups, KH, KW]), found {:?}",
+                    w.name, w.shape
+                ));
+            }
+            let [i, o, kh, kw] = [w.shape[0], w.shape[1], w.shape[2], w.shape[3]];
+            ctx.positive("the weight's input and output channels", &[i, o])?;
+            ctx.positive("kernel", &[kh, kw])?;
+            ctx.positive("groups", &[c.groups])?;
+            ctx.window_steps(&c.strides, &c.dilations, &c.pads)?;
+            if c.output_padding.iter().any(|&p| p > MAX_STEP) {
+                return ctx.fail(format!(
+                    "output_padding must be at most {MAX_STEP}, found {:?}",
+                    c.output_padding
+                ));
+            }
+            for axis in 0..2 {
+                if c.output_padding[axis] >= c.strides[axis].max(c.dilations[axis]) {
+                    return ctx.fail(format!(
+                        "output_padding {:?} must be less than the stride {:?} or the dilation {:?} on each axis",
+                        c.output_padding, c.strides, c.dilations
+                    ));
+                }
+            }
+            if i as u64 != channels {
+                return ctx.fail(format!(
+                    "channel mismatch: the input has {channels} channels but @{} expects {i}",
+                    w.name
+                ));
+            }
+            if i % c.groups != 0 {
+                return ctx.fail(format!(
+                    "groups ({}) must divide the input channels ({i})",
+                    c.groups
+                ));
+            }
+            let Some(out_channels) = o.checked_mul(c.groups) else {
+                return ctx.fail("the output channels overflow");
+            };
+            if let Some(b) = c.bias {
+                ctx.param_shape(b, &[out_channels], "the bias")?;
+            }
+            let dim = |axis: &str, input: &Dim, k: usize, a: usize, pb: usize, pe: usize| {
+                crate::conv_transpose::conv_transpose_dim(
+                    input,
+                    pb,
+                    pe,
+                    k,
+                    c.strides[a],
+                    c.dilations[a],
+                    c.output_padding[a],
+                )
+                .map_or_else(
+                    || {
+                        ctx.fail(format!(
+                            "output {axis} would be less than 1 or overflows: the input {axis} {input} with kernel {k}, stride {}, dilation {}, pads {pb} and {pe}, output_padding {}",
+                            c.strides[a], c.dilations[a], c.output_padding[a]
+                        ))
+                    },
+                    Ok,
+                )
+            };
+            let oh = dim("height", &x[2], kh, 0, c.pads.top, c.pads.bottom)?;
+            let ow = dim("width", &x[3], kw, 1, c.pads.left, c.pads.right)?;
+            vec![x[0].clone(), Dim::Known(out_channels as u64), oh, ow]
+        }
         Op::Pool2d(p) => {
             let x = ctx.rank4(shapes, p.input, "the input")?;
             ctx.channels(x, p.input)?;

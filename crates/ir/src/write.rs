@@ -137,6 +137,20 @@ impl Graph {
                 args.push(v(input));
                 args.push(format!("select=[{}]", join(select, |c| c.to_string())));
             }
+            Op::ConvTranspose(c) => {
+                args.push(v(&c.input));
+                args.push(p(&c.weight));
+                if let Some(b) = &c.bias {
+                    args.push(format!("bias={}", p(b)));
+                }
+                pair(&mut args, "strides", c.strides, [1, 1]);
+                pair(&mut args, "dilations", c.dilations, [1, 1]);
+                pads(&mut args, &c.pads);
+                pair(&mut args, "output_padding", c.output_padding, [0, 0]);
+                if c.groups != 1 {
+                    args.push(format!("groups={}", c.groups));
+                }
+            }
             Op::Resize(r) => {
                 args.push(v(&r.input));
                 if let ResizeSize::Like(like) = &r.size {

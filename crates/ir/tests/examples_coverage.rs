@@ -137,6 +137,20 @@ fn examples_cover_every_op_and_attribute() {
                 | Op::Binary { .. }
                 | Op::Concat { .. }
                 | Op::SelectChannels { .. } => {}
+                Op::ConvTranspose(c) => {
+                    for (shown, name) in [
+                        (c.strides != [1, 1], "strides"),
+                        (!c.pads.is_zero(), "pads"),
+                        (c.output_padding != [0, 0], "output_padding"),
+                        (c.dilations != [1, 1], "dilations"),
+                        (c.groups > 1, "depthwise"),
+                        (c.bias.is_some(), "bias"),
+                    ] {
+                        if shown {
+                            seen.insert(format!("conv_transpose {name}"));
+                        }
+                    }
+                }
                 Op::Resize(r) => {
                     let mode = match r.mode {
                         primjit_ir::ResizeMode::Linear => "linear".to_string(),
@@ -202,6 +216,12 @@ fn examples_cover_every_op_and_attribute() {
         "resize scale",
         "resize size",
         "resize like",
+        "conv_transpose strides",
+        "conv_transpose pads",
+        "conv_transpose output_padding",
+        "conv_transpose dilations",
+        "conv_transpose depthwise",
+        "conv_transpose bias",
     ]);
     let missing: Vec<&str> = wanted.into_iter().filter(|w| !seen.contains(*w)).collect();
     assert!(missing.is_empty(), "no example shows: {missing:?}");

@@ -22,6 +22,7 @@ use crate::names::{NameKind, Namespace, Rename, sanitize_ident, sanitize_value};
 use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, attribute_type, data_type};
 use crate::tensor::{self, Const, ConstData, ExternalFiles};
 
+mod conv_transpose;
 mod resize;
 
 /// An imported model: the IR graph, its parameters from the model's initializers, and where
@@ -608,6 +609,7 @@ impl Importer {
         check_attr_opsets(node, self.opset)?;
         match node.op_type.as_str() {
             "Conv" => self.conv(node),
+            "ConvTranspose" => self.conv_transpose(node),
             "MaxPool" => self.pool(node, PoolKind::Max),
             "AveragePool" => self.pool(node, PoolKind::Avg),
             "GlobalAveragePool" => self.global_pool(node, PoolKind::Avg),
@@ -2407,6 +2409,7 @@ fn compact(graph: &Graph) -> Graph {
 /// Every op the importer converts (in the default domain).
 pub const SUPPORTED: &[&str] = &[
     "Conv",
+    "ConvTranspose",
     "MaxPool",
     "AveragePool",
     "GlobalAveragePool",
@@ -2489,7 +2492,7 @@ fn max_inputs(op: &str, opset: i64) -> (usize, Option<i64>) {
         "PRelu" | "Mul" | "Sub" | "Div" | "ReduceMean" | "ReduceMax" => 2,
         "Constant" => 0,
         "Add" | "MatMul" | "Reshape" | "Squeeze" => 2,
-        "Conv" | "Clip" | "Dropout" | "Gemm" => 3,
+        "Conv" | "ConvTranspose" | "Clip" | "Dropout" | "Gemm" => 3,
         "BatchNormalization" => 5,
         _ => 1,
     };

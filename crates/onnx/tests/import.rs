@@ -2719,3 +2719,203 @@ fn resize_refuses_what_it_cannot_run_listing_every_node() {
         .collect();
     assert_eq!(got, expected);
 }
+
+// ---- ConvTranspose ---------------------------------------------------------------------------
+
+/// `ConvTranspose` keeps its attributes: strides, pads, dilations, output_padding, a bias, and
+/// groups 1 or depthwise; its output extents follow the ONNX formula, also over symbols.
+#[test]
+fn conv_transpose_imports_with_its_attributes() {
+    let m = model(
+        17,
+        vec![info(
+            "x",
+            data_type::FLOAT,
+            vec![D::N(1), D::N(4), D::P("H"), D::N(5)],
+        )],
+        vec![
+            node(
+                "ConvTranspose",
+                "up",
+                &["x", "w", "b"],
+                &["u"],
+                vec![
+                    ("kernel_shape", A::Is(vec![3, 2])),
+                    ("strides", A::Is(vec![2, 3])),
+                    ("pads", A::Is(vec![1, 0, 1, 2])),
+                    ("dilations", A::Is(vec![1, 2])),
+                    ("output_padding", A::Is(vec![1, 0])),
+                ],
+            ),
+            node(
+                "ConvTranspose",
+                "dw",
+                &["u", "wd"],
+                &["y"],
+                vec![("group", A::I(6)), ("strides", A::Is(vec![2, 2]))],
+            ),
+        ],
+        vec![
+            init("w", &[4, 6, 3, 2]),
+            init("b", &[6]),
+            init("wd", &[6, 1, 2, 2]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains(
+            "%u = conv_transpose(%x, @w, bias=@b, strides=[2, 3], dilations=[1, 2], pads=[1, 0, 1, 2], output_padding=[1, 0])"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("%y = conv_transpose(%u, @wd, strides=[2, 2], groups=6)"),
+        "{text}"
+    );
+    // Height: (H - 1) * 2 - 2 + 2 + 1 + 1 = 2H; width: 4 * 3 - 2 + 2 + 0 + 1 = 13; then
+    // doubled by the k2 s2 depthwise one.
+    let shapes = i.graph.verify().unwrap();
+    let y = i.graph.value_by_name("y").unwrap();
+    assert_eq!(shapes.describe(y), "[1, 6, H * 4, 26]");
+    let b = primjit_ir::parse_bindings("H=7").unwrap();
+    let shapes = primjit_ir::infer_shapes(&i.graph, &b).unwrap();
+    assert_eq!(shapes.concrete(y), Some(vec![1, 6, 28, 26]));
+}
+
+/// `auto_pad` SAME splits `kernel extent + output_padding - stride` (which no input extent
+/// changes, so a symbolic one works), SAME_UPPER with the larger half at the end; VALID is no
+/// padding; `output_shape` sets the pads over a known input, an extra end row becoming output
+/// padding, as the ONNX operator's reference does.
+#[test]
+fn conv_transpose_auto_pad_and_output_shape_become_pads() {
+    let ct = |attrs: Vec<(&'static str, A)>, h: D| {
+        let m = model(
+            17,
+            vec![info(
+                "x",
+                data_type::FLOAT,
+                vec![D::N(1), D::N(1), h, D::N(3)],
+            )],
+            vec![node("ConvTranspose", "t", &["x", "w"], &["y"], attrs)],
+            vec![init("w", &[1, 2, 3, 3])],
+            &["y"],
+        );
+        match ops(&import(&m)).as_slice() {
+            [Op::ConvTranspose(c)] => c.clone(),
+            other => panic!("expected one conv_transpose, found {other:?}"),
+        }
+    };
+    let strides = || ("strides", A::Is(vec![2, 2]));
+    // Total 3 + 0 - 2 = 1 per axis.
+    let upper = ct(vec![strides(), ("auto_pad", A::S("SAME_UPPER"))], D::P("H"));
+    assert_eq!(
+        upper.pads,
+        Pads {
+            top: 0,
+            left: 0,
+            bottom: 1,
+            right: 1
+        }
+    );
+    let lower = ct(vec![strides(), ("auto_pad", A::S("SAME_LOWER"))], D::P("H"));
+    assert_eq!(
+        lower.pads,
+        Pads {
+            top: 1,
+            left: 1,
+            bottom: 0,
+            right: 0
+        }
+    );
+    let valid = ct(vec![strides(), ("auto_pad", A::S("VALID"))], D::P("H"));
+    assert!(valid.pads.is_zero());
+    // ONNX's convtranspose_output_shape: 3x3, kernel 3, strides [3, 2] to [10, 8]: totals
+    // 6 + 3 - 10 = -1 and 4 + 3 - 8 = -1, so no pads and one row and column of output padding.
+    let shaped = ct(
+        vec![
+            ("strides", A::Is(vec![3, 2])),
+            ("output_shape", A::Is(vec![10, 8])),
+        ],
+        D::N(3),
+    );
+    assert!(shaped.pads.is_zero());
+    assert_eq!(shaped.output_padding, [1, 1]);
+}
+
+/// Every refusal names the node and what is wrong, and all are listed at once.
+#[test]
+fn conv_transpose_refusals_are_listed_at_once() {
+    let w = |name: &str, dims: &[i64]| init(name, dims);
+    let m = model(
+        17,
+        vec![info(
+            "x",
+            data_type::FLOAT,
+            vec![D::N(1), D::N(4), D::P("H"), D::P("W")],
+        )],
+        vec![
+            node(
+                "ConvTranspose",
+                "grouped",
+                &["x", "w2"],
+                &["a"],
+                vec![("group", A::I(2))],
+            ),
+            node(
+                "ConvTranspose",
+                "shaped",
+                &["x", "w"],
+                &["b"],
+                vec![("output_shape", A::Is(vec![9, 9]))],
+            ),
+            node("ConvTranspose", "flat", &["x", "w3"], &["c"], vec![]),
+            node(
+                "ConvTranspose",
+                "padding",
+                &["x", "w"],
+                &["d"],
+                vec![("output_padding", A::Is(vec![1, 1]))],
+            ),
+            node(
+                "ConvTranspose",
+                "both",
+                &["x", "w"],
+                &["e"],
+                vec![
+                    ("auto_pad", A::S("SAME_UPPER")),
+                    ("pads", A::Is(vec![1, 1, 1, 1])),
+                ],
+            ),
+            node(
+                "ConvTranspose",
+                "kernel",
+                &["x", "w"],
+                &["f"],
+                vec![("kernel_shape", A::Is(vec![2, 2]))],
+            ),
+            node("Add", "sum", &["a", "b"], &["y"], vec![]),
+        ],
+        vec![
+            w("w", &[4, 2, 3, 3]),
+            w("w2", &[4, 2, 3, 3]),
+            w("w3", &[4, 2, 3]),
+        ],
+        &["y"],
+    );
+    let e = import_err(&m);
+    let lines: Vec<&str> = e.lines().collect();
+    let expect = [
+        "node \"grouped\" (ConvTranspose, opset 17): attribute group 2 with weights [4, 2, 3, 3]: only groups 1 and depthwise",
+        "node \"shaped\" (ConvTranspose, opset 17): attribute output_shape needs a known input height, found `H`",
+        "node \"flat\" (ConvTranspose, opset 17): input 1 (W) has rank 3",
+        "node \"padding\" (ConvTranspose, opset 17): output_padding [1, 1] must be less than the stride [1, 1] or the dilation [1, 1]",
+        "node \"both\" (ConvTranspose, opset 17): attributes pads and auto_pad SAME_UPPER are both set",
+        "node \"kernel\" (ConvTranspose, opset 17): attribute kernel_shape [2, 2] differs from the weight's kernel [3, 3]",
+    ];
+    assert_eq!(lines.len(), expect.len(), "{e}");
+    for (line, want) in lines.iter().zip(expect) {
+        assert!(line.contains(want), "{line}\nwanted: {want}\nall:\n{e}");
+    }
+}

@@ -1,7 +1,7 @@
 //! The reference interpreter: straightforward loops with f64 accumulation, the oracle for every kernel test.
 //!
 //! [`conv2d`], [`pool2d`], [`global_pool`], [`relu`], [`add`], [`batchnorm`], [`activation`],
-//! [`prelu`], [`binary`], [`concat()`], [`select_channels`] and [`resize`] compute one op each on NCHW [`Tensor`]s with ONNX
+//! [`prelu`], [`binary`], [`concat()`], [`select_channels`], [`resize`] and [`conv_transpose`] compute one op each on NCHW [`Tensor`]s with ONNX
 //! semantics; [`run_graph`] validates a whole
 //! [`primjit_ir::Graph`] against its inputs and parameters and runs it op by op.
 //!
@@ -31,8 +31,8 @@ mod ops;
 mod run;
 
 pub use ops::{
-    ConvAttrs, PoolAttrs, Post, activation, add, batchnorm, binary, concat, conv2d, global_pool,
-    pool2d, prelu, relu, resize, select_channels,
+    ConvAttrs, ConvTransposeAttrs, PoolAttrs, Post, activation, add, batchnorm, binary, concat,
+    conv_transpose, conv2d, global_pool, pool2d, prelu, relu, resize, select_channels,
 };
 pub use primjit_ir::{
     Activation, BinaryKind, CoordMode, NearestMode, Pads, PoolKind, PoolWindow, ResizeMode, Tensor,

@@ -506,5 +506,114 @@ pub fn resize(x: &Tensor, mode: ResizeMode, coord: CoordMode, [oh, ow]: [usize; 
     }
 }
 
+/// The attributes of a transposed convolution ([`primjit_ir::ConvTranspose2d`]'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTransposeAttrs {
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub pads: Pads,
+    pub output_padding: [usize; 2],
+    pub groups: usize,
+}
+
+impl From<&primjit_ir::ConvTranspose2d> for ConvTransposeAttrs {
+    fn from(c: &primjit_ir::ConvTranspose2d) -> Self {
+        ConvTransposeAttrs {
+            strides: c.strides,
+            dilations: c.dilations,
+            pads: c.pads,
+            output_padding: c.output_padding,
+            groups: c.groups,
+        }
+    }
+}
+
+/// A transposed convolution with ONNX `ConvTranspose` semantics ([`primjit_ir::ConvTranspose2d`]):
+/// weights `[C, O / groups, KH, KW]`; output pixel `(oy, ox)` sums, in f64, the taps whose input
+/// `((oy + top - kh * dh) / sh, (ox + left - kw * dw) / sw)` is whole and inside the input,
+/// over the input channels of its group; one rounding per element.
+pub fn conv_transpose(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    ct: &ConvTransposeAttrs,
+) -> Tensor {
+    let [n, c, h, w] = dims4(x);
+    let [ic, opg, kh, kw] = dims4(weight);
+    let g = ct.groups;
+    assert!(
+        ic == c && c % g == 0,
+        "channels do not match the weight and groups"
+    );
+    let ipg = c / g;
+    let [sh, sw] = ct.strides;
+    let [dh, dw] = ct.dilations;
+    let extent = |input, pb, pe, k, s, d, op| {
+        primjit_ir::conv_transpose_output_extent(input, pb, pe, k, s, d, op)
+            .expect("a valid transposed convolution")
+    };
+    let oh = extent(
+        h,
+        ct.pads.top,
+        ct.pads.bottom,
+        kh,
+        sh,
+        dh,
+        ct.output_padding[0],
+    );
+    let ow = extent(
+        w,
+        ct.pads.left,
+        ct.pads.right,
+        kw,
+        sw,
+        dw,
+        ct.output_padding[1],
+    );
+    let oc = opg * g;
+    // Along one axis: the `(k, i)` taps of output `o`.
+    let taps = |o: usize, pad: usize, k: usize, s: usize, d: usize, input: usize| {
+        (0..k)
+            .filter_map(|k| {
+                let t = (o + pad) as i128 - (k * d) as i128;
+                (t >= 0 && t % s as i128 == 0 && ((t / s as i128) as usize) < input)
+                    .then(|| (k, (t / s as i128) as usize))
+            })
+            .collect::<Vec<_>>()
+    };
+    let rows: Vec<_> = (0..oh)
+        .map(|o| taps(o, ct.pads.top, kh, sh, dh, h))
+        .collect();
+    let cols: Vec<_> = (0..ow)
+        .map(|o| taps(o, ct.pads.left, kw, sw, dw, w))
+        .collect();
+    let mut data = Vec::with_capacity(n * oc * oh * ow);
+    for b in 0..n {
+        for o in 0..oc {
+            let (grp, oo) = (o / opg, o % opg);
+            let base = bias.map_or(0.0, |t| t.data[o] as f64);
+            for row in &rows {
+                for col in &cols {
+                    let mut acc = base;
+                    for &(ky, iy) in row {
+                        for &(kx, ix) in col {
+                            for i in grp * ipg..(grp + 1) * ipg {
+                                let xv = x.data[((b * c + i) * h + iy) * w + ix] as f64;
+                                let wv = weight.data[((i * opg + oo) * kh + ky) * kw + kx] as f64;
+                                acc += xv * wv;
+                            }
+                        }
+                    }
+                    data.push(acc as f32);
+                }
+            }
+        }
+    }
+    Tensor {
+        shape: vec![n, oc, oh, ow],
+        data,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -279,6 +279,12 @@ pub fn run_graph(
                 ops::concat(&inputs)
             }
             Op::SelectChannels { input, select } => ops::select_channels(value(*input), select),
+            Op::ConvTranspose(ct) => ops::conv_transpose(
+                value(ct.input),
+                param(ct.weight),
+                ct.bias.map(param),
+                &ops::ConvTransposeAttrs::from(ct),
+            ),
             Op::Resize(r) => {
                 let out = shapes.concrete(node.result).expect("bound above");
                 ops::resize(value(r.input), r.mode, r.coord, [out[2], out[3]])

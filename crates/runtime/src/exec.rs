@@ -362,7 +362,7 @@ impl Kernel {
         &self.code
     }
 
-    /// The buffers the kernel takes, in order: src, weights (conv only), dst, extras.
+    /// The buffers the kernel takes, in order: src, weights (convolutions only), dst, extras.
     pub fn buffers(&self) -> &[BufferSpec] {
         &self.buffers
     }
@@ -563,7 +563,7 @@ fn pointers(
         return Err(mismatch(src, args.src.len()));
     }
     pointers.push(args.src.as_ptr().cast_mut());
-    if let PrimitiveKey::Conv(_) = key {
+    if let PrimitiveKey::Conv(_) | PrimitiveKey::ConvTranspose(_) = key {
         let spec = specs.next().expect("convs take weights");
         let Some(w) = args.weights else {
             return Err(ExecError::MissingBuffer {

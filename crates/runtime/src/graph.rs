@@ -16,9 +16,9 @@ use std::sync::Arc;
 use primjit_codegen::Isa;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    Broadcast, ConcatDesc, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind,
-    GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut,
-    SelectDesc,
+    Broadcast, ConcatDesc, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, ConvTransposeDesc,
+    EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
+    ResizeDesc, ResizeOut, SelectDesc,
 };
 use primjit_ir::{
     Bindings, Graph, GraphParams, Node, Op, ParamError, Params, PostOp, ResizeSize, Shapes, Tensor,
@@ -277,6 +277,22 @@ impl CompiledGraph {
                         packed: weight_buffer(&ConvPlan::new(&desc).pack_weights(&w, Some(&b)))?,
                         algo: ConvAlgo::Direct,
                         isa: desc.isa,
+                    }
+                }
+                Op::ConvTranspose(ct) => {
+                    let w = params.get(ct.weight);
+                    let b = ct.bias.map(|b| params.get(b));
+                    // Packing depends on channels, window and groups only: any extents do.
+                    let desc =
+                        conv_transpose_desc(&graph, ct, [1, graph.param(ct.weight).shape[0], 1, 1]);
+                    Prepared::Conv {
+                        packed: weight_buffer(&primjit_codegen::pack_conv_transpose_weights(
+                            &desc,
+                            &w.data,
+                            b.as_ref().map(|b| b.data.as_slice()),
+                        ))?,
+                        algo: ConvAlgo::Direct,
+                        isa: Isa::X128,
                     }
                 }
                 Op::PRelu { slope, .. } => {
@@ -728,6 +744,7 @@ impl CompiledGraph {
             Op::Pool2d(p) if key.runtime_dims().any() => Some(p.input),
             Op::BatchNorm(bn) if key.runtime_dims().any() => Some(bn.input),
             Op::Resize(r) if key.runtime_dims().any() => Some(r.input),
+            Op::ConvTranspose(c) if key.runtime_dims().any() => Some(c.input),
             _ => None,
         }
         .map(|v| {
@@ -803,7 +820,8 @@ impl CompiledGraph {
             | Op::PRelu { .. }
             | Op::Binary { .. }
             | Op::Concat { .. }
-            | Op::SelectChannels { .. } => op.value_operands().contains(&input),
+            | Op::SelectChannels { .. }
+            | Op::ConvTranspose(_) => op.value_operands().contains(&input),
             // Only the resized value is read; the one whose extents it takes is not.
             Op::Resize(r) => r.input == input,
             _ => false,
@@ -839,6 +857,9 @@ fn call_operands<'a>(
         (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => {
             (src_of(bn.input), Some(packed.as_slice()), Vec::new())
         }
+        (Op::ConvTranspose(c), Prepared::Conv { packed, .. }) => {
+            (blocked_of(c.input), Some(packed.as_slice()), Vec::new())
+        }
         (Op::Pool2d(p), _) => (src_of(p.input), None, Vec::new()),
         (Op::GlobalPool { input, .. }, _) => (src_of(*input), None, Vec::new()),
         (
@@ -858,7 +879,10 @@ fn call_operands<'a>(
             let rest = inputs[1..].iter().map(|&v| blocked_of(v)).collect();
             (blocked_of(inputs[0]), None, rest)
         }
-        (Op::Conv2d(_) | Op::BatchNorm(_), Prepared::Slope(_) | Prepared::Other)
+        (
+            Op::Conv2d(_) | Op::BatchNorm(_) | Op::ConvTranspose(_),
+            Prepared::Slope(_) | Prepared::Other,
+        )
         | (Op::PRelu { .. }, Prepared::Conv { .. } | Prepared::Other) => {
             unreachable!("convs and prelus are prepared")
         }
@@ -1164,6 +1188,31 @@ fn fused_pool(c: &primjit_ir::Conv2d) -> Option<primjit_codegen::PoolWindow> {
     })
 }
 
+/// The key of a transposed convolution whose input has shape `[n, ic, ih, iw]`.
+fn conv_transpose_desc(
+    graph: &Graph,
+    ct: &primjit_ir::ConvTranspose2d,
+    [n, ic, ih, iw]: [usize; 4],
+) -> ConvTransposeDesc {
+    let w = &graph.param(ct.weight).shape;
+    ConvTransposeDesc {
+        mb: n,
+        ic,
+        ih,
+        iw,
+        oc: w[1] * ct.groups,
+        kh: w[2],
+        kw: w[3],
+        strides: ct.strides,
+        dilations: ct.dilations,
+        pads: ct.pads,
+        output_padding: ct.output_padding,
+        groups: ct.groups,
+        bias: ct.bias.is_some(),
+        runtime: RuntimeDims::NONE,
+    }
+}
+
 /// A batch-norm as a depthwise 1x1 convolution with bias.
 fn bn_desc_shell(channels: usize, src_layout: Layout) -> ConvDesc {
     let mut d = ConvDesc::new(1, channels, [1, 1], channels, [1, 1]);
@@ -1186,6 +1235,7 @@ fn symbolic_dims(graph: &Graph, shapes: &primjit_ir::Shapes) -> Vec<RuntimeDims>
                 Op::BatchNorm(bn) => bn.input,
                 // Fixed sizes and another value's extents are not a function of the input's.
                 Op::Resize(r) if matches!(r.size, ResizeSize::Scale(_)) => r.input,
+                Op::ConvTranspose(c) => c.input,
                 _ => return RuntimeDims::NONE,
             };
             let dims = shapes.get(input).expect("verified");
@@ -1399,6 +1449,9 @@ fn keys_at(
                     .with_runtime(rt),
                 )
             }
+            Op::ConvTranspose(ct) => PrimitiveKey::ConvTranspose(
+                conv_transpose_desc(graph, ct, concrete(ct.input)?).with_runtime(rt),
+            ),
             Op::SelectChannels { input, select } => {
                 let [n, c, h, w] = concrete(*input)?;
                 PrimitiveKey::SelectChannels(SelectDesc {
