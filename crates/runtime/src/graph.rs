@@ -564,29 +564,21 @@ impl CompiledGraph {
         }
         let shapes = infer_shapes(&self.graph, &bindings)?;
         let keys = keys_at(&self.graph, &shapes, self.runtime_dims(), &self.algos())?;
-        let shape4 = |v: Value| -> [usize; 4] {
-            let s = shapes.concrete(v).expect("bound above");
-            [s[0], s[1], s[2], s[3]]
-        };
-        let take = |workspace: &mut Workspace, len: usize| {
-            workspace.take(len).map_err(|e| GraphError::Workspace {
-                bytes: len * 4,
-                message: e.to_string(),
-            })
+        let run_inputs = RunInputs {
+            engine,
+            keys: &keys,
+            shapes: &shapes,
+            inputs,
         };
 
         // Values in nChw4c buffers; graph inputs are read from the caller's tensors, and get a
         // blocked copy only where an op needs one.
-        let input_tensor = |v: Value| -> Option<TensorView<'_>> {
-            let name = self.graph.value_name(v);
-            inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
-        };
         let mut live_bytes = 0usize;
         for input in self.graph.inputs() {
             if self.needs_blocked(input.value) {
-                let t = input_tensor(input.value).expect("bound inputs are present");
-                let s = shape4(input.value);
-                let mut buf = take(workspace, Layout::Nchw4c.buffer_len(s))?;
+                let t = run_inputs.input(&self.graph, input.value);
+                let s = run_inputs.shape4(input.value);
+                let mut buf = take_whole(workspace, Layout::Nchw4c.buffer_len(s))?;
                 // The reorder writes real channels only: the padding lanes must be zeros.
                 buf.fill(0.0);
                 layout::reorder(t.data, Layout::Nchw, &mut buf, Layout::Nchw4c, s);
@@ -613,12 +605,6 @@ impl CompiledGraph {
         );
         let mut streamed = 0;
         if let Some(banded) = &banded {
-            let run_inputs = RunInputs {
-                engine,
-                keys: &keys,
-                shapes: &shapes,
-                inputs,
-            };
             let run = self.execute_segment(
                 banded, run_inputs, workspace, blocked, live_bytes, &mut stats,
             )?;
@@ -641,12 +627,6 @@ impl CompiledGraph {
             workspace.trim_to_budget(engine.workspace_config().budget);
         }
 
-        let run_inputs = RunInputs {
-            engine,
-            keys: &keys,
-            shapes: &shapes,
-            inputs,
-        };
         for (n, _) in self.graph.nodes().skip(streamed) {
             self.execute_node(
                 n,
@@ -659,7 +639,7 @@ impl CompiledGraph {
         }
 
         for ((_, v), out) in self.graph.outputs().iter().zip(outputs) {
-            let s = shape4(*v);
+            let s = run_inputs.shape4(*v);
             out.shape.clear();
             out.shape.extend_from_slice(&s);
             out.data.resize(Layout::Nchw.buffer_len(s), 0.0);
@@ -686,30 +666,11 @@ impl CompiledGraph {
         live_bytes: &mut usize,
         stats: &mut RunStats,
     ) -> Result<(), GraphError> {
-        let RunInputs {
-            engine,
-            keys,
-            shapes,
-            inputs,
-        } = run;
+        let engine = run.engine;
         let (i, node) = (n.index(), self.graph.node(n));
-        let (name, key) = &keys[i];
-        let shape4 = |v: Value| -> [usize; 4] {
-            let s = shapes.concrete(v).expect("bound above");
-            [s[0], s[1], s[2], s[3]]
-        };
-        let take = |workspace: &mut Workspace, len: usize| {
-            workspace.take(len).map_err(|e| GraphError::Workspace {
-                bytes: len * 4,
-                message: e.to_string(),
-            })
-        };
-        let input_tensor = |v: Value| -> Option<TensorView<'_>> {
-            let name = self.graph.value_name(v);
-            inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
-        };
+        let (name, key) = &run.keys[i];
         let primitive = engine.compile(key)?;
-        let out_len = Layout::Nchw4c.buffer_len(shape4(node.result));
+        let out_len = Layout::Nchw4c.buffer_len(run.shape4(node.result));
         // A conv writes over its residual when nothing reads the residual after it (planned
         // in `new`), its kernel allows it, and the residual has a buffer of the output's
         // length; the residual's buffer then becomes the output's.
@@ -723,7 +684,7 @@ impl CompiledGraph {
         let mut dst = match over_residual {
             Some(r) => blocked[r.index()].take().expect("checked above"),
             None => {
-                let dst = take(workspace, out_len)?;
+                let dst = take_whole(workspace, out_len)?;
                 *live_bytes += out_len * 4;
                 dst
             }
@@ -731,7 +692,7 @@ impl CompiledGraph {
         stats.peak_activation_bytes = stats.peak_activation_bytes.max(*live_bytes);
         let src_of = |v: Value| -> &[f32] {
             match (&blocked[v.index()], layout_of(&self.graph, v)) {
-                (_, Layout::Nchw) => input_tensor(v).expect("bound inputs are present").data,
+                (_, Layout::Nchw) => run.input(&self.graph, v).data,
                 (Some(b), _) => b,
                 (None, _) => unreachable!("values are computed before use"),
             }
@@ -748,7 +709,7 @@ impl CompiledGraph {
             _ => None,
         }
         .map(|v| {
-            let [_, _, h, w] = shape4(v);
+            let [_, _, h, w] = run.shape4(v);
             [h, w]
         });
         let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
@@ -765,7 +726,7 @@ impl CompiledGraph {
         };
         let mut scratch = match band {
             0 => None,
-            _ => Some(take(workspace, band * engine.threads())?),
+            _ => Some(take_whole(workspace, band * engine.threads())?),
         };
         let scratch_bytes = scratch.as_ref().map_or(0, |s| s.len() * 4);
         stats.peak_activation_bytes = stats.peak_activation_bytes.max(*live_bytes + scratch_bytes);
@@ -1542,7 +1503,7 @@ impl CompiledGraph {
         };
         for (s, &whole) in segment.nodes.iter().zip(&segment.whole) {
             if whole {
-                let len = Layout::Nchw4c.buffer_len(state.shape4(s.output));
+                let len = Layout::Nchw4c.buffer_len(state.run.shape4(s.output));
                 blocked[s.output.index()] = Some(take_buffer(workspace, len)?);
                 run.whole_bytes += len * 4;
             }
@@ -1555,7 +1516,7 @@ impl CompiledGraph {
                 state.windows.push(None);
                 continue;
             }
-            let (rows, _) = stream::rows_and_elem(Layout::Nchw4c, state.shape4(s.output));
+            let (rows, _) = stream::rows_and_elem(Layout::Nchw4c, state.run.shape4(s.output));
             match take_buffer(workspace, Window::len(rows, pitch, s.out_width())) {
                 Ok(buf) => {
                     run.window_bytes += buf.len() * 4;
@@ -1629,9 +1590,9 @@ impl CompiledGraph {
         let segment = state.segment;
         let s = &segment.nodes[call.node];
         let name = &keys[s.node].0;
-        let ih = state.shape4(s.input)[2];
+        let ih = state.run.shape4(s.input)[2];
         let band_iw = call.input.end - call.input.begin;
-        let out_shape = state.shape4(s.output);
+        let out_shape = state.run.shape4(s.output);
         let (out_rows, _) = stream::rows_and_elem(Layout::Nchw4c, out_shape);
         let cols = call.x1 - call.x0;
         let schedule = state.schedule;
@@ -1861,7 +1822,7 @@ impl CompiledGraph {
     ) {
         let RunInputs { engine, inputs, .. } = state.run;
         let (begin, cols) = (columns.start, columns.len());
-        let shape = state.shape4(v);
+        let shape = state.run.shape4(v);
         let layout = layout_of(&self.graph, v);
         let (rows, elem) = stream::rows_and_elem(layout, shape);
         // The source as (the column its data starts at, its data, row width).
@@ -1954,10 +1915,21 @@ struct SegmentState<'a> {
     windows: Vec<Option<Window>>,
 }
 
-impl SegmentState<'_> {
+impl<'a> RunInputs<'a> {
+    /// The run's shape of value `v`, which binding the inputs made concrete.
     fn shape4(&self, v: Value) -> [usize; 4] {
-        let s = self.run.shapes.concrete(v).expect("bound");
+        let s = self.shapes.concrete(v).expect("bound");
         [s[0], s[1], s[2], s[3]]
+    }
+
+    /// The caller's tensor of graph input `v`.
+    fn input(&self, graph: &Graph, v: Value) -> TensorView<'a> {
+        let name = graph.value_name(v);
+        self.inputs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .expect("bound inputs are present")
     }
 }
 
@@ -1999,6 +1971,14 @@ impl Window {
     fn rows_from(&self, x: usize) -> &[f32] {
         &self.buf[x * 4..]
     }
+}
+
+/// A workspace buffer of `len` floats for a whole tensor, its failure as a graph error.
+fn take_whole(workspace: &mut Workspace, len: usize) -> Result<Buffer, GraphError> {
+    workspace.take(len).map_err(|e| GraphError::Workspace {
+        bytes: len * 4,
+        message: e.to_string(),
+    })
 }
 
 /// A workspace buffer of `len` floats for a streamed segment (see [`REUSE_SLACK`]), its

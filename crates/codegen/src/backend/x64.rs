@@ -157,36 +157,16 @@ impl LanewiseTile {
         ok(a.a.jnz(kh_loop));
         ok(a.a.set_label(&mut kh_done));
         // The post-ops as `DirectTile::epilogue` applies them, then the store.
-        const ZERO: usize = 0;
-        const LO: usize = 1;
-        const HI: usize = 2;
-        const RESIDUAL: usize = 3;
         if self.posts.contains(&PostOpDesc::Relu) {
-            a.zero(ZERO);
+            a.zero(EPILOGUE_ZERO);
         }
         for j in 0..self.vectors {
             let x = acc(j);
-            let mut adds = 0;
-            for post in &self.posts {
-                match *post {
-                    PostOpDesc::Relu => a.max(x, ZERO, x),
-                    PostOpDesc::Clip { lo, hi } => {
-                        a.splat_const(LO, lo);
-                        a.splat_const(HI, hi);
-                        a.max(x, LO, x);
-                        a.min(x, HI, x);
-                    }
-                    PostOpDesc::Add => {
-                        // Residual pointers follow the return address on the stack.
-                        ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds + 1))));
-                        adds += 1;
-                        a.load(RESIDUAL, rax + disp(j as i64 * vb));
-                        a.add(x, x, RESIDUAL);
-                    }
-                    // `ConvDesc::tier_for` keeps every other post-op's key at x128.
-                    ref other => unreachable!("{other} is not a wide tile's post-op"),
-                }
-            }
+            a.post_ops(x, &self.posts, |a, adds| {
+                // Residual pointers follow the return address on the stack.
+                ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds as i32 + 1))));
+                a.load(EPILOGUE_RESIDUAL, rax + disp(j as i64 * vb));
+            });
             a.store(rdx + disp(j as i64 * vb), x);
         }
         ok(a.a.vzeroupper());
@@ -547,16 +527,10 @@ impl DirectTile {
         }
     }
 
-    /// The post-ops on each accumulator, as `conv::apply_post_ops` applies them, then the
-    /// store. `max(b, x)` and `min(b, x)` return their second operand `x` when either is NaN
-    /// or both are zeros, so relu and clip are `x < 0 ? 0 : x` and `x < lo ? lo : x`.
+    /// The post-ops on each accumulator ([`Asm::post_ops`]), then its store as blocks.
     fn epilogue(&self, a: &mut Asm, posts: &[PostOpDesc]) {
-        const ZERO: usize = 0;
-        const LO: usize = 1;
-        const HI: usize = 2;
-        const RESIDUAL: usize = 3;
         if posts.contains(&PostOpDesc::Relu) {
-            a.zero(ZERO);
+            a.zero(EPILOGUE_ZERO);
         }
         for u in 0..self.vectors() {
             let first = u * self.full_blocks();
@@ -564,32 +538,56 @@ impl DirectTile {
             for p in 0..self.pixels {
                 let px = p as i64 * BLOCK_PIXEL_BYTES;
                 let x = self.acc(p, u);
-                let mut adds = 0;
-                for post in posts {
-                    match *post {
-                        PostOpDesc::Relu => a.max(x, ZERO, x),
-                        PostOpDesc::Clip { lo, hi } => {
-                            a.splat_const(LO, lo);
-                            a.splat_const(HI, hi);
-                            a.max(x, LO, x);
-                            a.min(x, HI, x);
-                        }
-                        PostOpDesc::Add => {
-                            let arg = FIRST_RESIDUAL_ARG + 8 * adds;
-                            adds += 1;
-                            // The residual's blocks, as the destination's: r10/r11 then
-                            // hold its bases; the destination's are computed again after.
-                            ok(a.a.mov(rcx, qword_ptr(rsp + arg)));
-                            block_bases(a, first, rcx);
-                            a.load_blocks(RESIDUAL, self.blocks(u), px);
-                            a.add(x, x, RESIDUAL);
-                            block_bases(a, first, rdx);
-                        }
-                        // `ConvDesc::tier_for` keeps every other post-op's key at x128.
-                        ref other => unreachable!("{other} is not a wide tile's post-op"),
-                    }
-                }
+                a.post_ops(x, posts, |a, adds| {
+                    let arg = FIRST_RESIDUAL_ARG + 8 * adds as i32;
+                    // The residual's blocks, as the destination's: r10/r11 then hold its
+                    // bases; the destination's are computed again after.
+                    ok(a.a.mov(rcx, qword_ptr(rsp + arg)));
+                    block_bases(a, first, rcx);
+                    a.load_blocks(EPILOGUE_RESIDUAL, self.blocks(u), px);
+                    block_bases(a, first, rdx);
+                });
                 a.store_blocks(x, self.blocks(u), px);
+            }
+        }
+    }
+}
+
+/// The epilogues' temporaries: a zero for relu, the clip bounds, a residual.
+const EPILOGUE_ZERO: usize = 0;
+const EPILOGUE_LO: usize = 1;
+const EPILOGUE_HI: usize = 2;
+const EPILOGUE_RESIDUAL: usize = 3;
+
+impl Asm {
+    /// A wide tile's post-ops on register `x`, in their order, as `conv::apply_post_ops`
+    /// applies them (`EPILOGUE_ZERO` holds zero when they include relu). `residual(a, i)`
+    /// loads the `i`-th residual's vector into `EPILOGUE_RESIDUAL`. `max(b, x)` and
+    /// `min(b, x)` return their second operand `x` when either is NaN or both are zeros, so
+    /// relu and clip are `x < 0 ? 0 : x` and `x < lo ? lo : x`.
+    fn post_ops(
+        &mut self,
+        x: usize,
+        posts: &[PostOpDesc],
+        mut residual: impl FnMut(&mut Asm, usize),
+    ) {
+        let mut adds = 0;
+        for post in posts {
+            match *post {
+                PostOpDesc::Relu => self.max(x, EPILOGUE_ZERO, x),
+                PostOpDesc::Clip { lo, hi } => {
+                    self.splat_const(EPILOGUE_LO, lo);
+                    self.splat_const(EPILOGUE_HI, hi);
+                    self.max(x, EPILOGUE_LO, x);
+                    self.min(x, EPILOGUE_HI, x);
+                }
+                PostOpDesc::Add => {
+                    residual(self, adds);
+                    adds += 1;
+                    self.add(x, x, EPILOGUE_RESIDUAL);
+                }
+                // The lowering leaves activations to Cranelift code (`split_post_ops`).
+                ref other => unreachable!("{other} is not a wide tile's post-op"),
             }
         }
     }

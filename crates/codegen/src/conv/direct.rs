@@ -1101,12 +1101,6 @@ fn wide_pixel_tile(
                 .collect(),
         })
         .collect();
-    let (kh_first, kh_count) = match row_taps {
-        Taps::Fixed(r) if r.is_empty() => (Scalar::Const(0), Scalar::Const(0)),
-        _ => row_tap_range(e, plan, geo, row_taps),
-    };
-    let kh_src_off = kh_src_offset(e, kh_first, geo.kh_src_step);
-    let kh_w_off = e.mul(kh_first, per_kh);
     let spec = |init: TileInit, finish: TileFinish| {
         WideTile::Direct(DirectTile {
             isa: d.isa,
@@ -1127,19 +1121,9 @@ fn wide_pixel_tile(
     };
     let (tile_posts, rest) = split_post_ops(&d.post_ops);
     let tile_residuals = tile_posts.iter().filter(|p| **p == PostOpDesc::Add).count();
-    let mut args = vec![
-        e.offset_by(tile.src, kh_src_off, 1),
-        e.offset_by(tile.weights, kh_w_off, 1),
-        tile.dst,
-        e.value(kh_count),
-        e.value(geo.kh_src_step),
-        e.value(geo.ic_src_step),
-        e.value(geo.dst_block_bytes),
-        match tile.bias {
-            Some(b) => b,
-            None => e.iconst(0),
-        },
-    ];
+    let mut args = wide_call_start(e, plan, geo, row_taps, tile, per_kh);
+    args.extend([e.value(geo.ic_src_step), e.value(geo.dst_block_bytes)]);
+    args.push(bias_arg(e, tile));
     args.extend(&residuals[..tile_residuals]);
     let start = if tile.bias.is_some() {
         TileInit::Bias
@@ -1212,12 +1196,6 @@ fn lanewise_wide_tile(
                 .collect(),
         })
         .collect();
-    let (kh_first, kh_count) = match row_taps {
-        Taps::Fixed(r) if r.is_empty() => (Scalar::Const(0), Scalar::Const(0)),
-        _ => row_tap_range(e, plan, geo, row_taps),
-    };
-    let kh_src_off = kh_src_offset(e, kh_first, geo.kh_src_step);
-    let kh_w_off = e.mul(kh_first, per_kh);
     let (tile_posts, rest) = split_post_ops(&d.post_ops);
     let tile_residuals = tile_posts.iter().filter(|p| **p == PostOpDesc::Add).count();
     let spec = LanewiseTile {
@@ -1228,17 +1206,8 @@ fn lanewise_wide_tile(
         bias: tile.bias.is_some(),
         posts: tile_posts.to_vec(),
     };
-    let mut args = vec![
-        e.offset_by(tile.src, kh_src_off, 1),
-        e.offset_by(tile.weights, kh_w_off, 1),
-        tile.dst,
-        e.value(kh_count),
-        e.value(geo.kh_src_step),
-        match tile.bias {
-            Some(b) => b,
-            None => e.iconst(0),
-        },
-    ];
+    let mut args = wide_call_start(e, plan, geo, row_taps, tile, per_kh);
+    args.push(bias_arg(e, tile));
     args.extend(&residuals[..tile_residuals]);
     e.call_tile(WideTile::Lanewise(spec), &args);
     let done = vectors * ratio;
@@ -1266,6 +1235,40 @@ fn lanewise_wide_tile(
             &res,
             lanes,
         );
+    }
+}
+
+/// The first arguments of a wide tile's call: the source and weights at the first of the
+/// tile's kernel rows, the destination, how many kernel rows it walks, and the source's step
+/// from one to the next.
+fn wide_call_start(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    geo: &Geometry,
+    row_taps: &Taps,
+    tile: TilePtrs,
+    per_kh: i64,
+) -> Vec<Value> {
+    let (kh_first, kh_count) = match row_taps {
+        Taps::Fixed(r) if r.is_empty() => (Scalar::Const(0), Scalar::Const(0)),
+        _ => row_tap_range(e, plan, geo, row_taps),
+    };
+    let kh_src_off = kh_src_offset(e, kh_first, geo.kh_src_step);
+    let kh_w_off = e.mul(kh_first, per_kh);
+    vec![
+        e.offset_by(tile.src, kh_src_off, 1),
+        e.offset_by(tile.weights, kh_w_off, 1),
+        tile.dst,
+        e.value(kh_count),
+        e.value(geo.kh_src_step),
+    ]
+}
+
+/// A wide tile's bias argument: the tile's bias, or a null pointer it does not read.
+fn bias_arg(e: &mut Emit<'_>, tile: TilePtrs) -> Value {
+    match tile.bias {
+        Some(b) => b,
+        None => e.iconst(0),
     }
 }
 
