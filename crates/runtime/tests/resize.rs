@@ -14,18 +14,14 @@
 //! here by the tensor's largest magnitude).
 
 mod common;
-use common::{SENTINEL, engine, pools};
+use common::engine;
 
 use std::sync::Arc;
 
 use primjit_codegen::key::RuntimeDims;
-use primjit_codegen::{
-    CoordMode, Layout, NearestMode, PrimitiveKey, ResizeDesc, ResizeMode, ResizeOut,
-};
+use primjit_codegen::{CoordMode, NearestMode, PrimitiveKey, ResizeDesc, ResizeMode, ResizeOut};
 use primjit_reference::Tensor;
-use primjit_runtime::exec::GuardedBuffer;
-use primjit_runtime::layout::{to_blocked, to_nchw};
-use primjit_runtime::{ExecArgs, Primitive};
+use primjit_runtime::Primitive;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -62,64 +58,14 @@ impl Rng {
     }
 }
 
-/// Runs `p` (at input `extents` when it has runtime extents) on one thread and on pools of
-/// two and three, checks the three agree to the bit, and returns the destination in NCHW.
+/// Runs `p` on `x` ([`common::run_blocked`]).
 fn run(
     p: &Primitive,
     x: &Tensor,
     extents: Option<[usize; 2]>,
     dst_shape: [usize; 4],
 ) -> Result<Vec<f32>, TestCaseError> {
-    let s: [usize; 4] = x.shape.clone().try_into().expect("rank 4");
-    let src = GuardedBuffer::from_slice(&to_blocked(&x.data, s)).expect("a guarded buffer");
-    let once = |pool: Option<&rayon::ThreadPool>| -> Result<Vec<f32>, TestCaseError> {
-        let mut dst = GuardedBuffer::new(Layout::Nchw4c.buffer_len(dst_shape)).expect("a buffer");
-        dst.as_mut_slice().fill(f32::from_bits(SENTINEL));
-        let args = ExecArgs {
-            src: src.as_slice(),
-            weights: None,
-            dst: dst.as_mut_slice(),
-            extra: &[],
-            scratch: None,
-        };
-        match (pool, extents) {
-            (Some(pool), e) => p.execute_parallel(args, e, pool),
-            (None, Some(e)) => p.execute_at(args, e),
-            (None, None) => p.execute(args),
-        }
-        .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.key())))?;
-        Ok(dst.as_slice().to_vec())
-    };
-    let single = once(None)?;
-    for pool in pools() {
-        let parallel = once(Some(pool))?;
-        let same = single
-            .iter()
-            .zip(&parallel)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        prop_assert!(
-            same,
-            "{} on {} threads differs",
-            p.key(),
-            pool.current_num_threads()
-        );
-    }
-    // The padding lanes of a last, partial block stay zero (the source's are).
-    let [n, c, h, w] = dst_shape;
-    let blocks = c.div_ceil(4);
-    for i in 0..n * blocks * h * w {
-        for lane in 0..4 {
-            if (i / (h * w)) % blocks == blocks - 1 && (blocks - 1) * 4 + lane >= c {
-                prop_assert_eq!(
-                    single[i * 4 + lane].to_bits(),
-                    0,
-                    "{}: padding lane",
-                    p.key()
-                );
-            }
-        }
-    }
-    Ok(to_nchw(&single, dst_shape))
+    common::run_blocked(p, x, None, extents, dst_shape)
 }
 
 fn mode() -> impl Strategy<Value = ResizeMode> {

@@ -1,13 +1,19 @@
 //! What the kernel test files share: the engine they compile with, the thread pools of the
-//! partitioning checks, the destination sentinel and the SplitMix64 step of their data.
+//! partitioning checks, the destination sentinel, the SplitMix64 step of their data, and a
+//! run of a blocked kernel checked across thread counts.
 
 // Each test file uses its own part of this module.
 #![allow(dead_code)]
 
 use std::sync::OnceLock;
 
-use primjit_codegen::CodegenOptions;
-use primjit_runtime::{Engine, EngineConfig};
+use primjit_codegen::{CodegenOptions, Layout};
+use primjit_reference::Tensor;
+use primjit_runtime::exec::GuardedBuffer;
+use primjit_runtime::layout::{to_blocked, to_nchw};
+use primjit_runtime::{Engine, EngineConfig, ExecArgs, Primitive};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 /// What an unwritten destination element holds: a NaN with a recognizable payload.
 pub const SENTINEL: u32 = 0x7fc0_dead;
@@ -50,4 +56,67 @@ pub fn splitmix64(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// Runs `p` on `x` blocked (with `packed` weights, at input `extents` when it has runtime
+/// extents) into a guard-page destination filled with the sentinel, on one thread and on
+/// pools of two and three; checks the three agree to the bit and that the padding lanes of a
+/// last, partial block are zero (the source's are), and returns the destination in NCHW.
+pub fn run_blocked(
+    p: &Primitive,
+    x: &Tensor,
+    packed: Option<&[f32]>,
+    extents: Option<[usize; 2]>,
+    dst_shape: [usize; 4],
+) -> Result<Vec<f32>, TestCaseError> {
+    let s: [usize; 4] = x.shape.clone().try_into().expect("rank 4");
+    let src = GuardedBuffer::from_slice(&to_blocked(&x.data, s)).expect("a guarded buffer");
+    let weights = packed.map(|w| GuardedBuffer::from_slice(w).expect("a guarded buffer"));
+    let once = |pool: Option<&rayon::ThreadPool>| -> Result<Vec<f32>, TestCaseError> {
+        let mut dst = GuardedBuffer::new(Layout::Nchw4c.buffer_len(dst_shape)).expect("a buffer");
+        dst.as_mut_slice().fill(f32::from_bits(SENTINEL));
+        let args = ExecArgs {
+            src: src.as_slice(),
+            weights: weights.as_ref().map(|w| w.as_slice()),
+            dst: dst.as_mut_slice(),
+            extra: &[],
+            scratch: None,
+        };
+        match (pool, extents) {
+            (Some(pool), e) => p.execute_parallel(args, e, pool),
+            (None, Some(e)) => p.execute_at(args, e),
+            (None, None) => p.execute(args),
+        }
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.key())))?;
+        Ok(dst.as_slice().to_vec())
+    };
+    let single = once(None)?;
+    for pool in pools() {
+        let parallel = once(Some(pool))?;
+        let same = single
+            .iter()
+            .zip(&parallel)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        prop_assert!(
+            same,
+            "{} on {} threads differs",
+            p.key(),
+            pool.current_num_threads()
+        );
+    }
+    let [n, c, h, w] = dst_shape;
+    let blocks = c.div_ceil(4);
+    for i in 0..n * blocks * h * w {
+        for lane in 0..4 {
+            if (i / (h * w)) % blocks == blocks - 1 && (blocks - 1) * 4 + lane >= c {
+                prop_assert_eq!(
+                    single[i * 4 + lane].to_bits(),
+                    0,
+                    "{}: padding lane",
+                    p.key()
+                );
+            }
+        }
+    }
+    Ok(to_nchw(&single, dst_shape))
 }
