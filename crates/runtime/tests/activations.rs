@@ -3,7 +3,7 @@
 //! that write their output over their residual.
 
 use primjit_codegen::{
-    ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, Layout, PostOpDesc, PrimitiveKey,
+    Activation, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, Isa, Layout, PostOpDesc, PrimitiveKey,
 };
 use primjit_ir::{Pads, Params, Tensor, parse, random_tensor};
 use primjit_runtime::{
@@ -423,6 +423,24 @@ fn only_kernels_that_read_each_residual_element_right_before_writing_it_run_over
             .map(|x| x.to_bits())
             .eq(over.iter().map(|x| x.to_bits()))
     );
+
+    // At a wide tier, an activation before the `add` is applied after the tile stored its
+    // sums, which would overwrite the residual before the `add` reads it: not in place; an
+    // activation after the `add` is, as at x128.
+    let act = PostOpDesc::Act(Activation::HardSwish);
+    for (posts, wide_in_place) in [
+        (vec![act, PostOpDesc::Add], false),
+        (vec![PostOpDesc::Add, act], true),
+    ] {
+        for isa in Isa::ALL {
+            let mut d = residual_conv(16);
+            d.post_ops = posts.clone();
+            d.isa = d.tier_for(isa);
+            let expected = wide_in_place || d.isa == Isa::X128;
+            let got = ConvPlan::new(&d).residual_in_place();
+            assert_eq!(got, expected, "{posts:?} at {}", d.isa);
+        }
+    }
 
     // A chunked reduction keeps partial sums in the destination: not in place.
     let wide = residual_conv(256);
