@@ -1879,6 +1879,49 @@ fn dump_plan_refuses_a_key_the_kernels_cannot_take() {
     );
 }
 
+/// `dump` shows the graph the library runs (`optimize_graph`, as `run` and the Python package
+/// do): a max pool after a conv that takes Winograd stays a node of its own under `auto`, and
+/// fuses into the conv under `--conv-algo direct` (decision 018).
+#[test]
+fn dump_keeps_a_pool_apart_after_a_winograd_conv() {
+    let dir = temp_dir();
+    let model = write(
+        dir.path(),
+        "pooled.ir",
+        "graph g {
+  input %x: f32[1, 3, 12, 14]
+  param @w1: f32[16, 3, 1, 1]
+  param @w3: f32[16, 16, 3, 3]
+  %a = conv2d(%x, @w1)
+  %b = conv2d(%a, @w3, pads=[1, 1, 1, 1], post=[relu])
+  %p = maxpool2d(%b, kernel=[2, 2], strides=[2, 2])
+  output y = %p
+}
+",
+    );
+    let plan = |algo: &str| {
+        success(&primjit(&[
+            "dump",
+            s(&model),
+            "--stage",
+            "plan",
+            "--conv-algo",
+            algo,
+        ]))
+    };
+    let auto = plan("auto");
+    assert!(
+        auto.contains("alg:wino_f4x3") && auto.contains("%p: pool"),
+        "{auto}"
+    );
+    assert!(!auto.contains("+pool_max"), "{auto}");
+    let direct = plan("direct");
+    assert!(
+        direct.contains("+pool_max") && !direct.contains("%p:"),
+        "{direct}"
+    );
+}
+
 #[test]
 fn dump_dynamic_marks_runtime_fields_and_the_remainder_dispatch() {
     let f = BenchFiles::new();

@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::{Result, bail};
 use primjit::codegen::{CodegenOptions, Dumps, PrimitiveKey, compile, describe_plan};
 use primjit::{Budget, CacheConfig, Engine, EngineConfig};
-use primjit_ir::{Graph, Shapes, passes};
+use primjit_ir::{Graph, Shapes};
 
 use crate::algo::AlgoArgs;
 use crate::source::GraphArgs;
@@ -86,7 +86,7 @@ pub fn run(args: &Args) -> Result<()> {
             // Passes expect a valid graph.
             loaded.shapes(&loaded.graph, &loaded.bindings)?;
             let mut graph = loaded.graph.clone();
-            let report = passes::optimize(&mut graph);
+            let report = primjit::optimize_graph(&mut graph, args.algo.choice()?, args.algo.isa()?);
             let mut text = if args.graph.dims.is_some() {
                 let shapes = loaded.shapes(&graph, &loaded.bindings)?;
                 annotated(&graph, &shapes)
@@ -192,7 +192,7 @@ fn per_node(loaded: &crate::source::Loaded, args: &Args) -> Result<String> {
 fn bound_graph(loaded: &crate::source::Loaded, args: &Args) -> Result<Graph> {
     loaded.shapes(&loaded.graph, &loaded.bindings)?;
     let mut graph = loaded.graph.clone();
-    passes::optimize(&mut graph);
+    primjit::optimize_graph(&mut graph, args.algo.choice()?, args.algo.isa()?);
     let unbound: Vec<String> = graph
         .symbols()
         .into_iter()

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use primjit_ir::{Graph, Params, Tensor, passes, random_tensor};
+use primjit_ir::{Graph, Params, Tensor, random_tensor};
 
 use crate::algo::AlgoArgs;
 use crate::executor::Executor;
@@ -101,7 +101,7 @@ pub fn run(args: &Args) -> Result<()> {
     let params = params_of(args, graph, initializers)?;
 
     let mut optimized = graph.clone();
-    passes::optimize(&mut optimized);
+    primjit::optimize_graph(&mut optimized, args.algo.choice()?, args.algo.isa()?);
     let shapes = loaded.shapes(&optimized, &bindings)?;
 
     let executor = args.executor()?;

@@ -54,5 +54,6 @@ pub use primjit_runtime::{
     EntryInfo, ExecArgs, ExecError, GraphError, NodeRun, Primitive, PrimitiveCache,
     PrimitiveMemory, RunStats, RuntimeError, SegmentRun, ShapeMode, Streaming, TensorView,
     WeightBytes, Workspace, WorkspaceConfig, WorkspaceStats, describe_stream_plan, exec,
-    exec::GuardedBuffer, layout, node_keys, node_keys_in, stream, stream_band_kernels,
+    exec::GuardedBuffer, layout, node_keys, node_keys_in, optimize_graph, stream,
+    stream_band_kernels,
 };

@@ -20,9 +20,10 @@ use primjit_codegen::{
     EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
     ResizeDesc, ResizeOut, SelectDesc,
 };
+use primjit_ir::passes::{self, PassReport};
 use primjit_ir::{
     Bindings, Graph, GraphParams, Node, Op, ParamError, Params, PostOp, ResizeSize, Shapes, Tensor,
-    Value, VerifyError, infer_shapes, passes,
+    Value, VerifyError, infer_shapes,
 };
 
 use crate::engine::Engine;
@@ -241,18 +242,7 @@ impl CompiledGraph {
     ) -> Result<Self, GraphError> {
         graph.verify()?;
         let mut graph = graph.clone();
-        // A conv that takes Winograd keeps its max pool a node of its own: Winograd takes no
-        // fused pool, and the conv alone gains more from it (CRNN's 512-channel conv with its
-        // 2x1 pool: 14.3 ms direct and fused, against about 6 ms).
-        let mut channels = None;
-        passes::optimize_with(&mut graph, |graph, conv| {
-            // Channel counts, which fusing pools does not change, as the graph has them
-            // before the first pool joins its conv.
-            let Ok(shapes) = channels.get_or_insert_with(|| graph.verify()) else {
-                return true;
-            };
-            conv_desc_shell(graph, conv, shapes, conv_algo, isa).algo == ConvAlgo::Direct
-        });
+        optimize_graph(&mut graph, conv_algo, isa);
         let shapes = graph.verify()?;
         let params = params.for_graph(&graph)?;
         let mut prepared = Vec::with_capacity(graph.node_count());
@@ -848,6 +838,23 @@ fn call_operands<'a>(
             unreachable!("convs and prelus are prepared")
         }
     }
+}
+
+/// Folds and fuses a verified graph as [`CompiledGraph`] runs it with `conv_algo`'s
+/// algorithms at tier `isa` (`passes::optimize_with`): a max pool fuses into the conv before
+/// it unless that conv takes Winograd, which takes no fused pool and gains more than the fusion
+/// would (CRNN's 512-channel conv with its 2x1 pool: 14.3 ms direct and fused, 6.1 ms in
+/// Winograd and 0.07 ms of pool). What `dump` and `run` show and run is this graph.
+pub fn optimize_graph(graph: &mut Graph, conv_algo: ConvAlgoChoice, isa: Isa) -> PassReport {
+    let mut channels = None;
+    passes::optimize_with(graph, |graph, conv| {
+        // Channel counts, which fusing pools does not change, as the graph has them before
+        // the first pool joins its conv.
+        let Ok(shapes) = channels.get_or_insert_with(|| graph.verify()) else {
+            return true;
+        };
+        conv_desc_shell(graph, conv, shapes, conv_algo, isa).algo == ConvAlgo::Direct
+    })
 }
 
 /// Per value of `graph`: the index of the last node reading it, `usize::MAX` for outputs.

@@ -29,7 +29,7 @@ pub use error::{ExecError, RuntimeError};
 pub use exec::ExecArgs;
 pub use graph::{
     BandKernel, CompiledGraph, GraphError, NodeRun, RunStats, ShapeMode, TensorView, WeightBytes,
-    describe_stream_plan, node_keys, node_keys_in, stream_band_kernels,
+    describe_stream_plan, node_keys, node_keys_in, optimize_graph, stream_band_kernels,
 };
 pub use primitive::{Primitive, PrimitiveMemory};
 pub use stream::{SegmentRun, Streaming};
