@@ -320,8 +320,11 @@ impl ConvDesc {
                     * self.ic as u128
                     * (self.kh * self.kw) as u128
                     * 4;
+                // A row's reach covers the widest tile's pixels: 12 of the avx512 direct tile,
+                // 32 of the avx512 lane-wise one (`LANEWISE_VECTORS` vectors of 4).
+                let tile_pixels = 4 * crate::backend::x64::LANEWISE_VECTORS as u128;
                 let reach = ((self.kw.saturating_sub(1)) as u128 * self.dilations[1] as u128
-                    + 24 * self.strides[1] as u128
+                    + tile_pixels * self.strides[1] as u128
                     + 1)
                     * 16;
                 let small = weight_bytes < i32::MAX as u128 && reach < i32::MAX as u128;

@@ -327,6 +327,12 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
     assert_eq!(depthwise.tier_for(Isa::Avx512), Isa::Avx512);
     depthwise.strides = [1, 2];
     assert_eq!(depthwise.tier_for(Isa::Avx2), Isa::X128);
+    // A dilation whose last tap lies 2^31 bytes past a lane-wise tile's last vector of four
+    // pixels keeps x128 code, whose offsets are 64-bit.
+    depthwise.strides = [1, 1];
+    depthwise.kw = 2;
+    depthwise.dilations = [1, 134_217_700];
+    assert_eq!(depthwise.tier_for(Isa::Avx512), Isa::X128);
     grouped.groups = 8;
     assert_eq!(grouped.tier_for(Isa::Avx2), Isa::X128);
     // A key forced to a tier that does not cover it is refused, not miscompiled.
