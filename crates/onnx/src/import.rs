@@ -2658,6 +2658,27 @@ fn positive(v: i64, what: &str) -> NodeResult<usize> {
     usize::try_from(v).map_err(|_| format!("attribute {what} is too large: {v}"))
 }
 
+/// A 2-D node's `pads` attribute, `[top, left, bottom, right]`, if it has one.
+fn explicit_pads(node: &NodeProto) -> NodeResult<Option<Pads>> {
+    let Some(v) = ints(node, "pads")? else {
+        return Ok(None);
+    };
+    let [top, left, bottom, right] = v[..] else {
+        return Err(format!(
+            "attribute pads {v:?}: four values (top, left, bottom, right) are needed"
+        ));
+    };
+    let side = |x: i64| {
+        usize::try_from(x).map_err(|_| format!("attribute pads {v:?} must not be negative"))
+    };
+    Ok(Some(Pads {
+        top: side(top)?,
+        left: side(left)?,
+        bottom: side(bottom)?,
+        right: side(right)?,
+    }))
+}
+
 fn pair(node: &NodeProto, name: &str) -> NodeResult<[usize; 2]> {
     match ints(node, name)? {
         None => Ok([1, 1]),
@@ -2678,27 +2699,7 @@ fn window(
 ) -> NodeResult<PoolWindow> {
     let strides = pair(node, "strides")?;
     let dilations = pair(node, "dilations")?;
-    let explicit = match ints(node, "pads")? {
-        None => None,
-        Some(v) if v.len() == 4 => {
-            let mut p = [0usize; 4];
-            for (slot, &x) in p.iter_mut().zip(&v) {
-                *slot = usize::try_from(x)
-                    .map_err(|_| format!("attribute pads {v:?} must not be negative"))?;
-            }
-            Some(Pads {
-                top: p[0],
-                left: p[1],
-                bottom: p[2],
-                right: p[3],
-            })
-        }
-        Some(v) => {
-            return Err(format!(
-                "attribute pads {v:?}: four values (top, left, bottom, right) are needed"
-            ));
-        }
-    };
+    let explicit = explicit_pads(node)?;
     let auto_pad = string(node, "auto_pad")?.unwrap_or_else(|| "NOTSET".into());
     let pads = match auto_pad.as_str() {
         "NOTSET" => explicit.unwrap_or_default(),

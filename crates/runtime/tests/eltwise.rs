@@ -17,7 +17,7 @@
 //! largest slope (1.5, hardswish's), plus the activation's own bound.
 
 mod common;
-use common::{SENTINEL, engine, pools};
+use common::{SENTINEL, engine};
 
 use std::sync::Arc;
 
@@ -149,21 +149,7 @@ fn run_with_scratch(
         .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.key())))?;
         Ok(dst.as_slice().to_vec())
     };
-    let single = once(None)?;
-    for pool in pools() {
-        let parallel = once(Some(pool))?;
-        let same = single
-            .iter()
-            .zip(&parallel)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        prop_assert!(
-            same,
-            "{} on {} threads differs",
-            p.key(),
-            pool.current_num_threads()
-        );
-    }
-    Ok(single)
+    common::on_every_pool(p, once)
 }
 
 fn from_layout(buf: &[f32], layout: Layout, shape: [usize; 4]) -> Vec<f32> {

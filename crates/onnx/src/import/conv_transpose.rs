@@ -4,7 +4,7 @@
 
 use primjit_ir::{ConvTranspose2d, Op, Pads};
 
-use super::{Importer, NodeResult, check_attrs, int, ints, pair, positive, string};
+use super::{Importer, NodeResult, check_attrs, explicit_pads, int, ints, pair, positive, string};
 use crate::proto::NodeProto;
 
 impl Importer {
@@ -74,27 +74,7 @@ impl Importer {
                 ));
             }
         };
-        let explicit = match ints(node, "pads")? {
-            None => None,
-            Some(v) if v.len() == 4 => {
-                let mut p = [0usize; 4];
-                for (slot, &x) in p.iter_mut().zip(&v) {
-                    *slot = usize::try_from(x)
-                        .map_err(|_| format!("attribute pads {v:?} must not be negative"))?;
-                }
-                Some(Pads {
-                    top: p[0],
-                    left: p[1],
-                    bottom: p[2],
-                    right: p[3],
-                })
-            }
-            Some(v) => {
-                return Err(format!(
-                    "attribute pads {v:?}: four values (top, left, bottom, right) are needed"
-                ));
-            }
-        };
+        let explicit = explicit_pads(node)?;
         let auto_pad = string(node, "auto_pad")?.unwrap_or_else(|| "NOTSET".into());
         if !matches!(
             auto_pad.as_str(),

@@ -58,6 +58,29 @@ pub fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Runs `once` on one thread (`None`) and on each of [`pools`], checks the runs agree to the
+/// bit, and returns the one-thread result.
+pub fn on_every_pool(
+    p: &Primitive,
+    once: impl Fn(Option<&rayon::ThreadPool>) -> Result<Vec<f32>, TestCaseError>,
+) -> Result<Vec<f32>, TestCaseError> {
+    let single = once(None)?;
+    for pool in pools() {
+        let parallel = once(Some(pool))?;
+        let same = single
+            .iter()
+            .zip(&parallel)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        prop_assert!(
+            same,
+            "{} on {} threads differs",
+            p.key(),
+            pool.current_num_threads()
+        );
+    }
+    Ok(single)
+}
+
 /// Runs `p` on `x` blocked (with `packed` weights, at input `extents` when it has runtime
 /// extents) into a guard-page destination filled with the sentinel, on one thread and on
 /// pools of two and three; checks the three agree to the bit and that the padding lanes of a
@@ -90,20 +113,7 @@ pub fn run_blocked(
         .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.key())))?;
         Ok(dst.as_slice().to_vec())
     };
-    let single = once(None)?;
-    for pool in pools() {
-        let parallel = once(Some(pool))?;
-        let same = single
-            .iter()
-            .zip(&parallel)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        prop_assert!(
-            same,
-            "{} on {} threads differs",
-            p.key(),
-            pool.current_num_threads()
-        );
-    }
+    let single = on_every_pool(p, once)?;
     let [n, c, h, w] = dst_shape;
     let blocks = c.div_ceil(4);
     for i in 0..n * blocks * h * w {
