@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use primjit::codegen::Pitches;
+use primjit::codegen::{Pitches, WidePattern};
 use primjit::descriptor::{self, DescriptorOp};
 use primjit::ir::{Tensor, random_tensor};
 use primjit::{
@@ -63,7 +63,10 @@ const PEAK_AND_TILES: [PrimitiveKey; 3] = [
 fn peak_key(isa: Isa) -> PrimitiveKey {
     match isa {
         Isa::X128 => PrimitiveKey::FmaPeak(FmaPattern::Registers),
-        isa => PrimitiveKey::WidePeak { isa, tile: false },
+        isa => PrimitiveKey::WidePeak {
+            isa,
+            pattern: WidePattern::Registers,
+        },
     }
 }
 
@@ -224,15 +227,22 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         engine.isa()
     )?;
     // Each wide tier up to the engine's: its own peak from the x64 backend's loop, and its
-    // direct convolution's full register tile alternated with it.
+    // direct convolution's full register tile and its Winograd GEMM's tile alternated with it.
     let mut one_core = vec![(Isa::X128, peak.gflops)];
     for isa in Isa::ALL
         .into_iter()
         .filter(|&t| t != Isa::X128 && t <= engine.isa())
     {
-        let tile_key = PrimitiveKey::WidePeak { isa, tile: true };
-        let [(wide, _), (tile, ratio)] =
-            measure_patterns(&engine, [peak_key(isa), tile_key.clone()], 1)?;
+        let tile_key = |pattern| PrimitiveKey::WidePeak { isa, pattern };
+        let (direct_key, gemm_key) = (
+            tile_key(WidePattern::DirectTile),
+            tile_key(WidePattern::GemmTile),
+        );
+        let [(wide, _), (tile, ratio), (gemm, gemm_ratio)] = measure_patterns(
+            &engine,
+            [peak_key(isa), direct_key.clone(), gemm_key.clone()],
+            1,
+        )?;
         writeln!(
             out,
             "peak {isa}: {:.1} GFLOP/s {}-bit FMA on one core (best of 9 runs; median {:.1}), {:.2}x the 128-bit peak",
@@ -243,8 +253,13 @@ pub fn run_peak(args: &PeakArgs) -> Result<()> {
         )?;
         writeln!(
             out,
-            "register tile {isa}: {:.1} GFLOP/s ({tile_key}, the direct convolutions' wide tile; median {:.1}); {ratio:.2} of the {isa} peak, the median of runs alternated with it",
+            "register tile {isa}: {:.1} GFLOP/s ({direct_key}, the direct convolutions' wide tile; median {:.1}); {ratio:.2} of the {isa} peak, the median of runs alternated with it",
             tile.gflops, tile.median_gflops
+        )?;
+        writeln!(
+            out,
+            "winograd tile {isa}: {:.1} GFLOP/s ({gemm_key}, the Winograd GEMM's wide tile; median {:.1}); {gemm_ratio:.2} of the {isa} peak, the median of runs alternated with it",
+            gemm.gflops, gemm.median_gflops
         )?;
         one_core.push((isa, wide.gflops));
     }

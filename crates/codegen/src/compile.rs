@@ -14,6 +14,7 @@ use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
 use crate::key::{ConvAlgo, EltwiseKind, FmaPattern, KeyError, PrimitiveKey, ResizeMode};
 use crate::plan::{ConvPlan, PoolPlan};
+use crate::tile::WidePattern;
 use crate::{lower_conv_transpose, lower_eltwise, lower_fused, lower_pool, lower_resize};
 
 /// Options that change the generated code or what is kept of it.
@@ -256,17 +257,24 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
              two weight-vector loads, then per tile a broadcast load shared by two FMAs\n"
                 .to_string()
         }
-        PrimitiveKey::WidePeak { isa, tile: false } => format!(
+        PrimitiveKey::WidePeak {
+            isa,
+            pattern: WidePattern::Registers,
+        } => format!(
             "  {} independent {isa} FMA chains, 8 steps per loop trip (x64 backend)\n",
-            x64::PEAK_CHAINS
+            crate::tile::PEAK_CHAINS
         ),
-        PrimitiveKey::WidePeak { isa, tile: true } => {
-            let (p, v) = x64::full_tile(*isa);
+        PrimitiveKey::WidePeak { isa, pattern } => {
+            let (p, v) = pattern.tile(*isa).unwrap_or_default();
+            let tile = match pattern {
+                WidePattern::GemmTile => "the Winograd GEMM's",
+                _ => "the direct convolution's full",
+            };
             format!(
-                "  the direct convolution's full {isa} tile, {p} pixels x {v} vectors, {} \
-                 channels per loop trip: per channel {v} weight-vector loads, then per pixel a \
-                 broadcast load shared by {v} FMAs (x64 backend)\n",
-                x64::PEAK_TILE_CHANNELS
+                "  {tile} {isa} tile, {p} pixels x {v} vectors, {} channels per loop trip: per \
+                 channel {v} weight-vector loads, then per pixel a broadcast load shared by {v} \
+                 FMAs (x64 backend)\n",
+                crate::tile::PEAK_TILE_CHANNELS
             )
         }
     }
@@ -365,8 +373,8 @@ pub fn compile(
 ) -> Result<CompiledKernel, CodegenError> {
     let start = Instant::now();
     key.validate()?;
-    if let PrimitiveKey::WidePeak { isa, tile } = *key {
-        let code = x64::peak_kernel(isa, tile);
+    if let PrimitiveKey::WidePeak { isa, pattern } = *key {
+        let code = x64::peak_kernel(isa, pattern);
         let disasm = dumps.disasm.then(|| x64::disassemble(&code, 0));
         return Ok(CompiledKernel {
             key: key.clone(),

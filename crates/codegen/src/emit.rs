@@ -403,7 +403,7 @@ impl<'a> Emit<'a> {
     }
 
     /// The taps `k` in `0..kernel` of the window at runtime output coordinate `o` that land
-    /// in `0..input`, as `(first, count)`: the runtime twin of [`crate::plan::tap_interval`].
+    /// in `0..input`, as `(first, count)`: the runtime twin of [`crate::key::tap_interval`].
     pub fn runtime_taps(
         &mut self,
         o: Value,

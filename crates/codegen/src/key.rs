@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::ops::Range;
 
 /// The window of a fused pool ([`ConvDesc::pool`]), the IR's own.
 pub use primjit_ir::PoolWindow;
@@ -15,8 +16,9 @@ pub use primjit_ir::{Activation, BinaryKind};
 pub use primjit_ir::{CoordMode, NearestMode, ResizeMode};
 use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
 
-use crate::conv::winograd::{GEMM_UNROLL, GROUP_TILES, GROUP_VECTORS};
 use crate::target::Isa;
+pub use crate::tile::WidePattern;
+use crate::tile::{GEMM_UNROLL, GROUP_TILES, GROUP_VECTORS};
 
 /// The memory layout of an activation tensor.
 ///
@@ -300,67 +302,6 @@ impl ConvDesc {
         }
     }
 
-    /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
-    /// a direct convolution, ungrouped or whose groups fill the wide tile
-    /// (`backend::x64::DirectTile`), or depthwise at unit stride along rows
-    /// (`backend::x64::LanewiseTile`), and for a Winograd convolution whose output-channel
-    /// chunks are whole wide vectors (`backend::x64::GemmTile`; its transforms stay 128-bit
-    /// Cranelift code); `x128` for the others. Post-ops a wide tile does not compute (the
-    /// activations) are applied by Cranelift code to its stored outputs.
-    pub fn tier_for(&self, engine: Isa) -> Isa {
-        if engine == Isa::X128 {
-            return Isa::X128;
-        }
-        let fits = match self.algo {
-            ConvAlgo::Direct => {
-                // The tile addresses weights and inputs by 32-bit displacements: keys whose
-                // weights or a row's reach do not fit them (kernels of thousands of taps) keep
-                // x128 code.
-                let weight_bytes = (self.oc.div_ceil(4) * 4) as u128
-                    * self.ic as u128
-                    * (self.kh * self.kw) as u128
-                    * 4;
-                // A row's reach covers the widest tile's pixels: 12 of the avx512 direct tile,
-                // 32 of the avx512 lane-wise one (`LANEWISE_VECTORS` vectors of 4).
-                let tile_pixels = 4 * crate::backend::x64::LANEWISE_VECTORS as u128;
-                let reach = ((self.kw.saturating_sub(1)) as u128 * self.dilations[1] as u128
-                    + tile_pixels * self.strides[1] as u128
-                    + 1)
-                    * 16;
-                let small = weight_bytes < i32::MAX as u128 && reach < i32::MAX as u128;
-                // Grouped convolutions take the wide tile where a group's channels fill its
-                // two wide vectors: a tile across groups would reduce over every group's
-                // input channels, most of them by zero weights.
-                let (icg, ocg) = (self.ic / self.groups, self.oc / self.groups);
-                // The channels of one block of the `nChw4c` input.
-                let block = Isa::X128.target().lanes;
-                let whole_groups = self.groups == 1
-                    || (ocg.is_multiple_of(2 * engine.target().lanes) && icg.is_multiple_of(block));
-                if self.lanewise() {
-                    // The wide lane-wise tile reads consecutive pixels as one vector and
-                    // stores them so: unit stride along rows, an `nChw4c` destination.
-                    self.strides[1] == 1
-                        && self.dst_layout == Layout::Nchw4c
-                        && self.pool.is_none()
-                        && small
-                } else {
-                    whole_groups && small
-                }
-            }
-            ConvAlgo::WinogradF4x3 => {
-                // A chunk of output channels must be whole wide vectors, and the tile's two
-                // weight panels within 32-bit displacements.
-                let vector_blocks = engine.target().lanes / 4;
-                let panel_bytes = self.ic as u128 * engine.target().vector_bytes() as u128;
-                crate::conv::winograd::WinogradPlan::new(self)
-                    .chunk_blocks()
-                    .is_multiple_of(vector_blocks)
-                    && 2 * panel_bytes < i32::MAX as u128 / 2
-            }
-        };
-        if fits { engine } else { Isa::X128 }
-    }
-
     /// Whether each output channel reduces over its own input channel alone: a depthwise
     /// convolution (one input and one output channel per group) on an `nChw4c` source, whose
     /// blocks of four channels are then the input vectors of lane-wise FMAs.
@@ -480,86 +421,8 @@ impl ConvDesc {
         })
     }
 
-    /// Floats of scratch one thread needs: for Winograd, the transformed tiles and GEMM
-    /// results of one block of tiles ([`crate::conv::winograd::WinogradPlan::scratch_len`]);
-    /// with a fused pool, a band of [`Self::pool_band_rows`] output rows in `nChw4c`; else 0.
-    /// Winograd's depends on the tiles per block: for a fixed-shape key it is the key's own (a
-    /// small image's blocks hold fewer tiles), for a key with runtime extents the most any
-    /// call takes. A call needs the scratch of its own key ([`Self::at`] its extents); more
-    /// is allowed.
-    pub fn scratch_len(&self) -> usize {
-        if self.algo == ConvAlgo::WinogradF4x3 {
-            return crate::conv::winograd::WinogradPlan::new(self).scratch_len();
-        }
-        if self.pool.is_none() {
-            return 0;
-        }
-        self.oc.div_ceil(4) * 4 * self.pool_band_rows() * self.ow()
-    }
-
-    /// Bytes of weights a call of this fixed-shape key ([`Self::at`] a call's extents) reads
-    /// from memory beyond L2: for a Winograd kernel whose transformed weights stream, all of
-    /// them once per block of tiles, so the fewer tiles a call has, the more it reads per
-    /// flop; 0 for weights that stay in L2 across blocks, and for direct kernels, which read
-    /// their packed weights once per output row whatever the call's width.
-    pub fn streamed_weight_bytes(&self) -> u64 {
-        match self.algo {
-            ConvAlgo::Direct => 0,
-            ConvAlgo::WinogradF4x3 => {
-                crate::conv::winograd::WinogradPlan::new(self).streamed_weight_bytes()
-            }
-        }
-    }
-
     pub fn weight_shape(&self) -> [usize; 4] {
         [self.oc, self.ic / self.groups.max(1), self.kh, self.kw]
-    }
-
-    /// The packed weights' length in floats, for this key's algorithm.
-    ///
-    /// # Panics
-    ///
-    /// If the key is not valid ([`PrimitiveKey::validate`]): its plan divides by the groups.
-    pub fn packed_weights_len(&self) -> usize {
-        match self.algo {
-            ConvAlgo::Direct => crate::plan::ConvPlan::new(self).packed_weights_len(),
-            ConvAlgo::WinogradF4x3 => {
-                crate::conv::winograd::WinogradPlan::new(self).packed_weights_len()
-            }
-        }
-    }
-
-    /// Packs OIHW `weights` and the optional bias for this key's algorithm: the direct
-    /// kernels' layout ([`crate::ConvPlan::pack_weights`]) or the Winograd-transformed weights
-    /// ([`crate::conv::winograd::WinogradPlan::pack_weights`]). Depends on channels, kernel and
-    /// layouts only, never on the spatial shape.
-    ///
-    /// # Panics
-    ///
-    /// If the key is not valid ([`PrimitiveKey::validate`]), or `weights` (OIHW,
-    /// [`ConvDesc::weight_shape`]) or `bias` (`oc`) have another length: callers check both
-    /// first, as `CompiledGraph::new` does.
-    pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-        match self.algo {
-            ConvAlgo::Direct => crate::plan::ConvPlan::new(self).pack_weights(weights, bias),
-            ConvAlgo::WinogradF4x3 => {
-                crate::conv::winograd::WinogradPlan::new(self).pack_weights(weights, bias)
-            }
-        }
-    }
-
-    /// Multiply-adds times two that the algorithm performs: the direct count for direct
-    /// kernels; for Winograd, the GEMMs over the (padded) output tiles, 36 or (stride 2) 81
-    /// (the transforms, a few percent of the work, are not counted).
-    pub fn algo_flops(&self) -> u64 {
-        match self.algo {
-            ConvAlgo::Direct => self.flops(),
-            ConvAlgo::WinogradF4x3 => {
-                let tiles = (self.mb * self.oh().div_ceil(4) * self.ow().div_ceil(4)) as u64;
-                let points = crate::conv::winograd::Form::of(self).points() as u64;
-                2 * points * tiles * (self.ic * self.oc) as u64
-            }
-        }
     }
 
     /// Multiply-adds times two: the flop count benchdnn reports (for Winograd, the direct
@@ -999,7 +862,7 @@ pub enum PrimitiveKey {
     /// (`backend::x64::peak_kernel`).
     WidePeak {
         isa: Isa,
-        tile: bool,
+        pattern: WidePattern,
     },
 }
 
@@ -1105,51 +968,10 @@ impl PrimitiveKey {
         [ih, iw, oh, ow, ph, pw].map(|x| x as i64)
     }
 
-    /// Checks that the key describes a kernel that can exist, with checked arithmetic on every
-    /// extent, so that code generation may assume in-bounds addressing.
-    ///
-    /// A key with runtime extents is checked at a representative extent and for canonical
-    /// form (runtime fields hold 0); each call's extents are checked by validating
-    /// [`Self::at`] before the call.
-    pub fn validate(&self) -> Result<(), KeyError> {
-        self.check(true)
-    }
-
-    /// [`Self::validate`]; `windows` also requires every pooling window to cover some input,
-    /// which for runtime extents depends on the call's extents and is checked per call.
-    fn check(&self, windows: bool) -> Result<(), KeyError> {
-        let runtime = self.runtime_dims();
-        if runtime.any() {
-            let [ih, iw] = self.input_extents();
-            if (runtime.h && ih != 0) || (runtime.w && iw != 0) {
-                return Err(KeyError {
-                    key: self.to_string(),
-                    reason: "a runtime extent must hold 0 in the key".into(),
-                });
-            }
-            let [rh, rw] = match self {
-                // The kernel checks every tap at run time, so any extent whose output is not
-                // empty will do: one more than the pads leaves at least one row.
-                PrimitiveKey::ConvTranspose(d) => {
-                    let rep = |runtime: bool, fixed: usize, pads: usize| {
-                        if runtime {
-                            pads.saturating_add(2).max(5)
-                        } else {
-                            fixed
-                        }
-                    };
-                    [
-                        rep(runtime.h, ih, d.pads.top.saturating_add(d.pads.bottom)),
-                        rep(runtime.w, iw, d.pads.left.saturating_add(d.pads.right)),
-                    ]
-                }
-                _ => crate::plan::representative_extents(self),
-            };
-            return self.at([rh, rw]).check(false).map_err(|e| KeyError {
-                key: self.to_string(),
-                reason: e.reason,
-            });
-        }
+    /// [`Self::validate`] for a key whose extents are all fixed; `windows` also requires every
+    /// pooling window to cover some input, which for runtime extents depends on the call's
+    /// extents and is checked per call.
+    pub(crate) fn check_fixed(&self, windows: bool) -> Result<(), KeyError> {
         let fail = |reason: String| {
             Err(KeyError {
                 key: self.to_string(),
@@ -1254,20 +1076,13 @@ impl PrimitiveKey {
                         );
                     }
                     PrimitiveKey::Pool(pool)
-                        .check(windows)
+                        .check_fixed(windows)
                         .or_else(|e| fail(format!("fused pool: {}", e.reason)))?;
                 }
                 if d.algo == ConvAlgo::WinogradF4x3
                     && let Some(reason) = d.winograd_unsupported()
                 {
                     return fail(reason.into());
-                }
-                // A wide tier's tiles cover only what `tier_for` grants it.
-                if d.isa != Isa::X128 && d.tier_for(d.isa) != d.isa {
-                    return fail(format!(
-                        "the {} tier does not cover this convolution: its kernel is x128 code",
-                        d.isa
-                    ));
                 }
                 for p in &d.post_ops {
                     // Written so that NaN bounds are rejected too.
@@ -1321,8 +1136,8 @@ impl PrimitiveKey {
                 .into_iter()
                 .take(axes)
                 {
-                    if let Some(o) = (0..out)
-                        .find(|&o| crate::plan::tap_interval(o, input, pad, k, s, dil).is_empty())
+                    if let Some(o) =
+                        (0..out).find(|&o| tap_interval(o, input, pad, k, s, dil).is_empty())
                     {
                         return fail(format!(
                             "the window at output {axis} {o} covers only padding"
@@ -1435,123 +1250,6 @@ impl PrimitiveKey {
         Ok(())
     }
 
-    /// The buffers the kernel takes, in argument order after the fixed source / weights /
-    /// destination: for a conv its residuals, for an add its second source.
-    pub fn buffers(&self) -> Vec<BufferSpec> {
-        let act = |role: &'static str, shape: [usize; 4], layout: Layout| BufferSpec {
-            role,
-            shape: shape.to_vec(),
-            layout: Some(layout),
-            len: layout.buffer_len(shape),
-        };
-        match self {
-            PrimitiveKey::Conv(d) => {
-                let pitched = |role, shape: [usize; 4], layout: Layout, pitch: usize| BufferSpec {
-                    len: layout.pitched_len(shape, pitch),
-                    ..act(role, shape, layout)
-                };
-                let mut v = vec![pitched("src", d.src_shape(), d.src_layout, d.src_pitch())];
-                v.push(BufferSpec {
-                    role: "weights",
-                    shape: d.weight_shape().to_vec(),
-                    layout: None,
-                    len: d.packed_weights_len(),
-                });
-                let dst_pitch = d.dst_pitch();
-                v.push(pitched("dst", d.dst_shape(), d.dst_layout, dst_pitch));
-                for _ in 0..d.residuals() {
-                    v.push(pitched("residual", d.dst_shape(), d.dst_layout, dst_pitch));
-                }
-                if d.scratch_len() > 0 {
-                    v.push(BufferSpec {
-                        role: SCRATCH_ROLE,
-                        shape: vec![d.scratch_len()],
-                        layout: None,
-                        len: d.scratch_len(),
-                    });
-                }
-                v
-            }
-            PrimitiveKey::Pool(d) => vec![
-                act("src", d.src_shape(), d.src_layout),
-                act("dst", d.dst_shape(), d.dst_layout),
-            ],
-            PrimitiveKey::GlobalPool(d) => {
-                vec![
-                    act("src", [d.mb, d.c, d.ih, d.iw], d.src_layout),
-                    act("dst", [d.mb, d.c, 1, 1], d.dst_layout),
-                ]
-            }
-            PrimitiveKey::Eltwise(d) => {
-                let mut v = vec![act("src", d.shape, d.layout), act("dst", d.shape, d.layout)];
-                match d.kind {
-                    EltwiseKind::Add => v.push(act("src2", d.shape, d.layout)),
-                    EltwiseKind::Binary { rhs, .. } => {
-                        v.push(act("src2", rhs.shape(d.shape), d.layout))
-                    }
-                    EltwiseKind::PRelu => {
-                        let len = d.shape[1].div_ceil(4) * 4;
-                        v.push(BufferSpec {
-                            role: "slope",
-                            shape: vec![d.shape[1]],
-                            layout: None,
-                            len,
-                        });
-                    }
-                    EltwiseKind::Relu | EltwiseKind::Act(_) => {}
-                }
-                v
-            }
-            PrimitiveKey::Concat(d) => {
-                let input = |role, c: usize| act(role, [d.mb, c, d.h, d.w], d.layout);
-                let mut v = vec![input("src", d.channels[0])];
-                v.push(act("dst", d.dst_shape(), d.layout));
-                v.extend(d.channels[1..].iter().map(|&c| input("input", c)));
-                v
-            }
-            PrimitiveKey::SelectChannels(d) => vec![
-                act("src", [d.mb, d.c, d.h, d.w], d.layout),
-                act("dst", d.dst_shape(), d.layout),
-            ],
-            PrimitiveKey::Resize(d) => vec![
-                act("src", d.src_shape(), Layout::Nchw4c),
-                act("dst", d.dst_shape(), Layout::Nchw4c),
-            ],
-            PrimitiveKey::ConvTranspose(d) => vec![
-                act("src", d.src_shape(), Layout::Nchw4c),
-                BufferSpec {
-                    role: "weights",
-                    shape: d.weight_shape().to_vec(),
-                    layout: None,
-                    len: d.packed_weights_len(),
-                },
-                act("dst", d.dst_shape(), Layout::Nchw4c),
-            ],
-            PrimitiveKey::FmaPeak(pattern) => {
-                let raw = |role, len: usize| BufferSpec {
-                    role,
-                    shape: vec![len],
-                    layout: None,
-                    len,
-                };
-                vec![
-                    raw("src", pattern.source_len()),
-                    raw("dst", FMA_PEAK_ACCUMULATORS * 4),
-                ]
-            }
-            PrimitiveKey::WidePeak { isa, tile } => {
-                let (src, dst) = crate::backend::x64::peak_buffer_lens(*isa, *tile);
-                let raw = |role, len: usize| BufferSpec {
-                    role,
-                    shape: vec![len],
-                    layout: None,
-                    len,
-                };
-                vec![raw("src", src), raw("dst", dst)]
-            }
-        }
-    }
-
     /// The floating-point operations of one execution (multiply-adds count two).
     pub fn flops(&self) -> u64 {
         match self {
@@ -1570,38 +1268,7 @@ impl PrimitiveKey {
             },
             PrimitiveKey::ConvTranspose(d) => d.flops(),
             PrimitiveKey::FmaPeak(pattern) => pattern.flops_per_item(),
-            PrimitiveKey::WidePeak { isa, tile } => {
-                crate::backend::x64::peak_flops_per_item(*isa, *tile)
-            }
-        }
-    }
-
-    /// The bytes of activations one execution reads and writes (not weights).
-    pub fn activation_bytes(&self) -> u64 {
-        self.buffers()
-            .iter()
-            .filter(|b| b.role != "weights" && b.role != SCRATCH_ROLE)
-            .map(|b| 4 * b.len as u64)
-            .sum()
-    }
-
-    /// The extent that executions split across threads: output rows (pooled rows with a fused
-    /// pool; for Winograd, blocks of tiles times chunks of output channels).
-    pub fn work_items(&self) -> usize {
-        match self {
-            PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
-                crate::conv::winograd::WinogradPlan::new(d).work_items()
-            }
-            PrimitiveKey::Conv(d) => d.dst_shape()[2],
-            PrimitiveKey::Pool(d) => d.oh(),
-            PrimitiveKey::GlobalPool(_) => 1,
-            PrimitiveKey::Eltwise(d) => d.shape[2],
-            PrimitiveKey::Concat(d) => d.h,
-            PrimitiveKey::SelectChannels(d) => d.h,
-            PrimitiveKey::Resize(d) => d.oh(),
-            PrimitiveKey::ConvTranspose(d) => d.oh(),
-            // The caller chooses the trip count through the range of work items.
-            PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => 1,
+            PrimitiveKey::WidePeak { isa, pattern } => pattern.flops_per_item(*isa),
         }
     }
 }
@@ -1781,13 +1448,38 @@ impl fmt::Display for PrimitiveKey {
             PrimitiveKey::FmaPeak(FmaPattern::SharedBroadcast) => {
                 f.write_str("fma_peak shared broadcast 12x5x2 f32x4")
             }
-            PrimitiveKey::WidePeak { isa, tile: false } => write!(f, "fma_peak 8x12 isa:{isa}"),
-            PrimitiveKey::WidePeak { isa, tile: true } => {
-                let (p, v) = crate::backend::x64::full_tile(*isa);
-                write!(f, "fma_peak tile {p}x{v} isa:{isa}")
-            }
+            PrimitiveKey::WidePeak { isa, pattern } => match (pattern, pattern.tile(*isa)) {
+                (WidePattern::GemmTile, Some((p, v))) => {
+                    write!(f, "fma_peak gemm {p}x{v} isa:{isa}")
+                }
+                (_, Some((p, v))) => write!(f, "fma_peak tile {p}x{v} isa:{isa}"),
+                (_, None) => write!(f, "fma_peak 8x12 isa:{isa}"),
+            },
         }
     }
+}
+
+/// The taps `k` of a window at output coordinate `o` that land inside the input:
+/// `0 <= o * stride - pad_begin + k * dilation < input`.
+pub fn tap_interval(
+    o: usize,
+    input: usize,
+    pad_begin: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+) -> Range<usize> {
+    let start = (o * stride) as i64 - pad_begin as i64;
+    let d = dilation as i64;
+    let lo = if start >= 0 { 0 } else { (-start + d - 1) / d };
+    let last = input as i64 - 1 - start;
+    let hi = if last < 0 {
+        0
+    } else {
+        (last / d + 1).min(kernel as i64)
+    };
+    let lo = lo.min(kernel as i64) as usize;
+    lo..(hi as usize).max(lo)
 }
 
 /// A pooling window's `kh kw sh sw [dh dw] ph pw` fields (dilation as benchdnn's gap).

@@ -9,6 +9,7 @@
 
 pub mod backend;
 mod compile;
+mod contract;
 pub mod conv;
 mod emit;
 pub mod key;
@@ -19,6 +20,7 @@ mod lower_pool;
 mod lower_resize;
 pub mod plan;
 pub mod target;
+pub mod tile;
 
 pub use compile::{
     CodegenError, CodegenOptions, CompiledKernel, Dumps, HostIsa, compile, describe_plan, host_isa,
@@ -29,7 +31,7 @@ pub use key::ConvTransposeDesc;
 pub use key::{
     Activation, BinaryKind, Broadcast, BufferSpec, ConcatDesc, ConvAlgo, ConvDesc, EltwiseDesc,
     EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches, PoolDesc,
-    PoolWindow, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut, SelectDesc,
+    PoolWindow, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut, SelectDesc, WidePattern,
 };
 pub use key::{CoordMode, NearestMode, ResizeMode};
 pub use lower_conv_transpose::pack_conv_transpose_weights;

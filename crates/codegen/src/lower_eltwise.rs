@@ -15,7 +15,8 @@ use cranelift_codegen::ir::{ConstantData, InstBuilder, MemFlagsData, Value, type
 
 use crate::emit::{Emit, F32_BYTES};
 use crate::key::{Activation, BinaryKind, Broadcast, EltwiseDesc, EltwiseKind, Layout};
-use crate::plan::{LANES, Strides};
+use crate::plan::Strides;
+use crate::tile::LANES;
 
 /// The largest error of the vector `exp` in units of the last place of the f32 result, where
 /// that result is a normal number (tested over `[-87, 88]`); below, the absolute error is under

@@ -19,7 +19,8 @@ use crate::conv::direct;
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{ConvDesc, Layout, Pitches, PoolDesc};
 use crate::lower_pool;
-use crate::plan::{ConvPlan, LANES, PoolPlan};
+use crate::plan::{ConvPlan, PoolPlan};
+use crate::tile::LANES;
 
 /// Buffer indices in the argument list.
 const SRC: usize = 0;

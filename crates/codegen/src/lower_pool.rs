@@ -12,13 +12,13 @@ use cranelift_codegen::ir::{InstBuilder, Value, types};
 use primjit_ir::PoolKind;
 
 use crate::conv::direct::{ColumnSplit, RunLen};
-use crate::conv::winograd::{GROUP_TILES, GROUP_VECTORS};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{
     EltwiseDesc, EltwiseKind, FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS, FmaPattern,
     GlobalPoolDesc, Layout,
 };
-use crate::plan::{AxisPlan, LANES, PoolPlan, Strides};
+use crate::plan::{AxisPlan, PoolPlan, Strides};
+use crate::tile::{GROUP_TILES, GROUP_VECTORS, LANES};
 
 const SRC: usize = 0;
 const DST: usize = 2;

@@ -12,34 +12,9 @@ use std::ops::Range;
 
 use primjit_ir::PoolKind;
 
-use crate::key::{ConvDesc, Layout, PoolDesc, PostOpDesc, PrimitiveKey, RuntimeDims};
+use crate::key::{ConvDesc, Layout, PoolDesc, PostOpDesc, PrimitiveKey, RuntimeDims, tap_interval};
 use crate::target::Isa;
-
-/// f32 lanes in one vector: Cranelift's x64 backend lowers 128-bit vectors.
-pub const LANES: usize = 4;
-
-/// The taps `k` of a window at output coordinate `o` that land inside the input:
-/// `0 <= o * stride - pad_begin + k * dilation < input`.
-pub fn tap_interval(
-    o: usize,
-    input: usize,
-    pad_begin: usize,
-    kernel: usize,
-    stride: usize,
-    dilation: usize,
-) -> Range<usize> {
-    let start = (o * stride) as i64 - pad_begin as i64;
-    let d = dilation as i64;
-    let lo = if start >= 0 { 0 } else { (-start + d - 1) / d };
-    let last = input as i64 - 1 - start;
-    let hi = if last < 0 {
-        0
-    } else {
-        (last / d + 1).min(kernel as i64)
-    };
-    let lo = lo.min(kernel as i64) as usize;
-    lo..(hi as usize).max(lo)
-}
+use crate::tile::LANES;
 
 /// How pooling counts the cells of a window for its divisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,8 +320,8 @@ impl AxisPlan {
     }
 }
 
-/// Extents at which a key with runtime extents is validated: large enough that its borders
-/// are apart.
+/// Extents at which a key with runtime extents is validated (`PrimitiveKey::validate`): large
+/// enough that its borders are apart.
 pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
     let [ih, iw] = key.input_extents();
     let rt = key.runtime_dims();
@@ -382,6 +357,21 @@ pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
             [
                 if rt.h { probe(rows) } else { ih },
                 if rt.w { probe(cols) } else { iw },
+            ]
+        }
+        // The kernel checks every tap at run time, so any extent whose output is not empty
+        // will do: one more than the pads leaves at least one row.
+        crate::PrimitiveKey::ConvTranspose(d) => {
+            let rep = |runtime: bool, fixed: usize, pads: usize| {
+                if runtime {
+                    pads.saturating_add(2).max(5)
+                } else {
+                    fixed
+                }
+            };
+            [
+                rep(rt.h, ih, d.pads.top.saturating_add(d.pads.bottom)),
+                rep(rt.w, iw, d.pads.left.saturating_add(d.pads.right)),
             ]
         }
         // Any extent will do: the kernel has no borders to keep apart.
@@ -655,7 +645,7 @@ impl ConvPlan {
     fn lanewise_pixels(isa: Isa) -> usize {
         match isa {
             Isa::X128 => 10,
-            wide => crate::backend::x64::LANEWISE_VECTORS * (wide.target().lanes / LANES),
+            wide => crate::tile::LANEWISE_VECTORS * (wide.target().lanes / LANES),
         }
     }
 
@@ -727,7 +717,7 @@ impl ConvPlan {
             return None;
         }
         let ratio = d.isa.target().lanes / LANES;
-        let (pixels, vectors) = crate::backend::x64::full_tile(d.isa);
+        let (pixels, vectors) = crate::tile::full_tile(d.isa);
         let accumulators = pixels * vectors;
         let vecs = if oc_blocks.is_multiple_of(ratio * vectors) {
             ratio * vectors

@@ -8,7 +8,7 @@
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 use primjit_codegen::{
     Activation, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps, Isa, Layout, PostOpDesc,
-    PrimitiveKey, compile,
+    PrimitiveKey, WidePattern, compile,
 };
 use primjit_ir::{Pads, PoolWindow};
 
@@ -283,8 +283,12 @@ fn the_tier_is_in_the_one_liner_and_the_disassembly() {
 #[test]
 fn wide_peaks_are_emitted_whole_for_each_wide_tier() {
     for isa in [Isa::Avx2, Isa::Avx512] {
-        for tile in [false, true] {
-            let key = PrimitiveKey::WidePeak { isa, tile };
+        for pattern in [
+            WidePattern::Registers,
+            WidePattern::DirectTile,
+            WidePattern::GemmTile,
+        ] {
+            let key = PrimitiveKey::WidePeak { isa, pattern };
             let k = compile(&key, verified(), Dumps::default()).unwrap();
             assert_eq!(k.tiles().len(), 1, "{key}");
             assert_eq!(k.tiles()[0], 0..k.code().len(), "{key}");
@@ -299,7 +303,7 @@ fn wide_peaks_are_emitted_whole_for_each_wide_tier() {
     let err = compile(
         &PrimitiveKey::WidePeak {
             isa: Isa::X128,
-            tile: false,
+            pattern: WidePattern::Registers,
         },
         verified(),
         Dumps::default(),

@@ -395,7 +395,7 @@ fn every_tier_runs_the_same_x128_kernels() {
     let params = primjit_ir::Params::random(&graph, 9);
     let x = Rng(3).tensor(vec![1, 3, 4, 5]);
     let mut first: Option<Vec<Vec<u32>>> = None;
-    for isa in Isa::host_tiers() {
+    for isa in common::host_tiers() {
         let engine = Engine::new(EngineConfig {
             threads: 1,
             max_isa: Some(isa),

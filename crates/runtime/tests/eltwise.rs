@@ -427,7 +427,7 @@ proptest! {
         (src_layout, dst_layout) in (layout(), layout()),
         winograd in any::<bool>(),
         seed in any::<u64>(),
-        isa in prop::sample::select(primjit_codegen::Isa::host_tiers()),
+        isa in prop::sample::select(common::host_tiers()),
     ) {
         // Winograd's output transform applies the post-ops too (3x3, nChw4c in and out). At
         // a wide tier the tile stores its sums and Cranelift code applies the activation.

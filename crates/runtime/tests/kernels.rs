@@ -328,9 +328,10 @@ fn layout() -> impl Strategy<Value = Layout> {
 const CHANNELS: &[usize] = &[1, 3, 4, 5, 8, 16, 17, 24, 32];
 
 /// The vector tiers this host runs, each as likely: a key of each is checked the same way.
-/// (Tiers the host lacks are emitted and decoded in `primjit-codegen`'s tests.)
+/// (Tiers the host lacks are named as skipped, and emitted and decoded in `primjit-codegen`'s
+/// tests.)
 fn tier() -> impl Strategy<Value = Isa> {
-    prop::sample::select(Isa::host_tiers())
+    prop::sample::select(common::host_tiers())
 }
 
 /// A key's tier on an engine of tier `isa`, as the runtime sets it: the engine's where its
@@ -2817,8 +2818,8 @@ fn fma_peak_broadcast_sums_each_accumulators_scalars() {
 /// stay zero.
 #[test]
 fn fma_peak_shared_broadcast_sums_each_tiles_scalars() {
-    use primjit_codegen::conv::winograd::{GROUP_TILES, GROUP_VECTORS};
     use primjit_codegen::key::{FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS};
+    use primjit_codegen::tile::{GROUP_TILES, GROUP_VECTORS};
     let (channels, tiles, vectors) = (FMA_BROADCAST_CHANNELS, GROUP_TILES, GROUP_VECTORS);
     let mut src = vec![0.0f32; FmaPattern::SharedBroadcast.source_len()];
     // Weight vector j of channel c: lanes (c + 1) * (j + 1) * [1, 10, 100, 1000].

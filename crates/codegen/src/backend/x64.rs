@@ -15,6 +15,7 @@ use iced_x86::code_asm::{
 
 use crate::key::PostOpDesc;
 use crate::target::Isa;
+use crate::tile::{PEAK_CHAINS, PEAK_TILE_CHANNELS, WidePattern};
 
 /// Bytes of one block of four channels' pixel in `nChw4c`, the unit a wide vector's lanes
 /// are stored in: a wide vector of output channels spans `lanes / 4` blocks.
@@ -97,10 +98,6 @@ pub struct LanewiseTile {
     pub bias: bool,
     pub posts: Vec<PostOpDesc>,
 }
-
-/// Accumulators of a full lane-wise tile: 8 chains of FMAs keep two FMA ports of 4 cycles'
-/// latency busy.
-pub const LANEWISE_VECTORS: usize = 8;
 
 impl LanewiseTile {
     /// Registers below the accumulators: the weights (the epilogue's zero), the clip
@@ -828,14 +825,14 @@ impl Asm {
 /// A whole peak kernel in the tier's vectors, with the kernel ABI (`fn(buffers, begin, end,
 /// extents, prefetch)`): `end - begin` trips of 8 steps of 12 independent FMA chains, which
 /// start from and end in the destination (buffer 2), `x <- x * b + a` with `a` and `b` the
-/// source's first two vectors (buffer 0). With `tile`, a trip is instead 12 channels of the
-/// direct convolution's register tile at the tier's full shape, its broadcasts and weights
-/// read from the source (which stays in L1).
-pub fn peak_kernel(isa: Isa, tile: bool) -> Vec<u8> {
+/// source's first two vectors (buffer 0). For a tile's pattern, a trip is instead 12 channels
+/// of that register tile, its broadcasts and weights read from the source (which stays in L1).
+pub fn peak_kernel(isa: Isa, pattern: WidePattern) -> Vec<u8> {
     let mut a = Asm::new(isa);
     let vb = isa.target().vector_bytes() as i64;
-    let (pixels, vectors) = full_tile(isa);
-    let chains = if tile { pixels * vectors } else { PEAK_CHAINS };
+    let tile = pattern.tile(isa);
+    let (pixels, vectors) = tile.unwrap_or((PEAK_CHAINS, 1));
+    let chains = pixels * vectors;
     let first = 4;
     ok(a.a.mov(r8, qword_ptr(rdi)));
     ok(a.a.mov(r9, qword_ptr(rdi + 16)));
@@ -848,12 +845,12 @@ pub fn peak_kernel(isa: Isa, tile: bool) -> Vec<u8> {
     let mut top = a.a.create_label();
     ok(a.a.test(rcx, rcx));
     ok(a.a.jle(done));
-    if !tile {
+    if tile.is_none() {
         a.load(0, r8);
         a.load(1, r8 + disp(vb));
     }
     ok(a.a.set_label(&mut top));
-    if tile {
+    if tile.is_some() {
         for c in 0..PEAK_TILE_CHANNELS as i64 {
             for u in 0..vectors {
                 a.load(1 + u, r8 + disp((c * vectors as i64 + u as i64) * vb));
@@ -882,46 +879,6 @@ pub fn peak_kernel(isa: Isa, tile: bool) -> Vec<u8> {
     ok(a.a.vzeroupper());
     ok(a.a.ret());
     a.finish()
-}
-
-/// Independent FMA chains of the register peak: enough to cover the FMA latency on two ports.
-pub const PEAK_CHAINS: usize = 12;
-
-/// Channels per trip of the tile peak.
-pub const PEAK_TILE_CHANNELS: usize = 12;
-
-/// The full direct tile of a tier, `(pixels, vectors)`: 12 accumulators in 16 `ymm`, 24 in 32
-/// `zmm`, two weight vectors each; the plans tile output channels and pixels so (see
-/// `ConvPlan::new`).
-pub fn full_tile(isa: Isa) -> (usize, usize) {
-    match isa {
-        Isa::X128 | Isa::Avx2 => (6, 2),
-        Isa::Avx512 => (12, 2),
-    }
-}
-
-/// The flops of one work item (trip) of [`peak_kernel`].
-pub fn peak_flops_per_item(isa: Isa, tile: bool) -> u64 {
-    let (pixels, vectors) = full_tile(isa);
-    let fmas = if tile {
-        PEAK_TILE_CHANNELS * pixels * vectors
-    } else {
-        8 * PEAK_CHAINS
-    };
-    (fmas * isa.target().lanes * 2) as u64
-}
-
-/// Floats of [`peak_kernel`]'s source and destination buffers.
-pub fn peak_buffer_lens(isa: Isa, tile: bool) -> (usize, usize) {
-    let lanes = isa.target().lanes;
-    let (pixels, vectors) = full_tile(isa);
-    let src = if tile {
-        PEAK_TILE_CHANNELS * (vectors * lanes + pixels)
-    } else {
-        2 * lanes
-    };
-    let chains = if tile { pixels * vectors } else { PEAK_CHAINS };
-    (src, chains * lanes)
 }
 
 /// The instructions of `code`, one per line in Intel syntax with offsets from `base`.

@@ -26,7 +26,8 @@ use super::apply_post_ops;
 use crate::backend::x64::{DirectTile, LanewiseTile, TileFinish, TileInit, TileUnit, WideTile};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{Layout, PostOpDesc};
-use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, LANES};
+use crate::plan::{AxisPlan, AxisTemplate, ConvPlan};
+use crate::tile::LANES;
 
 /// Buffer indices in the argument list.
 const SRC: usize = 0;

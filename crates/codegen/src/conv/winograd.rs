@@ -53,8 +53,8 @@ use super::apply_post_ops;
 use crate::backend::x64::{GemmTile, WideTile};
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::ConvDesc;
-use crate::plan::LANES;
 use crate::target::Isa;
+use crate::tile::{GEMM_UNROLL, GROUP_TILES, GROUP_VECTORS, LANES};
 
 /// Output pixels per tile side.
 pub const TILE: usize = 4;
@@ -135,25 +135,6 @@ impl Form {
         }
     }
 }
-
-/// Tiles of the GEMM's register tile, which computes them for [`GROUP_VECTORS`] output-channel
-/// vectors at once: 10 accumulators, two weight vectors, a broadcast and its copy, 14 of the 16
-/// xmm registers.
-///
-/// Each broadcast feeds two FMAs, so a channel takes 7 loads for 10 FMAs, where the tile of 12
-/// tiles by one vector took 13 for 12. That tile's load and broadcast per FMA held it to
-/// 0.88-0.92 of the FMA peak (`primjit peak`), and Cranelift cannot keep a third operand of an
-/// FMA in memory. Six tiles by two vectors (12 accumulators) left too few registers, and
-/// regalloc2 spilled.
-///
-/// A block's tiles come in groups of this many; a call's last group may be partial, and the
-/// GEMM then computes its missing tiles in vain (at most 4 a call) from whatever the scratch
-/// holds there, and the output transform never reads them.
-pub const GROUP_TILES: usize = 5;
-
-/// Output-channel vectors of the GEMM's register tile. A chunk with an odd number of vectors
-/// runs its last vector with a tile of [`GROUP_TILES`] tiles by one vector.
-pub const GROUP_VECTORS: usize = 2;
 
 /// Tiles per block of the layers whose transformed weights stay in L2.
 const CACHED_BLOCK_TILES: usize = 2 * GROUP_TILES;
@@ -251,18 +232,6 @@ const AT2: [[f64; TILE + 1]; TILE] = [
     [0.0, 1.0, 1.0, 4.0, 0.0],
     [0.0, 1.0, -1.0, 8.0, 1.0],
 ];
-
-/// Input channels per trip of a GEMM's reduction loop. Every FMA leaves its sum in a
-/// multiplicand's register, so the accumulators move from register to register from channel to
-/// channel, and a trip's end must bring them back: with 12 channels a trip (120 FMAs of the
-/// 5 x 2 tile) regalloc2 keeps 2 to 6 stack accesses a trip in the trunk's kernels, with 8 (80
-/// FMAs) 12 (`dump --stage asm`). The tile of 12 tiles by one vector before it spilled with 4
-/// and 8 channels a trip and needed neither spills nor moves with 12.
-pub const GEMM_UNROLL: usize = 12;
-const _: () = assert!(
-    GEMM_UNROLL.is_multiple_of(LANES),
-    "a trip covers whole channel blocks"
-);
 
 /// Floats of padding after each point of `V` and `M` in the scratch: one cache line.
 ///

@@ -1,13 +1,13 @@
-//! What the kernel test files share: the engine they compile with, the thread pools of the
-//! partitioning checks, the destination sentinel, the SplitMix64 step of their data, and a
-//! run of a blocked kernel checked across thread counts.
+//! What the kernel test files share: the engine they compile with, the vector tiers they
+//! draw, the thread pools of the partitioning checks, the destination sentinel, the SplitMix64
+//! step of their data, and a run of a blocked kernel checked across thread counts.
 
 // Each test file uses its own part of this module.
 #![allow(dead_code)]
 
 use std::sync::OnceLock;
 
-use primjit_codegen::{CodegenOptions, Layout};
+use primjit_codegen::{CodegenOptions, Isa, Layout};
 use primjit_reference::Tensor;
 use primjit_runtime::exec::GuardedBuffer;
 use primjit_runtime::layout::{to_blocked, to_nchw};
@@ -17,6 +17,33 @@ use proptest::test_runner::TestCaseError;
 
 /// What an unwritten destination element holds: a NaN with a recognizable payload.
 pub const SENTINEL: u32 = 0x7fc0_dead;
+
+/// The vector tiers this host runs, which the tier-drawing tests draw from. The first call in a
+/// test binary names each tier the host lacks on stderr, written past the test harness's
+/// capture (which takes only `eprintln!`): on a narrower host those cases are skipped, not
+/// passed, and the run says so.
+pub fn host_tiers() -> Vec<Isa> {
+    use std::io::Write;
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        let lacking: Vec<&str> = Isa::ALL
+            .into_iter()
+            .filter(|&t| t > Isa::host())
+            .map(Isa::name)
+            .collect();
+        if !lacking.is_empty() {
+            let runs: Vec<&str> = Isa::host_tiers().iter().map(|t| t.name()).collect();
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: the {} cases of this binary's tier-drawing tests: this host runs {} \
+                 (their code is emitted and decoded in primjit-codegen's tests/tiers.rs)",
+                lacking.join(" and "),
+                runs.join(", ")
+            );
+        }
+    });
+    Isa::host_tiers()
+}
 
 /// One engine for the whole test binary: one thread (the pools below run the parallel
 /// checks), Cranelift's verifier on.

@@ -1,0 +1,343 @@
+//! The kernel contract of each key, as its plan computes it: the tier a convolution runs at,
+//! the buffers a kernel takes, its scratch, its packed weights and its work items.
+//!
+//! Methods of the key types, kept out of `key` so that the keys stay data (fields, shapes,
+//! one-liners and the checks that need no plan) and the layers run one way: `key` imports
+//! neither the plans nor the emitters, and this module imports all three.
+
+use crate::conv::winograd::{Form, WinogradPlan};
+use crate::key::{
+    BufferSpec, ConvAlgo, ConvDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS, KeyError, Layout,
+    PrimitiveKey, SCRATCH_ROLE,
+};
+use crate::plan::{ConvPlan, representative_extents};
+use crate::target::Isa;
+use crate::tile::LANEWISE_VECTORS;
+
+impl ConvDesc {
+    /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
+    /// a direct convolution, ungrouped or whose groups fill the wide tile
+    /// (`backend::x64::DirectTile`), or depthwise at unit stride along rows
+    /// (`backend::x64::LanewiseTile`), and for a Winograd convolution whose output-channel
+    /// chunks are whole wide vectors (`backend::x64::GemmTile`; its transforms stay 128-bit
+    /// Cranelift code); `x128` for the others. Post-ops a wide tile does not compute (the
+    /// activations) are applied by Cranelift code to its stored outputs.
+    pub fn tier_for(&self, engine: Isa) -> Isa {
+        if engine == Isa::X128 {
+            return Isa::X128;
+        }
+        let fits = match self.algo {
+            ConvAlgo::Direct => {
+                // The tile addresses weights and inputs by 32-bit displacements: keys whose
+                // weights or a row's reach do not fit them (kernels of thousands of taps) keep
+                // x128 code.
+                let weight_bytes = (self.oc.div_ceil(4) * 4) as u128
+                    * self.ic as u128
+                    * (self.kh * self.kw) as u128
+                    * 4;
+                // A row's reach covers the widest tile's pixels: 12 of the avx512 direct tile,
+                // 32 of the avx512 lane-wise one (`LANEWISE_VECTORS` vectors of 4).
+                let tile_pixels = 4 * LANEWISE_VECTORS as u128;
+                let reach = ((self.kw.saturating_sub(1)) as u128 * self.dilations[1] as u128
+                    + tile_pixels * self.strides[1] as u128
+                    + 1)
+                    * 16;
+                let small = weight_bytes < i32::MAX as u128 && reach < i32::MAX as u128;
+                // Grouped convolutions take the wide tile where a group's channels fill its
+                // two wide vectors: a tile across groups would reduce over every group's
+                // input channels, most of them by zero weights.
+                let (icg, ocg) = (self.ic / self.groups, self.oc / self.groups);
+                // The channels of one block of the `nChw4c` input.
+                let block = Isa::X128.target().lanes;
+                let whole_groups = self.groups == 1
+                    || (ocg.is_multiple_of(2 * engine.target().lanes) && icg.is_multiple_of(block));
+                if self.lanewise() {
+                    // The wide lane-wise tile reads consecutive pixels as one vector and
+                    // stores them so: unit stride along rows, an `nChw4c` destination.
+                    self.strides[1] == 1
+                        && self.dst_layout == Layout::Nchw4c
+                        && self.pool.is_none()
+                        && small
+                } else {
+                    whole_groups && small
+                }
+            }
+            ConvAlgo::WinogradF4x3 => {
+                // A chunk of output channels must be whole wide vectors, and the tile's two
+                // weight panels within 32-bit displacements.
+                let vector_blocks = engine.target().lanes / 4;
+                let panel_bytes = self.ic as u128 * engine.target().vector_bytes() as u128;
+                WinogradPlan::new(self)
+                    .chunk_blocks()
+                    .is_multiple_of(vector_blocks)
+                    && 2 * panel_bytes < i32::MAX as u128 / 2
+            }
+        };
+        if fits { engine } else { Isa::X128 }
+    }
+
+    /// Floats of scratch one thread needs: for Winograd, the transformed tiles and GEMM
+    /// results of one block of tiles ([`WinogradPlan::scratch_len`]);
+    /// with a fused pool, a band of [`Self::pool_band_rows`] output rows in `nChw4c`; else 0.
+    /// Winograd's depends on the tiles per block: for a fixed-shape key it is the key's own (a
+    /// small image's blocks hold fewer tiles), for a key with runtime extents the most any
+    /// call takes. A call needs the scratch of its own key ([`Self::at`] its extents); more
+    /// is allowed.
+    pub fn scratch_len(&self) -> usize {
+        if self.algo == ConvAlgo::WinogradF4x3 {
+            return WinogradPlan::new(self).scratch_len();
+        }
+        if self.pool.is_none() {
+            return 0;
+        }
+        self.oc.div_ceil(4) * 4 * self.pool_band_rows() * self.ow()
+    }
+
+    /// Bytes of weights a call of this fixed-shape key ([`Self::at`] a call's extents) reads
+    /// from memory beyond L2: for a Winograd kernel whose transformed weights stream, all of
+    /// them once per block of tiles, so the fewer tiles a call has, the more it reads per
+    /// flop; 0 for weights that stay in L2 across blocks, and for direct kernels, which read
+    /// their packed weights once per output row whatever the call's width.
+    pub fn streamed_weight_bytes(&self) -> u64 {
+        match self.algo {
+            ConvAlgo::Direct => 0,
+            ConvAlgo::WinogradF4x3 => WinogradPlan::new(self).streamed_weight_bytes(),
+        }
+    }
+
+    /// The packed weights' length in floats, for this key's algorithm.
+    ///
+    /// # Panics
+    ///
+    /// If the key is not valid ([`PrimitiveKey::validate`]): its plan divides by the groups.
+    pub fn packed_weights_len(&self) -> usize {
+        match self.algo {
+            ConvAlgo::Direct => ConvPlan::new(self).packed_weights_len(),
+            ConvAlgo::WinogradF4x3 => WinogradPlan::new(self).packed_weights_len(),
+        }
+    }
+
+    /// Packs OIHW `weights` and the optional bias for this key's algorithm: the direct
+    /// kernels' layout ([`crate::ConvPlan::pack_weights`]) or the Winograd-transformed weights
+    /// ([`WinogradPlan::pack_weights`]). Depends on channels, kernel and
+    /// layouts only, never on the spatial shape.
+    ///
+    /// # Panics
+    ///
+    /// If the key is not valid ([`PrimitiveKey::validate`]), or `weights` (OIHW,
+    /// [`ConvDesc::weight_shape`]) or `bias` (`oc`) have another length: callers check both
+    /// first, as `CompiledGraph::new` does.
+    pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+        match self.algo {
+            ConvAlgo::Direct => ConvPlan::new(self).pack_weights(weights, bias),
+            ConvAlgo::WinogradF4x3 => WinogradPlan::new(self).pack_weights(weights, bias),
+        }
+    }
+
+    /// Multiply-adds times two that the algorithm performs: the direct count for direct
+    /// kernels; for Winograd, the GEMMs over the (padded) output tiles, 36 or (stride 2) 81
+    /// (the transforms, a few percent of the work, are not counted).
+    pub fn algo_flops(&self) -> u64 {
+        match self.algo {
+            ConvAlgo::Direct => self.flops(),
+            ConvAlgo::WinogradF4x3 => {
+                let tiles = (self.mb * self.oh().div_ceil(4) * self.ow().div_ceil(4)) as u64;
+                let points = Form::of(self).points() as u64;
+                2 * points * tiles * (self.ic * self.oc) as u64
+            }
+        }
+    }
+}
+
+impl PrimitiveKey {
+    /// Checks that the key describes a kernel that can exist, with checked arithmetic on every
+    /// extent, so that code generation may assume in-bounds addressing.
+    ///
+    /// A key with runtime extents is checked at a representative extent
+    /// ([`representative_extents`]) and for canonical form (runtime fields hold 0); each call's
+    /// extents are checked by validating [`Self::at`] before the call.
+    pub fn validate(&self) -> Result<(), KeyError> {
+        let runtime = self.runtime_dims();
+        if !runtime.any() {
+            self.check_fixed(true)?;
+            return self.check_tier();
+        }
+        let [ih, iw] = self.input_extents();
+        if (runtime.h && ih != 0) || (runtime.w && iw != 0) {
+            return Err(KeyError {
+                key: self.to_string(),
+                reason: "a runtime extent must hold 0 in the key".into(),
+            });
+        }
+        let fixed = self.at(representative_extents(self));
+        fixed
+            .check_fixed(false)
+            .and_then(|()| fixed.check_tier())
+            .map_err(|e| KeyError {
+                key: self.to_string(),
+                reason: e.reason,
+            })
+    }
+
+    /// A wide tier's tiles cover only what [`ConvDesc::tier_for`] grants it.
+    fn check_tier(&self) -> Result<(), KeyError> {
+        match self {
+            PrimitiveKey::Conv(d) if d.isa != Isa::X128 && d.tier_for(d.isa) != d.isa => {
+                Err(KeyError {
+                    key: self.to_string(),
+                    reason: format!(
+                        "the {} tier does not cover this convolution: its kernel is x128 code",
+                        d.isa
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The buffers the kernel takes, in argument order after the fixed source / weights /
+    /// destination: for a conv its residuals, for an add its second source.
+    pub fn buffers(&self) -> Vec<BufferSpec> {
+        let act = |role: &'static str, shape: [usize; 4], layout: Layout| BufferSpec {
+            role,
+            shape: shape.to_vec(),
+            layout: Some(layout),
+            len: layout.buffer_len(shape),
+        };
+        match self {
+            PrimitiveKey::Conv(d) => {
+                let pitched = |role, shape: [usize; 4], layout: Layout, pitch: usize| BufferSpec {
+                    len: layout.pitched_len(shape, pitch),
+                    ..act(role, shape, layout)
+                };
+                let mut v = vec![pitched("src", d.src_shape(), d.src_layout, d.src_pitch())];
+                v.push(BufferSpec {
+                    role: "weights",
+                    shape: d.weight_shape().to_vec(),
+                    layout: None,
+                    len: d.packed_weights_len(),
+                });
+                let dst_pitch = d.dst_pitch();
+                v.push(pitched("dst", d.dst_shape(), d.dst_layout, dst_pitch));
+                for _ in 0..d.residuals() {
+                    v.push(pitched("residual", d.dst_shape(), d.dst_layout, dst_pitch));
+                }
+                if d.scratch_len() > 0 {
+                    v.push(BufferSpec {
+                        role: SCRATCH_ROLE,
+                        shape: vec![d.scratch_len()],
+                        layout: None,
+                        len: d.scratch_len(),
+                    });
+                }
+                v
+            }
+            PrimitiveKey::Pool(d) => vec![
+                act("src", d.src_shape(), d.src_layout),
+                act("dst", d.dst_shape(), d.dst_layout),
+            ],
+            PrimitiveKey::GlobalPool(d) => {
+                vec![
+                    act("src", [d.mb, d.c, d.ih, d.iw], d.src_layout),
+                    act("dst", [d.mb, d.c, 1, 1], d.dst_layout),
+                ]
+            }
+            PrimitiveKey::Eltwise(d) => {
+                let mut v = vec![act("src", d.shape, d.layout), act("dst", d.shape, d.layout)];
+                match d.kind {
+                    EltwiseKind::Add => v.push(act("src2", d.shape, d.layout)),
+                    EltwiseKind::Binary { rhs, .. } => {
+                        v.push(act("src2", rhs.shape(d.shape), d.layout))
+                    }
+                    EltwiseKind::PRelu => {
+                        let len = d.shape[1].div_ceil(4) * 4;
+                        v.push(BufferSpec {
+                            role: "slope",
+                            shape: vec![d.shape[1]],
+                            layout: None,
+                            len,
+                        });
+                    }
+                    EltwiseKind::Relu | EltwiseKind::Act(_) => {}
+                }
+                v
+            }
+            PrimitiveKey::Concat(d) => {
+                let input = |role, c: usize| act(role, [d.mb, c, d.h, d.w], d.layout);
+                let mut v = vec![input("src", d.channels[0])];
+                v.push(act("dst", d.dst_shape(), d.layout));
+                v.extend(d.channels[1..].iter().map(|&c| input("input", c)));
+                v
+            }
+            PrimitiveKey::SelectChannels(d) => vec![
+                act("src", [d.mb, d.c, d.h, d.w], d.layout),
+                act("dst", d.dst_shape(), d.layout),
+            ],
+            PrimitiveKey::Resize(d) => vec![
+                act("src", d.src_shape(), Layout::Nchw4c),
+                act("dst", d.dst_shape(), Layout::Nchw4c),
+            ],
+            PrimitiveKey::ConvTranspose(d) => vec![
+                act("src", d.src_shape(), Layout::Nchw4c),
+                BufferSpec {
+                    role: "weights",
+                    shape: d.weight_shape().to_vec(),
+                    layout: None,
+                    len: d.packed_weights_len(),
+                },
+                act("dst", d.dst_shape(), Layout::Nchw4c),
+            ],
+            PrimitiveKey::FmaPeak(pattern) => {
+                let raw = |role, len: usize| BufferSpec {
+                    role,
+                    shape: vec![len],
+                    layout: None,
+                    len,
+                };
+                vec![
+                    raw("src", pattern.source_len()),
+                    raw("dst", FMA_PEAK_ACCUMULATORS * 4),
+                ]
+            }
+            PrimitiveKey::WidePeak { isa, pattern } => {
+                let (src, dst) = pattern.buffer_lens(*isa);
+                let raw = |role, len: usize| BufferSpec {
+                    role,
+                    shape: vec![len],
+                    layout: None,
+                    len,
+                };
+                vec![raw("src", src), raw("dst", dst)]
+            }
+        }
+    }
+
+    /// The bytes of activations one execution reads and writes (not weights).
+    pub fn activation_bytes(&self) -> u64 {
+        self.buffers()
+            .iter()
+            .filter(|b| b.role != "weights" && b.role != SCRATCH_ROLE)
+            .map(|b| 4 * b.len as u64)
+            .sum()
+    }
+
+    /// The extent that executions split across threads: output rows (pooled rows with a fused
+    /// pool; for Winograd, blocks of tiles times chunks of output channels).
+    pub fn work_items(&self) -> usize {
+        match self {
+            PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
+                WinogradPlan::new(d).work_items()
+            }
+            PrimitiveKey::Conv(d) => d.dst_shape()[2],
+            PrimitiveKey::Pool(d) => d.oh(),
+            PrimitiveKey::GlobalPool(_) => 1,
+            PrimitiveKey::Eltwise(d) => d.shape[2],
+            PrimitiveKey::Concat(d) => d.h,
+            PrimitiveKey::SelectChannels(d) => d.h,
+            PrimitiveKey::Resize(d) => d.oh(),
+            PrimitiveKey::ConvTranspose(d) => d.oh(),
+            // The caller chooses the trip count through the range of work items.
+            PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => 1,
+        }
+    }
+}
