@@ -510,13 +510,14 @@ fn descriptor_key(args: &BenchOpArgs) -> Result<(PrimitiveKey, PrimitiveKey, Opt
     }
 }
 
-/// A convolution key at the tier its kernel takes on an engine of tier `isa`.
+/// A convolution or pooling key at the tier its kernel takes on an engine of tier `isa`.
 fn at_tier(key: PrimitiveKey, isa: primjit::Isa) -> PrimitiveKey {
     match key {
         PrimitiveKey::Conv(mut d) => {
             d.isa = d.tier_for(isa);
             PrimitiveKey::Conv(d)
         }
+        PrimitiveKey::Pool(d) => PrimitiveKey::Pool(d.at_tier(isa)),
         other => other,
     }
 }

@@ -7,7 +7,7 @@
 
 use crate::conv::winograd::{Form, WinogradPlan};
 use crate::key::{
-    BufferSpec, ConvAlgo, ConvDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS, KeyError, Layout,
+    BufferSpec, ConvAlgo, ConvDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS, KeyError, Layout, PoolDesc,
     PrimitiveKey, SCRATCH_ROLE,
 };
 use crate::plan::{ConvPlan, representative_extents};
@@ -149,6 +149,34 @@ impl ConvDesc {
     }
 }
 
+impl PoolDesc {
+    /// The tier this pooling's kernel uses on an engine of tier `engine`: the engine's where
+    /// its output pixels along a row read consecutive input pixels (unit column stride), both
+    /// layouts are `nChw4c` and the window's reach fits the tile's 32-bit displacements
+    /// (`backend::x64::PoolTile`: wide vectors of consecutive pixels of one block); `x128`
+    /// for the others.
+    pub fn tier_for(&self, engine: Isa) -> Isa {
+        let lanes = engine.target().lanes as u128;
+        let reach = (self.window.kernel[1].saturating_sub(1) as u128
+            * self.window.dilations[1] as u128
+            + LANEWISE_VECTORS as u128 * lanes / 4
+            + 1)
+            * 16;
+        let wide = engine != Isa::X128
+            && self.window.strides[1] == 1
+            && self.src_layout == Layout::Nchw4c
+            && self.dst_layout == Layout::Nchw4c
+            && reach < i32::MAX as u128;
+        if wide { engine } else { Isa::X128 }
+    }
+
+    /// This key at the tier its kernel uses on an engine of tier `engine` ([`Self::tier_for`]).
+    pub fn at_tier(self, engine: Isa) -> PoolDesc {
+        let isa = self.tier_for(engine);
+        PoolDesc { isa, ..self }
+    }
+}
+
 impl PrimitiveKey {
     /// Checks that the key describes a kernel that can exist, with checked arithmetic on every
     /// extent, so that code generation may assume in-bounds addressing.
@@ -181,18 +209,18 @@ impl PrimitiveKey {
 
     /// A wide tier's tiles cover only what [`ConvDesc::tier_for`] grants it.
     fn check_tier(&self) -> Result<(), KeyError> {
-        match self {
-            PrimitiveKey::Conv(d) if d.isa != Isa::X128 && d.tier_for(d.isa) != d.isa => {
-                Err(KeyError {
-                    key: self.to_string(),
-                    reason: format!(
-                        "the {} tier does not cover this convolution: its kernel is x128 code",
-                        d.isa
-                    ),
-                })
-            }
-            _ => Ok(()),
+        let (what, isa, granted) = match self {
+            PrimitiveKey::Conv(d) => ("convolution", d.isa, d.tier_for(d.isa)),
+            PrimitiveKey::Pool(d) => ("pooling", d.isa, d.tier_for(d.isa)),
+            _ => return Ok(()),
+        };
+        if isa == granted {
+            return Ok(());
         }
+        Err(KeyError {
+            key: self.to_string(),
+            reason: format!("the {isa} tier does not cover this {what}: its kernel is x128 code"),
+        })
     }
 
     /// The buffers the kernel takes, in argument order after the fixed source / weights /

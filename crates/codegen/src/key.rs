@@ -410,6 +410,8 @@ impl ConvDesc {
             src_layout: Layout::Nchw4c,
             dst_layout: self.dst_layout,
             runtime: RuntimeDims::NONE,
+            // The fused pool is Cranelift code within the conv's kernel.
+            isa: Isa::X128,
         };
         Some(d.with_runtime(self.runtime))
     }
@@ -454,6 +456,9 @@ pub struct PoolDesc {
     pub src_layout: Layout,
     pub dst_layout: Layout,
     pub runtime: RuntimeDims,
+    /// The vector tier of its kernel: `x128`, or the engine's where
+    /// [`PoolDesc::tier_for`] grants it.
+    pub isa: Isa,
 }
 
 impl PoolDesc {
@@ -925,6 +930,7 @@ impl PrimitiveKey {
     pub fn isa(&self) -> Isa {
         match self {
             PrimitiveKey::Conv(d) => d.isa,
+            PrimitiveKey::Pool(d) => d.isa,
             PrimitiveKey::WidePeak { isa, .. } => *isa,
             _ => Isa::X128,
         }
@@ -1342,6 +1348,9 @@ impl fmt::Display for PrimitiveKey {
                 )?;
                 if d.window.ceil_mode {
                     f.write_str(" ceil")?;
+                }
+                if d.isa != Isa::X128 {
+                    write!(f, " isa:{}", d.isa)?;
                 }
                 layouts(f, d.src_layout, d.dst_layout)
             }

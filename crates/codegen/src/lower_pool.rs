@@ -8,9 +8,10 @@
 use cranelift_codegen::ir::condcodes::FloatCC;
 use std::ops::Range;
 
-use cranelift_codegen::ir::{InstBuilder, Value, types};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 use primjit_ir::PoolKind;
 
+use crate::backend::x64::{PoolTile, WideTile};
 use crate::conv::direct::{ColumnSplit, RunLen};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{
@@ -419,6 +420,42 @@ fn pool_tile(
     dst: Value,
     lanes: usize,
 ) {
+    if let (Some(ratio), Taps::Fixed { taps, .. }) = (plan.wide_ratio(), col)
+        && pixels >= ratio
+    {
+        let done = wide_pool_tile(
+            e,
+            plan,
+            input,
+            kh_step,
+            pixels / ratio,
+            row,
+            col,
+            taps,
+            src,
+            dst,
+        );
+        if done < pixels {
+            let f = F32_BYTES;
+            let (src_px, dst_px) = (input.pixel * f, pixel_stride(plan.desc.dst_layout) * f);
+            let src = e.offset(src, done as i64 * src_px);
+            let dst = e.offset(dst, done as i64 * dst_px);
+            let plan_x128 = plan.x128();
+            pool_tile(
+                e,
+                &plan_x128,
+                input,
+                kh_step,
+                pixels - done,
+                row,
+                col,
+                src,
+                dst,
+                lanes,
+            );
+        }
+        return;
+    }
     let d = &plan.desc;
     let f = F32_BYTES;
     let init = match d.kind {
@@ -498,23 +535,9 @@ fn pool_tile(
             out[1..].to_vec()
         }
     };
-    let scale = (d.kind == PoolKind::Avg).then(|| match (row, col) {
-        (Taps::Fixed { count: r, .. }, Taps::Fixed { count: c, .. }) => {
-            e.splat_const(1.0 / (r * c) as f32)
-        }
-        _ => {
-            // The same reciprocal as the fixed case, computed at run time.
-            let count = |e: &mut Emit<'_>, t: &Taps| match t {
-                Taps::Fixed { count, .. } => e.iconst(*count as i64),
-                Taps::Runtime { count, .. } => *count,
-            };
-            let (r, c) = (count(e, row), count(e, col));
-            let n = e.b.ins().imul(r, c);
-            let n = e.b.ins().fcvt_from_sint(types::F32, n);
-            let one = e.b.ins().f32const(1.0);
-            let recip = e.b.ins().fdiv(one, n);
-            e.b.ins().splat(types::F32X4, recip)
-        }
+    let scale = (d.kind == PoolKind::Avg).then(|| {
+        let recip = avg_reciprocal(e, row, col);
+        e.b.ins().splat(types::F32X4, recip)
     });
     // Only an NCHW destination needs its channel stride (and its extents).
     let dst_channel = match d.dst_layout {
@@ -528,6 +551,82 @@ fn pool_tile(
         };
         let off = p as i64 * pixel_stride(d.dst_layout) * f;
         store(e, d.dst_layout, dst_channel, v, dst, off, lanes);
+    }
+}
+
+/// The first `vectors` wide vectors of a pooling tile at a wide tier as one call of the x64
+/// backend's [`PoolTile`] (`PoolDesc::tier_for`: unit column stride, `nChw4c`), which reduces
+/// each pixel's taps in the order of the 128-bit tile and so gives the same bits. Returns the
+/// pixels it computed.
+#[allow(clippy::too_many_arguments)]
+fn wide_pool_tile(
+    e: &mut Emit<'_>,
+    plan: &PoolPlan,
+    input: &ActStrides,
+    kh_step: Scalar,
+    vectors: usize,
+    row: &Taps,
+    col: &Taps,
+    col_taps: &Range<usize>,
+    src: Value,
+    dst: Value,
+) -> usize {
+    let d = &plan.desc;
+    let src_px = input.pixel * F32_BYTES;
+    let kw_step = d.window.dilations[1] as i64 * src_px;
+    let spec = PoolTile {
+        isa: d.isa,
+        max: d.kind == PoolKind::Max,
+        vectors,
+        units: col_taps.clone().map(|kw| kw as i64 * kw_step).collect(),
+    };
+    let (src_kh, kh_count) = match row {
+        Taps::Fixed { taps, .. } => (
+            e.offset_by(src, kh_step, taps.start as i64),
+            e.iconst(taps.len() as i64),
+        ),
+        Taps::Runtime { first, taps, .. } => {
+            let first_off = match kh_step {
+                Scalar::Const(s) => e.b.ins().imul_imm_s(*first, s),
+                Scalar::Dyn(s) => e.b.ins().imul(*first, s),
+            };
+            (e.b.ins().iadd(src, first_off), *taps)
+        }
+    };
+    let kh_step = e.value(kh_step);
+    let scale = match d.kind {
+        PoolKind::Max => e.iconst(0),
+        PoolKind::Avg => {
+            let recip = avg_reciprocal(e, row, col);
+            let bits = e.b.ins().bitcast(types::I32, MemFlagsData::new(), recip);
+            e.b.ins().uextend(types::I64, bits)
+        }
+    };
+    e.call_tile(
+        WideTile::Pool(spec),
+        &[src_kh, dst, kh_count, kh_step, scale],
+    );
+    vectors * plan.wide_ratio().expect("a wide plan")
+}
+
+/// An average pool's `1 / (row count x column count)`, as an f32 scalar: a constant for fixed
+/// taps, else computed at run time as the same division.
+fn avg_reciprocal(e: &mut Emit<'_>, row: &Taps, col: &Taps) -> Value {
+    match (row, col) {
+        (Taps::Fixed { count: r, .. }, Taps::Fixed { count: c, .. }) => {
+            e.b.ins().f32const(1.0 / (r * c) as f32)
+        }
+        _ => {
+            let count = |e: &mut Emit<'_>, t: &Taps| match t {
+                Taps::Fixed { count, .. } => e.iconst(*count as i64),
+                Taps::Runtime { count, .. } => *count,
+            };
+            let (r, c) = (count(e, row), count(e, col));
+            let n = e.b.ins().imul(r, c);
+            let n = e.b.ins().fcvt_from_sint(types::F32, n);
+            let one = e.b.ins().f32const(1.0);
+            e.b.ins().fdiv(one, n)
+        }
     }
 }
 

@@ -1095,6 +1095,15 @@ pub struct PoolPlan {
     pub dst_pitch: Option<usize>,
 }
 
+/// The most kernel rows a pooling window unrolls; a taller window loops over its rows at run
+/// time, one copy of a row's code for every output row.
+///
+/// Unrolled, each border run of rows had a copy of the window's code, every tap of every row
+/// unrolled: the 5x5 stride-1 max pool of YOLO's SPPF compiled in 10.4 ms to 17 KB, the 13x13
+/// of SPP in 223 ms to 507 KB (`primjit bench-op --pool`, Zen3). A kernel-row loop costs a few
+/// scalar instructions per row against a row's `kw` x 4 loads and maxima.
+pub const POOL_UNROLLED_ROWS: usize = 3;
+
 impl PoolPlan {
     pub fn new(d: &PoolDesc) -> Self {
         let count = match (d.kind, d.count_include_pad) {
@@ -1103,10 +1112,21 @@ impl PoolPlan {
             (PoolKind::Avg, true) => CountMode::Padded,
         };
         let [rows, cols] = pool_axes(d);
+        let rows = if d.window.kernel[0] > POOL_UNROLLED_ROWS {
+            AxisPlan::PerOutput
+        } else {
+            AxisPlan::rows(rows, d.runtime.h, count)
+        };
+        // At a wide tier a tile is the x64 backend's full `PoolTile` of consecutive pixels
+        // (`LANEWISE_VECTORS` wide vectors), its leftovers 128-bit code.
+        let pixel_tile = match d.isa {
+            Isa::X128 => 4,
+            wide => crate::tile::LANEWISE_VECTORS * (wide.target().lanes / LANES),
+        };
         PoolPlan {
             desc: d.clone(),
-            pixel_tile: 4,
-            rows: AxisPlan::rows(rows, d.runtime.h, count),
+            pixel_tile,
+            rows,
             cols: AxisPlan::columns(cols, d.runtime.w, d.window.ceil_mode, count),
             src_rows: None,
             dst_pitch: None,
@@ -1114,13 +1134,46 @@ impl PoolPlan {
     }
 }
 
+impl PoolPlan {
+    /// The same plan at `x128`: the 128-bit tile that computes a wide tile's leftover pixels.
+    pub fn x128(&self) -> PoolPlan {
+        PoolPlan {
+            desc: PoolDesc {
+                isa: Isa::X128,
+                ..self.desc.clone()
+            },
+            pixel_tile: 4,
+            ..self.clone()
+        }
+    }
+
+    /// Output pixels per wide vector where the tile is the x64 backend's
+    /// ([`PoolDesc::tier_for`]): 2 at `avx2`, 4 at `avx512`.
+    pub fn wide_ratio(&self) -> Option<usize> {
+        match self.desc.isa {
+            Isa::X128 => None,
+            wide => Some(wide.target().lanes / LANES),
+        }
+    }
+}
+
 impl fmt::Display for PoolPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "  pool tile: {} pixels x 1 channel vector, taps unrolled",
-            self.pixel_tile
-        )?;
+        match self.wide_ratio() {
+            Some(ratio) => writeln!(
+                f,
+                "  pool tile: {} pixels of one channel block, {} {} vectors of {ratio} pixels \
+                 (x64 backend), column taps unrolled",
+                self.pixel_tile,
+                self.pixel_tile / ratio,
+                self.desc.isa
+            )?,
+            None => writeln!(
+                f,
+                "  pool tile: {} pixels x 1 channel vector, column taps unrolled",
+                self.pixel_tile
+            )?,
+        }
         fmt_axis(f, "row", &self.rows, 1)?;
         fmt_axis(f, "column", &self.cols, self.pixel_tile)
     }

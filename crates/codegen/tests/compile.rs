@@ -2,7 +2,7 @@
 
 use primjit_codegen::{
     CodegenOptions, ConvAlgo, ConvDesc, Dumps, EltwiseDesc, EltwiseKind, FmaPattern,
-    GlobalPoolDesc, Layout, PoolDesc, PostOpDesc, PrimitiveKey, compile,
+    GlobalPoolDesc, Isa, Layout, PoolDesc, PostOpDesc, PrimitiveKey, compile,
 };
 use primjit_ir::{Pads, PoolKind, PoolWindow};
 
@@ -52,6 +52,7 @@ fn keys() -> Vec<PrimitiveKey> {
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw4c,
         runtime: Default::default(),
+        isa: Isa::X128,
     };
     vec![
         PrimitiveKey::Conv(conv),
@@ -232,6 +233,7 @@ fn oversized_pool_key_is_rejected_for_its_size_before_any_window_scan() {
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
         runtime: Default::default(),
+        isa: Isa::X128,
     });
     let err = key.validate().unwrap_err();
     assert!(
@@ -260,6 +262,7 @@ fn small_max_pool() -> PoolDesc {
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
         runtime: Default::default(),
+        isa: Isa::X128,
     }
 }
 

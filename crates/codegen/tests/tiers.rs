@@ -1,16 +1,17 @@
 //! The wide tiers' code, emitted and read back on every host, whatever tier it runs: each
-//! direct convolution family and the Winograd GEMM at `avx2` and `avx512` compile, their
+//! direct convolution family, the Winograd GEMM and pooling at `avx2` and `avx512` compile, their
 //! register tiles hold the tier's instruction forms and no other tier's (an `avx512` tail
 //! under an opmask, an `avx2` one in its low half), and every call from the Cranelift code
 //! lands on a tile. (Running the code is `primjit-runtime`'s kernel tests, on the tiers the
 //! host has.)
 
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
+use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    Activation, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps, Isa, Layout, PostOpDesc,
-    PrimitiveKey, WidePattern, compile,
+    Activation, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps, Isa, Layout, PoolDesc,
+    PostOpDesc, PrimitiveKey, WidePattern, compile,
 };
-use primjit_ir::{Pads, PoolWindow};
+use primjit_ir::{Pads, PoolKind, PoolWindow};
 
 fn verified() -> CodegenOptions {
     CodegenOptions {
@@ -346,4 +347,91 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
         err.to_string().contains("the avx2 tier does not cover"),
         "{err}"
     );
+}
+
+/// Max and average pooling at unit column stride, fixed and runtime extents: each wide tier's
+/// tiles decode, end in `ret`, use its registers only, and carry its maximum with the NaN
+/// compare (and, at avx512, the opmask's all-ones fill) or its sum and reciprocal; a pooling
+/// the tiles cannot cover (stride 2 along rows, an NCHW side) stays x128 code.
+#[test]
+fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
+    let pool = |kind, count_include_pad| PoolDesc {
+        kind,
+        mb: 1,
+        c: 8,
+        ih: 9,
+        iw: 37,
+        window: PoolWindow {
+            kernel: [5, 5],
+            strides: [1, 1],
+            pads: Pads::uniform(2),
+            dilations: [1, 1],
+            ceil_mode: false,
+        },
+        count_include_pad,
+        src_layout: Layout::Nchw4c,
+        dst_layout: Layout::Nchw4c,
+        runtime: RuntimeDims::NONE,
+        isa: Isa::X128,
+    };
+    let runtime = RuntimeDims { h: true, w: true };
+    for d in [pool(PoolKind::Max, false), pool(PoolKind::Avg, true)] {
+        for d in [d.clone(), d.with_runtime(runtime)] {
+            for isa in [Isa::Avx2, Isa::Avx512] {
+                let key = PrimitiveKey::Pool(d.clone().at_tier(isa));
+                assert!(key.to_string().contains(&format!("isa:{isa}")), "{key}");
+                let k = compile(&key, verified(), Dumps::default())
+                    .unwrap_or_else(|e| panic!("{key}: {e}"));
+                assert!(!k.tiles().is_empty(), "{key}: no wide tile");
+                let (wide_reg, other_reg) = match isa {
+                    Isa::Avx2 => (
+                        Register::is_ymm as fn(Register) -> bool,
+                        Register::is_zmm as fn(Register) -> bool,
+                    ),
+                    _ => (
+                        Register::is_zmm as fn(Register) -> bool,
+                        Register::is_ymm as fn(Register) -> bool,
+                    ),
+                };
+                let mut mnemonics = Vec::new();
+                for range in k.tiles() {
+                    let tile = decode(&k.code()[range.clone()], range.start);
+                    assert!(tile.iter().all(|i| !i.is_invalid()), "{key}: undecodable");
+                    assert_eq!(tile.last().map(|i| i.mnemonic()), Some(Mnemonic::Ret));
+                    for ins in &tile {
+                        assert!(!uses(ins, other_reg), "{key}: {ins} is another tier's");
+                        if uses(ins, wide_reg) {
+                            mnemonics.push(ins.mnemonic());
+                        }
+                    }
+                }
+                let expected: &[Mnemonic] = match (d.kind, isa) {
+                    (PoolKind::Max, Isa::Avx2) => &[Mnemonic::Vmaxps, Mnemonic::Vcmpps],
+                    (PoolKind::Max, _) => {
+                        &[Mnemonic::Vmaxps, Mnemonic::Vcmpps, Mnemonic::Vpternlogd]
+                    }
+                    (PoolKind::Avg, _) => &[Mnemonic::Vaddps, Mnemonic::Vmulps],
+                };
+                for m in expected {
+                    assert!(mnemonics.contains(m), "{key}: no wide {m:?}");
+                }
+            }
+        }
+    }
+    let mut strided = pool(PoolKind::Max, false);
+    strided.window.strides = [1, 2];
+    let mut nchw = pool(PoolKind::Avg, false);
+    nchw.src_layout = Layout::Nchw;
+    for d in [strided, nchw] {
+        assert_eq!(d.tier_for(Isa::Avx2), Isa::X128, "{d:?}");
+        let key = PrimitiveKey::Pool(PoolDesc {
+            isa: Isa::Avx2,
+            ..d
+        });
+        let err = compile(&key, verified(), Dumps::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("does not cover this pooling"),
+            "{err}"
+        );
+    }
 }

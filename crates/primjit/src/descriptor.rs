@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use primjit_codegen::key::RuntimeDims;
-use primjit_codegen::{ConvAlgoChoice, ConvDesc, KeyError, Layout, PoolDesc, PrimitiveKey};
+use primjit_codegen::{ConvAlgoChoice, ConvDesc, Isa, KeyError, Layout, PoolDesc, PrimitiveKey};
 use primjit_ir::{Pads, PoolKind, PoolWindow};
 
 /// Why a descriptor does not describe a primitive ([`parse`], [`Descriptor::conv`],
@@ -302,6 +302,7 @@ impl Descriptor {
             src_layout: layout,
             dst_layout: layout,
             runtime: RuntimeDims::NONE,
+            isa: Isa::X128,
         })
     }
 

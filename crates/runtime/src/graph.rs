@@ -321,14 +321,15 @@ impl CompiledGraph {
         self.isa
     }
 
-    /// Per node, the convolution algorithm and tier its keys use (direct and `x128` for nodes
-    /// that are not convolutions).
+    /// Per node, the convolution algorithm and tier its keys use; for the other nodes, direct
+    /// and the engine's tier, which a pooling node's key takes where its tiles cover it
+    /// (`PoolDesc::tier_for`).
     fn algos(&self) -> Vec<(ConvAlgo, Isa)> {
         self.prepared
             .iter()
             .map(|p| match p {
                 Prepared::Conv { algo, isa, .. } => (*algo, *isa),
-                Prepared::Slope(_) | Prepared::Other => (ConvAlgo::Direct, Isa::X128),
+                Prepared::Slope(_) | Prepared::Other => (ConvAlgo::Direct, self.isa),
             })
             .collect()
     }
@@ -1243,7 +1244,7 @@ pub fn node_keys_in(
                 let d = conv_desc_shell(graph, c, &verified, conv_algo, isa);
                 (d.algo, d.isa)
             }
-            _ => (ConvAlgo::Direct, Isa::X128),
+            _ => (ConvAlgo::Direct, isa),
         })
         .collect();
     let shapes = infer_shapes(graph, bindings)?;
@@ -1258,7 +1259,7 @@ pub fn node_keys_in(
 
 /// The primitive key of every node, given the graph's inferred shapes; `runtime` gives, per
 /// node, the extents its key leaves to run time, and `algos` its convolution algorithm and
-/// tier.
+/// tier (for a pooling node, the engine's tier).
 fn keys_at(
     graph: &Graph,
     shapes: &primjit_ir::Shapes,
@@ -1323,8 +1324,10 @@ fn keys_at(
                         src_layout: src_layout(p.input),
                         dst_layout: Layout::Nchw4c,
                         runtime: RuntimeDims::NONE,
+                        isa: Isa::X128,
                     }
-                    .with_runtime(rt),
+                    .with_runtime(rt)
+                    .at_tier(algos[i].1),
                 )
             }
             Op::GlobalPool { kind, input } => {

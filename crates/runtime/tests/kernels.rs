@@ -1849,13 +1849,41 @@ impl PoolProblem {
     }
 }
 
+/// `p` against the reference, and at a wide tier against its x128 kernel bit for bit.
+fn check_pool_at_tier_and_x128(p: &PoolProblem) -> Result<(), TestCaseError> {
+    p.check()?;
+    if p.desc.isa != Isa::X128 {
+        let narrow = PoolProblem {
+            desc: PoolDesc {
+                isa: Isa::X128,
+                ..p.desc.clone()
+            },
+            seed: p.seed,
+        };
+        let run = |p: &PoolProblem| -> Result<Vec<f32>, TestCaseError> {
+            let prim = compile(&p.key())?;
+            p.buffers().execute(&prim, None)
+        };
+        let (got, want) = (run(p)?, run(&narrow)?);
+        let same = got
+            .iter()
+            .zip(&want)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        prop_assert!(same, "{} differs from its x128 kernel", p.key());
+    }
+    Ok(())
+}
+
+/// Pooling problems at the tiers this host runs: windows of up to 5 x 5 (taller than 3 rows
+/// loop over their rows), widths up to 40 (two wide tiles of 16 pixels at `avx2` and one of
+/// 32 at `avx512`, and their leftovers).
 fn pool_problem() -> impl Strategy<Value = PoolProblem> {
     let shape = (
         prop_oneof![Just(PoolKind::Max), Just(PoolKind::Avg)],
         1..=2usize,
         channels(),
-        (extent(), extent()),
-        (1..=4usize, 1..=4usize),
+        (extent(), prop_oneof![3 => extent(), 1 => 10..=40usize]),
+        (1..=5usize, 1..=5usize),
         (1..=3usize, 1..=3usize),
         (dilation(), dilation()),
         pads(2),
@@ -1865,12 +1893,13 @@ fn pool_problem() -> impl Strategy<Value = PoolProblem> {
         any::<bool>(),
         (layout(), layout()),
         any::<u64>(),
+        tier(),
     );
     (shape, rest)
         .prop_map(
             |(
                 (kind, mb, c, (ih, iw), (kh, kw), (sh, sw), (dh, dw), pads),
-                (ceil_mode, count_include_pad, (src_layout, dst_layout), seed),
+                (ceil_mode, count_include_pad, (src_layout, dst_layout), seed, isa),
             )| PoolProblem {
                 desc: PoolDesc {
                     kind,
@@ -1889,7 +1918,9 @@ fn pool_problem() -> impl Strategy<Value = PoolProblem> {
                     src_layout,
                     dst_layout,
                     runtime: RuntimeDims::NONE,
-                },
+                    isa: primjit_codegen::Isa::X128,
+                }
+                .at_tier(isa),
                 seed,
             },
         )
@@ -1899,9 +1930,71 @@ fn pool_problem() -> impl Strategy<Value = PoolProblem> {
 proptest! {
     #![proptest_config(config(128))]
 
+    /// Pooling matches the reference, and at a wide tier its x128 kernel bit for bit: the
+    /// wide tile reduces each pixel's taps in the 128-bit tile's order, with its NaN rule.
     #[test]
-    fn pool_matches_reference(p in pool_problem()) {
-        p.check()?;
+    fn pool_matches_reference_and_its_x128_kernel(p in pool_problem()) {
+        check_pool_at_tier_and_x128(&p)?;
+    }
+}
+
+/// [`pool_problem`]s that the wide tiles cover where the host has a wide tier: `nChw4c` both
+/// ways, unit column stride, at the host's widest tier (x128 elsewhere).
+fn wide_pool_problem() -> impl Strategy<Value = PoolProblem> {
+    pool_problem()
+        .prop_map(|p| {
+            let mut desc = PoolDesc {
+                src_layout: Layout::Nchw4c,
+                dst_layout: Layout::Nchw4c,
+                ..p.desc
+            };
+            desc.window.strides[1] = 1;
+            let host = *common::host_tiers().last().expect("x128 at least");
+            PoolProblem {
+                desc: desc.at_tier(host),
+                seed: p.seed,
+            }
+        })
+        .prop_filter("valid pool key", |p| p.key().validate().is_ok())
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// The wide tiles against the reference and their x128 kernels (as
+    /// `pool_matches_reference_and_its_x128_kernel`, every case covered).
+    #[test]
+    fn wide_pool_matches_reference_and_its_x128_kernel(p in wide_pool_problem()) {
+        check_pool_at_tier_and_x128(&p)?;
+    }
+
+    /// At a wide tier, pooling an input sprinkled with NaN and ±Inf gives its x128 kernel's
+    /// bits, whose IEEE semantics `nan_inf.rs` checks against the reference: a NaN stays NaN
+    /// through the wide tile's maximum, as through the 128-bit one's.
+    #[test]
+    fn wide_pool_keeps_the_x128_kernels_nan_and_inf(
+        p in wide_pool_problem(),
+        at in prop::collection::vec((any::<Index>(), 0..3usize), 1..4),
+    ) {
+        if p.desc.isa != Isa::X128 {
+            let mut x = p.input();
+            for (i, k) in at {
+                let len = x.data.len();
+                x.data[i.index(len)] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][k];
+            }
+            let run = |desc: &PoolDesc| -> Result<Vec<f32>, TestCaseError> {
+                let prim = compile(&PrimitiveKey::Pool(desc.clone()))?;
+                let bufs = Buffers {
+                    src: guarded(&to_layout(&x, desc.src_layout)),
+                    ..p.buffers()
+                };
+                bufs.execute(&prim, None)
+            };
+            let got = run(&p.desc)?;
+            let want = run(&PoolDesc { isa: Isa::X128, ..p.desc.clone() })?;
+            let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+            prop_assert!(same, "{} differs from its x128 kernel", p.key());
+        }
     }
 }
 
@@ -1946,6 +2039,7 @@ fn pool_runtime_width_covers_every_remainder() {
             src_layout: layout,
             dst_layout: layout,
             runtime: RuntimeDims::NONE,
+            isa: primjit_codegen::Isa::X128,
         };
         let runtime = desc.clone().with_runtime(RuntimeDims { h: false, w: true });
         let generic = compile(&PrimitiveKey::Pool(runtime)).expect("compile");
@@ -2388,6 +2482,7 @@ fn maxpool_3x3_stride2_pad1() {
                 src_layout: layouts.0,
                 dst_layout: layouts.1,
                 runtime: Default::default(),
+                isa: primjit_codegen::Isa::X128,
             },
             seed,
         };
@@ -2425,6 +2520,7 @@ fn avgpool_ceil_mode_window_past_the_end_padding() {
                 src_layout: Layout::Nchw,
                 dst_layout: Layout::Nchw4c,
                 runtime: Default::default(),
+                isa: primjit_codegen::Isa::X128,
             },
             seed: 9,
         };
@@ -2462,6 +2558,7 @@ fn avgpool_dilations_match_reference() {
                     src_layout,
                     dst_layout: Layout::Nchw4c,
                     runtime: Default::default(),
+                    isa: primjit_codegen::Isa::X128,
                 };
                 let p = PoolProblem { desc, seed: 17 };
                 p.check().unwrap();
@@ -2506,6 +2603,7 @@ fn nchw4c_padding_lanes_do_not_leak_into_results() {
             src_layout: Layout::Nchw4c,
             dst_layout: Layout::Nchw,
             runtime: Default::default(),
+            isa: primjit_codegen::Isa::X128,
         },
         seed: 22,
     };
@@ -2642,6 +2740,7 @@ fn wrong_buffers_are_typed_errors() {
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
         runtime: Default::default(),
+        isa: primjit_codegen::Isa::X128,
     });
     let pp = compile(&pool).unwrap();
     let mut dst = vec![0.0; 12];

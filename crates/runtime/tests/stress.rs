@@ -317,6 +317,7 @@ fn random_key(rng: &mut Rng) -> PrimitiveKey {
                     src_layout: layout(rng),
                     dst_layout: layout(rng),
                     runtime: Default::default(),
+                    isa: primjit_codegen::Isa::X128,
                 })
             }
             _ => PrimitiveKey::Eltwise(EltwiseDesc {

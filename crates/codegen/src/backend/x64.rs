@@ -9,8 +9,9 @@
 
 use iced_x86::code_asm::registers::{xmm::*, ymm::*, zmm::*};
 use iced_x86::code_asm::{
-    AsmMemoryOperand, AsmRegister64, AsmRegisterXmm, AsmRegisterYmm, AsmRegisterZmm, CodeAssembler,
-    dword_ptr, ptr, qword_ptr, r8, r9, r10, r11, rax, rcx, rdi, rdx, rsi, rsp, xmmword_ptr,
+    AsmMemoryOperand, AsmRegister32, AsmRegister64, AsmRegisterXmm, AsmRegisterYmm, AsmRegisterZmm,
+    CodeAssembler, dword_ptr, eax, k2, ptr, qword_ptr, r8, r8d, r9, r10, r11, rax, rcx, rdi, rdx,
+    rsi, rsp, xmmword_ptr,
 };
 
 use crate::key::PostOpDesc;
@@ -172,22 +173,126 @@ impl LanewiseTile {
     }
 }
 
+/// A pooling tile at a wide tier (`PoolDesc::tier_for`): `vectors` accumulators, each
+/// `lanes / 4` consecutive output pixels of one block of four channels (unit column stride:
+/// their windows start at consecutive input pixels), reduced over the window's taps in the
+/// order of the 128-bit tile of `lower_pool` (kernel rows, then `units`), with the same
+/// instructions per lane: `max` is `vmaxps` with the running maximum first, or-ed with an
+/// unordered compare so that a NaN stays NaN (`Emit::pmax_nan`); `avg` adds from zero and
+/// multiplies by the divisor's reciprocal once. The bits are the same at every tier.
+///
+/// The tile is called as `fn(src, dst, kh_count, kh_src_step, scale_bits)`: `kh_count`
+/// kernel-row trips of `units` (the bytes from a trip's source to a column tap's input for
+/// the first vector; vector `j`'s is `j` vectors further), after each of which the source
+/// moves by `kh_src_step` bytes; for `avg`, the low 32 bits of `scale_bits` are the f32
+/// reciprocal. Vector `j`'s results go to `dst + j * vector bytes`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolTile {
+    pub isa: Isa,
+    pub max: bool,
+    pub vectors: usize,
+    pub units: Vec<i64>,
+}
+
+impl PoolTile {
+    /// Registers below the accumulators: the loaded input, the maximum before the NaN
+    /// mask, and the reciprocal.
+    const INPUT: usize = 0;
+    const MAX: usize = 1;
+    const SCALE: usize = 2;
+    const FIRST_ACCUMULATOR: usize = 3;
+
+    /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
+    pub fn fits(&self) -> bool {
+        let vb = self.isa.target().vector_bytes() as i64;
+        self.isa != Isa::X128
+            && self.vectors > 0
+            && Self::FIRST_ACCUMULATOR + self.vectors <= self.isa.target().vector_registers
+            && self.units.iter().all(|&u| {
+                u.checked_add(self.vectors as i64 * vb)
+                    .is_some_and(|end| i32::try_from(end).is_ok() && u >= i64::from(i32::MIN))
+            })
+    }
+
+    /// The tile's machine code, for any address.
+    ///
+    /// # Panics
+    ///
+    /// If the tile does not [`fit`](Self::fits): the lowering's to rule out.
+    pub fn assemble(&self) -> Vec<u8> {
+        assert!(
+            self.fits(),
+            "a wide pooling tile that does not fit its tier: {self:?}"
+        );
+        let mut a = Asm::new(self.isa);
+        let vb = self.isa.target().vector_bytes() as i64;
+        let acc = |j: usize| Self::FIRST_ACCUMULATOR + j;
+        if self.max {
+            // -inf through eax: esi holds the destination.
+            ok(a.a.mov(eax, f32::NEG_INFINITY.to_bits()));
+            a.splat_gpr(acc(0), eax);
+            for j in 1..self.vectors {
+                a.copy(acc(j), acc(0));
+            }
+        } else {
+            for j in 0..self.vectors {
+                a.zero(acc(j));
+            }
+        }
+        let mut kh_loop = a.a.create_label();
+        let mut kh_done = a.a.create_label();
+        ok(a.a.test(rdx, rdx));
+        ok(a.a.jz(kh_done));
+        ok(a.a.set_label(&mut kh_loop));
+        for &unit in &self.units {
+            for j in 0..self.vectors {
+                let x = rdi + disp(unit + j as i64 * vb);
+                if self.max {
+                    a.load(Self::INPUT, x);
+                    a.max(Self::MAX, acc(j), Self::INPUT);
+                    a.or_unordered(acc(j), Self::MAX, acc(j), Self::INPUT);
+                } else {
+                    a.add_mem(acc(j), x);
+                }
+            }
+        }
+        ok(a.a.add(rdi, rcx));
+        ok(a.a.dec(rdx));
+        ok(a.a.jnz(kh_loop));
+        ok(a.a.set_label(&mut kh_done));
+        if !self.max {
+            a.splat_gpr(Self::SCALE, r8d);
+        }
+        for j in 0..self.vectors {
+            if !self.max {
+                a.mul(acc(j), acc(j), Self::SCALE);
+            }
+            a.store(rsi + disp(j as i64 * vb), acc(j));
+        }
+        ok(a.a.vzeroupper());
+        ok(a.a.ret());
+        a.finish()
+    }
+}
+
 /// Any register tile of the wide tiers, as a kernel's calls name it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WideTile {
     Direct(DirectTile),
     WinogradGemm(GemmTile),
     Lanewise(LanewiseTile),
+    Pool(PoolTile),
 }
 
 impl WideTile {
     /// The tile's machine code, for any address (see [`DirectTile::assemble`],
-    /// [`GemmTile::assemble`] and [`LanewiseTile::assemble`]).
+    /// [`GemmTile::assemble`], [`LanewiseTile::assemble`] and [`PoolTile::assemble`]).
     pub fn assemble(&self) -> Vec<u8> {
         match self {
             WideTile::Direct(t) => t.assemble(),
             WideTile::WinogradGemm(t) => t.assemble(),
             WideTile::Lanewise(t) => t.assemble(),
+            WideTile::Pool(t) => t.assemble(),
         }
     }
 }
@@ -774,6 +879,63 @@ impl Asm {
             self.a.vaddps(ZMM[d], ZMM[a], ZMM[b])
         } else {
             self.a.vaddps(YMM[d], YMM[a], YMM[b])
+        };
+        ok(res);
+    }
+
+    /// Every lane of register `r` (one of the first 16) set to the f32 whose bits `gpr` holds.
+    fn splat_gpr(&mut self, r: usize, gpr: AsmRegister32) {
+        ok(self.a.vmovd(XMM[r], gpr));
+        let res = if self.wide() {
+            self.a.vbroadcastss(ZMM[r], XMM[r])
+        } else {
+            self.a.vbroadcastss(YMM[r], XMM[r])
+        };
+        ok(res);
+    }
+
+    fn copy(&mut self, d: usize, s: usize) {
+        let res = if self.wide() {
+            self.a.vmovaps(ZMM[d], ZMM[s])
+        } else {
+            self.a.vmovaps(YMM[d], YMM[s])
+        };
+        ok(res);
+    }
+
+    /// `d = m | (a unordered b)`: all bits set in the lanes where `a` or `b` is NaN (at
+    /// `avx512` through opmask `k2`, a compare's only destination there).
+    fn or_unordered(&mut self, d: usize, m: usize, a: usize, b: usize) {
+        const UNORDERED: u32 = 3;
+        if self.wide() {
+            ok(self.a.vcmpps(k2, ZMM[a], ZMM[b], UNORDERED));
+            if d != m {
+                ok(self.a.vmovaps(ZMM[d], ZMM[m]));
+            }
+            // All ones where k2 is set: a ternary function whose table is 0xff.
+            ok(self.a.vpternlogd(ZMM[d].k2(), ZMM[d], ZMM[d], 0xff));
+        } else {
+            ok(self.a.vcmpps(YMM[b], YMM[a], YMM[b], UNORDERED));
+            ok(self.a.vorps(YMM[d], YMM[m], YMM[b]));
+        }
+    }
+
+    /// `d += [m]`, as `addps d, [m]`: the running sum is the first operand.
+    fn add_mem(&mut self, d: usize, m: impl Into<AsmMemoryOperand>) {
+        let m = ptr(m.into());
+        let res = if self.wide() {
+            self.a.vaddps(ZMM[d], ZMM[d], m)
+        } else {
+            self.a.vaddps(YMM[d], YMM[d], m)
+        };
+        ok(res);
+    }
+
+    fn mul(&mut self, d: usize, a: usize, b: usize) {
+        let res = if self.wide() {
+            self.a.vmulps(ZMM[d], ZMM[a], ZMM[b])
+        } else {
+            self.a.vmulps(YMM[d], YMM[a], YMM[b])
         };
         ok(res);
     }
