@@ -7,7 +7,9 @@ use primjit_codegen::{
     EltwiseKind, GlobalPoolDesc, Isa, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey,
     ResizeDesc, ResizeOut, SelectDesc,
 };
-use primjit_ir::{Bindings, Graph, Op, PostOp, ResizeSize, Value, infer_shapes};
+use primjit_ir::{
+    BinaryKind, Bindings, Graph, NodeData, Op, PostOp, ResizeSize, Value, infer_shapes,
+};
 
 use super::{CompiledGraph, GraphError, Prepared, ShapeMode};
 use crate::error::RuntimeError;
@@ -91,163 +93,82 @@ pub(super) fn keys_at(
     runtime: Option<&[RuntimeDims]>,
     algos: &[(ConvAlgo, Isa)],
 ) -> Result<Vec<(String, PrimitiveKey)>, GraphError> {
-    let concrete = |v: Value| {
-        shapes
-            .concrete(v)
-            .map(|s| [s[0], s[1], s[2], s[3]])
-            .ok_or_else(|| GraphError::Unbound {
-                value: graph.value_name(v).to_string(),
-                shape: shapes.describe(v),
-            })
-    };
+    let keys = NodeKeys { graph, shapes };
     let mut out = Vec::new();
     for (i, (_, node)) in graph.nodes().enumerate() {
         let rt = runtime.map_or(RuntimeDims::NONE, |r| r[i]);
         let name = graph.value_name(node.result).to_string();
-        let src_layout = |v| layout_of(graph, v);
-        let key = match &node.op {
-            Op::Conv2d(c) => {
-                let [n, ic, ih, iw] = concrete(c.input)?;
-                let w = &graph.param(c.weight).shape;
-                PrimitiveKey::Conv(
-                    ConvDesc {
-                        mb: n,
-                        ic,
-                        ih,
-                        iw,
-                        oc: w[0],
-                        kh: w[2],
-                        kw: w[3],
-                        strides: c.strides,
-                        dilations: c.dilations,
-                        pads: c.pads,
-                        groups: c.groups,
-                        bias: c.bias.is_some(),
-                        post_ops: post_op_descs(c),
-                        pool: fused_pool(c),
-                        src_layout: src_layout(c.input),
-                        dst_layout: Layout::Nchw4c,
-                        runtime: RuntimeDims::NONE,
-                        algo: algos[i].0,
-                        pitches: Pitches::DENSE,
-                        isa: algos[i].1,
-                    }
-                    .with_runtime(rt),
-                )
-            }
-            Op::Pool2d(p) => {
-                let [n, c, ih, iw] = concrete(p.input)?;
-                PrimitiveKey::Pool(
-                    PoolDesc {
-                        kind: p.kind,
-                        mb: n,
-                        c,
-                        ih,
-                        iw,
-                        window: p.window,
-                        count_include_pad: p.count_include_pad,
-                        src_layout: src_layout(p.input),
-                        dst_layout: Layout::Nchw4c,
-                        runtime: RuntimeDims::NONE,
-                    }
-                    .with_runtime(rt),
-                )
-            }
+        out.push((name, keys.key(node, rt, algos[i])?));
+    }
+    Ok(out)
+}
+
+/// What the key of a node is made from besides the node itself: the graph (its parameters'
+/// shapes, its inputs' layouts) and the run's inferred shapes.
+struct NodeKeys<'a> {
+    graph: &'a Graph,
+    shapes: &'a primjit_ir::Shapes,
+}
+
+impl NodeKeys<'_> {
+    /// The concrete shape of `v`, or which symbols it lacks.
+    fn concrete(&self, v: Value) -> Result<[usize; 4], GraphError> {
+        self.shapes
+            .concrete(v)
+            .map(|s| [s[0], s[1], s[2], s[3]])
+            .ok_or_else(|| GraphError::Unbound {
+                value: self.graph.value_name(v).to_string(),
+                shape: self.shapes.describe(v),
+            })
+    }
+
+    fn src_layout(&self, v: Value) -> Layout {
+        layout_of(self.graph, v)
+    }
+
+    /// The key of `node`, which leaves the extents `rt` to run time; `algo` is its
+    /// convolution algorithm and tier.
+    fn key(
+        &self,
+        node: &NodeData,
+        rt: RuntimeDims,
+        algo: (ConvAlgo, Isa),
+    ) -> Result<PrimitiveKey, GraphError> {
+        Ok(match &node.op {
+            Op::Conv2d(c) => PrimitiveKey::Conv(self.conv(c, algo)?.with_runtime(rt)),
+            Op::Pool2d(p) => PrimitiveKey::Pool(self.pool(p)?.with_runtime(rt)),
             Op::GlobalPool { kind, input } => {
-                let [n, c, ih, iw] = concrete(*input)?;
+                let [n, c, ih, iw] = self.concrete(*input)?;
                 PrimitiveKey::GlobalPool(GlobalPoolDesc {
                     kind: *kind,
                     mb: n,
                     c,
                     ih,
                     iw,
-                    src_layout: src_layout(*input),
+                    src_layout: self.src_layout(*input),
                     dst_layout: Layout::Nchw4c,
                 })
             }
-            Op::Relu { input } => PrimitiveKey::Eltwise(EltwiseDesc {
-                kind: EltwiseKind::Relu,
-                shape: concrete(*input)?,
-                layout: Layout::Nchw4c,
-            }),
-            Op::Add { lhs, .. } => PrimitiveKey::Eltwise(EltwiseDesc {
-                kind: EltwiseKind::Add,
-                shape: concrete(*lhs)?,
-                layout: Layout::Nchw4c,
-            }),
+            Op::Relu { input } => self.eltwise(EltwiseKind::Relu, *input)?,
+            Op::Add { lhs, .. } => self.eltwise(EltwiseKind::Add, *lhs)?,
             Op::BatchNorm(bn) => {
-                let [n, c, ih, iw] = concrete(bn.input)?;
-                let mut d = bn_desc_shell(c, src_layout(bn.input));
+                let [n, c, ih, iw] = self.concrete(bn.input)?;
+                let mut d = bn_desc_shell(c, self.src_layout(bn.input));
                 d.mb = n;
                 d.ih = ih;
                 d.iw = iw;
                 PrimitiveKey::Conv(d.with_runtime(rt))
             }
-            Op::Act { act, input } => PrimitiveKey::Eltwise(EltwiseDesc {
-                kind: EltwiseKind::Act(*act),
-                shape: concrete(*input)?,
-                layout: Layout::Nchw4c,
-            }),
-            Op::PRelu { input, .. } => PrimitiveKey::Eltwise(EltwiseDesc {
-                kind: EltwiseKind::PRelu,
-                shape: concrete(*input)?,
-                layout: Layout::Nchw4c,
-            }),
-            Op::Binary { kind, lhs, rhs } => {
-                let (a, b) = (concrete(*lhs)?, concrete(*rhs)?);
-                let rhs = if a == b {
-                    Broadcast::Full
-                } else if b[0] == a[0] {
-                    Broadcast::PerImageChannel
-                } else {
-                    Broadcast::PerChannel
-                };
-                PrimitiveKey::Eltwise(EltwiseDesc {
-                    kind: EltwiseKind::Binary { op: *kind, rhs },
-                    shape: a,
-                    layout: Layout::Nchw4c,
-                })
-            }
-            Op::Concat { inputs } => {
-                let shapes = inputs
-                    .iter()
-                    .map(|&v| concrete(v))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let [n, _, h, w] = shapes[0];
-                PrimitiveKey::Concat(ConcatDesc {
-                    mb: n,
-                    channels: shapes.iter().map(|s| s[1]).collect(),
-                    h,
-                    w,
-                    layout: Layout::Nchw4c,
-                })
-            }
-            Op::Resize(r) => {
-                let [n, c, ih, iw] = concrete(r.input)?;
-                let [_, _, oh, ow] = concrete(node.result)?;
-                let out = match r.size {
-                    ResizeSize::Scale([sh, sw]) => ResizeOut::Scale([sh as usize, sw as usize]),
-                    _ => ResizeOut::Sizes([oh, ow]),
-                };
-                PrimitiveKey::Resize(
-                    ResizeDesc {
-                        mb: n,
-                        c,
-                        ih,
-                        iw,
-                        out,
-                        mode: r.mode,
-                        coord: r.coord,
-                        runtime: RuntimeDims::NONE,
-                    }
-                    .with_runtime(rt),
-                )
-            }
+            Op::Act { act, input } => self.eltwise(EltwiseKind::Act(*act), *input)?,
+            Op::PRelu { input, .. } => self.eltwise(EltwiseKind::PRelu, *input)?,
+            Op::Binary { kind, lhs, rhs } => self.binary(*kind, *lhs, *rhs)?,
+            Op::Concat { inputs } => self.concat(inputs)?,
+            Op::Resize(r) => PrimitiveKey::Resize(self.resize(r, node.result)?.with_runtime(rt)),
             Op::ConvTranspose(ct) => PrimitiveKey::ConvTranspose(
-                conv_transpose_desc(graph, ct, concrete(ct.input)?).with_runtime(rt),
+                conv_transpose_desc(self.graph, ct, self.concrete(ct.input)?).with_runtime(rt),
             ),
             Op::SelectChannels { input, select } => {
-                let [n, c, h, w] = concrete(*input)?;
+                let [n, c, h, w] = self.concrete(*input)?;
                 PrimitiveKey::SelectChannels(SelectDesc {
                     mb: n,
                     c,
@@ -257,10 +178,119 @@ pub(super) fn keys_at(
                     layout: Layout::Nchw4c,
                 })
             }
-        };
-        out.push((name, key));
+        })
     }
-    Ok(out)
+
+    /// A convolution's descriptor with every extent fixed.
+    fn conv(
+        &self,
+        c: &primjit_ir::Conv2d,
+        (algo, isa): (ConvAlgo, Isa),
+    ) -> Result<ConvDesc, GraphError> {
+        let [n, ic, ih, iw] = self.concrete(c.input)?;
+        let w = &self.graph.param(c.weight).shape;
+        Ok(ConvDesc {
+            mb: n,
+            ic,
+            ih,
+            iw,
+            oc: w[0],
+            kh: w[2],
+            kw: w[3],
+            strides: c.strides,
+            dilations: c.dilations,
+            pads: c.pads,
+            groups: c.groups,
+            bias: c.bias.is_some(),
+            post_ops: post_op_descs(c),
+            pool: fused_pool(c),
+            src_layout: self.src_layout(c.input),
+            dst_layout: Layout::Nchw4c,
+            runtime: RuntimeDims::NONE,
+            algo,
+            pitches: Pitches::DENSE,
+            isa,
+        })
+    }
+
+    /// A pooling's descriptor with every extent fixed.
+    fn pool(&self, p: &primjit_ir::Pool2d) -> Result<PoolDesc, GraphError> {
+        let [n, c, ih, iw] = self.concrete(p.input)?;
+        Ok(PoolDesc {
+            kind: p.kind,
+            mb: n,
+            c,
+            ih,
+            iw,
+            window: p.window,
+            count_include_pad: p.count_include_pad,
+            src_layout: self.src_layout(p.input),
+            dst_layout: Layout::Nchw4c,
+            runtime: RuntimeDims::NONE,
+        })
+    }
+
+    /// The key of a unary element-wise op (or `add`, by its first operand's shape) on `input`.
+    fn eltwise(&self, kind: EltwiseKind, input: Value) -> Result<PrimitiveKey, GraphError> {
+        Ok(PrimitiveKey::Eltwise(EltwiseDesc {
+            kind,
+            shape: self.concrete(input)?,
+            layout: Layout::Nchw4c,
+        }))
+    }
+
+    /// The key of a binary op, its second operand broadcast as its shape asks.
+    fn binary(&self, kind: BinaryKind, lhs: Value, rhs: Value) -> Result<PrimitiveKey, GraphError> {
+        let (a, b) = (self.concrete(lhs)?, self.concrete(rhs)?);
+        let rhs = if a == b {
+            Broadcast::Full
+        } else if b[0] == a[0] {
+            Broadcast::PerImageChannel
+        } else {
+            Broadcast::PerChannel
+        };
+        Ok(PrimitiveKey::Eltwise(EltwiseDesc {
+            kind: EltwiseKind::Binary { op: kind, rhs },
+            shape: a,
+            layout: Layout::Nchw4c,
+        }))
+    }
+
+    /// The key of a concat of `inputs` along channels.
+    fn concat(&self, inputs: &[Value]) -> Result<PrimitiveKey, GraphError> {
+        let shapes = inputs
+            .iter()
+            .map(|&v| self.concrete(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        let [n, _, h, w] = shapes[0];
+        Ok(PrimitiveKey::Concat(ConcatDesc {
+            mb: n,
+            channels: shapes.iter().map(|s| s[1]).collect(),
+            h,
+            w,
+            layout: Layout::Nchw4c,
+        }))
+    }
+
+    /// A resize's descriptor with every extent fixed; `result` is its output.
+    fn resize(&self, r: &primjit_ir::Resize, result: Value) -> Result<ResizeDesc, GraphError> {
+        let [n, c, ih, iw] = self.concrete(r.input)?;
+        let [_, _, oh, ow] = self.concrete(result)?;
+        let out = match r.size {
+            ResizeSize::Scale([sh, sw]) => ResizeOut::Scale([sh as usize, sw as usize]),
+            _ => ResizeOut::Sizes([oh, ow]),
+        };
+        Ok(ResizeDesc {
+            mb: n,
+            c,
+            ih,
+            iw,
+            out,
+            mode: r.mode,
+            coord: r.coord,
+            runtime: RuntimeDims::NONE,
+        })
+    }
 }
 
 pub(super) fn layout_of(graph: &Graph, v: Value) -> Layout {

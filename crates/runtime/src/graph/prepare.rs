@@ -10,8 +10,6 @@ use primjit_ir::{Graph, GraphParams, Op, Params};
 use super::keys::{bn_desc_shell, conv_desc_shell, conv_transpose_desc, layout_of, symbolic_dims};
 use super::run::{last_uses, residual_overwrites};
 use super::{CompiledGraph, GraphError, ShapeMode, WeightBytes};
-#[cfg(doc)]
-use crate::engine::Engine;
 use crate::error::RuntimeError;
 use crate::exec::WeightBuffer;
 use crate::stream::Streaming;
@@ -31,6 +29,8 @@ impl CompiledGraph {
     /// The weights are packed for the vector tier of an engine made from the environment
     /// ([`crate::env_isa`]: the host's, or `PRIMJIT_MAX_ISA`); a graph run on an
     /// engine with another cap takes [`Self::with_target`] and that engine's [`Engine::isa`].
+    ///
+    /// [`Engine::isa`]: crate::Engine::isa
     pub fn with_conv_algo(
         graph: &Graph,
         params: &Params,
@@ -43,6 +43,8 @@ impl CompiledGraph {
     /// [`Self::with_conv_algo`] with the weights packed for the vector tier `isa`, which the
     /// engines that run the graph must have ([`Engine::isa`]): a model holds one tier's
     /// packing.
+    ///
+    /// [`Engine::isa`]: crate::Engine::isa
     pub fn with_target(
         graph: &Graph,
         params: &Params,
