@@ -19,7 +19,7 @@
 //!   read, about a band and its halo. Kernels take row pitches (`primjit_codegen::Pitches`),
 //!   so a call reads its input and residual columns where they lie and writes its output
 //!   columns into its window, whose rows move along the image with no copy: a column stays
-//!   where it was written until no consumer reads it (`Window` in graph.rs). A value read
+//!   where it was written until no consumer reads it (`Window` in graph/streamed.rs). A value read
 //!   after the segment, or a graph output, is written into a whole tensor; graph inputs and
 //!   whole tensors are copied in.
 //! - A conv that writes its output over its residual in a whole-tensor run (the residual's
@@ -593,8 +593,8 @@ impl<'a> Footprint<'a> {
 
     /// The windows of the values the segment keeps to itself: a band (scaled to the value's
     /// width) and a few columns of halo and lag each, and a row's width over which the rows
-    /// advance (see `Window` in graph.rs). A value written over its residual adds its lag to
-    /// the residual's window instead.
+    /// advance (see `Window` in graph/streamed.rs). A value written over its residual adds its
+    /// lag to the residual's window instead.
     fn windows(&self, cut: usize) -> usize {
         let first = self.chain[0].out_width.max(1);
         self.chain[..cut]

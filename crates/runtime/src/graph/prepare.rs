@@ -1,0 +1,249 @@
+//! Preparing a graph: a [`CompiledGraph`] made from an IR graph and its parameters (optimized,
+//! convolution weights packed once per model), and its settings.
+
+use std::sync::Arc;
+
+use primjit_codegen::{ConvAlgo, ConvAlgoChoice, ConvPlan, Isa};
+use primjit_ir::passes::{self, PassReport};
+use primjit_ir::{Graph, GraphParams, Op, Params};
+
+use super::keys::{bn_desc_shell, conv_desc_shell, conv_transpose_desc, layout_of, symbolic_dims};
+use super::run::{last_uses, residual_overwrites};
+use super::{CompiledGraph, GraphError, ShapeMode, WeightBytes};
+use crate::error::RuntimeError;
+use crate::exec::WeightBuffer;
+use crate::stream::Streaming;
+
+impl CompiledGraph {
+    /// Optimizes `graph` and packs every convolution's weights, read from `params` (derived
+    /// ones computed one at a time), for the algorithm [`ConvAlgoChoice::Auto`] picks. The
+    /// packed weights are all it keeps: `params` may be dropped once this returns.
+    pub fn new(graph: &Graph, params: &Params) -> Result<Self, GraphError> {
+        Self::with_conv_algo(graph, params, ConvAlgoChoice::Auto)
+    }
+
+    /// [`Self::new`] with the convolution algorithms `conv_algo` chooses. Each convolution's
+    /// algorithm depends on its channels and window only, so its weights are packed once,
+    /// for that algorithm, and serve every input size.
+    ///
+    /// The weights are packed for the vector tier of an engine made from the environment
+    /// ([`crate::env_isa`]: the host's, or `PRIMJIT_MAX_ISA`); a graph run on an
+    /// engine with another cap takes [`Self::with_target`] and that engine's [`Engine::isa`].
+    ///
+    /// [`Engine::isa`]: crate::Engine::isa
+    pub fn with_conv_algo(
+        graph: &Graph,
+        params: &Params,
+        conv_algo: ConvAlgoChoice,
+    ) -> Result<Self, GraphError> {
+        let isa = crate::config::env_isa().map_err(RuntimeError::from)?;
+        Self::with_target(graph, params, conv_algo, isa)
+    }
+
+    /// [`Self::with_conv_algo`] with the weights packed for the vector tier `isa`, which the
+    /// engines that run the graph must have ([`Engine::isa`]): a model holds one tier's
+    /// packing.
+    ///
+    /// [`Engine::isa`]: crate::Engine::isa
+    pub fn with_target(
+        graph: &Graph,
+        params: &Params,
+        conv_algo: ConvAlgoChoice,
+        isa: Isa,
+    ) -> Result<Self, GraphError> {
+        graph.verify()?;
+        let mut graph = graph.clone();
+        optimize_graph(&mut graph, conv_algo, isa);
+        let shapes = graph.verify()?;
+        let params = params.for_graph(&graph)?;
+        let mut prepared = Vec::with_capacity(graph.node_count());
+        for (_, node) in graph.nodes() {
+            let p = match &node.op {
+                Op::Conv2d(c) => {
+                    let w = params.get(c.weight);
+                    let b = c.bias.map(|b| params.get(b));
+                    let desc = conv_desc_shell(&graph, c, &shapes, conv_algo, isa);
+                    Prepared::Conv {
+                        packed: weight_buffer(
+                            &desc.pack_weights(&w.data, b.as_ref().map(|b| b.data.as_slice())),
+                        )?,
+                        algo: desc.algo,
+                        isa: desc.isa,
+                    }
+                }
+                Op::BatchNorm(bn) => {
+                    let (w, b) = per_channel_bn(&params, bn);
+                    let desc = bn_desc_shell(w.len(), layout_of(&graph, bn.input));
+                    Prepared::Conv {
+                        packed: weight_buffer(&ConvPlan::new(&desc).pack_weights(&w, Some(&b)))?,
+                        algo: ConvAlgo::Direct,
+                        isa: desc.isa,
+                    }
+                }
+                Op::ConvTranspose(ct) => {
+                    let w = params.get(ct.weight);
+                    let b = ct.bias.map(|b| params.get(b));
+                    // Packing depends on channels, window and groups only: any extents do.
+                    let desc =
+                        conv_transpose_desc(&graph, ct, [1, graph.param(ct.weight).shape[0], 1, 1]);
+                    Prepared::Conv {
+                        packed: weight_buffer(&primjit_codegen::pack_conv_transpose_weights(
+                            &desc,
+                            &w.data,
+                            b.as_ref().map(|b| b.data.as_slice()),
+                        ))?,
+                        algo: ConvAlgo::Direct,
+                        isa: Isa::X128,
+                    }
+                }
+                Op::PRelu { slope, .. } => {
+                    let mut s = params.get(*slope).data.to_vec();
+                    s.resize(s.len().div_ceil(4) * 4, 0.0);
+                    Prepared::Slope(s)
+                }
+                _ => Prepared::Other,
+            };
+            prepared.push(p);
+        }
+        let symbolic = symbolic_dims(&graph, &shapes);
+        let last_use = last_uses(&graph);
+        let overwrites = residual_overwrites(&graph, &last_use);
+        Ok(CompiledGraph {
+            graph,
+            prepared,
+            last_use,
+            overwrites,
+            in_place: true,
+            symbolic,
+            mode: ShapeMode::Exact,
+            conv_algo,
+            isa,
+            streaming: None,
+        })
+    }
+
+    /// The choice of convolution algorithms this graph was compiled with.
+    pub fn conv_algo(&self) -> ConvAlgoChoice {
+        self.conv_algo
+    }
+
+    /// The vector tier this graph's weights are packed for.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Bytes of the packed weights this graph holds, by algorithm.
+    pub fn weight_bytes(&self) -> WeightBytes {
+        let mut bytes = WeightBytes::default();
+        for p in &self.prepared {
+            if let Prepared::Conv { packed, algo, .. } = p {
+                let n = packed.mapped_bytes();
+                match algo {
+                    ConvAlgo::Direct => bytes.direct += n,
+                    ConvAlgo::WinogradF4x3 => bytes.winograd += n,
+                }
+            }
+        }
+        bytes
+    }
+
+    /// The same graph with keys made in `mode`.
+    pub fn with_mode(mut self, mode: ShapeMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    pub fn mode(&self) -> ShapeMode {
+        self.mode
+    }
+
+    /// The same graph, writing convs' outputs over their residuals where liveness allows it
+    /// (`true`, the default) or never (`false`: every value gets a buffer of its own). The
+    /// results are the same to the bit; only the activation memory differs.
+    pub fn with_residual_in_place(mut self, in_place: bool) -> Self {
+        self.in_place = in_place;
+        self
+    }
+
+    /// The same graph, running its leading convolutions in column bands or as whole tensors.
+    /// The results are the same to the bit; only the activation memory differs. Without a
+    /// choice, a graph streams when its keys take widths at run time
+    /// ([`ShapeMode::Runtime`]), where bands need no more than three primitives per node (a
+    /// left border, the middle, a right border); with exact keys each band width and border
+    /// would be one more primitive per input width.
+    pub fn with_streaming(mut self, streaming: Streaming) -> Self {
+        self.streaming = Some(streaming);
+        self
+    }
+
+    /// The streaming a run uses: the one chosen, else on for runtime widths and off for exact
+    /// ones.
+    pub fn streaming(&self) -> Streaming {
+        self.streaming.unwrap_or(match self.mode {
+            ShapeMode::Runtime => Streaming::ON,
+            ShapeMode::Exact => Streaming::OFF,
+        })
+    }
+
+    /// The optimized graph this runs.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+}
+
+/// What a node needs besides its primitive.
+#[derive(Clone, Debug)]
+pub(super) enum Prepared {
+    /// Packed weights of a convolution (or of a batch-norm run as a depthwise 1x1 conv), in
+    /// the layout of the algorithm its keys use.
+    Conv {
+        packed: Arc<WeightBuffer>,
+        algo: ConvAlgo,
+        isa: Isa,
+    },
+    /// A PReLU's slopes, one per channel, rounded up to whole vectors with zeros.
+    Slope(Vec<f32>),
+    Other,
+}
+
+fn per_channel_bn(params: &GraphParams<'_>, bn: &primjit_ir::BatchNorm) -> (Vec<f32>, Vec<f32>) {
+    let (s, b, m, v) = (
+        params.get(bn.scale),
+        params.get(bn.bias),
+        params.get(bn.mean),
+        params.get(bn.var),
+    );
+    let (s, b, m, v) = (&s.data, &b.data, &m.data, &v.data);
+    let mut w = Vec::with_capacity(s.len());
+    let mut bias = Vec::with_capacity(s.len());
+    for c in 0..s.len() {
+        let k = s[c] as f64 / (v[c] as f64 + bn.epsilon as f64).sqrt();
+        w.push(k as f32);
+        bias.push((b[c] as f64 - m[c] as f64 * k) as f32);
+    }
+    (w, bias)
+}
+
+/// Folds and fuses a verified graph as [`CompiledGraph`] runs it with `conv_algo`'s
+/// algorithms at tier `isa` (`passes::optimize_with`): a max pool fuses into the conv before
+/// it unless that conv takes Winograd, which takes no fused pool and gains more than the fusion
+/// would (CRNN's 512-channel conv with its 2x1 pool: 14.3 ms direct and fused, 6.1 ms in
+/// Winograd and 0.07 ms of pool). What `dump` and `run` show and run is this graph.
+pub fn optimize_graph(graph: &mut Graph, conv_algo: ConvAlgoChoice, isa: Isa) -> PassReport {
+    let mut channels = None;
+    passes::optimize_with(graph, |graph, conv| {
+        // Channel counts, which fusing pools does not change, as the graph has them before
+        // the first pool joins its conv.
+        let Ok(shapes) = channels.get_or_insert_with(|| graph.verify()) else {
+            return true;
+        };
+        conv_desc_shell(graph, conv, shapes, conv_algo, isa).algo == ConvAlgo::Direct
+    })
+}
+
+/// Packed weights in pages of their own (huge pages where the system allows).
+fn weight_buffer(packed: &[f32]) -> Result<Arc<WeightBuffer>, GraphError> {
+    WeightBuffer::from_slice(packed)
+        .map(Arc::new)
+        .map_err(|e| GraphError::Weights(e.to_string()))
+}

@@ -1,0 +1,503 @@
+//! A whole run of a compiled graph: its inputs checked, its streamed segment first if it has
+//! one, then node after node on whole tensors, and its outputs reordered to NCHW; with the
+//! liveness it follows (last uses, convs that write over their residuals).
+
+use primjit_codegen::{Layout, PrimitiveKey};
+use primjit_ir::{Bindings, Graph, Node, Op, PostOp, Tensor, Value, infer_shapes};
+
+use super::keys::{keys_at, layout_of};
+use super::{CompiledGraph, GraphError, NodeRun, Prepared, RunStats, TensorView};
+use crate::engine::Engine;
+use crate::error::RuntimeError;
+use crate::exec::ExecArgs;
+use crate::layout;
+use crate::workspace::{Buffer, Workspace};
+
+impl CompiledGraph {
+    /// Runs the graph on `inputs` (by input name, NCHW), returning its outputs in NCHW.
+    pub fn run(
+        &self,
+        engine: &Engine,
+        inputs: &[(&str, &Tensor)],
+        workspace: &mut Workspace,
+    ) -> Result<(Vec<(String, Tensor)>, RunStats), GraphError> {
+        let views: Vec<(&str, TensorView<'_>)> = inputs
+            .iter()
+            .map(|(n, t)| (*n, TensorView::from(*t)))
+            .collect();
+        let mut outputs: Vec<Tensor> = self
+            .graph
+            .outputs()
+            .iter()
+            .map(|_| Tensor {
+                shape: Vec::new(),
+                data: Vec::new(),
+            })
+            .collect();
+        let stats = self.run_into(engine, &views, &mut outputs, workspace)?;
+        let names = self.graph.outputs().iter().map(|(n, _)| n.clone());
+        Ok((names.zip(outputs).collect(), stats))
+    }
+
+    /// Runs the graph on `inputs` (by input name: NCHW views, such as slices of one buffer the
+    /// caller keeps) and writes its outputs, in the order of `graph().outputs()`, into
+    /// `outputs`: each is reshaped and its data resized in place, so that tensors kept from
+    /// call to call are allocated once, at the largest output.
+    ///
+    /// After the run, the workspace keeps at most its budget of buffers (its own, else the
+    /// engine's) and returns the rest to the operating system.
+    pub fn run_into(
+        &self,
+        engine: &Engine,
+        inputs: &[(&str, TensorView<'_>)],
+        outputs: &mut [Tensor],
+        workspace: &mut Workspace,
+    ) -> Result<RunStats, GraphError> {
+        engine.check_process().map_err(RuntimeError::from)?;
+        if outputs.len() != self.graph.outputs().len() {
+            return Err(GraphError::OutputCount {
+                expected: self.graph.outputs().len(),
+                found: outputs.len(),
+            });
+        }
+        let compiles = engine.cache().stats().compiles;
+        let mut blocked: Vec<Option<Buffer>> =
+            (0..self.graph.values().count()).map(|_| None).collect();
+        // The run drives its kernels from the engine's first thread, which takes a share of
+        // every parallel call itself, with the others waiting busily for theirs.
+        let result =
+            engine.run_hot(|| self.execute(engine, inputs, outputs, workspace, &mut blocked));
+        // Every buffer goes back, also after an error, so that the workspace's count stays true.
+        for buf in blocked.into_iter().flatten() {
+            workspace.give(buf);
+        }
+        workspace.finish_run(engine.workspace_config().budget);
+        // Compiling a kernel allocates and frees megabytes that the C heap would keep: a run
+        // that compiled gives those pages back.
+        if engine.cache().stats().compiles != compiles {
+            crate::exec::return_free_heap();
+        }
+        let mut stats = result?;
+        stats.workspace = workspace.stats();
+        Ok(stats)
+    }
+
+    /// The body of [`CompiledGraph::run_into`]: values' buffers are left in `blocked`.
+    fn execute(
+        &self,
+        engine: &Engine,
+        inputs: &[(&str, TensorView<'_>)],
+        outputs: &mut [Tensor],
+        workspace: &mut Workspace,
+        blocked: &mut [Option<Buffer>],
+    ) -> Result<RunStats, GraphError> {
+        let given: Vec<(&str, &[usize])> = inputs.iter().map(|(n, t)| (*n, t.shape)).collect();
+        let bindings = self.graph.bind_inputs(&given, &Bindings::new())?;
+        for (name, t) in inputs {
+            // A count that overflows is reported as needing `usize::MAX`, as the reference does.
+            let expected = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            if expected != Some(t.data.len()) {
+                return Err(GraphError::InputData {
+                    name: name.to_string(),
+                    shape: t.shape.to_vec(),
+                    expected: expected.unwrap_or(usize::MAX),
+                    found: t.data.len(),
+                });
+            }
+        }
+        let shapes = infer_shapes(&self.graph, &bindings)?;
+        let keys = keys_at(&self.graph, &shapes, self.runtime_dims(), &self.algos())?;
+        let run_inputs = RunInputs {
+            engine,
+            keys: &keys,
+            shapes: &shapes,
+            inputs,
+        };
+
+        // Values in nChw4c buffers; graph inputs are read from the caller's tensors, and get a
+        // blocked copy only where an op needs one.
+        let mut live_bytes = 0usize;
+        for input in self.graph.inputs() {
+            if self.needs_blocked(input.value) {
+                let t = run_inputs.input(&self.graph, input.value);
+                let s = run_inputs.shape4(input.value);
+                let mut buf = take_whole(workspace, Layout::Nchw4c.buffer_len(s))?;
+                // The reorder writes real channels only: the padding lanes must be zeros.
+                buf.fill(0.0);
+                layout::reorder(t.data, Layout::Nchw, &mut buf, Layout::Nchw4c, s);
+                live_bytes += buf.len() * 4;
+                blocked[input.value.index()] = Some(buf);
+            }
+        }
+        let mut stats = RunStats {
+            peak_activation_bytes: live_bytes,
+            ..RunStats::default()
+        };
+
+        // The leading convolutions in bands, when the image is wider than one: their calls'
+        // kernels, and the other nodes', are all known before the first runs, so that the
+        // missing ones compile at once on the engine's threads.
+        let banded = self.banded_run(&shapes, &keys);
+        // The segment is the graph's first nodes; the others run on whole tensors.
+        let whole_from = banded.as_ref().map_or(0, |b| b.segment.nodes.len());
+        engine.prefetch(
+            banded
+                .iter()
+                .flat_map(|b| &b.kernels)
+                .chain(keys[whole_from..].iter().map(|(_, k)| k)),
+        );
+        let mut streamed = 0;
+        if let Some(banded) = &banded {
+            let run = self.execute_segment(
+                banded, run_inputs, workspace, blocked, live_bytes, &mut stats,
+            )?;
+            streamed = banded.segment.nodes.len();
+            live_bytes += run.whole_bytes;
+            for input in self.graph.inputs() {
+                if self.last_use[input.value.index()] < streamed
+                    && let Some(buf) = blocked[input.value.index()].take()
+                {
+                    live_bytes -= buf.len() * 4;
+                    workspace.give(buf);
+                }
+            }
+            stats.segments.push(run);
+            // The segment's band buffers are too small for the whole tensors that follow:
+            // kept free, they stayed under them (at W=7680, 36 MB of bands below 22 MB of
+            // whole tensors and scratch: a workspace peak of 58 MB for 32 MB live). They are
+            // idle for the rest of the run, so the budget for idle buffers applies to them now
+            // rather than after the run; the next streamed call maps what it lost again.
+            workspace.trim_to_budget(engine.workspace_config().budget);
+        }
+
+        for (n, _) in self.graph.nodes().skip(streamed) {
+            self.execute_node(
+                n,
+                run_inputs,
+                workspace,
+                blocked,
+                &mut live_bytes,
+                &mut stats,
+            )?;
+        }
+
+        for ((_, v), out) in self.graph.outputs().iter().zip(outputs) {
+            let s = run_inputs.shape4(*v);
+            out.shape.clear();
+            out.shape.extend_from_slice(&s);
+            out.data.resize(Layout::Nchw.buffer_len(s), 0.0);
+            layout::reorder(
+                blocked[v.index()].as_deref().expect("outputs are computed"),
+                Layout::Nchw4c,
+                &mut out.data,
+                Layout::Nchw,
+                s,
+            );
+        }
+        Ok(stats)
+    }
+
+    /// Runs node `n` on whole tensors: its destination from the workspace (or its residual's
+    /// buffer, when it writes over it), its scratch for the call, and back to the workspace the
+    /// buffers of the values it reads for the last time.
+    fn execute_node(
+        &self,
+        n: Node,
+        run: RunInputs<'_>,
+        workspace: &mut Workspace,
+        blocked: &mut [Option<Buffer>],
+        live_bytes: &mut usize,
+        stats: &mut RunStats,
+    ) -> Result<(), GraphError> {
+        let engine = run.engine;
+        let (i, node) = (n.index(), self.graph.node(n));
+        let (name, key) = &run.keys[i];
+        let primitive = engine.compile(key)?;
+        let out_len = Layout::Nchw4c.buffer_len(run.shape4(node.result));
+        // A conv writes over its residual when nothing reads the residual after it (planned
+        // in `new`), its kernel allows it, and the residual has a buffer of the output's
+        // length; the residual's buffer then becomes the output's.
+        let over_residual = self.overwrites[i]
+            .filter(|_| self.in_place && primitive.residual_in_place())
+            .filter(|r| {
+                blocked[r.index()]
+                    .as_ref()
+                    .is_some_and(|b| b.len() == out_len)
+            });
+        let mut dst = match over_residual {
+            Some(r) => blocked[r.index()].take().expect("checked above"),
+            None => {
+                let dst = take_whole(workspace, out_len)?;
+                *live_bytes += out_len * 4;
+                dst
+            }
+        };
+        stats.peak_activation_bytes = stats.peak_activation_bytes.max(*live_bytes);
+        let src_of = |v: Value| -> &[f32] {
+            match (&blocked[v.index()], layout_of(&self.graph, v)) {
+                (_, Layout::Nchw) => run.input(&self.graph, v).data,
+                (Some(b), _) => b,
+                (None, _) => unreachable!("values are computed before use"),
+            }
+        };
+        let blocked_of =
+            |v: Value| -> &[f32] { blocked[v.index()].as_deref().expect("blocked before use") };
+        // A runtime key runs at its input's extents.
+        let extents = match &node.op {
+            Op::Conv2d(c) if key.runtime_dims().any() => Some(c.input),
+            Op::Pool2d(p) if key.runtime_dims().any() => Some(p.input),
+            Op::BatchNorm(bn) if key.runtime_dims().any() => Some(bn.input),
+            Op::Resize(r) if key.runtime_dims().any() => Some(r.input),
+            Op::ConvTranspose(c) if key.runtime_dims().any() => Some(c.input),
+            _ => None,
+        }
+        .map(|v| {
+            let [_, _, h, w] = run.shape4(v);
+            [h, w]
+        });
+        let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
+            (Some(_), e) => engine.execute_over_residual(&primitive, args, e),
+            (None, Some(e)) => engine.execute_at(&primitive, args, e),
+            (None, None) => engine.execute(&primitive, args),
+        };
+        let start = std::time::Instant::now();
+        // Per thread: a fused pool's band of the conv's output, or Winograd's transformed
+        // tiles.
+        let band = match key {
+            PrimitiveKey::Conv(d) => extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len(),
+            _ => 0,
+        };
+        let mut scratch = match band {
+            0 => None,
+            _ => Some(take_whole(workspace, band * engine.threads())?),
+        };
+        let scratch_bytes = scratch.as_ref().map_or(0, |s| s.len() * 4);
+        stats.peak_activation_bytes = stats.peak_activation_bytes.max(*live_bytes + scratch_bytes);
+        let (src, weights, extra) = call_operands(
+            &node.op,
+            &self.prepared[i],
+            over_residual,
+            src_of,
+            blocked_of,
+        );
+        let ran = execute(ExecArgs {
+            src,
+            weights,
+            dst: &mut dst,
+            extra: &extra,
+            scratch: scratch.as_deref_mut(),
+        });
+        if let Some(s) = scratch {
+            workspace.give(s);
+        }
+        // The destination is the value's buffer from here on, also when the call failed,
+        // so that the caller gives it back.
+        blocked[node.result.index()] = Some(dst);
+        ran?;
+        stats.nodes.push(NodeRun {
+            name: name.clone(),
+            call_key: extents.map_or_else(|| key.clone(), |e| key.at(e)),
+            primitive,
+            seconds: start.elapsed().as_secs_f64(),
+        });
+        // Buffers whose value is read for the last time by this node go back.
+        for v in node.op.value_operands() {
+            if self.last_use[v.index()] == i
+                && let Some(buf) = blocked[v.index()].take()
+            {
+                *live_bytes -= buf.len() * 4;
+                workspace.give(buf);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether graph input `input` needs a blocked (`nChw4c`) copy: an op reads it as a
+    /// value's buffer (element-wise operands, residuals, concat, resize), or it is an output.
+    /// Convolutions and pooling read the caller's NCHW data where it lies.
+    fn needs_blocked(&self, input: Value) -> bool {
+        let read_blocked = |op: &Op| match op {
+            Op::Relu { input: x } => *x == input,
+            Op::Add { lhs, rhs } => *lhs == input || *rhs == input,
+            Op::Conv2d(c) => c.post_ops.contains(&PostOp::Add(input)),
+            Op::Act { .. }
+            | Op::PRelu { .. }
+            | Op::Binary { .. }
+            | Op::Concat { .. }
+            | Op::SelectChannels { .. }
+            | Op::ConvTranspose(_) => op.value_operands().contains(&input),
+            // Only the resized value is read; the one whose extents it takes is not.
+            Op::Resize(r) => r.input == input,
+            _ => false,
+        };
+        self.graph.nodes().any(|(_, n)| read_blocked(&n.op))
+            || self.graph.outputs().iter().any(|(_, v)| *v == input)
+    }
+
+    /// The convs that may write their output over a residual, as (node, residual) names: the
+    /// residual has no reader after the conv, is not a graph output and is not the conv's
+    /// own input. A run does so when its primitive allows it too
+    /// (`Primitive::residual_in_place`).
+    pub fn residual_overwrites(&self) -> Vec<(String, String)> {
+        self.graph
+            .nodes()
+            .zip(&self.overwrites)
+            .filter_map(|((_, node), r)| {
+                r.map(|r| {
+                    (
+                        self.graph.value_name(node.result).to_string(),
+                        self.graph.value_name(r).to_string(),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// What a node's call reads besides its destination and scratch: its source (`src_of`: a
+/// graph input's own NCHW data, or a value's `nChw4c` buffer), its packed weights, and its
+/// other operands (`blocked_of`): a conv's residuals but the one it writes over, a binary
+/// op's second operand, PReLU's slopes, Concat's other inputs.
+fn call_operands<'a>(
+    op: &'a Op,
+    prepared: &'a Prepared,
+    over_residual: Option<Value>,
+    src_of: impl Fn(Value) -> &'a [f32],
+    blocked_of: impl Fn(Value) -> &'a [f32],
+) -> (&'a [f32], Option<&'a [f32]>, Vec<&'a [f32]>) {
+    match (op, prepared) {
+        (Op::Conv2d(c), Prepared::Conv { packed, .. }) => {
+            let residuals = c
+                .post_ops
+                .iter()
+                .filter_map(|p| match p {
+                    PostOp::Add(r) if over_residual != Some(*r) => Some(blocked_of(*r)),
+                    _ => None,
+                })
+                .collect();
+            (src_of(c.input), Some(packed.as_slice()), residuals)
+        }
+        (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => {
+            (src_of(bn.input), Some(packed.as_slice()), Vec::new())
+        }
+        (Op::ConvTranspose(c), Prepared::Conv { packed, .. }) => {
+            (blocked_of(c.input), Some(packed.as_slice()), Vec::new())
+        }
+        (Op::Pool2d(p), _) => (src_of(p.input), None, Vec::new()),
+        (Op::GlobalPool { input, .. }, _) => (src_of(*input), None, Vec::new()),
+        (
+            Op::Relu { input }
+            | Op::Act { input, .. }
+            | Op::SelectChannels { input, .. }
+            | Op::Resize(primjit_ir::Resize { input, .. }),
+            _,
+        ) => (blocked_of(*input), None, Vec::new()),
+        (Op::Add { lhs, rhs } | Op::Binary { lhs, rhs, .. }, _) => {
+            (blocked_of(*lhs), None, vec![blocked_of(*rhs)])
+        }
+        (Op::PRelu { input, .. }, Prepared::Slope(slope)) => {
+            (blocked_of(*input), None, vec![slope.as_slice()])
+        }
+        (Op::Concat { inputs }, _) => {
+            let rest = inputs[1..].iter().map(|&v| blocked_of(v)).collect();
+            (blocked_of(inputs[0]), None, rest)
+        }
+        (
+            Op::Conv2d(_) | Op::BatchNorm(_) | Op::ConvTranspose(_),
+            Prepared::Slope(_) | Prepared::Other,
+        )
+        | (Op::PRelu { .. }, Prepared::Conv { .. } | Prepared::Other) => {
+            unreachable!("convs and prelus are prepared")
+        }
+    }
+}
+
+/// What every call of a run reads and none changes: the engine, the nodes' names and keys
+/// (in graph order), the run's shapes and the caller's inputs.
+#[derive(Clone, Copy)]
+pub(super) struct RunInputs<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) keys: &'a [(String, PrimitiveKey)],
+    shapes: &'a primjit_ir::Shapes,
+    pub(super) inputs: &'a [(&'a str, TensorView<'a>)],
+}
+
+impl<'a> RunInputs<'a> {
+    /// The run's shape of value `v`, which binding the inputs made concrete.
+    pub(super) fn shape4(&self, v: Value) -> [usize; 4] {
+        let s = self.shapes.concrete(v).expect("bound");
+        [s[0], s[1], s[2], s[3]]
+    }
+
+    /// The caller's tensor of graph input `v`.
+    fn input(&self, graph: &Graph, v: Value) -> TensorView<'a> {
+        let name = graph.value_name(v);
+        self.inputs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .expect("bound inputs are present")
+    }
+}
+
+/// Per value of `graph`: the index of the last node reading it, `usize::MAX` for outputs.
+pub(super) fn last_uses(graph: &Graph) -> Vec<usize> {
+    let mut last_use = vec![0; graph.values().count()];
+    for (i, (_, node)) in graph.nodes().enumerate() {
+        for v in node.op.value_operands() {
+            last_use[v.index()] = i;
+        }
+    }
+    for (_, v) in graph.outputs() {
+        last_use[v.index()] = usize::MAX;
+    }
+    last_use
+}
+
+/// Per node of an optimized graph: the residual its conv may write its output over. That is a
+/// conv's only `add` post-op (and no fused pool) whose value no later node reads
+/// (`last_use`, with `usize::MAX` for graph outputs), and which is not the conv's own input:
+/// the kernel then reads each residual element only right before it writes the output
+/// element at the same place (`primjit_codegen::residual_in_place`), and nothing else reads it.
+pub(super) fn residual_overwrites(graph: &Graph, last_use: &[usize]) -> Vec<Option<Value>> {
+    graph
+        .nodes()
+        .enumerate()
+        .map(|(i, (_, node))| {
+            let Op::Conv2d(c) = &node.op else {
+                return None;
+            };
+            let mut adds = c.post_ops.iter().filter_map(|p| match p {
+                PostOp::Add(r) => Some(*r),
+                _ => None,
+            });
+            let pooled = c.post_ops.iter().any(|p| matches!(p, PostOp::MaxPool(_)));
+            match (adds.next(), adds.next()) {
+                (Some(r), None) if !pooled && r != c.input && last_use[r.index()] == i => Some(r),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Of `overwrites` (per node, the residual its conv may write over), those whose node's kernel
+/// (`keys`) can (`primjit_codegen::residual_in_place`); the kernel's width, padding and row
+/// pitches do not change that, so a streamed node's band kernels can as its whole key can.
+pub(super) fn honoured_overwrites(
+    overwrites: &[Option<Value>],
+    keys: &[(String, PrimitiveKey)],
+) -> Vec<Option<Value>> {
+    overwrites
+        .iter()
+        .zip(keys)
+        .map(|(r, (_, key))| r.filter(|_| primjit_codegen::residual_in_place(key)))
+        .collect()
+}
+
+/// A workspace buffer of `len` floats for a whole tensor, its failure as a graph error.
+fn take_whole(workspace: &mut Workspace, len: usize) -> Result<Buffer, GraphError> {
+    workspace.take(len).map_err(|e| GraphError::Workspace {
+        bytes: len * 4,
+        message: e.to_string(),
+    })
+}
