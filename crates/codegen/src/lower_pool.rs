@@ -18,7 +18,7 @@ use crate::key::{
     EltwiseDesc, EltwiseKind, FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS, FmaPattern,
     GlobalPoolDesc, Layout,
 };
-use crate::plan::{AxisPlan, PoolPlan, Strides};
+use crate::plan::{Axis, AxisPlan, PoolPlan, Strides};
 use crate::tile::{GROUP_TILES, GROUP_VECTORS, LANES};
 
 const SRC: usize = 0;
@@ -58,7 +58,6 @@ fn load(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn store(
     e: &mut Emit<'_>,
     layout: Layout,
@@ -122,25 +121,29 @@ impl Side {
     }
 }
 
-/// The taps of the window at runtime output `o` along an axis, and its divisor factor.
-#[allow(clippy::too_many_arguments)]
+/// The taps of the window at runtime output `o` along an axis of `input` (a runtime extent)
+/// whose window is `axis`'s (its pads, kernel, stride and dilation), and its divisor factor.
 fn runtime_taps(
     e: &mut Emit<'_>,
     o: Value,
     input: Value,
-    pad_begin: usize,
-    pad_end: usize,
-    kernel: usize,
-    stride: usize,
-    dilation: usize,
+    axis: &Axis,
     count_include_pad: bool,
 ) -> Taps {
-    let (first, taps) = e.runtime_taps(o, input, pad_begin, kernel, stride, dilation);
+    let (first, taps) = e.runtime_taps(
+        o,
+        input,
+        axis.pad_begin,
+        axis.kernel,
+        axis.stride,
+        axis.dilation,
+    );
     let count = if count_include_pad {
         // Cells inside the padded input: the taps of the same window over an input that
         // includes both pads.
-        let padded = e.offset(input, (pad_begin + pad_end) as i64);
-        e.runtime_taps(o, padded, 0, kernel, stride, dilation).1
+        let padded = e.offset(input, (axis.pad_begin + axis.pad_end) as i64);
+        e.runtime_taps(o, padded, 0, axis.kernel, axis.stride, axis.dilation)
+            .1
     } else {
         taps
     };
@@ -187,7 +190,14 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
                             let top = e.mul(src_row_step, -(d.window.pads.top as i64) * f);
                             let src_row = e.offset_by(src_row, top, 1);
                             let dst_row = e.scaled_by(q[1], oh, dst_row_step, f, 0);
-                            pool_columns(e, plan, &taps, src_row, dst_row, lanes);
+                            let row = PoolRow {
+                                plan,
+                                taps: &taps,
+                                src_row,
+                                dst_row,
+                                lanes,
+                            };
+                            pool_columns(e, &row);
                         };
                         match &plan.rows {
                             AxisPlan::Fixed(runs) | AxisPlan::Bordered { runs, .. } => {
@@ -210,17 +220,8 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
                                 e.for_range(start, end, &[], |e, oh, _| {
                                     let ih = Side::input(e, plan).h;
                                     let ih = e.value(ih);
-                                    let taps = runtime_taps(
-                                        e,
-                                        oh,
-                                        ih,
-                                        d.window.pads.top,
-                                        d.window.pads.bottom,
-                                        d.window.kernel[0],
-                                        d.window.strides[0],
-                                        d.window.dilations[0],
-                                        d.count_include_pad,
-                                    );
+                                    let [rows, _] = plan.window_axes();
+                                    let taps = runtime_taps(e, oh, ih, &rows, d.count_include_pad);
                                     row(e, oh, taps);
                                     vec![]
                                 });
@@ -233,19 +234,32 @@ pub fn lower_pool(e: &mut Emit<'_>, plan: &PoolPlan) {
     );
 }
 
-/// One row's columns: fixed runs, or the runtime template (or one pixel at a time below it).
-fn pool_columns(
-    e: &mut Emit<'_>,
-    plan: &PoolPlan,
-    row: &Taps,
+/// What one output row's runs of columns share: the plan, the row's kernel-row taps, where
+/// the row's window and output start, and the real channels of the block at hand (4, but in
+/// an NCHW side's last block).
+struct PoolRow<'a> {
+    plan: &'a PoolPlan,
+    taps: &'a Taps,
     src_row: Value,
     dst_row: Value,
     lanes: usize,
-) {
+}
+
+/// What a row's tiles share besides: the input's strides and the step from one kernel row to
+/// the next, computed once per run (see `pool_run`).
+struct PoolTiles<'a> {
+    row: &'a PoolRow<'a>,
+    input: ActStrides,
+    kh_step: Scalar,
+}
+
+/// One row's columns: fixed runs, or the runtime template (or one pixel at a time below it).
+fn pool_columns(e: &mut Emit<'_>, row: &PoolRow<'_>) {
+    let plan = row.plan;
     let d = &plan.desc;
     let run = |e: &mut Emit<'_>, start: Scalar, len: RunLen, taps: Range<usize>, count: usize| {
         let col = Taps::Fixed { taps, count };
-        pool_run(e, plan, row, &col, start, len, src_row, dst_row, lanes);
+        pool_run(e, row, &col, start, len);
     };
     match &plan.cols {
         AxisPlan::Fixed(runs) => {
@@ -303,28 +317,9 @@ fn pool_columns(
                     e.for_range(zero, ow, &[], |e, o, _| {
                         let iw = Side::input(e, plan).w;
                         let iw = e.value(iw);
-                        let col = runtime_taps(
-                            e,
-                            o,
-                            iw,
-                            d.window.pads.left,
-                            d.window.pads.right,
-                            d.window.kernel[1],
-                            d.window.strides[1],
-                            d.window.dilations[1],
-                            d.count_include_pad,
-                        );
-                        pool_run(
-                            e,
-                            plan,
-                            row,
-                            &col,
-                            Scalar::Dyn(o),
-                            RunLen::Fixed(1),
-                            src_row,
-                            dst_row,
-                            lanes,
-                        );
+                        let [_, cols] = plan.window_axes();
+                        let col = runtime_taps(e, o, iw, &cols, d.count_include_pad);
+                        pool_run(e, row, &col, Scalar::Dyn(o), RunLen::Fixed(1));
                         vec![]
                     });
                 },
@@ -337,25 +332,15 @@ fn pool_columns(
 }
 
 /// The output columns `[start, start + len)` of one row, whose windows share `col`'s taps.
-#[allow(clippy::too_many_arguments)]
-fn pool_run(
-    e: &mut Emit<'_>,
-    plan: &PoolPlan,
-    row: &Taps,
-    col: &Taps,
-    start: Scalar,
-    len: RunLen,
-    src_row: Value,
-    dst_row: Value,
-    lanes: usize,
-) {
+fn pool_run(e: &mut Emit<'_>, row: &PoolRow<'_>, col: &Taps, start: Scalar, len: RunLen) {
+    let plan = row.plan;
     let d = &plan.desc;
     let f = F32_BYTES;
     let src_px = pixel_stride(d.src_layout) * f;
     let dst_px = pixel_stride(d.dst_layout) * f;
-    let src0 = e.offset_by(src_row, start, d.window.strides[1] as i64 * src_px);
+    let src0 = e.offset_by(row.src_row, start, d.window.strides[1] as i64 * src_px);
     let src0 = e.offset(src0, -(d.window.pads.left as i64) * src_px);
-    let dst0 = e.offset_by(dst_row, start, dst_px);
+    let dst0 = e.offset_by(row.dst_row, start, dst_px);
     let tile = plan.pixel_tile;
     let t = tile as i64;
     let steps = [
@@ -367,10 +352,13 @@ fn pool_run(
     // multiplies against a tile's ~80 instructions).
     let input = Side::input(e, plan).strides;
     let kh_step = e.mul(input.row, d.window.dilations[0] as i64 * f);
+    let tiles = PoolTiles {
+        row,
+        input,
+        kh_step,
+    };
     let tile_at = |e: &mut Emit<'_>, pixels: usize, q: &[Value]| {
-        pool_tile(
-            e, plan, &input, kh_step, pixels, row, col, q[0], q[1], lanes,
-        );
+        pool_tile(e, &tiles, pixels, col, q[0], q[1]);
     };
     match len {
         RunLen::Fixed(len) if matches!(col, Taps::Runtime { .. }) => {
@@ -406,56 +394,46 @@ fn pixel_stride(layout: Layout) -> i64 {
     }
 }
 
-/// `pixels` output pixels of one channel vector: every tap loaded and reduced in registers.
-#[allow(clippy::too_many_arguments)]
+/// `pixels` output pixels of one channel vector from `src` to `dst`: every tap loaded and
+/// reduced in registers (at a wide tier, the whole wide vectors by the x64 backend's tile).
 fn pool_tile(
     e: &mut Emit<'_>,
-    plan: &PoolPlan,
-    input: &ActStrides,
-    kh_step: Scalar,
+    tiles: &PoolTiles<'_>,
     pixels: usize,
-    row: &Taps,
     col: &Taps,
     src: Value,
     dst: Value,
-    lanes: usize,
 ) {
-    if let (Some(ratio), Taps::Fixed { taps, .. }) = (plan.wide_ratio(), col)
+    let PoolTiles {
+        row,
+        ref input,
+        kh_step,
+    } = *tiles;
+    let plan = row.plan;
+    if let Some(ratio) = plan.wide_ratio()
+        && matches!(col, Taps::Fixed { .. })
         && pixels >= ratio
     {
-        let done = wide_pool_tile(
-            e,
-            plan,
-            input,
-            kh_step,
-            pixels / ratio,
-            row,
-            col,
-            taps,
-            src,
-            dst,
-        );
+        let done = wide_pool_tile(e, tiles, pixels / ratio, col, src, dst);
         if done < pixels {
             let f = F32_BYTES;
             let (src_px, dst_px) = (input.pixel * f, pixel_stride(plan.desc.dst_layout) * f);
             let src = e.offset(src, done as i64 * src_px);
             let dst = e.offset(dst, done as i64 * dst_px);
             let plan_x128 = plan.x128();
-            pool_tile(
-                e,
-                &plan_x128,
-                input,
-                kh_step,
-                pixels - done,
-                row,
-                col,
-                src,
-                dst,
-                lanes,
-            );
+            let row_x128 = PoolRow {
+                plan: &plan_x128,
+                ..*row
+            };
+            let tiles_x128 = PoolTiles {
+                row: &row_x128,
+                ..*tiles
+            };
+            pool_tile(e, &tiles_x128, pixels - done, col, src, dst);
         }
         return;
     }
+    let (row, lanes) = (row.taps, row.lanes);
     let d = &plan.desc;
     let f = F32_BYTES;
     let init = match d.kind {
@@ -556,21 +534,20 @@ fn pool_tile(
 
 /// The first `vectors` wide vectors of a pooling tile at a wide tier as one call of the x64
 /// backend's [`PoolTile`] (`PoolDesc::tier_for`: unit column stride, `nChw4c`), which reduces
-/// each pixel's taps in the order of the 128-bit tile and so gives the same bits. Returns the
-/// pixels it computed.
-#[allow(clippy::too_many_arguments)]
+/// each pixel's taps in the order of the 128-bit tile and so gives the same bits. `col` holds
+/// fixed taps. Returns the pixels it computed.
 fn wide_pool_tile(
     e: &mut Emit<'_>,
-    plan: &PoolPlan,
-    input: &ActStrides,
-    kh_step: Scalar,
+    tiles: &PoolTiles<'_>,
     vectors: usize,
-    row: &Taps,
     col: &Taps,
-    col_taps: &Range<usize>,
     src: Value,
     dst: Value,
 ) -> usize {
+    let (plan, row, input, kh_step) = (tiles.row.plan, tiles.row.taps, &tiles.input, tiles.kh_step);
+    let Taps::Fixed { taps: col_taps, .. } = col else {
+        unreachable!("a wide pooling tile has fixed column taps")
+    };
     let d = &plan.desc;
     let src_px = input.pixel * F32_BYTES;
     let kw_step = d.window.dilations[1] as i64 * src_px;

@@ -1135,6 +1135,11 @@ impl PoolPlan {
 }
 
 impl PoolPlan {
+    /// The window's row and column axes at the key's extents (0 where runtime).
+    pub fn window_axes(&self) -> [Axis; 2] {
+        pool_axes(&self.desc)
+    }
+
     /// The same plan at `x128`: the 128-bit tile that computes a wide tile's leftover pixels.
     pub fn x128(&self) -> PoolPlan {
         PoolPlan {
