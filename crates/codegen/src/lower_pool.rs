@@ -486,22 +486,18 @@ fn pool_tile(
             }
         }
     };
+    let src_kh0 = first_kernel_row(e, src, kh_step, row);
     let acc = match row {
         Taps::Fixed { taps, .. } => {
             let mut acc = acc;
-            let mut src_kh = e.offset_by(src, kh_step, taps.start as i64);
+            let mut src_kh = src_kh0;
             for _ in taps.clone() {
                 acc = kernel_row(e, src_kh, &acc);
                 src_kh = e.offset_by(src_kh, kh_step, 1);
             }
             acc
         }
-        Taps::Runtime { first, taps, .. } => {
-            let first_off = match kh_step {
-                Scalar::Const(s) => e.b.ins().imul_imm_s(*first, s),
-                Scalar::Dyn(s) => e.b.ins().imul(*first, s),
-            };
-            let src_kh0 = e.b.ins().iadd(src, first_off);
+        Taps::Runtime { taps, .. } => {
             let mut state = vec![src_kh0];
             state.extend(&acc);
             let zero = e.iconst(0);
@@ -557,18 +553,10 @@ fn wide_pool_tile(
         vectors,
         units: col_taps.clone().map(|kw| kw as i64 * kw_step).collect(),
     };
-    let (src_kh, kh_count) = match row {
-        Taps::Fixed { taps, .. } => (
-            e.offset_by(src, kh_step, taps.start as i64),
-            e.iconst(taps.len() as i64),
-        ),
-        Taps::Runtime { first, taps, .. } => {
-            let first_off = match kh_step {
-                Scalar::Const(s) => e.b.ins().imul_imm_s(*first, s),
-                Scalar::Dyn(s) => e.b.ins().imul(*first, s),
-            };
-            (e.b.ins().iadd(src, first_off), *taps)
-        }
+    let src_kh = first_kernel_row(e, src, kh_step, row);
+    let kh_count = match row {
+        Taps::Fixed { taps, .. } => e.iconst(taps.len() as i64),
+        Taps::Runtime { taps, .. } => *taps,
     };
     let kh_step = e.value(kh_step);
     let scale = match d.kind {
@@ -584,6 +572,21 @@ fn wide_pool_tile(
         &[src_kh, dst, kh_count, kh_step, scale],
     );
     vectors * plan.wide_ratio().expect("a wide plan")
+}
+
+/// `src` moved to the window's first kernel row that `row` takes, kernel rows `kh_step` bytes
+/// apart.
+fn first_kernel_row(e: &mut Emit<'_>, src: Value, kh_step: Scalar, row: &Taps) -> Value {
+    match row {
+        Taps::Fixed { taps, .. } => e.offset_by(src, kh_step, taps.start as i64),
+        Taps::Runtime { first, .. } => {
+            let first_off = match kh_step {
+                Scalar::Const(s) => e.b.ins().imul_imm_s(*first, s),
+                Scalar::Dyn(s) => e.b.ins().imul(*first, s),
+            };
+            e.b.ins().iadd(src, first_off)
+        }
+    }
 }
 
 /// An average pool's `1 / (row count x column count)`, as an f32 scalar: a constant for fixed
