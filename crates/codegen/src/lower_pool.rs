@@ -610,6 +610,11 @@ fn avg_reciprocal(e: &mut Emit<'_>, row: &Taps, col: &Taps) -> Value {
     }
 }
 
+/// Independent accumulator chains of a global pooling: enough to cover an add's latency on
+/// two pipes, which one chain left 3-4 cycles per pixel (the SE blocks of MobileNetV3 and
+/// EfficientNet pool whole 112x112 maps).
+const GLOBAL_CHAINS: usize = 8;
+
 pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
     let f = F32_BYTES;
     let src_s = Strides::new(d.src_layout, [d.mb, d.c, d.ih, d.iw]);
@@ -638,22 +643,47 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                                 0.0
                             });
                             let fill = e.splat_const(0.0);
-                            let out = e.for_count(d.ih * d.iw, &[q[0], init], |e, _, s| {
-                                let x = load(
-                                    e,
-                                    d.src_layout,
-                                    Scalar::Const(src_s.channel as i64),
-                                    s[0],
-                                    0,
-                                    lanes,
-                                    fill,
-                                );
-                                let a = match d.kind {
-                                    PoolKind::Max => e.pmax_nan(s[1], x),
-                                    PoolKind::Avg => e.b.ins().fadd(s[1], x),
-                                };
-                                vec![e.offset(s[0], src_s.pixel as i64 * f), a]
+                            let pixel = src_s.pixel as i64 * f;
+                            let channel = Scalar::Const(src_s.channel as i64);
+                            let reduce = |e: &mut Emit<'_>, a: Value, src: Value, off: i64| {
+                                let x = load(e, d.src_layout, channel, src, off, lanes, fill);
+                                match d.kind {
+                                    PoolKind::Max => e.pmax_nan(a, x),
+                                    PoolKind::Avg => e.b.ins().fadd(a, x),
+                                }
+                            };
+                            // Pixel `p` goes to partial `p % GLOBAL_CHAINS`: independent
+                            // chains, where one chain waited an add's latency per pixel.
+                            let pixels = d.ih * d.iw;
+                            let mut carried = vec![q[0]];
+                            carried.extend([init; GLOBAL_CHAINS]);
+                            let out = e.for_count(pixels / GLOBAL_CHAINS, &carried, |e, _, s| {
+                                let mut next = vec![e.offset(s[0], GLOBAL_CHAINS as i64 * pixel)];
+                                for (k, &a) in s[1..].iter().enumerate() {
+                                    next.push(reduce(e, a, s[0], k as i64 * pixel));
+                                }
+                                next
                             });
+                            let mut partials = out[1..].to_vec();
+                            for (k, a) in
+                                partials.iter_mut().take(pixels % GLOBAL_CHAINS).enumerate()
+                            {
+                                *a = reduce(e, *a, out[0], k as i64 * pixel);
+                            }
+                            // Pairwise, as a tree: partials `k` and `k + half`, then halves.
+                            while partials.len() > 1 {
+                                let half = partials.len() / 2;
+                                partials = (0..half)
+                                    .map(|k| {
+                                        let (a, b) = (partials[k], partials[k + half]);
+                                        match d.kind {
+                                            PoolKind::Max => e.pmax_nan(a, b),
+                                            PoolKind::Avg => e.b.ins().fadd(a, b),
+                                        }
+                                    })
+                                    .collect();
+                            }
+                            let out = [out[0], partials[0]];
                             let mut v = out[1];
                             if d.kind == PoolKind::Avg {
                                 let s = e.splat_const(1.0 / (d.ih * d.iw) as f32);
