@@ -12,7 +12,7 @@ use crate::key::{
 };
 use crate::plan::{ConvPlan, representative_extents};
 use crate::target::Isa;
-use crate::tile::LANEWISE_VECTORS;
+use crate::tile::{LANES, LANEWISE_VECTORS};
 
 impl ConvDesc {
     /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
@@ -350,7 +350,8 @@ impl PrimitiveKey {
     }
 
     /// The extent that executions split across threads: output rows (pooled rows with a fused
-    /// pool; for Winograd, blocks of tiles times chunks of output channels).
+    /// pool; for Winograd, blocks of tiles times chunks of output channels; for a global
+    /// pooling, blocks of four channels).
     pub fn work_items(&self) -> usize {
         match self {
             PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
@@ -358,7 +359,7 @@ impl PrimitiveKey {
             }
             PrimitiveKey::Conv(d) => d.dst_shape()[2],
             PrimitiveKey::Pool(d) => d.oh(),
-            PrimitiveKey::GlobalPool(_) => 1,
+            PrimitiveKey::GlobalPool(d) => d.c.div_ceil(LANES),
             PrimitiveKey::Eltwise(d) => d.shape[2],
             PrimitiveKey::Concat(d) => d.h,
             PrimitiveKey::SelectChannels(d) => d.h,

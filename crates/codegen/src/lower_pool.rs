@@ -619,92 +619,83 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
     let f = F32_BYTES;
     let src_s = Strides::new(d.src_layout, [d.mb, d.c, d.ih, d.iw]);
     let dst_s = Strides::new(d.dst_layout, [d.mb, d.c, 1, 1]);
-    let src = e.buffer(SRC);
-    let dst = e.buffer(DST);
-    // One work item: the call computes everything or nothing.
-    let (start, end) = e.clamp_items(0, 1);
-    e.for_range(start, end, &[], |e, _, _| {
-        e.for_count_ptrs(
-            d.mb,
-            &[src, dst],
-            &[src_s.image as i64 * f, dst_s.image as i64 * f],
-            |e, p| {
-                for (blocks, lanes) in block_classes(d.c, d.src_layout, d.dst_layout) {
-                    let src_b = e.offset(p[0], (blocks.start * src_s.block) as i64 * f);
-                    let dst_b = e.offset(p[1], (blocks.start * dst_s.block) as i64 * f);
-                    e.for_count_ptrs(
-                        blocks.len(),
-                        &[src_b, dst_b],
-                        &[src_s.block as i64 * f, dst_s.block as i64 * f],
-                        |e, q| {
-                            let init = e.splat_const(if d.kind == PoolKind::Max {
-                                f32::NEG_INFINITY
-                            } else {
-                                0.0
-                            });
-                            let fill = e.splat_const(0.0);
-                            let pixel = src_s.pixel as i64 * f;
-                            let channel = Scalar::Const(src_s.channel as i64);
-                            let reduce = |e: &mut Emit<'_>, a: Value, src: Value, off: i64| {
-                                let x = load(e, d.src_layout, channel, src, off, lanes, fill);
+    // A work item is a block of four channels, in every image: threads split the channels.
+    for (blocks, lanes) in block_classes(d.c, d.src_layout, d.dst_layout) {
+        let (start, end) = e.clamp_items(blocks.start, blocks.end);
+        e.for_range(start, end, &[], |e, block, _| {
+            let src = e.buffer(SRC);
+            let dst = e.buffer(DST);
+            let src_b = e.scaled(src, block, (src_s.block * f as usize) as i64, 0);
+            let dst_b = e.scaled(dst, block, (dst_s.block * f as usize) as i64, 0);
+            e.for_count_ptrs(
+                d.mb,
+                &[src_b, dst_b],
+                &[src_s.image as i64 * f, dst_s.image as i64 * f],
+                |e, q| {
+                    let init = e.splat_const(if d.kind == PoolKind::Max {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    });
+                    let fill = e.splat_const(0.0);
+                    let pixel = src_s.pixel as i64 * f;
+                    let channel = Scalar::Const(src_s.channel as i64);
+                    let reduce = |e: &mut Emit<'_>, a: Value, src: Value, off: i64| {
+                        let x = load(e, d.src_layout, channel, src, off, lanes, fill);
+                        match d.kind {
+                            PoolKind::Max => e.pmax_nan(a, x),
+                            PoolKind::Avg => e.b.ins().fadd(a, x),
+                        }
+                    };
+                    // Pixel `p` goes to partial `p % GLOBAL_CHAINS`: independent
+                    // chains, where one chain waited an add's latency per pixel.
+                    let pixels = d.ih * d.iw;
+                    let mut carried = vec![q[0]];
+                    carried.extend([init; GLOBAL_CHAINS]);
+                    let out = e.for_count(pixels / GLOBAL_CHAINS, &carried, |e, _, s| {
+                        let mut next = vec![e.offset(s[0], GLOBAL_CHAINS as i64 * pixel)];
+                        for (k, &a) in s[1..].iter().enumerate() {
+                            next.push(reduce(e, a, s[0], k as i64 * pixel));
+                        }
+                        next
+                    });
+                    let mut partials = out[1..].to_vec();
+                    for (k, a) in partials.iter_mut().take(pixels % GLOBAL_CHAINS).enumerate() {
+                        *a = reduce(e, *a, out[0], k as i64 * pixel);
+                    }
+                    // Pairwise, as a tree: partials `k` and `k + half`, then halves.
+                    while partials.len() > 1 {
+                        let half = partials.len() / 2;
+                        partials = (0..half)
+                            .map(|k| {
+                                let (a, b) = (partials[k], partials[k + half]);
                                 match d.kind {
-                                    PoolKind::Max => e.pmax_nan(a, x),
-                                    PoolKind::Avg => e.b.ins().fadd(a, x),
+                                    PoolKind::Max => e.pmax_nan(a, b),
+                                    PoolKind::Avg => e.b.ins().fadd(a, b),
                                 }
-                            };
-                            // Pixel `p` goes to partial `p % GLOBAL_CHAINS`: independent
-                            // chains, where one chain waited an add's latency per pixel.
-                            let pixels = d.ih * d.iw;
-                            let mut carried = vec![q[0]];
-                            carried.extend([init; GLOBAL_CHAINS]);
-                            let out = e.for_count(pixels / GLOBAL_CHAINS, &carried, |e, _, s| {
-                                let mut next = vec![e.offset(s[0], GLOBAL_CHAINS as i64 * pixel)];
-                                for (k, &a) in s[1..].iter().enumerate() {
-                                    next.push(reduce(e, a, s[0], k as i64 * pixel));
-                                }
-                                next
-                            });
-                            let mut partials = out[1..].to_vec();
-                            for (k, a) in
-                                partials.iter_mut().take(pixels % GLOBAL_CHAINS).enumerate()
-                            {
-                                *a = reduce(e, *a, out[0], k as i64 * pixel);
-                            }
-                            // Pairwise, as a tree: partials `k` and `k + half`, then halves.
-                            while partials.len() > 1 {
-                                let half = partials.len() / 2;
-                                partials = (0..half)
-                                    .map(|k| {
-                                        let (a, b) = (partials[k], partials[k + half]);
-                                        match d.kind {
-                                            PoolKind::Max => e.pmax_nan(a, b),
-                                            PoolKind::Avg => e.b.ins().fadd(a, b),
-                                        }
-                                    })
-                                    .collect();
-                            }
-                            let out = [out[0], partials[0]];
-                            let mut v = out[1];
-                            if d.kind == PoolKind::Avg {
-                                let s = e.splat_const(1.0 / (d.ih * d.iw) as f32);
-                                v = e.b.ins().fmul(v, s);
-                            }
-                            store(
-                                e,
-                                d.dst_layout,
-                                Scalar::Const(dst_s.channel as i64),
-                                v,
-                                q[1],
-                                0,
-                                lanes,
-                            );
-                        },
+                            })
+                            .collect();
+                    }
+                    let out = [out[0], partials[0]];
+                    let mut v = out[1];
+                    if d.kind == PoolKind::Avg {
+                        let s = e.splat_const(1.0 / (d.ih * d.iw) as f32);
+                        v = e.b.ins().fmul(v, s);
+                    }
+                    store(
+                        e,
+                        d.dst_layout,
+                        Scalar::Const(dst_s.channel as i64),
+                        v,
+                        q[1],
+                        0,
+                        lanes,
                     );
-                }
-            },
-        );
-        vec![]
-    });
+                },
+            );
+            vec![]
+        });
+    }
 }
 
 /// Element-wise ops walk, for each image and channel plane (or block), the contiguous span of
