@@ -1,5 +1,6 @@
-//! The kernel contract of each key, as its plan computes it: the tier a convolution runs at,
-//! the buffers a kernel takes, its scratch, its packed weights and its work items.
+//! The kernel contract of each key, as its plan computes it: the tier a convolution or a
+//! pooling runs at, the buffers a kernel takes, its scratch, its packed weights and its work
+//! items.
 //!
 //! Methods of the key types, kept out of `key` so that the keys stay data (fields, shapes,
 //! one-liners and the checks that need no plan) and the layers run one way: `key` imports
@@ -47,10 +48,9 @@ impl ConvDesc {
                 // two wide vectors: a tile across groups would reduce over every group's
                 // input channels, most of them by zero weights.
                 let (icg, ocg) = (self.ic / self.groups, self.oc / self.groups);
-                // The channels of one block of the `nChw4c` input.
-                let block = Isa::X128.target().lanes;
+                // A group's input channels fill whole blocks of the `nChw4c` input.
                 let whole_groups = self.groups == 1
-                    || (ocg.is_multiple_of(2 * engine.target().lanes) && icg.is_multiple_of(block));
+                    || (ocg.is_multiple_of(2 * engine.target().lanes) && icg.is_multiple_of(LANES));
                 if self.lanewise() {
                     // The wide lane-wise tile reads consecutive pixels as one vector and
                     // stores them so: unit stride along rows, an `nChw4c` destination.
@@ -159,7 +159,7 @@ impl PoolDesc {
         let lanes = engine.target().lanes as u128;
         let reach = (self.window.kernel[1].saturating_sub(1) as u128
             * self.window.dilations[1] as u128
-            + LANEWISE_VECTORS as u128 * lanes / 4
+            + LANEWISE_VECTORS as u128 * lanes / LANES as u128
             + 1)
             * 16;
         let wide = engine != Isa::X128
