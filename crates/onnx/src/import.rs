@@ -126,6 +126,9 @@ enum Bound {
     Shape {
         elems: Rc<Vec<ShapeElem>>,
         scalar: bool,
+        /// Cast to a floating-point type: arithmetic on it would not be integer arithmetic
+        /// (its `Div` does not truncate), so none is folded.
+        float: bool,
     },
     /// Made by a node that failed: nothing downstream of it is checked again.
     Failed,
@@ -618,6 +621,9 @@ impl Importer {
                 check_attrs(node, &[])?;
                 let (x, flat) = self.act_any(node, 0, "X")?;
                 self.push(node, Op::Relu { input: x }, flat)
+            }
+            "Add" | "Sub" | "Mul" | "Div" if (0..2).any(|i| self.is_shape(node, i)) => {
+                self.shape_arith(node)
             }
             "Add" => self.add(node),
             "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh" | "LeakyRelu" | "Elu" | "Exp" => {
@@ -1726,6 +1732,10 @@ impl Importer {
     /// `Slice` of channels with step 1: a `select_channels` of the range.
     fn slice(&mut self, node: &NodeProto) -> NodeResult<()> {
         let ints_of = |this: &Self, i: usize, role: &str| -> NodeResult<Option<Vec<i64>>> {
+            if this.is_shape(node, i) {
+                // Bounds computed from known extents (`torch.chunk`'s).
+                return this.known_shape_ints(node, i, role).map(Some);
+            }
             match this.optional_constant(node, i, role)? {
                 None => Ok(None),
                 Some(k) => match &k.data {
