@@ -364,7 +364,7 @@ impl Importer {
                 ),
                 Some(Bound::Shape { .. }) => self.problem(
                     subject,
-                    "is computed from shapes: only a Resize's sizes may be",
+                    "is computed from shapes: only a Resize's sizes and a channel Slice's bounds may be",
                 ),
                 Some(Bound::Failed) => {}
                 None => self.problem(subject, "is not defined by any node or input"),
@@ -689,7 +689,7 @@ impl Importer {
                 "input {i} ({role}) is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
             )),
             Bound::Shape { .. } => Err(format!(
-                "input {i} ({role}) is computed from shapes: only a Resize's sizes may be"
+                "input {i} ({role}) is computed from shapes: only a Resize's sizes and a channel Slice's bounds may be"
             )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
         }
