@@ -126,6 +126,9 @@ enum Bound {
     Shape {
         elems: Rc<Vec<ShapeElem>>,
         scalar: bool,
+        /// Cast to a floating-point type: arithmetic on it would not be integer arithmetic
+        /// (its `Div` does not truncate), so none is folded.
+        float: bool,
     },
     /// Made by a node that failed: nothing downstream of it is checked again.
     Failed,
@@ -361,7 +364,7 @@ impl Importer {
                 ),
                 Some(Bound::Shape { .. }) => self.problem(
                     subject,
-                    "is computed from shapes: only a Resize's sizes may be",
+                    "is computed from shapes: only a Resize's sizes and a channel Slice's bounds may be",
                 ),
                 Some(Bound::Failed) => {}
                 None => self.problem(subject, "is not defined by any node or input"),
@@ -619,6 +622,9 @@ impl Importer {
                 let (x, flat) = self.act_any(node, 0, "X")?;
                 self.push(node, Op::Relu { input: x }, flat)
             }
+            "Add" | "Sub" | "Mul" | "Div" if (0..2).any(|i| self.is_shape(node, i)) => {
+                self.shape_arith(node)
+            }
             "Add" => self.add(node),
             "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh" | "LeakyRelu" | "Elu" | "Exp" => {
                 self.activation(node)
@@ -683,7 +689,7 @@ impl Importer {
                 "input {i} ({role}) is made by a Pad: a zero Pad is only supported before a Conv, whose pads it joins"
             )),
             Bound::Shape { .. } => Err(format!(
-                "input {i} ({role}) is computed from shapes: only a Resize's sizes may be"
+                "input {i} ({role}) is computed from shapes: only a Resize's sizes and a channel Slice's bounds may be"
             )),
             Bound::Failed => unreachable!("nodes reading failed values are skipped"),
         }
@@ -1726,6 +1732,10 @@ impl Importer {
     /// `Slice` of channels with step 1: a `select_channels` of the range.
     fn slice(&mut self, node: &NodeProto) -> NodeResult<()> {
         let ints_of = |this: &Self, i: usize, role: &str| -> NodeResult<Option<Vec<i64>>> {
+            if this.is_shape(node, i) {
+                // Bounds computed from known extents (`torch.chunk`'s).
+                return this.known_shape_ints(node, i, role).map(Some);
+            }
             match this.optional_constant(node, i, role)? {
                 None => Ok(None),
                 Some(k) => match &k.data {

@@ -2472,6 +2472,137 @@ fn split_slice_and_the_channel_shuffle_select_channels_and_refuse_other_axes() {
     );
 }
 
+/// `torch.chunk(x, 2, dim=1)` as torch exports it (shufflenet_v2's blocks): the chunk size
+/// `(C + 1) / 2` computed from `Shape` with `Gather`, `Add` and `Div`, the `Slice` bounds
+/// `size * 1` and `size * 2` with `Mul`; folded over the known channel count, 5 here, into
+/// channels [0, 3) and [3, 5). Arithmetic over a symbolic extent, a zero divisor, operands
+/// of other lengths and a shape cast to float (whose `Div` would not truncate) are refused,
+/// each at its node; cast back to an integer type, it folds again.
+#[test]
+fn shape_arithmetic_over_known_extents_folds_into_slice_bounds() {
+    let chunk = |c: i64| {
+        model(
+            17,
+            vec![x4("x", c, 2, 3)],
+            vec![
+                node("Shape", "shape", &["x"], &["s"], vec![]),
+                node(
+                    "Gather",
+                    "gather",
+                    &["s", "one"],
+                    &["c"],
+                    vec![("axis", A::I(0))],
+                ),
+                node("Add", "add", &["c", "one"], &["c1"], vec![]),
+                node("Div", "div", &["c1", "two"], &["size"], vec![]),
+                node("Mul", "mul1", &["size", "one"], &["end0"], vec![]),
+                node("Mul", "mul2", &["size", "two"], &["end1"], vec![]),
+                node(
+                    "Slice",
+                    "first",
+                    &["x", "zero", "end0", "one"],
+                    &["a"],
+                    vec![],
+                ),
+                node(
+                    "Slice",
+                    "second",
+                    &["x", "end0", "end1", "one"],
+                    &["b"],
+                    vec![],
+                ),
+                node("Sub", "sub", &["end1", "end0"], &["d"], vec![]),
+                node("Slice", "third", &["x", "d", "end1", "one"], &["e"], vec![]),
+            ],
+            vec![
+                ints_init("zero", &[1], vec![0]),
+                ints_init("one", &[1], vec![1]),
+                ints_init("two", &[1], vec![2]),
+            ],
+            &["a", "b", "e"],
+        )
+    };
+    let selects = |c: i64| -> Vec<Vec<usize>> {
+        let i = import(&chunk(c));
+        assert_round_trip(&i);
+        ops(&i)
+            .into_iter()
+            .map(|op| match op {
+                Op::SelectChannels { select, .. } => select,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    // C = 5: size 3, the slices [0, 3), [3, 6) clamped to [3, 5), and [6 - 3, 6) likewise.
+    assert_eq!(selects(5), [vec![0, 1, 2], vec![3, 4], vec![3, 4]]);
+    assert_eq!(selects(6), [vec![0, 1, 2], vec![3, 4, 5], vec![3, 4, 5]]);
+
+    let refused = model(
+        17,
+        vec![xsym("x", 4)],
+        vec![
+            node("Shape", "shape", &["x"], &["s"], vec![]),
+            node(
+                "Gather",
+                "gather_h",
+                &["s", "two"],
+                &["h"],
+                vec![("axis", A::I(0))],
+            ),
+            node("Mul", "twice_h", &["h", "two"], &["h2"], vec![]),
+            node(
+                "Gather",
+                "gather_c",
+                &["s", "one"],
+                &["c"],
+                vec![("axis", A::I(0))],
+            ),
+            node("Div", "by_zero", &["c", "zero"], &["q"], vec![]),
+            node(
+                "Gather",
+                "gather_nc",
+                &["s", "n_c"],
+                &["nc"],
+                vec![("axis", A::I(0))],
+            ),
+            node("Add", "lengths", &["nc", "three"], &["r"], vec![]),
+            node("Cast", "to_float", &["nc"], &["ncf"], vec![("to", A::I(1))]),
+            node(
+                "Gather",
+                "gather_f",
+                &["ncf", "one"],
+                &["cf"],
+                vec![("axis", A::I(0))],
+            ),
+            node("Div", "float_div", &["cf", "two"], &["half"], vec![]),
+            node("Cast", "to_int", &["ncf"], &["nci"], vec![("to", A::I(7))]),
+            node("Div", "int_div", &["nci", "two"], &["halves"], vec![]),
+            node("Slice", "slice", &["x", "zero", "h", "one"], &["y"], vec![]),
+        ],
+        vec![
+            ints_init("zero", &[1], vec![0]),
+            ints_init("one", &[1], vec![1]),
+            ints_init("two", &[1], vec![2]),
+            ints_init("n_c", &[2], vec![0, 1]),
+            ints_init("three", &[3], vec![1, 2, 3]),
+        ],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&refused)
+            .lines()
+            .map(|l| l.trim_start_matches("model.onnx: "))
+            .collect::<Vec<_>>(),
+        [
+            "node \"twice_h\" (Mul, opset 17): input 0 (A) is computed from the symbolic dimension H: only shape arithmetic over known extents is supported",
+            "node \"by_zero\" (Div, opset 17): 4 / 0: division by zero",
+            "node \"lengths\" (Add, opset 17): the operands have 2 and 3 elements: they must have as many, or one of them one",
+            "node \"float_div\" (Div, opset 17): an operand is a shape cast to a floating-point type: only integer arithmetic on shapes is supported",
+            "node \"slice\" (Slice, opset 17): input 2 (ends) is computed from the symbolic dimension H: only shape arithmetic over known extents is supported",
+        ]
+    );
+}
+
 fn ints_init(name: &str, dims: &[i64], v: Vec<i64>) -> TensorProto {
     TensorProto {
         name: name.into(),
@@ -2706,12 +2837,12 @@ fn resize_refuses_what_it_cannot_run_listing_every_node() {
         "node \"crop\" (Resize, opset 19): attribute coordinate_transformation_mode is \"tf_crop_and_resize\": supported are half_pixel, pytorch_half_pixel, align_corners, asymmetric, tf_half_pixel_for_nearest",
         "node \"channels\" (Resize, opset 19): sizes change the channels from 4 to 8: only the height and width are resized",
         "node \"both\" (Resize, opset 19): both scales and sizes are given: only one may be",
-        "node \"double\" (Mul, opset 19): an operand is computed from shapes: arithmetic on shapes is not supported (only Gather, Slice, Unsqueeze, Concat and Cast into a Resize's sizes)",
+        "node \"from_mul\" (Resize, opset 19): sizes change the channels from 4 to 16: only the height and width are resized",
         "node \"gather_act\" (Gather, opset 19): input 0 (data) is not a vector of shape dimensions: only gathering from a Shape is supported",
         "node \"unsqueeze_act\" (Unsqueeze, opset 19): input 0 is not a scalar shape dimension: only unsqueezing one (as exporters do for a Resize's sizes) is supported",
         "node \"neither\" (Resize, opset 19): neither scales nor sizes are given",
         "node \"antialias\" (Resize, opset 19): attribute antialias is 1: antialiased resizing is not supported",
-        "output \"s\": is computed from shapes: only a Resize's sizes may be",
+        "output \"s\": is computed from shapes: only a Resize's sizes and a channel Slice's bounds may be",
     ];
     let got: Vec<&str> = text
         .lines()

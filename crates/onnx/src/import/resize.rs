@@ -1,7 +1,8 @@
 //! `Resize` and `Upsample`, and the shape arithmetic that computes their sizes: `Shape` of an
 //! activation, then `Gather`, `Slice`, `Unsqueeze`, `Concat` and `Cast` of the integer vector
 //! it gives, folded at import into the IR's dimensions, so that a head resized to its input's
-//! extents keeps them symbolic.
+//! extents keeps them symbolic; and `Add`, `Sub`, `Mul`, `Div` of such vectors over known
+//! extents, folded to numbers (the `Slice` bounds of `torch.chunk`).
 
 use std::rc::Rc;
 
@@ -14,6 +15,9 @@ use crate::tensor::ConstData;
 /// what it is (a `Cast` to float is how exporters feed it to `Resize`'s scales arithmetic).
 const NUMERIC_TYPES: &[i64] = &[1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 16];
 
+/// The floating-point ones among them: float, float16, double, bfloat16.
+const FLOAT_TYPES: &[i64] = &[1, 10, 11, 16];
+
 impl Importer {
     /// Input `i` as an integer vector made from shapes (or an integer constant of rank at most
     /// 1), with whether it is a scalar; `None` for anything else.
@@ -23,7 +27,7 @@ impl Importer {
         i: usize,
     ) -> Option<(Vec<ShapeElem>, bool)> {
         match self.bound.get(Self::input_name(node, i)?)? {
-            Bound::Shape { elems, scalar } => Some((elems.to_vec(), *scalar)),
+            Bound::Shape { elems, scalar, .. } => Some((elems.to_vec(), *scalar)),
             Bound::Const(c) if c.dims.len() <= 1 => match &c.data {
                 ConstData::I64(v) => Some((
                     v.iter().map(|&n| ShapeElem::Int(n)).collect(),
@@ -43,11 +47,34 @@ impl Importer {
             .is_some_and(|b| matches!(b, Bound::Shape { .. }))
     }
 
+    /// Whether any input of `node` is a shape vector cast to a floating-point type.
+    fn float_shape_input(&self, node: &crate::proto::NodeProto) -> bool {
+        node.input.iter().any(|n| {
+            matches!(
+                self.bound.get(n.as_str()),
+                Some(Bound::Shape { float: true, .. })
+            )
+        })
+    }
+
+    /// Binds the output of `node` to a shape vector, floating-point when an input of `node`
+    /// is (the ops that pass elements on keep their type; `Cast` and `Shape` set their own).
     fn bind_shape(
         &mut self,
         node: &crate::proto::NodeProto,
         elems: Vec<ShapeElem>,
         scalar: bool,
+    ) -> NodeResult<()> {
+        let float = self.float_shape_input(node);
+        self.bind_shape_typed(node, elems, scalar, float)
+    }
+
+    fn bind_shape_typed(
+        &mut self,
+        node: &crate::proto::NodeProto,
+        elems: Vec<ShapeElem>,
+        scalar: bool,
+        float: bool,
     ) -> NodeResult<()> {
         let Some(out) = node.output.first().filter(|o| !o.is_empty()) else {
             return Err("output 0 is missing".into());
@@ -57,6 +84,7 @@ impl Importer {
             Bound::Shape {
                 elems: Rc::new(elems),
                 scalar,
+                float,
             },
         );
         Ok(())
@@ -208,6 +236,81 @@ impl Importer {
         self.bind_shape(node, elems[start..end.max(start)].to_vec(), false)
     }
 
+    /// Input `i`, a shape vector, as numbers: an error naming the first symbolic dimension in
+    /// it.
+    pub(super) fn known_shape_ints(
+        &self,
+        node: &crate::proto::NodeProto,
+        i: usize,
+        role: &str,
+    ) -> NodeResult<Vec<i64>> {
+        let Some((elems, _)) = self.shape_vec(node, i) else {
+            return Err(format!(
+                "input {i} ({role}) is not a vector of shape dimensions or integers"
+            ));
+        };
+        elems
+            .iter()
+            .map(|e| match e {
+                ShapeElem::Int(n) => Ok(*n),
+                ShapeElem::Dim { dim, .. } => Err(format!(
+                    "input {i} ({role}) is computed from the symbolic dimension {dim}: only shape arithmetic over known extents is supported"
+                )),
+            })
+            .collect()
+    }
+
+    /// `Add`, `Sub`, `Mul` or `Div` of shape vectors (or integer constants) whose elements are
+    /// all known: folded at import. `torch.chunk` exports this way: the chunk size
+    /// `(C + 1) / 2` from `Shape`, then the `Slice` bounds `size * 1` and `size * 2`.
+    pub(super) fn shape_arith(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        check_attrs(node, &[])?;
+        if self.float_shape_input(node) {
+            return Err(
+                "an operand is a shape cast to a floating-point type: only integer arithmetic on shapes is supported"
+                    .into(),
+            );
+        }
+        let (a, b) = (
+            self.known_shape_ints(node, 0, "A")?,
+            self.known_shape_ints(node, 1, "B")?,
+        );
+        let scalar = self.shape_vec(node, 0).is_some_and(|(_, s)| s)
+            && self.shape_vec(node, 1).is_some_and(|(_, s)| s);
+        let n = match (a.len(), b.len()) {
+            (p, q) if p == q => p,
+            (1, q) => q,
+            (p, 1) => p,
+            (p, q) => {
+                return Err(format!(
+                    "the operands have {p} and {q} elements: they must have as many, or one of them one"
+                ));
+            }
+        };
+        let at = |v: &[i64], k: usize| if v.len() == 1 { v[0] } else { v[k] };
+        type Checked = fn(i64, i64) -> Option<i64>;
+        let (symbol, apply): (&str, Checked) = match node.op_type.as_str() {
+            "Add" => ("+", i64::checked_add),
+            "Sub" => ("-", i64::checked_sub),
+            "Mul" => ("*", i64::checked_mul),
+            // ONNX's integer Div truncates toward zero, as Rust's does; None for a zero divisor.
+            _ => ("/", i64::checked_div),
+        };
+        let elems = (0..n)
+            .map(|k| {
+                let (p, q) = (at(&a, k), at(&b, k));
+                apply(p, q).map(ShapeElem::Int).ok_or_else(|| {
+                    if symbol == "/" && q == 0 {
+                        format!("{p} / 0: division by zero")
+                    } else {
+                        format!("{p} {symbol} {q} overflows")
+                    }
+                })
+            })
+            .collect::<NodeResult<Vec<_>>>()?;
+        self.bind_shape(node, elems, scalar)
+    }
+
     /// `Cast` of a shape vector to a numeric type: the same vector.
     pub(super) fn cast(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
         check_attrs(node, &["to", "saturate", "round_mode"])?;
@@ -222,7 +325,7 @@ impl Importer {
         if !NUMERIC_TYPES.contains(&to) {
             return Err(format!("attribute to is {to}: a numeric type is needed"));
         }
-        self.bind_shape(node, elems, scalar)
+        self.bind_shape_typed(node, elems, scalar, FLOAT_TYPES.contains(&to))
     }
 
     /// `Resize` (opsets 10 to 19) and `Upsample` (7 to 9): nearest or linear, over height and
