@@ -14,8 +14,8 @@ use arbitrary::Arbitrary;
 use primjit::ir::{Pads, PoolKind, PoolWindow};
 use primjit::reference::{ConvAttrs, PoolAttrs, Post};
 use primjit::{
-    ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PoolDesc, PostOpDesc,
-    PrimitiveKey, Tensor,
+    ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Isa, Layout, PoolDesc,
+    PostOpDesc, PrimitiveKey, Tensor,
 };
 
 /// The unit in the last place of 1.0 in f32, `2^-23`.
@@ -212,6 +212,8 @@ impl OpSpec {
                 src_layout,
                 dst_layout,
                 runtime: Default::default(),
+                // The ops are x128 keys, as `ConvDesc::new`'s are.
+                isa: Isa::X128,
             }),
             OpKind::GlobalMax | OpKind::GlobalAvg => PrimitiveKey::GlobalPool(GlobalPoolDesc {
                 kind: if matches!(self.kind, OpKind::GlobalMax) {
