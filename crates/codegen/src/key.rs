@@ -3,6 +3,10 @@
 //! A key plays the role of oneDNN's op descriptor: two calls with equal keys can share one
 //! compiled kernel. Keys print as benchdnn-style one-liners (`Display`), which the cache's
 //! verbose lines and `dump` use.
+//!
+//! Data only: fields, shapes and the checks that need no plan. What a kernel needs besides (its
+//! tier, buffers, scratch, packed weights, work items) is the plans' to say (`contract`), so
+//! this module imports only the tiers and the tiles' shapes.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
