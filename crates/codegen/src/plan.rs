@@ -3,9 +3,10 @@
 //! A plan is derived from a key alone. It splits each spatial axis into *runs*: maximal ranges
 //! of output coordinates whose windows cover the same taps (the interior, and each border
 //! position that padding clips differently). Code is emitted once per run, with that run's
-//! taps as constants, so no tap is ever tested at run time; a convolution's border rows are
-//! the exception ([`AxisPlan::Bordered`]): their kernel-row loop is a loop anyway, so they share
-//! one copy of the row's code with the row's tap range computed at run time.
+//! taps as constants, so no tap is ever tested at run time. The exceptions are rows, whose
+//! kernel-row loop is a loop anyway: a convolution's border rows share one copy of the row's
+//! code with the row's tap range computed at run time ([`AxisPlan::Bordered`]), and so do all
+//! the rows of a pooling window taller than [`POOL_UNROLLED_ROWS`].
 
 use std::fmt;
 use std::ops::Range;
