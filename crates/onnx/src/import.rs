@@ -2072,7 +2072,7 @@ impl Importer {
                     && g > 0
                     && (per == -1 || per > 0)
                     && c as i64 % g == 0
-                    && (per == -1 || g * per == c as i64);
+                    && (per == -1 || g.checked_mul(per) == Some(c as i64));
                 if !ok {
                     return Err(format!(
                         "input 1 (shape) is {target:?}: only [N, g, C / g, H, W] of a channel shuffle is supported"

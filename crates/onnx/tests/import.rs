@@ -3050,3 +3050,29 @@ fn conv_transpose_refusals_are_listed_at_once() {
         assert!(line.contains(want), "{line}\nwanted: {want}\nall:\n{e}");
     }
 }
+
+/// Fuzzing finding (`onnx_import` with overflow checks): a channel-shuffle `Reshape` whose
+/// groups times channels per group overflows i64 multiplied them, a panic in builds with
+/// overflow checks (debug tests, the fuzz targets); now it is the shuffle's located refusal.
+#[test]
+fn a_shuffle_reshape_whose_groups_overflow_is_refused() {
+    let m = model(
+        17,
+        vec![x4("x", 6, 2, 3)],
+        vec![node("Reshape", "view", &["x", "s1"], &["v"], vec![])],
+        vec![TensorProto {
+            name: "s1".into(),
+            dims: vec![5],
+            data_type: data_type::INT64,
+            int64_data: vec![1, 1 << 32, 1 << 32, 2, 3],
+            ..Default::default()
+        }],
+        &["v"],
+    );
+    let err = import_err(&m);
+    assert!(
+        err.contains("node \"view\" (Reshape, opset 17)")
+            && err.contains("only [N, g, C / g, H, W] of a channel shuffle is supported"),
+        "{err}"
+    );
+}

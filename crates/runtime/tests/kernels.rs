@@ -3158,3 +3158,24 @@ fn conv_pitch_narrower_than_rows_is_rejected() {
         other => panic!("expected an extents error, got {other:?}"),
     }
 }
+
+/// Fuzzing finding (`kernel_vs_reference`, `engine_api`): grouped convolutions of one output
+/// channel per group and more input channels (`g2ic4oc2`) wrote NaN.
+#[test]
+fn grouped_conv_of_one_output_channel_per_group_matches_reference() {
+    for (mb, ic, oc, [ih, iw], layout) in [
+        (1, 4, 2, [4, 8], Layout::Nchw4c),
+        (2, 2, 2, [1, 1], Layout::Nchw),
+        (1, 6, 3, [3, 5], Layout::Nchw4c),
+    ] {
+        for isa in common::host_tiers() {
+            let mut desc = ConvDesc::new(mb, ic, [ih, iw], oc, [1, 1]);
+            desc.groups = oc;
+            desc.src_layout = layout;
+            desc.dst_layout = layout;
+            desc.isa = desc.tier_for(isa);
+            let p = ConvProblem { desc, seed: 7 };
+            p.check().unwrap_or_else(|e| panic!("{}: {e}", p.key()));
+        }
+    }
+}
