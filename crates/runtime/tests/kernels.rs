@@ -3159,8 +3159,9 @@ fn conv_pitch_narrower_than_rows_is_rejected() {
     }
 }
 
-/// Fuzzing finding (`kernel_vs_reference`, `engine_api`): grouped convolutions of one output
-/// channel per group and more input channels (`g2ic4oc2`) wrote NaN.
+/// The keys of a fuzzing finding (`kernel_vs_reference`, `engine_api`): grouped convolutions
+/// whose vectors span groups (`g2ic4oc2`, depthwise on NCHW) match the reference on finite
+/// data. (With an `Inf` in another group's input they give NaN, ARCHITECTURE.md's caveat.)
 #[test]
 fn grouped_conv_of_one_output_channel_per_group_matches_reference() {
     for (mb, ic, oc, [ih, iw], layout) in [
