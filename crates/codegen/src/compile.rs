@@ -9,7 +9,7 @@ use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 
-use crate::backend::x64::{self, WideTile};
+use crate::backend::x64::{self, TileCode, WideTile};
 use crate::conv::{direct, winograd};
 use crate::emit::{Emit, new_context};
 use crate::key::{ConvAlgo, EltwiseKind, FmaPattern, KeyError, PrimitiveKey, ResizeMode};
@@ -68,8 +68,9 @@ impl CompiledKernel {
         &self.code
     }
 
-    /// The byte ranges of `code` that hold the x64 backend's wide register tiles (none at
-    /// `x128`); a wide peak kernel is one whole range.
+    /// The byte ranges of `code` that hold the instructions of the x64 backend's wide register
+    /// tiles (none at `x128`), each followed by the constants it reads, if any; a wide peak
+    /// kernel is one whole range.
     pub fn tiles(&self) -> &[std::ops::Range<usize>] {
         &self.tiles
     }
@@ -329,7 +330,7 @@ fn join_tiles(
     code: &[u8],
     relocs: &[cranelift_codegen::FinalizedMachReloc],
     names: &cranelift_codegen::ir::function::FunctionParameters,
-    tiles: &[Vec<u8>],
+    tiles: &[TileCode],
 ) -> Result<(Vec<u8>, Vec<usize>), CodegenError> {
     use cranelift_codegen::FinalizedRelocTarget;
     use cranelift_codegen::binemit::Reloc;
@@ -339,7 +340,7 @@ fn join_tiles(
     for tile in tiles {
         out.resize(out.len().next_multiple_of(TILE_ALIGN), 0xcc);
         starts.push(out.len());
-        out.extend_from_slice(tile);
+        out.extend_from_slice(&tile.bytes);
     }
     for r in relocs {
         let tile = match (&r.kind, &r.target) {
@@ -387,7 +388,7 @@ pub fn compile(
     }
     let host = host_isa(options.verify)?;
     let (func, tiles) = lower(key, host, options);
-    let tiles: Vec<Vec<u8>> = tiles.iter().map(WideTile::assemble).collect();
+    let tiles: Vec<TileCode> = tiles.iter().map(WideTile::assemble).collect();
     let clif = dumps.clif.then(|| func.display().to_string());
     // The tiles' names, read after compiling, while the compiled code borrows the context.
     let names = func.params.clone();
@@ -418,8 +419,15 @@ pub fn compile(
                     message: e.to_string(),
                 })?;
         for (i, (tile, &at)) in tiles.iter().zip(&starts).enumerate() {
-            text.push_str(&format!("tile{i} ({} bytes, x64 backend):\n", tile.len()));
-            text.push_str(&x64::disassemble(tile, at as u64));
+            let pool = tile.bytes.len() - tile.instructions;
+            text.push_str(&format!(
+                "tile{i} ({} bytes, x64 backend; then {pool} bytes of constants):\n",
+                tile.instructions
+            ));
+            text.push_str(&x64::disassemble(
+                &tile.bytes[..tile.instructions],
+                at as u64,
+            ));
         }
         Some(text)
     } else {
@@ -430,7 +438,7 @@ pub fn compile(
         tiles: starts
             .iter()
             .zip(&tiles)
-            .map(|(&at, t)| at..at + t.len())
+            .map(|(&at, t)| at..at + t.instructions)
             .collect(),
         code,
         compile_time: start.elapsed(),

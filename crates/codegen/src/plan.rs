@@ -834,12 +834,12 @@ impl ConvPlan {
     /// stores the destination element at the same place, and nothing is stored to the
     /// destination before that: one `add` post-op, no fused pool (which computes into its
     /// band and pools from there), one chunk of the reduction (chunks keep partial sums in
-    /// the destination), an `nChw4c` destination, and at a wide tier no activation before
-    /// the `add`.
+    /// the destination), an `nChw4c` destination, and at a wide tier no post-op the tile
+    /// leaves to Cranelift code (`elu`) before the `add`.
     pub fn residual_in_place(&self) -> bool {
         let d = &self.desc;
         // A wide tile stores its sums before Cranelift code applies the post-ops from the
-        // first activation on (`conv::direct::post_ops_in_place`): an `add` among those would
+        // first it does not compute on (`conv::direct::post_ops_in_place`): an `add` among those would
         // read a residual that store has overwritten.
         let wide = self.wide_ratio().is_some() || self.lanewise_ratio().is_some();
         let add_after_store = wide

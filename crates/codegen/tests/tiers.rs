@@ -63,11 +63,14 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     five.bias = true;
     five.post_ops = vec![PostOpDesc::Relu];
     // Groups of 32 channels: at avx2 two tiles per group share its input channels.
-    // Its HardSwish is applied by Cranelift code to the tile's stored outputs.
+    // Its elu is applied by Cranelift code to the tile's stored outputs.
     let mut grouped = blocked(ConvDesc::new(1, 64, [7, 12], 64, [3, 3]));
     grouped.groups = 2;
     grouped.pads = Pads::uniform(1);
-    grouped.post_ops = vec![PostOpDesc::Relu, PostOpDesc::Act(Activation::HardSwish)];
+    grouped.post_ops = vec![
+        PostOpDesc::Relu,
+        PostOpDesc::Act(Activation::Elu { alpha: 1.0 }),
+    ];
     // Depthwise, lane-wise: wide vectors of consecutive pixels, with a bias, a residual and a
     // clip, rows of 3 wide tiles and a remainder.
     let mut depthwise = blocked(ConvDesc::new(1, 24, [6, 53], 24, [3, 3]));
@@ -202,6 +205,71 @@ fn every_family_emits_its_tiers_instruction_forms_on_every_host() {
                 isa == Isa::Avx512 && tail,
                 "{name} at {isa}: opmask use"
             );
+        }
+    }
+}
+
+/// Activation post-ops run in the wide tiles' registers, at both tiers, dense and lane-wise:
+/// the tiles hold the activation's wide instructions, and every constant they read is a
+/// RIP-relative operand into the pool after their `ret` (inside the kernel's bytes, before
+/// the next tile). `elu` is left to the Cranelift code after the tile.
+#[test]
+fn activation_post_ops_run_in_the_tiles_registers_on_every_host() {
+    let mut dense = blocked(ConvDesc::new(1, 16, [3, 9], 32, [1, 1]));
+    dense.bias = true;
+    let mut depthwise = blocked(ConvDesc::new(1, 16, [4, 19], 16, [3, 3]));
+    depthwise.groups = 16;
+    depthwise.pads = Pads::uniform(1);
+    let acts = [
+        (Activation::Sigmoid, Mnemonic::Vdivps),
+        (Activation::Silu, Mnemonic::Vdivps),
+        (Activation::Tanh, Mnemonic::Vdivps),
+        (Activation::Exp, Mnemonic::Vpslld),
+        (Activation::HardSwish, Mnemonic::Vminps),
+        (
+            Activation::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5,
+            },
+            Mnemonic::Vminps,
+        ),
+        (Activation::LeakyRelu { alpha: 0.1 }, Mnemonic::Vcmpps),
+    ];
+    for d in [dense, depthwise] {
+        for (act, mnemonic) in acts {
+            for isa in [Isa::Avx2, Isa::Avx512] {
+                let mut d = d.clone();
+                d.post_ops = vec![PostOpDesc::Act(act), PostOpDesc::Relu];
+                let key = at(d, isa);
+                let k = compile(&key, verified(), Dumps::default())
+                    .unwrap_or_else(|e| panic!("{key}: {e}"));
+                assert_tier_code(&key.to_string(), isa, &k);
+                let wide = |r: Register| {
+                    if isa == Isa::Avx2 {
+                        r.is_ymm()
+                    } else {
+                        r.is_zmm()
+                    }
+                };
+                let mut found = false;
+                let mut constants = 0;
+                for (i, range) in k.tiles().iter().enumerate() {
+                    let pool_end = k.tiles().get(i + 1).map_or(k.code().len(), |r| r.start);
+                    for ins in decode(&k.code()[range.clone()], range.start) {
+                        found |= ins.mnemonic() == mnemonic && uses(&ins, wide);
+                        if ins.is_ip_rel_memory_operand() {
+                            let at = ins.ip_rel_memory_address() as usize;
+                            assert!(
+                                (range.end..pool_end).contains(&at),
+                                "{key}: {ins} reads {at:#x}, outside its pool"
+                            );
+                            constants += 1;
+                        }
+                    }
+                }
+                assert!(found, "{key}: no wide {mnemonic:?}");
+                assert!(constants > 0, "{key}: no constant from the pool");
+            }
         }
     }
 }

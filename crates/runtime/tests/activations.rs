@@ -424,13 +424,16 @@ fn only_kernels_that_read_each_residual_element_right_before_writing_it_run_over
             .eq(over.iter().map(|x| x.to_bits()))
     );
 
-    // At a wide tier, an activation before the `add` is applied after the tile stored its
-    // sums, which would overwrite the residual before the `add` reads it: not in place; an
-    // activation after the `add` is, as at x128.
-    let act = PostOpDesc::Act(Activation::HardSwish);
+    // At a wide tier, an `elu` before the `add` is applied after the tile stored its sums
+    // (the tile does not compute it), which would overwrite the residual before the `add`
+    // reads it: not in place; an `elu` after the `add` is, as at x128, and so is any
+    // activation the tile computes in its registers.
+    let elu = PostOpDesc::Act(Activation::Elu { alpha: 1.0 });
+    let hardswish = PostOpDesc::Act(Activation::HardSwish);
     for (posts, wide_in_place) in [
-        (vec![act, PostOpDesc::Add], false),
-        (vec![PostOpDesc::Add, act], true),
+        (vec![elu, PostOpDesc::Add], false),
+        (vec![PostOpDesc::Add, elu], true),
+        (vec![hardswish, PostOpDesc::Add], true),
     ] {
         for isa in Isa::ALL {
             let mut d = residual_conv(16);

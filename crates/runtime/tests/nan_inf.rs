@@ -154,12 +154,18 @@ fn non_finite_within(x: &Tensor, rows: (isize, isize), cols: (isize, isize)) -> 
 }
 
 /// The post-op lists the convolutions are tested with (`add(%a)` at stride 1 only).
-const POSTS: [&[&str]; 5] = [
+const POSTS: [&[&str]; 11] = [
     &[],
     &["relu"],
     &["clip(-0.5, 0.5)"],
     &["add(%a)"],
     &["add(%a)", "relu"],
+    &["silu"],
+    &["sigmoid", "relu"],
+    &["tanh"],
+    &["hardswish", "add(%a)"],
+    &["leakyrelu(alpha=0.1)", "exp"],
+    &["hardsigmoid(alpha=0.3, beta=0.4)", "elu(alpha=0.5)"],
 ];
 
 /// The post-ops of `POSTS[i]` that a conv of stride `s` can take: a residual needs stride 1.

@@ -10,9 +10,13 @@
 use iced_x86::code_asm::registers::{xmm::*, ymm::*, zmm::*};
 use iced_x86::code_asm::{
     AsmMemoryOperand, AsmRegister32, AsmRegister64, AsmRegisterXmm, AsmRegisterYmm, AsmRegisterZmm,
-    CodeAssembler, dword_ptr, eax, k2, ptr, qword_ptr, r8, r8d, r9, r10, r11, rax, rcx, rdi, rdx,
-    rsi, rsp, xmmword_ptr,
+    CodeAssembler, CodeLabel, dword_ptr, eax, k2, ptr, qword_ptr, r8, r8d, r9, r10, r11, rax, rcx,
+    rdi, rdx, rsi, rsp, xmmword_ptr,
 };
+
+mod activation;
+
+use iced_x86::BlockEncoderOptions;
 
 use crate::key::PostOpDesc;
 use crate::target::Isa;
@@ -123,7 +127,7 @@ impl LanewiseTile {
     /// # Panics
     ///
     /// If the tile does not [`fit`](Self::fits): the lowering's to rule out.
-    pub fn assemble(&self) -> Vec<u8> {
+    pub fn assemble(&self) -> TileCode {
         assert!(
             self.fits(),
             "a wide lane-wise tile that does not fit its tier: {self:?}"
@@ -219,7 +223,7 @@ impl PoolTile {
     /// # Panics
     ///
     /// If the tile does not [`fit`](Self::fits): the lowering's to rule out.
-    pub fn assemble(&self) -> Vec<u8> {
+    pub fn assemble(&self) -> TileCode {
         assert!(
             self.fits(),
             "a wide pooling tile that does not fit its tier: {self:?}"
@@ -287,7 +291,7 @@ pub enum WideTile {
 impl WideTile {
     /// The tile's machine code, for any address (see [`DirectTile::assemble`],
     /// [`GemmTile::assemble`], [`LanewiseTile::assemble`] and [`PoolTile::assemble`]).
-    pub fn assemble(&self) -> Vec<u8> {
+    pub fn assemble(&self) -> TileCode {
         match self {
             WideTile::Direct(t) => t.assemble(),
             WideTile::WinogradGemm(t) => t.assemble(),
@@ -349,7 +353,7 @@ impl GemmTile {
     /// # Panics
     ///
     /// If the tile does not [`fit`](Self::fits): the lowering's to rule out.
-    pub fn assemble(&self) -> Vec<u8> {
+    pub fn assemble(&self) -> TileCode {
         assert!(
             self.fits(),
             "a wide GEMM tile that does not fit its tier: {self:?}"
@@ -491,10 +495,10 @@ impl DirectTile {
 
     /// Whether the epilogue computes `post` (the others keep their kernels at `x128`).
     pub fn supports(post: &PostOpDesc) -> bool {
-        matches!(
-            post,
-            PostOpDesc::Relu | PostOpDesc::Clip { .. } | PostOpDesc::Add
-        )
+        match post {
+            PostOpDesc::Relu | PostOpDesc::Clip { .. } | PostOpDesc::Add => true,
+            PostOpDesc::Act(act) => activation::computes(*act),
+        }
     }
 
     /// The tile's machine code, for any address.
@@ -503,7 +507,7 @@ impl DirectTile {
     ///
     /// If the tile does not [`fit`](Self::fits), or an offset does not fit an instruction's
     /// 32-bit displacement: both are the lowering's to rule out.
-    pub fn assemble(&self) -> Vec<u8> {
+    pub fn assemble(&self) -> TileCode {
         assert!(
             self.fits(),
             "a wide tile that does not fit its tier: {self:?}"
@@ -663,7 +667,9 @@ const EPILOGUE_RESIDUAL: usize = 3;
 
 impl Asm {
     /// A wide tile's post-ops on register `x`, in their order, as `conv::apply_post_ops`
-    /// applies them (`EPILOGUE_ZERO` holds zero when they include relu). `residual(a, i)`
+    /// applies them (`EPILOGUE_ZERO` holds zero when they include relu; activations are
+    /// [`Asm::activation`], which the lowering leaves out where [`DirectTile::supports`]
+    /// says so). `residual(a, i)`
     /// loads the `i`-th residual's vector into `EPILOGUE_RESIDUAL`. `max(b, x)` and
     /// `min(b, x)` return their second operand `x` when either is NaN or both are zeros, so
     /// relu and clip are `x < 0 ? 0 : x` and `x < lo ? lo : x`.
@@ -674,9 +680,22 @@ impl Asm {
         mut residual: impl FnMut(&mut Asm, usize),
     ) {
         let mut adds = 0;
+        // An activation uses the temporaries: a relu after one sets its zero again, and so
+        // does one in the next register's post-ops.
+        let mut zero_set = !posts.iter().any(|p| matches!(p, PostOpDesc::Act(_)));
         for post in posts {
             match *post {
-                PostOpDesc::Relu => self.max(x, EPILOGUE_ZERO, x),
+                PostOpDesc::Relu => {
+                    if !zero_set {
+                        self.zero(EPILOGUE_ZERO);
+                        zero_set = true;
+                    }
+                    self.max(x, EPILOGUE_ZERO, x)
+                }
+                PostOpDesc::Act(act) => {
+                    self.activation(x, act);
+                    zero_set = false;
+                }
                 PostOpDesc::Clip { lo, hi } => {
                     self.splat_const(EPILOGUE_LO, lo);
                     self.splat_const(EPILOGUE_HI, hi);
@@ -688,8 +707,6 @@ impl Asm {
                     adds += 1;
                     self.add(x, x, EPILOGUE_RESIDUAL);
                 }
-                // The lowering leaves activations to Cranelift code (`split_post_ops`).
-                ref other => unreachable!("{other} is not a wide tile's post-op"),
             }
         }
     }
@@ -741,10 +758,20 @@ const XMM: [AsmRegisterXmm; 16] = [
     xmm15,
 ];
 
+/// A tile's bytes: its instructions, then the constants they read (`bytes[instructions..]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TileCode {
+    pub bytes: Vec<u8>,
+    /// Where the instructions end and the constant pool, if any, begins.
+    pub instructions: usize,
+}
+
 /// The code assembler at one tier: vector registers by index, `ymm` or `zmm`.
 pub(crate) struct Asm {
     pub(crate) a: CodeAssembler,
     isa: Isa,
+    /// Each constant's bits and the label of its splat in the pool after the code.
+    constants: Vec<(u32, CodeLabel)>,
 }
 
 impl Asm {
@@ -752,14 +779,61 @@ impl Asm {
         let mut a = CodeAssembler::new(64).expect("64-bit mode exists");
         // VEX where it encodes (AVX2), EVEX only where a zmm register or opmask needs it.
         a.set_prefer_vex(true);
-        Asm { a, isa }
+        Asm {
+            a,
+            isa,
+            constants: Vec::new(),
+        }
     }
 
-    /// Assembles at address 0; every branch is relative, so the code runs anywhere.
-    pub(crate) fn finish(mut self) -> Vec<u8> {
-        self.a
-            .assemble(0)
-            .expect("the emitter only writes encodable instructions")
+    /// A vector of the tier whose every lane holds the f32 of `bits`, as a RIP-relative
+    /// operand into the constant pool that [`Self::finish`] places after the code: one load
+    /// (or an instruction's memory operand) where a splat through a general register takes
+    /// three.
+    pub(crate) fn constant(&mut self, bits: u32) -> AsmMemoryOperand {
+        let label = match self.constants.iter().find(|(b, _)| *b == bits) {
+            Some(&(_, label)) => label,
+            None => {
+                let label = self.a.create_label();
+                self.constants.push((bits, label));
+                label
+            }
+        };
+        AsmMemoryOperand::from(label)
+    }
+
+    /// Assembles at address 0; every branch and constant is relative, so the code runs
+    /// anywhere.
+    pub(crate) fn finish(mut self) -> TileCode {
+        if self.constants.is_empty() {
+            let bytes = self
+                .a
+                .assemble(0)
+                .expect("the emitter only writes encodable instructions");
+            let instructions = bytes.len();
+            return TileCode {
+                bytes,
+                instructions,
+            };
+        }
+        let lanes = self.isa.target().lanes;
+        let mut pool = None;
+        for (bits, mut label) in std::mem::take(&mut self.constants) {
+            // `set_label` marks its copy of the label: the pool starts at the first.
+            ok(self.a.set_label(&mut label));
+            pool.get_or_insert(label);
+            ok(self.a.dd(&vec![bits; lanes]));
+        }
+        let pool = pool.expect("a constant");
+        let out = self
+            .a
+            .assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+            .expect("the emitter only writes encodable instructions");
+        let instructions = out.label_ip(&pool).expect("the pool's label is set") as usize;
+        TileCode {
+            bytes: out.inner.code_buffer,
+            instructions,
+        }
     }
 
     fn wide(&self) -> bool {
@@ -768,7 +842,7 @@ impl Asm {
 
     pub(crate) fn zero(&mut self, r: usize) {
         let res = if self.wide() {
-            self.a.vxorps(ZMM[r], ZMM[r], ZMM[r])
+            self.a.vpxord(ZMM[r], ZMM[r], ZMM[r])
         } else {
             self.a.vxorps(YMM[r], YMM[r], YMM[r])
         };
@@ -1040,7 +1114,7 @@ pub fn peak_kernel(isa: Isa, pattern: WidePattern) -> Vec<u8> {
     }
     ok(a.a.vzeroupper());
     ok(a.a.ret());
-    a.finish()
+    a.finish().bytes
 }
 
 /// The instructions of `code`, one per line in Intel syntax with offsets from `base`.
