@@ -52,12 +52,10 @@ impl ConvDesc {
                 let whole_groups = self.groups == 1
                     || (ocg.is_multiple_of(2 * engine.target().lanes) && icg.is_multiple_of(LANES));
                 if self.lanewise() {
-                    // The wide lane-wise tile reads consecutive pixels as one vector and
-                    // stores them so: unit stride along rows, an `nChw4c` destination.
-                    self.strides[1] == 1
-                        && self.dst_layout == Layout::Nchw4c
-                        && self.pool.is_none()
-                        && small
+                    // The wide lane-wise tile stores consecutive pixels as one vector: an
+                    // `nChw4c` destination. It reads them as one vector too at unit stride
+                    // along rows, and gathers their blocks at a larger one.
+                    self.dst_layout == Layout::Nchw4c && self.pool.is_none() && small
                 } else {
                     whole_groups && small
                 }

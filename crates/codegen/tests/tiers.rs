@@ -78,10 +78,19 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     depthwise.pads = Pads::uniform(1);
     depthwise.bias = true;
     depthwise.post_ops = vec![PostOpDesc::Add, PostOpDesc::Clip { lo: 0.0, hi: 6.0 }];
+    // Depthwise at stride 2, as MobileNets downsample: each wide vector's pixel blocks
+    // gathered from every other source pixel.
+    let mut strided_depthwise = blocked(ConvDesc::new(1, 32, [9, 41], 32, [3, 3]));
+    strided_depthwise.groups = 32;
+    strided_depthwise.strides = [2, 2];
+    strided_depthwise.pads = Pads::uniform(1);
+    strided_depthwise.bias = true;
+    strided_depthwise.post_ops = vec![PostOpDesc::Act(Activation::HardSwish)];
     vec![
         ("3x3", c3),
         ("grouped", grouped),
         ("depthwise", depthwise),
+        ("depthwise stride 2", strided_depthwise),
         ("1x1 strided", c1),
         ("3x3 strided", strided),
         ("7x7 stem with a fused pool", stem),
@@ -195,9 +204,17 @@ fn every_family_emits_its_tiers_instruction_forms_on_every_host() {
                     .tiles()
                     .iter()
                     .flat_map(|r| decode(&k.code()[r.clone()], 0));
-                assert!(
-                    tiles.into_iter().any(|i| i.mnemonic() == repeat),
-                    "{name} at {isa}"
+                let mnemonics: Vec<Mnemonic> = tiles.map(|i| i.mnemonic()).collect();
+                assert!(mnemonics.contains(&repeat), "{name} at {isa}");
+                // Strided pixels' blocks gathered into a vector.
+                let gather = match isa {
+                    Isa::Avx2 => Mnemonic::Vinsertf128,
+                    _ => Mnemonic::Vinsertf32x4,
+                };
+                assert_eq!(
+                    mnemonics.contains(&gather),
+                    d.strides[1] > 1,
+                    "{name} at {isa}: gathers"
                 );
             }
             assert_eq!(
@@ -394,12 +411,16 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
     grouped.groups = 4;
     assert_eq!(grouped.tier_for(Isa::Avx2), Isa::Avx2);
     assert_eq!(grouped.tier_for(Isa::Avx512), Isa::X128);
-    // A depthwise conv takes the lane-wise tile at unit stride along rows, not at 2.
+    // A depthwise conv takes the lane-wise tile at any stride along rows (gathering its
+    // pixels' blocks past 1), but only into an `nChw4c` destination.
     let mut depthwise = blocked(plain.clone());
     depthwise.groups = 64;
     assert_eq!(depthwise.tier_for(Isa::Avx512), Isa::Avx512);
     depthwise.strides = [1, 2];
+    assert_eq!(depthwise.tier_for(Isa::Avx2), Isa::Avx2);
+    depthwise.dst_layout = Layout::Nchw;
     assert_eq!(depthwise.tier_for(Isa::Avx2), Isa::X128);
+    depthwise.dst_layout = Layout::Nchw4c;
     // A dilation whose last tap lies 2^31 bytes past a lane-wise tile's last vector of four
     // pixels keeps x128 code, whose offsets are 64-bit.
     depthwise.strides = [1, 1];

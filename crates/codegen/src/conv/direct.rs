@@ -1165,7 +1165,8 @@ fn wide_pixel_tile(
 }
 
 /// A lane-wise tile at a wide tier ([`ConvPlan::lanewise_ratio`]): its first whole wide
-/// vectors of `ratio` consecutive pixels as one call of the x64 backend's tile
+/// vectors of `ratio` consecutive output pixels (their sources gathered at a stride past 1)
+/// as one call of the x64 backend's tile
 /// ([`LanewiseTile`]), the pixels left over in the 128-bit lane-wise tile. Both sum each
 /// pixel's taps in the same order, so a pixel's bits do not depend on which computes it.
 #[allow(clippy::too_many_arguments)]
@@ -1181,10 +1182,11 @@ fn lanewise_wide_tile(
     lanes: LaneCounts,
 ) {
     let d = &plan.desc;
-    debug_assert_eq!(d.strides[1], 1, "wide vectors of consecutive pixels");
     let f = F32_BYTES;
     let geo = &Geometry::new(e, plan);
     let (src_px, dst_px) = (geo.src.pixel * f, geo.dst.pixel * f);
+    // From one output pixel's source to the next's.
+    let src_step = d.strides[1] as i64 * src_px;
     let vectors = pixels / ratio;
     let tile_oc = (plan.vecs * LANES) as i64;
     let per_kh = d.kw as i64 * tile_oc * f;
@@ -1193,7 +1195,7 @@ fn lanewise_wide_tile(
         .map(|kw| TileUnit {
             w: kw as i64 * tile_oc * f,
             x: (0..vectors)
-                .map(|j| (kw as i64 * d.dilations[1] as i64 + (j * ratio) as i64) * src_px)
+                .map(|j| kw as i64 * d.dilations[1] as i64 * src_px + (j * ratio) as i64 * src_step)
                 .collect(),
         })
         .collect();
@@ -1203,6 +1205,7 @@ fn lanewise_wide_tile(
         isa: d.isa,
         vectors,
         units,
+        pixel_step: src_step,
         per_kh,
         bias: tile.bias.is_some(),
         posts: tile_posts.to_vec(),
@@ -1216,7 +1219,7 @@ fn lanewise_wide_tile(
     post_ops_in_place(e, plan, done, 1, tile.dst, rest_residuals, rest);
     if done < pixels {
         let rest = TilePtrs {
-            src: e.offset(tile.src, done as i64 * src_px),
+            src: e.offset(tile.src, done as i64 * src_step),
             dst: e.offset(tile.dst, done as i64 * dst_px),
             ..tile
         };

@@ -92,13 +92,15 @@ pub struct DirectTile {
 /// `kh_count` kernel-row trips of `units`, after each of which the source moves by
 /// `kh_src_step` bytes and the weights by `per_kh`. A unit's four weights at `w` bytes from
 /// the trip's, repeated across the vector, multiply the input vector at `x[j]` bytes from the
-/// trip's source for accumulator `j`. Vector `j`'s sums go to `dst + j * vector bytes`, its
-/// residuals' from the same offset.
+/// trip's source for accumulator `j`: its pixels' blocks `pixel_step` bytes apart, one load
+/// at unit stride (16 bytes), one per block gathered into a register at a larger stride.
+/// Vector `j`'s sums go to `dst + j * vector bytes`, its residuals' from the same offset.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LanewiseTile {
     pub isa: Isa,
     pub vectors: usize,
     pub units: Vec<TileUnit>,
+    pub pixel_step: i64,
     pub per_kh: i64,
     pub bias: bool,
     pub posts: Vec<PostOpDesc>,
@@ -109,12 +111,18 @@ impl LanewiseTile {
     /// bounds and a residual.
     const FIRST_ACCUMULATOR: usize = 4;
     const WEIGHTS: usize = 0;
+    /// The input vector gathered from strided pixels' blocks.
+    const GATHERED: usize = 1;
 
     /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
     pub fn fits(&self) -> bool {
         let reach = self.units.iter().flat_map(|u| u.x.iter().chain([&u.w]));
+        let blocks = self.isa.target().lanes as i64 / 4;
+        let gather_reach = self.pixel_step.checked_mul(blocks);
         self.isa != Isa::X128
             && self.vectors > 0
+            && self.pixel_step >= BLOCK_PIXEL_BYTES
+            && gather_reach.is_some_and(|g| i32::try_from(g).is_ok())
             && Self::FIRST_ACCUMULATOR + self.vectors <= self.isa.target().vector_registers
             && self.units.iter().all(|u| u.x.len() == self.vectors)
             && reach
@@ -150,7 +158,12 @@ impl LanewiseTile {
         for unit in &self.units {
             a.broadcast_block(Self::WEIGHTS, rsi + disp(unit.w));
             for (j, &x) in unit.x.iter().enumerate() {
-                a.fma_mem(acc(j), Self::WEIGHTS, rdi + disp(x), Lanes::Full);
+                if self.pixel_step == BLOCK_PIXEL_BYTES {
+                    a.fma_mem(acc(j), Self::WEIGHTS, rdi + disp(x), Lanes::Full);
+                } else {
+                    a.gather_blocks(Self::GATHERED, x, self.pixel_step);
+                    a.fma_reg(acc(j), Self::WEIGHTS, Self::GATHERED);
+                }
             }
         }
         ok(a.a.add(rdi, r8));
@@ -1035,6 +1048,24 @@ impl Asm {
                 self.a.vinsertf32x4(ZMM[r], ZMM[r], m, j as u32)
             } else if j == 0 {
                 self.a.vmovups(XMM[r], m)
+            } else {
+                self.a.vinsertf128(YMM[r], YMM[r], m, j as u32)
+            };
+            ok(res);
+        }
+    }
+
+    /// Register `r`'s lanes from the blocks of four floats at `rdi + x`, `rdi + x + step`, ...:
+    /// the source blocks of a strided lane-wise vector's pixels.
+    fn gather_blocks(&mut self, r: usize, x: i64, step: i64) {
+        let blocks = self.isa.target().lanes / 4;
+        for j in 0..blocks {
+            let m = xmmword_ptr(rdi + disp(x + j as i64 * step));
+            // The first block's load clears the rest: no wait for the register's last value.
+            let res = if j == 0 {
+                self.a.vmovups(XMM[r], m)
+            } else if self.wide() {
+                self.a.vinsertf32x4(ZMM[r], ZMM[r], m, j as u32)
             } else {
                 self.a.vinsertf128(YMM[r], YMM[r], m, j as u32)
             };
