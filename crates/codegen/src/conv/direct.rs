@@ -422,7 +422,20 @@ fn rows(
     mut row: impl FnMut(&mut Emit<'_>, Value, Taps),
 ) {
     let d = &plan.desc;
+    let wide = plan.wide_ratio().is_some() || plan.lanewise_ratio().is_some();
     match &plan.rows {
+        AxisPlan::Fixed(runs) | AxisPlan::Bordered { runs, .. } if wide && runs.len() > 1 => {
+            // A wide tile takes its kernel rows as arguments, so a border row's code is the
+            // interior's: one loop over every row, each computing its taps, emits the row's
+            // columns once instead of once per run (the 7x7 stem has four) for a few integer
+            // operations per tile call.
+            let rows = runs.last().map_or(0, |r| r.outputs.end);
+            let (start, end) = e.clamp_items(0, rows);
+            e.for_range(start, end, &[], |e, oh, _| {
+                row(e, oh, Taps::OfRow { oh });
+                vec![]
+            });
+        }
         AxisPlan::Fixed(runs) => {
             for run in runs {
                 let (start, end) = e.clamp_items(run.outputs.start, run.outputs.end);
