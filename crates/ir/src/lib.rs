@@ -24,6 +24,7 @@
 //! the ONNX defaults, and the printer leaves out exactly those, so printing is canonical.
 #![forbid(unsafe_code)]
 
+mod auto_pad;
 mod conv_transpose;
 mod dim;
 mod error;
@@ -36,6 +37,7 @@ mod resize;
 mod shape;
 mod write;
 
+pub use auto_pad::AutoPad;
 pub use conv_transpose::{ConvTranspose2d, conv_transpose_output_extent};
 pub use dim::WindowError;
 pub use dim::{Bindings, Dim, parse_bindings};
