@@ -355,10 +355,7 @@ fn zoo_blocks_match_onnxruntime() {
                 assert_eq!(imported.graph.symbols(), ["H", "W"], "{text}");
                 assert_eq!(text.matches("auto_pad=same_upper").count(), 1, "{text}");
                 assert_eq!(text.matches("auto_pad=same_lower").count(), 2, "{text}");
-                assert!(
-                    text.contains("kernel=[2, 3], pads=[0, 1, 1, 1])"),
-                    "{text}"
-                );
+                assert!(text.contains("kernel=[2, 3], pads=[0, 1, 1, 1])"), "{text}");
             }
             _ => {}
         }
@@ -404,6 +401,67 @@ fn zoo_blocks_match_onnxruntime() {
             }
         }
     }
+}
+
+/// The `same` zoo block (SAME_UPPER and SAME_LOWER at stride 2 over symbolic H and W),
+/// imported once: at odd and even sizes, one pixel, and sizes no fixture has, the JIT with
+/// exact keys matches the reference interpreter, and runtime extents (`dynamic`) give the
+/// exact keys' bits, with at most one key per residue of H and W modulo 2 per auto_pad node.
+#[test]
+fn an_auto_pad_model_imported_once_runs_at_every_size() {
+    use primjit::ShapeMode;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/onnx/zoo");
+    let imported = import_file(&dir.join("same.onnx")).unwrap();
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let exact = CompiledGraph::new(&imported.graph, &imported.params).unwrap();
+    let dynamic = CompiledGraph::new(&imported.graph, &imported.params)
+        .unwrap()
+        .with_mode(ShapeMode::Runtime);
+    let compiles = |m: &CompiledGraph, x: &Tensor| {
+        let (out, _) = m
+            .run(&engine, &[("x", x)], &mut Workspace::new())
+            .unwrap_or_else(|e| panic!("{:?}: {e}", x.shape));
+        out.into_iter().next().unwrap().1
+    };
+    let mut auto_keys: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for (h, w) in [
+        (7, 9),
+        (8, 8),
+        (9, 12),
+        (1, 1),
+        (2, 5),
+        (16, 33),
+        (31, 18),
+        (12, 7),
+    ] {
+        let x = primjit::ir::random_tensor((h * 100 + w) as u64, "x", vec![2, 3, h, w], -1.0, 1.0);
+        let want =
+            primjit::reference::run_graph(&imported.graph, &imported.params, &[("x", &x)]).unwrap();
+        let got = compiles(&exact, &x);
+        assert_eq!(got.shape, want[0].1.shape, "{h}x{w}");
+        let rel = relative_error(&got, &want[0].1);
+        assert!(
+            rel <= 1e-5,
+            "{h}x{w}: relative error {rel} against the reference"
+        );
+        let bits = |t: &Tensor| t.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(&compiles(&dynamic, &x)) == bits(&got),
+            "{h}x{w}: runtime extents differ from exact keys"
+        );
+        let bindings = [("H".to_string(), h as u64), ("W".to_string(), w as u64)].into();
+        for (name, key) in dynamic.keys(&bindings).unwrap() {
+            if ["stem_1", "pool_3", "down_4"].contains(&name.as_str()) {
+                auto_keys.entry(name).or_default().insert(key.to_string());
+            }
+        }
+    }
+    // Each auto_pad node has at most a key per parity of its input's height and width; the
+    // stem's input takes all four.
+    assert_eq!(auto_keys.len(), 3, "{auto_keys:#?}");
+    assert!(auto_keys.values().all(|k| k.len() <= 4), "{auto_keys:#?}");
+    assert_eq!(auto_keys["stem_1"].len(), 4, "{auto_keys:#?}");
 }
 
 /// The `onnx_import` fuzz target's seeds of the new ops (`fuzz/seeds/onnx_import`, a mode byte

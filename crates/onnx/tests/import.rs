@@ -169,6 +169,13 @@ fn only_conv(i: &primjit_onnx::Imported) -> Conv2d {
     }
 }
 
+fn only_pool(i: &primjit_onnx::Imported) -> primjit_ir::Pool2d {
+    match ops(i).as_slice() {
+        [Op::Pool2d(p)] => p.clone(),
+        other => panic!("expected one pool, found {other:?}"),
+    }
+}
+
 /// Prints the graph, parses the text, and checks that the parsed graph prints the same and
 /// has the same inputs, parameters, ops and outputs.
 fn assert_round_trip(i: &primjit_onnx::Imported) -> String {
@@ -326,6 +333,74 @@ fn conv_auto_pad_same_upper_lower_and_valid() {
     assert!(
         e.contains("attribute auto_pad \"SAME\" is not one of"),
         "{e}"
+    );
+}
+
+/// SAME pools at stride 2 over symbolic extents keep the mode, for the IR to resolve per
+/// bound shape; a known extent resolves at import.
+#[test]
+fn pools_keep_auto_pad_over_symbolic_extents() {
+    let pool = |op: &'static str, auto_pad: &'static str, h: D| {
+        model(
+            17,
+            vec![info(
+                "x",
+                data_type::FLOAT,
+                vec![D::N(1), D::N(2), h, D::P("W")],
+            )],
+            vec![node(
+                op,
+                "p",
+                &["x"],
+                &["y"],
+                vec![
+                    ("kernel_shape", A::Is(vec![3, 3])),
+                    ("strides", A::Is(vec![2, 2])),
+                    ("auto_pad", A::S(auto_pad)),
+                ],
+            )],
+            vec![],
+            &["y"],
+        )
+    };
+    let i = import(&pool("MaxPool", "SAME_LOWER", D::P("H")));
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains("%y = maxpool2d(%x, kernel=[3, 3], strides=[2, 2], auto_pad=same_lower)"),
+        "{text}"
+    );
+    let p = only_pool(&i);
+    assert_eq!(
+        (p.kind, p.auto_pad),
+        (PoolKind::Max, Some(AutoPad::SameLower))
+    );
+    let y = i.graph.value_by_name("y").unwrap();
+    let bound = infer_shapes(&i.graph, &parse_bindings("H=7,W=8").unwrap()).unwrap();
+    assert_eq!(bound.concrete(y), Some(vec![1, 2, 4, 4]));
+    // SAME_LOWER 3/2: an odd extent pads one cell on each side, an even one one before.
+    let w = p.window_at([7, 8]).unwrap();
+    assert_eq!(
+        w.pads,
+        Pads {
+            top: 1,
+            left: 1,
+            bottom: 1,
+            right: 0
+        }
+    );
+    // A known height does not make the node's padding explicit while its width is symbolic.
+    let i = import(&pool("AveragePool", "SAME_UPPER", D::N(6)));
+    let p = only_pool(&i);
+    assert_eq!(
+        (p.auto_pad, p.window.pads),
+        (Some(AutoPad::SameUpper), Pads::default())
+    );
+    assert_eq!(
+        i.graph
+            .verify()
+            .unwrap()
+            .describe(i.graph.value_by_name("y").unwrap()),
+        "[1, 2, 3, (W - 1) / 2 + 1]"
     );
 }
 
