@@ -193,8 +193,8 @@ impl Ctx<'_> {
                 "pads and auto_pad={auto} are both set: auto_pad takes no pads"
             ));
         }
-        self.positive("strides", &strides)?;
-        self.positive("dilations", &dilations)?;
+        // Strides and dilations first, so that an error names them rather than the padding.
+        self.window_steps(&strides, &dilations, &pads)?;
         let mut sides = [(0, 0); 2];
         let mut symbolic = [false; 2];
         for (axis, name) in ["height", "width"].into_iter().enumerate() {
