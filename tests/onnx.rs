@@ -276,12 +276,13 @@ fn model_families_match_onnxruntime() {
 /// ShuffleNetV2 unit (split, channel shuffle, slice), an Inception block, and a
 /// 32xW line recognizer at three widths from one import, an FCN/DeepLab head resized to its
 /// input's size, an FPN top-down step, torchvision's LR-ASPP head and a DBNet-style detector
-/// (FPN, ConvTranspose head, Sigmoid), each at three sizes from one import. Each runs with
-/// exact keys and with
-/// runtime extents (`dynamic`), within 1e-4 of the largest output of onnxruntime's.
+/// (FPN, ConvTranspose head, Sigmoid), each at three sizes from one import, and SAME_UPPER and
+/// SAME_LOWER convs and pools at stride 2 over symbolic extents at six sizes (also streamed in
+/// narrow bands). Each runs with exact keys and with runtime extents (`dynamic`), within 1e-4
+/// of the largest output of onnxruntime's.
 #[test]
 fn zoo_blocks_match_onnxruntime() {
-    use primjit::ShapeMode;
+    use primjit::{ShapeMode, Streaming};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/onnx/zoo");
     let engine = Engine::new(EngineConfig::default()).unwrap();
     let cases: &[(&str, &[&str])] = &[
@@ -298,6 +299,10 @@ fn zoo_blocks_match_onnxruntime() {
         ("fpn", &[".16x24", ".20x12", ".8x8"]),
         ("lraspp", &[".32x48", ".40x24", ".27x37"]),
         ("dbnet", &[".32x32", ".24x40", ".19x30"]),
+        (
+            "same",
+            &[".7x9", ".8x8", ".9x12", ".1x1", ".22x31", ".13x150"],
+        ),
     ];
     for (block, runs) in cases {
         let imported = import_file(&dir.join(format!("{block}.onnx")))
@@ -344,35 +349,119 @@ fn zoo_blocks_match_onnxruntime() {
                     "{text}"
                 );
             }
+            // SAME over symbolic extents at stride 2 stays auto_pad in the IR; at stride 1 it
+            // is plain pads.
+            "same" => {
+                assert_eq!(imported.graph.symbols(), ["H", "W"], "{text}");
+                assert_eq!(text.matches("auto_pad=same_upper").count(), 1, "{text}");
+                assert_eq!(text.matches("auto_pad=same_lower").count(), 2, "{text}");
+                assert!(text.contains("kernel=[2, 3], pads=[0, 1, 1, 1])"), "{text}");
+            }
             _ => {}
         }
-        for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
-            let compiled = CompiledGraph::new(&imported.graph, &imported.params)
+        // `same` also runs its leading convs in bands of 4 columns, however narrow.
+        let mut configs = vec![(ShapeMode::Exact, None), (ShapeMode::Runtime, None)];
+        if *block == "same" {
+            let narrow = Streaming::with_band(4).unwrap().above(0);
+            configs.extend([ShapeMode::Exact, ShapeMode::Runtime].map(|m| (m, Some(narrow))));
+        }
+        for (mode, streaming) in configs {
+            let mut compiled = CompiledGraph::new(&imported.graph, &imported.params)
                 .unwrap()
                 .with_mode(mode);
+            if let Some(streaming) = streaming {
+                compiled = compiled.with_streaming(streaming);
+            }
             for run in *runs {
                 let x = read_npy(&dir.join(format!("{block}{run}.input.npy")));
                 let want = read_npy(&dir.join(format!("{block}{run}.expected.npy")));
-                let (outputs, _) = compiled
+                let (outputs, stats) = compiled
                     .run(&engine, &[("x", &x)], &mut Workspace::new())
                     .unwrap_or_else(|e| panic!("{block}{run}: {e}"));
+                if streaming.is_some() && *run == ".13x150" {
+                    assert_eq!(stats.segments.len(), 1, "{block}{run} {mode:?}: streams");
+                }
                 let [(_, got)] = outputs.as_slice() else {
                     panic!("{block}: one output expected")
                 };
                 assert_eq!(got.shape[0], want.shape[0], "{block}{run}");
                 assert_eq!(got.shape[1], want.shape[1], "{block}{run}");
-                if *block == "dbnet" {
+                if matches!(*block, "dbnet" | "same") {
                     assert_eq!(got.shape, want.shape, "{block}{run}");
                 }
                 let rel = relative_error(got, &want);
                 eprintln!(
-                    "{block}{run} {mode:?}: output {:?}, max relative error {rel:.2e}",
+                    "{block}{run} {mode:?} {streaming:?}: output {:?}, max relative error {rel:.2e}",
                     want.shape
                 );
-                assert!(rel <= 1e-4, "{block}{run} {mode:?}: relative error {rel}");
+                assert!(
+                    rel <= 1e-4,
+                    "{block}{run} {mode:?} {streaming:?}: relative error {rel}"
+                );
             }
         }
     }
+}
+
+/// The `same` zoo block (SAME_UPPER and SAME_LOWER at stride 2 over symbolic H and W),
+/// imported once: at odd and even sizes, one pixel, and sizes no fixture has, the JIT with
+/// exact keys matches the reference interpreter, and runtime extents (`dynamic`) give the
+/// exact keys' bits, with at most one key per residue of H and W modulo 2 per auto_pad node.
+#[test]
+fn an_auto_pad_model_imported_once_runs_at_every_size() {
+    use primjit::ShapeMode;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/onnx/zoo");
+    let imported = import_file(&dir.join("same.onnx")).unwrap();
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let exact = CompiledGraph::new(&imported.graph, &imported.params).unwrap();
+    let dynamic = CompiledGraph::new(&imported.graph, &imported.params)
+        .unwrap()
+        .with_mode(ShapeMode::Runtime);
+    let compiles = |m: &CompiledGraph, x: &Tensor| {
+        let (out, _) = m
+            .run(&engine, &[("x", x)], &mut Workspace::new())
+            .unwrap_or_else(|e| panic!("{:?}: {e}", x.shape));
+        out.into_iter().next().unwrap().1
+    };
+    let mut auto_keys: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for (h, w) in [
+        (7, 9),
+        (8, 8),
+        (9, 12),
+        (1, 1),
+        (2, 5),
+        (16, 33),
+        (31, 18),
+        (12, 7),
+    ] {
+        let x = primjit::ir::random_tensor((h * 100 + w) as u64, "x", vec![2, 3, h, w], -1.0, 1.0);
+        let want =
+            primjit::reference::run_graph(&imported.graph, &imported.params, &[("x", &x)]).unwrap();
+        let got = compiles(&exact, &x);
+        assert_eq!(got.shape, want[0].1.shape, "{h}x{w}");
+        let rel = relative_error(&got, &want[0].1);
+        assert!(
+            rel <= 1e-5,
+            "{h}x{w}: relative error {rel} against the reference"
+        );
+        let bits = |t: &Tensor| t.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(&compiles(&dynamic, &x)) == bits(&got),
+            "{h}x{w}: runtime extents differ from exact keys"
+        );
+        let bindings = [("H".to_string(), h as u64), ("W".to_string(), w as u64)].into();
+        for (name, key) in dynamic.keys(&bindings).unwrap() {
+            if ["stem_1", "pool_3", "down_4"].contains(&name.as_str()) {
+                auto_keys.entry(name).or_default().insert(key.to_string());
+            }
+        }
+    }
+    // Each auto_pad node has at most a key per parity of its input's height and width; the
+    // stem's input takes all four.
+    assert_eq!(auto_keys.len(), 3, "{auto_keys:#?}");
+    assert!(auto_keys.values().all(|k| k.len() <= 4), "{auto_keys:#?}");
+    assert_eq!(auto_keys["stem_1"].len(), 4, "{auto_keys:#?}");
 }
 
 /// The `onnx_import` fuzz target's seeds of the new ops (`fuzz/seeds/onnx_import`, a mode byte

@@ -261,3 +261,23 @@ def test_the_session_matches_onnxruntime_within_1e_4():
         for a, b in zip(ours.run(None, feed), theirs.run(None, feed)):
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-4, err_msg=family)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is not installed"
+)
+def test_same_padding_over_symbolic_extents_matches_onnxruntime_at_every_size():
+    """SAME_UPPER and SAME_LOWER convs and pools at stride 2 over symbolic H and W: one session
+    runs every size, odd and even, as onnxruntime does."""
+    import onnxruntime as ort  # type: ignore[import-not-found]
+
+    path = REPO / "tests" / "onnx" / "zoo" / "same.onnx"
+    theirs = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"])
+    ours = primjit.InferenceSession(path.read_bytes(), one_thread())
+    rng = np.random.default_rng(7)
+    for h, w in ((7, 9), (8, 8), (9, 12), (1, 1), (10, 33)):
+        x = rng.uniform(-1, 1, (2, 3, h, w)).astype(np.float32)
+        (a,) = ours.run(None, {"x": x})
+        (b,) = theirs.run(None, {"x": x})
+        assert a.shape == b.shape, (h, w)
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4, err_msg=f"{h}x{w}")

@@ -54,6 +54,11 @@ training-free exports without constant folding. Every model takes a batch of 2.
   BN, ReLU, a depthwise ConvTranspose k3 s2 pad 1 output_padding 1, a 1x1 conv and a
   Sigmoid. Symbolic H and W, run at three sizes (dbnet.HxW.*.npy), one not a multiple of
   four (its output is then larger than its input).
+- same: ONNX `auto_pad` over symbolic extents, as TensorFlow exports write it: a 3x3/2 Conv
+  SAME_UPPER with bias and ReLU, a 3x3/2 MaxPool SAME_LOWER, a 3x3/2 Conv SAME_LOWER,
+  a 2x3 AveragePool SAME_UPPER at stride 1 (its padding not counted) and a 1x1 classifier.
+  Symbolic H and W, run at six sizes (same.HxW.*.npy): odd and even extents, one pixel, and
+  one wide enough to stream in bands.
 - recognizer: a 32xW text-line recognizer block in PP-LCNet's style: a stride-2 stem with
   HardSwish, depthwise-separable blocks with HardSwish and SE (HardSigmoid gate), run at
   widths 64, 100 and 160.
@@ -415,6 +420,26 @@ def dbnet():
     return m, [(2, 3, h, w) for h, w in ((32, 32), (24, 40), (19, 30))]
 
 
+def same():
+    n = Net(41)
+
+    # onnxruntime refuses dilations with SAME (its Conv: "Dilation not supported"), so none.
+    def conv(x, name, cin, cout, auto_pad, bias=False):
+        w = n.rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))
+        ins = [x, n.param(name + ".weight", w)]
+        if bias:
+            ins.append(n.param(name + ".bias", n.rng.uniform(-0.1, 0.1, cout)))
+        return n.node("Conv", ins, name, kernel_shape=[3, 3], strides=[2, 2], auto_pad=auto_pad)
+
+    x = n.node("Relu", [conv("x", "stem", 3, 8, "SAME_UPPER", bias=True)], "stem.relu")
+    x = n.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_LOWER")
+    x = conv(x, "down", 8, 8, "SAME_LOWER")
+    x = n.node("AveragePool", [x], "smooth", kernel_shape=[2, 3], auto_pad="SAME_UPPER")
+    out = n.conv(x, "classifier", 8, 4, 1, bias=True)
+    m = n.model("same", 3, out, [2, 4, "OH", "OW"], [2, 3, "H", "W"])
+    return m, [(2, 3, h, w) for h, w in ((7, 9), (8, 8), (9, 12), (1, 1), (22, 31), (13, 150))]
+
+
 def run(m, shape, seed):
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -437,11 +462,11 @@ def sized(make, seed):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    # `make_zoo.py fcn fpn lraspp dbnet` builds those alone.
+    # `make_zoo.py fcn fpn lraspp dbnet same` builds those alone.
     only = sys.argv[1:]
     if only:
         makers = {"fcn": (fcn, 300), "fpn": (fpn, 400), "lraspp": (lraspp, 500),
-                  "dbnet": (dbnet, 500)}
+                  "dbnet": (dbnet, 500), "same": (same, 600)}
         for name in only:
             sized(*makers[name])
         return
@@ -465,6 +490,7 @@ def main():
     sized(fpn, 400)
     sized(lraspp, 500)
     sized(dbnet, 500)
+    sized(same, 600)
 
 
 if __name__ == "__main__":

@@ -300,6 +300,10 @@ pub struct Conv2d {
     pub strides: [usize; 2],
     pub dilations: [usize; 2],
     pub pads: Pads,
+    /// Padding that follows the input's extents (ONNX `auto_pad` SAME_*), resolved per bound
+    /// shape by [`Conv2d::pads_at`]; `pads` is then zero. The importer sets it only where the
+    /// split depends on a symbolic extent (a stride above 1), and explicit pads otherwise.
+    pub auto_pad: Option<crate::AutoPad>,
     pub groups: usize,
     pub post_ops: Vec<PostOp>,
 }
@@ -321,6 +325,10 @@ pub struct Pool2d {
     pub kind: PoolKind,
     pub input: Value,
     pub window: PoolWindow,
+    /// Padding that follows the input's extents (ONNX `auto_pad` SAME_*), resolved per bound
+    /// shape by [`Pool2d::window_at`]; `window.pads` is then zero. It is the node's, not the
+    /// window's: a [`PoolWindow`] is always concrete, as keys and the `maxpool` post-op hold it.
+    pub auto_pad: Option<crate::AutoPad>,
     pub count_include_pad: bool,
 }
 

@@ -22,8 +22,15 @@
 //! Values are `%name`, parameters `@name`, symbolic dimensions bare identifiers. Every
 //! value is defined once, before it is used. Attributes are `key=value`; those left out take
 //! the ONNX defaults, and the printer leaves out exactly those, so printing is canonical.
+//!
+//! `conv2d`, `maxpool2d` and `avgpool2d` take `auto_pad=same_upper` or `auto_pad=same_lower`
+//! in place of `pads`: ONNX's SAME padding of a strided window over an extent known only at run
+//! time, whose split depends on the extent modulo the stride. Shape inference gives the output
+//! `ceil(in / stride)` (printed `(W - 1) / 2 + 1` at stride 2) and resolves the padding at each
+//! bound shape ([`AutoPad`], [`Conv2d::pads_at`], [`Pool2d::window_at`]).
 #![forbid(unsafe_code)]
 
+mod auto_pad;
 mod conv_transpose;
 mod dim;
 mod error;
@@ -36,6 +43,7 @@ mod resize;
 mod shape;
 mod write;
 
+pub use auto_pad::AutoPad;
 pub use conv_transpose::{ConvTranspose2d, conv_transpose_output_extent};
 pub use dim::WindowError;
 pub use dim::{Bindings, Dim, parse_bindings};

@@ -6,6 +6,7 @@
 
 use std::num::IntErrorKind;
 
+use crate::auto_pad::AutoPad;
 use crate::conv_transpose::ConvTranspose2d;
 use crate::dim::{Dim, is_symbol};
 use crate::error::{ParseError, SourceLoc};
@@ -531,6 +532,7 @@ impl Parser {
                 let strides = a.pair("strides", [1, 1])?;
                 let dilations = a.pair("dilations", [1, 1])?;
                 let pads = a.pads()?;
+                let auto_pad = a.auto_pad()?;
                 let groups = a.uint("groups", 1)?;
                 let post_ops = a.post_ops()?;
                 Op::Conv2d(Conv2d {
@@ -540,6 +542,7 @@ impl Parser {
                     strides,
                     dilations,
                     pads,
+                    auto_pad,
                     groups,
                     post_ops,
                 })
@@ -553,6 +556,7 @@ impl Parser {
                 a.arity(1, 1)?;
                 let input = a.value(0)?;
                 let window = a.pool_window()?;
+                let auto_pad = a.auto_pad()?;
                 let count_include_pad = if kind == PoolKind::Avg {
                     a.bool("count_include_pad", false)?
                 } else {
@@ -562,6 +566,7 @@ impl Parser {
                     kind,
                     input,
                     window,
+                    auto_pad,
                     count_include_pad,
                 })
             }
@@ -952,6 +957,24 @@ impl<'p> Attrs<'p> {
             bottom: v[2],
             right: v[3],
         }))
+    }
+
+    /// `auto_pad=same_upper` or `auto_pad=same_lower`, if given.
+    fn auto_pad(&mut self) -> Result<Option<AutoPad>, ParseError> {
+        match self.take("auto_pad") {
+            None => Ok(None),
+            Some((Arg::Ident(m), l)) => match AutoPad::by_name(&m) {
+                Some(a) => Ok(Some(a)),
+                None => err(
+                    l,
+                    format!(
+                        "unknown auto_pad `{m}` (known: {})",
+                        AutoPad::ALL.map(|a| a.name()).join(", ")
+                    ),
+                ),
+            },
+            Some((_, l)) => err(l, "`auto_pad` must be `same_upper` or `same_lower`"),
+        }
     }
 
     /// The window attributes of a pooling op or of the `maxpool` post-op: `kernel` is required,

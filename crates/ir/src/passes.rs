@@ -238,7 +238,8 @@ pub fn fuse_pools_where(graph: &mut Graph, mut fuse: impl FnMut(&Graph, &Conv2d)
         let Op::Pool2d(pool) = &graph.nodes[reader].op else {
             return None;
         };
-        if pool.kind != PoolKind::Max || !fuse(graph, &conv) {
+        // A fused pool's window is a fixed one; an `auto_pad` pool's depends on the extents.
+        if pool.kind != PoolKind::Max || pool.auto_pad.is_some() || !fuse(graph, &conv) {
             return None;
         }
         conv.post_ops.push(PostOp::MaxPool(pool.window));
@@ -422,6 +423,32 @@ mod tests {
         let report = optimize(&mut g);
         assert_eq!((report.fused_relus, report.fused_pools), (1, 0));
         assert_eq!(g.node_count(), 2);
+    }
+
+    #[test]
+    fn does_not_fuse_an_auto_pad_pool_but_folds_into_an_auto_pad_conv() {
+        // The pool's window depends on the bound extents, so it stays a node of its own; the
+        // conv's auto_pad does not stop its relu from fusing.
+        let src = STEM
+            .replace("pads=[1, 1, 1, 1])", "auto_pad=same_lower)")
+            .replace("pads=[3, 3, 3, 3])", "auto_pad=same_upper)");
+        assert!(src.contains("auto_pad=same_lower") && src.contains("auto_pad=same_upper"));
+        let mut g = parse(&src).unwrap();
+        let report = optimize(&mut g);
+        assert_eq!(
+            (
+                report.folded_batchnorms,
+                report.fused_relus,
+                report.fused_pools
+            ),
+            (1, 1, 0)
+        );
+        let text = g.to_string();
+        assert!(text.contains("auto_pad=same_upper, post=[relu])"), "{text}");
+        assert!(
+            text.contains("maxpool2d(%conv1, kernel=[3, 3], strides=[2, 2], auto_pad=same_lower)"),
+            "{text}"
+        );
     }
 
     #[test]

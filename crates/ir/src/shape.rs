@@ -1,5 +1,6 @@
 //! Verification and shape inference: ranks, channel counts, attributes, and every value's shape.
 
+use crate::auto_pad::AutoPad;
 use crate::dim::{Bindings, Dim, WindowError};
 use crate::error::{SourceLoc, VerifyError};
 use crate::graph::{Graph, Op, Pads, PoolWindow, PostOp, Value};
@@ -171,6 +172,96 @@ impl Ctx<'_> {
         }
     }
 
+    /// A window's pads over `x` (rank 4) and whether each axis is symbolic under `auto`: its
+    /// explicit `pads`, or `auto` resolved on each axis whose input extent is known. An axis
+    /// of `auto` over a symbolic extent has pads 0 here and `true`: its output is
+    /// `ceil(input / stride)` however the padding splits ([`Ctx::axis_extent`]).
+    fn resolve_pads(
+        &self,
+        x: &[Dim],
+        pads: Pads,
+        auto: Option<AutoPad>,
+        kernel: [usize; 2],
+        strides: [usize; 2],
+        dilations: [usize; 2],
+    ) -> Result<(Pads, [bool; 2]), VerifyError> {
+        let Some(auto) = auto else {
+            return Ok((pads, [false, false]));
+        };
+        if !pads.is_zero() {
+            return self.fail(format!(
+                "pads and auto_pad={auto} are both set: auto_pad takes no pads"
+            ));
+        }
+        // Strides and dilations first, so that an error names them rather than the padding.
+        self.window_steps(&strides, &dilations, &pads)?;
+        let mut sides = [(0, 0); 2];
+        let mut symbolic = [false; 2];
+        for (axis, name) in ["height", "width"].into_iter().enumerate() {
+            match x[2 + axis].known() {
+                Some(n) => {
+                    let resolved = usize::try_from(n).ok().and_then(|n| {
+                        auto.axis_pads(n, kernel[axis], strides[axis], dilations[axis])
+                    });
+                    let Some(p) = resolved else {
+                        return self
+                            .fail(format!("the {name} padding of auto_pad={auto} overflows"));
+                    };
+                    sides[axis] = p;
+                }
+                None => symbolic[axis] = true,
+            }
+        }
+        let [(top, bottom), (left, right)] = sides;
+        Ok((
+            Pads {
+                top,
+                left,
+                bottom,
+                right,
+            },
+            symbolic,
+        ))
+    }
+
+    /// The extent a window of `kernel` taps `dilation` apart spans, at most `i64::MAX`.
+    fn extent(&self, axis: &str, kernel: usize, dilation: usize) -> Result<u64, VerifyError> {
+        let extent = (dilation as u64)
+            .checked_mul(kernel as u64 - 1)
+            .and_then(|e| e.checked_add(1))
+            .filter(|&e| e <= i64::MAX as u64);
+        match extent {
+            Some(e) => Ok(e),
+            None => self.fail(format!("the {axis} window extent overflows")),
+        }
+    }
+
+    /// The output extent of one axis of a window: [`Ctx::window`], or for an `auto_pad` axis
+    /// over a symbolic extent (`auto`), `ceil(input / stride)`, which is the window count of a
+    /// 1-tap window with no padding, `floor((input - 1) / stride) + 1`.
+    #[allow(clippy::too_many_arguments)] // one axis of a window, as the IR spells it
+    fn axis_extent(
+        &self,
+        axis: &str,
+        input: &Dim,
+        auto: bool,
+        pad_begin: usize,
+        pad_end: usize,
+        kernel: usize,
+        dilation: usize,
+        stride: usize,
+        ceil: bool,
+    ) -> Result<Dim, VerifyError> {
+        if !auto {
+            return self.window(
+                axis, input, pad_begin, pad_end, kernel, dilation, stride, ceil,
+            );
+        }
+        // The window's extent must be representable, as with explicit pads.
+        self.extent(axis, kernel, dilation)?;
+        self.window(axis, input, 0, 0, 1, 1, stride, false)
+    }
+
     #[allow(clippy::too_many_arguments)] // one axis of a window, as the IR spells it
     fn window(
         &self,
@@ -183,13 +274,7 @@ impl Ctx<'_> {
         stride: usize,
         ceil: bool,
     ) -> Result<Dim, VerifyError> {
-        let extent = (dilation as u64)
-            .checked_mul(kernel as u64 - 1)
-            .and_then(|e| e.checked_add(1))
-            .filter(|&e| e <= i64::MAX as u64);
-        let Some(extent) = extent else {
-            return self.fail(format!("the {axis} window extent overflows"));
-        };
+        let extent = self.extent(axis, kernel, dilation)?;
         if pad_begin as u128 + pad_end as u128 > i64::MAX as u128 {
             return self.fail(format!("the {axis} padding overflows"));
         }
@@ -282,18 +367,32 @@ fn check_windows_touch_input(
 /// The shape of max or average pooling `x` (a rank-4 shape with known channels) with
 /// `window`: the rules of `maxpool2d` and `avgpool2d`, and of a conv's `maxpool` post-op on the
 /// conv's output.
-fn pool_shape(ctx: &Ctx<'_>, x: &[Dim], window: &PoolWindow) -> Result<Vec<Dim>, VerifyError> {
+fn pool_shape(
+    ctx: &Ctx<'_>,
+    x: &[Dim],
+    window: &PoolWindow,
+    auto: Option<AutoPad>,
+) -> Result<Vec<Dim>, VerifyError> {
     ctx.positive("kernel", &window.kernel)?;
-    ctx.window_steps(&window.strides, &window.dilations, &window.pads)?;
+    let (pads, symbolic) = ctx.resolve_pads(
+        x,
+        window.pads,
+        auto,
+        window.kernel,
+        window.strides,
+        window.dilations,
+    )?;
+    ctx.window_steps(&window.strides, &window.dilations, &pads)?;
     let Pads {
         top,
         left,
         bottom,
         right,
-    } = window.pads;
-    let oh = ctx.window(
+    } = pads;
+    let oh = ctx.axis_extent(
         "height",
         &x[2],
+        symbolic[0],
         top,
         bottom,
         window.kernel[0],
@@ -301,9 +400,10 @@ fn pool_shape(ctx: &Ctx<'_>, x: &[Dim], window: &PoolWindow) -> Result<Vec<Dim>,
         window.strides[0],
         window.ceil_mode,
     )?;
-    let ow = ctx.window(
+    let ow = ctx.axis_extent(
         "width",
         &x[3],
+        symbolic[1],
         left,
         right,
         window.kernel[1],
@@ -454,7 +554,9 @@ fn infer_node(
             ctx.positive("the weight's output and input channels", &[o, i])?;
             ctx.positive("kernel", &[kh, kw])?;
             ctx.positive("groups", &[c.groups])?;
-            ctx.window_steps(&c.strides, &c.dilations, &c.pads)?;
+            let (pads, symbolic) =
+                ctx.resolve_pads(x, c.pads, c.auto_pad, [kh, kw], c.strides, c.dilations)?;
+            ctx.window_steps(&c.strides, &c.dilations, &pads)?;
             let g = c.groups as u64;
             if channels % g != 0 {
                 return ctx.fail(format!(
@@ -483,10 +585,11 @@ fn infer_node(
                 left,
                 bottom,
                 right,
-            } = c.pads;
-            let oh = ctx.window(
+            } = pads;
+            let oh = ctx.axis_extent(
                 "height",
                 &x[2],
+                symbolic[0],
                 top,
                 bottom,
                 kh,
@@ -494,9 +597,10 @@ fn infer_node(
                 c.strides[0],
                 false,
             )?;
-            let ow = ctx.window(
+            let ow = ctx.axis_extent(
                 "width",
                 &x[3],
+                symbolic[1],
                 left,
                 right,
                 kw,
@@ -539,7 +643,7 @@ fn infer_node(
                             describe(&out)
                         ));
                     }
-                    pool_shape(ctx, &out, window).map_err(|e| VerifyError {
+                    pool_shape(ctx, &out, window, None).map_err(|e| VerifyError {
                         message: format!("maxpool post-op: {}", e.message),
                         ..e
                     })?
@@ -621,7 +725,7 @@ fn infer_node(
         Op::Pool2d(p) => {
             let x = ctx.rank4(shapes, p.input, "the input")?;
             ctx.channels(x, p.input)?;
-            pool_shape(ctx, x, &p.window)?
+            pool_shape(ctx, x, &p.window, p.auto_pad)?
         }
         Op::GlobalPool { input, .. } => {
             let x = ctx.rank4(shapes, *input, "the input")?;

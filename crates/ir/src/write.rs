@@ -83,6 +83,9 @@ impl Graph {
                 pair(&mut args, "strides", c.strides, [1, 1]);
                 pair(&mut args, "dilations", c.dilations, [1, 1]);
                 pads(&mut args, &c.pads);
+                if let Some(a) = c.auto_pad {
+                    args.push(format!("auto_pad={a}"));
+                }
                 if c.groups != 1 {
                     args.push(format!("groups={}", c.groups));
                 }
@@ -107,6 +110,9 @@ impl Graph {
             Op::Pool2d(pool) => {
                 args.push(v(&pool.input));
                 args.extend(window_attrs(&pool.window));
+                if let Some(a) = pool.auto_pad {
+                    args.push(format!("auto_pad={a}"));
+                }
                 if pool.kind == PoolKind::Avg && pool.count_include_pad {
                     args.push("count_include_pad=true".to_string());
                 }

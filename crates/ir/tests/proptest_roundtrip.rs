@@ -12,9 +12,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use primjit_ir::{
-    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, CoordMode, DerivedParam, Dim, Graph,
-    IrError, NearestMode, Op, Pads, Param, ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Resize,
-    ResizeMode, ResizeSize, Value, infer_shapes, parse, passes,
+    Activation, AutoPad, BatchNorm, BinaryKind, Bindings, Conv2d, CoordMode, DerivedParam, Dim,
+    Graph, IrError, NearestMode, Op, Pads, Param, ParamData, Pool2d, PoolKind, PoolWindow, PostOp,
+    Resize, ResizeMode, ResizeSize, Value, infer_shapes, parse, passes,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -294,8 +294,9 @@ impl Builder {
                 .collect();
             (common[bytes.below(common.len())], out_channels)
         };
-        let (kh, sh, dh, top, bottom, oh) = conv_axis(bytes, h);
-        let (kw, sw, dw, left, right, ow) = conv_axis(bytes, w);
+        let auto_pad = auto_pad(bytes);
+        let (kh, sh, dh, top, bottom, oh) = conv_axis(bytes, h, auto_pad);
+        let (kw, sw, dw, left, right, ow) = conv_axis(bytes, w, auto_pad);
         let weight_shape = vec![out_channels, c / groups, kh, kw];
         let (weight, bias) = if bytes.below(4) == 0 {
             // Batch-norm folded into derived parameters, as the optimizer declares them.
@@ -365,8 +366,8 @@ impl Builder {
         let mut result = out;
         if bytes.below(3) == 1 {
             let ceil_mode = bytes.flag();
-            let (kh, sh, dh, top, bottom, ph) = pool_axis(bytes, oh, ceil_mode);
-            let (kw, sw, dw, left, right, pw) = pool_axis(bytes, ow, ceil_mode);
+            let (kh, sh, dh, top, bottom, ph) = pool_axis(bytes, oh, ceil_mode, None);
+            let (kw, sw, dw, left, right, pw) = pool_axis(bytes, ow, ceil_mode, None);
             post_ops.push(PostOp::MaxPool(PoolWindow {
                 kernel: [kh, kw],
                 strides: [sh, sw],
@@ -393,6 +394,7 @@ impl Builder {
                 bottom,
                 right,
             },
+            auto_pad,
             groups,
             post_ops,
         };
@@ -407,8 +409,9 @@ impl Builder {
         };
         let ceil_mode = bytes.flag();
         let count_include_pad = kind == PoolKind::Avg && bytes.flag();
-        let (kh, sh, dh, top, bottom, oh) = pool_axis(bytes, h, ceil_mode);
-        let (kw, sw, dw, left, right, ow) = pool_axis(bytes, w, ceil_mode);
+        let auto_pad = auto_pad(bytes);
+        let (kh, sh, dh, top, bottom, oh) = pool_axis(bytes, h, ceil_mode, auto_pad);
+        let (kw, sw, dw, left, right, ow) = pool_axis(bytes, w, ceil_mode, auto_pad);
         let pool = Pool2d {
             kind,
             input,
@@ -424,17 +427,46 @@ impl Builder {
                 dilations: [dh, dw],
                 ceil_mode,
             },
+            auto_pad,
             count_include_pad,
         };
         self.node(bytes, Op::Pool2d(pool), [n, c, oh, ow]);
     }
 }
 
+/// `auto_pad` for a conv or pooling node: one in four has one.
+fn auto_pad(bytes: &mut Bytes<'_>) -> Option<AutoPad> {
+    match bytes.below(8) {
+        0 => Some(AutoPad::SameUpper),
+        1 => Some(AutoPad::SameLower),
+        _ => None,
+    }
+}
+
+/// The `(begin, end)` padding of `auto` along an axis of `input` cells, as ONNX defines it:
+/// the output is `ceil(input / s)` windows, the odd cell of padding at the end for SAME_UPPER.
+fn auto_axis_pads(auto: AutoPad, input: usize, k: usize, s: usize, d: usize) -> (usize, usize) {
+    let out = input.div_ceil(s);
+    let total = ((out - 1) * s + d * (k - 1) + 1).saturating_sub(input);
+    match auto {
+        AutoPad::SameUpper => (total / 2, total - total / 2),
+        AutoPad::SameLower => (total - total / 2, total / 2),
+    }
+}
+
 /// Kernel, stride, dilation, pads and output extent of a conv along one axis of `input`
-/// cells; a window that would not fit falls back to a 1-wide kernel.
-fn conv_axis(bytes: &mut Bytes<'_>, input: usize) -> (usize, usize, usize, usize, usize, usize) {
+/// cells; a window that would not fit falls back to a 1-wide kernel. With `auto`, the pads
+/// are zero (the node's `auto_pad` pads it) and the output is `ceil(input / stride)`.
+fn conv_axis(
+    bytes: &mut Bytes<'_>,
+    input: usize,
+    auto: Option<AutoPad>,
+) -> (usize, usize, usize, usize, usize, usize) {
     let (mut k, s, mut d) = (bytes.range(1, 3), bytes.range(1, 3), bytes.range(1, 2));
     let (begin, end) = (bytes.below(3), bytes.below(3));
+    if auto.is_some() {
+        return (k, s, d, 0, 0, input.div_ceil(s));
+    }
     if d * (k - 1) + 1 > input + begin + end {
         (k, d) = (1, 1);
     }
@@ -445,16 +477,26 @@ fn conv_axis(bytes: &mut Bytes<'_>, input: usize) -> (usize, usize, usize, usize
 /// Like [`conv_axis`] for pooling: pads stay below the kernel, average pooling has no
 /// dilation, `ceil_mode` drops a last window that would start in the end padding, and a
 /// window that would cover only padding falls back to a 1-wide kernel without padding.
+/// With `auto`, the pads are zero and the output is that of the padding `auto` resolves to.
 fn pool_axis(
     bytes: &mut Bytes<'_>,
     input: usize,
     ceil: bool,
+    auto: Option<AutoPad>,
 ) -> (usize, usize, usize, usize, usize, usize) {
     let k = bytes.range(1, 3);
     let s = bytes.range(1, 3);
     // Max and average pooling alike take dilations.
     let d = bytes.range(1, 2);
     let (begin, end) = (bytes.below(k), bytes.below(k));
+    if let Some(auto) = auto {
+        let (b, e) = auto_axis_pads(auto, input, k, s, d);
+        return match pool_extent(input, k, s, d, b, e, ceil) {
+            Some(out) => (k, s, d, 0, 0, out),
+            // A 1-wide window at any stride needs no padding.
+            None => (1, s, 1, 0, 0, input.div_ceil(s)),
+        };
+    }
     match pool_extent(input, k, s, d, begin, end, ceil) {
         Some(out) => (k, s, d, begin, end, out),
         None => {

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use primjit_ir::{
-    Activation, BatchNorm, BinaryKind, Bindings, Conv2d, Dim, Graph, Op, Pads, Param, ParamData,
-    Params, Pool2d, PoolKind, PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
+    Activation, AutoPad, BatchNorm, BinaryKind, Bindings, Conv2d, Dim, Graph, Op, Pads, Param,
+    ParamData, Params, Pool2d, PoolKind, PoolWindow, PostOp, Shapes, Tensor, Value, infer_shapes,
 };
 
 use crate::error::{OnnxError, Problem, Subject};
@@ -1001,17 +1001,18 @@ impl Importer {
             };
             x_shape[2] = grow(&x_shape[2], extra.top + extra.bottom);
             x_shape[3] = grow(&x_shape[3], extra.left + extra.right);
-            if [&x_shape[2], &x_shape[3]]
-                .iter()
-                .any(|d| d.known().is_none())
-                && string(node, "auto_pad")?.is_some_and(|a| a != "NOTSET" && a != "VALID")
-            {
-                return Err(
-                    "attribute auto_pad after a Pad needs a known input height and width".into(),
-                );
-            }
         }
-        let mut win = window(node, &x_shape, kernel, false)?;
+        let (mut win, auto_pad) = window(node, &x_shape, kernel, false)?;
+        if let Some(mode) = auto_pad
+            && !extra.is_zero()
+        {
+            // The IR's auto_pad takes no explicit pads beside it.
+            return Err(format!(
+                "attribute auto_pad {} with strides {:?} after a Pad needs a known input height and width",
+                mode.name().to_uppercase(),
+                win.strides
+            ));
+        }
         let add = |a: usize, b: usize| a.checked_add(b).ok_or("the padding overflows");
         win.pads = Pads {
             top: add(win.pads.top, extra.top)?,
@@ -1033,6 +1034,7 @@ impl Importer {
                 strides: win.strides,
                 dilations: win.dilations,
                 pads: win.pads,
+                auto_pad,
                 groups,
                 post_ops: Vec::new(),
             }),
@@ -1090,13 +1092,14 @@ impl Importer {
             }
         };
         let x_shape = self.shape(x);
-        let window = window(node, &x_shape, kernel, ceil_mode)?;
+        let (window, auto_pad) = window(node, &x_shape, kernel, ceil_mode)?;
         self.push(
             node,
             Op::Pool2d(Pool2d {
                 kind,
                 input: x,
                 window,
+                auto_pad,
                 count_include_pad,
             }),
             false,
@@ -1493,6 +1496,7 @@ impl Importer {
                 strides: [1, 1],
                 dilations: [1, 1],
                 pads: Pads::default(),
+                auto_pad: None,
                 groups: channels,
                 post_ops: Vec::new(),
             }),
@@ -1876,6 +1880,7 @@ impl Importer {
                 strides: [1, 1],
                 dilations: [1, 1],
                 pads: Pads::default(),
+                auto_pad: None,
                 groups: c,
                 post_ops: vec![PostOp::Clip { lo, hi }],
             }),
@@ -2344,6 +2349,7 @@ impl Importer {
                 strides: [1, 1],
                 dilations: [1, 1],
                 pads: Pads::default(),
+                auto_pad: None,
                 groups: 1,
                 post_ops: Vec::new(),
             }),
@@ -2700,52 +2706,45 @@ fn pair(node: &NodeProto, name: &str) -> NodeResult<[usize; 2]> {
 }
 
 /// The window attributes of `Conv`, `MaxPool` and `AveragePool` over an input of `shape`,
-/// with `auto_pad` resolved to explicit pads.
+/// with `auto_pad` resolved to explicit pads where it can be: SAME_UPPER and SAME_LOWER over a
+/// known extent, or at stride 1 (whose padding does not depend on the extent). Where a stride
+/// above 1 meets a symbolic extent, the window keeps no pads and the mode is returned, for
+/// the IR to resolve at each bound shape.
 fn window(
     node: &NodeProto,
     shape: &[Dim],
     kernel: [usize; 2],
     ceil_mode: bool,
-) -> NodeResult<PoolWindow> {
+) -> NodeResult<(PoolWindow, Option<AutoPad>)> {
     let strides = pair(node, "strides")?;
     let dilations = pair(node, "dilations")?;
     let explicit = explicit_pads(node)?;
     let auto_pad = string(node, "auto_pad")?.unwrap_or_else(|| "NOTSET".into());
+    let mut symbolic = None;
     let pads = match auto_pad.as_str() {
         "NOTSET" => explicit.unwrap_or_default(),
         "VALID" => Pads::default(),
         "SAME_UPPER" | "SAME_LOWER" => {
+            let mode = if auto_pad == "SAME_UPPER" {
+                AutoPad::SameUpper
+            } else {
+                AutoPad::SameLower
+            };
             let mut p = [(0usize, 0usize); 2];
             for axis in 0..2 {
-                let extent = kernel[axis]
-                    .checked_sub(1)
-                    .and_then(|k| k.checked_mul(dilations[axis]))
-                    .and_then(|k| k.checked_add(1))
-                    .ok_or("the window extent overflows")?;
-                let total = match shape.get(2 + axis).and_then(Dim::known) {
-                    Some(input) => {
-                        // In u128: no product of two 64-bit values overflows it.
-                        let (input, stride) = (input as u128, strides[axis] as u128);
-                        let out = input.div_ceil(stride);
-                        let total = ((out - 1) * stride + extent as u128).saturating_sub(input);
-                        usize::try_from(total).map_err(|_| "the padding overflows")?
-                    }
-                    None if strides[axis] == 1 => extent - 1,
+                // A stride of 1 pads `extent - 1` over any input; a symbolic input's extent is
+                // then never read.
+                let input = match shape.get(2 + axis).and_then(Dim::known) {
+                    Some(n) => usize::try_from(n).map_err(|_| "the input extent overflows")?,
+                    None if strides[axis] == 1 => 1,
                     None => {
-                        return Err(format!(
-                            "attribute auto_pad {auto_pad} with stride {} needs a known input {}, found `{}`",
-                            strides[axis],
-                            ["height", "width"][axis],
-                            shape.get(2 + axis).map_or("?".into(), |d| d.to_string())
-                        ));
+                        symbolic = Some(mode);
+                        continue;
                     }
                 };
-                let (small, large) = (total / 2, total - total / 2);
-                p[axis] = if auto_pad == "SAME_UPPER" {
-                    (small, large)
-                } else {
-                    (large, small)
-                };
+                p[axis] = mode
+                    .axis_pads(input, kernel[axis], strides[axis], dilations[axis])
+                    .ok_or("the padding overflows")?;
             }
             Pads {
                 top: p[0].0,
@@ -2765,11 +2764,20 @@ fn window(
             "attributes pads and auto_pad {auto_pad} are both set"
         ));
     }
-    Ok(PoolWindow {
-        kernel,
-        strides,
-        pads,
-        dilations,
-        ceil_mode,
-    })
+    // The IR resolves both axes of an auto_pad node at each bound shape.
+    let pads = if symbolic.is_some() {
+        Pads::default()
+    } else {
+        pads
+    };
+    Ok((
+        PoolWindow {
+            kernel,
+            strides,
+            pads,
+            dilations,
+            ceil_mode,
+        },
+        symbolic,
+    ))
 }

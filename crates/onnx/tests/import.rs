@@ -1,7 +1,7 @@
 //! The importer on small ONNX models built here with the crate's own prost structs: each op
 //! and attribute, the text round trip, names, external data, and every error.
 
-use primjit_ir::{Conv2d, Dim, Op, Pads, PoolKind, PostOp};
+use primjit_ir::{AutoPad, Conv2d, Dim, Op, Pads, PoolKind, PostOp, infer_shapes, parse_bindings};
 use primjit_onnx::proto::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
     TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, attribute_type, data_location,
@@ -169,6 +169,13 @@ fn only_conv(i: &primjit_onnx::Imported) -> Conv2d {
     }
 }
 
+fn only_pool(i: &primjit_onnx::Imported) -> primjit_ir::Pool2d {
+    match ops(i).as_slice() {
+        [Op::Pool2d(p)] => p.clone(),
+        other => panic!("expected one pool, found {other:?}"),
+    }
+}
+
 /// Prints the graph, parses the text, and checks that the parsed graph prints the same and
 /// has the same inputs, parameters, ops and outputs.
 fn assert_round_trip(i: &primjit_onnx::Imported) -> String {
@@ -296,16 +303,104 @@ fn conv_auto_pad_same_upper_lower_and_valid() {
     let c = only_conv(&sym);
     assert_eq!([c.pads.left, c.pads.right], [1, 1]);
     assert_eq!([c.pads.top, c.pads.bottom], [1, 2]);
-    // Stride 2 on a symbolic width: the split depends on the width.
-    let e = import_err(&conv("SAME_UPPER", 2, 7, D::P("W")));
+    // Known extents and stride 1 resolve at import: the IR holds plain pads.
     assert_eq!(
-        e,
-        "model.onnx: node \"c\" (Conv, opset 17): attribute auto_pad SAME_UPPER with stride 2 needs a known input width, found `W`"
+        (upper.auto_pad, lower.auto_pad, c.auto_pad),
+        (None, None, None)
     );
+    // Stride 2 on a symbolic width: the split depends on the width, so the conv keeps the
+    // mode, which the IR resolves at each bound shape, both axes alike.
+    let sym = import(&conv("SAME_UPPER", 2, 7, D::P("W")));
+    let c = only_conv(&sym);
+    assert_eq!(c.auto_pad, Some(AutoPad::SameUpper));
+    assert!(c.pads.is_zero());
+    let text = assert_round_trip(&sym);
+    assert!(
+        text.contains("%y = conv2d(%x, @w, strides=[2, 2], auto_pad=same_upper)"),
+        "{text}"
+    );
+    let y = sym.graph.value_by_name("y").unwrap();
+    let shapes = sym.graph.verify().unwrap();
+    assert_eq!(shapes.describe(y), "[1, 1, 4, (W - 1) / 2 + 1]");
+    for (w, ow, left) in [(8, 4, 0), (9, 5, 1), (1, 1, 1)] {
+        let bound = infer_shapes(&sym.graph, &parse_bindings(&format!("W={w}")).unwrap()).unwrap();
+        assert_eq!(bound.concrete(y), Some(vec![1, 1, 4, ow]), "W={w}");
+        assert_eq!(c.pads_at([4, 3], [7, w]).unwrap().left, left, "W={w}");
+    }
+    let lower = only_conv(&import(&conv("SAME_LOWER", 3, 7, D::P("W"))));
+    assert_eq!(lower.auto_pad, Some(AutoPad::SameLower));
     let e = import_err(&conv("SAME", 1, 7, D::N(8)));
     assert!(
         e.contains("attribute auto_pad \"SAME\" is not one of"),
         "{e}"
+    );
+}
+
+/// SAME pools at stride 2 over symbolic extents keep the mode, for the IR to resolve per
+/// bound shape; a known extent resolves at import.
+#[test]
+fn pools_keep_auto_pad_over_symbolic_extents() {
+    let pool = |op: &'static str, auto_pad: &'static str, h: D| {
+        model(
+            17,
+            vec![info(
+                "x",
+                data_type::FLOAT,
+                vec![D::N(1), D::N(2), h, D::P("W")],
+            )],
+            vec![node(
+                op,
+                "p",
+                &["x"],
+                &["y"],
+                vec![
+                    ("kernel_shape", A::Is(vec![3, 3])),
+                    ("strides", A::Is(vec![2, 2])),
+                    ("auto_pad", A::S(auto_pad)),
+                ],
+            )],
+            vec![],
+            &["y"],
+        )
+    };
+    let i = import(&pool("MaxPool", "SAME_LOWER", D::P("H")));
+    let text = assert_round_trip(&i);
+    assert!(
+        text.contains("%y = maxpool2d(%x, kernel=[3, 3], strides=[2, 2], auto_pad=same_lower)"),
+        "{text}"
+    );
+    let p = only_pool(&i);
+    assert_eq!(
+        (p.kind, p.auto_pad),
+        (PoolKind::Max, Some(AutoPad::SameLower))
+    );
+    let y = i.graph.value_by_name("y").unwrap();
+    let bound = infer_shapes(&i.graph, &parse_bindings("H=7,W=8").unwrap()).unwrap();
+    assert_eq!(bound.concrete(y), Some(vec![1, 2, 4, 4]));
+    // SAME_LOWER 3/2: an odd extent pads one cell on each side, an even one one before.
+    let w = p.window_at([7, 8]).unwrap();
+    assert_eq!(
+        w.pads,
+        Pads {
+            top: 1,
+            left: 1,
+            bottom: 1,
+            right: 0
+        }
+    );
+    // A known height does not make the node's padding explicit while its width is symbolic.
+    let i = import(&pool("AveragePool", "SAME_UPPER", D::N(6)));
+    let p = only_pool(&i);
+    assert_eq!(
+        (p.auto_pad, p.window.pads),
+        (Some(AutoPad::SameUpper), Pads::default())
+    );
+    assert_eq!(
+        i.graph
+            .verify()
+            .unwrap()
+            .describe(i.graph.value_by_name("y").unwrap()),
+        "[1, 2, 3, (W - 1) / 2 + 1]"
     );
 }
 
@@ -2330,6 +2425,53 @@ fn a_zero_pad_joins_the_pads_of_the_conv_after_it_and_is_refused_elsewhere() {
             bottom: 3,
             right: 4
         }
+    );
+    // A Pad before an auto_pad conv over a symbolic width: at stride 1 the padding is known
+    // and joins the Pad's; at stride 2 it follows the width and cannot.
+    let padded_auto = |stride: i64| {
+        model(
+            17,
+            vec![info(
+                "x",
+                data_type::FLOAT,
+                vec![D::N(1), D::N(2), D::N(6), D::P("W")],
+            )],
+            vec![
+                node("Pad", "pad", &["x", "p"], &["px"], vec![]),
+                node(
+                    "Conv",
+                    "conv",
+                    &["px", "w"],
+                    &["y"],
+                    vec![
+                        ("auto_pad", A::S("SAME_UPPER")),
+                        ("strides", A::Is(vec![stride, stride])),
+                    ],
+                ),
+            ],
+            vec![
+                pads("p", vec![0, 0, 1, 2, 0, 0, 3, 4]),
+                init("w", &[3, 2, 3, 3]),
+            ],
+            &["y"],
+        )
+    };
+    let c = only_conv(&import(&padded_auto(1)));
+    assert_eq!(
+        (c.auto_pad, c.pads),
+        (
+            None,
+            Pads {
+                top: 2,
+                left: 3,
+                bottom: 4,
+                right: 5
+            }
+        )
+    );
+    assert_eq!(
+        import_err(&padded_auto(2)),
+        "model.onnx: node \"conv\" (Conv, opset 17): attribute auto_pad SAME_UPPER with strides [2, 2] after a Pad needs a known input height and width"
     );
     let refused = model(
         17,

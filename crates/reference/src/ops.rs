@@ -43,14 +43,17 @@ impl Default for ConvAttrs {
     }
 }
 
-impl From<&Conv2d> for ConvAttrs {
-    fn from(c: &Conv2d) -> Self {
-        ConvAttrs {
+impl ConvAttrs {
+    /// `c`'s attributes over an input of height and width `input`, with the weight's
+    /// `kernel`: its `auto_pad`, if it has one, resolved ([`Conv2d::pads_at`]). `None` where
+    /// shape inference refuses the node at that input.
+    pub fn at(c: &Conv2d, kernel: [usize; 2], input: [usize; 2]) -> Option<Self> {
+        Some(ConvAttrs {
             strides: c.strides,
             dilations: c.dilations,
-            pads: c.pads,
+            pads: c.pads_at(kernel, input)?,
             groups: c.groups,
-        }
+        })
     }
 }
 
@@ -73,13 +76,16 @@ impl PoolAttrs {
     }
 }
 
-impl From<&Pool2d> for PoolAttrs {
-    fn from(p: &Pool2d) -> Self {
-        PoolAttrs {
+impl PoolAttrs {
+    /// `p`'s attributes over an input of height and width `input`: its `auto_pad`, if it has
+    /// one, resolved ([`Pool2d::window_at`]). `None` where shape inference refuses the node at
+    /// that input.
+    pub fn at(p: &Pool2d, input: [usize; 2]) -> Option<Self> {
+        Some(PoolAttrs {
             kind: p.kind,
-            window: p.window,
+            window: p.window_at(input)?,
             count_include_pad: p.count_include_pad,
-        }
+        })
     }
 }
 

@@ -244,13 +244,11 @@ pub fn run_graph(
                         PostOp::Act(a) => Some(Post::Act(a)),
                     })
                     .collect();
-                let y = ops::conv2d(
-                    value(c.input),
-                    param(c.weight),
-                    c.bias.map(param),
-                    &ConvAttrs::from(c),
-                    &post,
-                );
+                let x = value(c.input);
+                let w = param(c.weight);
+                let attrs = ConvAttrs::at(c, [w.shape[2], w.shape[3]], [x.shape[2], x.shape[3]])
+                    .expect("shape inference resolved the padding at these shapes");
+                let y = ops::conv2d(x, w, c.bias.map(param), &attrs, &post);
                 // A fused max pool (always the last post-op) pools the rounded output, as a
                 // separate `maxpool2d` would: rounding is monotonic, so the result is still
                 // rounded once.
@@ -259,7 +257,12 @@ pub fn run_graph(
                     _ => y,
                 }
             }
-            Op::Pool2d(p) => ops::pool2d(value(p.input), &PoolAttrs::from(p)),
+            Op::Pool2d(p) => {
+                let x = value(p.input);
+                let attrs = PoolAttrs::at(p, [x.shape[2], x.shape[3]])
+                    .expect("shape inference resolved the padding at these shapes");
+                ops::pool2d(x, &attrs)
+            }
             Op::GlobalPool { kind, input } => ops::global_pool(value(*input), *kind),
             Op::Relu { input } => ops::relu(value(*input)),
             Op::Add { lhs, rhs } => ops::add(value(*lhs), value(*rhs)),

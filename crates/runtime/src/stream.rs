@@ -481,17 +481,21 @@ fn segment_node(
         })
         .collect();
     let (src, dst) = (shape(c.input)?, shape(result)?);
-    let kw = graph.param(c.weight).shape[3];
+    let weight = &graph.param(c.weight).shape;
+    let kw = weight[3];
+    // The padding at this run's extents (an `auto_pad` conv's depends on them): the node's
+    // key has the same, and band calls take the side of it they reach.
+    let pads = c.pads_at([weight[2], kw], [src[2], src[3]])?;
     // A conv padded by its whole window or more has output columns that read only
     // padding: no band of input columns computes them, so it runs whole.
     let extent = c.dilations[1].saturating_mul(kw.saturating_sub(1)) + 1;
-    if c.pads.left >= extent || c.pads.right >= extent {
+    if pads.left >= extent || pads.right >= extent {
         return None;
     }
     let conv_width = conv_output_extent(
         src[3],
-        c.pads.left,
-        c.pads.right,
+        pads.left,
+        pads.right,
         kw,
         c.strides[1],
         c.dilations[1],
@@ -505,7 +509,7 @@ fn segment_node(
             kernel: kw,
             stride: c.strides[1],
             dilation: c.dilations[1],
-            pad_begin: c.pads.left,
+            pad_begin: pads.left,
         },
         pool: pool.map(|w| Axis {
             kernel: w.kernel[1],

@@ -123,6 +123,21 @@ impl NodeKeys<'_> {
             })
     }
 
+    /// The padding of a node reading `input`, resolved at the run's shapes; `None` (which
+    /// shape inference refuses first) is an error naming the input.
+    fn resolved<T>(&self, input: Value, resolved: Option<T>) -> Result<T, GraphError> {
+        resolved.ok_or_else(|| {
+            GraphError::Verify(primjit_ir::VerifyError {
+                loc: None,
+                subject: format!("%{}", self.graph.value_name(input)),
+                message: format!(
+                    "auto_pad cannot be resolved over the shape {}",
+                    self.shapes.describe(input)
+                ),
+            })
+        })
+    }
+
     fn src_layout(&self, v: Value) -> Layout {
         layout_of(self.graph, v)
     }
@@ -190,6 +205,10 @@ impl NodeKeys<'_> {
     ) -> Result<ConvDesc, GraphError> {
         let [n, ic, ih, iw] = self.concrete(c.input)?;
         let w = &self.graph.param(c.weight).shape;
+        // An `auto_pad` conv's padding follows the bound extents: the key fixes it, so that
+        // under runtime extents a layer has one key per residue of its extents modulo the
+        // strides that gives a distinct split.
+        let pads = self.resolved(c.input, c.pads_at([w[2], w[3]], [ih, iw]))?;
         Ok(ConvDesc {
             mb: n,
             ic,
@@ -200,7 +219,7 @@ impl NodeKeys<'_> {
             kw: w[3],
             strides: c.strides,
             dilations: c.dilations,
-            pads: c.pads,
+            pads,
             groups: c.groups,
             bias: c.bias.is_some(),
             post_ops: post_op_descs(c),
@@ -217,13 +236,14 @@ impl NodeKeys<'_> {
     /// A pooling's descriptor with every extent fixed.
     fn pool(&self, p: &primjit_ir::Pool2d) -> Result<PoolDesc, GraphError> {
         let [n, c, ih, iw] = self.concrete(p.input)?;
+        let window = self.resolved(p.input, p.window_at([ih, iw]))?;
         Ok(PoolDesc {
             kind: p.kind,
             mb: n,
             c,
             ih,
             iw,
-            window: p.window,
+            window,
             count_include_pad: p.count_include_pad,
             src_layout: self.src_layout(p.input),
             dst_layout: Layout::Nchw4c,

@@ -152,7 +152,9 @@ pub enum ShapeMode {
     Exact,
     /// Convolutions and pooling leave their symbolic spatial extents to run time: one
     /// primitive per node configuration serves every value of the symbols. Global pooling and
-    /// standalone element-wise ops stay exact.
+    /// standalone element-wise ops stay exact. A node with `auto_pad` fixes the padding its
+    /// input's extents give, so it has a primitive per residue of those extents modulo its
+    /// strides that splits the padding differently (at most `strides[0] * strides[1]`).
     Runtime,
 }
 
