@@ -382,7 +382,6 @@ pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
 }
 
 /// The row and column axes of a window op's geometry.
-#[allow(clippy::too_many_arguments)]
 fn axes(
     [ih, iw]: [usize; 2],
     [oh, ow]: [usize; 2],

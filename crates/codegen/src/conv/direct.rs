@@ -531,7 +531,14 @@ fn row(
         ..tile
     };
     if plan.chunks() == 1 {
-        columns(e, plan, geo, taps, row_tile, &res_rows, lanes);
+        let row = RowTiles {
+            plan,
+            row_taps: taps,
+            tile: row_tile,
+            residuals: &res_rows,
+            lanes,
+        };
+        columns(e, geo, row);
         return;
     }
     // The whole row for one chunk of input channels, then for the next: the chunk's
@@ -547,7 +554,14 @@ fn row(
             ..row_tile
         };
         let geo = &Geometry::new(e, plan);
-        columns(e, plan, geo, taps, chunk_tile, &res_rows, lanes);
+        let row = RowTiles {
+            plan,
+            row_taps: taps,
+            tile: chunk_tile,
+            residuals: &res_rows,
+            lanes,
+        };
+        columns(e, geo, row);
         let geo = Geometry::new(e, plan);
         let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
         let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
@@ -583,29 +597,23 @@ impl RunLen<'_> {
     }
 }
 
-fn columns(
-    e: &mut Emit<'_>,
-    plan: &ConvPlan,
-    geo: &Geometry,
-    row_taps: &Taps,
+/// What the pixel tiles of one output row share: the plan, the row's kernel rows, the
+/// pointers at the row (or the column run's start), the residuals' rows and the lanes the
+/// last vectors store.
+#[derive(Clone, Copy)]
+struct RowTiles<'a> {
+    plan: &'a ConvPlan,
+    row_taps: &'a Taps,
     tile: TilePtrs,
-    residuals: &[Value],
+    residuals: &'a [Value],
     lanes: LaneCounts,
-) {
+}
+
+fn columns(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>) {
+    let plan = row.plan;
     let d = &plan.desc;
     let run = |e: &mut Emit<'_>, start: Scalar, len: RunLen, taps: std::ops::Range<usize>| {
-        column_run(
-            e,
-            plan,
-            geo,
-            row_taps,
-            &Taps::Fixed(taps),
-            start,
-            len,
-            tile,
-            residuals,
-            lanes,
-        );
+        column_run(e, geo, row, &Taps::Fixed(taps), start, len);
     };
     match &plan.cols {
         AxisPlan::Fixed(runs) => {
@@ -650,18 +658,7 @@ fn columns(
                         let (first, count) =
                             e.runtime_taps(o, iw, d.pads.left, d.kw, d.strides[1], d.dilations[1]);
                         let cols = Taps::Runtime { first, count };
-                        column_run(
-                            e,
-                            plan,
-                            geo,
-                            row_taps,
-                            &cols,
-                            Scalar::Dyn(o),
-                            RunLen::Fixed(1),
-                            tile,
-                            residuals,
-                            lanes,
-                        );
+                        column_run(e, geo, row, &cols, Scalar::Dyn(o), RunLen::Fixed(1));
                         vec![]
                     });
                 },
@@ -674,19 +671,20 @@ fn columns(
 }
 
 /// The output columns `[start, start + len)` of one row, whose windows share `col_taps`.
-#[allow(clippy::too_many_arguments)]
 fn column_run(
     e: &mut Emit<'_>,
-    plan: &ConvPlan,
     geo: &Geometry,
-    row_taps: &Taps,
+    row: RowTiles<'_>,
     col_taps: &Taps,
     start: Scalar,
     len: RunLen,
-    tile: TilePtrs,
-    residuals: &[Value],
-    lanes: LaneCounts,
 ) {
+    let RowTiles {
+        plan,
+        tile,
+        residuals,
+        ..
+    } = row;
     let d = &plan.desc;
     let src_px = geo.src.pixel * F32_BYTES;
     let dst_px = geo.dst.pixel * F32_BYTES;
@@ -726,8 +724,13 @@ fn column_run(
             Taps::Runtime { .. } if plan.wide_ratio().is_some() => 1,
             _ => plan.narrow_group(pixels),
         };
+        let at_tile = RowTiles {
+            tile: t,
+            residuals: &r,
+            ..row
+        };
         if group == 1 {
-            pixel_tile(e, plan, pixels, group, row_taps, col_taps, t, &r, lanes);
+            pixel_tile(e, at_tile, pixels, group, col_taps);
             return;
         }
         // The group's first tile computes the group's pixels; the others skip them.
@@ -735,7 +738,7 @@ fn column_run(
         let first = e.b.ins().icmp_imm_s(IntCC::Equal, within, 0);
         e.if_else(
             first,
-            |e| pixel_tile(e, plan, pixels, group, row_taps, col_taps, t, &r, lanes),
+            |e| pixel_tile(e, at_tile, pixels, group, col_taps),
             |_| {},
         );
     };
@@ -771,29 +774,20 @@ fn column_run(
 
 /// One register tile: `pixels` output pixels by the `plan.vecs` vectors of output channels
 /// of `group` consecutive output-channel tiles (see [`ConvPlan::narrow_group`]).
-#[allow(clippy::too_many_arguments)]
-fn pixel_tile(
-    e: &mut Emit<'_>,
-    plan: &ConvPlan,
-    pixels: usize,
-    group: usize,
-    row_taps: &Taps,
-    col_taps: &Taps,
-    tile: TilePtrs,
-    residuals: &[Value],
-    lanes: LaneCounts,
-) {
+fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, col_taps: &Taps) {
+    let RowTiles {
+        plan,
+        row_taps,
+        tile,
+        ..
+    } = row;
     if let (Some(ratio), Taps::Fixed(kw_taps)) = (plan.lanewise_ratio(), col_taps)
         && pixels >= ratio
     {
-        return lanewise_wide_tile(
-            e, plan, pixels, ratio, row_taps, kw_taps, tile, residuals, lanes,
-        );
+        return lanewise_wide_tile(e, row, pixels, ratio, kw_taps);
     }
     if let (Some(ratio), Taps::Fixed(kw_taps)) = (plan.wide_ratio(), col_taps) {
-        return wide_pixel_tile(
-            e, plan, pixels, group, row_taps, kw_taps, tile, residuals, ratio,
-        );
+        return wide_pixel_tile(e, row, pixels, group, kw_taps, ratio);
     }
     let d = &plan.desc;
     let vecs = plan.vecs * group;
@@ -1019,14 +1013,14 @@ fn pixel_tile(
         acc = out[2..].to_vec();
     }
     match tile.chunk {
-        None => epilogue(e, plan, pixels, vecs, &acc, tile.dst, residuals, lanes),
+        None => epilogue(e, row, pixels, vecs, &acc),
         Some(chunk) => {
             let last =
                 e.b.ins()
                     .icmp_imm_s(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
             e.if_else(
                 last,
-                |e| epilogue(e, plan, pixels, vecs, &acc, tile.dst, residuals, lanes),
+                |e| epilogue(e, row, pixels, vecs, &acc),
                 |e| {
                     partial_sums(e, plan, pixels, vecs, tile.dst, Some(&acc));
                 },
@@ -1071,18 +1065,21 @@ fn kh_src_offset(e: &mut Emit<'_>, kh_first: Scalar, kh_src_step: Scalar) -> Sca
 /// backend ([`DirectTile`]). The Cranelift code only computes the tile's pointers and the
 /// call's strides; for a chunked reduction it picks the tile that starts from the bias or from
 /// the partial sums, and ends in the post-ops or in partial sums.
-#[allow(clippy::too_many_arguments)]
 fn wide_pixel_tile(
     e: &mut Emit<'_>,
-    plan: &ConvPlan,
+    row: RowTiles<'_>,
     pixels: usize,
     group: usize,
-    row_taps: &Taps,
     kw_taps: &std::ops::Range<usize>,
-    tile: TilePtrs,
-    residuals: &[Value],
     ratio: usize,
 ) {
+    let RowTiles {
+        plan,
+        row_taps,
+        tile,
+        residuals,
+        ..
+    } = row;
     let d = &plan.desc;
     let f = F32_BYTES;
     let tile_oc = (plan.vecs * LANES) as i64;
@@ -1182,18 +1179,20 @@ fn wide_pixel_tile(
 /// as one call of the x64 backend's tile
 /// ([`LanewiseTile`]), the pixels left over in the 128-bit lane-wise tile. Both sum each
 /// pixel's taps in the same order, so a pixel's bits do not depend on which computes it.
-#[allow(clippy::too_many_arguments)]
 fn lanewise_wide_tile(
     e: &mut Emit<'_>,
-    plan: &ConvPlan,
+    row: RowTiles<'_>,
     pixels: usize,
     ratio: usize,
-    row_taps: &Taps,
     kw_taps: &std::ops::Range<usize>,
-    tile: TilePtrs,
-    residuals: &[Value],
-    lanes: LaneCounts,
 ) {
+    let RowTiles {
+        plan,
+        row_taps,
+        tile,
+        residuals,
+        ..
+    } = row;
     let d = &plan.desc;
     let f = F32_BYTES;
     let geo = &Geometry::new(e, plan);
@@ -1241,17 +1240,12 @@ fn lanewise_wide_tile(
             .map(|&r| e.offset(r, done as i64 * dst_px))
             .collect();
         let cols = Taps::Fixed(kw_taps.clone());
-        pixel_tile(
-            e,
-            plan,
-            pixels - done,
-            1,
-            row_taps,
-            &cols,
-            rest,
-            &res,
-            lanes,
-        );
+        let rest = RowTiles {
+            tile: rest,
+            residuals: &res,
+            ..row
+        };
+        pixel_tile(e, rest, pixels - done, 1, &cols);
     }
 }
 
@@ -1461,18 +1455,16 @@ fn lanewise_step(
     }
 }
 
-/// Applies the post-ops in registers and stores each accumulator once.
-#[allow(clippy::too_many_arguments)]
-fn epilogue(
-    e: &mut Emit<'_>,
-    plan: &ConvPlan,
-    pixels: usize,
-    vecs: usize,
-    acc: &[Value],
-    dst: Value,
-    residuals: &[Value],
-    lanes: LaneCounts,
-) {
+/// Applies the post-ops in registers and stores each accumulator once, at `row.tile.dst`.
+fn epilogue(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, vecs: usize, acc: &[Value]) {
+    let RowTiles {
+        plan,
+        tile,
+        residuals,
+        lanes,
+        ..
+    } = row;
+    let dst = tile.dst;
     let d = &plan.desc;
     let f = F32_BYTES;
     let geo = &Geometry::new(e, plan);
