@@ -7,6 +7,7 @@
 //! System V convention that touches only caller-saved registers, so the Cranelift code around
 //! it needs nothing but the call.
 
+use iced_x86::BlockEncoderOptions;
 use iced_x86::code_asm::registers::{xmm::*, ymm::*, zmm::*};
 use iced_x86::code_asm::{
     AsmMemoryOperand, AsmRegister32, AsmRegister64, AsmRegisterXmm, AsmRegisterYmm, AsmRegisterZmm,
@@ -14,13 +15,11 @@ use iced_x86::code_asm::{
     rdi, rdx, rsi, rsp, xmmword_ptr,
 };
 
-mod activation;
-
-use iced_x86::BlockEncoderOptions;
-
 use crate::key::PostOpDesc;
 use crate::target::Isa;
 use crate::tile::{PEAK_CHAINS, PEAK_TILE_CHANNELS, WidePattern};
+
+mod activation;
 
 /// Bytes of one block of four channels' pixel in `nChw4c`, the unit a wide vector's lanes
 /// are stored in: a wide vector of output channels spans `lanes / 4` blocks.
@@ -117,12 +116,17 @@ impl LanewiseTile {
     /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
     pub fn fits(&self) -> bool {
         let reach = self.units.iter().flat_map(|u| u.x.iter().chain([&u.w]));
+        // From a vector's first pixel block to its last.
         let blocks = self.isa.target().lanes as i64 / 4;
-        let gather_reach = self.pixel_step.checked_mul(blocks);
+        let span = self.pixel_step.checked_mul(blocks - 1);
+        let gathers_fit = self.units.iter().flat_map(|u| &u.x).all(|&x| {
+            span.and_then(|s| x.checked_add(s))
+                .is_some_and(|end| i32::try_from(end).is_ok())
+        });
         self.isa != Isa::X128
             && self.vectors > 0
             && self.pixel_step >= BLOCK_PIXEL_BYTES
-            && gather_reach.is_some_and(|g| i32::try_from(g).is_ok())
+            && gathers_fit
             && Self::FIRST_ACCUMULATOR + self.vectors <= self.isa.target().vector_registers
             && self.units.iter().all(|u| u.x.len() == self.vectors)
             && reach
