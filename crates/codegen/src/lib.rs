@@ -7,6 +7,7 @@
 //! the code in executable pages and calling it is the runtime's job.
 #![forbid(unsafe_code)]
 
+mod approx;
 pub mod backend;
 mod compile;
 mod contract;

@@ -13,6 +13,9 @@
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{ConstantData, InstBuilder, MemFlagsData, Value, types};
 
+use crate::approx::{
+    EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, ROUNDING_MAGIC, TANH_POLY, TANH_SMALL,
+};
 use crate::emit::{Emit, F32_BYTES};
 use crate::key::{Activation, BinaryKind, Broadcast, EltwiseDesc, EltwiseKind, Layout};
 use crate::plan::Strides;
@@ -70,32 +73,24 @@ fn pow2(e: &mut Emit<'_>, k: Value) -> Value {
 /// (so that `q` is `expm1(x)` itself where `n` is 0), `n` in integer lanes. NaN lanes are not
 /// kept: the caller puts them back.
 fn exp_parts(e: &mut Emit<'_>, x: Value) -> (Value, Value) {
-    let lo = e.splat_const(-104.0);
-    let hi = e.splat_const(89.0);
+    let lo = e.splat_const(EXP_MIN);
+    let hi = e.splat_const(EXP_MAX);
     let x = e.pmax(x, lo);
     let x = e.pmin(x, hi);
     // n = round(x / ln 2) by the magic number 1.5 * 2^23: adding it rounds to an integer.
-    let magic = e.splat_const(12_582_912.0);
+    let magic = e.splat_const(ROUNDING_MAGIC);
     let log2e = e.splat_const(std::f32::consts::LOG2_E);
     let kf = e.fma(x, log2e, magic);
     let nf = e.b.ins().fsub(kf, magic);
     let (k_bits, magic_bits) = (to_int(e, kf), to_int(e, magic));
     let n = e.b.ins().isub(k_bits, magic_bits);
     // r = x - n ln 2 in two steps (Cody and Waite): n * C1 is exact.
-    let c1 = e.splat_const(-0.693_359_4);
-    let c2 = e.splat_const(2.121_944_4e-4);
+    let c1 = e.splat_const(LN2_HI);
+    let c2 = e.splat_const(LN2_LO);
     let r = e.fma(nf, c1, x);
     let r = e.fma(nf, c2, r);
-    let coefficients = [
-        1.987_569_1e-4,
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-        0.5,
-    ];
-    let mut p = e.splat_const(coefficients[0]);
-    for &k in &coefficients[1..] {
+    let mut p = e.splat_const(EXP_POLY[0]);
+    for &k in &EXP_POLY[1..] {
         let k = e.splat_const(k);
         p = e.fma(p, r, k);
     }
@@ -165,21 +160,14 @@ fn tanh_raw(e: &mut Emit<'_>, x: Value) -> Value {
     let big = select(e, negative, neg, big);
     // Below: x + x^3 P(x^2).
     let z = e.b.ins().fmul(x, x);
-    let coefficients = [
-        -5.704_988_7e-3,
-        2.063_909e-2,
-        -5.373_971_6e-2,
-        0.133_314_42,
-        -0.333_332_8,
-    ];
-    let mut p = e.splat_const(coefficients[0]);
-    for &k in &coefficients[1..] {
+    let mut p = e.splat_const(TANH_POLY[0]);
+    for &k in &TANH_POLY[1..] {
         let k = e.splat_const(k);
         p = e.fma(p, z, k);
     }
     let pz = e.b.ins().fmul(p, z);
     let small = e.fma(pz, x, x);
-    let limit = e.splat_const(0.625);
+    let limit = e.splat_const(TANH_SMALL);
     let is_small = e.b.ins().fcmp(FloatCC::LessThan, ax, limit);
     select(e, is_small, small, big)
 }

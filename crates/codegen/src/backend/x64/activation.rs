@@ -11,6 +11,9 @@
 use iced_x86::code_asm::{AsmMemoryOperand, k2, ptr};
 
 use super::{Asm, YMM, ZMM, ok};
+use crate::approx::{
+    EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, ROUNDING_MAGIC, TANH_POLY, TANH_SMALL,
+};
 use crate::key::Activation;
 
 /// The temporaries: the epilogue's zero, clip bounds and residual, free once an activation
@@ -124,10 +127,10 @@ impl Asm {
     /// `exp` of `T1` reduced (`lower_eltwise::exp_parts`): `q` in `T1`, `n` in `T2`'s integer
     /// lanes; `T3` and `T4` are clobbered.
     fn exp_parts(&mut self) {
-        let (lo, hi) = (self.f32(-104.0), self.f32(89.0));
+        let (lo, hi) = (self.f32(EXP_MIN), self.f32(EXP_MAX));
         three!(self, vmaxps, T1, T1, lo);
         three!(self, vminps, T1, T1, hi);
-        let magic = self.f32(12_582_912.0);
+        let magic = self.f32(ROUNDING_MAGIC);
         // kf = x * log2e + magic
         self.load_f32(T2, std::f32::consts::LOG2_E);
         three!(self, vfmadd213ps, T2, T1, magic);
@@ -135,20 +138,12 @@ impl Asm {
         three!(self, vsubps, T3, T2, magic);
         three!(self, vpsubd, T2, T2, magic);
         // r = nf * c1 + x, then nf * c2 + r
-        let (c1, c2) = (self.f32(-0.693_359_4), self.f32(2.121_944_4e-4));
+        let (c1, c2) = (self.f32(LN2_HI), self.f32(LN2_LO));
         three!(self, vfmadd231ps, T1, T3, c1);
         three!(self, vfmadd231ps, T1, T3, c2);
-        let coefficients = [
-            1.987_569_1e-4,
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            0.166_666_65,
-            0.5,
-        ];
         // p = p * r + k
-        self.load_f32(T3, coefficients[0]);
-        for &k in &coefficients[1..] {
+        self.load_f32(T3, EXP_POLY[0]);
+        for &k in &EXP_POLY[1..] {
             let k = self.f32(k);
             three!(self, vfmadd213ps, T3, T1, k);
         }
@@ -235,15 +230,8 @@ impl Asm {
         self.select(T1, negative, T2, T1);
         // small = x + x^3 P(x^2)
         three!(self, vmulps, T2, x, Src::Reg(x));
-        let coefficients = [
-            -5.704_988_7e-3,
-            2.063_909e-2,
-            -5.373_971_6e-2,
-            0.133_314_42,
-            -0.333_332_8,
-        ];
-        self.load_f32(T3, coefficients[0]);
-        for &k in &coefficients[1..] {
+        self.load_f32(T3, TANH_POLY[0]);
+        for &k in &TANH_POLY[1..] {
             let k = self.f32(k);
             three!(self, vfmadd213ps, T3, T2, k);
         }
@@ -251,7 +239,7 @@ impl Asm {
         three!(self, vfmadd213ps, T3, x, Src::Reg(x));
         let abs = self.bits(ABS);
         self.and(T2, x, abs);
-        let limit = self.f32(0.625);
+        let limit = self.f32(TANH_SMALL);
         let small = Compare {
             a: T2,
             b: limit,

@@ -1,0 +1,31 @@
+//! The constants of the vector `exp` and `tanh` (Cephes' `expf` and `tanhf`), shared by the
+//! Cranelift lowering (`lower_eltwise`) and the wide tiles' emitter (`backend::x64`), so that
+//! both compute the same bits.
+
+/// `exp`'s input is clamped to these first: past them `exp` is 0 or infinite in f32 anyway.
+pub(crate) const EXP_MIN: f32 = -104.0;
+pub(crate) const EXP_MAX: f32 = 89.0;
+/// `1.5 * 2^23`: adding it rounds a float in `±2^22` to an integer, left in the low bits.
+pub(crate) const ROUNDING_MAGIC: f32 = 12_582_912.0;
+/// `-ln 2` in two parts (Cody and Waite): `n * LN2_HI` is exact for the `n` that occur.
+pub(crate) const LN2_HI: f32 = -0.693_359_4;
+pub(crate) const LN2_LO: f32 = 2.121_944_4e-4;
+/// `expm1(r) = r + r^2 P(r)` on `|r| <= ln(2) / 2`, highest degree first.
+pub(crate) const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    0.166_666_65,
+    0.5,
+];
+/// `tanh(x) = x + x^3 P(x^2)` below [`TANH_SMALL`], highest degree first.
+pub(crate) const TANH_POLY: [f32; 5] = [
+    -5.704_988_7e-3,
+    2.063_909e-2,
+    -5.373_971_6e-2,
+    0.133_314_42,
+    -0.333_332_8,
+];
+/// Below it `tanh` is the polynomial, above `1 - 2 / (exp(2|x|) + 1)`.
+pub(crate) const TANH_SMALL: f32 = 0.625;
