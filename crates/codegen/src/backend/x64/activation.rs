@@ -5,8 +5,8 @@
 //! Each activation works on one register in place with the four temporaries below it (the
 //! epilogue's registers 0 to 3), reading its constants from the tile's pool
 //! ([`Asm::constant`]) as memory operands. The Cephes polynomials and the reduction of `exp`
-//! are `lower_eltwise`'s; only the registers are chosen here. `Elu` needs a fifth register
-//! and stays with the Cranelift code after the tile.
+//! are `lower_eltwise`'s, their constants `crate::approx`'s; only the registers are chosen
+//! here. `Elu` needs a fifth register and stays with the Cranelift code after the tile.
 
 use iced_x86::code_asm::{AsmMemoryOperand, k2, ptr};
 
