@@ -93,6 +93,19 @@ pub fn pool_output_extent(
     .map(|n| n as usize)
 }
 
+/// One axis of a window as the IR spells it: its name for errors, its padding, its taps and
+/// their spacing, its stride, and whether a last partial window counts.
+#[derive(Clone, Copy)]
+struct AxisWindow<'a> {
+    axis: &'a str,
+    pad_begin: usize,
+    pad_end: usize,
+    kernel: usize,
+    dilation: usize,
+    stride: usize,
+    ceil: bool,
+}
+
 struct Ctx<'g> {
     graph: &'g Graph,
     subject: String,
@@ -239,41 +252,33 @@ impl Ctx<'_> {
     /// The output extent of one axis of a window: [`Ctx::window`], or for an `auto_pad` axis
     /// over a symbolic extent (`auto`), `ceil(input / stride)`, which is the window count of a
     /// 1-tap window with no padding, `floor((input - 1) / stride) + 1`.
-    #[allow(clippy::too_many_arguments)] // one axis of a window, as the IR spells it
-    fn axis_extent(
-        &self,
-        axis: &str,
-        input: &Dim,
-        auto: bool,
-        pad_begin: usize,
-        pad_end: usize,
-        kernel: usize,
-        dilation: usize,
-        stride: usize,
-        ceil: bool,
-    ) -> Result<Dim, VerifyError> {
+    fn axis_extent(&self, input: &Dim, auto: bool, w: AxisWindow<'_>) -> Result<Dim, VerifyError> {
         if !auto {
-            return self.window(
-                axis, input, pad_begin, pad_end, kernel, dilation, stride, ceil,
-            );
+            return self.window(input, w);
         }
         // The window's extent must be representable, as with explicit pads.
-        self.extent(axis, kernel, dilation)?;
-        self.window(axis, input, 0, 0, 1, 1, stride, false)
+        self.extent(w.axis, w.kernel, w.dilation)?;
+        let one_tap = AxisWindow {
+            pad_begin: 0,
+            pad_end: 0,
+            kernel: 1,
+            dilation: 1,
+            ceil: false,
+            ..w
+        };
+        self.window(input, one_tap)
     }
 
-    #[allow(clippy::too_many_arguments)] // one axis of a window, as the IR spells it
-    fn window(
-        &self,
-        axis: &str,
-        input: &Dim,
-        pad_begin: usize,
-        pad_end: usize,
-        kernel: usize,
-        dilation: usize,
-        stride: usize,
-        ceil: bool,
-    ) -> Result<Dim, VerifyError> {
+    fn window(&self, input: &Dim, w: AxisWindow<'_>) -> Result<Dim, VerifyError> {
+        let AxisWindow {
+            axis,
+            pad_begin,
+            pad_end,
+            kernel,
+            dilation,
+            stride,
+            ceil,
+        } = w;
         let extent = self.extent(axis, kernel, dilation)?;
         if pad_begin as u128 + pad_end as u128 > i64::MAX as u128 {
             return self.fail(format!("the {axis} padding overflows"));
@@ -315,17 +320,21 @@ impl Ctx<'_> {
 
 /// Every window position along an axis must cover at least one input cell, or a pooling
 /// output would reduce over padding only.
-#[allow(clippy::too_many_arguments)] // one axis of a window, as the IR spells it
+/// `axis` names the axis in the error (`row`, `column`); `w` is its window.
 fn check_windows_touch_input(
     ctx: &Ctx<'_>,
     axis: &str,
     input: u64,
     out: u64,
-    pad_begin: usize,
-    kernel: usize,
-    stride: usize,
-    dilation: usize,
+    w: AxisWindow<'_>,
 ) -> Result<(), VerifyError> {
+    let AxisWindow {
+        pad_begin,
+        kernel,
+        stride,
+        dilation,
+        ..
+    } = w;
     // A window that starts inside the input covers its first cell, and one that starts past
     // the input covers none; only the windows that start in the begin padding need a look.
     // (A loop over every position ran as long as the output extent, not checked yet: 2^50
@@ -389,51 +398,31 @@ fn pool_shape(
         bottom,
         right,
     } = pads;
-    let oh = ctx.axis_extent(
-        "height",
-        &x[2],
-        symbolic[0],
-        top,
-        bottom,
-        window.kernel[0],
-        window.dilations[0],
-        window.strides[0],
-        window.ceil_mode,
-    )?;
-    let ow = ctx.axis_extent(
-        "width",
-        &x[3],
-        symbolic[1],
-        left,
-        right,
-        window.kernel[1],
-        window.dilations[1],
-        window.strides[1],
-        window.ceil_mode,
-    )?;
+    let rows = AxisWindow {
+        axis: "height",
+        pad_begin: top,
+        pad_end: bottom,
+        kernel: window.kernel[0],
+        dilation: window.dilations[0],
+        stride: window.strides[0],
+        ceil: window.ceil_mode,
+    };
+    let oh = ctx.axis_extent(&x[2], symbolic[0], rows)?;
+    let cols = AxisWindow {
+        axis: "width",
+        pad_begin: left,
+        pad_end: right,
+        kernel: window.kernel[1],
+        dilation: window.dilations[1],
+        stride: window.strides[1],
+        ceil: window.ceil_mode,
+    };
+    let ow = ctx.axis_extent(&x[3], symbolic[1], cols)?;
     if let (Some(h), Some(oh)) = (x[2].known(), oh.known()) {
-        check_windows_touch_input(
-            ctx,
-            "row",
-            h,
-            oh,
-            top,
-            window.kernel[0],
-            window.strides[0],
-            window.dilations[0],
-        )?;
+        check_windows_touch_input(ctx, "row", h, oh, rows)?;
     }
     if let (Some(w), Some(ow)) = (x[3].known(), ow.known()) {
-        check_windows_touch_input(
-            ctx,
-            "column",
-            w,
-            ow,
-            left,
-            window.kernel[1],
-            window.strides[1],
-            window.dilations[1],
-        )?;
+        check_windows_touch_input(ctx, "column", w, ow, cols)?;
     }
     Ok(vec![x[0].clone(), x[1].clone(), oh, ow])
 }
@@ -586,28 +575,26 @@ fn infer_node(
                 bottom,
                 right,
             } = pads;
-            let oh = ctx.axis_extent(
-                "height",
-                &x[2],
-                symbolic[0],
-                top,
-                bottom,
-                kh,
-                c.dilations[0],
-                c.strides[0],
-                false,
-            )?;
-            let ow = ctx.axis_extent(
-                "width",
-                &x[3],
-                symbolic[1],
-                left,
-                right,
-                kw,
-                c.dilations[1],
-                c.strides[1],
-                false,
-            )?;
+            let rows = AxisWindow {
+                axis: "height",
+                pad_begin: top,
+                pad_end: bottom,
+                kernel: kh,
+                dilation: c.dilations[0],
+                stride: c.strides[0],
+                ceil: false,
+            };
+            let oh = ctx.axis_extent(&x[2], symbolic[0], rows)?;
+            let cols = AxisWindow {
+                axis: "width",
+                pad_begin: left,
+                pad_end: right,
+                kernel: kw,
+                dilation: c.dilations[1],
+                stride: c.strides[1],
+                ceil: false,
+            };
+            let ow = ctx.axis_extent(&x[3], symbolic[1], cols)?;
             let out = vec![x[0].clone(), Dim::Known(o as u64), oh, ow];
             for (i, post) in c.post_ops.iter().enumerate() {
                 match post {

@@ -907,7 +907,7 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
                         }
                     }
                     Taps::Fixed(kw_taps) if pixels == 1 && d.src_layout == Layout::Nchw4c => {
-                        one_pixel_taps(e, plan, &w_vecs, kw_taps, w_kh, src_kh, src_px, &mut acc);
+                        one_pixel_taps(e, plan, &w_vecs, kw_taps, (w_kh, src_kh), &mut acc);
                     }
                     Taps::Fixed(kw_taps) => {
                         let units = (0..plan.ic_step as i64)
@@ -1372,19 +1372,18 @@ fn partial_sums(
 /// one-pixel tile thus loads 1.25 vectors per FMA with one output-channel vector (2 with
 /// broadcasts) and 1.125 with two (1.5). The lanes are the very floats the broadcasts
 /// loaded, so the sums are bit for bit the same.
-#[allow(clippy::too_many_arguments)]
 fn one_pixel_taps(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
     w_vecs: &[i64],
     kw_taps: &std::ops::Range<usize>,
-    w: Value,
-    src: Value,
-    src_px: i64,
+    (w, src): (Value, Value),
     acc: &mut [Value],
 ) {
     let d = &plan.desc;
     let f = F32_BYTES;
+    // An `nChw4c` source's pixels are a block's four floats apart.
+    let src_px = LANES as i64 * f;
     let tile_oc = (plan.vecs * LANES) as i64;
     let per_ic = (d.kh * d.kw) as i64 * tile_oc * f;
     let pixels: Vec<Value> = kw_taps
