@@ -106,6 +106,31 @@ struct AxisWindow<'a> {
     ceil: bool,
 }
 
+impl AxisWindow<'static> {
+    /// The height and width axes of a 2-D window.
+    fn pair(
+        pads: Pads,
+        kernel: [usize; 2],
+        dilations: [usize; 2],
+        strides: [usize; 2],
+        ceil: bool,
+    ) -> [Self; 2] {
+        let axis = |axis, pad_begin, pad_end, i: usize| AxisWindow {
+            axis,
+            pad_begin,
+            pad_end,
+            kernel: kernel[i],
+            dilation: dilations[i],
+            stride: strides[i],
+            ceil,
+        };
+        [
+            axis("height", pads.top, pads.bottom, 0),
+            axis("width", pads.left, pads.right, 1),
+        ]
+    }
+}
+
 struct Ctx<'g> {
     graph: &'g Graph,
     subject: String,
@@ -392,31 +417,14 @@ fn pool_shape(
         window.dilations,
     )?;
     ctx.window_steps(&window.strides, &window.dilations, &pads)?;
-    let Pads {
-        top,
-        left,
-        bottom,
-        right,
-    } = pads;
-    let rows = AxisWindow {
-        axis: "height",
-        pad_begin: top,
-        pad_end: bottom,
-        kernel: window.kernel[0],
-        dilation: window.dilations[0],
-        stride: window.strides[0],
-        ceil: window.ceil_mode,
-    };
+    let [rows, cols] = AxisWindow::pair(
+        pads,
+        window.kernel,
+        window.dilations,
+        window.strides,
+        window.ceil_mode,
+    );
     let oh = ctx.axis_extent(&x[2], symbolic[0], rows)?;
-    let cols = AxisWindow {
-        axis: "width",
-        pad_begin: left,
-        pad_end: right,
-        kernel: window.kernel[1],
-        dilation: window.dilations[1],
-        stride: window.strides[1],
-        ceil: window.ceil_mode,
-    };
     let ow = ctx.axis_extent(&x[3], symbolic[1], cols)?;
     if let (Some(h), Some(oh)) = (x[2].known(), oh.known()) {
         check_windows_touch_input(ctx, "row", h, oh, rows)?;
@@ -569,31 +577,8 @@ fn infer_node(
             if let Some(b) = c.bias {
                 ctx.param_shape(b, &[o], "the bias")?;
             }
-            let Pads {
-                top,
-                left,
-                bottom,
-                right,
-            } = pads;
-            let rows = AxisWindow {
-                axis: "height",
-                pad_begin: top,
-                pad_end: bottom,
-                kernel: kh,
-                dilation: c.dilations[0],
-                stride: c.strides[0],
-                ceil: false,
-            };
+            let [rows, cols] = AxisWindow::pair(pads, [kh, kw], c.dilations, c.strides, false);
             let oh = ctx.axis_extent(&x[2], symbolic[0], rows)?;
-            let cols = AxisWindow {
-                axis: "width",
-                pad_begin: left,
-                pad_end: right,
-                kernel: kw,
-                dilation: c.dilations[1],
-                stride: c.strides[1],
-                ceil: false,
-            };
             let ow = ctx.axis_extent(&x[3], symbolic[1], cols)?;
             let out = vec![x[0].clone(), Dim::Known(o as u64), oh, ow];
             for (i, post) in c.post_ops.iter().enumerate() {
