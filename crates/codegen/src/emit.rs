@@ -533,6 +533,26 @@ impl<'a> Emit<'a> {
         self.b.ins().bitcast(types::F32X4, little, spread)
     }
 
+    /// A vector whose first `lanes` lanes are all ones and the others zero, for
+    /// [`Emit::keep_lanes`].
+    pub fn lane_mask(&mut self, lanes: usize) -> Value {
+        let bytes: Vec<u8> = (0..16)
+            .map(|i| if i / 4 < lanes { 0xff } else { 0 })
+            .collect();
+        let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+        self.b.ins().vconst(types::I32X4, c)
+    }
+
+    /// `x` with the lanes that `mask` ([`Emit::lane_mask`]) clears set to +0: how a last,
+    /// partial `nChw4c` block's padding lanes are kept zero, whatever `x` held there.
+    pub fn keep_lanes(&mut self, x: Value, mask: Value) -> Value {
+        let bits = self.b.ins().bitcast(types::I32X4, MemFlagsData::new(), x);
+        let bits = self.b.ins().band(bits, mask);
+        self.b
+            .ins()
+            .bitcast(types::F32X4, MemFlagsData::new(), bits)
+    }
+
     pub fn store_vec(&mut self, v: Value, base: Value, offset: i64) {
         let (base, imm) = self.address(base, offset);
         self.b.ins().store(self.flags, v, base, imm);

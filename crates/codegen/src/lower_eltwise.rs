@@ -11,7 +11,7 @@
 //! checks against f64 are in [`EXP_ULPS`] and [`TANH_ULPS`].
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{ConstantData, InstBuilder, MemFlagsData, Value, types};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 
 use crate::approx::{
     EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, ROUNDING_MAGIC, TANH_POLY, TANH_SMALL,
@@ -256,16 +256,6 @@ fn apply(e: &mut Emit<'_>, kind: EltwiseKind, x: Value, y: Option<Value>) -> Val
     }
 }
 
-/// A vector whose first `lanes` lanes are all ones and the others zero: what keeps the padding
-/// lanes of a last, partial `nChw4c` block at zero.
-fn lane_mask(e: &mut Emit<'_>, lanes: usize) -> Value {
-    let bytes: Vec<u8> = (0..16)
-        .map(|i| if i / 4 < lanes { 0xff } else { 0 })
-        .collect();
-    let c = e.b.func.dfg.constants.insert(ConstantData::from(bytes));
-    e.b.ins().vconst(types::I32X4, c)
-}
-
 /// The activations, PReLU and binary ops: for each image and channel plane (a block of four
 /// channels in `nChw4c`), the contiguous span of the call's rows, four floats at a time (one
 /// at a time for an NCHW remainder). A per-channel operand is loaded once per plane. In
@@ -350,9 +340,7 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
             };
             let mut r = apply(e, kind, x, y);
             if let Some(m) = mask {
-                let bits = to_int(e, r);
-                let bits = e.b.ins().band(bits, m);
-                r = to_float(e, bits);
+                r = e.keep_lanes(r, m);
             }
             e.store_vec(r, q[1], 0);
             let mut next = vec![
@@ -397,7 +385,7 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
             plane(e, q, None);
         });
         if masked {
-            let mask = lane_mask(e, partial);
+            let mask = e.lane_mask(partial);
             plane(e, &last, Some(mask));
         }
     });

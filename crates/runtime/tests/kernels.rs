@@ -1675,6 +1675,58 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// Whatever a conv's input holds, the padding lanes of its last, partial `nChw4c` block
+    /// are +0: zero weights times an infinite or NaN input make NaN there, and the next conv's
+    /// zero weights would carry it into real channels (`nan_inf.rs` checks that on graphs).
+    /// Dense, grouped, chunked, pooled, depthwise and Winograd kernels, at every tier the host
+    /// runs, with every third to seventh input NaN or infinite.
+    #[test]
+    fn conv_padding_lanes_are_zero_after_non_finite_inputs(
+        p in prop_oneof![
+            3 => conv_problem(),
+            2 => winograd_problem(),
+            1 => chunked_conv_problem(),
+            1 => fused_conv_problem(),
+            1 => depthwise_problem(),
+        ],
+        oc in prop::sample::select(&[1usize, 2, 3, 5, 7, 9, 14, 17, 30][..]),
+        every in 3..=7usize,
+        isa in tier(),
+    ) {
+        let mut d = p.desc;
+        if d.groups == d.ic && d.groups == d.oc {
+            (d.ic, d.groups) = (oc, oc);
+        }
+        d.oc = oc;
+        d.dst_layout = Layout::Nchw4c;
+        let p = ConvProblem { desc: d.at_tier(isa), seed: p.seed };
+        prop_assume!(p.key().validate().is_ok());
+        let mut x = p.data().x;
+        for (i, v) in x.data.iter_mut().enumerate().filter(|(i, _)| i % every == 0) {
+            *v = [f32::INFINITY, f32::NAN, f32::NEG_INFINITY][i / every % 3];
+        }
+        let bufs = Buffers {
+            src: guarded(&to_layout(&x, p.desc.src_layout)),
+            ..p.buffers()
+        };
+        let raw = bufs.execute(&*compile(&p.key())?, None)?;
+        let [n, c, h, w] = bufs.dst_shape;
+        let blocks = c.div_ceil(4);
+        for (i, v) in raw.iter().enumerate() {
+            let (lane, block) = (i % 4, i / 4 / (h * w) % blocks);
+            if block == blocks - 1 && block * 4 + lane >= c {
+                prop_assert_eq!(
+                    v.to_bits(), 0, "{}: padding lane {} of pixel {} (of {} images)",
+                    p.key(), lane, i / 4 % (h * w), n
+                );
+            }
+        }
+    }
+}
+
 /// A convolution whose weights exceed `ROWS_OUTER_WEIGHT_BYTES` runs its output-channel tiles
 /// outer and its rows inner (every smaller one the other way round): against the reference,
 /// on partial row ranges, with two images, and with a runtime width.

@@ -539,10 +539,24 @@ fn row(
             lanes,
         };
         columns(e, geo, row);
-        return;
+    } else {
+        row_chunks(e, plan, taps, row_tile, &res_rows, lanes);
     }
-    // The whole row for one chunk of input channels, then for the next: the chunk's
-    // weights stay in L1 across the row's pixel tiles.
+    zero_padding_lanes(e, plan, row_tile);
+}
+
+/// A row whose reduction the plan splits into chunks ([`ConvPlan::chunks`]): the whole row
+/// for one chunk of input channels, then for the next, so that the chunk's weights stay in L1
+/// across the row's pixel tiles.
+fn row_chunks(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    taps: &Taps,
+    row_tile: TilePtrs,
+    res_rows: &[Value],
+    lanes: LaneCounts,
+) {
+    let d = &plan.desc;
     let zero = e.iconst(0);
     let count = e.iconst(plan.chunks() as i64);
     let carried = [row_tile.src, row_tile.weights];
@@ -558,7 +572,7 @@ fn row(
             plan,
             row_taps: taps,
             tile: chunk_tile,
-            residuals: &res_rows,
+            residuals: res_rows,
             lanes,
         };
         columns(e, geo, row);
@@ -570,6 +584,38 @@ fn row(
             e.offset(p[1], w_bytes),
         ]
     });
+}
+
+/// Sets the padding lanes of the destination's last block to +0 in the row at `tile.dst`, once
+/// its tile has stored them. They hold zero weights times the inputs, which is NaN where an
+/// input is NaN or infinite, and the next convolution would multiply that NaN by its own zero
+/// weights into every real channel. A lane-wise conv's post-ops (a clip) may leave them
+/// nonzero too; every other op writes zeros there ([`crate::lower_eltwise::lower`]).
+fn zero_padding_lanes(e: &mut Emit<'_>, plan: &ConvPlan, tile: TilePtrs) {
+    let d = &plan.desc;
+    let real = d.oc % LANES;
+    if d.dst_layout != Layout::Nchw4c || real == 0 {
+        return;
+    }
+    let zero_row = |e: &mut Emit<'_>| {
+        let geo = Geometry::new(e, plan);
+        let block = e.offset_by(tile.dst, geo.dst_block_bytes, plan.vecs as i64 - 1);
+        let mask = e.lane_mask(real);
+        let pixel = Scalar::Const(geo.dst.pixel * F32_BYTES);
+        e.for_ptrs(geo.ow, &[block], &[pixel], |e, p| {
+            let x = e.load_vec(p[0], 0);
+            let x = e.keep_lanes(x, mask);
+            e.store_vec(x, p[0], 0);
+        });
+    };
+    if plan.oc_tiles == 1 {
+        zero_row(e);
+    } else {
+        let last =
+            e.b.ins()
+                .icmp_imm_s(IntCC::Equal, tile.oc_tile, plan.oc_tiles as i64 - 1);
+        e.if_else(last, zero_row, |_| {});
+    }
 }
 
 /// The length of a run of output columns.

@@ -1513,6 +1513,14 @@ fn output_transform(
         ptrs.push(e.scaled(w, first_block, PIXEL_BYTES, 0));
         steps.push(Scalar::Const(PIXEL_BYTES));
     }
+    // The padding lanes of a last, partial block get +0, not zero weights times the input
+    // (NaN where it is not finite), which the next convolution's zero weights would carry
+    // into its real channels: the block's index rides along, last, to pick the mask.
+    let real = d.oc % LANES;
+    if real != 0 {
+        ptrs.push(first_block);
+        steps.push(Scalar::Const(1));
+    }
     let m_point = plan.m_point(e, stride);
     e.for_ptrs(
         Scalar::Const(plan.chunk_blocks() as i64),
@@ -1521,6 +1529,15 @@ fn output_transform(
         |e, p| {
             let (plane_off, m_block) = (p[0], p[1]);
             let bias = d.bias.then(|| e.load_vec(p[2], 0));
+            let mask = (real != 0).then(|| {
+                let block = *p.last().expect("the block index");
+                let last =
+                    e.b.ins()
+                        .icmp_imm_s(IntCC::Equal, block, d.oc.div_ceil(LANES) as i64 - 1);
+                let padded = e.lane_mask(real);
+                let whole = e.lane_mask(LANES);
+                e.b.ins().select(last, padded, whole)
+            });
             e.for_range(zero, count, &[], |e, t, _| {
                 let [off, rows, cols] = slots.load_info(e, t);
                 let full = {
@@ -1589,6 +1606,10 @@ fn output_transform(
                                     None => x,
                                 };
                                 let x = post_ops(e, d, x, &residuals, k_off, px);
+                                let x = match mask {
+                                    Some(m) => e.keep_lanes(x, m),
+                                    None => x,
+                                };
                                 let at = e.b.ins().iadd(dst, k_off);
                                 e.store_vec(x, at, px);
                             };
