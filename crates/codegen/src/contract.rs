@@ -17,8 +17,8 @@ use crate::tile::{LANES, LANEWISE_VECTORS};
 
 impl ConvDesc {
     /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
-    /// a direct convolution, ungrouped or whose groups fill the wide tile
-    /// (`backend::x64::DirectTile`), or depthwise at unit stride along rows
+    /// a direct convolution, ungrouped or whose groups' output channels are whole wide
+    /// vectors (`backend::x64::DirectTile`), or depthwise at unit stride along rows
     /// (`backend::x64::LanewiseTile`), and for a Winograd convolution whose output-channel
     /// chunks are whole wide vectors (`backend::x64::GemmTile`; its transforms stay 128-bit
     /// Cranelift code); `x128` for the others. Post-ops a wide tile does not compute (the
@@ -44,13 +44,12 @@ impl ConvDesc {
                     + 1)
                     * 16;
                 let small = weight_bytes < i32::MAX as u128 && reach < i32::MAX as u128;
-                // Grouped convolutions take the wide tile where a group's channels fill its
-                // two wide vectors: a tile across groups would reduce over every group's
-                // input channels, most of them by zero weights.
+                // Grouped convolutions take the wide tile where a group's output channels are
+                // whole wide vectors (a tile of one or two of them stays in its group), and
+                // its input channels whole blocks of the `nChw4c` input.
                 let (icg, ocg) = (self.ic / self.groups, self.oc / self.groups);
-                // A group's input channels fill whole blocks of the `nChw4c` input.
                 let whole_groups = self.groups == 1
-                    || (ocg.is_multiple_of(2 * engine.target().lanes) && icg.is_multiple_of(LANES));
+                    || (ocg.is_multiple_of(engine.target().lanes) && icg.is_multiple_of(LANES));
                 if self.lanewise() {
                     // The wide lane-wise tile stores consecutive pixels as one vector: an
                     // `nChw4c` destination. It reads them as one vector too at unit stride

@@ -719,6 +719,14 @@ impl ConvPlan {
         let ratio = d.isa.target().lanes / LANES;
         let (pixels, vectors) = crate::tile::full_tile(d.isa);
         let accumulators = pixels * vectors;
+        // A grouped tile stays within one group, whose output channels are whole wide
+        // vectors (`ConvDesc::tier_for`): a tile across groups would reduce over both groups'
+        // inputs, half of them by zero weights.
+        let oc_blocks = if d.groups > 1 && !d.lanewise() {
+            d.oc / d.groups / LANES
+        } else {
+            oc_blocks
+        };
         let vecs = if oc_blocks.is_multiple_of(ratio * vectors) {
             ratio * vectors
         } else if oc_blocks.is_multiple_of(ratio) {

@@ -71,6 +71,12 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
         PostOpDesc::Relu,
         PostOpDesc::Act(Activation::Elu { alpha: 1.0 }),
     ];
+    // Groups of 48 channels: at avx2 three tiles of two `ymm` per group, at avx512 three of
+    // one `zmm` (24 pixels), each within its group.
+    let mut one_vector_groups = blocked(ConvDesc::new(1, 32, [5, 30], 96, [3, 3]));
+    one_vector_groups.groups = 2;
+    one_vector_groups.pads = Pads::uniform(1);
+    one_vector_groups.bias = true;
     // Depthwise, lane-wise: wide vectors of consecutive pixels, with a bias, a residual and a
     // clip, rows of 3 wide tiles and a remainder.
     let mut depthwise = blocked(ConvDesc::new(1, 24, [6, 53], 24, [3, 3]));
@@ -89,6 +95,7 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     vec![
         ("3x3", c3),
         ("grouped", grouped),
+        ("groups of 48", one_vector_groups),
         ("depthwise", depthwise),
         ("depthwise stride 2", strided_depthwise),
         ("1x1 strided", c1),
@@ -406,9 +413,13 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
     assert_eq!(plain.tier_for(Isa::Avx512), Isa::Avx512);
     let huge = ConvDesc::new(1, 4096, [2048, 2048], 64, [2048, 2048]);
     assert_eq!(huge.tier_for(Isa::Avx2), Isa::X128);
-    // Groups of 16 output channels fill two `ymm`, not two `zmm`; groups of 8 neither.
+    // Groups of 16 output channels are whole `ymm` and `zmm`; groups of 8 whole `ymm` only,
+    // groups of 4 neither.
     let mut grouped = plain.clone();
     grouped.groups = 4;
+    assert_eq!(grouped.tier_for(Isa::Avx2), Isa::Avx2);
+    assert_eq!(grouped.tier_for(Isa::Avx512), Isa::Avx512);
+    grouped.groups = 8;
     assert_eq!(grouped.tier_for(Isa::Avx2), Isa::Avx2);
     assert_eq!(grouped.tier_for(Isa::Avx512), Isa::X128);
     // A depthwise conv takes the lane-wise tile at any stride along rows (gathering its
@@ -427,7 +438,7 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
     depthwise.kw = 2;
     depthwise.dilations = [1, 134_217_700];
     assert_eq!(depthwise.tier_for(Isa::Avx512), Isa::X128);
-    grouped.groups = 8;
+    grouped.groups = 16;
     assert_eq!(grouped.tier_for(Isa::Avx2), Isa::X128);
     // A key forced to a tier that does not cover it is refused, not miscompiled.
     grouped.isa = Isa::Avx2;

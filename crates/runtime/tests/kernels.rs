@@ -784,7 +784,9 @@ fn channel_config() -> impl Strategy<Value = (usize, usize, usize)> {
             .prop_map(|(g, a, b)| (g * a, g * b, g)),
         1 => (
             prop::sample::select(&[2usize, 3][..]),
-            prop::sample::select(&[(4usize, 16usize), (16, 16), (8, 32), (32, 32), (16, 48)][..]),
+            prop::sample::select(
+                &[(4usize, 16usize), (16, 16), (8, 32), (32, 32), (16, 48), (8, 8), (16, 24), (24, 8)][..]
+            ),
         )
             .prop_map(|(g, (icg, ocg))| (g * icg, g * ocg, g)),
     ]
