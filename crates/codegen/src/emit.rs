@@ -543,6 +543,12 @@ impl<'a> Emit<'a> {
         self.b.ins().vconst(types::I32X4, c)
     }
 
+    /// A lane mask stored in memory (all ones or all zeros per lane), for [`Emit::keep_lanes`].
+    pub fn load_lane_mask(&mut self, base: Value, offset: i64) -> Value {
+        let (base, imm) = self.address(base, offset);
+        self.b.ins().load(types::I32X4, self.flags, base, imm)
+    }
+
     /// `x` with the lanes that `mask` ([`Emit::lane_mask`]) clears set to +0: how a last,
     /// partial `nChw4c` block's padding lanes are kept zero, whatever `x` held there.
     pub fn keep_lanes(&mut self, x: Value, mask: Value) -> Value {

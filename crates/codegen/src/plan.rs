@@ -528,6 +528,13 @@ pub struct ConvPlan {
     /// would take four FMAs per vector, three of them by zero weights. A zero weight also
     /// turned a NaN in one channel into NaN in its three neighbours.
     pub lanewise: bool,
+    /// Whether a tile's reduction reaches input channels of other groups than some of its
+    /// output lanes' (groups whose output channels are not whole vectors, or whose input
+    /// channels are not whole steps): their weights are zero, but `Inf * 0` is NaN, so each
+    /// broadcast input is ANDed with a lane mask of the output channels in its group first.
+    /// The masks follow the bias, one per weight vector at the same place relative to
+    /// [`Self::mask_offset`] as the vector to [`Self::pack_weights`]'s start.
+    pub group_masks: bool,
 }
 
 /// Dependent FMA chains from which a register tile is wide enough ([`ConvPlan::narrow_group`]).
@@ -626,7 +633,14 @@ impl ConvPlan {
             cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
             dst_rows: None,
             lanewise,
+            group_masks: d.groups > 1
+                && !lanewise
+                && !(ocg.is_multiple_of(tile_oc) && icg.is_multiple_of(ic_step)),
         };
+        debug_assert!(
+            !(plan.group_masks && plan.wide_ratio().is_some()),
+            "a wide tile never reaches another group's channels"
+        );
         // A grouped tile reads only its group's planes, so tiles outer stream them one group
         // at a time, where rows outer would visit every plane per row: MobileNetV2's depthwise
         // layers took 0.54-0.88x the time, ResNeXt50's grouped ones 0.89-0.99x (`bench-op
@@ -871,10 +885,20 @@ impl ConvPlan {
         self.oc_tiles * self.tile_weights_len()
     }
 
-    pub fn packed_weights_len(&self) -> usize {
+    /// Where the group masks start in the packed weights ([`Self::group_masks`]).
+    pub fn mask_offset(&self) -> usize {
         self.bias_offset()
             + if self.desc.bias {
                 self.desc.oc.div_ceil(LANES) * LANES
+            } else {
+                0
+            }
+    }
+
+    pub fn packed_weights_len(&self) -> usize {
+        self.mask_offset()
+            + if self.group_masks {
+                self.bias_offset()
             } else {
                 0
             }
@@ -921,6 +945,9 @@ impl ConvPlan {
                                 + ((ic_rel * kh + y) * kw + x) * tile_oc
                                 + lane;
                             out[dst] = weights[((o * icg + i) * kh + y) * kw + x];
+                            if self.group_masks {
+                                out[self.mask_offset() + dst] = f32::from_bits(u32::MAX);
+                            }
                         }
                     }
                 }

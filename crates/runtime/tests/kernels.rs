@@ -3222,7 +3222,8 @@ fn conv_pitch_narrower_than_rows_is_rejected() {
 
 /// The keys of a fuzzing finding (`kernel_vs_reference`, `engine_api`): grouped convolutions
 /// whose vectors span groups (`g2ic4oc2`, depthwise on NCHW) match the reference on finite
-/// data. (With an `Inf` in another group's input they give NaN, ARCHITECTURE.md's caveat.)
+/// data. (An `Inf` in another group's input gave them NaN until each input was masked by its
+/// group, `ConvPlan::group_masks`; `nan_inf.rs` checks that.)
 #[test]
 fn grouped_conv_of_one_output_channel_per_group_matches_reference() {
     for (mb, ic, oc, [ih, iw], layout) in [

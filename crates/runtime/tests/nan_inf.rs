@@ -237,22 +237,28 @@ proptest! {
         }
     }
 
-    /// Direct convolutions, dense and depthwise, with every post-op, a fused max pool, and
-    /// global pools of their (`nChw4c`) output. A depthwise conv's NaN stays in its channel.
+    /// Direct convolutions, dense, grouped (groups of any width, whose vectors may span
+    /// groups) and depthwise, with every post-op, a fused max pool, and global pools of their
+    /// (`nChw4c`) output. A grouped conv's NaN stays in its group, a depthwise one's in its
+    /// channel.
     #[test]
     fn direct_convolutions_propagate_nan_and_inf(
         x in tensor(1..=6, 2..=8, 2..=11),
         k in 1usize..=9,
         s in 1usize..=2,
         post in 0usize..POSTS.len(),
-        depthwise in any::<bool>(),
+        group_pick in any::<prop::sample::Index>(),
     ) {
         let posts = posts(post, s);
+        // Groups: one of `k`'s divisors, 1 (dense) and `k` (depthwise) included.
+        let divisors: Vec<usize> = (1..=k).filter(|g| k % g == 0).collect();
+        let groups = divisors[group_pick.index(divisors.len())];
         let conv_graph = |x: &Tensor, k, s, posts: &[&str]| {
             let text = conv_graph(x, k, s, posts);
-            if depthwise {
-                text.replace(&format!("f32[{k}, {k}, 3, 3]"), &format!("f32[{k}, 1, 3, 3]"))
-                    .replace("pads=[1, 1, 1, 1]", &format!("pads=[1, 1, 1, 1], groups={k}"))
+            if groups > 1 {
+                let icg = k / groups;
+                text.replace(&format!("f32[{k}, {k}, 3, 3]"), &format!("f32[{k}, {icg}, 3, 3]"))
+                    .replace("pads=[1, 1, 1, 1]", &format!("pads=[1, 1, 1, 1], groups={groups}"))
             } else {
                 text
             }

@@ -846,6 +846,8 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
     let w_vecs: Vec<i64> = (0..vecs)
         .map(|v| (v / plan.vecs) as i64 * tile_w_bytes + (v % plan.vecs * LANES) as i64 * f)
         .collect();
+    // Bytes from a weight vector to its group mask ([`ConvPlan::group_masks`]).
+    let masks = plan.group_masks.then(|| plan.mask_offset() as i64 * f);
 
     let start = |e: &mut Emit<'_>| -> Vec<Value> {
         let mut acc = Vec::with_capacity(pixels * vecs);
@@ -953,7 +955,8 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
                         }
                     }
                     Taps::Fixed(kw_taps) if pixels == 1 && d.src_layout == Layout::Nchw4c => {
-                        one_pixel_taps(e, plan, &w_vecs, kw_taps, (w_kh, src_kh), &mut acc);
+                        let w = (w_kh, masks);
+                        one_pixel_taps(e, plan, &w_vecs, kw_taps, w, src_kh, &mut acc);
                     }
                     Taps::Fixed(kw_taps) => {
                         let units = (0..plan.ic_step as i64)
@@ -968,7 +971,8 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
                                             * src_px
                                 })
                                 .collect();
-                            fma_step(e, &w_vecs, w_kh, w_off, src_kh, &x_offs, &mut acc);
+                            let w = (w_kh, w_off);
+                            fma_step(e, &w_vecs, w, masks, src_kh, &x_offs, &mut acc);
                         }
                     }
                     Taps::OfRow { .. } => unreachable!("a row's taps are never a column's"),
@@ -999,8 +1003,8 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
                                     fma_step(
                                         e,
                                         &w_vecs,
-                                        w_kw,
-                                        c * per_ic,
+                                        (w_kw, c * per_ic),
+                                        masks,
                                         src_kw,
                                         &x_offs,
                                         &mut acc,
@@ -1423,7 +1427,8 @@ fn one_pixel_taps(
     plan: &ConvPlan,
     w_vecs: &[i64],
     kw_taps: &std::ops::Range<usize>,
-    (w, src): (Value, Value),
+    (w, masks): (Value, Option<i64>),
+    src: Value,
     acc: &mut [Value],
 ) {
     let d = &plan.desc;
@@ -1443,15 +1448,24 @@ fn one_pixel_taps(
             // A fresh shuffle per FMA: the FMA overwrites it.
             let x = e.splat_lane(pixels[i], c);
             let off = c as i64 * per_ic + kw as i64 * tile_oc * f + w_vecs[v];
+            let x = match masks {
+                Some(m) => {
+                    let mask = e.load_lane_mask(w, off + m);
+                    e.keep_lanes(x, mask)
+                }
+                None => x,
+            };
             let wv = e.load_vec(w, off);
             *a = e.fma(x, wv, *a);
         }
     }
 }
 
-/// One kernel tap of one input channel: a weight vector at `w + w_off + w_vecs[v]` for each
+/// One kernel tap of one input channel: a weight vector at `w.0 + w.1 + w_vecs[v]` for each
 /// output-channel vector `v` of the tile, and for each pixel an input at `src + x_offs[p]`,
-/// multiplied and added into the tile's accumulators.
+/// multiplied and added into the tile's accumulators. With `masks`, the bytes from a weight
+/// vector to its group mask, each input is first ANDed with the mask
+/// ([`ConvPlan::group_masks`]).
 ///
 /// Weight vector outer, pixel inner: each weight vector is loaded right before its FMAs and
 /// dies after them, so a tile of 12 accumulators needs 14 vector registers, not 15. The one
@@ -1460,8 +1474,8 @@ fn one_pixel_taps(
 fn fma_step(
     e: &mut Emit<'_>,
     w_vecs: &[i64],
-    w: Value,
-    w_off: i64,
+    (w, w_off): (Value, i64),
+    masks: Option<i64>,
     src: Value,
     x_offs: &[i64],
     acc: &mut [Value],
@@ -1469,10 +1483,15 @@ fn fma_step(
     let vecs = w_vecs.len();
     for (v, &w_vec) in w_vecs.iter().enumerate() {
         let wv = e.load_vec(w, w_off + w_vec);
+        let mask = masks.map(|m| e.load_lane_mask(w, w_off + w_vec + m));
         for (p, &x_off) in x_offs.iter().enumerate() {
             // A broadcast per FMA: the FMA overwrites its first factor, so a shared broadcast
             // would cost a register copy, while a fresh one folds into `vbroadcastss m32`.
             let x = e.splat_load(src, x_off);
+            let x = match mask {
+                Some(m) => e.keep_lanes(x, m),
+                None => x,
+            };
             let a = &mut acc[p * vecs + v];
             *a = e.fma(x, wv, *a);
         }
