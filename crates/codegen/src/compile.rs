@@ -319,8 +319,9 @@ pub fn lower(
     (func, tiles)
 }
 
-/// Where each wide tile starts in a kernel's bytes: after the Cranelift code and after one
-/// another, each at a 64-byte boundary (a cache line, where the decoders fetch from).
+/// The cache line of a kernel's wide tiles: after the Cranelift code and after one another,
+/// each tile's constant pool starts on a 64-byte boundary, or the tile itself where it has no
+/// pool (a line is where the decoders fetch from).
 const TILE_ALIGN: usize = 64;
 
 /// The Cranelift code followed by its tiles, with every call to a tile resolved: the bytes
@@ -338,7 +339,13 @@ fn join_tiles(
     let mut out = code.to_vec();
     let mut starts = Vec::with_capacity(tiles.len());
     for tile in tiles {
-        out.resize(out.len().next_multiple_of(TILE_ALIGN), 0xcc);
+        // A tile's constant pool starts on a cache line, where its vectors, read by most of an
+        // activation's operations, split none (a tile without one starts on a line itself).
+        let start = match tile.bytes.len() - tile.instructions {
+            0 => out.len().next_multiple_of(TILE_ALIGN),
+            _ => (out.len() + tile.instructions).next_multiple_of(TILE_ALIGN) - tile.instructions,
+        };
+        out.resize(start, 0xcc);
         starts.push(out.len());
         out.extend_from_slice(&tile.bytes);
     }

@@ -279,6 +279,8 @@ fn activation_post_ops_run_in_the_tiles_registers_on_every_host() {
                 let mut constants = 0;
                 for (i, range) in k.tiles().iter().enumerate() {
                     let pool_end = k.tiles().get(i + 1).map_or(k.code().len(), |r| r.start);
+                    // The pool starts on a cache line, so that no constant splits two.
+                    assert_eq!(range.end % 64, 0, "{key}: a pool at {:#x}", range.end);
                     for ins in decode(&k.code()[range.clone()], range.start) {
                         found |= ins.mnemonic() == mnemonic && uses(&ins, wide);
                         if ins.is_ip_rel_memory_operand() {
