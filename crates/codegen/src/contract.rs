@@ -349,12 +349,25 @@ impl PrimitiveKey {
     /// The extent that executions split across threads: output rows (pooled rows with a fused
     /// pool; for Winograd, blocks of tiles times chunks of output channels; for a global
     /// pooling, blocks of four channels).
+    /// The work items of one call of this key's kernel at `extents` (`None`: the key's own).
+    /// A runtime kernel's rows stay rows at any extents: [`ConvPlan::joined_rows`] joins only
+    /// fixed ones, though this key at `extents` is fixed.
+    pub fn work_items_at(&self, extents: Option<[usize; 2]>) -> usize {
+        match (self, extents) {
+            (PrimitiveKey::Conv(d), Some(e)) if d.algo == ConvAlgo::Direct && d.runtime.any() => {
+                d.at(e).dst_shape()[2]
+            }
+            (key, Some(e)) if key.runtime_dims().any() => key.at(e).work_items(),
+            (key, _) => key.work_items(),
+        }
+    }
+
     pub fn work_items(&self) -> usize {
         match self {
             PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
                 WinogradPlan::new(d).work_items()
             }
-            PrimitiveKey::Conv(d) => d.dst_shape()[2],
+            PrimitiveKey::Conv(d) => d.dst_shape()[2] / ConvPlan::joined_rows(d),
             PrimitiveKey::Pool(d) => d.oh(),
             PrimitiveKey::GlobalPool(d) => d.c.div_ceil(LANES),
             PrimitiveKey::Eltwise(d) => d.shape[2],

@@ -49,7 +49,7 @@ impl FusedPlan {
             },
             ..d.clone()
         };
-        let mut conv = ConvPlan::new(&conv_stage);
+        let mut conv = ConvPlan::unjoined(&conv_stage);
         conv.dst_rows = Some(band);
         // A band is a few rows: the tiles' weights, not a row's input, are what to keep in
         // cache across them.

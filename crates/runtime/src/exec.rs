@@ -416,7 +416,7 @@ impl Kernel {
             key.validate().is_ok(),
             "{key}: running a kernel whose key does not validate"
         );
-        let items = Self::work_items(key, items)?;
+        let items = Self::work_items(key, self.key.work_items_at(extents), items)?;
         let (pointers, scratch) = match &call_key {
             Some(k) => pointers(k, &k.buffers(), args, residual)?,
             None => pointers(&self.key, &self.buffers, args, residual)?,
@@ -495,19 +495,20 @@ impl Kernel {
         })
     }
 
-    /// The work items a call runs: `items`, or all of the key's when `None` (one loop trip of
-    /// the FMA peak kernel), checked to lie within what the key takes.
+    /// The work items a call runs: `items`, or `all` (the call's, `work_items_at`) when
+    /// `None` (one loop trip of the FMA peak kernel), checked to lie within them.
     fn work_items(
         key: &PrimitiveKey,
+        all: usize,
         items: Option<Range<usize>>,
     ) -> Result<Range<usize>, ExecError> {
         let limit = match key {
             // The FMA peak kernel takes any number of loop trips.
             PrimitiveKey::FmaPeak(_) | PrimitiveKey::WidePeak { .. } => usize::MAX >> 1,
-            _ => key.work_items(),
+            _ => all,
         };
-        // A whole execution is the key's work items (one loop trip of the FMA peak kernel).
-        let items = items.unwrap_or(0..key.work_items());
+        // A whole execution is the call's work items (one loop trip of the FMA peak kernel).
+        let items = items.unwrap_or(0..all);
         if items.start > items.end || items.end > limit {
             return Err(ExecError::WorkItems {
                 key: key.to_string(),

@@ -245,16 +245,23 @@ impl Buffers {
         Ok(dst.as_slice().to_vec())
     }
 
-    /// Runs rows `[a, b)` alone and checks that exactly the destination elements of those
-    /// rows are written, bit-identical to `full` (the raw destination of a complete run).
+    /// Runs work items `[a, b)` alone and checks that exactly the destination elements of
+    /// their rows are written (a direct conv's item may span several rows,
+    /// `ConvPlan::joined_rows`), bit-identical to `full` (the raw destination of a complete
+    /// run).
     fn check_rows(
         &self,
         p: &Primitive,
         full: &[f32],
-        rows: Range<usize>,
+        items: Range<usize>,
     ) -> Result<(), TestCaseError> {
         let key = p.key();
-        let part = self.execute_rows(p, rows.clone())?;
+        let part = self.execute_rows(p, items.clone())?;
+        let per_item = match key {
+            PrimitiveKey::Conv(d) if d.algo == ConvAlgo::Direct => ConvPlan::joined_rows(d),
+            _ => 1,
+        };
+        let rows = items.start * per_item..items.end * per_item;
         let [_, _, h, w] = self.dst_shape;
         let row_len = match self.dst_layout {
             Layout::Nchw => w,
@@ -752,13 +759,19 @@ impl ConvProblem {
         )
     }
 
-    /// Rows `[a, b)` alone write exactly their rows, as the full run does.
+    /// Output rows `[a, b)` alone write exactly their rows, as the full run does; where a work
+    /// item spans several rows (`ConvPlan::joined_rows`), the items within `[a, b)`.
     fn check_rows(&self, rows: Range<usize>) -> Result<(), TestCaseError> {
         let key = self.key();
         let p = compile(&key)?;
         let bufs = self.buffers();
         let full = bufs.execute(&p, None)?;
-        bufs.check_rows(&p, &full, rows)
+        let k = ConvPlan::joined_rows(&self.desc);
+        bufs.check_rows(
+            &p,
+            &full,
+            rows.start.div_ceil(k)..(rows.end / k).max(rows.start.div_ceil(k)),
+        )
     }
 }
 
@@ -975,6 +988,50 @@ proptest! {
         let (got, narrow) = outputs_at_tier_and_x128(&p);
         let same = got.iter().zip(&narrow).all(|(x, y)| x.to_bits() == y.to_bits());
         prop_assert!(same, "{} differs from its x128 kernel", p.key());
+    }
+}
+
+/// 1x1 convolutions over narrow, contiguous rows run on joined rows
+/// (`ConvPlan::joined_rows`): against the reference on 1, 2 and 3 threads, every range of
+/// work items alone, and a runtime-extent kernel, whose rows stay rows, bit for bit; with a
+/// residual, at every layout pair and every tier the host runs.
+#[test]
+fn joined_rows_of_1x1_convs_match_reference_rows_and_runtime_kernels() {
+    for ([ih, iw], k) in [
+        ([14, 14], 2),
+        ([8, 6], 4),
+        ([10, 10], 5),
+        ([12, 4], 6),
+        ([7, 7], 1),
+    ] {
+        for (src, dst) in [
+            (Layout::Nchw4c, Layout::Nchw4c),
+            (Layout::Nchw, Layout::Nchw4c),
+            (Layout::Nchw4c, Layout::Nchw),
+        ] {
+            for isa in common::host_tiers() {
+                let mut d = ConvDesc::new(2, 12, [ih, iw], 20, [1, 1]);
+                d.bias = true;
+                d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
+                (d.src_layout, d.dst_layout) = (src, dst);
+                let d = d.at_tier(isa);
+                assert_eq!(ConvPlan::joined_rows(&d), k, "{d:?}");
+                let p = ConvProblem {
+                    desc: d.clone(),
+                    seed: 3,
+                };
+                p.check().unwrap_or_else(|e| panic!("{}: {e}", p.key()));
+                assert_eq!(p.key().work_items() * k, ih);
+                for a in 0..=ih / k {
+                    for b in a..=ih / k {
+                        p.check_rows(a * k..b * k).unwrap();
+                    }
+                }
+                let rt = RuntimeDims { h: true, w: true };
+                let generic = compile(&PrimitiveKey::Conv(d.with_runtime(rt))).unwrap();
+                check_conv_runtime(&generic, &p, 1..ih - 1).unwrap();
+            }
+        }
     }
 }
 
