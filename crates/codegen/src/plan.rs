@@ -770,15 +770,19 @@ impl ConvPlan {
 
     /// At a wide tier, `(vecs, pixel_tile)` in 4-lane vectors: the tier's full tile
     /// (`backend::x64::full_tile`: 6 pixels x 2 `ymm`, 12 pixels x 2 `zmm`) where the
-    /// output-channel blocks fill two wide vectors, one wide vector and twice the pixels where
-    /// they fill one, and otherwise a tile of all the blocks of the largest divisor of the
-    /// block count that two wide vectors hold, its last vector a tail (an opmask at `avx512`,
-    /// the low half at `avx2`). `None` (the 128-bit tiling) at `x128`, and for an NCHW
-    /// destination, whose lanes are scattered one channel at a time.
+    /// output-channel blocks (a group's, for a grouped conv) fill pairs of wide vectors,
+    /// three wide vectors and a third of the pixels where they fill threes, one wide vector
+    /// and twice the pixels where they fill ones, and otherwise a tile of all the blocks of
+    /// the largest divisor of the block count that two wide vectors hold, its last vector a
+    /// tail (an opmask at `avx512`, the low half at `avx2`). `None` (the 128-bit tiling) at
+    /// `x128`, and for an NCHW destination, whose lanes are scattered one channel at a time.
     ///
     /// Two weight vectors per tile: each unit of the reduction then loads 2 weight vectors
     /// and 6 (12) broadcasts for 12 (24) FMAs, within the two load ports' rate, where one
-    /// vector of 12 (24) pixels loads more than it multiplies.
+    /// vector of 12 (24) pixels loads more than it multiplies. Three vectors of 4 (8) pixels
+    /// load 7 (11): RegNetY's groups of 24 channels (`bench-op mb1g2ic48ih56iw56oc48kh3ph1`)
+    /// went from 52-80% of the avx2 peak to 77-91%, `mb1g5ic120ih14iw14oc120kh3ph1` from
+    /// 50-66% to 73-94% (Zen3, three rounds alternated).
     fn wide_tile(d: &ConvDesc, oc_blocks: usize) -> Option<(usize, usize)> {
         // A fused pool's conv stage writes an nChw4c band whatever the destination, and the
         // weights are packed for it from this key.
@@ -798,6 +802,11 @@ impl ConvPlan {
         };
         let vecs = if oc_blocks.is_multiple_of(ratio * vectors) {
             ratio * vectors
+        } else if oc_blocks.is_multiple_of(3 * ratio) {
+            // Three wide vectors and a third of the pixels: a unit loads 3 weight vectors and
+            // 4 (8) broadcasts for 12 (24) FMAs, where one vector of 12 (24) pixels loads
+            // 13 (25).
+            3 * ratio
         } else if oc_blocks.is_multiple_of(ratio) {
             ratio
         } else {

@@ -71,8 +71,8 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
         PostOpDesc::Relu,
         PostOpDesc::Act(Activation::Elu { alpha: 1.0 }),
     ];
-    // Groups of 48 channels: at avx2 three tiles of two `ymm` per group, at avx512 three of
-    // one `zmm` (24 pixels), each within its group.
+    // Groups of 48 channels: at avx2 three tiles of two `ymm` per group, at avx512 one of
+    // three `zmm` (8 pixels), each within its group.
     let mut one_vector_groups = blocked(ConvDesc::new(1, 32, [5, 30], 96, [3, 3]));
     one_vector_groups.groups = 2;
     one_vector_groups.pads = Pads::uniform(1);
