@@ -346,9 +346,6 @@ impl PrimitiveKey {
             .sum()
     }
 
-    /// The extent that executions split across threads: output rows (pooled rows with a fused
-    /// pool; for Winograd, blocks of tiles times chunks of output channels; for a global
-    /// pooling, blocks of four channels).
     /// The work items of one call of this key's kernel at `extents` (`None`: the key's own).
     /// A runtime kernel's rows stay rows at any extents: [`ConvPlan::joined_rows`] joins only
     /// fixed ones, though this key at `extents` is fixed.
@@ -362,6 +359,10 @@ impl PrimitiveKey {
         }
     }
 
+    /// The extent that executions split across threads: output rows (pooled rows with a fused
+    /// pool; `ConvPlan::joined_rows` rows for a 1x1 conv on narrow rows; for Winograd, blocks
+    /// of tiles times chunks of output channels; for a global pooling, blocks of four
+    /// channels).
     pub fn work_items(&self) -> usize {
         match self {
             PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
