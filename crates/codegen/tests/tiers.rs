@@ -73,10 +73,10 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     ];
     // Groups of 48 channels: at avx2 three tiles of two `ymm` per group, at avx512 one of
     // three `zmm` (8 pixels), each within its group.
-    let mut one_vector_groups = blocked(ConvDesc::new(1, 32, [5, 30], 96, [3, 3]));
-    one_vector_groups.groups = 2;
-    one_vector_groups.pads = Pads::uniform(1);
-    one_vector_groups.bias = true;
+    let mut groups_of_48 = blocked(ConvDesc::new(1, 32, [5, 30], 96, [3, 3]));
+    groups_of_48.groups = 2;
+    groups_of_48.pads = Pads::uniform(1);
+    groups_of_48.bias = true;
     // Depthwise, lane-wise: wide vectors of consecutive pixels, with a bias, a residual and a
     // clip, rows of 3 wide tiles and a remainder.
     let mut depthwise = blocked(ConvDesc::new(1, 24, [6, 53], 24, [3, 3]));
@@ -95,7 +95,7 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     vec![
         ("3x3", c3),
         ("grouped", grouped),
-        ("groups of 48", one_vector_groups),
+        ("groups of 48", groups_of_48),
         ("depthwise", depthwise),
         ("depthwise stride 2", strided_depthwise),
         ("1x1 strided", c1),
