@@ -2,7 +2,9 @@
 //! assembler for the wide tiers' register tiles ([`x64`]).
 //!
 //! A lowering describes a register tile as data ([`x64::DirectTile`]: pixels, vectors, the
-//! reduction's taps, post-ops; [`x64::GemmTile`]: Winograd's tiles by output-channel vectors)
+//! reduction's taps, post-ops; [`x64::GemmTile`]: Winograd's tiles by output-channel vectors;
+//! [`x64::InputTransformTile`] and [`x64::OutputTransformTile`]: its transforms of a run of
+//! tiles)
 //! and calls it from its Cranelift loop nest; the tile's code is assembled by iced-x86 and
 //! placed after the Cranelift function in the same bytes, and the calls are resolved when the
 //! two are joined (`crate::compile`). A new tier or ISA is a new emitter here plus its

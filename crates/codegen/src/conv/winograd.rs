@@ -9,7 +9,9 @@
 //! 1. the input transform of each tile, four channels (one `nChw4c` vector) at a time, into
 //!    `V[point][channel block][tile][4]` in the thread's scratch; a tile that reaches outside
 //!    the input (padding, or the partial last tile of a row or column) is first copied into a
-//!    zeroed patch on the stack, so the transform itself never tests a bound;
+//!    zeroed patch on the stack, so the transform itself never tests a bound; at a wide
+//!    tier, a run of `lanes / 4` consecutive inside tiles of one tile row takes the x64
+//!    backend's `InputTransformTile` (a tile per 128-bit lane group, the same bits);
 //! 2. independent GEMMs, one per point, `M[point] = V[point] (tiles x ic) · U[point] (ic x
 //!    oc)`, with a register tile of 5 tiles x two output-channel vectors, one broadcast load
 //!    per two FMAs (see [`GROUP_TILES`]), into `M[point][channel block][tile][4]`; at a wide
@@ -18,7 +20,9 @@
 //!    slice of the next weight panel (see `PanelPrefetch`);
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
-//!    or column stores only its pixels inside the output.
+//!    or column stores only its pixels inside the output; at a wide tier, a run of whole
+//!    tiles of one tile row takes the backend's `OutputTransformTile` (but in a last block
+//!    whose padding lanes are masked).
 //!
 //! **Stride 2** ([`Form::Polyphase`]). A 4x4 output tile reads a 9x9 patch (stride 8 between
 //! patches). Along each axis, the patch's even positions (the taps 0 and 2 of consecutive
@@ -50,7 +54,7 @@ use cranelift_codegen::ir::{
 };
 
 use super::apply_post_ops;
-use crate::backend::x64::{GemmTile, WideTile};
+use crate::backend::x64::{GemmTile, InputTransformTile, OutputTransformTile, WideTile};
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::ConvDesc;
 use crate::target::Isa;
@@ -305,6 +309,29 @@ impl WinogradPlan {
             },
             streamed,
         }
+    }
+
+    /// The wide tier's input transform of runs of tiles (`None` at x128): the backend's
+    /// [`InputTransformTile`], `lanes / 4` tiles a call.
+    pub fn input_tile(&self) -> Option<InputTransformTile> {
+        let tile = InputTransformTile {
+            isa: self.desc.isa,
+            patch: self.form.patch(),
+            tile_step: (TILE * self.form.stride()) as i64 * PIXEL_BYTES,
+        };
+        tile.fits().then_some(tile)
+    }
+
+    /// The wide tier's output transform of runs of whole tiles (`None` at x128, or where the
+    /// backend does not compute a post-op): the backend's [`OutputTransformTile`].
+    pub fn output_tile(&self) -> Option<OutputTransformTile> {
+        let tile = OutputTransformTile {
+            isa: self.desc.isa,
+            patch: self.form.patch(),
+            bias: self.desc.bias,
+            posts: self.desc.post_ops.clone(),
+        };
+        tile.fits().then_some(tile)
     }
 
     /// Whether the GEMM prefetches each weight panel while it computes the one before: where
@@ -783,6 +810,18 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
     let in_tmp = vector_slot(e, points);
     let out_tmp = vector_slot(e, TILE * plan.form.patch());
     let info = tile_info_slot(e, plan.block_tiles);
+    // Aligned to a cache line: no vector of a wide scratch splits two.
+    let mut line_slot = |bytes: usize| {
+        let bytes = u32::try_from(bytes).expect("a small slot");
+        let data = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6);
+        e.b.create_sized_stack_slot(data)
+    };
+    let wide_input = plan
+        .input_tile()
+        .map(|tile| (tile.clone(), line_slot(tile.tmp_bytes())));
+    let wide_output = plan
+        .output_tile()
+        .map(|tile| (tile.clone(), line_slot(tile.tmp_bytes())));
     let (begin, end) = (e.begin, e.end);
     e.for_range(begin, end, &[], |e, item, _| {
         let block = e.udiv_const(item, plan.oc_chunks as u64);
@@ -828,6 +867,8 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
             in_tmp,
             out_tmp,
             info,
+            wide_input: wide_input.clone(),
+            wide_output: wide_output.clone(),
         };
         // A block's chunks are consecutive work items: a call that computed the block's
         // previous chunk still has its transformed inputs in its scratch.
@@ -870,6 +911,11 @@ struct Slots {
     in_tmp: StackSlot,
     out_tmp: StackSlot,
     info: StackSlot,
+    /// At a wide tier, the backend's input transform and its scratch.
+    wide_input: Option<(InputTransformTile, StackSlot)>,
+    /// At a wide tier, the backend's output transform and its scratch, where it computes
+    /// every post-op.
+    wide_output: Option<(OutputTransformTile, StackSlot)>,
 }
 
 /// Per tile of a block, three i64s: a byte offset, and two coordinates or extents.
@@ -959,29 +1005,21 @@ fn input_transform(
     let patch = plan.form.patch();
     // `V[point][channel block][tile][4]`: a channel block's tiles are consecutive vectors.
     let steps = [plane, e.mul(stride, PIXEL_BYTES)];
+    let tile_pixels = (TILE * plan.form.stride()) as i64;
+    let wide = slots.wide_input.as_ref();
     e.for_ptrs(
         Scalar::Const(blocks as i64),
         &[zero, scratch],
         &steps,
         |e, p| {
             let (plane_off, v_block) = (p[0], p[1]);
-            e.for_range(zero, count, &[], |e, t, _| {
+            let one_tile = |e: &mut Emit<'_>, t: Value| {
                 let [off, y0, x0] = slots.load_info(e, t);
                 let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
                 let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
                 let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
                 let (ih, iw) = (e.value(ih), e.value(iw));
-                let inside = {
-                    let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
-                    let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
-                    let y1 = e.offset(y0, patch as i64);
-                    let x1 = e.offset(x0, patch as i64);
-                    let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
-                    let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
-                    let a = e.b.ins().band(top, left);
-                    let b = e.b.ins().band(bottom, right);
-                    e.b.ins().band(a, b)
-                };
+                let inside = window_inside(e, patch, y0, x0, ih, iw);
                 // The pixel (y0, x0) of this channel block: an address only dereferenced at
                 // offsets that land inside the input (all of the patch for an inside tile, the
                 // clipped rows and columns for the others).
@@ -1002,10 +1040,99 @@ fn input_transform(
                 );
                 let v = e.scaled(v_block, t, PIXEL_BYTES, 0);
                 transform_input(e, plan.form, vals[0], vals[1], slots.in_tmp, v, v_point);
+            };
+            let Some((tile, tmp)) = wide else {
+                e.for_range(zero, count, &[], |e, t, _| {
+                    one_tile(e, t);
+                    Vec::new()
+                });
+                return;
+            };
+            // Runs of `n` tiles, one wide vector's blocks: a run of one tile row whose windows
+            // lie inside the input takes the wide transform, any other its tiles one by one.
+            let n = tile.tiles();
+            let runs = e.offset(count, n as i64 - 1);
+            let runs = e.udiv_const(runs, n as u64);
+            e.for_range(zero, runs, &[], |e, r, _| {
+                let t0 = e.b.ins().imul_imm_s(r, n as i64);
+                let t1 = e.offset(t0, n as i64);
+                let t1 = e.imin(t1, count);
+                let last = e.offset(t1, -1);
+                let [off, y0, x0] = slots.load_info(e, t0);
+                let [off_last, y0_last, x0_last] = slots.load_info(e, last);
+                let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+                let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
+                let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
+                let (ih, iw) = (e.value(ih), e.value(iw));
+                let span = (n - 1) as i64 * tile_pixels;
+                let whole = e.b.ins().isub(t1, t0);
+                let whole = e.b.ins().icmp_imm_s(IntCC::Equal, whole, n as i64);
+                let same_row = e.b.ins().icmp(IntCC::Equal, y0, y0_last);
+                // Columns `span` apart at `span` pixels' bytes: one row of one image.
+                let columns = e.b.ins().isub(x0_last, x0);
+                let columns = e.b.ins().icmp_imm_s(IntCC::Equal, columns, span);
+                let bytes = e.b.ins().isub(off_last, off);
+                let bytes =
+                    e.b.ins()
+                        .icmp_imm_s(IntCC::Equal, bytes, span * PIXEL_BYTES);
+                let first_inside = window_inside(e, patch, y0, x0, ih, iw);
+                let last_inside = window_inside(e, patch, y0_last, x0_last, ih, iw);
+                let run = [same_row, columns, bytes, first_inside, last_inside]
+                    .into_iter()
+                    .fold(whole, |acc, c| e.b.ins().band(acc, c));
+                e.if_else(
+                    run,
+                    |e| {
+                        let src = e.buffer(SRC);
+                        let src = e.b.ins().iadd(src, plane_off);
+                        let src = e.b.ins().iadd(src, off);
+                        let row_bytes = e.value(row);
+                        let v = e.scaled(v_block, t0, PIXEL_BYTES, 0);
+                        let v_point = e.value(v_point);
+                        let tmp = e.b.ins().stack_addr(types::I64, *tmp, 0);
+                        // The same windows in the next channel block, if any: the tile
+                        // prefetches them.
+                        let plane = e.value(plane);
+                        let last_plane = e.b.ins().imul_imm_s(plane, blocks as i64 - 1);
+                        let more =
+                            e.b.ins()
+                                .icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
+                        let none = e.iconst(0);
+                        let ahead = e.b.ins().select(more, plane, none);
+                        let args = [src, row_bytes, v, v_point, tmp, ahead];
+                        e.call_tile(WideTile::WinogradInput(tile.clone()), &args);
+                    },
+                    |e| {
+                        e.for_range(t0, t1, &[], |e, t, _| {
+                            one_tile(e, t);
+                            Vec::new()
+                        });
+                    },
+                );
                 Vec::new()
             });
         },
     );
+}
+
+/// Whether the `patch` x `patch` window at `(y0, x0)` lies inside an `ih` x `iw` input.
+fn window_inside(
+    e: &mut Emit<'_>,
+    patch: usize,
+    y0: Value,
+    x0: Value,
+    ih: Value,
+    iw: Value,
+) -> Value {
+    let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
+    let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
+    let y1 = e.offset(y0, patch as i64);
+    let x1 = e.offset(x0, patch as i64);
+    let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
+    let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
+    let a = e.b.ins().band(top, left);
+    let b = e.b.ins().band(bottom, right);
+    e.b.ins().band(a, b)
 }
 
 /// Zeroes the `patch` x `patch` slot and copies into it the pixels of the window at `src`
@@ -1528,17 +1655,20 @@ fn output_transform(
         &steps,
         |e, p| {
             let (plane_off, m_block) = (p[0], p[1]);
-            let bias = d.bias.then(|| e.load_vec(p[2], 0));
-            let mask = (real != 0).then(|| {
+            // The last block when its padding lanes need the mask.
+            let last_block = (real != 0).then(|| {
                 let block = *p.last().expect("the block index");
-                let last =
-                    e.b.ins()
-                        .icmp_imm_s(IntCC::Equal, block, d.oc.div_ceil(LANES) as i64 - 1);
-                let padded = e.lane_mask(real);
-                let whole = e.lane_mask(LANES);
-                e.b.ins().select(last, padded, whole)
+                e.b.ins()
+                    .icmp_imm_s(IntCC::Equal, block, d.oc.div_ceil(LANES) as i64 - 1)
             });
-            e.for_range(zero, count, &[], |e, t, _| {
+            let one_tile = |e: &mut Emit<'_>, t: Value| {
+                // Loaded per tile: no vector stays live across a wide tile's call.
+                let bias = d.bias.then(|| e.load_vec(p[2], 0));
+                let mask = last_block.map(|last| {
+                    let padded = e.lane_mask(real);
+                    let whole = e.lane_mask(LANES);
+                    e.b.ins().select(last, padded, whole)
+                });
                 let [off, rows, cols] = slots.load_info(e, t);
                 let full = {
                     let a = e.b.ins().icmp_imm_s(IntCC::Equal, rows, TILE as i64);
@@ -1637,6 +1767,72 @@ fn output_transform(
                     full,
                     |e| store_rows(e, None),
                     |e| store_rows(e, Some((rows, cols))),
+                );
+            };
+            let Some((tile, tmp)) = slots.wide_output.as_ref() else {
+                e.for_range(zero, count, &[], |e, t, _| {
+                    one_tile(e, t);
+                    Vec::new()
+                });
+                return;
+            };
+            // Runs of `n` tiles, one wide vector's blocks: a run of whole tiles of one tile
+            // row (outside the masked last block) takes the wide transform, any other its
+            // tiles one by one.
+            let n = tile.tiles();
+            let runs = e.offset(count, n as i64 - 1);
+            let runs = e.udiv_const(runs, n as u64);
+            e.for_range(zero, runs, &[], |e, r, _| {
+                let t0 = e.b.ins().imul_imm_s(r, n as i64);
+                let t1 = e.offset(t0, n as i64);
+                let t1 = e.imin(t1, count);
+                let last = e.offset(t1, -1);
+                let [off, rows, cols] = slots.load_info(e, t0);
+                let [off_last, rows_last, cols_last] = slots.load_info(e, last);
+                let whole = e.b.ins().isub(t1, t0);
+                let whole = e.b.ins().icmp_imm_s(IntCC::Equal, whole, n as i64);
+                // Whole tiles `n - 1` tiles' bytes apart lie in one tile row: tiles of the
+                // next row or image start at least three rows of pixels further.
+                let bytes = e.b.ins().isub(off_last, off);
+                let span = (n - 1) as i64 * TILE as i64 * PIXEL_BYTES;
+                let adjacent = e.b.ins().icmp_imm_s(IntCC::Equal, bytes, span);
+                let mut run = e.b.ins().band(whole, adjacent);
+                for x in [rows, cols, rows_last, cols_last] {
+                    let four = e.b.ins().icmp_imm_s(IntCC::Equal, x, TILE as i64);
+                    run = e.b.ins().band(run, four);
+                }
+                if let Some(last_block) = last_block {
+                    let unmasked = e.b.ins().bxor_imm_u(last_block, 1);
+                    run = e.b.ins().band(run, unmasked);
+                }
+                e.if_else(
+                    run,
+                    |e| {
+                        let tile_off = e.b.ins().iadd(plane_off, off);
+                        let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
+                            let b = e.buffer(buffer);
+                            e.b.ins().iadd(b, tile_off)
+                        };
+                        let m = e.scaled(m_block, t0, PIXEL_BYTES, 0);
+                        let m_point = e.value(m_point);
+                        let dst = at_buffer(e, DST);
+                        let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+                        let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
+                        let row = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
+                        let row_bytes = e.value(row);
+                        // Without a bias the tile reads nothing there.
+                        let bias = if d.bias { p[2] } else { m };
+                        let tmp = e.b.ins().stack_addr(types::I64, *tmp, 0);
+                        let mut args = vec![m, m_point, dst, row_bytes, bias, tmp];
+                        args.extend((0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)));
+                        e.call_tile(WideTile::WinogradOutput(tile.clone()), &args);
+                    },
+                    |e| {
+                        e.for_range(t0, t1, &[], |e, t, _| {
+                            one_tile(e, t);
+                            Vec::new()
+                        });
+                    },
                 );
                 Vec::new()
             });

@@ -8,9 +8,9 @@
 //! are `lower_eltwise`'s, their constants `crate::approx`'s; only the registers are chosen
 //! here. `Elu` needs a fifth register and stays with the Cranelift code after the tile.
 
-use iced_x86::code_asm::{AsmMemoryOperand, k2, ptr};
+use iced_x86::code_asm::{k2, ptr};
 
-use super::{Asm, YMM, ZMM, ok};
+use super::{Asm, Src, YMM, ZMM, ok};
 use crate::approx::{
     EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, ROUNDING_MAGIC, TANH_POLY, TANH_SMALL,
 };
@@ -22,13 +22,6 @@ const T1: usize = 0;
 const T2: usize = 1;
 const T3: usize = 2;
 const T4: usize = 3;
-
-/// A source operand: a register, or a splat from the constant pool.
-#[derive(Clone, Copy)]
-enum Src {
-    Reg(usize),
-    Mem(AsmMemoryOperand),
-}
 
 /// `vcmpps` predicates.
 const LESS: u32 = 1;
@@ -46,20 +39,6 @@ struct Compare {
 
 const SIGN: u32 = 0x8000_0000;
 const ABS: u32 = 0x7fff_ffff;
-
-/// `d = a op b` for an instruction of the form `op d, a, b/m` at either wide tier.
-macro_rules! three {
-    ($asm:expr, $op:ident, $d:expr, $a:expr, $b:expr) => {{
-        let (d, a): (usize, usize) = ($d, $a);
-        let res = match ($asm.wide(), $b) {
-            (true, Src::Reg(b)) => $asm.a.$op(ZMM[d], ZMM[a], ZMM[b]),
-            (true, Src::Mem(m)) => $asm.a.$op(ZMM[d], ZMM[a], ptr(m)),
-            (false, Src::Reg(b)) => $asm.a.$op(YMM[d], YMM[a], YMM[b]),
-            (false, Src::Mem(m)) => $asm.a.$op(YMM[d], YMM[a], ptr(m)),
-        };
-        ok(res);
-    }};
-}
 
 impl Asm {
     fn f32(&mut self, x: f32) -> Src {

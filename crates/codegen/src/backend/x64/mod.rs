@@ -19,7 +19,31 @@ use crate::key::PostOpDesc;
 use crate::target::Isa;
 use crate::tile::{PEAK_CHAINS, PEAK_TILE_CHANNELS, WidePattern};
 
+/// A source operand: a register, or a splat from the constant pool.
+#[derive(Clone, Copy)]
+pub(crate) enum Src {
+    Reg(usize),
+    Mem(AsmMemoryOperand),
+}
+
+/// `d = a op b` for an instruction of the form `op d, a, b/m` at either wide tier.
+macro_rules! three {
+    ($asm:expr, $op:ident, $d:expr, $a:expr, $b:expr) => {{
+        let (d, a): (usize, usize) = ($d, $a);
+        let res = match ($asm.wide(), $b) {
+            (true, Src::Reg(b)) => $asm.a.$op(ZMM[d], ZMM[a], ZMM[b]),
+            (true, Src::Mem(m)) => $asm.a.$op(ZMM[d], ZMM[a], ptr(m)),
+            (false, Src::Reg(b)) => $asm.a.$op(YMM[d], YMM[a], YMM[b]),
+            (false, Src::Mem(m)) => $asm.a.$op(YMM[d], YMM[a], ptr(m)),
+        };
+        ok(res);
+    }};
+}
+
 mod activation;
+mod winograd;
+
+pub use winograd::{InputTransformTile, OutputTransformTile};
 
 /// Bytes of one block of four channels' pixel in `nChw4c`, the unit a wide vector's lanes
 /// are stored in: a wide vector of output channels spans `lanes / 4` blocks.
@@ -303,17 +327,22 @@ pub enum WideTile {
     WinogradGemm(GemmTile),
     Lanewise(LanewiseTile),
     Pool(PoolTile),
+    WinogradInput(InputTransformTile),
+    WinogradOutput(OutputTransformTile),
 }
 
 impl WideTile {
     /// The tile's machine code, for any address (see [`DirectTile::assemble`],
-    /// [`GemmTile::assemble`], [`LanewiseTile::assemble`] and [`PoolTile::assemble`]).
+    /// [`GemmTile::assemble`], [`LanewiseTile::assemble`], [`PoolTile::assemble`],
+    /// [`InputTransformTile::assemble`] and [`OutputTransformTile::assemble`]).
     pub fn assemble(&self) -> TileCode {
         match self {
             WideTile::Direct(t) => t.assemble(),
             WideTile::WinogradGemm(t) => t.assemble(),
             WideTile::Lanewise(t) => t.assemble(),
             WideTile::Pool(t) => t.assemble(),
+            WideTile::WinogradInput(t) => t.assemble(),
+            WideTile::WinogradOutput(t) => t.assemble(),
         }
     }
 }
@@ -1062,9 +1091,14 @@ impl Asm {
     /// Register `r`'s lanes from the blocks of four floats at `rdi + x`, `rdi + x + step`, ...:
     /// the source blocks of a strided lane-wise vector's pixels.
     fn gather_blocks(&mut self, r: usize, x: i64, step: i64) {
+        self.gather_blocks_at(r, rdi + disp(x), step);
+    }
+
+    /// Register `r`'s lanes from the blocks of four floats at `at`, `at + step`, ...
+    fn gather_blocks_at(&mut self, r: usize, at: AsmMemoryOperand, step: i64) {
         let blocks = self.isa.target().lanes / 4;
         for j in 0..blocks {
-            let m = xmmword_ptr(rdi + disp(x + j as i64 * step));
+            let m = xmmword_ptr(at + disp(j as i64 * step));
             // The first block's load clears the rest: no wait for the register's last value.
             let res = if j == 0 {
                 self.a.vmovups(XMM[r], m)
