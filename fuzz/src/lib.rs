@@ -236,6 +236,7 @@ impl OpSpec {
                 },
                 shape: [mb, ic, ih, iw],
                 layout: src_layout,
+                isa: Isa::X128,
             }),
         }
     }

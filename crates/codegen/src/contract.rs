@@ -8,8 +8,8 @@
 
 use crate::conv::winograd::{Form, WinogradPlan};
 use crate::key::{
-    BufferSpec, ConvAlgo, ConvDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS, KeyError, Layout, PoolDesc,
-    PrimitiveKey, SCRATCH_ROLE,
+    BufferSpec, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS, KeyError,
+    Layout, PoolDesc, PrimitiveKey, SCRATCH_ROLE,
 };
 use crate::plan::{ConvPlan, representative_extents};
 use crate::target::Isa;
@@ -174,6 +174,31 @@ impl PoolDesc {
     }
 }
 
+impl EltwiseDesc {
+    /// The tier this element-wise op's kernel uses on an engine of tier `engine`: the
+    /// engine's for the activations a wide tile computes, PReLU and the broadcasting binary
+    /// ops (`backend::x64::EltwiseTile`: runs of whole wide vectors, the x128 loop after
+    /// them); `x128` for `relu`, `add` (which `lower_pool` lowers) and `elu`.
+    pub fn tier_for(&self, engine: Isa) -> Isa {
+        let wide = match self.kind {
+            EltwiseKind::Act(act) => crate::backend::x64::EltwiseTile::computes(act),
+            EltwiseKind::PRelu | EltwiseKind::Binary { .. } => true,
+            EltwiseKind::Relu | EltwiseKind::Add => false,
+        };
+        if wide && engine != Isa::X128 {
+            engine
+        } else {
+            Isa::X128
+        }
+    }
+
+    /// This key at the tier its kernel uses on an engine of tier `engine` ([`Self::tier_for`]).
+    pub fn at_tier(self, engine: Isa) -> EltwiseDesc {
+        let isa = self.tier_for(engine);
+        EltwiseDesc { isa, ..self }
+    }
+}
+
 impl PrimitiveKey {
     /// Checks that the key describes a kernel that can exist, with checked arithmetic on every
     /// extent, so that code generation may assume in-bounds addressing.
@@ -209,6 +234,7 @@ impl PrimitiveKey {
         let (what, isa, granted) = match self {
             PrimitiveKey::Conv(d) => ("convolution", d.isa, d.tier_for(d.isa)),
             PrimitiveKey::Pool(d) => ("pooling", d.isa, d.tier_for(d.isa)),
+            PrimitiveKey::Eltwise(d) => ("element-wise op", d.isa, d.tier_for(d.isa)),
             _ => return Ok(()),
         };
         if isa == granted {

@@ -576,6 +576,8 @@ pub struct EltwiseDesc {
     pub kind: EltwiseKind,
     pub shape: [usize; 4],
     pub layout: Layout,
+    /// The vector tier of the kernel's runs (`EltwiseDesc::tier_for`).
+    pub isa: Isa,
 }
 
 /// Tensors joined along channels: input `i` has `channels[i]` channels, all share the batch,
@@ -935,6 +937,7 @@ impl PrimitiveKey {
         match self {
             PrimitiveKey::Conv(d) => d.isa,
             PrimitiveKey::Pool(d) => d.isa,
+            PrimitiveKey::Eltwise(d) => d.isa,
             PrimitiveKey::WidePeak { isa, .. } => *isa,
             _ => Isa::X128,
         }
@@ -1394,7 +1397,11 @@ impl fmt::Display for PrimitiveKey {
                         write!(f, "{op}{rhs}")?;
                     }
                 }
-                write!(f, " mb{n}ic{c}ih{h}iw{w} {}", d.layout)
+                write!(f, " mb{n}ic{c}ih{h}iw{w}")?;
+                if d.isa != Isa::X128 {
+                    write!(f, " isa:{}", d.isa)?;
+                }
+                write!(f, " {}", d.layout)
             }
             PrimitiveKey::Concat(d) => {
                 let channels: Vec<String> = d.channels.iter().map(|c| c.to_string()).collect();

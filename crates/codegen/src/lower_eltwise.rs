@@ -16,6 +16,7 @@ use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 use crate::approx::{
     EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, ROUNDING_MAGIC, TANH_POLY, TANH_SMALL,
 };
+use crate::backend::x64::{EltwiseOp, EltwiseOperand, EltwiseTile, WideTile};
 use crate::emit::{Emit, F32_BYTES};
 use crate::key::{Activation, BinaryKind, Broadcast, EltwiseDesc, EltwiseKind, Layout};
 use crate::plan::Strides;
@@ -257,8 +258,9 @@ fn apply(e: &mut Emit<'_>, kind: EltwiseKind, x: Value, y: Option<Value>) -> Val
 }
 
 /// The activations, PReLU and binary ops: for each image and channel plane (a block of four
-/// channels in `nChw4c`), the contiguous span of the call's rows, four floats at a time (one
-/// at a time for an NCHW remainder). A per-channel operand is loaded once per plane. In
+/// channels in `nChw4c`), the contiguous span of the call's rows: at a wide tier its whole wide
+/// vectors in the backend's `EltwiseTile` (but in a masked last block), then four floats at a
+/// time (one at a time for an NCHW remainder), the tile's operations on each vector. A per-channel operand is loaded once per plane. In
 /// `nChw4c` the padding lanes of a last, partial block are written as zeros, so that no op (a
 /// division of zeros) leaves a NaN there for a convolution to multiply by its zero weights.
 pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
@@ -322,8 +324,31 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
     let masked = d.layout == Layout::Nchw4c && partial != 0;
     let scalar_tail = d.layout == Layout::Nchw && !w.is_multiple_of(LANES);
     let kind = d.kind;
-    // One plane: its operand, its vectors, its scalar remainder.
+    let wide = wide_tile(d, operand);
+    // One plane: its operand, its vectors (whole wide vectors first at a wide tier, but in a
+    // masked plane), its scalar remainder.
     let plane = |e: &mut Emit<'_>, p: &[Value], mask: Option<Value>| {
+        let (first, p) = match (&wide, mask) {
+            (Some(tile), None) => {
+                // `lanes / 4` four-float units a wide vector.
+                let units = tile.isa.target().lanes / LANES;
+                let whole = e.b.ins().ushr_imm_u(vectors, units.trailing_zeros() as i64);
+                let src2 = if second { p[2] } else { p[0] };
+                e.call_tile(WideTile::Eltwise(tile.clone()), &[p[0], p[1], src2, whole]);
+                let first = e.b.ins().imul_imm_s(whole, units as i64);
+                let bytes = e.b.ins().imul_imm_s(first, LANES as i64 * f);
+                let mut moved = vec![e.b.ins().iadd(p[0], bytes), e.b.ins().iadd(p[1], bytes)];
+                if second {
+                    moved.push(match operand {
+                        Operand::PerElement => e.b.ins().iadd(p[2], bytes),
+                        _ => p[2],
+                    });
+                }
+                (first, moved)
+            }
+            _ => (zero_i, p.to_vec()),
+        };
+        let p = &p[..];
         let per_plane = match operand {
             Operand::PerPlane => Some(match d.layout {
                 Layout::Nchw4c => e.load_vec(p[2], 0),
@@ -331,7 +356,7 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
             }),
             _ => None,
         };
-        let after = e.for_range(zero_i, vectors, p, |e, _, q| {
+        let after = e.for_range(first, vectors, p, |e, _, q| {
             let x = e.load_vec(q[0], 0);
             let y = match per_plane {
                 Some(v) => Some(v),
@@ -389,6 +414,28 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
             plane(e, &last, Some(mask));
         }
     });
+}
+
+/// The backend's tile for the whole wide vectors of a plane's span, at a wide tier.
+fn wide_tile(d: &EltwiseDesc, operand: Operand) -> Option<EltwiseTile> {
+    let op = match d.kind {
+        EltwiseKind::Act(act) => EltwiseOp::Act(act),
+        EltwiseKind::PRelu => EltwiseOp::PRelu,
+        EltwiseKind::Binary { op, .. } => EltwiseOp::Binary(op),
+        EltwiseKind::Relu | EltwiseKind::Add => return None,
+    };
+    let operand = match (operand, d.layout) {
+        (Operand::None, _) => EltwiseOperand::None,
+        (Operand::PerElement, _) => EltwiseOperand::Vector,
+        (Operand::PerPlane, Layout::Nchw4c) => EltwiseOperand::Block,
+        (Operand::PerPlane, Layout::Nchw) => EltwiseOperand::Scalar,
+    };
+    let tile = EltwiseTile {
+        isa: d.isa,
+        op,
+        operand,
+    };
+    tile.fits().then_some(tile)
 }
 
 /// Copies `pixels` pixels of `lanes` channels from `src` (lanes `0..lanes` of each

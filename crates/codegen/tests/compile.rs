@@ -76,11 +76,13 @@ fn keys() -> Vec<PrimitiveKey> {
             kind: EltwiseKind::Add,
             shape: [1, 3, 5, 7],
             layout: Layout::Nchw,
+            isa: Isa::X128,
         }),
         PrimitiveKey::Eltwise(EltwiseDesc {
             kind: EltwiseKind::Relu,
             shape: [1, 3, 5, 7],
             layout: Layout::Nchw4c,
+            isa: Isa::X128,
         }),
         PrimitiveKey::FmaPeak(FmaPattern::Registers),
         PrimitiveKey::FmaPeak(FmaPattern::Broadcast),

@@ -8,8 +8,9 @@
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    Activation, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps, Isa, Layout, PoolDesc,
-    PostOpDesc, PrimitiveKey, WidePattern, compile,
+    Activation, BinaryKind, Broadcast, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps,
+    EltwiseDesc, EltwiseKind, Isa, Layout, PoolDesc, PostOpDesc, PrimitiveKey, WidePattern,
+    compile,
 };
 use primjit_ir::{Pads, PoolKind, PoolWindow};
 
@@ -534,6 +535,83 @@ fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
         let err = compile(&key, verified(), Dumps::default()).unwrap_err();
         assert!(
             err.to_string().contains("does not cover this pooling"),
+            "{err}"
+        );
+    }
+}
+
+/// Element-wise keys at the wide tiers: an activation, PReLU and each binary op with each
+/// broadcast, in both layouts, call a tile of the tier's registers only, with the op's wide
+/// instruction; `relu`, `add` and `elu` stay x128, and a key that claims a wide tier for them
+/// is refused.
+#[test]
+fn eltwise_tiles_emit_their_tiers_forms_on_every_host() {
+    let binary = |op, rhs| EltwiseKind::Binary { op, rhs };
+    let cases = [
+        (EltwiseKind::Act(Activation::Silu), Mnemonic::Vdivps),
+        (EltwiseKind::Act(Activation::HardSwish), Mnemonic::Vminps),
+        (EltwiseKind::PRelu, Mnemonic::Vmulps),
+        (binary(BinaryKind::Add, Broadcast::Full), Mnemonic::Vaddps),
+        (
+            binary(BinaryKind::Sub, Broadcast::PerChannel),
+            Mnemonic::Vsubps,
+        ),
+        (
+            binary(BinaryKind::Mul, Broadcast::PerImageChannel),
+            Mnemonic::Vmulps,
+        ),
+        (binary(BinaryKind::Div, Broadcast::Full), Mnemonic::Vdivps),
+    ];
+    for (kind, op) in cases {
+        for layout in [Layout::Nchw, Layout::Nchw4c] {
+            for isa in [Isa::Avx2, Isa::Avx512] {
+                let d = EltwiseDesc {
+                    kind,
+                    shape: [2, 7, 5, 9],
+                    layout,
+                    isa: Isa::X128,
+                };
+                let key = PrimitiveKey::Eltwise(d.at_tier(isa));
+                assert!(key.to_string().contains(&format!("isa:{isa}")), "{key}");
+                let k = compile(&key, verified(), Dumps::default())
+                    .unwrap_or_else(|e| panic!("{key}: {e}"));
+                assert_eq!(k.tiles().len(), 1, "{key}");
+                let (wide_reg, other_reg) = match isa {
+                    Isa::Avx2 => (
+                        Register::is_ymm as fn(Register) -> bool,
+                        Register::is_zmm as fn(Register) -> bool,
+                    ),
+                    _ => (
+                        Register::is_zmm as fn(Register) -> bool,
+                        Register::is_ymm as fn(Register) -> bool,
+                    ),
+                };
+                let range = k.tiles()[0].clone();
+                let tile = decode(&k.code()[range.clone()], range.start);
+                assert!(tile.iter().all(|i| !i.is_invalid()), "{key}: undecodable");
+                assert_eq!(tile.last().map(|i| i.mnemonic()), Some(Mnemonic::Ret));
+                assert!(tile.iter().all(|i| !uses(i, other_reg)), "{key}");
+                let wide_op = tile.iter().any(|i| i.mnemonic() == op && uses(i, wide_reg));
+                assert!(wide_op, "{key}: no wide {op:?}");
+            }
+        }
+    }
+    for kind in [
+        EltwiseKind::Relu,
+        EltwiseKind::Add,
+        EltwiseKind::Act(Activation::Elu { alpha: 1.0 }),
+    ] {
+        let d = EltwiseDesc {
+            kind,
+            shape: [1, 8, 4, 4],
+            layout: Layout::Nchw4c,
+            isa: Isa::Avx2,
+        };
+        assert_eq!(d.tier_for(Isa::Avx2), Isa::X128, "{d:?}");
+        let err = compile(&PrimitiveKey::Eltwise(d), verified(), Dumps::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("does not cover this element-wise op"),
             "{err}"
         );
     }

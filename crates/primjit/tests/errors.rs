@@ -55,6 +55,7 @@ fn relu_key() -> PrimitiveKey {
         kind: EltwiseKind::Relu,
         shape: [1, 2, 3, 4],
         layout: Layout::Nchw,
+        isa: Isa::X128,
     })
 }
 

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use memmap2::MmapMut;
 use primjit_codegen::{
-    ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PostOpDesc, PrimitiveKey,
+    ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Isa, Layout, PostOpDesc,
+    PrimitiveKey,
 };
 use primjit_ir::{Pads, PoolKind};
 use primjit_runtime::exec::PageSource;
@@ -34,6 +35,7 @@ fn relu(c: usize, h: usize, w: usize) -> PrimitiveKey {
         kind: EltwiseKind::Relu,
         shape: [1, c, h, w],
         layout: Layout::Nchw,
+        isa: Isa::X128,
     })
 }
 
@@ -42,6 +44,7 @@ fn add(c: usize, h: usize, w: usize) -> PrimitiveKey {
         kind: EltwiseKind::Add,
         shape: [1, c, h, w],
         layout: Layout::Nchw,
+        isa: Isa::X128,
     })
 }
 
@@ -389,6 +392,7 @@ fn bytes_mapped_and_peak_follow_the_entries() {
             kind: EltwiseKind::Relu,
             shape: [1, 5, 2, 2],
             layout: Layout::Nchw4c,
+            isa: Isa::X128,
         }),
     ];
     let mut total = 0;
@@ -559,6 +563,7 @@ fn mixed_costs_follow_the_lru_model() {
             kind: EltwiseKind::Add,
             shape: [1, 6, 2, 3],
             layout: Layout::Nchw4c,
+            isa: Isa::X128,
         }),
     ];
     let probe = engine(Budget::Unlimited, None);
@@ -1317,11 +1322,13 @@ fn whole_keys_are_compared_never_confused() {
             kind: EltwiseKind::Relu,
             shape: [1, 2, 3, 4],
             layout: Layout::Nchw4c,
+            isa: Isa::X128,
         }),
         PrimitiveKey::Eltwise(EltwiseDesc {
             kind: EltwiseKind::Relu,
             shape: [2, 1, 3, 4],
             layout: Layout::Nchw,
+            isa: Isa::X128,
         }),
         global_avg(2, 3, 4),
         PrimitiveKey::GlobalPool(GlobalPoolDesc {

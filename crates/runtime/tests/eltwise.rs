@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use primjit_codegen::{
     Activation, BinaryKind, Broadcast, ConcatDesc, ConvAlgo, ConvDesc, EXP_ULPS, EltwiseDesc,
-    EltwiseKind, Layout, PostOpDesc, PrimitiveKey, SelectDesc, TANH_ULPS,
+    EltwiseKind, Isa, Layout, PostOpDesc, PrimitiveKey, SelectDesc, TANH_ULPS,
 };
 use primjit_reference::{ConvAttrs, Pads, Post, Tensor};
 use primjit_runtime::exec::GuardedBuffer;
@@ -236,9 +236,43 @@ fn shape() -> impl Strategy<Value = [usize; 4]> {
         1..=2usize,
         prop::sample::select(vec![1usize, 3, 4, 5, 7, 8, 13]),
         1..=4usize,
-        prop::sample::select(vec![1usize, 2, 3, 4, 5, 9]),
+        prop::sample::select(vec![1usize, 2, 3, 4, 5, 9, 17]),
     )
         .prop_map(|(n, c, h, w)| [n, c, h, w])
+}
+
+/// The vector tiers this host runs, each as likely.
+fn tier() -> impl Strategy<Value = Isa> {
+    prop::sample::select(common::host_tiers())
+}
+
+/// At a wide tier, the kernel's output `raw` has the bits of the x128 kernel's on the same
+/// buffers: the wide runs compute each vector with the x128 loop's operations.
+fn check_x128_bits(
+    d: &EltwiseDesc,
+    raw: &[f32],
+    src: &[f32],
+    extra: &[Vec<f32>],
+) -> Result<(), TestCaseError> {
+    if d.isa == Isa::X128 {
+        return Ok(());
+    }
+    let narrow = EltwiseDesc {
+        isa: Isa::X128,
+        ..d.clone()
+    };
+    let p = compile(&PrimitiveKey::Eltwise(narrow));
+    let want = run(&p, src, None, extra, raw.len())?;
+    let same = raw
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    prop_assert!(
+        same,
+        "{}: differs from its x128 kernel",
+        PrimitiveKey::Eltwise(d.clone())
+    );
+    Ok(())
 }
 
 fn activation() -> impl Strategy<Value = Activation> {
@@ -300,34 +334,50 @@ fn padding_is_zero(buf: &[f32], layout: Layout, [n, c, h, w]: [usize; 4]) -> boo
 proptest! {
     #![proptest_config(config())]
 
+    /// At every tier the host runs (a wide tier's runs bit-identical to x128).
     #[test]
     fn activations_match_the_reference(
         act in activation(),
         shape in shape(),
         layout in layout(),
         seed in any::<u64>(),
+        isa in tier(),
     ) {
         let x = Rng(seed).tensor(&shape, true);
-        let key = PrimitiveKey::Eltwise(EltwiseDesc { kind: EltwiseKind::Act(act), shape, layout });
+        let d = EltwiseDesc { kind: EltwiseKind::Act(act), shape, layout, isa: Isa::X128 }
+            .at_tier(isa);
+        let key = PrimitiveKey::Eltwise(d.clone());
         let p = compile(&key);
-        let raw = run(&p, &to_layout(&x, layout), None, &[], layout.buffer_len(shape))?;
+        let src = to_layout(&x, layout);
+        let raw = run(&p, &src, None, &[], layout.buffer_len(shape))?;
         prop_assert!(padding_is_zero(&raw, layout, shape), "{key}: padding lanes");
+        check_x128_bits(&d, &raw, &src, &[])?;
         let got = from_layout(&raw, layout, shape);
         let want = primjit_reference::activation(&x, act);
         check_close(&key, &x.data, &got, &want.data, act_ulps(act), |x| act_abs(act, x))?;
     }
 
     #[test]
-    fn prelu_matches_the_reference(shape in shape(), layout in layout(), seed in any::<u64>()) {
+    fn prelu_matches_the_reference(
+        shape in shape(),
+        layout in layout(),
+        seed in any::<u64>(),
+        isa in tier(),
+    ) {
         let mut rng = Rng(seed);
         let x = rng.tensor(&shape, true);
         let slope = rng.tensor(&[shape[1]], false);
-        let key = PrimitiveKey::Eltwise(EltwiseDesc { kind: EltwiseKind::PRelu, shape, layout });
+        let d = EltwiseDesc { kind: EltwiseKind::PRelu, shape, layout, isa: Isa::X128 }
+            .at_tier(isa);
+        let key = PrimitiveKey::Eltwise(d.clone());
         let p = compile(&key);
         let mut padded = slope.data.clone();
         padded.resize(shape[1].div_ceil(4) * 4, 0.0);
-        let raw = run(&p, &to_layout(&x, layout), None, &[padded], layout.buffer_len(shape))?;
+        let src = to_layout(&x, layout);
+        let extra = [padded];
+        let raw = run(&p, &src, None, &extra, layout.buffer_len(shape))?;
         prop_assert!(padding_is_zero(&raw, layout, shape), "{key}: padding lanes");
+        check_x128_bits(&d, &raw, &src, &extra)?;
         let got = from_layout(&raw, layout, shape);
         let want = primjit_reference::prelu(&x, &slope);
         check_close(&key, &x.data, &got, &want.data, 0.0, |_| 0.0)?;
@@ -340,25 +390,26 @@ proptest! {
         shape in shape(),
         layout in layout(),
         seed in any::<u64>(),
+        isa in tier(),
     ) {
         let mut rng = Rng(seed);
         let a = rng.tensor(&shape, true);
         let b = rng.tensor(&rhs.shape(shape), true);
-        let key = PrimitiveKey::Eltwise(EltwiseDesc {
+        let d = EltwiseDesc {
             kind: EltwiseKind::Binary { op, rhs },
             shape,
             layout,
-        });
+            isa: Isa::X128,
+        }
+        .at_tier(isa);
+        let key = PrimitiveKey::Eltwise(d.clone());
         key.validate().unwrap();
         let p = compile(&key);
-        let raw = run(
-            &p,
-            &to_layout(&a, layout),
-            None,
-            &[to_layout(&b, layout)],
-            layout.buffer_len(shape),
-        )?;
+        let src = to_layout(&a, layout);
+        let extra = [to_layout(&b, layout)];
+        let raw = run(&p, &src, None, &extra, layout.buffer_len(shape))?;
         prop_assert!(padding_is_zero(&raw, layout, shape), "{key}: padding lanes");
+        check_x128_bits(&d, &raw, &src, &extra)?;
         let got = from_layout(&raw, layout, shape);
         let want = primjit_reference::binary(op, &a, &b);
         check_close(&key, &a.data, &got, &want.data, 0.0, |_| 0.0)?;
@@ -491,6 +542,7 @@ fn activation_on(act: Activation, xs: &[f32]) -> Vec<f32> {
         kind: EltwiseKind::Act(act),
         shape,
         layout: Layout::Nchw,
+        isa: Isa::X128,
     });
     let p = compile(&key);
     run(&p, xs, None, &[], xs.len()).expect("runs")

@@ -2388,6 +2388,7 @@ fn eltwise_problem() -> impl Strategy<Value = EltwiseProblem> {
                 kind,
                 shape: [n, c, h, w],
                 layout,
+                isa: Isa::X128,
             },
             seed,
         })
@@ -2901,6 +2902,7 @@ fn wrong_buffers_are_typed_errors() {
         kind: EltwiseKind::Add,
         shape: [1, 3, 2, 2],
         layout: Layout::Nchw4c,
+        isa: Isa::X128,
     });
     let ap = compile(&add).unwrap();
     let mut dst = vec![0.0; 16];

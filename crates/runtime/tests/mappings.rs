@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use memmap2::MmapMut;
-use primjit_codegen::{ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Layout, PrimitiveKey};
+use primjit_codegen::{
+    ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Isa, Layout, PrimitiveKey,
+};
 use primjit_ir::{Pads, PoolKind};
 use primjit_runtime::exec::{PageSource, page_size};
 use primjit_runtime::{
@@ -122,6 +124,7 @@ fn relu(c: usize, h: usize, w: usize) -> PrimitiveKey {
         kind: EltwiseKind::Relu,
         shape: [1, c, h, w],
         layout: Layout::Nchw,
+        isa: Isa::X128,
     })
 }
 

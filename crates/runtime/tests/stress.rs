@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use primjit_codegen::{
-    ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, Layout, PoolDesc, PostOpDesc, PrimitiveKey,
+    ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, Isa, Layout, PoolDesc, PostOpDesc, PrimitiveKey,
 };
 use primjit_ir::{Graph, Pads, Params, PoolKind, PoolWindow, Tensor, parse};
 use primjit_reference::{ConvAttrs, PoolAttrs, Post};
@@ -328,6 +328,7 @@ fn random_key(rng: &mut Rng) -> PrimitiveKey {
                 },
                 shape: [1, rng.range(1, 8), rng.range(1, 6), rng.range(1, 9)],
                 layout: layout(rng),
+                isa: Isa::X128,
             }),
         };
         if key.validate().is_ok() {

@@ -26,8 +26,8 @@ impl CompiledGraph {
     }
 
     /// Per node, the convolution algorithm and tier its keys use; for the other nodes, direct
-    /// and the engine's tier, which a pooling node's key takes where its tiles cover it
-    /// (`PoolDesc::tier_for`).
+    /// and the engine's tier, which a pooling or element-wise node's key takes where its
+    /// tiles cover it (`PoolDesc::tier_for`, `EltwiseDesc::tier_for`).
     pub(super) fn algos(&self) -> Vec<(ConvAlgo, Isa)> {
         self.prepared
             .iter()
@@ -143,7 +143,7 @@ impl NodeKeys<'_> {
     }
 
     /// The key of `node`, which leaves the extents `rt` to run time; `algo` is its
-    /// convolution algorithm and tier (for a pooling node, the engine's tier).
+    /// convolution algorithm and tier (for a pooling or element-wise node, the engine's tier).
     fn key(
         &self,
         node: &NodeData,
@@ -165,8 +165,8 @@ impl NodeKeys<'_> {
                     dst_layout: Layout::Nchw4c,
                 })
             }
-            Op::Relu { input } => self.eltwise(EltwiseKind::Relu, *input)?,
-            Op::Add { lhs, .. } => self.eltwise(EltwiseKind::Add, *lhs)?,
+            Op::Relu { input } => self.eltwise(EltwiseKind::Relu, *input, algo.1)?,
+            Op::Add { lhs, .. } => self.eltwise(EltwiseKind::Add, *lhs, algo.1)?,
             Op::BatchNorm(bn) => {
                 let [n, c, ih, iw] = self.concrete(bn.input)?;
                 let mut d = bn_desc_shell(c, self.src_layout(bn.input));
@@ -175,9 +175,9 @@ impl NodeKeys<'_> {
                 d.iw = iw;
                 PrimitiveKey::Conv(d.with_runtime(rt))
             }
-            Op::Act { act, input } => self.eltwise(EltwiseKind::Act(*act), *input)?,
-            Op::PRelu { input, .. } => self.eltwise(EltwiseKind::PRelu, *input)?,
-            Op::Binary { kind, lhs, rhs } => self.binary(*kind, *lhs, *rhs)?,
+            Op::Act { act, input } => self.eltwise(EltwiseKind::Act(*act), *input, algo.1)?,
+            Op::PRelu { input, .. } => self.eltwise(EltwiseKind::PRelu, *input, algo.1)?,
+            Op::Binary { kind, lhs, rhs } => self.binary(*kind, *lhs, *rhs, algo.1)?,
             Op::Concat { inputs } => self.concat(inputs)?,
             Op::Resize(r) => PrimitiveKey::Resize(self.resize(r, node.result)?.with_runtime(rt)),
             Op::ConvTranspose(ct) => PrimitiveKey::ConvTranspose(
@@ -252,17 +252,32 @@ impl NodeKeys<'_> {
         })
     }
 
-    /// The key of a unary element-wise op (or `add`, by its first operand's shape) on `input`.
-    fn eltwise(&self, kind: EltwiseKind, input: Value) -> Result<PrimitiveKey, GraphError> {
-        Ok(PrimitiveKey::Eltwise(EltwiseDesc {
+    /// The key of a unary element-wise op (or `add`, by its first operand's shape) on `input`,
+    /// at the tier its kernel uses on an engine of tier `isa`.
+    fn eltwise(
+        &self,
+        kind: EltwiseKind,
+        input: Value,
+        isa: Isa,
+    ) -> Result<PrimitiveKey, GraphError> {
+        let d = EltwiseDesc {
             kind,
             shape: self.concrete(input)?,
             layout: Layout::Nchw4c,
-        }))
+            isa: Isa::X128,
+        };
+        Ok(PrimitiveKey::Eltwise(d.at_tier(isa)))
     }
 
-    /// The key of a binary op, its second operand broadcast as its shape asks.
-    fn binary(&self, kind: BinaryKind, lhs: Value, rhs: Value) -> Result<PrimitiveKey, GraphError> {
+    /// The key of a binary op, its second operand broadcast as its shape asks, at the tier
+    /// its kernel uses on an engine of tier `isa`.
+    fn binary(
+        &self,
+        kind: BinaryKind,
+        lhs: Value,
+        rhs: Value,
+        isa: Isa,
+    ) -> Result<PrimitiveKey, GraphError> {
         let (a, b) = (self.concrete(lhs)?, self.concrete(rhs)?);
         let rhs = if a == b {
             Broadcast::Full
@@ -271,11 +286,13 @@ impl NodeKeys<'_> {
         } else {
             Broadcast::PerChannel
         };
-        Ok(PrimitiveKey::Eltwise(EltwiseDesc {
+        let d = EltwiseDesc {
             kind: EltwiseKind::Binary { op: kind, rhs },
             shape: a,
             layout: Layout::Nchw4c,
-        }))
+            isa: Isa::X128,
+        };
+        Ok(PrimitiveKey::Eltwise(d.at_tier(isa)))
     }
 
     /// The key of a concat of `inputs` along channels.

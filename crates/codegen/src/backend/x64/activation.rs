@@ -283,6 +283,23 @@ impl Asm {
     }
 }
 
+impl Asm {
+    /// `x < 0 ? x * slope : x` in register `x` (`lower_eltwise`'s PReLU, the leaky relu's
+    /// operations with a slope per channel); registers 0 and 1 are clobbered (and `k2` at
+    /// avx512).
+    pub(crate) fn prelu(&mut self, x: usize, slope: Src) {
+        three!(self, vmulps, T1, x, slope);
+        let zero = self.f32(0.0);
+        let negative = Compare {
+            a: x,
+            b: zero,
+            pred: LESS,
+            mask: T2,
+        };
+        self.select(x, negative, T1, x);
+    }
+}
+
 /// Whether a wide tile computes `act` in its registers ([`Asm::activation`]).
 pub(crate) fn computes(act: Activation) -> bool {
     !matches!(act, Activation::Elu { .. })

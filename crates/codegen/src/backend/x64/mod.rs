@@ -41,8 +41,10 @@ macro_rules! three {
 }
 
 mod activation;
+mod eltwise;
 mod winograd;
 
+pub use eltwise::{EltwiseOp, EltwiseOperand, EltwiseTile};
 pub use winograd::{InputTransformTile, OutputTransformTile};
 
 /// Bytes of one block of four channels' pixel in `nChw4c`, the unit a wide vector's lanes
@@ -329,12 +331,14 @@ pub enum WideTile {
     Pool(PoolTile),
     WinogradInput(InputTransformTile),
     WinogradOutput(OutputTransformTile),
+    Eltwise(EltwiseTile),
 }
 
 impl WideTile {
     /// The tile's machine code, for any address (see [`DirectTile::assemble`],
     /// [`GemmTile::assemble`], [`LanewiseTile::assemble`], [`PoolTile::assemble`],
-    /// [`InputTransformTile::assemble`] and [`OutputTransformTile::assemble`]).
+    /// [`InputTransformTile::assemble`], [`OutputTransformTile::assemble`] and
+    /// [`EltwiseTile::assemble`]).
     pub fn assemble(&self) -> TileCode {
         match self {
             WideTile::Direct(t) => t.assemble(),
@@ -343,6 +347,7 @@ impl WideTile {
             WideTile::Pool(t) => t.assemble(),
             WideTile::WinogradInput(t) => t.assemble(),
             WideTile::WinogradOutput(t) => t.assemble(),
+            WideTile::Eltwise(t) => t.assemble(),
         }
     }
 }
