@@ -10,8 +10,9 @@
 //!    `V[point][channel block][tile][4]` in the thread's scratch; a tile that reaches outside
 //!    the input (padding, or the partial last tile of a row or column) is first copied into a
 //!    zeroed patch on the stack, so the transform itself never tests a bound; at a wide
-//!    tier, a run of `lanes / 4` consecutive inside tiles of one tile row takes the x64
-//!    backend's `InputTransformTile` (a tile per 128-bit lane group, the same bits);
+//!    tier, `lanes / 4` consecutive tiles of one tile row take the x64 backend's
+//!    `InputTransformTile` together (a tile per 128-bit lane group, the same bits), from a
+//!    zeroed copy of their union window where one reaches outside the input;
 //! 2. independent GEMMs, one per point, `M[point] = V[point] (tiles x ic) · U[point] (ic x
 //!    oc)`, with a register tile of 5 tiles x two output-channel vectors, one broadcast load
 //!    per two FMAs (see [`GROUP_TILES`]), into `M[point][channel block][tile][4]`; at a wide
@@ -20,9 +21,9 @@
 //!    slice of the next weight panel (see `PanelPrefetch`);
 //! 3. the output transform of each tile, which adds the bias, applies every post-op (relu,
 //!    clip, residual add) and stores each output pixel once; the partial last tile of a row
-//!    or column stores only its pixels inside the output; at a wide tier, a run of whole
-//!    tiles of one tile row takes the backend's `OutputTransformTile` (but in a last block
-//!    whose padding lanes are masked).
+//!    or column stores only its pixels inside the output; at a wide tier, `lanes / 4`
+//!    consecutive whole tiles of one tile row take the backend's `OutputTransformTile`
+//!    together (but in a last block whose padding lanes are masked).
 //!
 //! **Stride 2** ([`Form::Polyphase`]). A 4x4 output tile reads a 9x9 patch (stride 8 between
 //! patches). Along each axis, the patch's even positions (the taps 0 and 2 of consecutive
@@ -816,9 +817,14 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         let data = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6);
         e.b.create_sized_stack_slot(data)
     };
-    let wide_input = plan
-        .input_tile()
-        .map(|tile| (tile.clone(), line_slot(tile.tmp_bytes())));
+    let wide_input = plan.input_tile().map(|tile| {
+        let union_cols = plan.form.patch() + (tile.tiles() - 1) * TILE * plan.form.stride();
+        let union = plan.form.patch() * union_cols * PIXEL_BYTES as usize;
+        (
+            tile.clone(),
+            (line_slot(tile.tmp_bytes()), line_slot(union)),
+        )
+    });
     let wide_output = plan
         .output_tile()
         .map(|tile| (tile.clone(), line_slot(tile.tmp_bytes())));
@@ -911,8 +917,9 @@ struct Slots {
     in_tmp: StackSlot,
     out_tmp: StackSlot,
     info: StackSlot,
-    /// At a wide tier, the backend's input transform and its scratch.
-    wide_input: Option<(InputTransformTile, StackSlot)>,
+    /// At a wide tier, the backend's input transform, its scratch, and the zeroed copy of a
+    /// run's union window where it reaches outside the input.
+    wide_input: Option<(InputTransformTile, (StackSlot, StackSlot))>,
     /// At a wide tier, the backend's output transform and its scratch, where it computes
     /// every post-op.
     wide_output: Option<(OutputTransformTile, StackSlot)>,
@@ -1032,7 +1039,7 @@ fn input_transform(
                     |_| vec![src, row_bytes],
                     |e| {
                         let clip = [(y0, ih), (x0, iw)];
-                        fill_patch(e, patch, src, row_bytes, slots.patch, clip);
+                        fill_patch(e, [patch, patch], src, row_bytes, slots.patch, clip);
                         let p = e.b.ins().stack_addr(types::I64, slots.patch, 0);
                         let s = e.iconst(patch as i64 * PIXEL_BYTES);
                         vec![p, s]
@@ -1048,68 +1055,94 @@ fn input_transform(
                 });
                 return;
             };
-            // Runs of `n` tiles, one wide vector's blocks: a run of one tile row whose windows
-            // lie inside the input takes the wide transform, any other its tiles one by one.
+            // Tile by tile: where the `n` tiles from `t` on (one wide vector's blocks) lie in
+            // one tile row, the wide transform takes them, from the input where their windows
+            // lie inside it, else from a zeroed copy of their union window, and the next
+            // `n - 1` trips skip; elsewhere the tile alone.
             let n = tile.tiles();
-            let runs = e.offset(count, n as i64 - 1);
-            let runs = e.udiv_const(runs, n as u64);
-            e.for_range(zero, runs, &[], |e, r, _| {
-                let t0 = e.b.ins().imul_imm_s(r, n as i64);
-                let t1 = e.offset(t0, n as i64);
-                let t1 = e.imin(t1, count);
-                let last = e.offset(t1, -1);
-                let [off, y0, x0] = slots.load_info(e, t0);
-                let [off_last, y0_last, x0_last] = slots.load_info(e, last);
-                let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
-                let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-                let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
-                let (ih, iw) = (e.value(ih), e.value(iw));
-                let span = (n - 1) as i64 * tile_pixels;
-                let whole = e.b.ins().isub(t1, t0);
-                let whole = e.b.ins().icmp_imm_s(IntCC::Equal, whole, n as i64);
-                let same_row = e.b.ins().icmp(IntCC::Equal, y0, y0_last);
-                // Columns `span` apart at `span` pixels' bytes: one row of one image.
-                let columns = e.b.ins().isub(x0_last, x0);
-                let columns = e.b.ins().icmp_imm_s(IntCC::Equal, columns, span);
-                let bytes = e.b.ins().isub(off_last, off);
-                let bytes =
-                    e.b.ins()
-                        .icmp_imm_s(IntCC::Equal, bytes, span * PIXEL_BYTES);
-                let first_inside = window_inside(e, patch, y0, x0, ih, iw);
-                let last_inside = window_inside(e, patch, y0_last, x0_last, ih, iw);
-                let run = [same_row, columns, bytes, first_inside, last_inside]
-                    .into_iter()
-                    .fold(whole, |acc, c| e.b.ins().band(acc, c));
-                e.if_else(
-                    run,
+            let span = (n - 1) as i64 * tile_pixels;
+            let union_cols = patch + (n - 1) * tile_pixels as usize;
+            let none = e.iconst(0);
+            e.for_range(zero, count, &[none], |e, t, carried| {
+                let skip = carried[0];
+                let skipping = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, skip, 0);
+                e.if_else_values(
+                    skipping,
+                    |e| vec![e.offset(skip, -1)],
                     |e| {
+                        let end = e.offset(t, n as i64);
+                        let whole = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, count);
+                        // In the block's tiles even where the run is not whole.
+                        let last = e.offset(end, -1);
+                        let last_tile = e.offset(count, -1);
+                        let last = e.imin(last, last_tile);
+                        let [off, y0, x0] = slots.load_info(e, t);
+                        let [off_last, y0_last, x0_last] = slots.load_info(e, last);
+                        let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+                        let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
+                        let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
+                        let (ih, iw) = (e.value(ih), e.value(iw));
+                        let same_row = e.b.ins().icmp(IntCC::Equal, y0, y0_last);
+                        // Columns `span` apart at `span` pixels' bytes: one row of one image.
+                        let columns = e.b.ins().isub(x0_last, x0);
+                        let columns = e.b.ins().icmp_imm_s(IntCC::Equal, columns, span);
+                        let bytes = e.b.ins().isub(off_last, off);
+                        let bytes =
+                            e.b.ins()
+                                .icmp_imm_s(IntCC::Equal, bytes, span * PIXEL_BYTES);
+                        let in_row = [same_row, columns, bytes]
+                            .into_iter()
+                            .fold(whole, |acc, c| e.b.ins().band(acc, c));
+                        let first_inside = window_inside(e, patch, y0, x0, ih, iw);
+                        let last_inside = window_inside(e, patch, y0_last, x0_last, ih, iw);
+                        let inside = e.b.ins().band(first_inside, last_inside);
+                        // The pixel (y0, x0) of this channel block: dereferenced only inside
+                        // the input, as in `one_tile`.
                         let src = e.buffer(SRC);
                         let src = e.b.ins().iadd(src, plane_off);
                         let src = e.b.ins().iadd(src, off);
                         let row_bytes = e.value(row);
-                        let v = e.scaled(v_block, t0, PIXEL_BYTES, 0);
-                        let v_point = e.value(v_point);
-                        let tmp = e.b.ins().stack_addr(types::I64, *tmp, 0);
-                        // The same windows in the next channel block, if any: the tile
-                        // prefetches them.
-                        let plane = e.value(plane);
-                        let last_plane = e.b.ins().imul_imm_s(plane, blocks as i64 - 1);
-                        let more =
-                            e.b.ins()
-                                .icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
-                        let none = e.iconst(0);
-                        let ahead = e.b.ins().select(more, plane, none);
-                        let args = [src, row_bytes, v, v_point, tmp, ahead];
-                        e.call_tile(WideTile::WinogradInput(tile.clone()), &args);
+                        let call = |e: &mut Emit<'_>, src: Value, row_bytes: Value| {
+                            let v = e.scaled(v_block, t, PIXEL_BYTES, 0);
+                            let v_point = e.value(v_point);
+                            let tmp = e.b.ins().stack_addr(types::I64, tmp.0, 0);
+                            // The same windows in the next channel block, if any and in the
+                            // input: the tile prefetches them.
+                            let plane = e.value(plane);
+                            let last_plane = e.b.ins().imul_imm_s(plane, blocks as i64 - 1);
+                            let more =
+                                e.b.ins()
+                                    .icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
+                            let more = e.b.ins().band(more, inside);
+                            let none = e.iconst(0);
+                            let ahead = e.b.ins().select(more, plane, none);
+                            let args = [src, row_bytes, v, v_point, tmp, ahead];
+                            e.call_tile(WideTile::WinogradInput(tile.clone()), &args);
+                            vec![e.iconst(n as i64 - 1)]
+                        };
+                        e.if_else_values(
+                            in_row,
+                            |e| {
+                                e.if_else_values(
+                                    inside,
+                                    |e| call(e, src, row_bytes),
+                                    |e| {
+                                        let clip = [(y0, ih), (x0, iw)];
+                                        let window = [patch, union_cols];
+                                        fill_patch(e, window, src, row_bytes, tmp.1, clip);
+                                        let p = e.b.ins().stack_addr(types::I64, tmp.1, 0);
+                                        let s = e.iconst(union_cols as i64 * PIXEL_BYTES);
+                                        call(e, p, s)
+                                    },
+                                )
+                            },
+                            |e| {
+                                one_tile(e, t);
+                                vec![e.iconst(0)]
+                            },
+                        )
                     },
-                    |e| {
-                        e.for_range(t0, t1, &[], |e, t, _| {
-                            one_tile(e, t);
-                            Vec::new()
-                        });
-                    },
-                );
-                Vec::new()
+                )
             });
         },
     );
@@ -1135,37 +1168,37 @@ fn window_inside(
     e.b.ins().band(a, b)
 }
 
-/// Zeroes the `patch` x `patch` slot and copies into it the pixels of the window at `src`
+/// Zeroes the `rows` x `cols` slot and copies into it the pixels of the window at `src`
 /// (row stride `row_bytes`) that lie inside the input: rows `y0 + r` in `0..ih`, columns `x0
 /// + c` in `0..iw`.
 fn fill_patch(
     e: &mut Emit<'_>,
-    patch: usize,
+    [rows, cols]: [usize; 2],
     src: Value,
     row_bytes: Value,
     slot: StackSlot,
     [(y0, ih), (x0, iw)]: [(Value, Value); 2],
 ) {
-    // The patch's rows (columns) `lo..hi` that land in `0..extent`.
-    let clip = |e: &mut Emit<'_>, o: Value, extent: Value| -> (Value, Value) {
+    // The window's rows (columns) `lo..hi` that land in `0..extent`.
+    let clip = |e: &mut Emit<'_>, o: Value, extent: Value, side: usize| -> (Value, Value) {
         let zero = e.iconst(0);
         let neg = e.b.ins().ineg(o);
         let lo = e.imax(neg, zero);
         let hi = e.b.ins().isub(extent, o);
-        let side = e.iconst(patch as i64);
+        let side = e.iconst(side as i64);
         (lo, e.imin(hi, side))
     };
     let base = e.b.ins().stack_addr(types::I64, slot, 0);
     let zero = e.splat_const(0.0);
-    for i in 0..patch * patch {
+    for i in 0..rows * cols {
         e.store_vec(zero, base, i as i64 * PIXEL_BYTES);
     }
-    let (r0, r1) = clip(e, y0, ih);
-    let (c0, c1) = clip(e, x0, iw);
+    let (r0, r1) = clip(e, y0, ih, rows);
+    let (c0, c1) = clip(e, x0, iw, cols);
     e.for_range(r0, r1, &[], |e, r, _| {
         let row = e.b.ins().imul(r, row_bytes);
         let src_row = e.b.ins().iadd(src, row);
-        let dst_row = e.scaled(base, r, patch as i64 * PIXEL_BYTES, 0);
+        let dst_row = e.scaled(base, r, cols as i64 * PIXEL_BYTES, 0);
         e.for_range(c0, c1, &[], |e, c, _| {
             let s = e.scaled(src_row, c, PIXEL_BYTES, 0);
             let x = e.load_vec(s, 0);
@@ -1776,65 +1809,71 @@ fn output_transform(
                 });
                 return;
             };
-            // Runs of `n` tiles, one wide vector's blocks: a run of whole tiles of one tile
-            // row (outside the masked last block) takes the wide transform, any other its
-            // tiles one by one.
+            // Tile by tile: where the `n` tiles from `t` on (one wide vector's blocks) are whole
+            // tiles of one tile row (outside the masked last block), the wide transform takes
+            // them and the next `n - 1` trips skip; elsewhere the tile alone.
             let n = tile.tiles();
-            let runs = e.offset(count, n as i64 - 1);
-            let runs = e.udiv_const(runs, n as u64);
-            e.for_range(zero, runs, &[], |e, r, _| {
-                let t0 = e.b.ins().imul_imm_s(r, n as i64);
-                let t1 = e.offset(t0, n as i64);
-                let t1 = e.imin(t1, count);
-                let last = e.offset(t1, -1);
-                let [off, rows, cols] = slots.load_info(e, t0);
-                let [off_last, rows_last, cols_last] = slots.load_info(e, last);
-                let whole = e.b.ins().isub(t1, t0);
-                let whole = e.b.ins().icmp_imm_s(IntCC::Equal, whole, n as i64);
-                // Whole tiles `n - 1` tiles' bytes apart lie in one tile row: tiles of the
-                // next row or image start at least three rows of pixels further.
-                let bytes = e.b.ins().isub(off_last, off);
-                let span = (n - 1) as i64 * TILE as i64 * PIXEL_BYTES;
-                let adjacent = e.b.ins().icmp_imm_s(IntCC::Equal, bytes, span);
-                let mut run = e.b.ins().band(whole, adjacent);
-                for x in [rows, cols, rows_last, cols_last] {
-                    let four = e.b.ins().icmp_imm_s(IntCC::Equal, x, TILE as i64);
-                    run = e.b.ins().band(run, four);
-                }
-                if let Some(last_block) = last_block {
-                    let unmasked = e.b.ins().bxor_imm_u(last_block, 1);
-                    run = e.b.ins().band(run, unmasked);
-                }
-                e.if_else(
-                    run,
+            let none = e.iconst(0);
+            e.for_range(zero, count, &[none], |e, t, carried| {
+                let skip = carried[0];
+                let skipping = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, skip, 0);
+                e.if_else_values(
+                    skipping,
+                    |e| vec![e.offset(skip, -1)],
                     |e| {
-                        let tile_off = e.b.ins().iadd(plane_off, off);
-                        let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
-                            let b = e.buffer(buffer);
-                            e.b.ins().iadd(b, tile_off)
-                        };
-                        let m = e.scaled(m_block, t0, PIXEL_BYTES, 0);
-                        let m_point = e.value(m_point);
-                        let dst = at_buffer(e, DST);
-                        let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
-                        let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-                        let row = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
-                        let row_bytes = e.value(row);
-                        // Without a bias the tile reads nothing there.
-                        let bias = if d.bias { p[2] } else { m };
-                        let tmp = e.b.ins().stack_addr(types::I64, *tmp, 0);
-                        let mut args = vec![m, m_point, dst, row_bytes, bias, tmp];
-                        args.extend((0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)));
-                        e.call_tile(WideTile::WinogradOutput(tile.clone()), &args);
+                        let end = e.offset(t, n as i64);
+                        let whole = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, count);
+                        // In the block's tiles even where the run is not whole.
+                        let last = e.offset(end, -1);
+                        let last_tile = e.offset(count, -1);
+                        let last = e.imin(last, last_tile);
+                        let [off, rows, cols] = slots.load_info(e, t);
+                        let [off_last, rows_last, cols_last] = slots.load_info(e, last);
+                        // Whole tiles `n - 1` tiles' bytes apart lie in one tile row: tiles of
+                        // the next row or image start at least three rows of pixels further.
+                        let bytes = e.b.ins().isub(off_last, off);
+                        let span = (n - 1) as i64 * TILE as i64 * PIXEL_BYTES;
+                        let adjacent = e.b.ins().icmp_imm_s(IntCC::Equal, bytes, span);
+                        let mut run = e.b.ins().band(whole, adjacent);
+                        for x in [rows, cols, rows_last, cols_last] {
+                            let four = e.b.ins().icmp_imm_s(IntCC::Equal, x, TILE as i64);
+                            run = e.b.ins().band(run, four);
+                        }
+                        if let Some(last_block) = last_block {
+                            let unmasked = e.b.ins().bxor_imm_u(last_block, 1);
+                            run = e.b.ins().band(run, unmasked);
+                        }
+                        e.if_else_values(
+                            run,
+                            |e| {
+                                let tile_off = e.b.ins().iadd(plane_off, off);
+                                let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
+                                    let b = e.buffer(buffer);
+                                    e.b.ins().iadd(b, tile_off)
+                                };
+                                let m = e.scaled(m_block, t, PIXEL_BYTES, 0);
+                                let m_point = e.value(m_point);
+                                let dst = at_buffer(e, DST);
+                                let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+                                let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
+                                let row =
+                                    Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
+                                let row_bytes = e.value(row);
+                                // Without a bias the tile reads nothing there.
+                                let bias = if d.bias { p[2] } else { m };
+                                let tmp = e.b.ins().stack_addr(types::I64, *tmp, 0);
+                                let mut args = vec![m, m_point, dst, row_bytes, bias, tmp];
+                                args.extend((0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)));
+                                e.call_tile(WideTile::WinogradOutput(tile.clone()), &args);
+                                vec![e.iconst(n as i64 - 1)]
+                            },
+                            |e| {
+                                one_tile(e, t);
+                                vec![e.iconst(0)]
+                            },
+                        )
                     },
-                    |e| {
-                        e.for_range(t0, t1, &[], |e, t, _| {
-                            one_tile(e, t);
-                            Vec::new()
-                        });
-                    },
-                );
-                Vec::new()
+                )
             });
         },
     );
