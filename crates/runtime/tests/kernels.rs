@@ -3316,3 +3316,39 @@ fn grouped_conv_of_one_output_channel_per_group_matches_reference() {
         }
     }
 }
+
+/// A global max pooling keeps a NaN wherever it is, in the loop's whole groups of pixels or
+/// in the remainder after them; the other channels keep their maximum.
+#[test]
+fn global_max_pool_keeps_nan_in_groups_and_remainder() {
+    let (c, ih, iw) = (12, 5, 5);
+    let desc = GlobalPoolDesc {
+        kind: PoolKind::Max,
+        mb: 1,
+        c,
+        ih,
+        iw,
+        src_layout: Layout::Nchw4c,
+        dst_layout: Layout::Nchw4c,
+    };
+    let p = GlobalPoolProblem { desc, seed: 3 };
+    let mut input = p.input();
+    // Channel 1 in the first group of pixels, channel 6 in the remainder (pixel 24 of 25).
+    input.data[ih * iw + 2] = f32::NAN;
+    input.data[6 * ih * iw + 24] = f32::NAN;
+    let bufs = Buffers {
+        src: guarded(&to_layout(&input, Layout::Nchw4c)),
+        ..p.buffers()
+    };
+    let prim = compile(&p.key()).unwrap_or_else(|e| panic!("{e}"));
+    let got = bufs.run_all(&prim).unwrap_or_else(|e| panic!("{e}"));
+    let want = primjit_reference::global_pool(&input, PoolKind::Max);
+    for ch in 0..c {
+        let (g, w) = (got[ch], want.data[ch]);
+        if ch == 1 || ch == 6 {
+            assert!(g.is_nan(), "{} channel {ch}: {g}", p.key());
+        } else {
+            assert_eq!(g.to_bits(), w.to_bits(), "{} channel {ch}", p.key());
+        }
+    }
+}
