@@ -113,6 +113,17 @@ fn at(mut d: ConvDesc, isa: Isa) -> PrimitiveKey {
     PrimitiveKey::Conv(d)
 }
 
+/// Whether a register is of one kind (`Register::is_ymm`, `Register::is_zmm`).
+type RegisterKind = fn(Register) -> bool;
+
+/// The kind of the wide tier `isa`'s registers, and the other wide tier's.
+fn tier_registers(isa: Isa) -> (RegisterKind, RegisterKind) {
+    match isa {
+        Isa::Avx2 => (Register::is_ymm, Register::is_zmm),
+        _ => (Register::is_zmm, Register::is_ymm),
+    }
+}
+
 fn decode(code: &[u8], base: usize) -> Vec<Instruction> {
     Decoder::with_ip(64, code, base as u64, DecoderOptions::NONE)
         .into_iter()
@@ -487,16 +498,7 @@ fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
                 let k = compile(&key, verified(), Dumps::default())
                     .unwrap_or_else(|e| panic!("{key}: {e}"));
                 assert!(!k.tiles().is_empty(), "{key}: no wide tile");
-                let (wide_reg, other_reg) = match isa {
-                    Isa::Avx2 => (
-                        Register::is_ymm as fn(Register) -> bool,
-                        Register::is_zmm as fn(Register) -> bool,
-                    ),
-                    _ => (
-                        Register::is_zmm as fn(Register) -> bool,
-                        Register::is_ymm as fn(Register) -> bool,
-                    ),
-                };
+                let (wide_reg, other_reg) = tier_registers(isa);
                 let mut mnemonics = Vec::new();
                 for range in k.tiles() {
                     let tile = decode(&k.code()[range.clone()], range.start);
@@ -576,16 +578,7 @@ fn eltwise_tiles_emit_their_tiers_forms_on_every_host() {
                 let k = compile(&key, verified(), Dumps::default())
                     .unwrap_or_else(|e| panic!("{key}: {e}"));
                 assert_eq!(k.tiles().len(), 1, "{key}");
-                let (wide_reg, other_reg) = match isa {
-                    Isa::Avx2 => (
-                        Register::is_ymm as fn(Register) -> bool,
-                        Register::is_zmm as fn(Register) -> bool,
-                    ),
-                    _ => (
-                        Register::is_zmm as fn(Register) -> bool,
-                        Register::is_ymm as fn(Register) -> bool,
-                    ),
-                };
+                let (wide_reg, other_reg) = tier_registers(isa);
                 let range = k.tiles()[0].clone();
                 let tile = decode(&k.code()[range.clone()], range.start);
                 assert!(tile.iter().all(|i| !i.is_invalid()), "{key}: undecodable");

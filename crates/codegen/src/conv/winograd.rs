@@ -1062,90 +1062,104 @@ fn input_transform(
             let n = tile.tiles();
             let span = (n - 1) as i64 * tile_pixels;
             let union_cols = patch + (n - 1) * tile_pixels as usize;
-            let none = e.iconst(0);
-            e.for_range(zero, count, &[none], |e, t, carried| {
-                let skip = carried[0];
-                let skipping = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, skip, 0);
+            for_runs(e, count, n, |e, t, last, whole| {
+                let [off, y0, x0] = slots.load_info(e, t);
+                let [off_last, y0_last, x0_last] = slots.load_info(e, last);
+                let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+                let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
+                let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
+                let (ih, iw) = (e.value(ih), e.value(iw));
+                let same_row = e.b.ins().icmp(IntCC::Equal, y0, y0_last);
+                // Columns `span` apart at `span` pixels' bytes: one row of one image.
+                let columns = e.b.ins().isub(x0_last, x0);
+                let columns = e.b.ins().icmp_imm_s(IntCC::Equal, columns, span);
+                let bytes = e.b.ins().isub(off_last, off);
+                let bytes =
+                    e.b.ins()
+                        .icmp_imm_s(IntCC::Equal, bytes, span * PIXEL_BYTES);
+                let in_row = [same_row, columns, bytes]
+                    .into_iter()
+                    .fold(whole, |acc, c| e.b.ins().band(acc, c));
+                let first_inside = window_inside(e, patch, y0, x0, ih, iw);
+                let last_inside = window_inside(e, patch, y0_last, x0_last, ih, iw);
+                let inside = e.b.ins().band(first_inside, last_inside);
+                // The pixel (y0, x0) of this channel block: dereferenced only inside
+                // the input, as in `one_tile`.
+                let src = e.buffer(SRC);
+                let src = e.b.ins().iadd(src, plane_off);
+                let src = e.b.ins().iadd(src, off);
+                let row_bytes = e.value(row);
+                let call = |e: &mut Emit<'_>, src: Value, row_bytes: Value| {
+                    let v = e.scaled(v_block, t, PIXEL_BYTES, 0);
+                    let v_point = e.value(v_point);
+                    let tmp = e.b.ins().stack_addr(types::I64, tmp.0, 0);
+                    // The same windows in the next channel block, if any and in the
+                    // input: the tile prefetches them.
+                    let plane = e.value(plane);
+                    let last_plane = e.b.ins().imul_imm_s(plane, blocks as i64 - 1);
+                    let more =
+                        e.b.ins()
+                            .icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
+                    let more = e.b.ins().band(more, inside);
+                    let none = e.iconst(0);
+                    let ahead = e.b.ins().select(more, plane, none);
+                    let args = [src, row_bytes, v, v_point, tmp, ahead];
+                    e.call_tile(WideTile::WinogradInput(tile.clone()), &args);
+                    vec![e.iconst(n as i64 - 1)]
+                };
                 e.if_else_values(
-                    skipping,
-                    |e| vec![e.offset(skip, -1)],
+                    in_row,
                     |e| {
-                        let end = e.offset(t, n as i64);
-                        let whole = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, count);
-                        // In the block's tiles even where the run is not whole.
-                        let last = e.offset(end, -1);
-                        let last_tile = e.offset(count, -1);
-                        let last = e.imin(last, last_tile);
-                        let [off, y0, x0] = slots.load_info(e, t);
-                        let [off_last, y0_last, x0_last] = slots.load_info(e, last);
-                        let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
-                        let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
-                        let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
-                        let (ih, iw) = (e.value(ih), e.value(iw));
-                        let same_row = e.b.ins().icmp(IntCC::Equal, y0, y0_last);
-                        // Columns `span` apart at `span` pixels' bytes: one row of one image.
-                        let columns = e.b.ins().isub(x0_last, x0);
-                        let columns = e.b.ins().icmp_imm_s(IntCC::Equal, columns, span);
-                        let bytes = e.b.ins().isub(off_last, off);
-                        let bytes =
-                            e.b.ins()
-                                .icmp_imm_s(IntCC::Equal, bytes, span * PIXEL_BYTES);
-                        let in_row = [same_row, columns, bytes]
-                            .into_iter()
-                            .fold(whole, |acc, c| e.b.ins().band(acc, c));
-                        let first_inside = window_inside(e, patch, y0, x0, ih, iw);
-                        let last_inside = window_inside(e, patch, y0_last, x0_last, ih, iw);
-                        let inside = e.b.ins().band(first_inside, last_inside);
-                        // The pixel (y0, x0) of this channel block: dereferenced only inside
-                        // the input, as in `one_tile`.
-                        let src = e.buffer(SRC);
-                        let src = e.b.ins().iadd(src, plane_off);
-                        let src = e.b.ins().iadd(src, off);
-                        let row_bytes = e.value(row);
-                        let call = |e: &mut Emit<'_>, src: Value, row_bytes: Value| {
-                            let v = e.scaled(v_block, t, PIXEL_BYTES, 0);
-                            let v_point = e.value(v_point);
-                            let tmp = e.b.ins().stack_addr(types::I64, tmp.0, 0);
-                            // The same windows in the next channel block, if any and in the
-                            // input: the tile prefetches them.
-                            let plane = e.value(plane);
-                            let last_plane = e.b.ins().imul_imm_s(plane, blocks as i64 - 1);
-                            let more =
-                                e.b.ins()
-                                    .icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
-                            let more = e.b.ins().band(more, inside);
-                            let none = e.iconst(0);
-                            let ahead = e.b.ins().select(more, plane, none);
-                            let args = [src, row_bytes, v, v_point, tmp, ahead];
-                            e.call_tile(WideTile::WinogradInput(tile.clone()), &args);
-                            vec![e.iconst(n as i64 - 1)]
-                        };
                         e.if_else_values(
-                            in_row,
+                            inside,
+                            |e| call(e, src, row_bytes),
                             |e| {
-                                e.if_else_values(
-                                    inside,
-                                    |e| call(e, src, row_bytes),
-                                    |e| {
-                                        let clip = [(y0, ih), (x0, iw)];
-                                        let window = [patch, union_cols];
-                                        fill_patch(e, window, src, row_bytes, tmp.1, clip);
-                                        let p = e.b.ins().stack_addr(types::I64, tmp.1, 0);
-                                        let s = e.iconst(union_cols as i64 * PIXEL_BYTES);
-                                        call(e, p, s)
-                                    },
-                                )
-                            },
-                            |e| {
-                                one_tile(e, t);
-                                vec![e.iconst(0)]
+                                let clip = [(y0, ih), (x0, iw)];
+                                let window = [patch, union_cols];
+                                fill_patch(e, window, src, row_bytes, tmp.1, clip);
+                                let p = e.b.ins().stack_addr(types::I64, tmp.1, 0);
+                                let s = e.iconst(union_cols as i64 * PIXEL_BYTES);
+                                call(e, p, s)
                             },
                         )
                     },
-                )
+                    |e| {
+                        one_tile(e, t);
+                        vec![e.iconst(0)]
+                    },
+                )[0]
             });
         },
     );
+}
+
+/// Tile by tile over a block's `count` tiles: at tile `t`, `run(e, t, last, whole)` takes the
+/// `n` tiles from `t` on together and returns `n - 1`, the trips that then skip, or takes `t`
+/// alone and returns 0. `last` is the run's last tile, clamped into the block; `whole` says
+/// whether the block has `n` tiles from `t` on.
+fn for_runs(
+    e: &mut Emit<'_>,
+    count: Value,
+    n: usize,
+    mut run: impl FnMut(&mut Emit<'_>, Value, Value, Value) -> Value,
+) {
+    let zero = e.iconst(0);
+    e.for_range(zero, count, &[zero], |e, t, carried| {
+        let skip = carried[0];
+        let skipping = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, skip, 0);
+        e.if_else_values(
+            skipping,
+            |e| vec![e.offset(skip, -1)],
+            |e| {
+                let end = e.offset(t, n as i64);
+                let whole = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, count);
+                let last = e.offset(end, -1);
+                let last_tile = e.offset(count, -1);
+                let last = e.imin(last, last_tile);
+                vec![run(e, t, last, whole)]
+            },
+        )
+    });
 }
 
 /// Whether the `patch` x `patch` window at `(y0, x0)` lies inside an `ih` x `iw` input.
@@ -1813,67 +1827,51 @@ fn output_transform(
             // tiles of one tile row (outside the masked last block), the wide transform takes
             // them and the next `n - 1` trips skip; elsewhere the tile alone.
             let n = tile.tiles();
-            let none = e.iconst(0);
-            e.for_range(zero, count, &[none], |e, t, carried| {
-                let skip = carried[0];
-                let skipping = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, skip, 0);
+            for_runs(e, count, n, |e, t, last, whole| {
+                let [off, rows, cols] = slots.load_info(e, t);
+                let [off_last, rows_last, cols_last] = slots.load_info(e, last);
+                // Whole tiles `n - 1` tiles' bytes apart lie in one tile row: tiles of
+                // the next row or image start at least three rows of pixels further.
+                let bytes = e.b.ins().isub(off_last, off);
+                let span = (n - 1) as i64 * TILE as i64 * PIXEL_BYTES;
+                let adjacent = e.b.ins().icmp_imm_s(IntCC::Equal, bytes, span);
+                let mut run = e.b.ins().band(whole, adjacent);
+                for x in [rows, cols, rows_last, cols_last] {
+                    let four = e.b.ins().icmp_imm_s(IntCC::Equal, x, TILE as i64);
+                    run = e.b.ins().band(run, four);
+                }
+                if let Some(last_block) = last_block {
+                    let unmasked = e.b.ins().bxor_imm_u(last_block, 1);
+                    run = e.b.ins().band(run, unmasked);
+                }
                 e.if_else_values(
-                    skipping,
-                    |e| vec![e.offset(skip, -1)],
+                    run,
                     |e| {
-                        let end = e.offset(t, n as i64);
-                        let whole = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, count);
-                        // In the block's tiles even where the run is not whole.
-                        let last = e.offset(end, -1);
-                        let last_tile = e.offset(count, -1);
-                        let last = e.imin(last, last_tile);
-                        let [off, rows, cols] = slots.load_info(e, t);
-                        let [off_last, rows_last, cols_last] = slots.load_info(e, last);
-                        // Whole tiles `n - 1` tiles' bytes apart lie in one tile row: tiles of
-                        // the next row or image start at least three rows of pixels further.
-                        let bytes = e.b.ins().isub(off_last, off);
-                        let span = (n - 1) as i64 * TILE as i64 * PIXEL_BYTES;
-                        let adjacent = e.b.ins().icmp_imm_s(IntCC::Equal, bytes, span);
-                        let mut run = e.b.ins().band(whole, adjacent);
-                        for x in [rows, cols, rows_last, cols_last] {
-                            let four = e.b.ins().icmp_imm_s(IntCC::Equal, x, TILE as i64);
-                            run = e.b.ins().band(run, four);
-                        }
-                        if let Some(last_block) = last_block {
-                            let unmasked = e.b.ins().bxor_imm_u(last_block, 1);
-                            run = e.b.ins().band(run, unmasked);
-                        }
-                        e.if_else_values(
-                            run,
-                            |e| {
-                                let tile_off = e.b.ins().iadd(plane_off, off);
-                                let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
-                                    let b = e.buffer(buffer);
-                                    e.b.ins().iadd(b, tile_off)
-                                };
-                                let m = e.scaled(m_block, t, PIXEL_BYTES, 0);
-                                let m_point = e.value(m_point);
-                                let dst = at_buffer(e, DST);
-                                let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
-                                let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
-                                let row =
-                                    Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
-                                let row_bytes = e.value(row);
-                                // Without a bias the tile reads nothing there.
-                                let bias = if d.bias { p[2] } else { m };
-                                let tmp = e.b.ins().stack_addr(types::I64, *tmp, 0);
-                                let mut args = vec![m, m_point, dst, row_bytes, bias, tmp];
-                                args.extend((0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)));
-                                e.call_tile(WideTile::WinogradOutput(tile.clone()), &args);
-                                vec![e.iconst(n as i64 - 1)]
-                            },
-                            |e| {
-                                one_tile(e, t);
-                                vec![e.iconst(0)]
-                            },
-                        )
+                        let tile_off = e.b.ins().iadd(plane_off, off);
+                        let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
+                            let b = e.buffer(buffer);
+                            e.b.ins().iadd(b, tile_off)
+                        };
+                        let m = e.scaled(m_block, t, PIXEL_BYTES, 0);
+                        let m_point = e.value(m_point);
+                        let dst = at_buffer(e, DST);
+                        let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
+                        let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
+                        let row = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
+                        let row_bytes = e.value(row);
+                        // Without a bias the tile reads nothing there.
+                        let bias = if d.bias { p[2] } else { m };
+                        let tmp = e.b.ins().stack_addr(types::I64, *tmp, 0);
+                        let mut args = vec![m, m_point, dst, row_bytes, bias, tmp];
+                        args.extend((0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)));
+                        e.call_tile(WideTile::WinogradOutput(tile.clone()), &args);
+                        vec![e.iconst(n as i64 - 1)]
                     },
-                )
+                    |e| {
+                        one_tile(e, t);
+                        vec![e.iconst(0)]
+                    },
+                )[0]
             });
         },
     );

@@ -41,7 +41,8 @@ const SIGN: u32 = 0x8000_0000;
 const ABS: u32 = 0x7fff_ffff;
 
 impl Asm {
-    fn f32(&mut self, x: f32) -> Src {
+    /// `x` in every lane, from the constant pool.
+    pub(super) fn f32(&mut self, x: f32) -> Src {
         Src::Mem(self.constant(x.to_bits()))
     }
 
@@ -263,15 +264,7 @@ impl Asm {
             }
             Activation::LeakyRelu { alpha } => {
                 let alpha = self.f32(alpha);
-                three!(self, vmulps, T1, x, alpha);
-                let zero = self.f32(0.0);
-                let negative = Compare {
-                    a: x,
-                    b: zero,
-                    pred: LESS,
-                    mask: T2,
-                };
-                self.select(x, negative, T1, x);
+                self.prelu(x, alpha);
             }
             Activation::Exp => {
                 self.copy(T1, x);
@@ -284,8 +277,8 @@ impl Asm {
 }
 
 impl Asm {
-    /// `x < 0 ? x * slope : x` in register `x` (`lower_eltwise`'s PReLU, the leaky relu's
-    /// operations with a slope per channel); registers 0 and 1 are clobbered (and `k2` at
+    /// `x < 0 ? x * slope : x` in register `x` (`lower_eltwise`'s PReLU and leaky relu, a
+    /// slope per channel or one constant); registers 0 and 1 are clobbered (and `k2` at
     /// avx512).
     pub(crate) fn prelu(&mut self, x: usize, slope: Src) {
         three!(self, vmulps, T1, x, slope);

@@ -15,8 +15,9 @@ use super::{
 use crate::key::PostOpDesc;
 use crate::target::Isa;
 
-/// The transform of `lanes / 4` consecutive tiles of one tile row whose windows lie inside the
-/// input, for one block of four channels.
+/// The transform of `lanes / 4` consecutive tiles of one tile row, for one block of four
+/// channels: from the input where their windows lie inside it, else from a zeroed copy of
+/// their union window.
 ///
 /// The tile is called as `fn(src, row_bytes, v, v_point, tmp, ahead)`: the first tile's window
 /// starts at `src` (rows `row_bytes` apart, pixels 16 bytes apart), each next tile's
@@ -24,8 +25,8 @@ use crate::target::Isa;
 /// bytes after tile `t - 1` (`V[point][block][tile][4]`); `tmp` is `patch²` vectors of the
 /// tier of scratch for the columns' transforms. The windows `ahead` bytes further (the same
 /// tiles' in the next channel block, or 0) are prefetched into L1 first: a block's rows are
-/// a few hundred bytes each in a different plane, too short for the hardware prefetchers, so
-/// without it the transform waits on L3 for most of its lines.
+/// a few hundred bytes each in a different plane, too short a stream for the hardware
+/// prefetchers.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct InputTransformTile {
     pub isa: Isa,
@@ -273,8 +274,9 @@ impl OutputTransformTile {
 }
 
 /// `[m0 + (m1 + m2) + c, (m1 - m2) + 2 d, (m1 + m2) + 4 c, (m1 - m2) + 8 d + last]`
-/// (`conv::winograd::output_rows`) with `m0` in register 4, the sum `a` and difference `b` of
-/// `m1` and `m2` in registers `ab`, and `o1` built in register `o1`: the outputs' registers.
+/// (`conv::winograd::output_rows`) with `m0` in register 4, the sum and difference of `m1`
+/// and `m2` in registers `sum` and `diff` (overwritten by `o2` and `o3`), and `o1` built in
+/// register `o1`: the outputs' registers.
 fn output_rows(
     a: &mut Asm,
     [sum, diff]: [usize; 2],
@@ -282,11 +284,11 @@ fn output_rows(
     last: usize,
     o1: usize,
 ) -> [usize; TILE] {
-    let (c2, c4, c8) = (a.splat(2.0), a.splat(4.0), a.splat(8.0));
+    let (c2, c4, c8) = (a.f32(2.0), a.f32(4.0), a.f32(8.0));
     let o0 = 4;
     three!(a, vaddps, o0, o0, Src::Reg(sum));
     three!(a, vaddps, o0, o0, Src::Reg(c));
-    a.mov_reg(o1, diff);
+    a.copy(o1, diff);
     three!(a, vfmadd231ps, o1, d, c2);
     let o2 = sum;
     three!(a, vfmadd231ps, o2, c, c4);
@@ -338,30 +340,16 @@ impl Asm {
             ok(res);
         }
     }
-
-    /// `d = s`.
-    fn mov_reg(&mut self, d: usize, s: usize) {
-        let res = if self.isa == Isa::Avx512 {
-            self.a.vmovaps(ZMM[d], ZMM[s])
-        } else {
-            self.a.vmovaps(YMM[d], YMM[s])
-        };
-        ok(res);
-    }
-
-    fn splat(&mut self, x: f32) -> Src {
-        Src::Mem(self.constant(x.to_bits()))
-    }
 }
 
 /// `Bᵀ x` of registers 0 to 5 (`conv::winograd::input_1d`, whose `fma(c, n, s)` of a negated
 /// `n` is `vfnmadd`'s `-(c n) + s`, the same bits): the outputs' registers.
 fn input_1d(a: &mut Asm) -> [usize; 6] {
     let [d0, d1, d2, d3, d4, d5] = [0, 1, 2, 3, 4, 5];
-    let (c4, c5, c2) = (a.splat(4.0), a.splat(-5.0), a.splat(2.0));
+    let (c4, c5, c2) = (a.f32(4.0), a.f32(-5.0), a.f32(2.0));
     // r0 = 4 d0 + (-5 d2 + d4)
     let r0 = 6;
-    a.mov_reg(r0, d4);
+    a.copy(r0, d4);
     three!(a, vfmadd231ps, r0, d2, c5);
     three!(a, vfmadd231ps, r0, d0, c4);
     // r1 = -4 (d1 + d2) + (d3 + d4)
@@ -378,7 +366,7 @@ fn input_1d(a: &mut Asm) -> [usize; 6] {
     let (r4, r3) = (10, 11);
     three!(a, vsubps, s, d1, Src::Reg(d3));
     three!(a, vsubps, r4, d4, Src::Reg(d2));
-    a.mov_reg(r3, r4);
+    a.copy(r3, r4);
     three!(a, vfnmadd231ps, r3, s, c2);
     three!(a, vfmadd231ps, r4, s, c2);
     // r5 = 4 d1 + (-5 d3 + d5), in d5's register: its last use.
@@ -392,14 +380,14 @@ fn input_1d(a: &mut Asm) -> [usize; 6] {
 /// F(4, 2)'s `B₂ᵀ` of the even positions, then the odd ones as they are.
 fn input_1d_s2(a: &mut Asm) -> [usize; 9] {
     let [d0, d1, d2, d3, d4] = [0, 2, 4, 6, 8];
-    let (c2, cm2, cm3) = (a.splat(2.0), a.splat(-2.0), a.splat(-3.0));
+    let (c2, cm2, cm3) = (a.f32(2.0), a.f32(-2.0), a.f32(-3.0));
     // r3 = d3 - d1
     let r3 = 9;
     three!(a, vsubps, r3, d3, Src::Reg(d1));
     // r0 = 2 (d0 - d2) + (d3 - d1)
     let (m02, r0) = (10, 11);
     three!(a, vsubps, m02, d0, Src::Reg(d2));
-    a.mov_reg(r0, r3);
+    a.copy(r0, r3);
     three!(a, vfmadd231ps, r0, m02, c2);
     // r1 = -2 d1 + (d3 - d2)
     let r1 = 12;
@@ -407,7 +395,7 @@ fn input_1d_s2(a: &mut Asm) -> [usize; 9] {
     three!(a, vfmadd231ps, r1, d1, cm2);
     // r2 = 2 d1 + (-3 d2 + d3)
     let r2 = 13;
-    a.mov_reg(r2, d3);
+    a.copy(r2, d3);
     three!(a, vfmadd231ps, r2, d2, cm3);
     three!(a, vfmadd231ps, r2, d1, c2);
     // r4 = 2 (d1 - d3) + (d4 - d2)
