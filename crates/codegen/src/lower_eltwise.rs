@@ -1,5 +1,6 @@
-//! Lowers the element-wise activations, PReLU and the broadcasting binary ops to Cranelift IR,
-//! with the vector approximations of `exp` and `tanh` they need (Cranelift has neither).
+//! Lowers the element-wise activations, PReLU and the broadcasting binary ops to Cranelift IR
+//! (at a wide tier, around calls to the x64 backend's `EltwiseTile`), with the vector
+//! approximations of `exp` and `tanh` they need (Cranelift has neither).
 //!
 //! `exp` is Cephes' `expf`: `x = n ln 2 + r` with `n` rounded to the nearest integer and
 //! `|r| <= ln(2) / 2`, `exp(r)` by a degree-7 polynomial, and `2^n` built in the exponent bits
@@ -260,9 +261,10 @@ fn apply(e: &mut Emit<'_>, kind: EltwiseKind, x: Value, y: Option<Value>) -> Val
 /// The activations, PReLU and binary ops: for each image and channel plane (a block of four
 /// channels in `nChw4c`), the contiguous span of the call's rows: at a wide tier its whole wide
 /// vectors in the backend's `EltwiseTile` (but in a masked last block), then four floats at a
-/// time (one at a time for an NCHW remainder), the tile's operations on each vector. A per-channel operand is loaded once per plane. In
-/// `nChw4c` the padding lanes of a last, partial block are written as zeros, so that no op (a
-/// division of zeros) leaves a NaN there for a convolution to multiply by its zero weights.
+/// time (one at a time for an NCHW remainder), with the tile's operations on each vector. A
+/// per-channel operand is loaded once per plane. In `nChw4c` the padding lanes of a last,
+/// partial block are written as zeros, so that no op (a division of zeros) leaves a NaN there
+/// for a convolution to multiply by its zero weights.
 pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
     let f = F32_BYTES;
     let [n, c, h, w] = d.shape;

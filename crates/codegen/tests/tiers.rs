@@ -312,9 +312,9 @@ fn activation_post_ops_run_in_the_tiles_registers_on_every_host() {
     }
 }
 
-/// Winograd keys the wide GEMM tile and transforms cover: stride 1 with a residual, the polyphase stride 2,
-/// weights streamed in two chunks with prefetches, and 24 output channels (at avx2 one pair of
-/// `ymm` and a last single one; avx512 keeps it at x128).
+/// Winograd keys the wide GEMM tile and transforms cover: stride 1 with a residual, the
+/// polyphase stride 2, weights streamed in two chunks with prefetches, and 24 output channels
+/// (at avx2 one pair of `ymm` and a last single one; avx512 keeps it at x128).
 fn winograd_families() -> Vec<(&'static str, ConvDesc)> {
     let w3 = |ic: usize, hw: [usize; 2], oc: usize| {
         let mut d = blocked(ConvDesc::new(1, ic, hw, oc, [3, 3]));

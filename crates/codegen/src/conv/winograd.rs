@@ -602,6 +602,19 @@ impl fmt::Display for WinogradPlan {
                 ", x64 backend"
             },
         )?;
+        if let Some(tile) = self.input_tile() {
+            writeln!(
+                f,
+                "  transforms: {} tiles of a row at a time in the x64 backend ({}), the others \
+                 one by one",
+                tile.tiles(),
+                if self.output_tile().is_some() {
+                    "the output transform's of whole tiles outside a masked last block"
+                } else {
+                    "the input transform's; the output transform stays x128 for its post-ops"
+                },
+            )?;
+        }
         writeln!(
             f,
             "  scratch: {}{} bytes per thread; transformed weights: {} bytes ({} floats per \
