@@ -1075,6 +1075,17 @@ fn input_transform(
             let n = tile.tiles();
             let span = (n - 1) as i64 * tile_pixels;
             let union_cols = patch + (n - 1) * tile_pixels as usize;
+            // Windows inside the input prefetch the same windows in the next channel block,
+            // if any: a plane further.
+            let next_plane = {
+                let plane = e.value(plane);
+                let last_plane = e.b.ins().imul_imm_s(plane, blocks as i64 - 1);
+                let more =
+                    e.b.ins()
+                        .icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
+                let none = e.iconst(0);
+                e.b.ins().select(more, plane, none)
+            };
             for_runs(e, count, n, |e, t, last, whole| {
                 let [off, y0, x0] = slots.load_info(e, t);
                 let [off_last, y0_last, x0_last] = slots.load_info(e, last);
@@ -1102,20 +1113,11 @@ fn input_transform(
                 let src = e.b.ins().iadd(src, plane_off);
                 let src = e.b.ins().iadd(src, off);
                 let row_bytes = e.value(row);
-                let call = |e: &mut Emit<'_>, src: Value, row_bytes: Value| {
+                // `ahead`: where the tile prefetches, 0 for none.
+                let call = |e: &mut Emit<'_>, src: Value, row_bytes: Value, ahead: Value| {
                     let v = e.scaled(v_block, t, PIXEL_BYTES, 0);
                     let v_point = e.value(v_point);
                     let tmp = e.b.ins().stack_addr(types::I64, tmp.0, 0);
-                    // The same windows in the next channel block, if any and in the
-                    // input: the tile prefetches them.
-                    let plane = e.value(plane);
-                    let last_plane = e.b.ins().imul_imm_s(plane, blocks as i64 - 1);
-                    let more =
-                        e.b.ins()
-                            .icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
-                    let more = e.b.ins().band(more, inside);
-                    let none = e.iconst(0);
-                    let ahead = e.b.ins().select(more, plane, none);
                     let args = [src, row_bytes, v, v_point, tmp, ahead];
                     e.call_tile(WideTile::WinogradInput(tile.clone()), &args);
                     vec![e.iconst(n as i64 - 1)]
@@ -1125,14 +1127,16 @@ fn input_transform(
                     |e| {
                         e.if_else_values(
                             inside,
-                            |e| call(e, src, row_bytes),
+                            |e| call(e, src, row_bytes, next_plane),
                             |e| {
                                 let clip = [(y0, ih), (x0, iw)];
                                 let window = [patch, union_cols];
                                 fill_patch(e, window, src, row_bytes, tmp.1, clip);
                                 let p = e.b.ins().stack_addr(types::I64, tmp.1, 0);
                                 let s = e.iconst(union_cols as i64 * PIXEL_BYTES);
-                                call(e, p, s)
+                                // The copy's windows leave the input: no prefetch.
+                                let none = e.iconst(0);
+                                call(e, p, s, none)
                             },
                         )
                     },

@@ -274,9 +274,7 @@ impl Asm {
             Activation::Elu { .. } => unreachable!("elu is left to the cranelift code"),
         }
     }
-}
 
-impl Asm {
     /// `x < 0 ? x * slope : x` in register `x` (`lower_eltwise`'s PReLU and leaky relu, a
     /// slope per channel or one constant); registers 0 and 1 are clobbered (and `k2` at
     /// avx512).
