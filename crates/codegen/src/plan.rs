@@ -606,9 +606,11 @@ impl ConvPlan {
             && d.pitches == Pitches::DENSE
             && !d.runtime.any()
             && d.iw < JOINED_ROW_PIXELS;
+        if !joinable {
+            return 1;
+        }
         let rows = d.ih;
         (2..=rows / 2)
-            .filter(|_| joinable)
             .find(|&k| rows.is_multiple_of(k) && d.iw * k >= JOINED_ROW_PIXELS)
             .unwrap_or(1)
     }
