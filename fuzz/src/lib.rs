@@ -227,6 +227,7 @@ impl OpSpec {
                 iw,
                 src_layout,
                 dst_layout,
+                runtime: Default::default(),
             }),
             OpKind::Relu | OpKind::Add => PrimitiveKey::Eltwise(EltwiseDesc {
                 kind: if matches!(self.kind, OpKind::Relu) {
@@ -237,6 +238,7 @@ impl OpSpec {
                 shape: [mb, ic, ih, iw],
                 layout: src_layout,
                 isa: Isa::X128,
+                runtime: Default::default(),
             }),
         }
     }

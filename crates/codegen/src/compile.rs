@@ -304,10 +304,7 @@ pub fn lower(
         PrimitiveKey::Conv(d) => direct::lower(&mut e, &ConvPlan::new(d)),
         PrimitiveKey::Pool(d) => lower_pool::lower_pool(&mut e, &PoolPlan::new(d)),
         PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(&mut e, d),
-        PrimitiveKey::Eltwise(d) if !matches!(d.kind, EltwiseKind::Relu | EltwiseKind::Add) => {
-            lower_eltwise::lower(&mut e, d)
-        }
-        PrimitiveKey::Eltwise(d) => lower_pool::lower_eltwise(&mut e, d),
+        PrimitiveKey::Eltwise(d) => lower_eltwise::lower(&mut e, d),
         PrimitiveKey::Concat(d) => lower_eltwise::lower_concat(&mut e, d),
         PrimitiveKey::SelectChannels(d) => lower_eltwise::lower_select(&mut e, d),
         PrimitiveKey::Resize(d) => lower_resize::lower_resize(&mut e, d),

@@ -150,7 +150,8 @@ fn write_activation(f: &mut fmt::Formatter<'_>, a: &Activation) -> fmt::Result {
     Ok(())
 }
 
-/// Which spatial extents of a conv or pooling key are runtime values.
+/// Which spatial extents of a key are runtime values (convolutions, pooling, element-wise
+/// ops, concatenations, resizes by a scale and transposed convolutions).
 ///
 /// A runtime extent is not part of the key: its field holds 0, the kernel reads the call's
 /// extent from its `extents` argument, and one compiled kernel serves every extent. The other
@@ -528,6 +529,24 @@ pub struct GlobalPoolDesc {
     pub iw: usize,
     pub src_layout: Layout,
     pub dst_layout: Layout,
+    pub runtime: RuntimeDims,
+}
+
+impl GlobalPoolDesc {
+    /// The same pooling with the extents `runtime` names left to run time.
+    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
+        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
+        self.runtime = runtime;
+        self
+    }
+
+    /// The fixed-shape pooling of one call (see [`ConvDesc::at`]).
+    pub fn at(&self, extents: [usize; 2]) -> GlobalPoolDesc {
+        let mut d = self.clone();
+        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
+        d.runtime = RuntimeDims::NONE;
+        d
+    }
 }
 
 /// An element-wise op that was not fused into a convolution.
@@ -570,7 +589,8 @@ impl Broadcast {
     }
 }
 
-/// An element-wise op over one shape; all operands share `layout`.
+/// An element-wise op over one shape; all operands share `layout`. The height and width of
+/// `shape` are 0 where `runtime` leaves them to run time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EltwiseDesc {
     pub kind: EltwiseKind,
@@ -578,6 +598,28 @@ pub struct EltwiseDesc {
     pub layout: Layout,
     /// The vector tier of the kernel's runs (`EltwiseDesc::tier_for`).
     pub isa: Isa,
+    pub runtime: RuntimeDims,
+}
+
+impl EltwiseDesc {
+    /// The same op with the extents `runtime` names left to run time.
+    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
+        let [n, c, h, w] = self.shape;
+        let [h, w] = runtime.erase([h, w]);
+        self.shape = [n, c, h, w];
+        self.runtime = runtime;
+        self
+    }
+
+    /// The fixed-shape op of one call (see [`ConvDesc::at`]).
+    pub fn at(&self, extents: [usize; 2]) -> EltwiseDesc {
+        let mut d = self.clone();
+        let [n, c, h, w] = d.shape;
+        let [h, w] = d.runtime.fill([h, w], extents);
+        d.shape = [n, c, h, w];
+        d.runtime = RuntimeDims::NONE;
+        d
+    }
 }
 
 /// Tensors joined along channels: input `i` has `channels[i]` channels, all share the batch,
@@ -590,9 +632,25 @@ pub struct ConcatDesc {
     pub h: usize,
     pub w: usize,
     pub layout: Layout,
+    pub runtime: RuntimeDims,
 }
 
 impl ConcatDesc {
+    /// The same join with the extents `runtime` names left to run time.
+    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
+        [self.h, self.w] = runtime.erase([self.h, self.w]);
+        self.runtime = runtime;
+        self
+    }
+
+    /// The fixed-shape join of one call (see [`ConvDesc::at`]).
+    pub fn at(&self, extents: [usize; 2]) -> ConcatDesc {
+        let mut d = self.clone();
+        [d.h, d.w] = d.runtime.fill([d.h, d.w], extents);
+        d.runtime = RuntimeDims::NONE;
+        d
+    }
+
     /// The channels of the result (saturating: an overflow fails validation).
     pub fn total_channels(&self) -> usize {
         self.channels
@@ -914,6 +972,9 @@ impl PrimitiveKey {
             PrimitiveKey::Pool(d) => d.runtime,
             PrimitiveKey::Resize(d) => d.runtime,
             PrimitiveKey::ConvTranspose(d) => d.runtime,
+            PrimitiveKey::GlobalPool(d) => d.runtime,
+            PrimitiveKey::Eltwise(d) => d.runtime,
+            PrimitiveKey::Concat(d) => d.runtime,
             _ => RuntimeDims::NONE,
         }
     }
@@ -928,6 +989,11 @@ impl PrimitiveKey {
             PrimitiveKey::ConvTranspose(d) if d.runtime.any() => {
                 PrimitiveKey::ConvTranspose(d.at(extents))
             }
+            PrimitiveKey::GlobalPool(d) if d.runtime.any() => {
+                PrimitiveKey::GlobalPool(d.at(extents))
+            }
+            PrimitiveKey::Eltwise(d) if d.runtime.any() => PrimitiveKey::Eltwise(d.at(extents)),
+            PrimitiveKey::Concat(d) if d.runtime.any() => PrimitiveKey::Concat(d.at(extents)),
             _ => self.clone(),
         }
     }
@@ -943,7 +1009,7 @@ impl PrimitiveKey {
         }
     }
 
-    /// The `[ih, iw]` input extents of a conv or pooling key (0 where runtime).
+    /// The `[ih, iw]` input extents of a key (0 where runtime).
     pub fn input_extents(&self) -> [usize; 2] {
         match self {
             PrimitiveKey::Conv(d) => [d.ih, d.iw],
@@ -1367,11 +1433,8 @@ impl fmt::Display for PrimitiveKey {
                 } else {
                     "avg"
                 };
-                write!(
-                    f,
-                    "global_pool_{alg} mb{}ic{}ih{}iw{}",
-                    d.mb, d.c, d.ih, d.iw
-                )?;
+                let [ih, iw, _, _] = extent_fields(d.runtime, [d.ih, d.iw, 1, 1]);
+                write!(f, "global_pool_{alg} mb{}ic{}ih{ih}iw{iw}", d.mb, d.c)?;
                 layouts(f, d.src_layout, d.dst_layout)
             }
             PrimitiveKey::Eltwise(d) => {
@@ -1397,6 +1460,7 @@ impl fmt::Display for PrimitiveKey {
                         write!(f, "{op}{rhs}")?;
                     }
                 }
+                let [h, w, _, _] = extent_fields(d.runtime, [h, w, 1, 1]);
                 write!(f, " mb{n}ic{c}ih{h}iw{w}")?;
                 if d.isa != Isa::X128 {
                     write!(f, " isa:{}", d.isa)?;
@@ -1405,13 +1469,12 @@ impl fmt::Display for PrimitiveKey {
             }
             PrimitiveKey::Concat(d) => {
                 let channels: Vec<String> = d.channels.iter().map(|c| c.to_string()).collect();
+                let [h, w, _, _] = extent_fields(d.runtime, [d.h, d.w, 1, 1]);
                 write!(
                     f,
-                    "concat mb{}ic{}ih{}iw{} {}",
+                    "concat mb{}ic{}ih{h}iw{w} {}",
                     d.mb,
                     channels.join("+"),
-                    d.h,
-                    d.w,
                     d.layout
                 )
             }

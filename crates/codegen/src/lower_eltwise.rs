@@ -1,6 +1,7 @@
-//! Lowers the element-wise activations, PReLU and the broadcasting binary ops to Cranelift IR
-//! (at a wide tier, around calls to the x64 backend's `EltwiseTile`), with the vector
-//! approximations of `exp` and `tanh` they need (Cranelift has neither).
+//! Lowers the element-wise ops (relu, add, the activations, PReLU, the broadcasting binary
+//! ops; at a wide tier around calls to the x64 backend's `EltwiseTile`), concat and channel
+//! selection to Cranelift IR, with the vector approximations of `exp` and `tanh` the
+//! activations need (Cranelift has neither).
 //!
 //! `exp` is Cephes' `expf`: `x = n ln 2 + r` with `n` rounded to the nearest integer and
 //! `|r| <= ln(2) / 2`, `exp(r)` by a degree-7 polynomial, and `2^n` built in the exponent bits
@@ -18,9 +19,8 @@ use crate::approx::{
     EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, ROUNDING_MAGIC, TANH_POLY, TANH_SMALL,
 };
 use crate::backend::x64::{EltwiseOp, EltwiseOperand, EltwiseTile, WideTile};
-use crate::emit::{Emit, F32_BYTES};
+use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::{Activation, BinaryKind, Broadcast, EltwiseDesc, EltwiseKind, Layout};
-use crate::plan::Strides;
 use crate::tile::LANES;
 
 /// The largest error of the vector `exp` in units of the last place of the f32 result, where
@@ -254,52 +254,86 @@ fn apply(e: &mut Emit<'_>, kind: EltwiseKind, x: Value, y: Option<Value>) -> Val
                 BinaryKind::Div => e.b.ins().fdiv(x, y),
             }
         }
-        EltwiseKind::Relu | EltwiseKind::Add => unreachable!("lowered by lower_pool"),
+        // `x` unless below zero: NaN stays.
+        EltwiseKind::Relu => {
+            let zero = e.splat_const(0.0);
+            e.pmax(zero, x)
+        }
+        EltwiseKind::Add => {
+            let y = y.expect("a second source");
+            e.b.ins().fadd(x, y)
+        }
     }
 }
 
-/// The activations, PReLU and binary ops: for each image and channel plane (a block of four
-/// channels in `nChw4c`), the contiguous span of the call's rows: at a wide tier its whole wide
-/// vectors in the backend's `EltwiseTile` (but in a masked last block), then four floats at a
-/// time (one at a time for an NCHW remainder), with the tile's operations on each vector. A
-/// per-channel operand is loaded once per plane. In `nChw4c` the padding lanes of a last,
-/// partial block are written as zeros, so that no op (a division of zeros) leaves a NaN there
-/// for a convolution to multiply by its zero weights.
+/// Every element-wise op: for each image and channel plane (a block of four channels in
+/// `nChw4c`), the contiguous span of the call's rows: at a wide tier its whole wide vectors in
+/// the backend's `EltwiseTile` (but in a masked last block), then four floats at a time (one at
+/// a time for an NCHW remainder), with the tile's operations on each vector. A per-channel
+/// operand is loaded once per plane. In `nChw4c` the padding lanes of a last, partial block
+/// are written as zeros, so that no op (a division of zeros) leaves a NaN there for a
+/// convolution to multiply by its zero weights. Runtime extents change only the strides and
+/// the span's length, which the loops take from registers.
 pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
     let f = F32_BYTES;
     let [n, c, h, w] = d.shape;
-    let strides = Strides::new(d.layout, d.shape);
-    let (planes, plane_stride) = match d.layout {
-        Layout::Nchw => (c, h * w),
-        Layout::Nchw4c => (c.div_ceil(LANES), strides.block),
+    let h = e.extent_or(d.runtime.h, ExtentArg::InputH, h);
+    let w = e.extent_or(d.runtime.w, ExtentArg::InputW, w);
+    let strides = e.act_strides(d.layout, c, h, w);
+    let planes = match d.layout {
+        Layout::Nchw => c,
+        Layout::Nchw4c => c.div_ceil(LANES),
     };
-    let image_stride = strides.image as i64 * f;
-    let plane_bytes = plane_stride as i64 * f;
-    let row = strides.row as i64;
+    let plane_stride = match d.layout {
+        Layout::Nchw => strides.channel,
+        Layout::Nchw4c => strides.block,
+    };
+    let image_stride = e.mul(strides.image, f);
+    let plane_bytes = e.mul(plane_stride, f);
+    let row = strides.row;
     // Per image and per plane: how far the second operand's pointer moves, in bytes.
     let lane_bytes = match d.layout {
         Layout::Nchw => f,
         Layout::Nchw4c => LANES as i64 * f,
     };
+    let per_plane = |image: i64| {
+        (
+            Operand::PerPlane,
+            Scalar::Const(image),
+            Scalar::Const(lane_bytes),
+        )
+    };
     let (operand, image_step, step) = match d.kind {
-        EltwiseKind::PRelu => (Operand::PerPlane, 0, lane_bytes),
-        EltwiseKind::Binary { rhs, .. } => match rhs {
-            Broadcast::Full => (Operand::PerElement, image_stride, plane_bytes),
-            Broadcast::PerImageChannel => {
-                (Operand::PerPlane, planes as i64 * lane_bytes, lane_bytes)
-            }
-            Broadcast::PerChannel => (Operand::PerPlane, 0, lane_bytes),
-        },
-        _ => (Operand::None, 0, 0),
+        EltwiseKind::PRelu => per_plane(0),
+        EltwiseKind::Add
+        | EltwiseKind::Binary {
+            rhs: Broadcast::Full,
+            ..
+        } => (Operand::PerElement, image_stride, plane_bytes),
+        EltwiseKind::Binary {
+            rhs: Broadcast::PerImageChannel,
+            ..
+        } => per_plane(planes as i64 * lane_bytes),
+        EltwiseKind::Binary {
+            rhs: Broadcast::PerChannel,
+            ..
+        } => per_plane(0),
+        EltwiseKind::Relu | EltwiseKind::Act(_) => {
+            (Operand::None, Scalar::Const(0), Scalar::Const(0))
+        }
     };
     let src = e.buffer(SRC);
     let dst = e.buffer(DST);
     let second = !matches!(operand, Operand::None);
     let src2 = second.then(|| e.buffer(SRC2));
-    let (start, end) = e.clamp_items(0, h);
-    let first = e.b.ins().imul_imm_s(start, row * f);
+    let zero = Scalar::Const(0);
+    let (start, end) = e.clamp_items_to(zero, h);
+    let row_bytes = e.mul(row, f);
+    let row_bytes = e.value(row_bytes);
+    let first = e.b.ins().imul(start, row_bytes);
     let count = e.b.ins().isub(end, start);
-    let count = e.b.ins().imul_imm_s(count, row);
+    let row = e.value(row);
+    let count = e.b.ins().imul(count, row);
     let zero_i = e.iconst(0);
     let count = e.imax(count, zero_i);
     let vectors = e.b.ins().ushr_imm_u(count, 2);
@@ -324,7 +358,9 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
     }
     let partial = c % LANES;
     let masked = d.layout == Layout::Nchw4c && partial != 0;
-    let scalar_tail = d.layout == Layout::Nchw && !w.is_multiple_of(LANES);
+    // Rows of nChw4c hold whole vectors; an NCHW span has a remainder only when W does.
+    let scalar_tail =
+        d.layout == Layout::Nchw && !matches!(w, Scalar::Const(w) if w % LANES as i64 == 0);
     let kind = d.kind;
     let wide = wide_tile(d, operand);
     // One plane: its operand, its vectors (whole wide vectors first at a wide tier, but in a
@@ -406,9 +442,10 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
         }
     };
     let full_planes = if masked { planes - 1 } else { planes };
-    e.for_count_ptrs(n, &bases, &image_steps, |e, p| {
+    let count = |k: usize| Scalar::Const(k as i64);
+    e.for_ptrs(count(n), &bases, &image_steps, |e, p| {
         let p = p.to_vec();
-        let last = e.for_count_ptrs(full_planes, &p, &plane_steps, |e, q| {
+        let last = e.for_ptrs(count(full_planes), &p, &plane_steps, |e, q| {
             plane(e, q, None);
         });
         if masked {
@@ -424,6 +461,7 @@ fn wide_tile(d: &EltwiseDesc, operand: Operand) -> Option<EltwiseTile> {
         EltwiseKind::Act(act) => EltwiseOp::Act(act),
         EltwiseKind::PRelu => EltwiseOp::PRelu,
         EltwiseKind::Binary { op, .. } => EltwiseOp::Binary(op),
+        // Memory-bound at x128 already (decision 023).
         EltwiseKind::Relu | EltwiseKind::Add => return None,
     };
     let operand = match (operand, d.layout) {
@@ -442,7 +480,8 @@ fn wide_tile(d: &EltwiseDesc, operand: Operand) -> Option<EltwiseTile> {
 
 /// Copies `pixels` pixels of `lanes` channels from `src` (lanes `0..lanes` of each
 /// `nChw4c` pixel) to `dst`, where source lane `l` lands in channel `shift + l` counted from
-/// the block at `dst`: a vector per pixel where the blocks line up, scalars elsewhere.
+/// the block at `dst` (the next block is `dst_block` bytes on): a vector per pixel where the
+/// blocks line up, scalars elsewhere.
 fn copy_lanes(
     e: &mut Emit<'_>,
     pixels: Value,
@@ -450,24 +489,29 @@ fn copy_lanes(
     dst: Value,
     lanes: usize,
     shift: usize,
-    dst_block_bytes: i64,
+    dst_block: Scalar,
 ) {
     let f = F32_BYTES;
     let zero = e.iconst(0);
     let px = LANES as i64 * f;
-    e.for_range(zero, pixels, &[src, dst], |e, _, q| {
+    // Lanes past the block land in the next one, a pointer of its own (its distance may be a
+    // runtime value).
+    let mut ptrs = vec![src, dst];
+    if shift + lanes > LANES {
+        ptrs.push(e.offset_by(dst, dst_block, 1));
+    }
+    e.for_range(zero, pixels, &ptrs, |e, _, q| {
         if shift == 0 && lanes == LANES {
             let v = e.load_vec(q[0], 0);
             e.store_vec(v, q[1], 0);
         } else {
             for l in 0..lanes {
                 let t = shift + l;
-                let off = (t / LANES) as i64 * dst_block_bytes + (t % LANES) as i64 * f;
                 let x = e.load_f32(q[0], l as i64 * f);
-                e.store_f32(x, q[1], off);
+                e.store_f32(x, q[1 + t / LANES], (t % LANES) as i64 * f);
             }
         }
-        vec![e.offset(q[0], px), e.offset(q[1], px)]
+        q.iter().map(|&p| e.offset(p, px)).collect()
     });
 }
 
@@ -476,47 +520,60 @@ fn copy_lanes(
 /// copy per pixel when the offset is a multiple of four, four lane copies otherwise), a last
 /// partial block lane by lane, and the result's padding lanes are written as zeros; in NCHW
 /// each channel's span of rows is contiguous in both, and is copied four floats at a time.
+/// Runtime extents change only the strides and the spans' lengths.
 pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
     let f = F32_BYTES;
-    let (h, w) = (d.h, d.w);
+    let h = e.extent_or(d.runtime.h, ExtentArg::InputH, d.h);
+    let w = e.extent_or(d.runtime.w, ExtentArg::InputW, d.w);
     let total = d.total_channels();
     let dst = e.buffer(DST);
     let srcs: Vec<Value> = (0..d.channels.len())
         .map(|i| e.buffer(if i == 0 { SRC } else { SRC2 + i - 1 }))
         .collect();
-    let (start, end) = e.clamp_items(0, h);
+    let (start, end) = e.clamp_items_to(Scalar::Const(0), h);
     let rows = e.b.ins().isub(end, start);
     let zero_i = e.iconst(0);
     let rows = e.imax(rows, zero_i);
-    let pixels = e.b.ins().imul_imm_s(rows, w as i64);
-    let plane_bytes = (h * w) as i64 * f;
+    let w_value = e.value(w);
+    let pixels = e.b.ins().imul(rows, w_value);
+    // Byte strides: a channel's plane in NCHW, and (`x4`) a block's in nChw4c.
+    let plane_bytes = e.act_strides(Layout::Nchw, 1, h, w).channel;
+    let plane_bytes = e.mul(plane_bytes, f);
+    let count = |k: usize| Scalar::Const(k as i64);
     match d.layout {
         Layout::Nchw4c => {
-            let block = plane_bytes * LANES as i64;
-            let first = e.b.ins().imul_imm_s(start, (w * LANES) as i64 * f);
+            let block = e.mul(plane_bytes, LANES as i64);
+            let row_bytes = e.mul(w, LANES as i64 * f);
+            let row_bytes = e.value(row_bytes);
+            let first = e.b.ins().imul(start, row_bytes);
             let dst0 = e.b.ins().iadd(dst, first);
-            let dst_image = total.div_ceil(LANES) as i64 * block;
+            let dst_image = e.mul(block, total.div_ceil(LANES) as i64);
             let mut c0 = 0;
             for (&c, &src) in d.channels.iter().zip(&srcs) {
                 let src0 = e.b.ins().iadd(src, first);
-                let src_image = c.div_ceil(LANES) as i64 * block;
+                let src_image = e.mul(block, c.div_ceil(LANES) as i64);
                 let (full, part, shift) = (c / LANES, c % LANES, c0 % LANES);
-                let dst_c = e.offset(dst0, (c0 / LANES) as i64 * block);
-                e.for_count_ptrs(d.mb, &[src0, dst_c], &[src_image, dst_image], |e, p| {
-                    let last = e.for_count_ptrs(full, p, &[block, block], |e, q| {
-                        copy_lanes(e, pixels, q[0], q[1], LANES, shift, block);
-                    });
-                    if part > 0 {
-                        copy_lanes(e, pixels, last[0], last[1], part, shift, block);
-                    }
-                });
+                let dst_c = e.offset_by(dst0, block, (c0 / LANES) as i64);
+                e.for_ptrs(
+                    count(d.mb),
+                    &[src0, dst_c],
+                    &[src_image, dst_image],
+                    |e, p| {
+                        let last = e.for_ptrs(count(full), p, &[block, block], |e, q| {
+                            copy_lanes(e, pixels, q[0], q[1], LANES, shift, block);
+                        });
+                        if part > 0 {
+                            copy_lanes(e, pixels, last[0], last[1], part, shift, block);
+                        }
+                    },
+                );
                 c0 += c;
             }
             let padded = total % LANES;
             if padded != 0 {
-                let last = e.offset(dst0, (total / LANES) as i64 * block);
+                let last = e.offset_by(dst0, block, (total / LANES) as i64);
                 let zero = e.b.ins().f32const(0.0);
-                e.for_count_ptrs(d.mb, &[last], &[dst_image], |e, p| {
+                e.for_ptrs(count(d.mb), &[last], &[dst_image], |e, p| {
                     e.for_range(zero_i, pixels, p, |e, _, q| {
                         for l in padded..LANES {
                             e.store_f32(zero, q[0], l as i64 * f);
@@ -527,18 +584,21 @@ pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
             }
         }
         Layout::Nchw => {
-            let first = e.b.ins().imul_imm_s(start, w as i64 * f);
+            let row_bytes = e.mul(w, f);
+            let row_bytes = e.value(row_bytes);
+            let first = e.b.ins().imul(start, row_bytes);
             let dst0 = e.b.ins().iadd(dst, first);
-            let dst_image = total as i64 * plane_bytes;
+            let dst_image = e.mul(plane_bytes, total as i64);
             let vectors = e.b.ins().ushr_imm_u(pixels, 2);
             let tail = e.b.ins().band_imm_u(pixels, 3);
             let mut c0 = 0;
             for (&c, &src) in d.channels.iter().zip(&srcs) {
                 let src0 = e.b.ins().iadd(src, first);
-                let dst_c = e.offset(dst0, c0 as i64 * plane_bytes);
-                let steps = [c as i64 * plane_bytes, dst_image];
-                e.for_count_ptrs(d.mb, &[src0, dst_c], &steps, |e, p| {
-                    e.for_count_ptrs(c, p, &[plane_bytes, plane_bytes], |e, q| {
+                let dst_c = e.offset_by(dst0, plane_bytes, c0 as i64);
+                let src_image = e.mul(plane_bytes, c as i64);
+                let steps = [src_image, dst_image];
+                e.for_ptrs(count(d.mb), &[src0, dst_c], &steps, |e, p| {
+                    e.for_ptrs(count(c), p, &[plane_bytes, plane_bytes], |e, q| {
                         let after = e.for_range(zero_i, vectors, q, |e, _, r| {
                             let v = e.load_vec(r[0], 0);
                             e.store_vec(v, r[1], 0);

@@ -1,13 +1,12 @@
-//! Lowers pooling (windowed and global), standalone element-wise ops and the FMA peak loops to
-//! Cranelift IR.
+//! Lowers pooling (windowed and global) and the FMA peak loops to Cranelift IR.
 //!
 //! All of them vectorize over four channels: a vector load per pixel in `nChw4c`, a gather of
 //! four channel planes in NCHW (whose last, partial block of channels gets code of its own so
 //! that no lane past the last channel is read or written).
 
-use cranelift_codegen::ir::condcodes::FloatCC;
 use std::ops::Range;
 
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 use primjit_ir::PoolKind;
 
@@ -15,15 +14,13 @@ use crate::backend::x64::{PoolTile, WideTile};
 use crate::conv::direct::{ColumnSplit, RunLen};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{
-    EltwiseDesc, EltwiseKind, FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS, FmaPattern,
-    GlobalPoolDesc, Layout,
+    FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS, FmaPattern, GlobalPoolDesc, Layout,
 };
 use crate::plan::{Axis, AxisPlan, PoolPlan, Strides};
 use crate::tile::{GROUP_TILES, GROUP_VECTORS, LANES};
 
 const SRC: usize = 0;
 const DST: usize = 2;
-const SRC2: usize = 3;
 
 /// Channel blocks grouped by how many of their lanes are real channels.
 fn block_classes(
@@ -615,159 +612,128 @@ fn avg_reciprocal(e: &mut Emit<'_>, row: &Taps, col: &Taps) -> Value {
 /// EfficientNet pool whole 112x112 maps).
 const GLOBAL_CHAINS: usize = 8;
 
+/// A global pooling: per block of four channels (the work items, so threads split the
+/// channels) and image, the pixels in [`GLOBAL_CHAINS`] partials, pixel `p` to partial
+/// `p % GLOBAL_CHAINS`, summed as a tree. Runtime extents give the same partials and order:
+/// the last pixels go to partials `0..rest`, each behind a test of `rest`.
 pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
     let f = F32_BYTES;
-    let src_s = Strides::new(d.src_layout, [d.mb, d.c, d.ih, d.iw]);
+    let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
+    let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
+    let src_s = e.act_strides(d.src_layout, d.c, ih, iw);
     let dst_s = Strides::new(d.dst_layout, [d.mb, d.c, 1, 1]);
-    // A work item is a block of four channels, in every image: threads split the channels.
+    // The pixels of a plane: the NCHW channel stride.
+    let pixels = e.act_strides(Layout::Nchw, 1, ih, iw).channel;
     for (blocks, lanes) in block_classes(d.c, d.src_layout, d.dst_layout) {
         let (start, end) = e.clamp_items(blocks.start, blocks.end);
         e.for_range(start, end, &[], |e, block, _| {
             let src = e.buffer(SRC);
             let dst = e.buffer(DST);
-            let src_b = e.scaled(src, block, (src_s.block * f as usize) as i64, 0);
+            let src_b = e.scaled_by(src, block, src_s.block, f, 0);
             let dst_b = e.scaled(dst, block, (dst_s.block * f as usize) as i64, 0);
-            e.for_count_ptrs(
-                d.mb,
-                &[src_b, dst_b],
-                &[src_s.image as i64 * f, dst_s.image as i64 * f],
-                |e, q| {
-                    let init = e.splat_const(if d.kind == PoolKind::Max {
-                        f32::NEG_INFINITY
-                    } else {
-                        0.0
-                    });
-                    let fill = e.splat_const(0.0);
-                    let pixel = src_s.pixel as i64 * f;
-                    let channel = Scalar::Const(src_s.channel as i64);
-                    let reduce = |e: &mut Emit<'_>, a: Value, src: Value, off: i64| {
-                        let x = load(e, d.src_layout, channel, src, off, lanes, fill);
-                        match d.kind {
-                            PoolKind::Max => e.pmax_nan(a, x),
-                            PoolKind::Avg => e.b.ins().fadd(a, x),
+            let image_steps = [e.mul(src_s.image, f), Scalar::Const(dst_s.image as i64 * f)];
+            let images = Scalar::Const(d.mb as i64);
+            e.for_ptrs(images, &[src_b, dst_b], &image_steps, |e, q| {
+                let init = e.splat_const(if d.kind == PoolKind::Max {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                });
+                let fill = e.splat_const(0.0);
+                let pixel = src_s.pixel * f;
+                let channel = src_s.channel;
+                let reduce = |e: &mut Emit<'_>, a: Value, src: Value, off: i64| {
+                    let x = load(e, d.src_layout, channel, src, off, lanes, fill);
+                    match d.kind {
+                        PoolKind::Max => e.pmax_nan(a, x),
+                        PoolKind::Avg => e.b.ins().fadd(a, x),
+                    }
+                };
+                // Pixel `p` goes to partial `p % GLOBAL_CHAINS`: independent chains, where
+                // one chain waited an add's latency per pixel.
+                let mut carried = vec![q[0]];
+                carried.extend([init; GLOBAL_CHAINS]);
+                let chains = GLOBAL_CHAINS as i64;
+                let body = |e: &mut Emit<'_>, _: Value, s: &[Value]| {
+                    let mut next = vec![e.offset(s[0], chains * pixel)];
+                    for (k, &a) in s[1..].iter().enumerate() {
+                        next.push(reduce(e, a, s[0], k as i64 * pixel));
+                    }
+                    next
+                };
+                let mut partials = match pixels {
+                    Scalar::Const(p) => {
+                        let out = e.for_count(p as usize / GLOBAL_CHAINS, &carried, body);
+                        let mut partials = out[1..].to_vec();
+                        for (k, a) in partials
+                            .iter_mut()
+                            .take(p as usize % GLOBAL_CHAINS)
+                            .enumerate()
+                        {
+                            *a = reduce(e, *a, out[0], k as i64 * pixel);
+                        }
+                        partials
+                    }
+                    Scalar::Dyn(p) => {
+                        let zero = e.iconst(0);
+                        let trips = e.b.ins().ushr_imm_u(p, chains.trailing_zeros() as i64);
+                        let out = e.for_range(zero, trips, &carried, body);
+                        let rest = e.b.ins().band_imm_u(p, chains - 1);
+                        let mut partials = out[1..].to_vec();
+                        for (k, a) in partials.iter_mut().enumerate().take(GLOBAL_CHAINS - 1) {
+                            let more =
+                                e.b.ins()
+                                    .icmp_imm_s(IntCC::SignedGreaterThan, rest, k as i64);
+                            let prev = *a;
+                            *a = e.if_else_values(
+                                more,
+                                |e| vec![reduce(e, prev, out[0], k as i64 * pixel)],
+                                |_| vec![prev],
+                            )[0];
+                        }
+                        partials
+                    }
+                };
+                // Pairwise, as a tree: partials `k` and `k + half`, then halves.
+                while partials.len() > 1 {
+                    let half = partials.len() / 2;
+                    partials = (0..half)
+                        .map(|k| {
+                            let (a, b) = (partials[k], partials[k + half]);
+                            match d.kind {
+                                PoolKind::Max => e.pmax_nan(a, b),
+                                PoolKind::Avg => e.b.ins().fadd(a, b),
+                            }
+                        })
+                        .collect();
+                }
+                let mut v = partials[0];
+                if d.kind == PoolKind::Avg {
+                    // `1 / pixels` rounded to f32 as a fixed key's constant is.
+                    let scale = match pixels {
+                        Scalar::Const(p) => e.b.ins().f32const(1.0 / p as f32),
+                        Scalar::Dyn(p) => {
+                            let n = e.b.ins().fcvt_from_sint(types::F32, p);
+                            let one = e.b.ins().f32const(1.0);
+                            e.b.ins().fdiv(one, n)
                         }
                     };
-                    // Pixel `p` goes to partial `p % GLOBAL_CHAINS`: independent
-                    // chains, where one chain waited an add's latency per pixel.
-                    let pixels = d.ih * d.iw;
-                    let mut carried = vec![q[0]];
-                    carried.extend([init; GLOBAL_CHAINS]);
-                    let out = e.for_count(pixels / GLOBAL_CHAINS, &carried, |e, _, s| {
-                        let mut next = vec![e.offset(s[0], GLOBAL_CHAINS as i64 * pixel)];
-                        for (k, &a) in s[1..].iter().enumerate() {
-                            next.push(reduce(e, a, s[0], k as i64 * pixel));
-                        }
-                        next
-                    });
-                    let mut partials = out[1..].to_vec();
-                    for (k, a) in partials.iter_mut().take(pixels % GLOBAL_CHAINS).enumerate() {
-                        *a = reduce(e, *a, out[0], k as i64 * pixel);
-                    }
-                    // Pairwise, as a tree: partials `k` and `k + half`, then halves.
-                    while partials.len() > 1 {
-                        let half = partials.len() / 2;
-                        partials = (0..half)
-                            .map(|k| {
-                                let (a, b) = (partials[k], partials[k + half]);
-                                match d.kind {
-                                    PoolKind::Max => e.pmax_nan(a, b),
-                                    PoolKind::Avg => e.b.ins().fadd(a, b),
-                                }
-                            })
-                            .collect();
-                    }
-                    let out = [out[0], partials[0]];
-                    let mut v = out[1];
-                    if d.kind == PoolKind::Avg {
-                        let s = e.splat_const(1.0 / (d.ih * d.iw) as f32);
-                        v = e.b.ins().fmul(v, s);
-                    }
-                    store(
-                        e,
-                        d.dst_layout,
-                        Scalar::Const(dst_s.channel as i64),
-                        v,
-                        q[1],
-                        0,
-                        lanes,
-                    );
-                },
-            );
+                    let s = e.b.ins().splat(types::F32X4, scale);
+                    v = e.b.ins().fmul(v, s);
+                }
+                store(
+                    e,
+                    d.dst_layout,
+                    Scalar::Const(dst_s.channel as i64),
+                    v,
+                    q[1],
+                    0,
+                    lanes,
+                );
+            });
             vec![]
         });
     }
-}
-
-/// Element-wise ops walk, for each image and channel plane (or block), the contiguous span of
-/// the call's rows: four floats at a time, then one at a time for an NCHW remainder.
-pub fn lower_eltwise(e: &mut Emit<'_>, d: &EltwiseDesc) {
-    let f = F32_BYTES;
-    let [n, c, h, w] = d.shape;
-    let strides = Strides::new(d.layout, d.shape);
-    let (planes, plane_stride) = match d.layout {
-        Layout::Nchw => (n * c, h * w),
-        Layout::Nchw4c => (n * c.div_ceil(LANES), strides.block),
-    };
-    let row = strides.row as i64;
-    let src = e.buffer(SRC);
-    let dst = e.buffer(DST);
-    let src2 = (d.kind == EltwiseKind::Add).then(|| e.buffer(SRC2));
-    let (start, end) = e.clamp_items(0, h);
-    let first = e.b.ins().imul_imm_s(start, row * f);
-    let count = e.b.ins().isub(end, start);
-    let count = e.b.ins().imul_imm_s(count, row);
-    let zero_i = e.iconst(0);
-    let count = e.imax(count, zero_i);
-    let vectors = e.b.ins().ushr_imm_u(count, 2);
-    let tail = e.b.ins().band_imm_u(count, 3);
-    let zero = e.splat_const(0.0);
-    let zero_s = e.b.ins().f32const(0.0);
-
-    let mut bases = vec![src, dst];
-    bases.extend(src2);
-    let step = plane_stride as i64 * f;
-    let steps = vec![step; bases.len()];
-    let bases: Vec<Value> = bases.iter().map(|&b| e.b.ins().iadd(b, first)).collect();
-    e.for_count_ptrs(planes, &bases, &steps, |e, p| {
-        let p = p.to_vec();
-        let after = e.for_range(zero_i, vectors, &p, |e, _, q| {
-            let x = e.load_vec(q[0], 0);
-            let y = match d.kind {
-                EltwiseKind::Relu => e.pmax(zero, x),
-                EltwiseKind::Add => {
-                    let z = e.load_vec(q[2], 0);
-                    e.b.ins().fadd(x, z)
-                }
-                EltwiseKind::Act(_) | EltwiseKind::PRelu | EltwiseKind::Binary { .. } => {
-                    unreachable!("lowered by lower_eltwise")
-                }
-            };
-            e.store_vec(y, q[1], 0);
-            q.iter().map(|&b| e.offset(b, LANES as i64 * f)).collect()
-        });
-        // Rows of nChw4c hold whole vectors; an NCHW span has a remainder only when W does.
-        if d.layout == Layout::Nchw && !w.is_multiple_of(LANES) {
-            e.for_range(zero_i, tail, &after, |e, _, q| {
-                let x = e.load_f32(q[0], 0);
-                let y = match d.kind {
-                    EltwiseKind::Relu => {
-                        // `x` unless below zero: NaN stays.
-                        let m = e.b.ins().fcmp(FloatCC::LessThan, x, zero_s);
-                        e.b.ins().select(m, zero_s, x)
-                    }
-                    EltwiseKind::Add => {
-                        let z = e.load_f32(q[2], 0);
-                        e.b.ins().fadd(x, z)
-                    }
-                    EltwiseKind::Act(_) | EltwiseKind::PRelu | EltwiseKind::Binary { .. } => {
-                        unreachable!("lowered by lower_eltwise")
-                    }
-                };
-                e.store_f32(y, q[1], 0);
-                q.iter().map(|&b| e.offset(b, f)).collect()
-            });
-        }
-    });
 }
 
 /// The FMA peak loop: `[begin, end)` trips of `pattern` on 12 chains: 8 x 12 independent

@@ -379,7 +379,10 @@ pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
             ]
         }
         // Any extent will do: the kernel has no borders to keep apart.
-        crate::PrimitiveKey::Resize(_) => [if rt.h { 5 } else { ih }, if rt.w { 5 } else { iw }],
+        crate::PrimitiveKey::Resize(_)
+        | crate::PrimitiveKey::GlobalPool(_)
+        | crate::PrimitiveKey::Eltwise(_)
+        | crate::PrimitiveKey::Concat(_) => [if rt.h { 5 } else { ih }, if rt.w { 5 } else { iw }],
         _ => [ih, iw],
     }
 }

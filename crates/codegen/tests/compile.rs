@@ -1,5 +1,6 @@
 //! Every kind of key compiles with the verifier on, to relocation-free code.
 
+use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     CodegenOptions, ConvAlgo, ConvDesc, Dumps, EltwiseDesc, EltwiseKind, FmaPattern,
     GlobalPoolDesc, Isa, Layout, PoolDesc, PostOpDesc, PrimitiveKey, compile,
@@ -71,18 +72,21 @@ fn keys() -> Vec<PrimitiveKey> {
             iw: 3,
             src_layout: Layout::Nchw,
             dst_layout: Layout::Nchw,
+            runtime: RuntimeDims::NONE,
         }),
         PrimitiveKey::Eltwise(EltwiseDesc {
             kind: EltwiseKind::Add,
             shape: [1, 3, 5, 7],
             layout: Layout::Nchw,
             isa: Isa::X128,
+            runtime: RuntimeDims::NONE,
         }),
         PrimitiveKey::Eltwise(EltwiseDesc {
             kind: EltwiseKind::Relu,
             shape: [1, 3, 5, 7],
             layout: Layout::Nchw4c,
             isa: Isa::X128,
+            runtime: RuntimeDims::NONE,
         }),
         PrimitiveKey::FmaPeak(FmaPattern::Registers),
         PrimitiveKey::FmaPeak(FmaPattern::Broadcast),

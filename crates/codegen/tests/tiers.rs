@@ -572,6 +572,7 @@ fn eltwise_tiles_emit_their_tiers_forms_on_every_host() {
                     shape: [2, 7, 5, 9],
                     layout,
                     isa: Isa::X128,
+                    runtime: RuntimeDims::NONE,
                 };
                 let key = PrimitiveKey::Eltwise(d.at_tier(isa));
                 assert!(key.to_string().contains(&format!("isa:{isa}")), "{key}");
@@ -599,6 +600,7 @@ fn eltwise_tiles_emit_their_tiers_forms_on_every_host() {
             shape: [1, 8, 4, 4],
             layout: Layout::Nchw4c,
             isa: Isa::Avx2,
+            runtime: RuntimeDims::NONE,
         };
         assert_eq!(d.tier_for(Isa::Avx2), Isa::X128, "{d:?}");
         let err = compile(&PrimitiveKey::Eltwise(d), verified(), Dumps::default()).unwrap_err();

@@ -12,6 +12,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use primjit::RuntimeDims;
 use primjit::exec::{MmapMut, PageSource, SystemPages};
 use primjit::ir::{
     Bindings, Dim, Pads, ParamError, PoolWindow, SourceLoc, VerifyError, WindowError, parse, passes,
@@ -56,6 +57,7 @@ fn relu_key() -> PrimitiveKey {
         shape: [1, 2, 3, 4],
         layout: Layout::Nchw,
         isa: Isa::X128,
+        runtime: RuntimeDims::NONE,
     })
 }
 

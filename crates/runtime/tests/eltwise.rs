@@ -21,6 +21,7 @@ use common::{SENTINEL, engine};
 
 use std::sync::Arc;
 
+use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     Activation, BinaryKind, Broadcast, ConcatDesc, ConvAlgo, ConvDesc, EXP_ULPS, EltwiseDesc,
     EltwiseKind, Isa, Layout, PostOpDesc, PrimitiveKey, SelectDesc, TANH_ULPS,
@@ -110,10 +111,11 @@ fn run(
     extra: &[Vec<f32>],
     dst_len: usize,
 ) -> Result<Vec<f32>, TestCaseError> {
-    run_with_scratch(p, src, weights, extra, dst_len, 0)
+    run_with_scratch(p, src, weights, extra, dst_len, 0, None)
 }
 
-/// [`run`] with `scratch_len` floats of scratch per thread (a Winograd conv's).
+/// [`run`] with `scratch_len` floats of scratch per thread (a Winograd conv's), at `extents`
+/// for a kernel with runtime extents.
 fn run_with_scratch(
     p: &Primitive,
     src: &[f32],
@@ -121,6 +123,7 @@ fn run_with_scratch(
     extra: &[Vec<f32>],
     dst_len: usize,
     scratch_len: usize,
+    extents: Option<[usize; 2]>,
 ) -> Result<Vec<f32>, TestCaseError> {
     let src = guarded(src);
     let weights = weights.map(guarded);
@@ -142,9 +145,10 @@ fn run_with_scratch(
             extra: &extra,
             scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
         };
-        match pool {
-            Some(pool) => p.execute_parallel(args, None, pool),
-            None => p.execute(args),
+        match (pool, extents) {
+            (Some(pool), e) => p.execute_parallel(args, e, pool),
+            (None, Some(e)) => p.execute_at(args, e),
+            (None, None) => p.execute(args),
         }
         .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.key())))?;
         Ok(dst.as_slice().to_vec())
@@ -318,6 +322,111 @@ fn config() -> ProptestConfig {
     }
 }
 
+/// An op of a runtime-extent property: an element-wise op, or a concat of these channels.
+#[derive(Clone, Debug)]
+enum ExtentOp {
+    Eltwise(EltwiseKind),
+    Concat(Vec<usize>),
+}
+
+fn extent_op() -> impl Strategy<Value = ExtentOp> {
+    prop_oneof![
+        Just(ExtentOp::Eltwise(EltwiseKind::Relu)),
+        Just(ExtentOp::Eltwise(EltwiseKind::Add)),
+        activation().prop_map(|a| ExtentOp::Eltwise(EltwiseKind::Act(a))),
+        Just(ExtentOp::Eltwise(EltwiseKind::PRelu)),
+        (binary_kind(), broadcast())
+            .prop_map(|(op, rhs)| ExtentOp::Eltwise(EltwiseKind::Binary { op, rhs })),
+        prop::collection::vec(1usize..=9, 1..=4).prop_map(ExtentOp::Concat),
+    ]
+}
+
+/// One call of an [`ExtentOp`]: its exact key and its buffers.
+struct ExtentCall {
+    key: PrimitiveKey,
+    src: Vec<f32>,
+    extra: Vec<Vec<f32>>,
+    dst_len: usize,
+}
+
+impl ExtentOp {
+    /// The op over `[n, c, h, w]` (a concat's inputs have their own channels) with inputs
+    /// drawn from `seed`, at the tier `isa` grants it.
+    fn call(&self, [n, c, h, w]: [usize; 4], layout: Layout, isa: Isa, seed: u64) -> ExtentCall {
+        let mut rng = Rng(seed);
+        let shape = [n, c, h, w];
+        match self {
+            ExtentOp::Eltwise(kind) => {
+                let d = EltwiseDesc {
+                    kind: *kind,
+                    shape,
+                    layout,
+                    isa: Isa::X128,
+                    runtime: RuntimeDims::NONE,
+                }
+                .at_tier(isa);
+                let src = to_layout(&rng.tensor(&shape, true), layout);
+                let extra = match kind {
+                    EltwiseKind::Relu | EltwiseKind::Act(_) => vec![],
+                    EltwiseKind::Add => vec![to_layout(&rng.tensor(&shape, true), layout)],
+                    EltwiseKind::PRelu => {
+                        let mut slope = rng.tensor(&[c], false).data;
+                        slope.resize(c.div_ceil(4) * 4, 0.0);
+                        vec![slope]
+                    }
+                    EltwiseKind::Binary { rhs, .. } => {
+                        vec![to_layout(&rng.tensor(&rhs.shape(shape), true), layout)]
+                    }
+                };
+                ExtentCall {
+                    key: PrimitiveKey::Eltwise(d),
+                    src,
+                    extra,
+                    dst_len: layout.buffer_len(shape),
+                }
+            }
+            ExtentOp::Concat(channels) => {
+                let d = ConcatDesc {
+                    mb: n,
+                    channels: channels.clone(),
+                    h,
+                    w,
+                    layout,
+                    runtime: RuntimeDims::NONE,
+                };
+                let mut inputs: Vec<Vec<f32>> = channels
+                    .iter()
+                    .map(|&c| to_layout(&rng.tensor(&[n, c, h, w], true), layout))
+                    .collect();
+                let src = inputs.remove(0);
+                ExtentCall {
+                    dst_len: layout.buffer_len(d.dst_shape()),
+                    key: PrimitiveKey::Concat(d),
+                    src,
+                    extra: inputs,
+                }
+            }
+        }
+    }
+}
+
+/// `key` with the extents `rt` names left to run time.
+fn with_runtime(key: PrimitiveKey, rt: RuntimeDims) -> PrimitiveKey {
+    match key {
+        PrimitiveKey::Eltwise(d) => PrimitiveKey::Eltwise(d.with_runtime(rt)),
+        PrimitiveKey::Concat(d) => PrimitiveKey::Concat(d.with_runtime(rt)),
+        other => panic!("{other} has no runtime extents here"),
+    }
+}
+
+fn runtime_dims() -> impl Strategy<Value = RuntimeDims> {
+    prop_oneof![
+        3 => Just(RuntimeDims { h: false, w: true }),
+        1 => Just(RuntimeDims { h: true, w: false }),
+        1 => Just(RuntimeDims { h: true, w: true }),
+    ]
+}
+
 /// The padding lanes of a last, partial `nChw4c` block must be written as zeros.
 fn padding_is_zero(buf: &[f32], layout: Layout, [n, c, h, w]: [usize; 4]) -> bool {
     if layout == Layout::Nchw || c % 4 == 0 {
@@ -344,7 +453,7 @@ proptest! {
         isa in tier(),
     ) {
         let x = Rng(seed).tensor(&shape, true);
-        let d = EltwiseDesc { kind: EltwiseKind::Act(act), shape, layout, isa: Isa::X128 }
+        let d = EltwiseDesc { kind: EltwiseKind::Act(act), shape, layout, isa: Isa::X128, runtime: RuntimeDims::NONE }
             .at_tier(isa);
         let key = PrimitiveKey::Eltwise(d.clone());
         let p = compile(&key);
@@ -367,7 +476,7 @@ proptest! {
         let mut rng = Rng(seed);
         let x = rng.tensor(&shape, true);
         let slope = rng.tensor(&[shape[1]], false);
-        let d = EltwiseDesc { kind: EltwiseKind::PRelu, shape, layout, isa: Isa::X128 }
+        let d = EltwiseDesc { kind: EltwiseKind::PRelu, shape, layout, isa: Isa::X128, runtime: RuntimeDims::NONE }
             .at_tier(isa);
         let key = PrimitiveKey::Eltwise(d.clone());
         let p = compile(&key);
@@ -400,6 +509,7 @@ proptest! {
             shape,
             layout,
             isa: Isa::X128,
+            runtime: RuntimeDims::NONE,
         }
         .at_tier(isa);
         let key = PrimitiveKey::Eltwise(d.clone());
@@ -424,7 +534,7 @@ proptest! {
     ) {
         let mut rng = Rng(seed);
         let inputs: Vec<Tensor> = channels.iter().map(|&c| rng.tensor(&[n, c, h, w], true)).collect();
-        let d = ConcatDesc { mb: n, channels: channels.clone(), h, w, layout };
+        let d = ConcatDesc { mb: n, channels: channels.clone(), h, w, layout, runtime: RuntimeDims::NONE };
         let shape = d.dst_shape();
         let key = PrimitiveKey::Concat(d);
         key.validate().unwrap();
@@ -437,6 +547,40 @@ proptest! {
         let want = primjit_reference::concat(&refs);
         let same = got.iter().zip(&want.data).all(|(g, w)| g.to_bits() == w.to_bits());
         prop_assert!(same, "{key}: differs from the reference");
+    }
+
+    /// One kernel with runtime extents serves every extent: at the problem's and at two
+    /// more, on one to three threads, it gives the exact key's bits (which the properties
+    /// above hold to the reference), on guard-page buffers.
+    #[test]
+    fn runtime_extents_match_exact_keys(
+        op in extent_op(),
+        shape in shape(),
+        layout in layout(),
+        isa in tier(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=19usize, 1..=19usize), 2),
+        seed in any::<u64>(),
+    ) {
+        let generic = compile(&with_runtime(op.call(shape, layout, isa, seed).key, rt));
+        prop_assert!(generic.key().to_string().contains('*'), "{}", generic.key());
+        let [n, c, h0, w0] = shape;
+        for (h, w) in std::iter::once((h0, w0)).chain(more) {
+            let at = [n, c, if rt.h { h } else { h0 }, if rt.w { w } else { w0 }];
+            let call = op.call(at, layout, isa, seed);
+            let want = run(&compile(&call.key), &call.src, None, &call.extra, call.dst_len)?;
+            let got = run_with_scratch(
+                &generic,
+                &call.src,
+                None,
+                &call.extra,
+                call.dst_len,
+                0,
+                Some([at[2], at[3]]),
+            )?;
+            let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+            prop_assert!(same, "{} at {:?} differs from {}", generic.key(), at, call.key);
+        }
     }
 
     #[test]
@@ -514,6 +658,7 @@ proptest! {
             &[],
             dst_layout.buffer_len(shape),
             d.scratch_len(),
+            None,
         )?;
         let got = from_layout(&raw, dst_layout, shape);
         let attrs = ConvAttrs { pads: d.pads, ..ConvAttrs::default() };
@@ -543,6 +688,7 @@ fn activation_on(act: Activation, xs: &[f32]) -> Vec<f32> {
         shape,
         layout: Layout::Nchw,
         isa: Isa::X128,
+        runtime: RuntimeDims::NONE,
     });
     let p = compile(&key);
     run(&p, xs, None, &[], xs.len()).expect("runs")

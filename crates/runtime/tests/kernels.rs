@@ -2312,6 +2312,7 @@ fn global_pool_problem() -> impl Strategy<Value = GlobalPoolProblem> {
                     iw,
                     src_layout,
                     dst_layout,
+                    runtime: RuntimeDims::NONE,
                 },
                 seed,
             }
@@ -2389,6 +2390,7 @@ fn eltwise_problem() -> impl Strategy<Value = EltwiseProblem> {
                 shape: [n, c, h, w],
                 layout,
                 isa: Isa::X128,
+                runtime: RuntimeDims::NONE,
             },
             seed,
         })
@@ -2405,6 +2407,52 @@ proptest! {
     #[test]
     fn eltwise_matches_reference(p in eltwise_problem()) {
         p.check()?;
+    }
+
+    /// One runtime-extent global pooling kernel at the problem's extents and at two more:
+    /// the same partials in the same order as the exact kernel, so the same bits (the
+    /// remainder of 8 pixels included).
+    #[test]
+    fn global_pool_runtime_extents_match_exact(
+        p in global_pool_problem(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
+    ) {
+        let generic = compile(&PrimitiveKey::GlobalPool(p.desc.clone().with_runtime(rt)))?;
+        for (h, w) in std::iter::once((p.desc.ih, p.desc.iw)).chain(more) {
+            let mut q = p.clone();
+            q.desc = q.desc.with_runtime(rt).at([h, w]);
+            let bufs = Buffers {
+                extents: Some([q.desc.ih, q.desc.iw]),
+                ..q.buffers()
+            };
+            // Its work items are blocks of channels, not rows: all of them.
+            let blocks = q.key().work_items();
+            check_runtime_against_exact(&generic, &q.key(), bufs, 0..blocks)?;
+        }
+    }
+
+    /// As `global_pool_runtime_extents_match_exact`, for `relu` and `add`.
+    #[test]
+    fn eltwise_runtime_extents_match_exact(
+        p in eltwise_problem(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        let generic = compile(&PrimitiveKey::Eltwise(p.desc.clone().with_runtime(rt)))?;
+        let [_, _, h0, w0] = p.desc.shape;
+        for (h, w) in std::iter::once((h0, w0)).chain(more) {
+            let mut q = p.clone();
+            q.desc = q.desc.with_runtime(rt).at([h, w]);
+            let [_, _, h, w] = q.desc.shape;
+            let (a, b) = (rows.0.index(h + 1), rows.1.index(h + 1));
+            let bufs = Buffers {
+                extents: Some([h, w]),
+                ..q.buffers()
+            };
+            check_runtime_against_exact(&generic, &q.key(), bufs, a.min(b)..a.max(b))?;
+        }
     }
 
     #[test]
@@ -2903,6 +2951,7 @@ fn wrong_buffers_are_typed_errors() {
         shape: [1, 3, 2, 2],
         layout: Layout::Nchw4c,
         isa: Isa::X128,
+        runtime: RuntimeDims::NONE,
     });
     let ap = compile(&add).unwrap();
     let mut dst = vec![0.0; 16];
@@ -3330,6 +3379,7 @@ fn global_max_pool_keeps_nan_in_groups_and_remainder() {
         iw,
         src_layout: Layout::Nchw4c,
         dst_layout: Layout::Nchw4c,
+        runtime: RuntimeDims::NONE,
     };
     let p = GlobalPoolProblem { desc, seed: 3 };
     let mut input = p.input();

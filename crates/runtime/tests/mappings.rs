@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use memmap2::MmapMut;
+use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     ConvDesc, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Isa, Layout, PrimitiveKey,
 };
@@ -125,6 +126,7 @@ fn relu(c: usize, h: usize, w: usize) -> PrimitiveKey {
         shape: [1, c, h, w],
         layout: Layout::Nchw,
         isa: Isa::X128,
+        runtime: RuntimeDims::NONE,
     })
 }
 
@@ -242,6 +244,7 @@ fn executable_bytes_grow_by_exactly_the_mapped_bytes() {
         iw: 3,
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
+        runtime: RuntimeDims::NONE,
     }));
     let mut held = Vec::new();
     let mut sum = 0;

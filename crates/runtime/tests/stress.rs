@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     ConvDesc, ConvPlan, EltwiseDesc, EltwiseKind, Isa, Layout, PoolDesc, PostOpDesc, PrimitiveKey,
 };
@@ -329,6 +330,7 @@ fn random_key(rng: &mut Rng) -> PrimitiveKey {
                 shape: [1, rng.range(1, 8), rng.range(1, 6), rng.range(1, 9)],
                 layout: layout(rng),
                 isa: Isa::X128,
+                runtime: RuntimeDims::NONE,
             }),
         };
         if key.validate().is_ok() {

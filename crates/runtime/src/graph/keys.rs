@@ -155,18 +155,22 @@ impl NodeKeys<'_> {
             Op::Pool2d(p) => PrimitiveKey::Pool(self.pool(p)?.with_runtime(rt).at_tier(algo.1)),
             Op::GlobalPool { kind, input } => {
                 let [n, c, ih, iw] = self.concrete(*input)?;
-                PrimitiveKey::GlobalPool(GlobalPoolDesc {
-                    kind: *kind,
-                    mb: n,
-                    c,
-                    ih,
-                    iw,
-                    src_layout: self.src_layout(*input),
-                    dst_layout: Layout::Nchw4c,
-                })
+                PrimitiveKey::GlobalPool(
+                    GlobalPoolDesc {
+                        kind: *kind,
+                        mb: n,
+                        c,
+                        ih,
+                        iw,
+                        src_layout: self.src_layout(*input),
+                        dst_layout: Layout::Nchw4c,
+                        runtime: RuntimeDims::NONE,
+                    }
+                    .with_runtime(rt),
+                )
             }
-            Op::Relu { input } => self.eltwise(EltwiseKind::Relu, *input, algo.1)?,
-            Op::Add { lhs, .. } => self.eltwise(EltwiseKind::Add, *lhs, algo.1)?,
+            Op::Relu { input } => self.eltwise(EltwiseKind::Relu, *input, rt, algo.1)?,
+            Op::Add { lhs, .. } => self.eltwise(EltwiseKind::Add, *lhs, rt, algo.1)?,
             Op::BatchNorm(bn) => {
                 let [n, c, ih, iw] = self.concrete(bn.input)?;
                 let mut d = bn_desc_shell(c, self.src_layout(bn.input));
@@ -175,10 +179,10 @@ impl NodeKeys<'_> {
                 d.iw = iw;
                 PrimitiveKey::Conv(d.with_runtime(rt))
             }
-            Op::Act { act, input } => self.eltwise(EltwiseKind::Act(*act), *input, algo.1)?,
-            Op::PRelu { input, .. } => self.eltwise(EltwiseKind::PRelu, *input, algo.1)?,
-            Op::Binary { kind, lhs, rhs } => self.binary(*kind, *lhs, *rhs, algo.1)?,
-            Op::Concat { inputs } => self.concat(inputs)?,
+            Op::Act { act, input } => self.eltwise(EltwiseKind::Act(*act), *input, rt, algo.1)?,
+            Op::PRelu { input, .. } => self.eltwise(EltwiseKind::PRelu, *input, rt, algo.1)?,
+            Op::Binary { kind, lhs, rhs } => self.binary(*kind, *lhs, *rhs, rt, algo.1)?,
+            Op::Concat { inputs } => self.concat(inputs, rt)?,
             Op::Resize(r) => PrimitiveKey::Resize(self.resize(r, node.result)?.with_runtime(rt)),
             Op::ConvTranspose(ct) => PrimitiveKey::ConvTranspose(
                 conv_transpose_desc(self.graph, ct, self.concrete(ct.input)?).with_runtime(rt),
@@ -253,11 +257,13 @@ impl NodeKeys<'_> {
     }
 
     /// The key of a unary element-wise op (or `add`, by its first operand's shape) on `input`,
-    /// at the tier its kernel uses on an engine of tier `isa`.
+    /// leaving the extents `rt` to run time, at the tier its kernel uses on an engine of tier
+    /// `isa`.
     fn eltwise(
         &self,
         kind: EltwiseKind,
         input: Value,
+        rt: RuntimeDims,
         isa: Isa,
     ) -> Result<PrimitiveKey, GraphError> {
         let d = EltwiseDesc {
@@ -265,17 +271,19 @@ impl NodeKeys<'_> {
             shape: self.concrete(input)?,
             layout: Layout::Nchw4c,
             isa: Isa::X128,
+            runtime: RuntimeDims::NONE,
         };
-        Ok(PrimitiveKey::Eltwise(d.at_tier(isa)))
+        Ok(PrimitiveKey::Eltwise(d.with_runtime(rt).at_tier(isa)))
     }
 
-    /// The key of a binary op, its second operand broadcast as its shape asks, at the tier
-    /// its kernel uses on an engine of tier `isa`.
+    /// The key of a binary op, its second operand broadcast as its shape asks, leaving the
+    /// extents `rt` to run time, at the tier its kernel uses on an engine of tier `isa`.
     fn binary(
         &self,
         kind: BinaryKind,
         lhs: Value,
         rhs: Value,
+        rt: RuntimeDims,
         isa: Isa,
     ) -> Result<PrimitiveKey, GraphError> {
         let (a, b) = (self.concrete(lhs)?, self.concrete(rhs)?);
@@ -291,24 +299,29 @@ impl NodeKeys<'_> {
             shape: a,
             layout: Layout::Nchw4c,
             isa: Isa::X128,
+            runtime: RuntimeDims::NONE,
         };
-        Ok(PrimitiveKey::Eltwise(d.at_tier(isa)))
+        Ok(PrimitiveKey::Eltwise(d.with_runtime(rt).at_tier(isa)))
     }
 
-    /// The key of a concat of `inputs` along channels.
-    fn concat(&self, inputs: &[Value]) -> Result<PrimitiveKey, GraphError> {
+    /// The key of a concat of `inputs` along channels, leaving the extents `rt` to run time.
+    fn concat(&self, inputs: &[Value], rt: RuntimeDims) -> Result<PrimitiveKey, GraphError> {
         let shapes = inputs
             .iter()
             .map(|&v| self.concrete(v))
             .collect::<Result<Vec<_>, _>>()?;
         let [n, _, h, w] = shapes[0];
-        Ok(PrimitiveKey::Concat(ConcatDesc {
-            mb: n,
-            channels: shapes.iter().map(|s| s[1]).collect(),
-            h,
-            w,
-            layout: Layout::Nchw4c,
-        }))
+        Ok(PrimitiveKey::Concat(
+            ConcatDesc {
+                mb: n,
+                channels: shapes.iter().map(|s| s[1]).collect(),
+                h,
+                w,
+                layout: Layout::Nchw4c,
+                runtime: RuntimeDims::NONE,
+            }
+            .with_runtime(rt),
+        ))
     }
 
     /// A resize's descriptor with every extent fixed; `result` is its output.
@@ -435,20 +448,32 @@ pub(super) fn bn_desc_shell(channels: usize, src_layout: Layout) -> ConvDesc {
     d
 }
 
-/// Per node of a verified graph: which spatial extents of its input depend on a symbol (for
-/// convolutions, pooling and batch-norms; none for other ops).
+/// The input whose extents a node's key may leave to run time: a call of such a key runs at
+/// this input's extents. `None` for ops whose keys are always fixed: a resize to fixed sizes
+/// or to another value's extents (not a function of its input's), a channel selection.
+pub(super) fn extents_input(op: &Op) -> Option<Value> {
+    Some(match op {
+        Op::Conv2d(c) => c.input,
+        Op::Pool2d(p) => p.input,
+        Op::BatchNorm(bn) => bn.input,
+        Op::GlobalPool { input, .. } => *input,
+        Op::Relu { input } | Op::Act { input, .. } | Op::PRelu { input, .. } => *input,
+        Op::Add { lhs, .. } | Op::Binary { lhs, .. } => *lhs,
+        Op::Concat { inputs } => inputs[0],
+        Op::Resize(r) if matches!(r.size, ResizeSize::Scale(_)) => r.input,
+        Op::ConvTranspose(c) => c.input,
+        Op::Resize(_) | Op::SelectChannels { .. } => return None,
+    })
+}
+
+/// Per node of a verified graph: which spatial extents of its [`extents_input`] depend on a
+/// symbol.
 pub(super) fn symbolic_dims(graph: &Graph, shapes: &primjit_ir::Shapes) -> Vec<RuntimeDims> {
     graph
         .nodes()
         .map(|(_, node)| {
-            let input = match &node.op {
-                Op::Conv2d(c) => c.input,
-                Op::Pool2d(p) => p.input,
-                Op::BatchNorm(bn) => bn.input,
-                // Fixed sizes and another value's extents are not a function of the input's.
-                Op::Resize(r) if matches!(r.size, ResizeSize::Scale(_)) => r.input,
-                Op::ConvTranspose(c) => c.input,
-                _ => return RuntimeDims::NONE,
+            let Some(input) = extents_input(&node.op) else {
+                return RuntimeDims::NONE;
             };
             let dims = shapes.get(input).expect("verified");
             RuntimeDims {

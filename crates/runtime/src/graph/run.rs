@@ -5,7 +5,7 @@
 use primjit_codegen::{Layout, PrimitiveKey};
 use primjit_ir::{Bindings, Graph, Node, Op, PostOp, Tensor, Value, infer_shapes};
 
-use super::keys::{keys_at, layout_of};
+use super::keys::{extents_input, keys_at, layout_of};
 use super::{CompiledGraph, GraphError, NodeRun, Prepared, RunStats, TensorView};
 use crate::engine::Engine;
 use crate::error::RuntimeError;
@@ -243,18 +243,15 @@ impl CompiledGraph {
         let blocked_of =
             |v: Value| -> &[f32] { blocked[v.index()].as_deref().expect("blocked before use") };
         // A runtime key runs at its input's extents.
-        let extents = match &node.op {
-            Op::Conv2d(c) if key.runtime_dims().any() => Some(c.input),
-            Op::Pool2d(p) if key.runtime_dims().any() => Some(p.input),
-            Op::BatchNorm(bn) if key.runtime_dims().any() => Some(bn.input),
-            Op::Resize(r) if key.runtime_dims().any() => Some(r.input),
-            Op::ConvTranspose(c) if key.runtime_dims().any() => Some(c.input),
-            _ => None,
-        }
-        .map(|v| {
-            let [_, _, h, w] = run.shape4(v);
-            [h, w]
-        });
+        let extents = key
+            .runtime_dims()
+            .any()
+            .then(|| extents_input(&node.op))
+            .flatten()
+            .map(|v| {
+                let [_, _, h, w] = run.shape4(v);
+                [h, w]
+            });
         let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
             (Some(_), e) => engine.execute_over_residual(&primitive, args, e),
             (None, Some(e)) => engine.execute_at(&primitive, args, e),
