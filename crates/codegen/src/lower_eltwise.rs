@@ -234,13 +234,20 @@ enum Operand {
     PerElement,
 }
 
-/// `x op y` of the key's kind.
-fn apply(e: &mut Emit<'_>, kind: EltwiseKind, x: Value, y: Option<Value>) -> Value {
+/// `x op y` of the key's kind; `zero` is a vector of zeros for relu and PReLU, made once
+/// before the loops (made in a loop's body, it was a constant load per vector).
+fn apply(
+    e: &mut Emit<'_>,
+    kind: EltwiseKind,
+    x: Value,
+    y: Option<Value>,
+    zero: Option<Value>,
+) -> Value {
     match kind {
         EltwiseKind::Act(a) => activation(e, a, x),
         EltwiseKind::PRelu => {
             let slope = y.expect("a slope");
-            let zero = e.splat_const(0.0);
+            let zero = zero.expect("zeros");
             let scaled = e.b.ins().fmul(x, slope);
             let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
             select(e, negative, scaled, x)
@@ -255,10 +262,7 @@ fn apply(e: &mut Emit<'_>, kind: EltwiseKind, x: Value, y: Option<Value>) -> Val
             }
         }
         // `x` unless below zero: NaN stays.
-        EltwiseKind::Relu => {
-            let zero = e.splat_const(0.0);
-            e.pmax(zero, x)
-        }
+        EltwiseKind::Relu => e.pmax(zero.expect("zeros"), x),
         EltwiseKind::Add => {
             let y = y.expect("a second source");
             e.b.ins().fadd(x, y)
@@ -362,6 +366,7 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
     let scalar_tail =
         d.layout == Layout::Nchw && !matches!(w, Scalar::Const(w) if w % LANES as i64 == 0);
     let kind = d.kind;
+    let zeros = matches!(kind, EltwiseKind::Relu | EltwiseKind::PRelu).then(|| e.splat_const(0.0));
     let wide = wide_tile(d, operand);
     // One plane: its operand, its vectors (whole wide vectors first at a wide tier, but in a
     // masked plane), its scalar remainder.
@@ -401,7 +406,7 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
                 None if second => Some(e.load_vec(q[2], 0)),
                 None => None,
             };
-            let mut r = apply(e, kind, x, y);
+            let mut r = apply(e, kind, x, y, zeros);
             if let Some(m) = mask {
                 r = e.keep_lanes(r, m);
             }
@@ -427,7 +432,7 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
                     None if second => Some(e.splat_load(q[2], 0)),
                     None => None,
                 };
-                let r = apply(e, kind, x, y);
+                let r = apply(e, kind, x, y, zeros);
                 let r = e.b.ins().extractlane(r, 0);
                 e.store_f32(r, q[1], 0);
                 let mut next = vec![e.offset(q[0], f), e.offset(q[1], f)];
