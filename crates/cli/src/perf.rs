@@ -10,8 +10,8 @@ use primjit::codegen::{Pitches, WidePattern};
 use primjit::descriptor::{self, DescriptorOp};
 use primjit::ir::{Tensor, random_tensor};
 use primjit::{
-    Budget, CacheConfig, CompiledGraph, ConvDesc, Engine, EngineConfig, ExecArgs, FmaPattern, Isa,
-    Layout, Params, Primitive, PrimitiveKey, ShapeMode, Workspace,
+    Budget, CacheConfig, CallExtents, CompiledGraph, ConvDesc, Engine, EngineConfig, ExecArgs,
+    FmaPattern, Isa, Layout, Params, Primitive, PrimitiveKey, ShapeMode, Workspace,
 };
 
 use crate::source::GraphArgs;
@@ -407,7 +407,7 @@ fn with_pitches(key: &PrimitiveKey, pitches: Pitches) -> Result<PrimitiveKey> {
 /// One `bench-op` problem ready to time: its compiled primitive and buffers of random data.
 struct OpProblem {
     primitive: std::sync::Arc<Primitive>,
-    extents: Option<[usize; 2]>,
+    extents: Option<CallExtents>,
     src: Vec<f32>,
     weights: Option<Vec<f32>>,
     dst: Vec<f32>,
@@ -420,10 +420,13 @@ impl OpProblem {
     /// Compiles `compiled_key` and fills buffers for a call of `key` (its extents).
     fn new(engine: &Engine, key: &PrimitiveKey, compiled_key: &PrimitiveKey) -> Result<Self> {
         let primitive = engine.compile(compiled_key)?;
-        let extents = compiled_key
-            .runtime_dims()
-            .any()
-            .then(|| key.input_extents());
+        let extents = compiled_key.runtime_dims().any().then(|| {
+            let [_, _, oh, ow, _, _] = key.extent_args().map(|e| e as usize);
+            CallExtents {
+                input: key.input_extents(),
+                output: Some([oh, ow]),
+            }
+        });
         let bufs = key.buffers();
         let src = guarded_random(bufs[0].len, 1);
         let (weights, dst, scratch_len) = match key {
@@ -593,7 +596,10 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
     let machine_peak = peak_after(&engine, &peak_before, &mut out)?.of(compiled_key.isa());
     let label = name.map(|n| format!(" ({n})")).unwrap_or_default();
     writeln!(out, "{compiled_key}{label}")?;
-    if let Some([ih, iw]) = first.extents {
+    if let Some(CallExtents {
+        input: [ih, iw], ..
+    }) = first.extents
+    {
         writeln!(out, "runtime extents, run at ih={ih} iw={iw}: {key}")?;
     }
     let p = &first.primitive;

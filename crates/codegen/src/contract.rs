@@ -8,8 +8,8 @@
 
 use crate::conv::winograd::{Form, WinogradPlan};
 use crate::key::{
-    BufferSpec, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS, KeyError,
-    Layout, PoolDesc, PrimitiveKey, SCRATCH_ROLE,
+    BufferSpec, CallExtents, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS,
+    KeyError, Layout, PoolDesc, PrimitiveKey, ResizeDesc, ResizeOut, SCRATCH_ROLE,
 };
 use crate::plan::{ConvPlan, representative_extents};
 use crate::target::Isa;
@@ -213,13 +213,25 @@ impl PrimitiveKey {
             return self.check_tier();
         }
         let [ih, iw] = self.input_extents();
-        if (runtime.h && ih != 0) || (runtime.w && iw != 0) {
+        let [oh, ow] = match self {
+            PrimitiveKey::Resize(ResizeDesc {
+                out: ResizeOut::Sizes(s),
+                ..
+            }) => *s,
+            _ => [0, 0],
+        };
+        if (runtime.h && (ih != 0 || oh != 0)) || (runtime.w && (iw != 0 || ow != 0)) {
             return Err(KeyError {
                 key: self.to_string(),
                 reason: "a runtime extent must hold 0 in the key".into(),
             });
         }
-        let fixed = self.at(representative_extents(self));
+        // A resize to sizes is checked at the representative extents for its output too.
+        let extents = representative_extents(self);
+        let fixed = self.at(CallExtents {
+            input: extents,
+            output: Some(extents),
+        });
         fixed
             .check_fixed(false)
             .and_then(|()| fixed.check_tier())
@@ -375,10 +387,10 @@ impl PrimitiveKey {
     /// The work items of one call of this key's kernel at `extents` (`None`: the key's own).
     /// A runtime kernel's rows stay rows at any extents: [`ConvPlan::joined_rows`] joins only
     /// fixed ones, though this key at `extents` is fixed.
-    pub fn work_items_at(&self, extents: Option<[usize; 2]>) -> usize {
+    pub fn work_items_at(&self, extents: Option<CallExtents>) -> usize {
         match (self, extents) {
             (PrimitiveKey::Conv(d), Some(e)) if d.algo == ConvAlgo::Direct && d.runtime.any() => {
-                d.at(e).dst_shape()[2]
+                d.at(e.input).dst_shape()[2]
             }
             (key, Some(e)) if key.runtime_dims().any() => key.at(e).work_items(),
             (key, _) => key.work_items(),

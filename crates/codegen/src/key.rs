@@ -151,7 +151,7 @@ fn write_activation(f: &mut fmt::Formatter<'_>, a: &Activation) -> fmt::Result {
 }
 
 /// Which spatial extents of a key are runtime values (convolutions, pooling, element-wise
-/// ops, concatenations, resizes by a scale and transposed convolutions).
+/// ops, concatenations, resizes and transposed convolutions).
 ///
 /// A runtime extent is not part of the key: its field holds 0, the kernel reads the call's
 /// extent from its `extents` argument, and one compiled kernel serves every extent. The other
@@ -191,6 +191,24 @@ impl fmt::Display for RuntimeDims {
             (false, true) => "w",
             (true, true) => "hw",
         })
+    }
+}
+
+/// The extents of one call of a key with runtime extents: its input's `[h, w]`, and its
+/// output's for a resize to sizes (another value's extents), the one key whose output's do
+/// not follow from its input's. A fixed key's call passes none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallExtents {
+    pub input: [usize; 2],
+    pub output: Option<[usize; 2]>,
+}
+
+impl From<[usize; 2]> for CallExtents {
+    fn from(input: [usize; 2]) -> Self {
+        CallExtents {
+            input,
+            output: None,
+        }
     }
 }
 
@@ -691,7 +709,9 @@ pub enum ResizeOut {
 
 /// Spatial resizing of an nChw4c tensor ([`primjit_ir::Resize`]): per output pixel, the
 /// vector of four channels of its nearest source pixel, or a blend of the 2x2 around its
-/// source coordinate. With whole scale factors, the input extents may be left to run time.
+/// source coordinate. Extents may be left to run time: with whole scale factors the input's,
+/// from which the output's follow; with sizes the input's and the output's together, axis by
+/// axis, each call passing both ([`CallExtents`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ResizeDesc {
     pub mb: usize,
@@ -705,21 +725,25 @@ pub struct ResizeDesc {
 }
 
 impl ResizeDesc {
-    /// The key with the extents `runtime` names left to run time (only keys with scale
-    /// factors can: fixed sizes do not follow the input).
+    /// The key with the extents `runtime` names left to run time: the input's, and with sizes
+    /// the output's on the same axes.
     pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
-        if matches!(self.out, ResizeOut::Sizes(_)) {
-            return self;
-        }
         [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
+        if let ResizeOut::Sizes(s) = &mut self.out {
+            *s = runtime.erase(*s);
+        }
         self.runtime = runtime;
         self
     }
 
-    /// The fixed-shape resize of one call (see [`ConvDesc::at`]).
-    pub fn at(&self, extents: [usize; 2]) -> ResizeDesc {
+    /// The fixed-shape resize of one call (see [`ConvDesc::at`]); a runtime size without the
+    /// call's output extents stays 0, which validation refuses.
+    pub fn at(&self, extents: CallExtents) -> ResizeDesc {
         let mut d = self.clone();
-        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
+        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents.input);
+        if let ResizeOut::Sizes(s) = &mut d.out {
+            *s = d.runtime.fill(*s, extents.output.unwrap_or([0, 0]));
+        }
         d.runtime = RuntimeDims::NONE;
         d
     }
@@ -979,13 +1003,16 @@ impl PrimitiveKey {
         }
     }
 
-    /// The fixed-shape key of one call with input extents `[ih, iw]`: runtime extents take
-    /// these values, fixed ones keep theirs. A key without runtime extents is returned as is.
-    pub fn at(&self, extents: [usize; 2]) -> PrimitiveKey {
+    /// The fixed-shape key of one call at `extents` (input extents `[ih, iw]`, or a
+    /// [`CallExtents`]): runtime extents take these values, fixed ones keep theirs. A key
+    /// without runtime extents is returned as is.
+    pub fn at(&self, extents: impl Into<CallExtents>) -> PrimitiveKey {
+        let call = extents.into();
+        let extents = call.input;
         match self {
             PrimitiveKey::Conv(d) if d.runtime.any() => PrimitiveKey::Conv(d.at(extents)),
             PrimitiveKey::Pool(d) if d.runtime.any() => PrimitiveKey::Pool(d.at(extents)),
-            PrimitiveKey::Resize(d) if d.runtime.any() => PrimitiveKey::Resize(d.at(extents)),
+            PrimitiveKey::Resize(d) if d.runtime.any() => PrimitiveKey::Resize(d.at(call)),
             PrimitiveKey::ConvTranspose(d) if d.runtime.any() => {
                 PrimitiveKey::ConvTranspose(d.at(extents))
             }

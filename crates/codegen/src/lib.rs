@@ -30,9 +30,9 @@ pub use compile::{
 pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS, WINOGRAD_S2_MIN_CHANNELS};
 pub use key::ConvTransposeDesc;
 pub use key::{
-    Activation, BinaryKind, Broadcast, BufferSpec, ConcatDesc, ConvAlgo, ConvDesc, EltwiseDesc,
-    EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches, PoolDesc,
-    PoolWindow, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut, SelectDesc, WidePattern,
+    Activation, BinaryKind, Broadcast, BufferSpec, CallExtents, ConcatDesc, ConvAlgo, ConvDesc,
+    EltwiseDesc, EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches,
+    PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut, SelectDesc, WidePattern,
 };
 pub use key::{CoordMode, NearestMode, ResizeMode};
 pub use lower_conv_transpose::pack_conv_transpose_weights;

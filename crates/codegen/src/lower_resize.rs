@@ -7,8 +7,8 @@
 //! numerator is never negative. A row's quotient and remainder come from one division; along
 //! a row they are stepped from column to column by adding `a`'s quotient and remainder, so a
 //! column costs a few integer instructions and no division. Extents may be runtime values
-//! (keys with scale factors under runtime shapes): the affine maps are then computed at the
-//! start of the call.
+//! (the input's with scale factors, the input's and the output's with sizes): the affine maps
+//! are then computed at the start of the call.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value, types};

@@ -44,9 +44,9 @@ pub use primjit_ir::file;
 pub use primjit_reference as reference;
 
 pub use primjit_codegen::{
-    CodegenError, CodegenOptions, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan, EltwiseDesc,
-    EltwiseKind, FmaPattern, GlobalPoolDesc, Isa, IsaError, KeyError, Layout, PoolDesc, PoolPlan,
-    PostOpDesc, PrimitiveKey, Target, key::RuntimeDims,
+    CallExtents, CodegenError, CodegenOptions, ConvAlgo, ConvAlgoChoice, ConvDesc, ConvPlan,
+    EltwiseDesc, EltwiseKind, FmaPattern, GlobalPoolDesc, Isa, IsaError, KeyError, Layout,
+    PoolDesc, PoolPlan, PostOpDesc, PrimitiveKey, Target, key::RuntimeDims,
 };
 pub use primjit_ir::{Graph, IrError, Params, Tensor};
 pub use primjit_runtime::{

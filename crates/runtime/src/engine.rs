@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use primjit_codegen::{CodegenOptions, Dumps, Isa, PrimitiveKey, compile, host_isa};
+use primjit_codegen::{CallExtents, CodegenOptions, Dumps, Isa, PrimitiveKey, compile, host_isa};
 
 use crate::cache::{CacheKey, Lookup, PrimitiveCache};
 use crate::config::{self, ConfigError, EngineConfig, WorkspaceConfig};
@@ -430,18 +430,19 @@ impl Engine {
 
     /// Runs `primitive` with its rows split across the engine's threads.
     pub fn execute(&self, primitive: &Primitive, args: ExecArgs<'_>) -> Result<(), RuntimeError> {
-        self.run(primitive, args, None)
+        self.run_as(primitive, args, None, false)
     }
 
-    /// Runs a primitive with runtime extents for input extents `[ih, iw]`, its rows split
-    /// across the engine's threads.
+    /// Runs a primitive with runtime extents for input extents `[ih, iw]` (or a
+    /// `CallExtents`, which a resize to runtime sizes needs), its rows split across the
+    /// engine's threads.
     pub fn execute_at(
         &self,
         primitive: &Primitive,
         args: ExecArgs<'_>,
-        extents: [usize; 2],
+        extents: impl Into<CallExtents>,
     ) -> Result<(), RuntimeError> {
-        self.run(primitive, args, Some(extents))
+        self.run_as(primitive, args, Some(extents.into()), false)
     }
 
     /// Runs a conv whose destination holds its residual on entry, writing its output over it
@@ -453,30 +454,22 @@ impl Engine {
         args: ExecArgs<'_>,
         extents: Option<[usize; 2]>,
     ) -> Result<(), RuntimeError> {
-        self.run_as(primitive, args, extents, true)
-    }
-
-    fn run(
-        &self,
-        primitive: &Primitive,
-        args: ExecArgs<'_>,
-        extents: Option<[usize; 2]>,
-    ) -> Result<(), RuntimeError> {
-        self.run_as(primitive, args, extents, false)
+        self.run_as(primitive, args, extents.map(CallExtents::from), true)
     }
 
     fn run_as(
         &self,
         primitive: &Primitive,
         args: ExecArgs<'_>,
-        extents: Option<[usize; 2]>,
+        extents: Option<CallExtents>,
         over_residual: bool,
     ) -> Result<(), RuntimeError> {
         self.check_process()?;
         let start = Instant::now();
         let pool = self.uses_pool().then_some(&self.pool);
         if over_residual {
-            primitive.execute_over_residual(args, extents, pool)?;
+            // Only convolutions write over a residual: their extents are their input's.
+            primitive.execute_over_residual(args, extents.map(|e| e.input), pool)?;
         } else if let Some(pool) = pool {
             primitive.execute_parallel(args, extents, pool)?;
         } else {

@@ -19,7 +19,7 @@ use memmap2::Mmap;
 /// written without depending on memmap2 directly.
 pub use memmap2::MmapMut;
 use primjit_codegen::key::{EXTENT_ARGS, SCRATCH_ROLE};
-use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
+use primjit_codegen::{BufferSpec, CallExtents, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
 
@@ -397,7 +397,7 @@ impl Kernel {
     pub fn run(
         &self,
         args: ExecArgs<'_>,
-        extents: Option<[usize; 2]>,
+        extents: Option<CallExtents>,
         items: Option<Range<usize>>,
         pool: Option<&rayon::ThreadPool>,
         residual: Residual,
@@ -464,16 +464,16 @@ impl Kernel {
     /// The key of a call at `extents`: `None` where it is the kernel's own (a fixed key at
     /// its extents), the key at `extents`, validated, for a key with runtime extents, and an
     /// error for any other pairing.
-    fn key_at(&self, extents: Option<[usize; 2]>) -> Result<Option<PrimitiveKey>, ExecError> {
+    fn key_at(&self, extents: Option<CallExtents>) -> Result<Option<PrimitiveKey>, ExecError> {
         let runtime = self.key.runtime_dims().any();
         Ok(match (runtime, extents) {
             (false, None) => None,
-            (false, Some(e)) if e == self.key.input_extents() => None,
+            (false, Some(e)) if e.input == self.key.input_extents() => None,
             (_, Some(e)) if runtime => {
                 let k = self.key.at(e);
                 k.validate().map_err(|err| ExecError::Extents {
                     key: self.key.to_string(),
-                    extents: e,
+                    extents: e.input,
                     reason: err.reason,
                 })?;
                 Some(k)
@@ -481,7 +481,7 @@ impl Kernel {
             (_, e) => {
                 return Err(ExecError::Extents {
                     key: self.key.to_string(),
-                    extents: e.unwrap_or([0, 0]),
+                    extents: e.map_or([0, 0], |e| e.input),
                     reason: if runtime {
                         "this primitive has runtime extents: pass the call's extents".into()
                     } else {

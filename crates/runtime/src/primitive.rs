@@ -3,7 +3,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use primjit_codegen::{BufferSpec, CompiledKernel, PrimitiveKey};
+use primjit_codegen::{BufferSpec, CallExtents, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
 use crate::exec::{ExecArgs, Kernel, PageSource, Residual};
@@ -85,11 +85,15 @@ impl Primitive {
     }
 
     /// Runs a kernel with runtime extents (see `primjit_codegen::key::RuntimeDims`) on one
-    /// thread, for input extents `[ih, iw]`; buffers are checked against the key at those
-    /// extents.
-    pub fn execute_at(&self, args: ExecArgs<'_>, extents: [usize; 2]) -> Result<(), ExecError> {
+    /// thread, for input extents `[ih, iw]` (or a `CallExtents`, which a resize to runtime
+    /// sizes needs); buffers are checked against the key at those extents.
+    pub fn execute_at(
+        &self,
+        args: ExecArgs<'_>,
+        extents: impl Into<CallExtents>,
+    ) -> Result<(), ExecError> {
         self.kernel
-            .run(args, Some(extents), None, None, Residual::Extra)
+            .run(args, Some(extents.into()), None, None, Residual::Extra)
     }
 
     /// Runs the kernel with its output rows split across the threads of `pool`; `extents`
@@ -97,11 +101,16 @@ impl Primitive {
     pub fn execute_parallel(
         &self,
         args: ExecArgs<'_>,
-        extents: Option<[usize; 2]>,
+        extents: Option<impl Into<CallExtents>>,
         pool: &rayon::ThreadPool,
     ) -> Result<(), ExecError> {
-        self.kernel
-            .run(args, extents, None, Some(pool), Residual::Extra)
+        self.kernel.run(
+            args,
+            extents.map(Into::into),
+            None,
+            Some(pool),
+            Residual::Extra,
+        )
     }
 
     /// Runs the kernel on one thread for the work items (output rows) in `items` only; the
@@ -112,8 +121,13 @@ impl Primitive {
         extents: Option<[usize; 2]>,
         items: Range<usize>,
     ) -> Result<(), ExecError> {
-        self.kernel
-            .run(args, extents, Some(items), None, Residual::Extra)
+        self.kernel.run(
+            args,
+            extents.map(CallExtents::from),
+            Some(items),
+            None,
+            Residual::Extra,
+        )
     }
 
     /// Whether the kernel may write its output over its residual
@@ -132,7 +146,12 @@ impl Primitive {
         extents: Option<[usize; 2]>,
         pool: Option<&rayon::ThreadPool>,
     ) -> Result<(), ExecError> {
-        self.kernel
-            .run(args, extents, None, pool, Residual::InDestination)
+        self.kernel.run(
+            args,
+            extents.map(CallExtents::from),
+            None,
+            pool,
+            Residual::InDestination,
+        )
     }
 }

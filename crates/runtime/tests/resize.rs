@@ -19,7 +19,9 @@ use common::engine;
 use std::sync::Arc;
 
 use primjit_codegen::key::RuntimeDims;
-use primjit_codegen::{CoordMode, NearestMode, PrimitiveKey, ResizeDesc, ResizeMode, ResizeOut};
+use primjit_codegen::{
+    CallExtents, CoordMode, NearestMode, PrimitiveKey, ResizeDesc, ResizeMode, ResizeOut,
+};
 use primjit_reference::Tensor;
 use primjit_runtime::Primitive;
 use proptest::prelude::*;
@@ -62,7 +64,7 @@ impl Rng {
 fn run(
     p: &Primitive,
     x: &Tensor,
-    extents: Option<[usize; 2]>,
+    extents: Option<CallExtents>,
     dst_shape: [usize; 4],
 ) -> Result<Vec<f32>, TestCaseError> {
     common::run_blocked(p, x, None, extents, dst_shape)
@@ -125,25 +127,29 @@ proptest! {
         check(&key, mode, &x, &got, coord, [dst[2], dst[3]])?;
     }
 
-    /// One kernel whose input extents are runtime values, called at several extents.
+    /// One kernel whose extents are runtime values, called at several extents: by scale
+    /// factors its input's, to sizes its input's and output's (each call's own, the one
+    /// larger or smaller than the other).
     #[test]
     fn runtime_resizes_match_the_reference(
         mode in mode(),
         coord in coord(),
         c in 1..=6usize,
+        sizes in any::<bool>(),
         (sh, sw) in (1..=3usize, 1..=3usize),
         rt in prop::sample::select(vec![(true, false), (false, true), (true, true)]),
-        fixed in (1..=5usize, 1..=5usize),
-        calls in prop::collection::vec((1..=9usize, 1..=9usize), 1..=3),
+        fixed in (1..=5usize, 1..=5usize, 1..=11usize, 1..=11usize),
+        calls in prop::collection::vec((1..=9usize, 1..=9usize, 1..=13usize, 1..=13usize), 1..=3),
         seed in any::<u64>(),
     ) {
         let runtime = RuntimeDims { h: rt.0, w: rt.1 };
+        let out = if sizes { ResizeOut::Sizes([fixed.2, fixed.3]) } else { ResizeOut::Scale([sh, sw]) };
         let d = ResizeDesc {
             mb: 1,
             c,
             ih: fixed.0,
             iw: fixed.1,
-            out: ResizeOut::Scale([sh, sw]),
+            out,
             mode,
             coord,
             runtime: RuntimeDims::NONE,
@@ -151,13 +157,15 @@ proptest! {
         .with_runtime(runtime);
         let key = PrimitiveKey::Resize(d.clone());
         key.validate().unwrap();
+        prop_assert!(key.to_string().contains('*'), "{key}");
         let p = compile(&key);
         let mut rng = Rng(seed);
-        for (h, w) in calls {
-            let at = d.at([h, w]);
+        for (h, w, oh, ow) in calls {
+            let call = CallExtents { input: [h, w], output: Some([oh, ow]) };
+            let at = d.at(call);
             let x = rng.tensor([1, c, at.ih, at.iw], false);
             let dst = at.dst_shape();
-            let got = run(&p, &x, Some([h, w]), dst)?;
+            let got = run(&p, &x, Some(call), dst)?;
             check(&PrimitiveKey::Resize(at), mode, &x, &got, coord, [dst[2], dst[3]])?;
         }
     }
@@ -190,9 +198,14 @@ fn keys_print_their_modes_and_runtime_extents() {
         coord: CoordMode::HalfPixel,
         ..d
     };
-    // Fixed sizes do not follow the input: such a key keeps its extents.
-    let kept = sizes.clone().with_runtime(RuntimeDims { h: true, w: true });
-    assert_eq!(kept, sizes);
+    // Sizes leave the output's extents to run time with the input's.
+    let rt = sizes
+        .clone()
+        .with_runtime(RuntimeDims { h: false, w: true });
+    assert_eq!(
+        PrimitiveKey::Resize(rt).to_string(),
+        "resize_linear mb1ic5ih7iw*oh3ow* half_pixel nChw4c"
+    );
     assert_eq!(
         PrimitiveKey::Resize(sizes).to_string(),
         "resize_linear mb1ic5ih7iw9oh3ow4 half_pixel nChw4c"
@@ -247,6 +260,46 @@ fn invalid_resize_keys_are_refused() {
     }
 }
 
+/// A resize whose sizes are runtime values refuses a call without its output's extents, and
+/// a key that claims runtime sizes but holds them.
+#[test]
+fn runtime_sizes_need_the_calls_output_extents() {
+    let d = ResizeDesc {
+        mb: 1,
+        c: 3,
+        ih: 4,
+        iw: 6,
+        out: ResizeOut::Sizes([8, 12]),
+        mode: ResizeMode::Linear,
+        coord: CoordMode::HalfPixel,
+        runtime: RuntimeDims::NONE,
+    };
+    let held = PrimitiveKey::Resize(ResizeDesc {
+        runtime: RuntimeDims { h: false, w: true },
+        iw: 0,
+        ..d.clone()
+    });
+    let err = held.validate().unwrap_err();
+    assert!(err.reason.contains("must hold 0"), "{err}");
+    let key = PrimitiveKey::Resize(d.with_runtime(RuntimeDims { h: false, w: true }));
+    let p = compile(&key);
+    let src = vec![0.0; 4 * 4 * 6];
+    let mut dst = vec![0.0; 4 * 8 * 12];
+    let args = primjit_runtime::ExecArgs {
+        src: &src,
+        weights: None,
+        dst: &mut dst,
+        extra: &[],
+        scratch: None,
+    };
+    match p.execute_at(args, [4, 6]) {
+        Err(primjit_runtime::ExecError::Extents { reason, .. }) => {
+            assert!(reason.contains("output extents"), "{reason}")
+        }
+        other => panic!("{key}: expected an extents error, got {other:?}"),
+    }
+}
+
 /// `ir/examples/resize.ir` (every mode, scale factors over a symbolic downsampled extent,
 /// fixed sizes, and the input's own extents) through the graph executor against the
 /// reference, at fixed shapes and with one runtime-shape graph at several sizes: within 1e-5
@@ -257,8 +310,9 @@ fn the_resize_example_runs_as_the_reference_does() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ir/examples/resize.ir");
     let graph = primjit_ir::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     let params = primjit_ir::Params::random(&graph, 11);
-    // At runtime shapes, resizes by scale factors of symbolic extents leave them to run time;
-    // those to fixed sizes or to another value's extents keep fixed keys.
+    // At runtime shapes, resizes by scale factors of symbolic extents leave them to run time,
+    // and so do those to another value's symbolic extents; those to fixed sizes keep fixed
+    // keys.
     let bindings = primjit_ir::parse_bindings("H=5,W=8").unwrap();
     let keys = primjit_runtime::node_keys_in(
         &graph,
@@ -273,7 +327,7 @@ fn the_resize_example_runs_as_the_reference_does() {
         .filter(|(_, k)| matches!(k, PrimitiveKey::Resize(_)) && k.runtime_dims().any())
         .map(|(name, _)| name.as_str())
         .collect();
-    assert_eq!(runtime, ["up", "ceil"]);
+    assert_eq!(runtime, ["up", "back", "ceil"]);
     for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
         let compiled = CompiledGraph::new(&graph, &params).unwrap().with_mode(mode);
         for (h, w) in [(1, 1), (5, 8), (9, 3)] {

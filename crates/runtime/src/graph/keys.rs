@@ -449,8 +449,8 @@ pub(super) fn bn_desc_shell(channels: usize, src_layout: Layout) -> ConvDesc {
 }
 
 /// The input whose extents a node's key may leave to run time: a call of such a key runs at
-/// this input's extents. `None` for ops whose keys are always fixed: a resize to fixed sizes
-/// or to another value's extents (not a function of its input's), a channel selection.
+/// this input's extents (a resize to sizes at its output's too). `None` for a channel
+/// selection, whose key is always fixed.
 pub(super) fn extents_input(op: &Op) -> Option<Value> {
     Some(match op {
         Op::Conv2d(c) => c.input,
@@ -460,25 +460,39 @@ pub(super) fn extents_input(op: &Op) -> Option<Value> {
         Op::Relu { input } | Op::Act { input, .. } | Op::PRelu { input, .. } => *input,
         Op::Add { lhs, .. } | Op::Binary { lhs, .. } => *lhs,
         Op::Concat { inputs } => inputs[0],
-        Op::Resize(r) if matches!(r.size, ResizeSize::Scale(_)) => r.input,
+        Op::Resize(r) => r.input,
         Op::ConvTranspose(c) => c.input,
-        Op::Resize(_) | Op::SelectChannels { .. } => return None,
+        Op::SelectChannels { .. } => return None,
     })
 }
 
 /// Per node of a verified graph: which spatial extents of its [`extents_input`] depend on a
-/// symbol.
+/// symbol; for a resize to sizes, those where its output's do too (fixed sizes stay in the
+/// key).
 pub(super) fn symbolic_dims(graph: &Graph, shapes: &primjit_ir::Shapes) -> Vec<RuntimeDims> {
+    let symbolic = |v: Value| {
+        let dims = shapes.get(v).expect("verified");
+        RuntimeDims {
+            h: dims[2].known().is_none(),
+            w: dims[3].known().is_none(),
+        }
+    };
     graph
         .nodes()
         .map(|(_, node)| {
             let Some(input) = extents_input(&node.op) else {
                 return RuntimeDims::NONE;
             };
-            let dims = shapes.get(input).expect("verified");
-            RuntimeDims {
-                h: dims[2].known().is_none(),
-                w: dims[3].known().is_none(),
+            let dims = symbolic(input);
+            match &node.op {
+                Op::Resize(r) if !matches!(r.size, ResizeSize::Scale(_)) => {
+                    let out = symbolic(node.result);
+                    RuntimeDims {
+                        h: dims.h && out.h,
+                        w: dims.w && out.w,
+                    }
+                }
+                _ => dims,
             }
         })
         .collect()

@@ -2,7 +2,7 @@
 //! one, then node after node on whole tensors, and its outputs reordered to NCHW; with the
 //! liveness it follows (last uses, convs that write over their residuals).
 
-use primjit_codegen::{Layout, PrimitiveKey};
+use primjit_codegen::{CallExtents, Layout, PrimitiveKey};
 use primjit_ir::{Bindings, Graph, Node, Op, PostOp, Tensor, Value, infer_shapes};
 
 use super::keys::{extents_input, keys_at, layout_of};
@@ -242,7 +242,7 @@ impl CompiledGraph {
         };
         let blocked_of =
             |v: Value| -> &[f32] { blocked[v.index()].as_deref().expect("blocked before use") };
-        // A runtime key runs at its input's extents.
+        // A runtime key runs at its input's extents (a resize to sizes at its output's too).
         let extents = key
             .runtime_dims()
             .any()
@@ -250,10 +250,14 @@ impl CompiledGraph {
             .flatten()
             .map(|v| {
                 let [_, _, h, w] = run.shape4(v);
-                [h, w]
+                let [_, _, oh, ow] = run.shape4(node.result);
+                CallExtents {
+                    input: [h, w],
+                    output: Some([oh, ow]),
+                }
             });
         let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
-            (Some(_), e) => engine.execute_over_residual(&primitive, args, e),
+            (Some(_), e) => engine.execute_over_residual(&primitive, args, e.map(|e| e.input)),
             (None, Some(e)) => engine.execute_at(&primitive, args, e),
             (None, None) => engine.execute(&primitive, args),
         };
@@ -261,7 +265,9 @@ impl CompiledGraph {
         // Per thread: a fused pool's band of the conv's output, or Winograd's transformed
         // tiles.
         let band = match key {
-            PrimitiveKey::Conv(d) => extents.map_or_else(|| d.clone(), |e| d.at(e)).scratch_len(),
+            PrimitiveKey::Conv(d) => extents
+                .map_or_else(|| d.clone(), |e| d.at(e.input))
+                .scratch_len(),
             _ => 0,
         };
         let mut scratch = match band {

@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use primjit_codegen::{CodegenOptions, Isa, Layout};
+use primjit_codegen::{CallExtents, CodegenOptions, Isa, Layout};
 use primjit_reference::Tensor;
 use primjit_runtime::exec::GuardedBuffer;
 use primjit_runtime::layout::{to_blocked, to_nchw};
@@ -116,7 +116,7 @@ pub fn run_blocked(
     p: &Primitive,
     x: &Tensor,
     packed: Option<&[f32]>,
-    extents: Option<[usize; 2]>,
+    extents: Option<impl Into<CallExtents> + Copy>,
     dst_shape: [usize; 4],
 ) -> Result<Vec<f32>, TestCaseError> {
     let s: [usize; 4] = x.shape.clone().try_into().expect("rank 4");
