@@ -97,20 +97,15 @@ impl Primitive {
     }
 
     /// Runs the kernel with its output rows split across the threads of `pool`; `extents`
-    /// as in [`Self::execute_at`], `None` for a fixed key.
+    /// as in [`Self::execute_at`] (`Some([ih, iw].into())`), `None` for a fixed key.
     pub fn execute_parallel(
         &self,
         args: ExecArgs<'_>,
-        extents: Option<impl Into<CallExtents>>,
+        extents: Option<CallExtents>,
         pool: &rayon::ThreadPool,
     ) -> Result<(), ExecError> {
-        self.kernel.run(
-            args,
-            extents.map(Into::into),
-            None,
-            Some(pool),
-            Residual::Extra,
-        )
+        self.kernel
+            .run(args, extents, None, Some(pool), Residual::Extra)
     }
 
     /// Runs the kernel on one thread for the work items (output rows) in `items` only; the

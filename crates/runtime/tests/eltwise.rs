@@ -146,7 +146,7 @@ fn run_with_scratch(
             scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
         };
         match (pool, extents) {
-            (Some(pool), e) => p.execute_parallel(args, e, pool),
+            (Some(pool), e) => p.execute_parallel(args, e.map(Into::into), pool),
             (None, Some(e)) => p.execute_at(args, e),
             (None, None) => p.execute(args),
         }

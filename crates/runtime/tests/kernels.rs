@@ -202,7 +202,7 @@ impl Buffers {
             scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
         };
         let result = match pool {
-            Some(pool) => p.execute_parallel(args, self.extents, pool),
+            Some(pool) => p.execute_parallel(args, self.extents.map(Into::into), pool),
             None => match self.extents {
                 Some(e) => p.execute_at(args, e),
                 None => p.execute(args),
@@ -3256,7 +3256,7 @@ impl ConvProblem {
                 scratch: scratch.as_mut().map(|s| s.as_mut_slice()),
             };
             let ran = match (pool, extents) {
-                (Some(pool), e) => p.execute_parallel(args, e, pool),
+                (Some(pool), e) => p.execute_parallel(args, e.map(Into::into), pool),
                 (None, Some(e)) => p.execute_at(args, e),
                 (None, None) => p.execute(args),
             };

@@ -133,7 +133,7 @@ pub fn run_blocked(
             scratch: None,
         };
         match (pool, extents) {
-            (Some(pool), e) => p.execute_parallel(args, e, pool),
+            (Some(pool), e) => p.execute_parallel(args, e.map(Into::into), pool),
             (None, Some(e)) => p.execute_at(args, e),
             (None, None) => p.execute(args),
         }
