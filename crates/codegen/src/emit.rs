@@ -251,6 +251,17 @@ impl<'a> Emit<'a> {
             .load(types::I64, self.flags, self.extents, which as i32 * 8)
     }
 
+    /// `a * b`, folded when both are constants.
+    pub fn product(&mut self, a: Scalar, b: Scalar) -> Scalar {
+        match (a, b) {
+            (Scalar::Const(a), Scalar::Const(b)) => Scalar::Const(a * b),
+            _ => {
+                let (a, b) = (self.value(a), self.value(b));
+                Scalar::Dyn(self.b.ins().imul(a, b))
+            }
+        }
+    }
+
     /// `s * k`, folded when `s` is a constant.
     pub fn mul(&mut self, s: Scalar, k: i64) -> Scalar {
         match (s, k) {
@@ -324,13 +335,7 @@ impl<'a> Emit<'a> {
         w: Scalar,
     ) -> ActStrides {
         use crate::key::Layout;
-        let plane = match (h, w) {
-            (Scalar::Const(h), Scalar::Const(w)) => Scalar::Const(h * w),
-            _ => {
-                let (h, w) = (self.value(h), self.value(w));
-                Scalar::Dyn(self.b.ins().imul(h, w))
-            }
-        };
+        let plane = self.product(h, w);
         match layout {
             Layout::Nchw => ActStrides {
                 image: self.mul(plane, channels as i64),

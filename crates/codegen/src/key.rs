@@ -194,6 +194,38 @@ impl fmt::Display for RuntimeDims {
     }
 }
 
+/// `with_runtime` and `at` of a descriptor whose input height and width are the places `$h`
+/// and `$w` of `self` (a resize's, which also cover its sizes, are its own).
+macro_rules! runtime_extents {
+    ($desc:ty, [$($h:tt)+], [$($w:tt)+]) => {
+        impl $desc {
+            /// The same key with the extents `runtime` names left to run time (their fields
+            /// hold 0).
+            pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
+                [self.$($h)+, self.$($w)+] = runtime.erase([self.$($h)+, self.$($w)+]);
+                self.runtime = runtime;
+                self
+            }
+
+            /// The fixed-shape key one call computes: the runtime extents take `extents`'
+            /// values, the fixed ones keep theirs.
+            pub fn at(&self, extents: [usize; 2]) -> Self {
+                let mut d = self.clone();
+                [d.$($h)+, d.$($w)+] = d.runtime.fill([d.$($h)+, d.$($w)+], extents);
+                d.runtime = RuntimeDims::NONE;
+                d
+            }
+        }
+    };
+}
+
+runtime_extents!(ConvDesc, [ih], [iw]);
+runtime_extents!(PoolDesc, [ih], [iw]);
+runtime_extents!(GlobalPoolDesc, [ih], [iw]);
+runtime_extents!(EltwiseDesc, [shape[2]], [shape[3]]);
+runtime_extents!(ConcatDesc, [h], [w]);
+runtime_extents!(ConvTransposeDesc, [ih], [iw]);
+
 /// The extents of one call of a key with runtime extents: its input's `[h, w]`, and its
 /// output's for a resize to sizes (another value's extents), the one key whose output's do
 /// not follow from its input's. A fixed key's call passes none.
@@ -365,22 +397,6 @@ impl ConvDesc {
         }
     }
 
-    /// The same convolution with the extents `runtime` names left to run time.
-    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
-        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
-        self.runtime = runtime;
-        self
-    }
-
-    /// The fixed-shape convolution one call of this key computes: the runtime extents take
-    /// `[ih, iw]`'s values (other entries are ignored).
-    pub fn at(&self, extents: [usize; 2]) -> ConvDesc {
-        let mut d = self.clone();
-        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
-        d.runtime = RuntimeDims::NONE;
-        d
-    }
-
     pub fn oh(&self) -> usize {
         conv_output_extent(
             self.ih,
@@ -485,21 +501,6 @@ pub struct PoolDesc {
 }
 
 impl PoolDesc {
-    /// The same pooling with the extents `runtime` names left to run time.
-    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
-        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
-        self.runtime = runtime;
-        self
-    }
-
-    /// The fixed-shape pooling one call of this key computes (see [`ConvDesc::at`]).
-    pub fn at(&self, extents: [usize; 2]) -> PoolDesc {
-        let mut d = self.clone();
-        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
-        d.runtime = RuntimeDims::NONE;
-        d
-    }
-
     pub fn oh(&self) -> usize {
         let w = &self.window;
         pool_output_extent(
@@ -548,23 +549,6 @@ pub struct GlobalPoolDesc {
     pub src_layout: Layout,
     pub dst_layout: Layout,
     pub runtime: RuntimeDims,
-}
-
-impl GlobalPoolDesc {
-    /// The same pooling with the extents `runtime` names left to run time.
-    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
-        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
-        self.runtime = runtime;
-        self
-    }
-
-    /// The fixed-shape pooling of one call (see [`ConvDesc::at`]).
-    pub fn at(&self, extents: [usize; 2]) -> GlobalPoolDesc {
-        let mut d = self.clone();
-        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
-        d.runtime = RuntimeDims::NONE;
-        d
-    }
 }
 
 /// An element-wise op that was not fused into a convolution.
@@ -619,27 +603,6 @@ pub struct EltwiseDesc {
     pub runtime: RuntimeDims,
 }
 
-impl EltwiseDesc {
-    /// The same op with the extents `runtime` names left to run time.
-    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
-        let [n, c, h, w] = self.shape;
-        let [h, w] = runtime.erase([h, w]);
-        self.shape = [n, c, h, w];
-        self.runtime = runtime;
-        self
-    }
-
-    /// The fixed-shape op of one call (see [`ConvDesc::at`]).
-    pub fn at(&self, extents: [usize; 2]) -> EltwiseDesc {
-        let mut d = self.clone();
-        let [n, c, h, w] = d.shape;
-        let [h, w] = d.runtime.fill([h, w], extents);
-        d.shape = [n, c, h, w];
-        d.runtime = RuntimeDims::NONE;
-        d
-    }
-}
-
 /// Tensors joined along channels: input `i` has `channels[i]` channels, all share the batch,
 /// height and width; the first input is the kernel's source, the others its extra buffers in
 /// order. All buffers share `layout`.
@@ -654,21 +617,6 @@ pub struct ConcatDesc {
 }
 
 impl ConcatDesc {
-    /// The same join with the extents `runtime` names left to run time.
-    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
-        [self.h, self.w] = runtime.erase([self.h, self.w]);
-        self.runtime = runtime;
-        self
-    }
-
-    /// The fixed-shape join of one call (see [`ConvDesc::at`]).
-    pub fn at(&self, extents: [usize; 2]) -> ConcatDesc {
-        let mut d = self.clone();
-        [d.h, d.w] = d.runtime.fill([d.h, d.w], extents);
-        d.runtime = RuntimeDims::NONE;
-        d
-    }
-
     /// The channels of the result (saturating: an overflow fails validation).
     pub fn total_channels(&self) -> usize {
         self.channels
@@ -736,7 +684,7 @@ impl ResizeDesc {
         self
     }
 
-    /// The fixed-shape resize of one call (see [`ConvDesc::at`]); a runtime size without the
+    /// The fixed-shape resize of one call (see `ConvDesc::at`); a runtime size without the
     /// call's output extents stays 0, which validation refuses.
     pub fn at(&self, extents: CallExtents) -> ResizeDesc {
         let mut d = self.clone();
@@ -795,21 +743,6 @@ pub struct ConvTransposeDesc {
 }
 
 impl ConvTransposeDesc {
-    /// The key with the extents `runtime` names left to run time.
-    pub fn with_runtime(mut self, runtime: RuntimeDims) -> Self {
-        [self.ih, self.iw] = runtime.erase([self.ih, self.iw]);
-        self.runtime = runtime;
-        self
-    }
-
-    /// The fixed-shape transposed convolution of one call (see [`ConvDesc::at`]).
-    pub fn at(&self, extents: [usize; 2]) -> ConvTransposeDesc {
-        let mut d = self.clone();
-        [d.ih, d.iw] = d.runtime.fill([d.ih, d.iw], extents);
-        d.runtime = RuntimeDims::NONE;
-        d
-    }
-
     /// Whether each channel is its own group (`groups == ic == oc`).
     pub fn depthwise(&self) -> bool {
         self.groups > 1 && self.groups == self.ic && self.groups == self.oc

@@ -542,8 +542,8 @@ pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
     let w_value = e.value(w);
     let pixels = e.b.ins().imul(rows, w_value);
     // Byte strides: a channel's plane in NCHW, and (`x4`) a block's in nChw4c.
-    let plane_bytes = e.act_strides(Layout::Nchw, 1, h, w).channel;
-    let plane_bytes = e.mul(plane_bytes, f);
+    let plane = e.product(h, w);
+    let plane_bytes = e.mul(plane, f);
     let count = |k: usize| Scalar::Const(k as i64);
     match d.layout {
         Layout::Nchw4c => {

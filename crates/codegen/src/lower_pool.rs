@@ -37,6 +37,22 @@ fn block_classes(
     }
 }
 
+/// The value a pooling's reduction starts from.
+fn identity(kind: PoolKind) -> f32 {
+    match kind {
+        PoolKind::Max => f32::NEG_INFINITY,
+        PoolKind::Avg => 0.0,
+    }
+}
+
+/// A pooling's reduction step: the larger of `a` and `x` (NaN once either is), or their sum.
+fn combine(e: &mut Emit<'_>, kind: PoolKind, a: Value, x: Value) -> Value {
+    match kind {
+        PoolKind::Max => e.pmax_nan(a, x),
+        PoolKind::Avg => e.b.ins().fadd(a, x),
+    }
+}
+
 fn load(
     e: &mut Emit<'_>,
     layout: Layout,
@@ -433,10 +449,7 @@ fn pool_tile(
     let (row, lanes) = (row.taps, row.lanes);
     let d = &plan.desc;
     let f = F32_BYTES;
-    let init = match d.kind {
-        PoolKind::Max => f32::NEG_INFINITY,
-        PoolKind::Avg => 0.0,
-    };
+    let init = identity(d.kind);
     let fill = e.splat_const(0.0);
     let acc: Vec<Value> = (0..pixels).map(|_| e.splat_const(init)).collect();
     let src_px = input.pixel * f;
@@ -444,10 +457,7 @@ fn pool_tile(
     let channel = input.channel;
     let reduce = |e: &mut Emit<'_>, src: Value, off: i64, a: Value| {
         let x = load(e, d.src_layout, channel, src, off, lanes, fill);
-        match d.kind {
-            PoolKind::Max => e.pmax_nan(a, x),
-            PoolKind::Avg => e.b.ins().fadd(a, x),
-        }
+        combine(e, d.kind, a, x)
     };
     // One kernel row at `src_kh`: its column taps, for every pixel.
     let kernel_row = |e: &mut Emit<'_>, src_kh: Value, acc: &[Value]| -> Vec<Value> {
@@ -622,8 +632,7 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
     let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
     let src_s = e.act_strides(d.src_layout, d.c, ih, iw);
     let dst_s = Strides::new(d.dst_layout, [d.mb, d.c, 1, 1]);
-    // The pixels of a plane: the NCHW channel stride.
-    let pixels = e.act_strides(Layout::Nchw, 1, ih, iw).channel;
+    let pixels = e.product(ih, iw);
     for (blocks, lanes) in block_classes(d.c, d.src_layout, d.dst_layout) {
         let (start, end) = e.clamp_items(blocks.start, blocks.end);
         e.for_range(start, end, &[], |e, block, _| {
@@ -634,20 +643,13 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
             let image_steps = [e.mul(src_s.image, f), Scalar::Const(dst_s.image as i64 * f)];
             let images = Scalar::Const(d.mb as i64);
             e.for_ptrs(images, &[src_b, dst_b], &image_steps, |e, q| {
-                let init = e.splat_const(if d.kind == PoolKind::Max {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                });
+                let init = e.splat_const(identity(d.kind));
                 let fill = e.splat_const(0.0);
                 let pixel = src_s.pixel * f;
                 let channel = src_s.channel;
                 let reduce = |e: &mut Emit<'_>, a: Value, src: Value, off: i64| {
                     let x = load(e, d.src_layout, channel, src, off, lanes, fill);
-                    match d.kind {
-                        PoolKind::Max => e.pmax_nan(a, x),
-                        PoolKind::Avg => e.b.ins().fadd(a, x),
-                    }
+                    combine(e, d.kind, a, x)
                 };
                 // Pixel `p` goes to partial `p % GLOBAL_CHAINS`: independent chains, where
                 // one chain waited an add's latency per pixel.
@@ -698,13 +700,7 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                 while partials.len() > 1 {
                     let half = partials.len() / 2;
                     partials = (0..half)
-                        .map(|k| {
-                            let (a, b) = (partials[k], partials[k + half]);
-                            match d.kind {
-                                PoolKind::Max => e.pmax_nan(a, b),
-                                PoolKind::Avg => e.b.ins().fadd(a, b),
-                            }
-                        })
+                        .map(|k| combine(e, d.kind, partials[k], partials[k + half]))
                         .collect();
                 }
                 let mut v = partials[0];

@@ -213,20 +213,8 @@ pub fn lower_resize(e: &mut Emit<'_>, d: &ResizeDesc) {
     let blocks = d.c.div_ceil(4) as i64;
     let in_row = e.mul(iw, PIXEL);
     let out_row = e.mul(ow, PIXEL);
-    let in_plane = match (ih, in_row) {
-        (Scalar::Const(h), Scalar::Const(r)) => Scalar::Const(h * r),
-        _ => {
-            let (h, r) = (e.value(ih), e.value(in_row));
-            Scalar::Dyn(e.b.ins().imul(h, r))
-        }
-    };
-    let out_plane = match (oh, out_row) {
-        (Scalar::Const(h), Scalar::Const(r)) => Scalar::Const(h * r),
-        _ => {
-            let (h, r) = (e.value(oh), e.value(out_row));
-            Scalar::Dyn(e.b.ins().imul(h, r))
-        }
-    };
+    let in_plane = e.product(ih, in_row);
+    let out_plane = e.product(oh, out_row);
     let in_image = e.mul(in_plane, blocks);
     let out_image = e.mul(out_plane, blocks);
     let zero = e.iconst(0);

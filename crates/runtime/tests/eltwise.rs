@@ -17,7 +17,7 @@
 //! largest slope (1.5, hardswish's), plus the activation's own bound.
 
 mod common;
-use common::{SENTINEL, engine};
+use common::{SENTINEL, engine, runtime_dims};
 
 use std::sync::Arc;
 
@@ -417,14 +417,6 @@ fn with_runtime(key: PrimitiveKey, rt: RuntimeDims) -> PrimitiveKey {
         PrimitiveKey::Concat(d) => PrimitiveKey::Concat(d.with_runtime(rt)),
         other => panic!("{other} has no runtime extents here"),
     }
-}
-
-fn runtime_dims() -> impl Strategy<Value = RuntimeDims> {
-    prop_oneof![
-        3 => Just(RuntimeDims { h: false, w: true }),
-        1 => Just(RuntimeDims { h: true, w: false }),
-        1 => Just(RuntimeDims { h: true, w: true }),
-    ]
 }
 
 /// The padding lanes of a last, partial `nChw4c` block must be written as zeros.

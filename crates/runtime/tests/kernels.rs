@@ -58,7 +58,7 @@
 //!   two f32s to f32 is correctly rounded): equal as well.
 
 mod common;
-use common::{SENTINEL, engine, pools};
+use common::{SENTINEL, engine, pools, runtime_dims};
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -1487,14 +1487,6 @@ fn winograd_rejects_what_it_cannot_compute() {
 // ---------------------------------------------------------------------------------------------
 // Runtime extents: one kernel for every extent, equal to the exact kernels.
 // ---------------------------------------------------------------------------------------------
-
-fn runtime_dims() -> impl Strategy<Value = RuntimeDims> {
-    prop_oneof![
-        3 => Just(RuntimeDims { h: false, w: true }),
-        1 => Just(RuntimeDims { h: true, w: false }),
-        1 => Just(RuntimeDims { h: true, w: true }),
-    ]
-}
 
 /// Runs the runtime-extent kernel `generic` on a problem whose key is valid at its extents,
 /// and requires the result to be bit-identical to the exact kernel's (which the other

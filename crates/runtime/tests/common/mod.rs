@@ -1,12 +1,14 @@
 //! What the kernel test files share: the engine they compile with, the vector tiers they
-//! draw, the thread pools of the partitioning checks, the destination sentinel, the SplitMix64
-//! step of their data, and a run of a blocked kernel checked across thread counts.
+//! draw, the runtime extents they leave, the thread pools of the partitioning checks, the
+//! destination sentinel, the SplitMix64 step of their data, and a run of a blocked kernel
+//! checked across thread counts.
 
 // Each test file uses its own part of this module.
 #![allow(dead_code)]
 
 use std::sync::OnceLock;
 
+use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{CallExtents, CodegenOptions, Isa, Layout};
 use primjit_reference::Tensor;
 use primjit_runtime::exec::GuardedBuffer;
@@ -14,6 +16,16 @@ use primjit_runtime::layout::{to_blocked, to_nchw};
 use primjit_runtime::{Engine, EngineConfig, ExecArgs, Primitive};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+
+/// Which extents a runtime-extent property leaves to run time: the width most often, as the
+/// `dynamic` policy's variable-width inputs do.
+pub fn runtime_dims() -> impl Strategy<Value = RuntimeDims> {
+    prop_oneof![
+        3 => Just(RuntimeDims { h: false, w: true }),
+        1 => Just(RuntimeDims { h: true, w: false }),
+        1 => Just(RuntimeDims { h: true, w: true }),
+    ]
+}
 
 /// What an unwritten destination element holds: a NaN with a recognizable payload.
 pub const SENTINEL: u32 = 0x7fc0_dead;

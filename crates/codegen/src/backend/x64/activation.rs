@@ -93,6 +93,17 @@ impl Asm {
         }
     }
 
+    /// `x < 0` lane by lane, its mask (at avx2) in register `mask`.
+    fn negative(&mut self, x: usize, mask: usize) -> Compare {
+        let zero = self.f32(0.0);
+        Compare {
+            a: x,
+            b: zero,
+            pred: LESS,
+            mask,
+        }
+    }
+
     /// `x = x is NaN ? x : y` (`lower_eltwise::keep_nan`), with `mask` free.
     fn keep_nan(&mut self, x: usize, y: usize, mask: usize) {
         let nan = Compare {
@@ -200,13 +211,7 @@ impl Asm {
         three!(self, vsubps, T1, T1, Src::Reg(T2));
         let sign = self.bits(SIGN);
         self.xor(T2, T1, sign);
-        let zero = self.f32(0.0);
-        let negative = Compare {
-            a: x,
-            b: zero,
-            pred: LESS,
-            mask: T3,
-        };
+        let negative = self.negative(x, T3);
         self.select(T1, negative, T2, T1);
         // small = x + x^3 P(x^2)
         three!(self, vmulps, T2, x, Src::Reg(x));
@@ -280,13 +285,7 @@ impl Asm {
     /// avx512).
     pub(crate) fn prelu(&mut self, x: usize, slope: Src) {
         three!(self, vmulps, T1, x, slope);
-        let zero = self.f32(0.0);
-        let negative = Compare {
-            a: x,
-            b: zero,
-            pred: LESS,
-            mask: T2,
-        };
+        let negative = self.negative(x, T2);
         self.select(x, negative, T1, x);
     }
 }
