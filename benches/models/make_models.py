@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Builds torchvision's ResNet18, ResNet50, ResNeXt50 32x4d and MobileNetV2, and a VGG-style
-CRNN backbone (the architectures at full width, random weights, unfolded batch-norms, opset 17)
+"""Builds torchvision's ResNet18, ResNet50, ResNeXt50 32x4d, MobileNetV2 and DenseNet121, and
+a VGG-style CRNN backbone (the architectures at full width, random weights, unfolded batch-norms, opset 17)
 as ONNX files with onnx.helper, for the model table of docs/perf: `primjit bench-op --model
 OUT/NAME.onnx --dims H=224,W=224` (the CRNN: `--dims W=280`) beside
 `../shared/peers/bench_model.py OUT/NAME.onnx --dims H=224,W=224`, alternately.
@@ -110,6 +110,36 @@ def mobilenet_v2(act="relu6", name="mobilenet_v2"):
     return n.model(name, n.head(x, 1280))
 
 
+def densenet121():
+    """DenseNet121 as torchvision exports it: each layer's batch-norm, relu, 1x1 and 3x3 convs
+    read the concat of the block's input and every feature before it (growth 32), transitions
+    halve the channels and pool 2x2; a final batch-norm and relu before the head."""
+    n = Net(121)
+    x = n.cbr("x", "features.conv0", 3, 64, 7, 2)
+    x = n.node("MaxPool", [x], "features.pool0", kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1] * 4)
+    cin = 64
+    for b, layers in enumerate([6, 12, 24, 16]):
+        features = [x]
+        for i in range(layers):
+            p = f"features.denseblock{b + 1}.denselayer{i + 1}"
+            joined = n.node("Concat", features, p + ".cat", axis=1) if i else x
+            c = cin + 32 * i
+            y = n.node("Relu", [n.bn(joined, p + ".norm1", c)], p + ".relu1")
+            y = n.cbr(y, p + ".conv1", c, 128, 1)
+            features.append(super(Net, n).conv(y, p + ".conv2", 128, 32, 3, pads=[1] * 4))
+        x = n.node("Concat", features, f"features.denseblock{b + 1}.cat", axis=1)
+        cin += 32 * layers
+        if b < 3:
+            p = f"features.transition{b + 1}"
+            y = n.node("Relu", [n.bn(x, p + ".norm", cin)], p + ".relu")
+            y = super(Net, n).conv(y, p + ".conv", cin, cin // 2, 1, pads=[0] * 4)
+            x = n.node("AveragePool", [y], p + ".pool", kernel_shape=[2, 2], strides=[2, 2])
+            cin //= 2
+    x = n.node("Relu", [n.bn(x, "features.norm5", cin)], "features.relu5")
+    return n.model("densenet121", n.head(x, cin))
+
+
 def crnn():
     """The VGG-style CRNN backbone: 3x3 convs (batch-norms on the 512-channel ones), 2x2 max
     pools, then 2x1 pools that keep the width, and a final 2x2 conv without padding."""
@@ -137,6 +167,7 @@ if __name__ == "__main__":
     for name, m in [("resnet18", resnet([2, 2, 2, 2], False, "resnet18")),
                     ("resnet50", resnet([3, 4, 6, 3], True, "resnet50")),
                     ("resnext50_32x4d", resnet([3, 4, 6, 3], True, "resnext50_32x4d", 32, 4)),
+                    ("densenet121", densenet121()),
                     ("crnn", crnn()),
                     ("mobilenet_v2", mobilenet_v2()),
                     ("mobilenet_v2_hardswish", mobilenet_v2("hardswish", "mobilenet_v2_hardswish"))]:

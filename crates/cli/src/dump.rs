@@ -94,8 +94,12 @@ pub fn run(args: &Args) -> Result<()> {
                 graph.to_string()
             };
             text.push_str(&format!(
-                "# passes: {} batchnorms folded, {} relus, {} adds and {} max pools fused into convs\n",
-                report.folded_batchnorms, report.fused_relus, report.fused_adds, report.fused_pools
+                "# passes: {} batchnorms folded, {} made depthwise convs, {} relus, {} adds and {} max pools fused into convs\n",
+                report.folded_batchnorms,
+                report.batchnorm_convs,
+                report.fused_relus,
+                report.fused_adds,
+                report.fused_pools
             ));
             text
         }

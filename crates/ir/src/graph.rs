@@ -600,6 +600,14 @@ pub enum DerivedParam {
         var: Param,
         epsilon: f32,
     },
+    /// `scale[o] / sqrt(var[o] + epsilon)`, of shape `[o, 1, 1, 1]`: a batch-norm that follows
+    /// no conv, as the weight of a depthwise 1x1 conv (whose bias is a `BnFoldBias` without
+    /// `conv_bias`).
+    BnScale {
+        scale: Param,
+        var: Param,
+        epsilon: f32,
+    },
     /// `(conv_bias[o] - mean[o]) * scale[o] / sqrt(var[o] + epsilon) + bias[o]`, with a
     /// missing `conv_bias` read as zeros.
     BnFoldBias {
@@ -644,6 +652,10 @@ impl DerivedParam {
                 SourceShape::new(*scale, "the scale", vec![*o]),
                 SourceShape::new(*var, "the variance", vec![*o]),
             ]),
+            (DerivedParam::BnScale { scale, var, .. }, [o, 1, 1, 1]) => Ok(vec![
+                SourceShape::new(*scale, "the scale", vec![*o]),
+                SourceShape::new(*var, "the variance", vec![*o]),
+            ]),
             (
                 DerivedParam::BnFoldBias {
                     conv_bias,
@@ -667,6 +679,9 @@ impl DerivedParam {
             (DerivedParam::BnFoldWeight { .. }, _) => {
                 Err("a folded weight needs at least one dimension".into())
             }
+            (DerivedParam::BnScale { .. }, _) => Err(format!(
+                "a batch-norm's scale as a weight must have shape [channels, 1, 1, 1], found {shape:?}"
+            )),
             (DerivedParam::BnFoldBias { .. }, _) => {
                 Err(format!("a folded bias must have rank 1, found {shape:?}"))
             }
@@ -679,6 +694,7 @@ impl DerivedParam {
             DerivedParam::BnFoldWeight {
                 weight, scale, var, ..
             } => vec![*weight, *scale, *var],
+            DerivedParam::BnScale { scale, var, .. } => vec![*scale, *var],
             DerivedParam::BnFoldBias {
                 conv_bias,
                 scale,

@@ -168,6 +168,7 @@ impl Params {
         for (_, data) in graph.params() {
             match &data.derived {
                 Some(DerivedParam::BnFoldWeight { scale, var, .. })
+                | Some(DerivedParam::BnScale { scale, var, .. })
                 | Some(DerivedParam::BnFoldBias { scale, var, .. }) => {
                     roles[scale.index()] = Role::Scale;
                     roles[var.index()] = Role::Variance;
@@ -354,6 +355,22 @@ fn derive<'t>(d: &DerivedParam, shape: &[usize], data: impl Fn(Param) -> &'t [f3
                     let o = i / per_out;
                     (x as f64 * s[o] as f64 * inv[o]) as f32
                 })
+                .collect();
+            Tensor {
+                shape: shape.to_vec(),
+                data: values,
+            }
+        }
+        DerivedParam::BnScale {
+            scale,
+            var,
+            epsilon,
+        } => {
+            let inv = inv_std(*var, *epsilon);
+            let values = data(*scale)
+                .iter()
+                .zip(&inv)
+                .map(|(&s, inv)| (s as f64 * inv) as f32)
                 .collect();
             Tensor {
                 shape: shape.to_vec(),

@@ -779,6 +779,14 @@ impl Parser {
                     epsilon: a.float("epsilon", 1e-5)?,
                 }
             }
+            "bn_scale" => {
+                a.arity(2, 2)?;
+                DerivedParam::BnScale {
+                    scale: a.param(0)?,
+                    var: a.param(1)?,
+                    epsilon: a.float("epsilon", 1e-5)?,
+                }
+            }
             "bnfold_bias" => {
                 a.arity(4, 4)?;
                 DerivedParam::BnFoldBias {
@@ -794,7 +802,7 @@ impl Parser {
                 return err(
                     a.call.loc,
                     format!(
-                        "unknown parameter derivation `{other}` (known: bnfold_weight, bnfold_bias)"
+                        "unknown parameter derivation `{other}` (known: bnfold_weight, bn_scale, bnfold_bias)"
                     ),
                 );
             }

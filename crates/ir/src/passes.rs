@@ -1,28 +1,31 @@
-//! Graph rewrites: folding batch-norm into convolutions, and fusing element-wise ops and max
-//! pooling into them.
+//! Graph rewrites: folding batch-norm into convolutions (or making it one), and fusing
+//! element-wise ops and max pooling into them.
 //!
 //! The passes are structural: they need no parameter values. Folding declares derived
-//! parameters (`bnfold_weight`, `bnfold_bias`) whose values [`crate::Params::materialize`]
+//! parameters (`bnfold_weight`, `bn_scale`, `bnfold_bias`) whose values [`crate::Params::materialize`]
 //! computes, so the rewritten graph prints as a valid IR file that runs with the original
 //! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it;
 //! readers of a fused op's result, graph outputs included, read the conv's value instead.
 
 use crate::graph::{
-    BatchNorm, Conv2d, DerivedParam, Graph, NodeData, Op, ParamData, PoolKind, PostOp, Value,
+    BatchNorm, Conv2d, DerivedParam, Graph, NodeData, Op, Pads, Param, ParamData, PoolKind, PostOp,
+    Value,
 };
 
 /// What the passes changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PassReport {
     pub folded_batchnorms: usize,
+    /// Batch-norms that follow no foldable conv, made depthwise 1x1 convs.
+    pub batchnorm_convs: usize,
     /// Relus and other activations fused into convs.
     pub fused_relus: usize,
     pub fused_adds: usize,
     pub fused_pools: usize,
 }
 
-/// Folds batch-norm into the preceding conv, fuses relu and residual adds into convs, then
-/// max pooling after them.
+/// Folds batch-norm into the preceding conv and makes the others depthwise convs, fuses relu
+/// and residual adds into convs, then max pooling after them.
 pub fn optimize(graph: &mut Graph) -> PassReport {
     optimize_with(graph, |_, _| true)
 }
@@ -35,11 +38,13 @@ pub fn optimize_with(
     fuse_pool: impl FnMut(&Graph, &Conv2d) -> bool,
 ) -> PassReport {
     let folded_batchnorms = fold_batchnorm(graph);
+    let batchnorm_convs = batchnorms_to_convs(graph);
     let (fused_relus, fused_adds) = fuse_post_ops(graph);
     // Last: a fused pool must be the conv's last post-op, so nothing can be fused after it.
     let fused_pools = fuse_pools_where(graph, fuse_pool);
     PassReport {
         folded_batchnorms,
+        batchnorm_convs,
         fused_relus,
         fused_adds,
         fused_pools,
@@ -143,6 +148,50 @@ pub fn fold_batchnorm(graph: &mut Graph) -> usize {
     })
 }
 
+/// Makes every `batchnorm` a depthwise 1x1 conv with a derived weight (`BnScale`) and bias
+/// (`BnFoldBias` without a conv bias): the kernel a batch-norm runs anyway, and a conv takes the
+/// activations and adds after it as post-ops (DenseNet's `batchnorm` ▸ `relu` before each
+/// conv). Returns how many it made.
+pub fn batchnorms_to_convs(graph: &mut Graph) -> usize {
+    let mut made = 0;
+    for i in 0..graph.nodes.len() {
+        let Op::BatchNorm(bn) = &graph.nodes[i].op else {
+            continue;
+        };
+        let bn = bn.clone();
+        let channels = graph.param(bn.scale).shape[0];
+        let base = graph.value_name(graph.nodes[i].result).to_string();
+        let weight_name = fresh_param_name(graph, &format!("{base}.bn_scale"));
+        let weight = graph
+            .add_param(ParamData {
+                name: weight_name,
+                shape: vec![channels, 1, 1, 1],
+                derived: Some(DerivedParam::BnScale {
+                    scale: bn.scale,
+                    var: bn.var,
+                    epsilon: bn.epsilon,
+                }),
+                loc: None,
+            })
+            .expect("fresh parameter names");
+        let bias_name = fresh_param_name(graph, &format!("{base}.bn_shift"));
+        let bias = add_bn_bias(graph, None, &bn, bias_name);
+        graph.nodes[i].op = Op::Conv2d(Conv2d {
+            input: bn.input,
+            weight,
+            bias: Some(bias),
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: Pads::default(),
+            auto_pad: None,
+            groups: channels,
+            post_ops: Vec::new(),
+        });
+        made += 1;
+    }
+    made
+}
+
 /// `conv` with `bn` folded into it: a derived weight (`BnFoldWeight`) and bias (`BnFoldBias`)
 /// under `names`, which must be fresh, replace its own; `Params::materialize` computes them.
 /// `fold_batchnorm` and the ONNX importer both fold through this.
@@ -153,7 +202,6 @@ pub fn fold_batchnorm_params(
     [weight_name, bias_name]: [String; 2],
 ) -> Conv2d {
     let shape = graph.param(conv.weight).shape.clone();
-    let out_channels = shape[0];
     let new_weight = graph
         .add_param(ParamData {
             name: weight_name,
@@ -167,12 +215,21 @@ pub fn fold_batchnorm_params(
             loc: None,
         })
         .expect("fresh parameter names");
-    let new_bias = graph
+    conv.bias = Some(add_bn_bias(graph, conv.bias, bn, bias_name));
+    conv.weight = new_weight;
+    conv
+}
+
+/// Declares parameter `name` (fresh), the bias of `bn` folded into a conv whose own bias is
+/// `conv_bias` (`BnFoldBias`), and returns it.
+fn add_bn_bias(graph: &mut Graph, conv_bias: Option<Param>, bn: &BatchNorm, name: String) -> Param {
+    let channels = graph.param(bn.scale).shape[0];
+    graph
         .add_param(ParamData {
-            name: bias_name,
-            shape: vec![out_channels],
+            name,
+            shape: vec![channels],
             derived: Some(DerivedParam::BnFoldBias {
-                conv_bias: conv.bias,
+                conv_bias,
                 scale: bn.scale,
                 bias: bn.bias,
                 mean: bn.mean,
@@ -181,10 +238,7 @@ pub fn fold_batchnorm_params(
             }),
             loc: None,
         })
-        .expect("fresh parameter names");
-    conv.weight = new_weight;
-    conv.bias = Some(new_bias);
-    conv
+        .expect("fresh parameter names")
 }
 
 /// Fuses a `relu` or a residual `add` that is the only reader of a conv's output into the
@@ -275,6 +329,7 @@ mod tests {
             report,
             PassReport {
                 folded_batchnorms: 1,
+                batchnorm_convs: 0,
                 fused_relus: 1,
                 fused_adds: 1,
                 fused_pools: 0,
@@ -334,6 +389,7 @@ mod tests {
             report,
             PassReport {
                 folded_batchnorms: 1,
+                batchnorm_convs: 0,
                 fused_relus: 1,
                 fused_adds: 0,
                 fused_pools: 1,

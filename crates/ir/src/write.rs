@@ -196,6 +196,11 @@ impl Graph {
                     p(var)
                 )
             }
+            DerivedParam::BnScale {
+                scale,
+                var,
+                epsilon,
+            } => format!("bn_scale({}, {}, epsilon={epsilon:?})", p(scale), p(var)),
             DerivedParam::BnFoldBias {
                 conv_bias,
                 scale,

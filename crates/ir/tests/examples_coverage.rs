@@ -53,6 +53,9 @@ fn examples_cover_every_op_and_attribute() {
                 Some(DerivedParam::BnFoldWeight { .. }) => {
                     seen.insert("bnfold_weight".to_string());
                 }
+                Some(DerivedParam::BnScale { .. }) => {
+                    seen.insert("bn_scale".to_string());
+                }
                 Some(DerivedParam::BnFoldBias { conv_bias, .. }) => {
                     seen.insert(
                         if conv_bias.is_some() {
@@ -202,6 +205,7 @@ fn examples_cover_every_op_and_attribute() {
         "avgpool auto_pad",
         "avgpool rectangular kernel",
         "bnfold_weight",
+        "bn_scale",
         "bnfold_bias",
         "bnfold_bias with conv_bias",
         "dims header",

@@ -311,16 +311,22 @@ impl Builder {
             let var = self.param("fold.var", per_channel.clone());
             let epsilon = EPSILONS[bytes.below(EPSILONS.len())];
             let weight_name = self.fresh("folded.weight");
-            let weight = self.derived(
-                weight_name,
-                weight_shape,
-                Some(DerivedParam::BnFoldWeight {
+            // A 1x1 depthwise conv may be a batch-norm of its own, its weight the scale.
+            let derived = if weight_shape[1..] == [1, 1, 1] && bytes.flag() {
+                DerivedParam::BnScale {
+                    scale,
+                    var,
+                    epsilon,
+                }
+            } else {
+                DerivedParam::BnFoldWeight {
                     weight: raw,
                     scale,
                     var,
                     epsilon,
-                }),
-            );
+                }
+            };
+            let weight = self.derived(weight_name, weight_shape, Some(derived));
             let bias_name = self.fresh("folded.bias");
             let bias = self.derived(
                 bias_name,
@@ -797,6 +803,7 @@ const POOL: &[&str] = &[
     "true",
     "false",
     "bnfold_weight",
+    "bn_scale",
     "bnfold_bias",
     "conv_bias",
     "0",

@@ -209,7 +209,9 @@ const BLOCK: &str = "graph block {
   %o = relu(%s)
   %p = avgpool2d(%o, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=true, count_include_pad=true)
   %m = maxpool2d(%p, kernel=[2, 2], ceil_mode=true)
-  %g = global_avgpool(%m)
+  %b3 = batchnorm(%m, @bn2.weight, @bn2.bias, @bn2.running_mean, @bn2.running_var)
+  %r3 = relu(%b3)
+  %g = global_avgpool(%r3)
   output y = %o
   output z = %g
 }
@@ -234,11 +236,19 @@ fn check_optimize_agrees(h: usize, w: usize, seed: u64) {
     assert_eq!(
         (
             report.folded_batchnorms,
+            report.batchnorm_convs,
             report.fused_relus,
             report.fused_adds,
             report.fused_pools
         ),
-        (2, 2, 1, 0)
+        (2, 1, 3, 1, 0)
+    );
+    // %b3 follows a pool: a depthwise conv with its relu fused.
+    assert!(
+        optimized
+            .to_string()
+            .contains("%b3 = conv2d(%m, @b3.bn_scale, bias=@b3.bn_shift, groups=4, post=[relu])"),
+        "{optimized}"
     );
     let params = Params::random(&original, seed);
     let mut folded = params.clone();

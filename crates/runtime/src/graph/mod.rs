@@ -17,12 +17,15 @@
 //! - `keys.rs`: the primitive key of every node at a run's shapes, in a [`ShapeMode`];
 //! - `run.rs`: a whole run, node after node on whole tensors, and the liveness it follows
 //!   (last uses, convs written over their residuals);
+//! - `alias.rs`: values that live in a slice of another's buffer (a concat's inputs, an
+//!   aligned block of channels);
 //! - `streamed.rs`: the leading convolutions run in column bands through windows (the
 //!   streamed segment of [`crate::stream`]), and its description for `dump`.
 //!
 //! This file holds the public types, among them the compiled graph's fields, which the four
 //! phases share.
 
+mod alias;
 mod keys;
 mod prepare;
 mod run;
@@ -168,6 +171,10 @@ pub struct CompiledGraph {
     overwrites: Vec<Option<Value>>,
     /// Whether runs write over those residuals (when the primitive allows it).
     in_place: bool,
+    /// Values placed in a slice of another's buffer: concats' inputs, aligned channel blocks.
+    slices: alias::InPlace,
+    /// Whether runs place them there (`with_slices_in_place`).
+    slices_in_place: bool,
     /// Per node: the spatial extents of its input that depend on a symbol.
     symbolic: Vec<RuntimeDims>,
     mode: ShapeMode,

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use primjit_codegen::{ConvAlgo, ConvAlgoChoice, ConvPlan, Isa};
+use primjit_codegen::{ConvAlgo, ConvAlgoChoice, Isa};
 use primjit_ir::passes::{self, PassReport};
-use primjit_ir::{Graph, GraphParams, Op, Params};
+use primjit_ir::{Graph, Op, Params, Value};
 
-use super::keys::{bn_desc_shell, conv_desc_shell, conv_transpose_desc, layout_of, symbolic_dims};
+use super::alias::InPlace;
+use super::keys::{conv_desc_shell, conv_transpose_desc, symbolic_dims};
 use super::run::{last_uses, residual_overwrites};
 use super::{CompiledGraph, GraphError, ShapeMode, WeightBytes};
 use crate::error::RuntimeError;
@@ -71,15 +72,6 @@ impl CompiledGraph {
                         isa: desc.isa,
                     }
                 }
-                Op::BatchNorm(bn) => {
-                    let (w, b) = per_channel_bn(&params, bn);
-                    let desc = bn_desc_shell(w.len(), layout_of(&graph, bn.input));
-                    Prepared::Conv {
-                        packed: weight_buffer(&ConvPlan::new(&desc).pack_weights(&w, Some(&b)))?,
-                        algo: ConvAlgo::Direct,
-                        isa: desc.isa,
-                    }
-                }
                 Op::ConvTranspose(ct) => {
                     let w = params.get(ct.weight);
                     let b = ct.bias.map(|b| params.get(b));
@@ -108,12 +100,15 @@ impl CompiledGraph {
         let symbolic = symbolic_dims(&graph, &shapes);
         let last_use = last_uses(&graph);
         let overwrites = residual_overwrites(&graph, &last_use);
+        let slices = InPlace::plan(&graph, &shapes, &overwrites);
         Ok(CompiledGraph {
             graph,
             prepared,
             last_use,
             overwrites,
             in_place: true,
+            slices,
+            slices_in_place: true,
             symbolic,
             mode: ShapeMode::Exact,
             conv_algo,
@@ -165,6 +160,32 @@ impl CompiledGraph {
         self
     }
 
+    /// The same graph, with each concat's inputs written straight into their place in its
+    /// output and each `select_channels` of a block of whole 4-channel groups read where it
+    /// lies (`true`, the default, for runs of one image), or with a copy each (`false`). The
+    /// results are the same to the bit; only the activation memory and the copies differ.
+    /// [`Self::slices_in_place`] lists what is placed.
+    pub fn with_slices_in_place(mut self, in_place: bool) -> Self {
+        self.slices_in_place = in_place;
+        self
+    }
+
+    /// The values a run of one image places in a slice of another's buffer, as (value, the
+    /// value whose buffer holds it, its first channel there), by name: the inputs of concats
+    /// (which then run nothing) and the channel blocks that `select_channels` reads in
+    /// place. Values computed inside a streamed segment keep buffers of their own.
+    pub fn slices_in_place(&self) -> Vec<(String, String, usize)> {
+        let name = |v: Value| self.graph.value_name(v).to_string();
+        self.graph
+            .values()
+            .filter_map(|v| {
+                self.slices
+                    .home(v)
+                    .map(|h| (name(v), name(h.root), h.channel))
+            })
+            .collect()
+    }
+
     /// The same graph, running its leading convolutions in column bands or as whole tensors.
     /// The results are the same to the bit; only the activation memory differs. Without a
     /// choice, a graph streams when its keys take widths at run time
@@ -204,24 +225,6 @@ pub(super) enum Prepared {
     /// A PReLU's slopes, one per channel, rounded up to whole vectors with zeros.
     Slope(Vec<f32>),
     Other,
-}
-
-fn per_channel_bn(params: &GraphParams<'_>, bn: &primjit_ir::BatchNorm) -> (Vec<f32>, Vec<f32>) {
-    let (s, b, m, v) = (
-        params.get(bn.scale),
-        params.get(bn.bias),
-        params.get(bn.mean),
-        params.get(bn.var),
-    );
-    let (s, b, m, v) = (&s.data, &b.data, &m.data, &v.data);
-    let mut w = Vec::with_capacity(s.len());
-    let mut bias = Vec::with_capacity(s.len());
-    for c in 0..s.len() {
-        let k = s[c] as f64 / (v[c] as f64 + bn.epsilon as f64).sqrt();
-        w.push(k as f32);
-        bias.push((b[c] as f64 - m[c] as f64 * k) as f32);
-    }
-    (w, bias)
 }
 
 /// Folds and fuses a verified graph as [`CompiledGraph`] runs it with `conv_algo`'s

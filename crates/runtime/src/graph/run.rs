@@ -5,6 +5,7 @@
 use primjit_codegen::{CallExtents, Layout, PrimitiveKey};
 use primjit_ir::{Bindings, Graph, Node, Op, PostOp, Tensor, Value, infer_shapes};
 
+use super::alias::InPlace;
 use super::keys::{extents_input, keys_at, layout_of};
 use super::{CompiledGraph, GraphError, NodeRun, Prepared, RunStats, TensorView};
 use crate::engine::Engine;
@@ -140,11 +141,15 @@ impl CompiledGraph {
         let banded = self.banded_run(&shapes, &keys);
         // The segment is the graph's first nodes; the others run on whole tensors.
         let whole_from = banded.as_ref().map_or(0, |b| b.segment.nodes.len());
+        let places = self.places_at(&run_inputs, whole_from);
         engine.prefetch(
-            banded
-                .iter()
-                .flat_map(|b| &b.kernels)
-                .chain(keys[whole_from..].iter().map(|(_, k)| k)),
+            banded.iter().flat_map(|b| &b.kernels).chain(
+                keys.iter()
+                    .enumerate()
+                    .skip(whole_from)
+                    .filter(|(i, _)| !places.slices.elided(*i))
+                    .map(|(_, (_, k))| k),
+            ),
         );
         let mut streamed = 0;
         if let Some(banded) = &banded {
@@ -174,6 +179,7 @@ impl CompiledGraph {
             self.execute_node(
                 n,
                 run_inputs,
+                &places,
                 workspace,
                 blocked,
                 &mut live_bytes,
@@ -197,13 +203,28 @@ impl CompiledGraph {
         Ok(stats)
     }
 
+    /// The in-place plan a run follows from node `whole_from` on, and when each buffer goes
+    /// back (`InPlace::releases`).
+    fn places_at(&self, run: &RunInputs<'_>, whole_from: usize) -> Places {
+        let slices = match self.slices_in_place {
+            true => self
+                .slices
+                .at_run(&self.graph, whole_from, |v| run.shape4(v)[0]),
+            false => InPlace::none(&self.graph),
+        };
+        let release = slices.releases(&self.last_use);
+        Places { slices, release }
+    }
+
     /// Runs node `n` on whole tensors: its destination from the workspace (or its residual's
-    /// buffer, when it writes over it), its scratch for the call, and back to the workspace the
-    /// buffers of the values it reads for the last time.
+    /// buffer, when it writes over it, or its slice of the buffer it is placed in), its
+    /// scratch for the call, and back to the workspace the buffers read for the last time.
+    #[allow(clippy::too_many_arguments)]
     fn execute_node(
         &self,
         n: Node,
         run: RunInputs<'_>,
+        places: &Places,
         workspace: &mut Workspace,
         blocked: &mut [Option<Buffer>],
         live_bytes: &mut usize,
@@ -211,37 +232,27 @@ impl CompiledGraph {
     ) -> Result<(), GraphError> {
         let engine = run.engine;
         let (i, node) = (n.index(), self.graph.node(n));
+        if places.slices.elided(i) {
+            // A concat whose inputs were written in place, or channels read where they lie.
+            places.release_operands(node, i, blocked, workspace, live_bytes);
+            return Ok(());
+        }
         let (name, key) = &run.keys[i];
         let primitive = engine.compile(key)?;
-        let out_len = Layout::Nchw4c.buffer_len(run.shape4(node.result));
+        let out_shape = run.shape4(node.result);
+        let out_len = Layout::Nchw4c.buffer_len(out_shape);
+        let home = places.slices.home(node.result);
         // A conv writes over its residual when nothing reads the residual after it (planned
         // in `new`), its kernel allows it, and the residual has a buffer of the output's
-        // length; the residual's buffer then becomes the output's.
+        // length; the residual's buffer then becomes the output's. An output placed in a
+        // concat's buffer is written there instead.
         let over_residual = self.overwrites[i]
-            .filter(|_| self.in_place && primitive.residual_in_place())
+            .filter(|_| home.is_none() && self.in_place && primitive.residual_in_place())
             .filter(|r| {
                 blocked[r.index()]
                     .as_ref()
                     .is_some_and(|b| b.len() == out_len)
             });
-        let mut dst = match over_residual {
-            Some(r) => blocked[r.index()].take().expect("checked above"),
-            None => {
-                let dst = take_whole(workspace, out_len)?;
-                *live_bytes += out_len * 4;
-                dst
-            }
-        };
-        stats.peak_activation_bytes = stats.peak_activation_bytes.max(*live_bytes);
-        let src_of = |v: Value| -> &[f32] {
-            match (&blocked[v.index()], layout_of(&self.graph, v)) {
-                (_, Layout::Nchw) => run.input(&self.graph, v).data,
-                (Some(b), _) => b,
-                (None, _) => unreachable!("values are computed before use"),
-            }
-        };
-        let blocked_of =
-            |v: Value| -> &[f32] { blocked[v.index()].as_deref().expect("blocked before use") };
         // A runtime key runs at its input's extents (a resize to sizes at its output's too).
         let extents = key
             .runtime_dims()
@@ -250,18 +261,12 @@ impl CompiledGraph {
             .flatten()
             .map(|v| {
                 let [_, _, h, w] = run.shape4(v);
-                let [_, _, oh, ow] = run.shape4(node.result);
+                let [_, _, oh, ow] = out_shape;
                 CallExtents {
                     input: [h, w],
                     output: Some([oh, ow]),
                 }
             });
-        let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
-            (Some(_), e) => engine.execute_over_residual(&primitive, args, e.map(|e| e.input)),
-            (None, Some(e)) => engine.execute_at(&primitive, args, e),
-            (None, None) => engine.execute(&primitive, args),
-        };
-        let start = std::time::Instant::now();
         // Per thread: a fused pool's band of the conv's output, or Winograd's transformed
         // tiles.
         let band = match key {
@@ -274,28 +279,93 @@ impl CompiledGraph {
             0 => None,
             _ => Some(take_whole(workspace, band * engine.threads())?),
         };
+        // The buffer the destination lies in, the destination's range there, and the value
+        // that owns the buffer.
+        let target = match (home, over_residual) {
+            (Some(h), _) => match blocked[h.root.index()].take() {
+                Some(buf) => Ok(buf),
+                None => {
+                    // The first of the values placed in this root: its buffer starts here.
+                    let len = Layout::Nchw4c.buffer_len(run.shape4(h.root));
+                    take_whole(workspace, len).inspect(|_| *live_bytes += len * 4)
+                }
+            }
+            .map(|buf| (buf, InPlace::range(h, out_shape), h.root)),
+            (None, Some(r)) => Ok((
+                blocked[r.index()].take().expect("checked above"),
+                0..out_len,
+                node.result,
+            )),
+            (None, None) => take_whole(workspace, out_len)
+                .inspect(|_| *live_bytes += out_len * 4)
+                .map(|buf| (buf, 0..out_len, node.result)),
+        };
+        let (mut buf, range, owner) = match target {
+            Ok(t) => t,
+            Err(e) => {
+                if let Some(s) = scratch {
+                    workspace.give(s);
+                }
+                return Err(e);
+            }
+        };
         let scratch_bytes = scratch.as_ref().map_or(0, |s| s.len() * 4);
         stats.peak_activation_bytes = stats.peak_activation_bytes.max(*live_bytes + scratch_bytes);
-        let (src, weights, extra) = call_operands(
-            &node.op,
-            &self.prepared[i],
-            over_residual,
-            src_of,
-            blocked_of,
-        );
-        let ran = execute(ExecArgs {
-            src,
-            weights,
-            dst: &mut dst,
-            extra: &extra,
-            scratch: scratch.as_deref_mut(),
-        });
+        let execute = |args: ExecArgs<'_>| match (over_residual, extents) {
+            (Some(_), e) => engine.execute_over_residual(&primitive, args, e.map(|e| e.input)),
+            (None, Some(e)) => engine.execute_at(&primitive, args, e),
+            (None, None) => engine.execute(&primitive, args),
+        };
+        let start = std::time::Instant::now();
+        let ran = {
+            // The destination's buffer is out of `blocked` while the call writes it: values
+            // placed in the same root, before or after the destination, are read from the
+            // parts around it.
+            let (head, rest) = buf.split_at_mut(range.start);
+            let (dst, tail) = rest.split_at_mut(range.len());
+            let (head, tail): (&[f32], &[f32]) = (head, tail);
+            let blocked: &[Option<Buffer>] = blocked;
+            let blocked_of = |v: Value| -> &[f32] {
+                let Some(h) = places.slices.home(v) else {
+                    return blocked[v.index()].as_deref().expect("blocked before use");
+                };
+                let r = InPlace::range(h, run.shape4(v));
+                if h.root != owner {
+                    let root = blocked[h.root.index()].as_deref();
+                    &root.expect("a placed value's buffer exists")[r]
+                } else if r.end <= range.start {
+                    &head[r]
+                } else {
+                    &tail[r.start - range.end..r.end - range.end]
+                }
+            };
+            let src_of = |v: Value| -> &[f32] {
+                match layout_of(&self.graph, v) {
+                    Layout::Nchw => run.input(&self.graph, v).data,
+                    _ => blocked_of(v),
+                }
+            };
+            let (src, weights, extra) = call_operands(
+                &node.op,
+                &self.prepared[i],
+                over_residual,
+                src_of,
+                blocked_of,
+            );
+            execute(ExecArgs {
+                src,
+                weights,
+                dst,
+                extra: &extra,
+                scratch: scratch.as_deref_mut(),
+            })
+        };
         if let Some(s) = scratch {
             workspace.give(s);
         }
-        // The destination is the value's buffer from here on, also when the call failed,
+        // The destination's buffer is its owner's from here on, also when the call failed,
         // so that the caller gives it back.
-        blocked[node.result.index()] = Some(dst);
+        blocked[owner.index()] = Some(buf);
         ran?;
         stats.nodes.push(NodeRun {
             name: name.clone(),
@@ -303,15 +373,7 @@ impl CompiledGraph {
             primitive,
             seconds: start.elapsed().as_secs_f64(),
         });
-        // Buffers whose value is read for the last time by this node go back.
-        for v in node.op.value_operands() {
-            if self.last_use[v.index()] == i
-                && let Some(buf) = blocked[v.index()].take()
-            {
-                *live_bytes -= buf.len() * 4;
-                workspace.give(buf);
-            }
-        }
+        places.release_operands(node, i, blocked, workspace, live_bytes);
         Ok(())
     }
 
@@ -380,9 +442,6 @@ fn call_operands<'a>(
                 .collect();
             (src_of(c.input), Some(packed.as_slice()), residuals)
         }
-        (Op::BatchNorm(bn), Prepared::Conv { packed, .. }) => {
-            (src_of(bn.input), Some(packed.as_slice()), Vec::new())
-        }
         (Op::ConvTranspose(c), Prepared::Conv { packed, .. }) => {
             (blocked_of(c.input), Some(packed.as_slice()), Vec::new())
         }
@@ -405,13 +464,11 @@ fn call_operands<'a>(
             let rest = inputs[1..].iter().map(|&v| blocked_of(v)).collect();
             (blocked_of(inputs[0]), None, rest)
         }
-        (
-            Op::Conv2d(_) | Op::BatchNorm(_) | Op::ConvTranspose(_),
-            Prepared::Slope(_) | Prepared::Other,
-        )
+        (Op::Conv2d(_) | Op::ConvTranspose(_), Prepared::Slope(_) | Prepared::Other)
         | (Op::PRelu { .. }, Prepared::Conv { .. } | Prepared::Other) => {
             unreachable!("convs and prelus are prepared")
         }
+        (Op::BatchNorm(_), _) => unreachable!("optimize_graph makes batch-norms convs"),
     }
 }
 
@@ -440,6 +497,35 @@ impl<'a> RunInputs<'a> {
             .find(|(n, _)| *n == name)
             .map(|(_, t)| *t)
             .expect("bound inputs are present")
+    }
+}
+
+/// The in-place plan of a run and, per value, the node after which its buffer goes back.
+pub(super) struct Places {
+    pub(super) slices: InPlace,
+    release: Vec<usize>,
+}
+
+impl Places {
+    /// Gives back the buffers that node `i` reads for the last time: a value's own, or the
+    /// buffer it is placed in once nothing placed there is read any more.
+    fn release_operands(
+        &self,
+        node: &primjit_ir::NodeData,
+        i: usize,
+        blocked: &mut [Option<Buffer>],
+        workspace: &mut Workspace,
+        live_bytes: &mut usize,
+    ) {
+        for v in node.op.value_operands() {
+            let owner = self.slices.owner(v).index();
+            if self.release[owner] == i
+                && let Some(buf) = blocked[owner].take()
+            {
+                *live_bytes -= buf.len() * 4;
+                workspace.give(buf);
+            }
+        }
     }
 }
 
