@@ -496,14 +496,17 @@ impl IcRange {
 
 /// The tiling plan of a convolution.
 ///
-/// Output channels are tiled by `vecs` vectors of four; output pixels of a row by
+/// Output channels are tiled by `vecs` vectors of four, the last tile holding the blocks left
+/// ([`ConvPlan::last_tile_vecs`], fewer at a wide tier where the blocks fill no whole wide
+/// vectors); output pixels of a row by
 /// `pixel_tile`; each (pixel, vector) pair holds one accumulator, `vecs * pixel_tile <= 12` so
 /// that the accumulators, a weight vector and a broadcast fit in the 16 xmm registers with
 /// room to spare (see `ConvPlan::accumulators`).
 /// The reduction walks the tile's input channels `ic_step` at a time (a block of four in
 /// `nChw4c`) with the kernel rows in an inner loop and the kernel columns unrolled.
 ///
-/// Packed weights are `[tile][ic in range][kh][kw][vecs * 4]`, zero for padding lanes, for
+/// Packed weights are `[tile][ic in range][kh][kw][vecs * 4]`, zero for padding lanes (and a
+/// short last tile's missing blocks), for
 /// input channels outside an output channel's group, and for channels past the input's; the
 /// padded bias (`ceil(oc / 4) * 4` values) follows when the key has one. A lane-wise plan
 /// ([`ConvPlan::lanewise`]) packs `[tile][kh][kw][4]`: each lane's own channel's taps.
@@ -637,7 +640,7 @@ impl ConvPlan {
             }
         };
         let tile_oc = vecs * LANES;
-        let oc_tiles = oc_blocks / vecs;
+        let oc_tiles = oc_blocks.div_ceil(vecs);
         let (icg, ocg) = (d.ic / d.groups, d.oc / d.groups);
         let tile_range = |t: usize| {
             let first = (t * tile_oc).min(d.oc - 1) / ocg;
@@ -779,8 +782,13 @@ impl ConvPlan {
     /// three wide vectors and a third of the pixels where they fill threes, one wide vector
     /// and twice the pixels where they fill ones, and otherwise a tile of all the blocks of
     /// the largest divisor of the block count that two wide vectors hold, its last vector a
-    /// tail (an opmask at `avx512`, the low half at `avx2`). `None` (the 128-bit tiling) at
-    /// `x128`, and for an NCHW destination, whose lanes are scattered one channel at a time.
+    /// tail (an opmask at `avx512`, the low half at `avx2`). Blocks that fill no whole wide
+    /// vectors and more than one full tile take full tiles and a short last one
+    /// ([`ConvPlan::last_tile_vecs`]): ShuffleNetV2's 116 channels, 29 blocks, ran 29 tiles of
+    /// one block, every FMA on a half `ymm`, at 30% of the avx2 peak
+    /// (`bench-op mb1ic116ih14iw14oc116oh14ow14kh1kw1`, against 94% for 120 channels).
+    /// `None` (the 128-bit tiling) at `x128`, and for an NCHW destination, whose lanes are
+    /// scattered one channel at a time.
     ///
     /// Two weight vectors per tile: each unit of the reduction then loads 2 weight vectors
     /// and 6 (12) broadcasts for 12 (24) FMAs, within the two load ports' rate, where one
@@ -814,6 +822,9 @@ impl ConvPlan {
             3 * ratio
         } else if oc_blocks.is_multiple_of(ratio) {
             ratio
+        } else if d.groups == 1 && oc_blocks > ratio * vectors {
+            // Full tiles, and a short last one whose last vector is a tail.
+            ratio * vectors
         } else {
             // A tail of one block at avx2 (its low half), of one to three at avx512.
             (1..=ratio * vectors)
@@ -821,6 +832,24 @@ impl ConvPlan {
                 .find(|&v| oc_blocks.is_multiple_of(v) && (ratio == 4 || v % ratio <= 1))?
         };
         Some((vecs, accumulators / vecs.div_ceil(ratio)))
+    }
+
+    /// 4-lane vectors of the last output-channel tile: `vecs`, or the blocks left after the
+    /// full tiles (a short tile of a wide plan, [`ConvPlan::wide_tile`]).
+    pub fn last_tile_vecs(&self) -> usize {
+        if self.lanewise {
+            return self.vecs;
+        }
+        self.desc.oc.div_ceil(LANES) - (self.oc_tiles - 1) * self.vecs
+    }
+
+    /// Output-channel tiles of `vecs` vectors: all, or all but a short last one.
+    pub fn full_oc_tiles(&self) -> usize {
+        if self.last_tile_vecs() == self.vecs {
+            self.oc_tiles
+        } else {
+            self.oc_tiles - 1
+        }
     }
 
     /// 4-lane vectors per wide vector, when the tiles are wide: the plan's tier is wide and
@@ -912,9 +941,10 @@ impl ConvPlan {
         {
             return 1;
         }
+        // Groups of full tiles: a short last tile computes alone.
         (1..=self.pixel_tile * self.vecs / ratio / chains)
             .rev()
-            .find(|&g| self.oc_tiles.is_multiple_of(g))
+            .find(|&g| self.full_oc_tiles().is_multiple_of(g))
             .unwrap_or(1)
     }
 
@@ -1130,11 +1160,15 @@ impl fmt::Display for ConvPlan {
         }
         writeln!(
             f,
-            "  conv tile: {} pixels x {} oc vectors ({} accumulators), {} oc tiles",
+            "  conv tile: {} pixels x {} oc vectors ({} accumulators), {} oc tiles{}",
             self.pixel_tile,
             self.vecs,
             self.pixel_tile * self.vecs,
-            self.oc_tiles
+            self.oc_tiles,
+            match self.last_tile_vecs() {
+                v if v == self.vecs => String::new(),
+                v => format!(", the last of {v} vectors"),
+            }
         )?;
         if self.lanewise {
             writeln!(

@@ -1625,6 +1625,52 @@ proptest! {
     }
 }
 
+/// Convolutions whose output-channel blocks fill no whole wide vectors, and more than one
+/// full tile of them ([`ConvPlan::last_tile_vecs`]): full tiles and a short last one, whose
+/// last vector is a tail (the low half of a `ymm`, an opmask at `avx512`). ShuffleNetV2's 58
+/// and 116 channels are such. Now and then chunked or with a fused pool.
+fn short_tile_problem() -> impl Strategy<Value = ConvProblem> {
+    (
+        prop_oneof![3 => conv_problem(), 1 => chunked_conv_problem(), 1 => fused_conv_problem()],
+        prop::sample::select(&[17usize, 20, 36, 44, 58, 68, 100, 116][..]),
+        tier(),
+    )
+        .prop_map(|(mut p, oc, isa)| {
+            let d = &mut p.desc;
+            (d.oc, d.groups) = (oc, 1);
+            d.dst_layout = Layout::Nchw4c;
+            p.desc = p.desc.clone().at_tier(isa);
+            p
+        })
+        .prop_filter("valid conv key", |p| p.key().validate().is_ok())
+}
+
+proptest! {
+    #![proptest_config(config(48))]
+
+    /// Against the reference, on a partial range of rows, and as a runtime-extent kernel at
+    /// the problem's extents and two more.
+    #[test]
+    fn conv_short_last_tiles_match_reference(
+        p in short_tile_problem(),
+        rt in runtime_dims(),
+        more in prop::collection::vec((1..=40usize, 1..=40usize), 2),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        let plan = ConvPlan::new(&p.desc);
+        let ratio = p.desc.isa.target().lanes / 4;
+        let blocks = p.desc.oc.div_ceil(4);
+        if ratio > 1 && !blocks.is_multiple_of(ratio) && blocks > 2 * ratio {
+            prop_assert!(plan.last_tile_vecs() < plan.vecs, "{}: {plan}", p.key());
+        }
+        p.check()?;
+        let n = p.key().work_items();
+        let (a, b) = (rows.0.index(n + 1), rows.1.index(n + 1));
+        p.check_rows(a.min(b)..a.max(b))?;
+        check_runtime_extents(&p, rt, &more, rows)?;
+    }
+}
+
 /// Convolutions whose weights exceed a chunk ([`ConvPlan::chunks`] > 1): the first chunk
 /// starts from the bias, the middle ones carry partial sums through the destination, the last
 /// applies the post-ops. Checked against the reference, on partial row ranges, and with a

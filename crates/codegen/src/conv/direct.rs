@@ -38,9 +38,18 @@ const FIRST_RESIDUAL: usize = 3;
 /// How many lanes of each vector of a tile hold real output channels, for NCHW stores.
 type LaneCounts = [usize; 2];
 
+/// What the tiles of a class compute: their 4-lane vectors of output channels (the plan's
+/// `vecs`, fewer for a short last tile, [`ConvPlan::last_tile_vecs`]) and the real lanes of
+/// each for an NCHW destination.
+#[derive(Clone, Copy)]
+struct TileShape {
+    vecs: usize,
+    lanes: LaneCounts,
+}
+
 struct TileClass {
     tiles: std::ops::Range<usize>,
-    lanes: LaneCounts,
+    shape: TileShape,
 }
 
 /// The pointers a pixel tile works from.
@@ -191,22 +200,44 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
     let d = &plan.desc;
     let tile_oc = plan.vecs * LANES;
     // With an NCHW destination, lanes past the last output channel must not be stored, so a
-    // partial last tile gets code of its own; nChw4c stores its padding lanes.
+    // partial last tile gets code of its own; nChw4c stores its padding lanes. A short last
+    // tile of a wide plan gets code of its own too: fewer vectors.
+    let full = TileShape {
+        vecs: plan.vecs,
+        lanes: [LANES; 2],
+    };
+    let last = plan.oc_tiles - 1;
     let mut classes = vec![TileClass {
         tiles: 0..plan.oc_tiles,
-        lanes: [LANES; 2],
+        shape: full,
     }];
     if d.dst_layout == Layout::Nchw && !d.oc.is_multiple_of(tile_oc) {
-        let last = plan.oc_tiles - 1;
         let rem = d.oc - last * tile_oc;
         classes = vec![
             TileClass {
                 tiles: 0..last,
-                lanes: [LANES; 2],
+                shape: full,
             },
             TileClass {
                 tiles: last..plan.oc_tiles,
-                lanes: [rem.min(LANES), rem.saturating_sub(LANES)],
+                shape: TileShape {
+                    lanes: [rem.min(LANES), rem.saturating_sub(LANES)],
+                    ..full
+                },
+            },
+        ];
+    } else if plan.last_tile_vecs() != plan.vecs {
+        classes = vec![
+            TileClass {
+                tiles: 0..last,
+                shape: full,
+            },
+            TileClass {
+                tiles: last..plan.oc_tiles,
+                shape: TileShape {
+                    vecs: plan.last_tile_vecs(),
+                    ..full
+                },
             },
         ];
     }
@@ -315,7 +346,7 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                             oc_tile,
                         };
                         rows(e, plan, &geo, |e, oh, taps| {
-                            row(e, plan, oh, &taps, tile, res, class.lanes)
+                            row(e, plan, oh, &taps, tile, res, class.shape)
                         });
                     },
                 );
@@ -340,7 +371,7 @@ fn lower_rows_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                 let end = e.iconst(class.tiles.end as i64);
                 e.for_range(start, end, &[], |e, t, _| {
                     let (tile, res) = tile_ptrs(e, plan, n, t);
-                    row(e, plan, oh, &taps, tile, &res, class.lanes);
+                    row(e, plan, oh, &taps, tile, &res, class.shape);
                     vec![]
                 });
             }
@@ -506,7 +537,7 @@ fn row(
     taps: &Taps,
     tile: TilePtrs,
     residuals: &[Value],
-    lanes: LaneCounts,
+    shape: TileShape,
 ) {
     let d = &plan.desc;
     let geo = &Geometry::new(e, plan);
@@ -536,11 +567,11 @@ fn row(
             row_taps: taps,
             tile: row_tile,
             residuals: &res_rows,
-            lanes,
+            shape,
         };
         columns(e, geo, row);
     } else {
-        row_chunks(e, plan, taps, row_tile, &res_rows, lanes);
+        row_chunks(e, plan, taps, row_tile, &res_rows, shape);
     }
     zero_padding_lanes(e, plan, row_tile);
 }
@@ -554,7 +585,7 @@ fn row_chunks(
     taps: &Taps,
     row_tile: TilePtrs,
     res_rows: &[Value],
-    lanes: LaneCounts,
+    shape: TileShape,
 ) {
     let d = &plan.desc;
     let zero = e.iconst(0);
@@ -573,7 +604,7 @@ fn row_chunks(
             row_taps: taps,
             tile: chunk_tile,
             residuals: res_rows,
-            lanes,
+            shape,
         };
         columns(e, geo, row);
         let geo = Geometry::new(e, plan);
@@ -599,7 +630,12 @@ fn zero_padding_lanes(e: &mut Emit<'_>, plan: &ConvPlan, tile: TilePtrs) {
     }
     let zero_row = |e: &mut Emit<'_>| {
         let geo = Geometry::new(e, plan);
-        let block = e.offset_by(tile.dst, geo.dst_block_bytes, plan.vecs as i64 - 1);
+        // The last tile's last block.
+        let block = e.offset_by(
+            tile.dst,
+            geo.dst_block_bytes,
+            plan.last_tile_vecs() as i64 - 1,
+        );
         let mask = e.lane_mask(real);
         let pixel = Scalar::Const(geo.dst.pixel * F32_BYTES);
         e.for_ptrs(geo.ow, &[block], &[pixel], |e, p| {
@@ -652,7 +688,7 @@ struct RowTiles<'a> {
     row_taps: &'a Taps,
     tile: TilePtrs,
     residuals: &'a [Value],
-    lanes: LaneCounts,
+    shape: TileShape,
 }
 
 fn columns(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>) {
@@ -766,7 +802,9 @@ fn column_run(
         let (t, r) = at(q);
         // Runtime column taps take 128-bit tiles even at a wide tier: one tile's vectors
         // already fill the 16 xmm registers' budget there.
+        // A short last tile computes alone.
         let group = match col_taps {
+            _ if row.shape.vecs != plan.vecs => 1,
             Taps::Runtime { .. } if plan.wide_ratio().is_some() => 1,
             _ => plan.narrow_group(pixels),
         };
@@ -818,8 +856,8 @@ fn column_run(
     }
 }
 
-/// One register tile: `pixels` output pixels by the `plan.vecs` vectors of output channels
-/// of `group` consecutive output-channel tiles (see [`ConvPlan::narrow_group`]).
+/// One register tile: `pixels` output pixels by the vectors of output channels of `group`
+/// consecutive output-channel tiles (see [`ConvPlan::narrow_group`]), `row.shape.vecs` each.
 fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, col_taps: &Taps) {
     let RowTiles {
         plan,
@@ -836,7 +874,7 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
         return wide_pixel_tile(e, row, pixels, group, kw_taps, ratio);
     }
     let d = &plan.desc;
-    let vecs = plan.vecs * group;
+    let vecs = row.shape.vecs * group;
     let f = F32_BYTES;
     let tile_oc = (plan.vecs * LANES) as i64;
     // Vector `v`'s weights, from its tile's: vector `v % plan.vecs` of tile `v / plan.vecs`
@@ -1137,7 +1175,7 @@ fn wide_pixel_tile(
     // Wide vector `u` is 4-lane vectors `u * ratio ..` of the group, which lie side by side in
     // one tile's weights: a tile's vectors are a multiple of the ratio, or the group is one
     // tile whose last vector is a tail ([`ConvPlan::narrow_group`]).
-    let blocks = plan.vecs * group;
+    let blocks = row.shape.vecs * group;
     let w_vecs: Vec<i64> = (0..blocks.div_ceil(ratio))
         .map(|u| u * ratio)
         .map(|v| (v / plan.vecs) as i64 * tile_w_bytes + (v % plan.vecs * LANES) as i64 * f)
@@ -1525,7 +1563,7 @@ fn epilogue(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, vecs: usize, acc
         plan,
         tile,
         residuals,
-        lanes,
+        shape: TileShape { lanes, .. },
         ..
     } = row;
     let dst = tile.dst;
