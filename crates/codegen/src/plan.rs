@@ -1697,4 +1697,28 @@ mod tests {
         assert!(two_vectors.is_some());
         assert_eq!(two_vectors, flips(|p| !p.rows_outer));
     }
+
+    #[test]
+    fn blocks_that_fill_no_whole_wide_vectors_take_full_tiles_and_a_short_last_one() {
+        let plan = |oc: usize, isa: Isa| {
+            let mut d = ConvDesc::new(1, 116, [14, 14], oc, [1, 1]);
+            d.src_layout = Layout::Nchw4c;
+            d.dst_layout = Layout::Nchw4c;
+            d.isa = isa;
+            let p = ConvPlan::new(&d);
+            (p.vecs, p.oc_tiles, p.last_tile_vecs(), p.full_oc_tiles())
+        };
+        // 29 blocks: 7 tiles of two `ymm` and one of a block; 3 of two `zmm` and one of 5.
+        assert_eq!(plan(116, Isa::Avx2), (4, 8, 1, 7));
+        assert_eq!(plan(116, Isa::Avx512), (8, 4, 5, 3));
+        // 15 blocks at avx2: 3 full tiles and one of a `ymm` and a half.
+        assert_eq!(plan(58, Isa::Avx2), (4, 4, 3, 3));
+        // Whole wide vectors, or blocks that fit one tile, keep uniform tiles.
+        assert_eq!(plan(120, Isa::Avx2), (6, 5, 6, 5));
+        assert_eq!(plan(12, Isa::Avx2), (3, 1, 3, 1));
+        // The 128-bit tiling's tiles are uniform.
+        let (vecs, tiles, last, _) = plan(116, Isa::X128);
+        assert_eq!(vecs * tiles, 29);
+        assert_eq!(last, vecs);
+    }
 }

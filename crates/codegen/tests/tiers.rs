@@ -93,8 +93,14 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     strided_depthwise.pads = Pads::uniform(1);
     strided_depthwise.bias = true;
     strided_depthwise.post_ops = vec![PostOpDesc::Act(Activation::HardSwish)];
+    // 116 output channels, 29 blocks: full tiles and a short last one (one block at avx2, a
+    // `zmm` and one block under an opmask at avx512).
+    let mut short = blocked(ConvDesc::new(1, 116, [3, 14], 116, [1, 1]));
+    short.bias = true;
+    short.post_ops = vec![PostOpDesc::Relu];
     vec![
         ("3x3", c3),
+        ("116 channels: a short last tile", short),
         ("grouped", grouped),
         ("groups of 48", groups_of_48),
         ("depthwise", depthwise),
