@@ -108,11 +108,19 @@ impl CompiledGraph {
         }
         let shapes = infer_shapes(&self.graph, &bindings)?;
         let keys = keys_at(&self.graph, &shapes, self.runtime_dims(), &self.algos())?;
+        // The leading convolutions in bands, when the image is wider than one: their calls'
+        // kernels, and the other nodes', are all known before the first runs, so that the
+        // missing ones compile at once on the engine's threads.
+        let banded = self.banded_run(&shapes, &keys);
+        // The segment is the graph's first nodes; the others run on whole tensors.
+        let whole_from = banded.as_ref().map_or(0, |b| b.segment.nodes.len());
+        let places = self.places_at(&shapes, whole_from);
         let run_inputs = RunInputs {
             engine,
             keys: &keys,
             shapes: &shapes,
             inputs,
+            places: &places,
         };
 
         // Values in nChw4c buffers; graph inputs are read from the caller's tensors, and get a
@@ -135,13 +143,6 @@ impl CompiledGraph {
             ..RunStats::default()
         };
 
-        // The leading convolutions in bands, when the image is wider than one: their calls'
-        // kernels, and the other nodes', are all known before the first runs, so that the
-        // missing ones compile at once on the engine's threads.
-        let banded = self.banded_run(&shapes, &keys);
-        // The segment is the graph's first nodes; the others run on whole tensors.
-        let whole_from = banded.as_ref().map_or(0, |b| b.segment.nodes.len());
-        let places = self.places_at(&run_inputs, whole_from);
         engine.prefetch(
             banded.iter().flat_map(|b| &b.kernels).chain(
                 keys.iter()
@@ -179,7 +180,6 @@ impl CompiledGraph {
             self.execute_node(
                 n,
                 run_inputs,
-                &places,
                 workspace,
                 blocked,
                 &mut live_bytes,
@@ -205,11 +205,10 @@ impl CompiledGraph {
 
     /// The in-place plan a run follows from node `whole_from` on, and when each buffer goes
     /// back (`InPlace::releases`).
-    fn places_at(&self, run: &RunInputs<'_>, whole_from: usize) -> Places {
+    fn places_at(&self, shapes: &primjit_ir::Shapes, whole_from: usize) -> Places {
+        let batch = |v: Value| shapes.concrete(v).expect("bound")[0];
         let slices = match self.slices_in_place {
-            true => self
-                .slices
-                .at_run(&self.graph, whole_from, |v| run.shape4(v)[0]),
+            true => self.slices.at_run(&self.graph, whole_from, batch),
             false => InPlace::none(&self.graph),
         };
         let release = slices.releases(&self.last_use);
@@ -219,18 +218,16 @@ impl CompiledGraph {
     /// Runs node `n` on whole tensors: its destination from the workspace (or its residual's
     /// buffer, when it writes over it, or its slice of the buffer it is placed in), its
     /// scratch for the call, and back to the workspace the buffers read for the last time.
-    #[allow(clippy::too_many_arguments)]
     fn execute_node(
         &self,
         n: Node,
         run: RunInputs<'_>,
-        places: &Places,
         workspace: &mut Workspace,
         blocked: &mut [Option<Buffer>],
         live_bytes: &mut usize,
         stats: &mut RunStats,
     ) -> Result<(), GraphError> {
-        let engine = run.engine;
+        let (engine, places) = (run.engine, run.places);
         let (i, node) = (n.index(), self.graph.node(n));
         if places.slices.elided(i) {
             // A concat whose inputs were written in place, or channels read where they lie.
@@ -473,13 +470,14 @@ fn call_operands<'a>(
 }
 
 /// What every call of a run reads and none changes: the engine, the nodes' names and keys
-/// (in graph order), the run's shapes and the caller's inputs.
+/// (in graph order), the run's shapes, the caller's inputs, and where values live.
 #[derive(Clone, Copy)]
 pub(super) struct RunInputs<'a> {
     pub(super) engine: &'a Engine,
     pub(super) keys: &'a [(String, PrimitiveKey)],
     shapes: &'a primjit_ir::Shapes,
     pub(super) inputs: &'a [(&'a str, TensorView<'a>)],
+    places: &'a Places,
 }
 
 impl<'a> RunInputs<'a> {
