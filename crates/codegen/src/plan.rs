@@ -835,7 +835,7 @@ impl ConvPlan {
     }
 
     /// 4-lane vectors of the last output-channel tile: `vecs`, or the blocks left after the
-    /// full tiles (a short tile of a wide plan, [`ConvPlan::wide_tile`]).
+    /// full tiles (a short tile of a wide plan, `ConvPlan::wide_tile`).
     pub fn last_tile_vecs(&self) -> usize {
         if self.lanewise {
             return self.vecs;
