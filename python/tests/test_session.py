@@ -128,7 +128,7 @@ BNFOLD_SHAPES = {
     "conv1.weight": (6, 3, 3, 3),
     "conv1.bias": (6,),
     "conv2.weight": (6, 6, 1, 1),
-    **{f"bn{i}.{k}": (6,) for i in (1, 2) for k in ("weight", "bias", "running_mean", "running_var")},
+    **{f"bn{i}.{k}": (6,) for i in (1, 2, 3) for k in ("weight", "bias", "running_mean", "running_var")},
 }
 
 
