@@ -308,6 +308,25 @@ pub struct Conv2d {
     pub post_ops: Vec<PostOp>,
 }
 
+impl Conv2d {
+    /// A depthwise 1x1 conv of `channels` channels: each channel of `input` times its weight
+    /// (`[channels, 1, 1, 1]`) plus its bias. A batch-norm or an affine that follows no conv
+    /// runs as one.
+    pub fn per_channel(input: Value, weight: Param, bias: Param, channels: usize) -> Conv2d {
+        Conv2d {
+            input,
+            weight,
+            bias: Some(bias),
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: Pads::default(),
+            auto_pad: None,
+            groups: channels,
+            post_ops: Vec::new(),
+        }
+    }
+}
+
 /// Which reduction a windowed pooling op applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {

@@ -8,8 +8,7 @@
 //! readers of a fused op's result, graph outputs included, read the conv's value instead.
 
 use crate::graph::{
-    BatchNorm, Conv2d, DerivedParam, Graph, NodeData, Op, Pads, Param, ParamData, PoolKind, PostOp,
-    Value,
+    BatchNorm, Conv2d, DerivedParam, Graph, NodeData, Op, Param, ParamData, PoolKind, PostOp, Value,
 };
 
 /// What the passes changed.
@@ -176,17 +175,7 @@ pub fn batchnorms_to_convs(graph: &mut Graph) -> usize {
             .expect("fresh parameter names");
         let bias_name = fresh_param_name(graph, &format!("{base}.bn_shift"));
         let bias = add_bn_bias(graph, None, &bn, bias_name);
-        graph.nodes[i].op = Op::Conv2d(Conv2d {
-            input: bn.input,
-            weight,
-            bias: Some(bias),
-            strides: [1, 1],
-            dilations: [1, 1],
-            pads: Pads::default(),
-            auto_pad: None,
-            groups: channels,
-            post_ops: Vec::new(),
-        });
+        graph.nodes[i].op = Op::Conv2d(Conv2d::per_channel(bn.input, weight, bias, channels));
         made += 1;
     }
     made

@@ -1489,17 +1489,7 @@ impl Importer {
         let bias = self.param(&bc, "affine shift", 1.0, vec![channels], shift);
         self.push(
             node,
-            Op::Conv2d(Conv2d {
-                input: x,
-                weight,
-                bias: Some(bias),
-                strides: [1, 1],
-                dilations: [1, 1],
-                pads: Pads::default(),
-                auto_pad: None,
-                groups: channels,
-                post_ops: Vec::new(),
-            }),
+            Op::Conv2d(Conv2d::per_channel(x, weight, bias, channels)),
             flat,
         )
     }

@@ -56,6 +56,24 @@ fn check_reference(
     }
 }
 
+/// Runs `a` and `b` (the same graph, `graph` with `params`) on `x`: every output has the same
+/// bits in both and the reference's values. Returns both runs' statistics.
+fn run_both(
+    (a, b): (&CompiledGraph, &CompiledGraph),
+    (graph, params): (&primjit_ir::Graph, &Params),
+    engine: &Engine,
+    x: &Tensor,
+    case: &str,
+) -> (RunStats, RunStats) {
+    let (ya, sa) = run(a, engine, x);
+    let (yb, sb) = run(b, engine, x);
+    for (p, q) in ya.iter().zip(&yb) {
+        assert!(bits(&p.1) == bits(&q.1), "{case}: %{} differs", p.0);
+    }
+    check_reference(graph, params, x, &ya, case);
+    (sa, sb)
+}
+
 /// A dense block as torchvision exports it: each layer reads the concat of the block's input
 /// and every feature before it; the transition reads the concat of all.
 const DENSE: &str = "
@@ -111,10 +129,7 @@ fn a_dense_block_shares_its_last_concats_buffer() {
             for w in [1, 6, 13] {
                 let case = format!("{mode:?}, {threads} threads, W={w}");
                 let x = random_tensor(w as u64, "x", vec![1, 3, 9, w], -1.0, 1.0);
-                let (a, sa) = run(&model, &engine, &x);
-                let (b, sb) = run(&apart, &engine, &x);
-                assert!(bits(&a[0].1) == bits(&b[0].1), "{case}: in place differs");
-                check_reference(&graph, &params, &x, &a, &case);
+                let (sa, sb) = run_both((&model, &apart), (&graph, &params), &engine, &x, &case);
                 assert_eq!(ran(&sa), ["stem", "f1", "f2", "f3", "t"], "{case}");
                 assert_eq!(
                     ran(&sb),
@@ -138,11 +153,14 @@ fn a_dense_block_shares_its_last_concats_buffer() {
     // copies.
     let x = random_tensor(9, "x", vec![2, 3, 9, 7], -1.0, 1.0);
     let engine = engine(2);
-    let (a, sa) = run(&model, &engine, &x);
-    let (b, _) = run(&apart, &engine, &x);
-    assert!(bits(&a[0].1) == bits(&b[0].1));
+    let (sa, _) = run_both(
+        (&model, &apart),
+        (&graph, &params),
+        &engine,
+        &x,
+        "two images",
+    );
     assert_eq!(ran(&sa), ["stem", "f1", "c1", "f2", "c2", "f3", "c3", "t"]);
-    check_reference(&graph, &params, &x, &a, "two images");
 }
 
 #[test]
@@ -190,10 +208,8 @@ graph chained {
     let engine = engine(2);
     for w in [1, 5, 11] {
         let x = random_tensor(w as u64, "x", vec![1, 4, 5, w], -1.0, 1.0);
-        let (a, sa) = run(&model, &engine, &x);
-        let (b, _) = run(&apart, &engine, &x);
-        assert!(bits(&a[0].1) == bits(&b[0].1), "W={w}");
-        check_reference(&graph, &params, &x, &a, &format!("W={w}"));
+        let case = format!("W={w}");
+        let (sa, _) = run_both((&model, &apart), (&graph, &params), &engine, &x, &case);
         assert_eq!(ran(&sa), ["a", "b", "c", "odd", "d", "e", "out"], "W={w}");
     }
 }
@@ -236,12 +252,8 @@ graph kept {
     );
     let x = random_tensor(3, "x", vec![1, 4, 5, 6], -1.0, 1.0);
     let engine = engine(1);
-    let (a, sa) = run(&model, &engine, &x);
-    let (b, _) = run(&model.clone().with_slices_in_place(false), &engine, &x);
-    for (p, q) in a.iter().zip(&b) {
-        assert!(bits(&p.1) == bits(&q.1), "%{}", p.0);
-    }
-    check_reference(&graph, &params, &x, &a, "kept");
+    let apart = model.clone().with_slices_in_place(false);
+    let (sa, _) = run_both((&model, &apart), (&graph, &params), &engine, &x, "kept");
     // %split runs: it is a concat's input, copied into place, not a view.
     assert_eq!(
         ran(&sa),
@@ -285,10 +297,8 @@ graph swapped {
     );
     let engine = engine(1);
     let x = random_tensor(6, "x", vec![1, 4, 3, 7], -1.0, 1.0);
-    let (a, sa) = run(&model, &engine, &x);
-    let (b, _) = run(&model.clone().with_slices_in_place(false), &engine, &x);
-    assert!(bits(&a[0].1) == bits(&b[0].1));
-    check_reference(&graph, &params, &x, &a, "swapped");
+    let apart = model.clone().with_slices_in_place(false);
+    let (sa, _) = run_both((&model, &apart), (&graph, &params), &engine, &x, "swapped");
     assert_eq!(ran(&sa), ["a", "b", "q", "c", "d"]);
 }
 
@@ -318,10 +328,13 @@ graph streamed {
     let whole = banded.clone().with_streaming(Streaming::OFF);
     let engine = engine(2);
     let x = random_tensor(1, "x", vec![1, 3, 6, 70], -1.0, 1.0);
-    let (a, sa) = run(&banded, &engine, &x);
-    let (b, sb) = run(&whole, &engine, &x);
-    assert!(bits(&a[0].1) == bits(&b[0].1));
-    check_reference(&graph, &params, &x, &a, "streamed");
+    let (sa, sb) = run_both(
+        (&banded, &whole),
+        (&graph, &params),
+        &engine,
+        &x,
+        "streamed",
+    );
     assert!(!sa.segments.is_empty(), "the run streams");
     // %a and %b are the segment's: %ab copies them. %c and %d run on whole tensors.
     assert!(
@@ -470,11 +483,6 @@ proptest! {
         let apart = model.clone().with_slices_in_place(false);
         let engine = engine(threads);
         let x = random_tensor(w as u64, "x", vec![batch, 3, 4, w], -1.0, 1.0);
-        let (a, _) = run(&model, &engine, &x);
-        let (b, _) = run(&apart, &engine, &x);
-        for (p, q) in a.iter().zip(&b) {
-            prop_assert!(bits(&p.1) == bits(&q.1), "%{} differs in\n{}", p.0, text);
-        }
-        check_reference(&graph, &params, &x, &a, &text);
+        run_both((&model, &apart), (&graph, &params), &engine, &x, &text);
     }
 }

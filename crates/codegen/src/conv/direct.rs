@@ -207,40 +207,36 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
         lanes: [LANES; 2],
     };
     let last = plan.oc_tiles - 1;
-    let mut classes = vec![TileClass {
-        tiles: 0..plan.oc_tiles,
-        shape: full,
-    }];
-    if d.dst_layout == Layout::Nchw && !d.oc.is_multiple_of(tile_oc) {
+    let last_shape = if d.dst_layout == Layout::Nchw && !d.oc.is_multiple_of(tile_oc) {
         let rem = d.oc - last * tile_oc;
-        classes = vec![
-            TileClass {
-                tiles: 0..last,
-                shape: full,
-            },
-            TileClass {
-                tiles: last..plan.oc_tiles,
-                shape: TileShape {
-                    lanes: [rem.min(LANES), rem.saturating_sub(LANES)],
-                    ..full
-                },
-            },
-        ];
+        Some(TileShape {
+            lanes: [rem.min(LANES), rem.saturating_sub(LANES)],
+            ..full
+        })
     } else if plan.last_tile_vecs() != plan.vecs {
-        classes = vec![
+        Some(TileShape {
+            vecs: plan.last_tile_vecs(),
+            ..full
+        })
+    } else {
+        None
+    };
+    let classes = match last_shape {
+        None => vec![TileClass {
+            tiles: 0..plan.oc_tiles,
+            shape: full,
+        }],
+        Some(shape) => vec![
             TileClass {
                 tiles: 0..last,
                 shape: full,
             },
             TileClass {
                 tiles: last..plan.oc_tiles,
-                shape: TileShape {
-                    vecs: plan.last_tile_vecs(),
-                    ..full
-                },
+                shape,
             },
-        ];
-    }
+        ],
+    };
     // The loop order is the plan's (`ConvPlan::rows_outer`): rows outer keeps a row's input
     // rows in cache while every tile reads them; tiles outer keeps a tile's weights in cache
     // across the rows.

@@ -21,15 +21,15 @@ pub(super) struct Home {
 
 /// The static plan: per value its home, if any, and per node whether it runs nothing (a
 /// concat whose inputs are already in place, a `select_channels` read in place).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(super) struct InPlace {
     home: Vec<Option<Home>>,
     elided: Vec<bool>,
 }
 
 impl InPlace {
-    /// Plans the homes of `graph`'s values (`shapes`: its symbolic shapes; `last_use` and
-    /// `overwrites` as in `run.rs`).
+    /// Plans the homes of `graph`'s values (`shapes`: its symbolic shapes; `overwrites`: per
+    /// node, the residual its conv may write over, `run::residual_overwrites`).
     ///
     /// Concats are taken last to first, so that a concat's output that a later concat already
     /// placed passes that place on to its own inputs (a chain of concats, as DenseNet's, then

@@ -129,7 +129,9 @@ pub struct RunStats {
     pub peak_activation_bytes: usize,
     /// The workspace after the run, its budget applied.
     pub workspace: WorkspaceStats,
-    /// Per node: its name, its primitive (if it ran one) and its execution time.
+    /// Per node that ran a primitive, in graph order: its name, its primitive and its
+    /// execution time. A concat whose inputs were written in place, or a channel selection read
+    /// in place ([`CompiledGraph::slices_in_place`]), runs none and is not listed.
     pub nodes: Vec<NodeRun>,
     /// The streamed segments of the run (none when streaming is off or the input is at most
     /// `stream::MIN_BANDS` bands wide).
