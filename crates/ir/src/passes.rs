@@ -2,10 +2,11 @@
 //! element-wise ops and max pooling into them.
 //!
 //! The passes are structural: they need no parameter values. Folding declares derived
-//! parameters (`bnfold_weight`, `bn_scale`, `bnfold_bias`) whose values [`crate::Params::materialize`]
-//! computes, so the rewritten graph prints as a valid IR file that runs with the original
-//! parameters. A fused conv keeps its own value name, so `--node layer1.0.conv1` still finds it;
-//! readers of a fused op's result, graph outputs included, read the conv's value instead.
+//! parameters (`bnfold_weight`, `bn_scale`, `bnfold_bias`) whose values
+//! [`crate::Params::materialize`] computes, so the rewritten graph prints as a valid IR file
+//! that runs with the original parameters. A fused conv keeps its own value name, so `--node
+//! layer1.0.conv1` still finds it; readers of a fused op's result, graph outputs included,
+//! read the conv's value instead.
 
 use crate::graph::{
     BatchNorm, Conv2d, DerivedParam, Graph, NodeData, Op, Param, ParamData, PoolKind, PostOp, Value,
