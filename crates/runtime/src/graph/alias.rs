@@ -25,6 +25,8 @@ pub(super) struct Home {
 pub(super) struct InPlace {
     home: Vec<Option<Home>>,
     elided: Vec<bool>,
+    /// Per value: the index of the node computing it, `None` for a graph input.
+    producer: Vec<Option<usize>>,
 }
 
 impl InPlace {
@@ -56,9 +58,9 @@ impl InPlace {
                 .known()
                 .and_then(|c| usize::try_from(c).ok())
         };
-        let mut produced = vec![false; values];
-        for (_, node) in graph.nodes() {
-            produced[node.result.index()] = true;
+        let mut producer = vec![None; values];
+        for (i, (_, node)) in graph.nodes().enumerate() {
+            producer[node.result.index()] = Some(i);
         }
         let is_output = |v: Value| graph.outputs().iter().any(|(_, o)| *o == v);
         let overwritten = |v: Value| overwrites.iter().flatten().any(|r| *r == v);
@@ -107,7 +109,7 @@ impl InPlace {
                 .enumerate()
                 .all(|(j, v)| !inputs[..j].contains(v));
             let movable = |v: Value| {
-                produced[v.index()]
+                producer[v.index()].is_some()
                     && home[v.index()].is_none()
                     && !is_output(v)
                     && !overwritten(v)
@@ -146,7 +148,7 @@ impl InPlace {
             let v = node.result;
             if consecutive
                 && blocks
-                && produced[input.index()]
+                && producer[input.index()].is_some()
                 && home[v.index()].is_none()
                 && !is_output(v)
                 && !overwritten(source.root)
@@ -159,7 +161,11 @@ impl InPlace {
                 elided[i] = true;
             }
         }
-        InPlace { home, elided }
+        InPlace {
+            home,
+            elided,
+            producer,
+        }
     }
 
     /// The plan a run follows: the groups (a root and the values placed in it) whose root
@@ -172,17 +178,13 @@ impl InPlace {
         whole_from: usize,
         batch: impl Fn(Value) -> usize,
     ) -> InPlace {
-        let mut producer = vec![usize::MAX; self.home.len()];
-        for (i, (_, node)) in graph.nodes().enumerate() {
-            producer[node.result.index()] = i;
-        }
+        let early = |v: usize| self.producer[v].is_none_or(|p| p < whole_from);
         let mut kept = vec![true; self.home.len()];
         for (v, h) in self.home.iter().enumerate() {
-            if let Some(h) = h {
-                let early = |x: usize| producer[x] < whole_from || producer[x] == usize::MAX;
-                if early(v) || early(h.root.index()) || batch(h.root) != 1 {
-                    kept[h.root.index()] = false;
-                }
+            if let Some(h) = h
+                && (early(v) || early(h.root.index()) || batch(h.root) != 1)
+            {
+                kept[h.root.index()] = false;
             }
         }
         let home: Vec<Option<Home>> = self
@@ -203,14 +205,19 @@ impl InPlace {
                 }
             })
             .collect();
-        InPlace { home, elided }
+        InPlace {
+            home,
+            elided,
+            producer: self.producer.clone(),
+        }
     }
 
-    /// No value placed in another's buffer: every concat and selection runs.
-    pub(super) fn none(graph: &Graph) -> Self {
+    /// This plan with no value placed in another's buffer: every concat and selection runs.
+    pub(super) fn none(&self) -> Self {
         InPlace {
-            home: vec![None; graph.values().count()],
-            elided: vec![false; graph.node_count()],
+            home: vec![None; self.home.len()],
+            elided: vec![false; self.elided.len()],
+            producer: self.producer.clone(),
         }
     }
 

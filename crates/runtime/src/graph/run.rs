@@ -209,7 +209,7 @@ impl CompiledGraph {
         let batch = |v: Value| shapes.concrete(v).expect("bound")[0];
         let slices = match self.slices_in_place {
             true => self.slices.at_run(&self.graph, whole_from, batch),
-            false => InPlace::none(&self.graph),
+            false => self.slices.none(),
         };
         let release = slices.releases(&self.last_use);
         Places { slices, release }
