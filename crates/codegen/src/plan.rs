@@ -576,6 +576,17 @@ fn channel_weight_bytes(d: &ConvDesc, vecs: usize) -> usize {
 /// rows: four 6-pixel tiles, past which a row's remainder tile costs little.
 pub const JOINED_ROW_PIXELS: usize = 24;
 
+/// Output-channel blocks from which a 1x1 convolution at avx2 takes tiles of three `ymm` by
+/// four pixels even where its last tile is short (`ConvPlan::wide_tile`). Four-pixel tiles
+/// fit the 7- and 28-pixel rows of 224x224 networks without a narrow remainder, and three
+/// vectors load 7 times per 12 FMAs where two load 8; a short last tile (one or two `ymm`,
+/// 4 or 8 FMA chains) costs its share of the blocks. Measured with `bench-op` against two
+/// `ymm` by six pixels, alternated (% of the avx2 peak, Zen3): 64 blocks `ic1024ih14oc256`
+/// 75 to 91, 80 blocks `ic1152ih7oc320` 74 to 83, 512 blocks `ic512ih7oc2048` 80 to 91,
+/// 128 blocks `ic128ih28oc512` 93 to 92; below, 32 blocks `ic512ih28oc128` 93 to 88, 20
+/// blocks `ic480ih14oc80` 96 to 88, 16 blocks `ic256ih56oc64` 92 to 73.
+pub const POINTWISE_SHORT_TILE_BLOCKS: usize = 64;
+
 impl ConvPlan {
     /// The plan of a key: for a 1x1 convolution over contiguous rows, the plan of the same
     /// convolution on rows of [`Self::joined_rows`] rows each.
@@ -813,7 +824,20 @@ impl ConvPlan {
         } else {
             oc_blocks
         };
-        let vecs = if oc_blocks.is_multiple_of(ratio * vectors) {
+        // A 1x1 convolution without groups at avx2 takes three `ymm` by four pixels where
+        // the blocks fill threes, would fill only single vectors otherwise, or are many
+        // enough that a short last tile costs little (see `POINTWISE_SHORT_TILE_BLOCKS`).
+        let pointwise = d.kh == 1
+            && d.kw == 1
+            && d.groups == 1
+            && ratio == 2
+            && oc_blocks >= 3 * ratio
+            && (oc_blocks.is_multiple_of(3 * ratio)
+                || oc_blocks % (2 * ratio) == ratio
+                || oc_blocks >= POINTWISE_SHORT_TILE_BLOCKS);
+        let vecs = if pointwise {
+            3 * ratio
+        } else if oc_blocks.is_multiple_of(ratio * vectors) {
             ratio * vectors
         } else if oc_blocks.is_multiple_of(3 * ratio) {
             // Three wide vectors and a third of the pixels: a unit loads 3 weight vectors and
