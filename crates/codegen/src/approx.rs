@@ -7,6 +7,16 @@ pub(crate) const EXP_MIN: f32 = -104.0;
 pub(crate) const EXP_MAX: f32 = 89.0;
 /// `1.5 * 2^23`: adding it rounds a float in `±2^22` to an integer, left in the low bits.
 pub(crate) const ROUNDING_MAGIC: f32 = 12_582_912.0;
+/// The logistic functions (sigmoid, SiLU) build `1 + exp(-x)` as `2 (exp(-x) / 2 + 1 / 2)`,
+/// with `2^(n - 1)` in the exponent bits: one factor for every `n` that occurs, no infinite
+/// factor where `exp(-x)` is finite, and an infinite one (at `n = 129`) where `exp(-x)`
+/// overflows. `-x` is clamped to these first: below, `1 + exp(-x)` is 1 in f32; above, it is
+/// infinite.
+pub(crate) const LOGISTIC_EXP_MIN: f32 = -87.0;
+pub(crate) const LOGISTIC_EXP_MAX: f32 = 89.5;
+/// `1.5 * 2^23 + 126`: adding it rounds a float in `±2^22` to an integer `n` and leaves
+/// `n + 126`, the biased exponent of `2^(n - 1)`, in the low bits.
+pub(crate) const ROUNDING_MAGIC_HALF: f32 = 12_583_038.0;
 /// `-ln 2` in two parts (Cody and Waite): `n * LN2_HI` is exact for the `n` that occur.
 pub(crate) const LN2_HI: f32 = -0.693_359_4;
 pub(crate) const LN2_LO: f32 = 2.121_944_4e-4;

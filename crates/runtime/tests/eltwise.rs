@@ -194,11 +194,14 @@ fn act_ulps(a: Activation) -> f64 {
 }
 
 /// Where `alpha x + beta` cancels, a hard activation's error is relative to its terms, not
-/// its result: two roundings of `|alpha x| + |beta|` (times `|x|` for hardswish).
+/// its result: two roundings of `|alpha x| + |beta|` (times `|x|` for hardswish). SiLU is `x`
+/// times a sigmoid that underflows below `x = -87` (held to `1e-38` there), so its
+/// absolute error there is `|x|` times that.
 fn act_abs(a: Activation, x: f32) -> f64 {
     let x = x as f64;
     let terms = |alpha: f64, beta: f64| 2.0 * 2f64.powi(-23) * ((alpha * x).abs() + beta.abs());
     match a {
+        Activation::Silu => 1e-38 * x.abs(),
         Activation::HardSigmoid { alpha, beta } => terms(alpha as f64, beta as f64),
         Activation::HardSwish => x.abs() * terms(1.0 / 6.0, 0.5),
         _ => 0.0,
@@ -674,14 +677,22 @@ proptest! {
 /// Runs one activation kernel over `xs` (a `[1, 1, 1, len]` NCHW tensor, so the remainder
 /// takes the scalar path too) and returns its results.
 fn activation_on(act: Activation, xs: &[f32]) -> Vec<f32> {
+    activation_at(act, xs, Isa::X128)
+}
+
+/// [`activation_on`] at tier `isa`.
+fn activation_at(act: Activation, xs: &[f32], isa: Isa) -> Vec<f32> {
     let shape = [1, 1, 1, xs.len()];
-    let key = PrimitiveKey::Eltwise(EltwiseDesc {
-        kind: EltwiseKind::Act(act),
-        shape,
-        layout: Layout::Nchw,
-        isa: Isa::X128,
-        runtime: RuntimeDims::NONE,
-    });
+    let key = PrimitiveKey::Eltwise(
+        EltwiseDesc {
+            kind: EltwiseKind::Act(act),
+            shape,
+            layout: Layout::Nchw,
+            isa: Isa::X128,
+            runtime: RuntimeDims::NONE,
+        }
+        .at_tier(isa),
+    );
     let p = compile(&key);
     run(&p, xs, None, &[], xs.len()).expect("runs")
 }
@@ -763,6 +774,35 @@ fn tanh_is_within_its_bound_of_f64_over_its_whole_range() {
         );
     }
     eprintln!("tanh: largest error {worst:.2} ulps (bound {TANH_ULPS})");
+}
+
+/// Sigmoid and SiLU over `[-110, 100]` (where `exp(-x)` overflows, underflows, and the
+/// results go subnormal) and the special values, at every tier the host runs (the wide
+/// tiles' interleaved chains included): within [`act_ulps`] of the reference (f64, rounded),
+/// plus `1e-38` and [`act_abs`].
+#[test]
+fn sigmoid_and_silu_are_within_their_bound_of_f64_over_their_whole_range() {
+    let mut xs = sweep(-110.0, 100.0, 200_003);
+    xs.extend(sweep(-1.0, 1.0, 20_001));
+    for isa in common::host_tiers() {
+        for act in [Activation::Sigmoid, Activation::Silu] {
+            let got = activation_at(act, &xs, isa);
+            let x = Tensor { shape: vec![xs.len()], data: xs.clone() };
+            let want = primjit_reference::activation(&x, act).data;
+            let mut worst = 0f64;
+            for ((&x, &g), &want) in xs.iter().zip(&got).zip(&want) {
+                assert!(
+                    close(g, want, act_ulps(act), 1e-38 + act_abs(act, x)),
+                    "{act:?}({x}) at {isa} = {g:e}, expected {want:e}"
+                );
+                // Where the absolute bound does not cover it.
+                if want.is_finite() && want.abs() > 1e-30 {
+                    worst = worst.max((g as f64 - want as f64).abs() / ulp(want as f64));
+                }
+            }
+            eprintln!("{act:?} at {isa}: largest error {worst:.2} ulps (bound {})", act_ulps(act));
+        }
+    }
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 use iced_x86::code_asm::{ptr, rcx, rdi, rdx, rsi};
 
+use super::activation::{Chain, chains_per_group};
 use super::{Asm, Src, TileCode, YMM, ZMM, disp, i32_of, ok};
 use crate::key::{Activation, BinaryKind};
 use crate::target::Isa;
@@ -51,10 +52,11 @@ impl EltwiseTile {
     }
 
     /// Vectors a trip of the main loop takes: a few for the short ops, whose loop counts
-    /// otherwise, one for an activation, whose tens of instructions hide the loop's.
+    /// otherwise; for an activation, as many chains as the registers hold, interleaved: one
+    /// chain's tens of dependent instructions would leave the FMA units waiting.
     fn unroll(&self) -> usize {
         match self.op {
-            EltwiseOp::Act(_) => 1,
+            EltwiseOp::Act(_) => chains_per_group(self.isa.target().vector_registers),
             _ => 4,
         }
     }
@@ -115,7 +117,17 @@ impl EltwiseTile {
     /// `n` vectors: load, compute, store, then the pointers move past them.
     fn trip(&self, a: &mut Asm, n: usize) {
         let vb = self.isa.target().vector_bytes() as i64;
-        for u in 0..n {
+        if let EltwiseOp::Act(act) = self.op {
+            let chains: Vec<Chain> = (0..n).map(Chain::owned).collect();
+            for (u, c) in chains.iter().enumerate() {
+                a.load(c.x, rdi + disp(u as i64 * vb));
+            }
+            a.activation(&chains, act);
+            for (u, c) in chains.iter().enumerate() {
+                a.store(rsi + disp(u as i64 * vb), c.x);
+            }
+        }
+        for u in (0..n).filter(|_| !matches!(self.op, EltwiseOp::Act(_))) {
             let x = Self::FIRST_VALUE + u;
             let at = disp(u as i64 * vb);
             a.load(x, rdi + at);
@@ -124,8 +136,8 @@ impl EltwiseTile {
                 _ => Src::Reg(Self::OPERAND),
             };
             match self.op {
-                EltwiseOp::Act(act) => a.activation(x, act),
-                EltwiseOp::PRelu => a.prelu(x, y),
+                EltwiseOp::Act(_) => unreachable!("activations run as chains above"),
+                EltwiseOp::PRelu => a.prelu(&[Chain::single(x)], y),
                 EltwiseOp::Binary(BinaryKind::Add) => three!(a, vaddps, x, x, y),
                 EltwiseOp::Binary(BinaryKind::Sub) => three!(a, vsubps, x, x, y),
                 EltwiseOp::Binary(BinaryKind::Mul) => three!(a, vmulps, x, x, y),

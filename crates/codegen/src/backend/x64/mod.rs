@@ -41,6 +41,7 @@ macro_rules! three {
 }
 
 mod activation;
+use activation::{Chain, chains_per_group};
 mod eltwise;
 mod winograd;
 
@@ -120,10 +121,14 @@ pub struct DirectTile {
 /// trip's source for accumulator `j`: its pixels' blocks `pixel_step` bytes apart, one load
 /// at unit stride (16 bytes), one per block gathered into a register at a larger stride.
 /// Vector `j`'s sums go to `dst + j * vector bytes`, its residuals' from the same offset.
+/// The last vector may hold fewer pixels (`tail_pixels`, its low blocks): it reads, writes
+/// and sums only those, so a row's odd pixels need no 128-bit tile of their own.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LanewiseTile {
     pub isa: Isa,
     pub vectors: usize,
+    /// Pixels of the last vector where it is not full, else 0.
+    pub tail_pixels: usize,
     pub units: Vec<TileUnit>,
     pub pixel_step: i64,
     pub per_kh: i64,
@@ -139,6 +144,22 @@ impl LanewiseTile {
     /// The input vector gathered from strided pixels' blocks.
     const GATHERED: usize = 1;
 
+    /// Pixels of vector `j`: a whole vector's, or the tail's.
+    fn pixels(&self, j: usize) -> usize {
+        match self.tail_pixels {
+            t if t > 0 && j + 1 == self.vectors => t,
+            _ => self.isa.target().lanes / 4,
+        }
+    }
+
+    fn lanes(&self, j: usize) -> Lanes {
+        match (self.pixels(j) == self.isa.target().lanes / 4, self.isa) {
+            (true, _) => Lanes::Full,
+            (false, Isa::Avx512) => Lanes::Masked,
+            (false, _) => Lanes::Low,
+        }
+    }
+
     /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
     pub fn fits(&self) -> bool {
         let reach = self.units.iter().flat_map(|u| u.x.iter().chain([&u.w]));
@@ -151,6 +172,8 @@ impl LanewiseTile {
         });
         self.isa != Isa::X128
             && self.vectors > 0
+            && self.tail_pixels < blocks as usize
+            && (self.isa == Isa::Avx512 || self.tail_pixels <= 1)
             && self.pixel_step >= BLOCK_PIXEL_BYTES
             && gathers_fit
             && Self::FIRST_ACCUMULATOR + self.vectors <= self.isa.target().vector_registers
@@ -173,6 +196,12 @@ impl LanewiseTile {
         let mut a = Asm::new(self.isa);
         let vb = self.isa.target().vector_bytes() as i64;
         let acc = |j: usize| Self::FIRST_ACCUMULATOR + j;
+        if self.tail_pixels > 0 && self.isa == Isa::Avx512 {
+            // k1: the tail's lanes, a block of four per pixel.
+            use iced_x86::code_asm::k1;
+            ok(a.a.mov(eax, (1u32 << (4 * self.tail_pixels)) - 1));
+            ok(a.a.kmovw(k1, eax));
+        }
         for j in 0..self.vectors {
             if self.bias {
                 a.broadcast_block(acc(j), r9);
@@ -189,9 +218,10 @@ impl LanewiseTile {
             a.broadcast_block(Self::WEIGHTS, rsi + disp(unit.w));
             for (j, &x) in unit.x.iter().enumerate() {
                 if self.pixel_step == BLOCK_PIXEL_BYTES {
-                    a.fma_mem(acc(j), Self::WEIGHTS, rdi + disp(x), Lanes::Full);
+                    a.fma_mem(acc(j), Self::WEIGHTS, rdi + disp(x), self.lanes(j));
                 } else {
-                    a.gather_blocks(Self::GATHERED, x, self.pixel_step);
+                    let blocks = self.pixels(j);
+                    a.gather_blocks_at(Self::GATHERED, rdi + disp(x), self.pixel_step, blocks);
                     a.fma_reg(acc(j), Self::WEIGHTS, Self::GATHERED);
                 }
             }
@@ -202,18 +232,17 @@ impl LanewiseTile {
         ok(a.a.jnz(kh_loop));
         ok(a.a.set_label(&mut kh_done));
         // The post-ops as `DirectTile::epilogue` applies them, then the store.
-        if self.posts.contains(&PostOpDesc::Relu) {
-            a.zero(EPILOGUE_ZERO);
-        }
-        for j in 0..self.vectors {
-            let x = acc(j);
-            a.post_ops(x, &self.posts, |a, adds| {
+        let values: Vec<usize> = (0..self.vectors).map(acc).collect();
+        a.grouped_post_ops(
+            &values,
+            &self.posts,
+            |a, j, adds, r| {
                 // Residual pointers follow the return address on the stack.
-                ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds as i32 + 1))));
-                a.load(EPILOGUE_RESIDUAL, rax + disp(j as i64 * vb));
-            });
-            a.store(rdx + disp(j as i64 * vb), x);
-        }
+                ok(a.a.mov(rax, qword_ptr(a.stack_arg(8 * (adds as i32 + 1)))));
+                a.load_lanes(r, rax + disp(j as i64 * vb), self.lanes(j));
+            },
+            |a, j, r| a.store_lanes(rdx + disp(j as i64 * vb), r, self.lanes(j)),
+        );
         ok(a.a.vzeroupper());
         ok(a.a.ret());
         a.finish()
@@ -684,82 +713,168 @@ impl DirectTile {
         }
     }
 
-    /// The post-ops on each accumulator ([`Asm::post_ops`]), then its store as blocks.
+    /// The post-ops on each accumulator ([`Asm::grouped_post_ops`]), then its store as
+    /// blocks.
     fn epilogue(&self, a: &mut Asm, posts: &[PostOpDesc]) {
-        if posts.contains(&PostOpDesc::Relu) {
-            a.zero(EPILOGUE_ZERO);
-        }
-        for u in 0..self.vectors() {
-            let first = u * self.full_blocks();
-            block_bases(a, first, rdx);
-            for p in 0..self.pixels {
-                let px = p as i64 * BLOCK_PIXEL_BYTES;
-                let x = self.acc(p, u);
-                a.post_ops(x, posts, |a, adds| {
-                    let arg = FIRST_RESIDUAL_ARG + 8 * adds as i32;
-                    // The residual's blocks, as the destination's: r10/r11 then hold its
-                    // bases; the destination's are computed again after.
-                    ok(a.a.mov(rcx, qword_ptr(rsp + arg)));
-                    block_bases(a, first, rcx);
-                    a.load_blocks(EPILOGUE_RESIDUAL, self.blocks(u), px);
+        let vectors = self.vectors();
+        let values: Vec<usize> = (0..vectors)
+            .flat_map(|u| (0..self.pixels).map(move |p| (p, u)))
+            .map(|(p, u)| self.acc(p, u))
+            .collect();
+        let at = |i: usize| {
+            let (u, p) = (i / self.pixels, i % self.pixels);
+            (u * self.full_blocks(), p as i64 * BLOCK_PIXEL_BYTES, self.blocks(u))
+        };
+        // The destination's block bases (r10, r11) are set once per vector; a residual's
+        // load moves them, and the next store sets them again.
+        let bases = std::cell::Cell::new(None);
+        a.grouped_post_ops(
+            &values,
+            posts,
+            |a, i, adds, r| {
+                let (first, px, blocks) = at(i);
+                let arg = FIRST_RESIDUAL_ARG + 8 * adds as i32;
+                ok(a.a.mov(rcx, qword_ptr(a.stack_arg(arg))));
+                block_bases(a, first, rcx);
+                a.load_blocks(r, blocks, px);
+                bases.set(None);
+            },
+            |a, i, r| {
+                let (first, px, blocks) = at(i);
+                if bases.get() != Some(first) {
                     block_bases(a, first, rdx);
-                });
-                a.store_blocks(x, self.blocks(u), px);
-            }
-        }
+                    bases.set(Some(first));
+                }
+                a.store_blocks(r, blocks, px);
+            },
+        );
     }
 }
 
-/// The epilogues' temporaries: a zero for relu, the clip bounds, a residual.
+/// The temporaries of a chain's post-ops ([`Chain::t`]): a zero for relu, the clip bounds, a
+/// residual.
 const EPILOGUE_ZERO: usize = 0;
 const EPILOGUE_LO: usize = 1;
 const EPILOGUE_HI: usize = 2;
 const EPILOGUE_RESIDUAL: usize = 3;
 
+/// Whether an activation's chain of dependent instructions is long enough (an `exp`, a
+/// division: 60 to 80 cycles) that values in a row do not overlap in the out-of-order
+/// window, so the grouped epilogue ([`Asm::grouped_post_ops`]) interleaves several.
+fn long_chain(posts: &[PostOpDesc]) -> bool {
+    use crate::key::Activation;
+    posts.iter().any(|p| {
+        matches!(
+            p,
+            PostOpDesc::Act(
+                Activation::Sigmoid | Activation::Silu | Activation::Tanh | Activation::Exp
+            )
+        )
+    })
+}
+
 impl Asm {
-    /// A wide tile's post-ops on register `x`, in their order, as `conv::apply_post_ops`
-    /// applies them (`EPILOGUE_ZERO` holds zero when they include relu; activations are
-    /// [`Asm::activation`], which the lowering leaves out where [`DirectTile::supports`]
-    /// says so). `residual(a, i)`
-    /// loads the `i`-th residual's vector into `EPILOGUE_RESIDUAL`. `max(b, x)` and
-    /// `min(b, x)` return their second operand `x` when either is NaN or both are zeros, so
-    /// relu and clip are `x < 0 ? 0 : x` and `x < lo ? lo : x`.
+    /// A wide tile's post-ops on each chain's value, in their order, as
+    /// `conv::apply_post_ops` applies them, the chains' instructions interleaved (activations
+    /// are [`Asm::activation`], which the lowering leaves out where [`DirectTile::supports`]
+    /// says so). `residual(a, i, adds, r)` loads the `adds`-th residual of chain `i`'s value
+    /// into register `r`. `max(b, x)` and `min(b, x)` return their second operand `x` when
+    /// either is NaN or both are zeros, so relu and clip are `x < 0 ? 0 : x` and
+    /// `x < lo ? lo : x`.
     fn post_ops(
         &mut self,
-        x: usize,
+        chains: &[Chain],
         posts: &[PostOpDesc],
-        mut residual: impl FnMut(&mut Asm, usize),
+        mut residual: impl FnMut(&mut Asm, usize, usize, usize),
     ) {
         let mut adds = 0;
-        // An activation uses the temporaries: a relu after one sets its zero again, and so
-        // does one in the next register's post-ops.
-        let mut zero_set = !posts.iter().any(|p| matches!(p, PostOpDesc::Act(_)));
+        // An activation uses the temporaries: a relu after one sets its zero again.
+        let mut zero_set = false;
         for post in posts {
             match *post {
                 PostOpDesc::Relu => {
-                    if !zero_set {
-                        self.zero(EPILOGUE_ZERO);
-                        zero_set = true;
+                    for c in chains {
+                        if !zero_set {
+                            self.zero(c.t[EPILOGUE_ZERO]);
+                        }
+                        self.max(c.x, c.t[EPILOGUE_ZERO], c.x);
                     }
-                    self.max(x, EPILOGUE_ZERO, x)
+                    zero_set = true;
                 }
                 PostOpDesc::Act(act) => {
-                    self.activation(x, act);
+                    self.activation(chains, act);
                     zero_set = false;
                 }
                 PostOpDesc::Clip { lo, hi } => {
-                    self.splat_const(EPILOGUE_LO, lo);
-                    self.splat_const(EPILOGUE_HI, hi);
-                    self.max(x, EPILOGUE_LO, x);
-                    self.min(x, EPILOGUE_HI, x);
+                    let (lo, hi) = (self.constant(lo.to_bits()), self.constant(hi.to_bits()));
+                    for c in chains {
+                        self.load(c.t[EPILOGUE_LO], lo);
+                        self.load(c.t[EPILOGUE_HI], hi);
+                        self.max(c.x, c.t[EPILOGUE_LO], c.x);
+                        self.min(c.x, c.t[EPILOGUE_HI], c.x);
+                    }
                 }
                 PostOpDesc::Add => {
-                    residual(self, adds);
+                    for (i, c) in chains.iter().enumerate() {
+                        residual(self, i, adds, c.t[EPILOGUE_RESIDUAL]);
+                    }
+                    for c in chains {
+                        self.add(c.x, c.x, c.t[EPILOGUE_RESIDUAL]);
+                    }
                     adds += 1;
-                    self.add(x, x, EPILOGUE_RESIDUAL);
                 }
             }
         }
+    }
+
+    /// The post-ops of the values in registers `values` ([`Self::post_ops`]), each stored by
+    /// `store(a, i, r)` from register `r`. With a [`long_chain`] activation the values go to a
+    /// stack frame first and come back [`chains_per_group`] at a time, their chains
+    /// interleaved over the whole register file; otherwise one at a time, each with registers
+    /// 0 to 3. Stack arguments are at [`Self::stack_arg`] meanwhile.
+    fn grouped_post_ops(
+        &mut self,
+        values: &[usize],
+        posts: &[PostOpDesc],
+        mut residual: impl FnMut(&mut Asm, usize, usize, usize),
+        mut store: impl FnMut(&mut Asm, usize, usize),
+    ) {
+        let group = chains_per_group(self.isa.target().vector_registers);
+        if values.len() < 2 || !long_chain(posts) {
+            for (i, &x) in values.iter().enumerate() {
+                self.post_ops(&[Chain::single(x)], posts, |a, _, adds, r| {
+                    residual(a, i, adds, r)
+                });
+                store(self, i, x);
+            }
+            return;
+        }
+        let vb = self.isa.target().vector_bytes() as i64;
+        let frame = i32_of(values.len() as i64 * vb);
+        ok(self.a.sub(rsp, frame));
+        self.frame += frame;
+        for (i, &x) in values.iter().enumerate() {
+            self.store(rsp + disp(i as i64 * vb), x);
+        }
+        for first in (0..values.len()).step_by(group) {
+            let n = group.min(values.len() - first);
+            let chains: Vec<Chain> = (0..n).map(Chain::owned).collect();
+            for (k, c) in chains.iter().enumerate() {
+                self.load(c.x, rsp + disp((first + k) as i64 * vb));
+            }
+            self.post_ops(&chains, posts, |a, k, adds, r| residual(a, first + k, adds, r));
+            for (k, c) in chains.iter().enumerate() {
+                store(self, first + k, c.x);
+            }
+        }
+        ok(self.a.add(rsp, frame));
+        self.frame -= frame;
+    }
+
+    /// The stack argument `offset` bytes above the return address's slot, wherever the
+    /// stack pointer is now.
+    fn stack_arg(&self, offset: i32) -> AsmMemoryOperand {
+        rsp + (offset + self.frame)
     }
 }
 
@@ -823,6 +938,8 @@ pub(crate) struct Asm {
     isa: Isa,
     /// Each constant's bits and the label of its splat in the pool after the code.
     constants: Vec<(u32, CodeLabel)>,
+    /// Bytes the tile has pushed below its return address ([`Self::stack_arg`]).
+    frame: i32,
 }
 
 impl Asm {
@@ -834,6 +951,7 @@ impl Asm {
             a,
             isa,
             constants: Vec::new(),
+            frame: 0,
         }
     }
 
@@ -917,6 +1035,16 @@ impl Asm {
             Lanes::Full => self.load(r, m),
             Lanes::Low => ok(self.a.vmovups(XMM[r], xmmword_ptr(m))),
             Lanes::Masked => ok(self.a.vmovups(ZMM[r].k1().z(), ptr(m))),
+        }
+    }
+
+    /// `store`, of a tail's lanes only: no byte past them is written.
+    pub(crate) fn store_lanes(&mut self, m: impl Into<AsmMemoryOperand>, r: usize, lanes: Lanes) {
+        let m = m.into();
+        match lanes {
+            Lanes::Full => self.store(m, r),
+            Lanes::Low => ok(self.a.vmovups(xmmword_ptr(m), XMM[r])),
+            Lanes::Masked => ok(self.a.vmovups(ptr(m).k1(), ZMM[r])),
         }
     }
 
@@ -1065,19 +1193,6 @@ impl Asm {
         ok(res);
     }
 
-    /// Every lane of register `r` (one of the first 16) set to `x`, through `esi`.
-    fn splat_const(&mut self, r: usize, x: f32) {
-        use iced_x86::code_asm::esi;
-        ok(self.a.mov(esi, x.to_bits()));
-        ok(self.a.vmovd(XMM[r], esi));
-        let res = if self.wide() {
-            self.a.vbroadcastss(ZMM[r], XMM[r])
-        } else {
-            self.a.vbroadcastss(YMM[r], XMM[r])
-        };
-        ok(res);
-    }
-
     /// Register `r`'s lanes from `blocks` blocks of four floats (see [`block_bases`]).
     fn load_blocks(&mut self, r: usize, blocks: usize, px: i64) {
         for j in 0..blocks {
@@ -1093,15 +1208,9 @@ impl Asm {
         }
     }
 
-    /// Register `r`'s lanes from the blocks of four floats at `rdi + x`, `rdi + x + step`, ...:
-    /// the source blocks of a strided lane-wise vector's pixels.
-    fn gather_blocks(&mut self, r: usize, x: i64, step: i64) {
-        self.gather_blocks_at(r, rdi + disp(x), step);
-    }
-
-    /// Register `r`'s lanes from the blocks of four floats at `at`, `at + step`, ...
-    fn gather_blocks_at(&mut self, r: usize, at: AsmMemoryOperand, step: i64) {
-        let blocks = self.isa.target().lanes / 4;
+    /// Register `r`'s low `blocks` blocks of four floats from `at`, `at + step`, ...: the
+    /// source blocks of a strided vector's pixels (the lanes above are zero).
+    fn gather_blocks_at(&mut self, r: usize, at: AsmMemoryOperand, step: i64, blocks: usize) {
         for j in 0..blocks {
             let m = xmmword_ptr(at + disp(j as i64 * step));
             // The first block's load clears the rest: no wait for the register's last value.

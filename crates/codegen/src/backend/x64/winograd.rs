@@ -9,7 +9,7 @@ use iced_x86::code_asm::{
 };
 
 use super::{
-    Asm, BLOCK_PIXEL_BYTES, DirectTile, EPILOGUE_RESIDUAL, EPILOGUE_ZERO, Src, TileCode, YMM, ZMM,
+    Asm, BLOCK_PIXEL_BYTES, Chain, DirectTile, Src, TileCode, YMM, ZMM,
     disp, i32_of, ok,
 };
 use crate::key::PostOpDesc;
@@ -114,7 +114,7 @@ impl InputTransformTile {
         for c in 0..p {
             for r in 0..p {
                 let at = row(r) + disp(c as i64 * BLOCK_PIXEL_BYTES);
-                a.gather_blocks_at(r, at, self.tile_step);
+                a.gather_blocks_at(r, at, self.tile_step, self.isa.target().lanes / 4);
             }
             for (k, out) in self.one_d(&mut a).into_iter().enumerate() {
                 a.store(r8 + disp((k * p + c) as i64 * vb), out);
@@ -239,9 +239,6 @@ impl OutputTransformTile {
         if self.bias {
             a.broadcast_block(Self::BIAS, r8 + 0);
         }
-        if self.posts.contains(&PostOpDesc::Relu) {
-            a.zero(EPILOGUE_ZERO);
-        }
         for k in 0..TILE {
             for j in 0..p {
                 a.load(4 + j, r9 + disp((k * p + j) as i64 * vb));
@@ -251,9 +248,10 @@ impl OutputTransformTile {
                 if self.bias {
                     a.add(x, x, Self::BIAS);
                 }
-                a.post_ops(x, &self.posts, |a, adds| {
+                a.post_ops(&[Chain::single(x)], &self.posts, |a, _, adds, r| {
                     ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds as i32 + 1))));
-                    a.gather_blocks_at(EPILOGUE_RESIDUAL, row(rax, k) + px, TILE_BYTES);
+                    let blocks = self.isa.target().lanes / 4;
+                    a.gather_blocks_at(r, row(rax, k) + px, TILE_BYTES, blocks);
                 });
                 a.scatter_blocks_at(x, row(rdx, k) + px, TILE_BYTES);
             }
