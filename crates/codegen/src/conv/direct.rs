@@ -1258,11 +1258,13 @@ fn wide_pixel_tile(
     );
 }
 
-/// A lane-wise tile at a wide tier ([`ConvPlan::lanewise_ratio`]): its first whole wide
-/// vectors of `ratio` consecutive output pixels (their sources gathered at a stride past 1)
-/// as one call of the x64 backend's tile
-/// ([`LanewiseTile`]), the pixels left over in the 128-bit lane-wise tile. Both sum each
-/// pixel's taps in the same order, so a pixel's bits do not depend on which computes it.
+/// A lane-wise tile at a wide tier ([`ConvPlan::lanewise_ratio`]): wide vectors of `ratio`
+/// consecutive output pixels (their sources gathered at a stride past 1), the last a tail of
+/// the pixels left over, as one call of the x64 backend's tile ([`LanewiseTile`]). It sums
+/// each pixel's taps in the order of the 128-bit lane-wise tile, so a pixel's bits do not
+/// depend on the tier. A 7-pixel row took three vectors and a 128-bit tile of one pixel,
+/// each a chain of 25 dependent FMAs for a 5x5 kernel: the one pixel took as long as the
+/// six.
 fn lanewise_wide_tile(
     e: &mut Emit<'_>,
     row: RowTiles<'_>,
@@ -1280,10 +1282,11 @@ fn lanewise_wide_tile(
     let d = &plan.desc;
     let f = F32_BYTES;
     let geo = &Geometry::new(e, plan);
-    let (src_px, dst_px) = (geo.src.pixel * f, geo.dst.pixel * f);
+    let src_px = geo.src.pixel * f;
     // From one output pixel's source to the next's.
     let src_step = d.strides[1] as i64 * src_px;
-    let vectors = pixels / ratio;
+    // The last vector takes the row's odd pixels, as a tail.
+    let vectors = pixels.div_ceil(ratio);
     let tile_oc = (plan.vecs * LANES) as i64;
     let per_kh = d.kw as i64 * tile_oc * f;
     let units = kw_taps
@@ -1300,6 +1303,7 @@ fn lanewise_wide_tile(
     let spec = LanewiseTile {
         isa: d.isa,
         vectors,
+        tail_pixels: pixels % ratio,
         units,
         pixel_step: src_step,
         per_kh,
@@ -1310,27 +1314,8 @@ fn lanewise_wide_tile(
     args.push(bias_arg(e, tile));
     args.extend(&residuals[..tile_residuals]);
     e.call_tile(WideTile::Lanewise(spec), &args);
-    let done = vectors * ratio;
     let rest_residuals = &residuals[tile_residuals..];
-    post_ops_in_place(e, plan, done, 1, tile.dst, rest_residuals, rest);
-    if done < pixels {
-        let rest = TilePtrs {
-            src: e.offset(tile.src, done as i64 * src_step),
-            dst: e.offset(tile.dst, done as i64 * dst_px),
-            ..tile
-        };
-        let res: Vec<Value> = residuals
-            .iter()
-            .map(|&r| e.offset(r, done as i64 * dst_px))
-            .collect();
-        let cols = Taps::Fixed(kw_taps.clone());
-        let rest = RowTiles {
-            tile: rest,
-            residuals: &res,
-            ..row
-        };
-        pixel_tile(e, rest, pixels - done, 1, &cols);
-    }
+    post_ops_in_place(e, plan, pixels, 1, tile.dst, rest_residuals, rest);
 }
 
 /// The first arguments of a wide tile's call: the source and weights at the first of the
