@@ -78,21 +78,19 @@ fn pow2(e: &mut Emit<'_>, k: Value) -> Value {
     to_float(e, bits)
 }
 
-/// `exp(x)` as `(q, n)`: `exp(x) = (1 + q) 2^n` with `q = expm1(r)` of the reduced argument
-/// (so that `q` is `expm1(x)` itself where `n` is 0), `n` in integer lanes. NaN lanes are not
-/// kept: the caller puts them back.
-fn exp_parts(e: &mut Emit<'_>, x: Value) -> (Value, Value) {
-    let lo = e.splat_const(EXP_MIN);
-    let hi = e.splat_const(EXP_MAX);
+/// `x` clamped to `[lo, hi]` and reduced: `(kf, q)` with `kf = x log2(e) + magic` (whose low
+/// bits hold `n = round(x / ln 2)` plus `magic`'s own) and `q = expm1(x - n ln 2)`, so that
+/// `exp(x) = (1 + q) 2^n`.
+fn reduce(e: &mut Emit<'_>, x: Value, [lo, hi]: [f32; 2], magic: f32) -> (Value, Value) {
+    let lo = e.splat_const(lo);
+    let hi = e.splat_const(hi);
     let x = e.pmax(x, lo);
     let x = e.pmin(x, hi);
-    // n = round(x / ln 2) by the magic number 1.5 * 2^23: adding it rounds to an integer.
-    let magic = e.splat_const(ROUNDING_MAGIC);
+    // n = round(x / ln 2) by a magic number of 1.5 * 2^23: adding it rounds to an integer.
+    let magic = e.splat_const(magic);
     let log2e = e.splat_const(std::f32::consts::LOG2_E);
     let kf = e.fma(x, log2e, magic);
     let nf = e.b.ins().fsub(kf, magic);
-    let (k_bits, magic_bits) = (to_int(e, kf), to_int(e, magic));
-    let n = e.b.ins().isub(k_bits, magic_bits);
     // r = x - n ln 2 in two steps (Cody and Waite): n * C1 is exact.
     let c1 = e.splat_const(LN2_HI);
     let c2 = e.splat_const(LN2_LO);
@@ -104,8 +102,17 @@ fn exp_parts(e: &mut Emit<'_>, x: Value) -> (Value, Value) {
         p = e.fma(p, r, k);
     }
     let r2 = e.b.ins().fmul(r, r);
-    let q = e.fma(p, r2, r);
-    (q, n)
+    (kf, e.fma(p, r2, r))
+}
+
+/// `exp(x)` as `(q, n)`: `exp(x) = (1 + q) 2^n` with `q = expm1(r)` of the reduced argument
+/// (so that `q` is `expm1(x)` itself where `n` is 0), `n` in integer lanes. NaN lanes are not
+/// kept: the caller puts them back.
+fn exp_parts(e: &mut Emit<'_>, x: Value) -> (Value, Value) {
+    let (kf, q) = reduce(e, x, [EXP_MIN, EXP_MAX], ROUNDING_MAGIC);
+    let magic = e.splat_const(ROUNDING_MAGIC);
+    let (k_bits, magic_bits) = (to_int(e, kf), to_int(e, magic));
+    (q, e.b.ins().isub(k_bits, magic_bits))
 }
 
 /// `(1 + q) 2^n` as two factors `2^(n >> 1)` and `2^(n - (n >> 1))`, each a normal number for
@@ -149,29 +156,12 @@ fn expm1_raw(e: &mut Emit<'_>, x: Value) -> Value {
 /// numerator does not carry them.
 fn logistic(e: &mut Emit<'_>, x: Value, numerator: Option<Value>) -> Value {
     let z = e.b.ins().fneg(x);
-    let lo = e.splat_const(LOGISTIC_EXP_MIN);
-    let hi = e.splat_const(LOGISTIC_EXP_MAX);
-    let z = e.pmax(z, lo);
-    let z = e.pmin(z, hi);
-    let magic = e.splat_const(ROUNDING_MAGIC_HALF);
-    let log2e = e.splat_const(std::f32::consts::LOG2_E);
-    let kf = e.fma(z, log2e, magic);
-    let nf = e.b.ins().fsub(kf, magic);
+    let range = [LOGISTIC_EXP_MIN, LOGISTIC_EXP_MAX];
+    let (kf, q) = reduce(e, z, range, ROUNDING_MAGIC_HALF);
     // 2^(n - 1): the low bits of kf's are n + 126.
     let k_bits = to_int(e, kf);
     let half_pow = e.b.ins().ishl_imm_u(k_bits, 23);
     let half_pow = to_float(e, half_pow);
-    let c1 = e.splat_const(LN2_HI);
-    let c2 = e.splat_const(LN2_LO);
-    let r = e.fma(nf, c1, z);
-    let r = e.fma(nf, c2, r);
-    let mut p = e.splat_const(EXP_POLY[0]);
-    for &k in &EXP_POLY[1..] {
-        let k = e.splat_const(k);
-        p = e.fma(p, r, k);
-    }
-    let r2 = e.b.ins().fmul(r, r);
-    let q = e.fma(p, r2, r);
     let one = e.splat_const(1.0);
     let y = e.b.ins().fadd(q, one);
     // exp(-x) / 2 + 1 / 2: infinite where 2^(n - 1) is, as 1 + q is positive.

@@ -160,6 +160,27 @@ impl Asm {
         }
     }
 
+    /// `d = x < 0 ? t : f` for each chain's `x`, `(d, t, f)` its registers, the mask (at
+    /// avx2) in its temporary `mask`.
+    fn select_negative(
+        &mut self,
+        chains: &[Chain],
+        mask: usize,
+        regs: impl Fn(&Chain) -> (usize, usize, usize),
+    ) {
+        let zero = self.f32(0.0);
+        self.select(chains, |c| {
+            let (d, t, f) = regs(c);
+            let negative = Compare {
+                a: c.x,
+                b: zero,
+                pred: LESS,
+                mask: c.t[mask],
+            };
+            (d, negative, t, f)
+        });
+    }
+
     /// `x = x is NaN ? x : t[y]` (`lower_eltwise::keep_nan`), with `t[mask]` free.
     fn keep_nan(&mut self, chains: &[Chain], y: usize, mask: usize) {
         self.select(chains, |c| {
@@ -173,25 +194,33 @@ impl Asm {
         });
     }
 
-    /// `exp` of `T1` reduced (`lower_eltwise::exp_parts`): `q` in `T1`, `n` in `T2`'s integer
-    /// lanes; `T3` and `T4` are clobbered.
-    fn exp_parts(&mut self, chains: &[Chain]) {
-        let (lo, hi) = (self.f32(EXP_MIN), self.f32(EXP_MAX));
+    /// `T1` clamped to `[lo, hi]`, then `kf = T1 log2(e) + magic` in `T2` and `kf - magic`
+    /// (`n` as a float) in `T3` (`lower_eltwise::reduce`'s first steps).
+    fn round_log2(&mut self, chains: &[Chain], [lo, hi]: [f32; 2], magic: f32) {
+        let (lo, hi) = (self.f32(lo), self.f32(hi));
         for c in chains {
             three!(self, vmaxps, c.t[T1], c.t[T1], lo);
         }
         for c in chains {
             three!(self, vminps, c.t[T1], c.t[T1], hi);
         }
-        let magic = self.f32(ROUNDING_MAGIC);
-        // kf = x * log2e + magic
+        let magic = self.f32(magic);
         self.load_f32(chains, T2, std::f32::consts::LOG2_E);
         for c in chains {
             three!(self, vfmadd213ps, c.t[T2], c.t[T1], magic);
         }
-        // nf = kf - magic; n = bits(kf) - bits(magic)
         for c in chains {
             three!(self, vsubps, c.t[T3], c.t[T2], magic);
+        }
+    }
+
+    /// `exp` of `T1` reduced (`lower_eltwise::exp_parts`): `q` in `T1`, `n` in `T2`'s integer
+    /// lanes; `T3` and `T4` are clobbered.
+    fn exp_parts(&mut self, chains: &[Chain]) {
+        self.round_log2(chains, [EXP_MIN, EXP_MAX], ROUNDING_MAGIC);
+        // n = bits(kf) - bits(magic)
+        let magic = self.f32(ROUNDING_MAGIC);
+        for c in chains {
             three!(self, vpsubd, c.t[T2], c.t[T2], magic);
         }
         self.reduce_and_expm1(chains);
@@ -268,21 +297,10 @@ impl Asm {
         for c in chains {
             self.xor(c.t[T1], c.x, sign);
         }
-        let (lo, hi) = (self.f32(LOGISTIC_EXP_MIN), self.f32(LOGISTIC_EXP_MAX));
+        let range = [LOGISTIC_EXP_MIN, LOGISTIC_EXP_MAX];
+        self.round_log2(chains, range, ROUNDING_MAGIC_HALF);
+        // 2^(n - 1) from kf's low bits
         for c in chains {
-            three!(self, vmaxps, c.t[T1], c.t[T1], lo);
-        }
-        for c in chains {
-            three!(self, vminps, c.t[T1], c.t[T1], hi);
-        }
-        // kf = z * log2e + magic; nf = kf - magic; 2^(n - 1) from kf's low bits
-        let magic = self.f32(ROUNDING_MAGIC_HALF);
-        self.load_f32(chains, T2, std::f32::consts::LOG2_E);
-        for c in chains {
-            three!(self, vfmadd213ps, c.t[T2], c.t[T1], magic);
-        }
-        for c in chains {
-            three!(self, vsubps, c.t[T3], c.t[T2], magic);
             self.shift_left(c.t[T2], 23);
         }
         self.reduce_and_expm1(chains);
@@ -354,16 +372,7 @@ impl Asm {
         for c in chains {
             self.xor(c.t[T2], c.t[T1], sign);
         }
-        let zero = self.f32(0.0);
-        self.select(chains, |c| {
-            let negative = Compare {
-                a: c.x,
-                b: zero,
-                pred: LESS,
-                mask: c.t[T3],
-            };
-            (c.t[T1], negative, c.t[T2], c.t[T1])
-        });
+        self.select_negative(chains, T3, |c| (c.t[T1], c.t[T2], c.t[T1]));
         // small = x + x^3 P(x^2)
         for c in chains {
             three!(self, vmulps, c.t[T2], c.x, Src::Reg(c.x));
@@ -456,16 +465,7 @@ impl Asm {
         for c in chains {
             three!(self, vmulps, c.t[T1], c.x, slope);
         }
-        let zero = self.f32(0.0);
-        self.select(chains, |c| {
-            let negative = Compare {
-                a: c.x,
-                b: zero,
-                pred: LESS,
-                mask: c.t[T2],
-            };
-            (c.x, negative, c.t[T1], c.x)
-        });
+        self.select_negative(chains, T2, |c| (c.x, c.t[T1], c.x));
     }
 }
 
