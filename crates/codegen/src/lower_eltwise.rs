@@ -13,16 +13,17 @@
 //! checks against f64 are in [`EXP_ULPS`] and [`TANH_ULPS`].
 //!
 //! Sigmoid and SiLU divide their numerator (1 or `x`, halved) by `exp(-x) / 2 + 1 / 2`, whose
-//! `2^(n - 1)` is one factor built from the rounding's own bits (`approx::LOGISTIC_EXP_MIN`):
-//! 20 instructions to the 30 of `1 / (1 + exp(-x))` through the general `exp` and a product,
-//! within 2 units in the last place of f64 over the whole range (SiLU where `x` is above
-//! -87; below, the sigmoid underflows and SiLU is within `1e-38 |x|`).
+//! `2^(n - 1)` is one factor built from the rounding's own bits (`approx::LOGISTIC_EXP_MIN`),
+//! and whose polynomial is of degree 5 (`approx::LOGISTIC_POLY`): 18 instructions to the 30 of
+//! `1 / (1 + exp(-x))` through the general `exp` and a product, within 3 units in the last
+//! place of f64 over the whole range (SiLU where `x` is above -87; below, the sigmoid
+//! underflows and SiLU is within `1e-38 |x|`).
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 
 use crate::approx::{
-    EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN,
+    EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN, LOGISTIC_POLY,
     ROUNDING_MAGIC, ROUNDING_MAGIC_HALF, TANH_POLY, TANH_SMALL,
 };
 use crate::backend::x64::{EltwiseOp, EltwiseOperand, EltwiseTile, WideTile};
@@ -79,9 +80,15 @@ fn pow2(e: &mut Emit<'_>, k: Value) -> Value {
 }
 
 /// `x` clamped to `[lo, hi]` and reduced: `(kf, q)` with `kf = x log2(e) + magic` (whose low
-/// bits hold `n = round(x / ln 2)` plus `magic`'s own) and `q = expm1(x - n ln 2)`, so that
-/// `exp(x) = (1 + q) 2^n`.
-fn reduce(e: &mut Emit<'_>, x: Value, [lo, hi]: [f32; 2], magic: f32) -> (Value, Value) {
+/// bits hold `n = round(x / ln 2)` plus `magic`'s own) and `q = expm1(x - n ln 2)` by
+/// `r + r^2 poly(r)`, so that `exp(x) = (1 + q) 2^n`.
+fn reduce(
+    e: &mut Emit<'_>,
+    x: Value,
+    [lo, hi]: [f32; 2],
+    magic: f32,
+    poly: &[f32],
+) -> (Value, Value) {
     let lo = e.splat_const(lo);
     let hi = e.splat_const(hi);
     let x = e.pmax(x, lo);
@@ -96,8 +103,8 @@ fn reduce(e: &mut Emit<'_>, x: Value, [lo, hi]: [f32; 2], magic: f32) -> (Value,
     let c2 = e.splat_const(LN2_LO);
     let r = e.fma(nf, c1, x);
     let r = e.fma(nf, c2, r);
-    let mut p = e.splat_const(EXP_POLY[0]);
-    for &k in &EXP_POLY[1..] {
+    let mut p = e.splat_const(poly[0]);
+    for &k in &poly[1..] {
         let k = e.splat_const(k);
         p = e.fma(p, r, k);
     }
@@ -109,7 +116,7 @@ fn reduce(e: &mut Emit<'_>, x: Value, [lo, hi]: [f32; 2], magic: f32) -> (Value,
 /// (so that `q` is `expm1(x)` itself where `n` is 0), `n` in integer lanes. NaN lanes are not
 /// kept: the caller puts them back.
 fn exp_parts(e: &mut Emit<'_>, x: Value) -> (Value, Value) {
-    let (kf, q) = reduce(e, x, [EXP_MIN, EXP_MAX], ROUNDING_MAGIC);
+    let (kf, q) = reduce(e, x, [EXP_MIN, EXP_MAX], ROUNDING_MAGIC, &EXP_POLY);
     let magic = e.splat_const(ROUNDING_MAGIC);
     let (k_bits, magic_bits) = (to_int(e, kf), to_int(e, magic));
     (q, e.b.ins().isub(k_bits, magic_bits))
@@ -157,7 +164,7 @@ fn expm1_raw(e: &mut Emit<'_>, x: Value) -> Value {
 fn logistic(e: &mut Emit<'_>, x: Value, numerator: Option<Value>) -> Value {
     let z = e.b.ins().fneg(x);
     let range = [LOGISTIC_EXP_MIN, LOGISTIC_EXP_MAX];
-    let (kf, q) = reduce(e, z, range, ROUNDING_MAGIC_HALF);
+    let (kf, q) = reduce(e, z, range, ROUNDING_MAGIC_HALF, &LOGISTIC_POLY);
     // 2^(n - 1): the low bits of kf's are n + 126.
     let k_bits = to_int(e, kf);
     let half_pow = e.b.ins().ishl_imm_u(k_bits, 23);

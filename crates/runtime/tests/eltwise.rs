@@ -787,7 +787,10 @@ fn sigmoid_and_silu_are_within_their_bound_of_f64_over_their_whole_range() {
     for isa in common::host_tiers() {
         for act in [Activation::Sigmoid, Activation::Silu] {
             let got = activation_at(act, &xs, isa);
-            let x = Tensor { shape: vec![xs.len()], data: xs.clone() };
+            let x = Tensor {
+                shape: vec![xs.len()],
+                data: xs.clone(),
+            };
             let want = primjit_reference::activation(&x, act).data;
             let mut worst = 0f64;
             for ((&x, &g), &want) in xs.iter().zip(&got).zip(&want) {
@@ -800,7 +803,10 @@ fn sigmoid_and_silu_are_within_their_bound_of_f64_over_their_whole_range() {
                     worst = worst.max((g as f64 - want as f64).abs() / ulp(want as f64));
                 }
             }
-            eprintln!("{act:?} at {isa}: largest error {worst:.2} ulps (bound {})", act_ulps(act));
+            eprintln!(
+                "{act:?} at {isa}: largest error {worst:.2} ulps (bound {})",
+                act_ulps(act)
+            );
         }
     }
 }

@@ -11,13 +11,11 @@
 //! are `lower_eltwise`'s, their constants `crate::approx`'s; only the registers are chosen
 //! here. `Elu` needs a fifth register and stays with the Cranelift code after the tile.
 
-use iced_x86::code_asm::{
-    AsmRegisterK, AsmRegisterZmm, k0, k1, k2, k3, k4, k5, k6, k7, ptr,
-};
+use iced_x86::code_asm::{AsmRegisterK, AsmRegisterZmm, k0, k1, k2, k3, k4, k5, k6, k7, ptr};
 
 use super::{Asm, Src, YMM, ZMM, ok};
 use crate::approx::{
-    EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN,
+    EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN, LOGISTIC_POLY,
     ROUNDING_MAGIC, ROUNDING_MAGIC_HALF, TANH_POLY, TANH_SMALL,
 };
 use crate::key::Activation;
@@ -223,12 +221,12 @@ impl Asm {
         for c in chains {
             three!(self, vpsubd, c.t[T2], c.t[T2], magic);
         }
-        self.reduce_and_expm1(chains);
+        self.reduce_and_expm1(chains, &EXP_POLY);
     }
 
     /// From `T1` holding `x` and `T3` holding `n` as a float: `q = expm1(x - n ln 2)` in
     /// `T1` (Cody and Waite's reduction, then the polynomial); `T3` and `T4` are clobbered.
-    fn reduce_and_expm1(&mut self, chains: &[Chain]) {
+    fn reduce_and_expm1(&mut self, chains: &[Chain], poly: &[f32]) {
         // r = nf * c1 + x, then nf * c2 + r
         let (c1, c2) = (self.f32(LN2_HI), self.f32(LN2_LO));
         for c in chains {
@@ -238,8 +236,8 @@ impl Asm {
             three!(self, vfmadd231ps, c.t[T1], c.t[T3], c2);
         }
         // p = p * r + k
-        self.load_f32(chains, T3, EXP_POLY[0]);
-        for &k in &EXP_POLY[1..] {
+        self.load_f32(chains, T3, poly[0]);
+        for &k in &poly[1..] {
             let k = self.f32(k);
             for c in chains {
                 three!(self, vfmadd213ps, c.t[T3], c.t[T1], k);
@@ -303,7 +301,7 @@ impl Asm {
         for c in chains {
             self.shift_left(c.t[T2], 23);
         }
-        self.reduce_and_expm1(chains);
+        self.reduce_and_expm1(chains, &LOGISTIC_POLY);
         // d = (1 + q) 2^(n - 1) + 1 / 2
         let (one, half) = (self.f32(1.0), self.f32(0.5));
         for c in chains {

@@ -723,7 +723,11 @@ impl DirectTile {
             .collect();
         let at = |i: usize| {
             let (u, p) = (i / self.pixels, i % self.pixels);
-            (u * self.full_blocks(), p as i64 * BLOCK_PIXEL_BYTES, self.blocks(u))
+            (
+                u * self.full_blocks(),
+                p as i64 * BLOCK_PIXEL_BYTES,
+                self.blocks(u),
+            )
         };
         // The destination's block bases (r10, r11) are set once per vector; a residual's
         // load moves them, and the next store sets them again.
@@ -862,7 +866,9 @@ impl Asm {
             for (k, c) in chains.iter().enumerate() {
                 self.load(c.x, rsp + disp((first + k) as i64 * vb));
             }
-            self.post_ops(&chains, posts, |a, k, adds, r| residual(a, first + k, adds, r));
+            self.post_ops(&chains, posts, |a, k, adds, r| {
+                residual(a, first + k, adds, r)
+            });
             for (k, c) in chains.iter().enumerate() {
                 store(self, first + k, c.x);
             }

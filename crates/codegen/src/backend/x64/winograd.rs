@@ -8,10 +8,7 @@ use iced_x86::code_asm::{
     rdx, rsi, rsp, xmmword_ptr,
 };
 
-use super::{
-    Asm, BLOCK_PIXEL_BYTES, Chain, DirectTile, Src, TileCode, YMM, ZMM,
-    disp, i32_of, ok,
-};
+use super::{Asm, BLOCK_PIXEL_BYTES, Chain, DirectTile, Src, TileCode, YMM, ZMM, disp, i32_of, ok};
 use crate::key::PostOpDesc;
 use crate::target::Isa;
 
