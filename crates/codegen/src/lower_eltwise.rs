@@ -14,7 +14,7 @@
 //!
 //! Sigmoid and SiLU divide their numerator (1 or `x`, halved) by `exp(-x) / 2 + 1 / 2`, whose
 //! `2^(n - 1)` is one factor built from the rounding's own bits (`approx::LOGISTIC_EXP_MIN`),
-//! and whose polynomial is of degree 5 (`approx::LOGISTIC_POLY`): 18 instructions to the 30 of
+//! and whose polynomial is of degree 5 (`approx::LOGISTIC_POLY`): 20 instructions to the 31 of
 //! `1 / (1 + exp(-x))` through the general `exp` and a product, within 3 units in the last
 //! place of f64 over the whole range (SiLU where `x` is above -87; below, the sigmoid
 //! underflows and SiLU is within `1e-38 |x|`).
