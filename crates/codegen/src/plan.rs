@@ -582,9 +582,11 @@ pub const JOINED_ROW_PIXELS: usize = 24;
 /// vectors load 7 times per 12 FMAs where two load 8; a short last tile (one or two `ymm`,
 /// 4 or 8 FMA chains) costs its share of the blocks. Measured with `bench-op` against two
 /// `ymm` by six pixels, alternated (% of the avx2 peak, Zen3): 64 blocks `ic1024ih14oc256`
-/// 75 to 91, 80 blocks `ic1152ih7oc320` 74 to 83, 512 blocks `ic512ih7oc2048` 80 to 91,
+/// 89 to 92, 80 blocks `ic1152ih7oc320` 74 to 83, 512 blocks `ic512ih7oc2048` 75 to 90,
 /// 128 blocks `ic128ih28oc512` 93 to 92; below, 32 blocks `ic512ih28oc128` 93 to 88, 20
-/// blocks `ic480ih14oc80` 96 to 88, 16 blocks `ic256ih56oc64` 92 to 73.
+/// blocks `ic480ih14oc80` 96 to 88, 16 blocks `ic256ih56oc64` 92 to 73. Inside ResNet50 the
+/// 7x7 layers gained 5-7% and its 14x14 and 28x28 ones lost 1-4%: the tile cannot follow the
+/// extent, so the rule trades them (docs/perf/2026-12-zen3.md, session 44).
 pub const POINTWISE_SHORT_TILE_BLOCKS: usize = 64;
 
 impl ConvPlan {

@@ -7,9 +7,10 @@
 //! several chains, it emits each step for all of them before the next: an activation with an
 //! `exp` and a division is a chain of 60 to 80 cycles, and one value at a time left the
 //! out-of-order window to overlap too few of them (SiLU in a 1x1 conv's epilogue on Zen3:
-//! 1.12 ms one at a time, 1.08 ms as three chains; a standalone SiLU: 0.039 and 0.033 ms). The Cephes polynomials and the reduction of `exp`
-//! are `lower_eltwise`'s, their constants `crate::approx`'s; only the registers are chosen
-//! here. `Elu` needs a fifth register and stays with the Cranelift code after the tile.
+//! 1.12 ms one at a time, 1.08 ms as three chains; a standalone SiLU: 0.039 and 0.033 ms).
+//! The polynomials and the reduction of `exp` are `lower_eltwise`'s, their constants
+//! `crate::approx`'s; only the registers are chosen here. `Elu` needs a fifth register and
+//! stays with the Cranelift code after the tile.
 
 use iced_x86::code_asm::{AsmRegisterK, AsmRegisterZmm, k0, k1, k2, k3, k4, k5, k6, k7, ptr};
 
@@ -72,10 +73,12 @@ struct Compare {
     mask: usize,
 }
 
+/// Opmask register `k`.
 fn opmask(k: usize) -> AsmRegisterK {
     [k0, k1, k2, k3, k4, k5, k6, k7][k]
 }
 
+/// `z` written under a chain's opmask `k` (2 to 7).
 fn masked(z: AsmRegisterZmm, k: usize) -> AsmRegisterZmm {
     match k {
         2 => z.k2(),
@@ -83,7 +86,8 @@ fn masked(z: AsmRegisterZmm, k: usize) -> AsmRegisterZmm {
         4 => z.k4(),
         5 => z.k5(),
         6 => z.k6(),
-        _ => z.k7(),
+        7 => z.k7(),
+        _ => unreachable!("chains compare into k2 to k7, not k{k}"),
     }
 }
 

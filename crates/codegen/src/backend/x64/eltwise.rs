@@ -126,24 +126,10 @@ impl EltwiseTile {
             for (u, c) in chains.iter().enumerate() {
                 a.store(rsi + disp(u as i64 * vb), c.x);
             }
-        }
-        for u in (0..n).filter(|_| !matches!(self.op, EltwiseOp::Act(_))) {
-            let x = Self::FIRST_VALUE + u;
-            let at = disp(u as i64 * vb);
-            a.load(x, rdi + at);
-            let y = match self.operand {
-                EltwiseOperand::Vector => Src::Mem(rdx + at),
-                _ => Src::Reg(Self::OPERAND),
-            };
-            match self.op {
-                EltwiseOp::Act(_) => unreachable!("activations run as chains above"),
-                EltwiseOp::PRelu => a.prelu(&[Chain::single(x)], y),
-                EltwiseOp::Binary(BinaryKind::Add) => three!(a, vaddps, x, x, y),
-                EltwiseOp::Binary(BinaryKind::Sub) => three!(a, vsubps, x, x, y),
-                EltwiseOp::Binary(BinaryKind::Mul) => three!(a, vmulps, x, x, y),
-                EltwiseOp::Binary(BinaryKind::Div) => three!(a, vdivps, x, x, y),
+        } else {
+            for u in 0..n {
+                self.binary(a, u);
             }
-            a.store(rsi + at, x);
         }
         let step = i32_of(n as i64 * vb);
         ok(a.a.add(rdi, step));
@@ -151,5 +137,27 @@ impl EltwiseTile {
         if self.operand == EltwiseOperand::Vector {
             ok(a.a.add(rdx, step));
         }
+    }
+
+    /// Vector `u` of a trip of PReLU or a binary op: its load, the op with its operand, its
+    /// store.
+    fn binary(&self, a: &mut Asm, u: usize) {
+        let vb = self.isa.target().vector_bytes() as i64;
+        let x = Self::FIRST_VALUE + u;
+        let at = disp(u as i64 * vb);
+        a.load(x, rdi + at);
+        let y = match self.operand {
+            EltwiseOperand::Vector => Src::Mem(rdx + at),
+            _ => Src::Reg(Self::OPERAND),
+        };
+        match self.op {
+            EltwiseOp::Act(_) => unreachable!("activations run as chains (`trip`)"),
+            EltwiseOp::PRelu => a.prelu(&[Chain::single(x)], y),
+            EltwiseOp::Binary(BinaryKind::Add) => three!(a, vaddps, x, x, y),
+            EltwiseOp::Binary(BinaryKind::Sub) => three!(a, vsubps, x, x, y),
+            EltwiseOp::Binary(BinaryKind::Mul) => three!(a, vmulps, x, x, y),
+            EltwiseOp::Binary(BinaryKind::Div) => three!(a, vdivps, x, x, y),
+        }
+        a.store(rsi + at, x);
     }
 }
