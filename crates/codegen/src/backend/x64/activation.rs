@@ -107,6 +107,7 @@ impl Asm {
         Src::Mem(self.constant(bits))
     }
 
+    /// Every chain's temporary `t` set to `x` in every lane.
     fn load_f32(&mut self, chains: &[Chain], t: usize, x: f32) {
         let m = self.constant(x.to_bits());
         for c in chains {
@@ -131,6 +132,7 @@ impl Asm {
         }
     }
 
+    /// Register `r`'s 32-bit lanes shifted left by `bits`.
     fn shift_left(&mut self, r: usize, bits: u32) {
         ok(if self.wide() {
             self.a.vpslld(ZMM[r], ZMM[r], bits)
