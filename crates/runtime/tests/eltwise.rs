@@ -9,9 +9,10 @@
 //!
 //! PReLU, the binary ops and concat round once or not at all, like the reference: results
 //! must be equal. An activation is held to `ulps` units in the last place of the reference's
-//! result plus `1e-38` (where the result underflows), where `ulps` covers the vector `exp`
-//! ([`EXP_ULPS`]) and the few roundings after it: 8 for sigmoid, SiLU, ELU and tanh, 2 for the
-//! hard ones (an FMA against the reference's exact product), 0 for leaky relu. A NaN input
+//! result plus `1e-38` (where the result underflows; `1e-38 |x|` for SiLU, whose sigmoid
+//! does), where `ulps` covers the vector `exp` ([`EXP_ULPS`]) and the few roundings after it:
+//! 8 for sigmoid, SiLU, ELU and tanh, 2 for the hard ones (an FMA against the reference's
+//! exact product), 0 for leaky relu. A NaN input
 //! gives a NaN, an infinite result must be the same infinity. A conv with an activation
 //! post-op is held to the direct conv's bound of `tests/kernels.rs`, times the activation's
 //! largest slope (1.5, hardswish's), plus the activation's own bound.
