@@ -784,16 +784,17 @@ impl Asm {
     /// says so). `residual(a, i, adds, r)` loads the `adds`-th residual of chain `i`'s value
     /// into register `r`. `max(b, x)` and `min(b, x)` return their second operand `x` when
     /// either is NaN or both are zeros, so relu and clip are `x < 0 ? 0 : x` and
-    /// `x < lo ? lo : x`.
+    /// `x < lo ? lo : x`. With `zero_set`, the chains' zero registers hold zero already
+    /// ([`Self::hoisted_zero`]).
     fn post_ops(
         &mut self,
         chains: &[Chain],
         posts: &[PostOpDesc],
+        mut zero_set: bool,
         mut residual: impl FnMut(&mut Asm, usize, usize, usize),
     ) {
         let mut adds = 0;
         // An activation uses the temporaries: a relu after one sets its zero again.
-        let mut zero_set = false;
         for post in posts {
             match *post {
                 PostOpDesc::Relu => {
@@ -845,8 +846,9 @@ impl Asm {
     ) {
         let group = chains_per_group(self.isa.target().vector_registers);
         if values.len() < 2 || !long_chain(posts) {
+            let zero_set = self.hoisted_zero(posts);
             for (i, &x) in values.iter().enumerate() {
-                self.post_ops(&[Chain::single(x)], posts, |a, _, adds, r| {
+                self.post_ops(&[Chain::single(x)], posts, zero_set, |a, _, adds, r| {
                     residual(a, i, adds, r)
                 });
                 store(self, i, x);
@@ -866,7 +868,7 @@ impl Asm {
             for (k, c) in chains.iter().enumerate() {
                 self.load(c.x, rsp + disp((first + k) as i64 * vb));
             }
-            self.post_ops(&chains, posts, |a, k, adds, r| {
+            self.post_ops(&chains, posts, false, |a, k, adds, r| {
                 residual(a, first + k, adds, r)
             });
             for (k, c) in chains.iter().enumerate() {
@@ -875,6 +877,18 @@ impl Asm {
         }
         ok(self.a.add(rsp, frame));
         self.frame -= frame;
+    }
+
+    /// Zeroes register 0, the single-value chains' relu zero, once for all their post-ops
+    /// where they have a relu and no activation (which would use the register): whether it
+    /// did.
+    fn hoisted_zero(&mut self, posts: &[PostOpDesc]) -> bool {
+        let hoist = posts.contains(&PostOpDesc::Relu)
+            && !posts.iter().any(|p| matches!(p, PostOpDesc::Act(_)));
+        if hoist {
+            self.zero(Chain::single(0).t[EPILOGUE_ZERO]);
+        }
+        hoist
     }
 
     /// The stack argument `offset` bytes above the return address's slot, wherever the

@@ -236,6 +236,7 @@ impl OutputTransformTile {
         if self.bias {
             a.broadcast_block(Self::BIAS, r8 + 0);
         }
+        let zero_set = a.hoisted_zero(&self.posts);
         for k in 0..TILE {
             for j in 0..p {
                 a.load(4 + j, r9 + disp((k * p + j) as i64 * vb));
@@ -245,11 +246,16 @@ impl OutputTransformTile {
                 if self.bias {
                     a.add(x, x, Self::BIAS);
                 }
-                a.post_ops(&[Chain::single(x)], &self.posts, |a, _, adds, r| {
-                    ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds as i32 + 1))));
-                    let blocks = self.isa.target().lanes / 4;
-                    a.gather_blocks_at(r, row(rax, k) + px, TILE_BYTES, blocks);
-                });
+                a.post_ops(
+                    &[Chain::single(x)],
+                    &self.posts,
+                    zero_set,
+                    |a, _, adds, r| {
+                        ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds as i32 + 1))));
+                        let blocks = self.isa.target().lanes / 4;
+                        a.gather_blocks_at(r, row(rax, k) + px, TILE_BYTES, blocks);
+                    },
+                );
                 a.scatter_blocks_at(x, row(rdx, k) + px, TILE_BYTES);
             }
         }
