@@ -9,7 +9,7 @@
 use crate::conv::winograd::{Form, WinogradPlan};
 use crate::key::{
     BufferSpec, CallExtents, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS,
-    KeyError, Layout, PoolDesc, PrimitiveKey, ResizeDesc, ResizeOut, SCRATCH_ROLE,
+    GlobalPoolDesc, KeyError, Layout, PoolDesc, PrimitiveKey, ResizeDesc, ResizeOut, SCRATCH_ROLE,
 };
 use crate::plan::{ConvPlan, representative_extents};
 use crate::target::Isa;
@@ -148,19 +148,18 @@ impl ConvDesc {
 
 impl PoolDesc {
     /// The tier this pooling's kernel uses on an engine of tier `engine`: the engine's where
-    /// its output pixels along a row read consecutive input pixels (unit column stride), both
-    /// layouts are `nChw4c` and the window's reach fits the tile's 32-bit displacements
-    /// (`backend::x64::PoolTile`: wide vectors of consecutive pixels of one block); `x128`
-    /// for the others.
+    /// both layouts are `nChw4c` and the window's reach fits the tile's 32-bit displacements
+    /// (`backend::x64::PoolTile`: wide vectors of consecutive output pixels of one block,
+    /// whose inputs are one load at unit column stride and a load per pixel at a larger one);
+    /// `x128` for the others.
     pub fn tier_for(&self, engine: Isa) -> Isa {
         let lanes = engine.target().lanes as u128;
         let reach = (self.window.kernel[1].saturating_sub(1) as u128
             * self.window.dilations[1] as u128
-            + LANEWISE_VECTORS as u128 * lanes / LANES as u128
+            + LANEWISE_VECTORS as u128 * lanes / LANES as u128 * self.window.strides[1] as u128
             + 1)
             * 16;
         let wide = engine != Isa::X128
-            && self.window.strides[1] == 1
             && self.src_layout == Layout::Nchw4c
             && self.dst_layout == Layout::Nchw4c
             && reach < i32::MAX as u128;
@@ -171,6 +170,25 @@ impl PoolDesc {
     pub fn at_tier(self, engine: Isa) -> PoolDesc {
         let isa = self.tier_for(engine);
         PoolDesc { isa, ..self }
+    }
+}
+
+impl GlobalPoolDesc {
+    /// The tier this global pooling's kernel uses on an engine of tier `engine`: the engine's
+    /// for an `nChw4c` source (`backend::x64::GlobalPoolTile`: each wide vector the partials
+    /// of consecutive pixels of one block), `x128` for an NCHW one.
+    pub fn tier_for(&self, engine: Isa) -> Isa {
+        if self.src_layout == Layout::Nchw4c {
+            engine
+        } else {
+            Isa::X128
+        }
+    }
+
+    /// This key at the tier its kernel uses on an engine of tier `engine` ([`Self::tier_for`]).
+    pub fn at_tier(self, engine: Isa) -> GlobalPoolDesc {
+        let isa = self.tier_for(engine);
+        GlobalPoolDesc { isa, ..self }
     }
 }
 
@@ -246,6 +264,7 @@ impl PrimitiveKey {
         let (what, isa, granted) = match self {
             PrimitiveKey::Conv(d) => ("convolution", d.isa, d.tier_for(d.isa)),
             PrimitiveKey::Pool(d) => ("pooling", d.isa, d.tier_for(d.isa)),
+            PrimitiveKey::GlobalPool(d) => ("global pooling", d.isa, d.tier_for(d.isa)),
             PrimitiveKey::Eltwise(d) => ("element-wise op", d.isa, d.tier_for(d.isa)),
             _ => return Ok(()),
         };

@@ -449,7 +449,8 @@ impl ConvDesc {
             src_layout: Layout::Nchw4c,
             dst_layout: self.dst_layout,
             runtime: RuntimeDims::NONE,
-            // The fused pool is Cranelift code within the conv's kernel.
+            // The key holds no tier of its own for it: the fused kernel's plan takes the
+            // conv's where the pool's tile covers it (`PoolDesc::tier_for`).
             isa: Isa::X128,
         };
         Some(d.with_runtime(self.runtime))
@@ -549,6 +550,9 @@ pub struct GlobalPoolDesc {
     pub src_layout: Layout,
     pub dst_layout: Layout,
     pub runtime: RuntimeDims,
+    /// The vector tier of its kernel: `x128`, or the engine's where
+    /// [`GlobalPoolDesc::tier_for`] grants it.
+    pub isa: Isa,
 }
 
 /// An element-wise op that was not fused into a convolution.
@@ -963,6 +967,7 @@ impl PrimitiveKey {
         match self {
             PrimitiveKey::Conv(d) => d.isa,
             PrimitiveKey::Pool(d) => d.isa,
+            PrimitiveKey::GlobalPool(d) => d.isa,
             PrimitiveKey::Eltwise(d) => d.isa,
             PrimitiveKey::WidePeak { isa, .. } => *isa,
             _ => Isa::X128,
@@ -1395,6 +1400,9 @@ impl fmt::Display for PrimitiveKey {
                 };
                 let [ih, iw, _, _] = extent_fields(d.runtime, [d.ih, d.iw, 1, 1]);
                 write!(f, "global_pool_{alg} mb{}ic{}ih{ih}iw{iw}", d.mb, d.c)?;
+                if d.isa != Isa::X128 {
+                    write!(f, " isa:{}", d.isa)?;
+                }
                 layouts(f, d.src_layout, d.dst_layout)
             }
             PrimitiveKey::Eltwise(d) => {

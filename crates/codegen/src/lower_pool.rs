@@ -7,17 +7,20 @@
 use std::ops::Range;
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
+use cranelift_codegen::ir::{
+    InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value, types,
+};
 use primjit_ir::PoolKind;
 
-use crate::backend::x64::{PoolTile, WideTile};
+use crate::backend::x64::{GlobalPoolTile, PoolTile, WideTile};
 use crate::conv::direct::{ColumnSplit, RunLen};
 use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{
     FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS, FmaPattern, GlobalPoolDesc, Layout,
 };
 use crate::plan::{Axis, AxisPlan, PoolPlan, Strides};
-use crate::tile::{GROUP_TILES, GROUP_VECTORS, LANES};
+use crate::target::Isa;
+use crate::tile::{GLOBAL_CHAINS, GROUP_TILES, GROUP_VECTORS, LANES};
 
 const SRC: usize = 0;
 const DST: usize = 2;
@@ -430,7 +433,8 @@ fn pool_tile(
         let done = wide_pool_tile(e, tiles, pixels / ratio, col, src, dst);
         if done < pixels {
             let f = F32_BYTES;
-            let (src_px, dst_px) = (input.pixel * f, pixel_stride(plan.desc.dst_layout) * f);
+            let src_px = input.pixel * plan.desc.window.strides[1] as i64 * f;
+            let dst_px = pixel_stride(plan.desc.dst_layout) * f;
             let src = e.offset(src, done as i64 * src_px);
             let dst = e.offset(dst, done as i64 * dst_px);
             let plan_x128 = plan.x128();
@@ -536,9 +540,9 @@ fn pool_tile(
 }
 
 /// The first `vectors` wide vectors of a pooling tile at a wide tier as one call of the x64
-/// backend's [`PoolTile`] (`PoolDesc::tier_for`: unit column stride, `nChw4c`), which reduces
-/// each pixel's taps in the order of the 128-bit tile and so gives the same bits. `col` holds
-/// fixed taps. Returns the pixels it computed.
+/// backend's [`PoolTile`] (`PoolDesc::tier_for`: `nChw4c`), which reduces each pixel's taps
+/// in the order of the 128-bit tile and so gives the same bits. `col` holds fixed taps.
+/// Returns the pixels it computed.
 fn wide_pool_tile(
     e: &mut Emit<'_>,
     tiles: &PoolTiles<'_>,
@@ -559,6 +563,7 @@ fn wide_pool_tile(
         max: d.kind == PoolKind::Max,
         vectors,
         units: col_taps.clone().map(|kw| kw as i64 * kw_step).collect(),
+        pixel_bytes: d.window.strides[1] as i64 * src_px,
     };
     let src_kh = first_kernel_row(e, src, kh_step, row);
     let kh_count = match row {
@@ -617,15 +622,11 @@ fn avg_reciprocal(e: &mut Emit<'_>, row: &Taps, col: &Taps) -> Value {
     }
 }
 
-/// Independent accumulator chains of a global pooling: enough to cover an add's latency on
-/// two pipes, which one chain left 3-4 cycles per pixel (the SE blocks of MobileNetV3 and
-/// EfficientNet pool whole 112x112 maps).
-const GLOBAL_CHAINS: usize = 8;
-
 /// A global pooling: per block of four channels (the work items, so threads split the
 /// channels) and image, the pixels in [`GLOBAL_CHAINS`] partials, pixel `p` to partial
 /// `p % GLOBAL_CHAINS`, summed as a tree. Runtime extents give the same partials and order:
-/// the last pixels go to partials `0..rest`, each behind a test of `rest`.
+/// the last pixels go to partials `0..rest`, each behind a test of `rest`. At a wide tier the
+/// full trips are the x64 backend's tile (`wide_global_trips`), with the same partials.
 pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
     let f = F32_BYTES;
     let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
@@ -663,9 +664,22 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                     }
                     next
                 };
+                let trips = match pixels {
+                    Scalar::Const(p) => Scalar::Const(p / chains),
+                    Scalar::Dyn(p) => {
+                        Scalar::Dyn(e.b.ins().ushr_imm_u(p, chains.trailing_zeros() as i64))
+                    }
+                };
+                let out = match (d.isa, trips) {
+                    (Isa::X128, Scalar::Const(t)) => e.for_count(t as usize, &carried, body),
+                    (Isa::X128, Scalar::Dyn(t)) => {
+                        let zero = e.iconst(0);
+                        e.for_range(zero, t, &carried, body)
+                    }
+                    _ => wide_global_trips(e, d, q[0], trips),
+                };
                 let mut partials = match pixels {
                     Scalar::Const(p) => {
-                        let out = e.for_count(p as usize / GLOBAL_CHAINS, &carried, body);
                         let mut partials = out[1..].to_vec();
                         for (k, a) in partials
                             .iter_mut()
@@ -677,9 +691,6 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                         partials
                     }
                     Scalar::Dyn(p) => {
-                        let zero = e.iconst(0);
-                        let trips = e.b.ins().ushr_imm_u(p, chains.trailing_zeros() as i64);
-                        let out = e.for_range(zero, trips, &carried, body);
                         let rest = e.b.ins().band_imm_u(p, chains - 1);
                         let mut partials = out[1..].to_vec();
                         for (k, a) in partials.iter_mut().enumerate().take(GLOBAL_CHAINS - 1) {
@@ -730,6 +741,36 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
             vec![]
         });
     }
+}
+
+/// A global pooling's full trips of [`GLOBAL_CHAINS`] pixels from `src` at a wide tier, as
+/// the x64 backend's [`GlobalPoolTile`], its partials passed back through a stack slot:
+/// returns the source after them and the partials, as the 128-bit loop does.
+fn wide_global_trips(
+    e: &mut Emit<'_>,
+    d: &GlobalPoolDesc,
+    src: Value,
+    trips: Scalar,
+) -> Vec<Value> {
+    let vector = F32_BYTES * LANES as i64;
+    let bytes = u32::try_from(GLOBAL_CHAINS as i64 * vector).expect("a small slot");
+    let slot =
+        e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4));
+    let partials = e.b.ins().stack_addr(types::I64, slot, 0);
+    let count = e.value(trips);
+    let tile = GlobalPoolTile {
+        isa: d.isa,
+        max: d.kind == PoolKind::Max,
+    };
+    e.call_tile(WideTile::GlobalPool(tile), &[src, count, partials]);
+    let trip_bytes = GLOBAL_CHAINS as i64 * vector;
+    let after = match trips {
+        Scalar::Const(t) => e.offset(src, t * trip_bytes),
+        Scalar::Dyn(t) => e.scaled(src, t, trip_bytes, 0),
+    };
+    let mut out = vec![after];
+    out.extend((0..GLOBAL_CHAINS).map(|k| e.load_vec(partials, k as i64 * vector)));
+    out
 }
 
 /// The FMA peak loop: `[begin, end)` trips of `pattern` on 12 chains: 8 x 12 independent

@@ -21,6 +21,12 @@ pub fn full_tile(isa: Isa) -> (usize, usize) {
     }
 }
 
+/// Independent partials of a global pooling, pixel `p` in partial `p % GLOBAL_CHAINS` at every
+/// tier: enough to cover an add's latency on two pipes, which one chain left 3-4 cycles per
+/// pixel (the SE blocks of MobileNetV3 and EfficientNet pool whole 112x112 maps). A wide
+/// vector holds `lanes / 4` of them, one per pixel of a block of four channels.
+pub const GLOBAL_CHAINS: usize = 8;
+
 /// Accumulators of a full lane-wise (depthwise) tile: 8 chains of FMAs keep two FMA ports of
 /// 4 cycles' latency busy.
 pub const LANEWISE_VECTORS: usize = 8;

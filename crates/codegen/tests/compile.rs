@@ -73,6 +73,7 @@ fn keys() -> Vec<PrimitiveKey> {
             src_layout: Layout::Nchw,
             dst_layout: Layout::Nchw,
             runtime: RuntimeDims::NONE,
+            isa: Isa::X128,
         }),
         PrimitiveKey::Eltwise(EltwiseDesc {
             kind: EltwiseKind::Add,

@@ -9,8 +9,8 @@ use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Reg
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     Activation, BinaryKind, Broadcast, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps,
-    EltwiseDesc, EltwiseKind, Isa, Layout, PoolDesc, PostOpDesc, PrimitiveKey, WidePattern,
-    compile,
+    EltwiseDesc, EltwiseKind, GlobalPoolDesc, Isa, Layout, PoolDesc, PostOpDesc, PrimitiveKey,
+    WidePattern, compile,
 };
 use primjit_ir::{Pads, PoolKind, PoolWindow};
 
@@ -249,6 +249,17 @@ fn every_family_emits_its_tiers_instruction_forms_on_every_host() {
                     "{name} at {isa}: gathers"
                 );
             }
+            if d.pool.is_some() {
+                // The fused max pool's tile, at the conv's tier (its pixels gathered at the
+                // stem pool's stride 2).
+                let (wide_reg, _) = tier_registers(isa);
+                let max = k
+                    .tiles()
+                    .iter()
+                    .flat_map(|r| decode(&k.code()[r.clone()], 0))
+                    .any(|i| i.mnemonic() == Mnemonic::Vmaxps && uses(&i, wide_reg));
+                assert!(max, "{name} at {isa}: no wide pooling tile");
+            }
             assert_eq!(
                 masked,
                 isa == Isa::Avx512 && tail,
@@ -477,10 +488,11 @@ fn tier_for_keeps_what_a_wide_tile_cannot_address_at_x128() {
     );
 }
 
-/// Max and average pooling at unit column stride, fixed and runtime extents: each wide tier's
-/// tiles decode, end in `ret`, use its registers only, and carry its maximum with the NaN
-/// compare (and, at avx512, the opmask's all-ones fill) or its sum and reciprocal; a pooling
-/// the tiles cannot cover (stride 2 along rows, an NCHW side) stays x128 code.
+/// Max and average pooling at column strides 1 and 2, fixed and runtime extents: each wide
+/// tier's tiles decode, end in `ret`, use its registers only, and carry its maximum with the
+/// NaN compare (and, at avx512, the opmask's all-ones fill) or its sum and reciprocal, a
+/// strided one's pixels inserted block by block; a pooling the tiles cannot cover (an NCHW
+/// side) stays x128 code.
 #[test]
 fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
     let pool = |kind, count_include_pad| PoolDesc {
@@ -503,8 +515,12 @@ fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
         isa: Isa::X128,
     };
     let runtime = RuntimeDims { h: true, w: true };
+    let strided = |mut d: PoolDesc| {
+        d.window.strides = [2, 2];
+        d
+    };
     for d in [pool(PoolKind::Max, false), pool(PoolKind::Avg, true)] {
-        for d in [d.clone(), d.with_runtime(runtime)] {
+        for d in [d.clone(), d.clone().with_runtime(runtime), strided(d)] {
             for isa in [Isa::Avx2, Isa::Avx512] {
                 let key = PrimitiveKey::Pool(d.clone().at_tier(isa));
                 assert!(key.to_string().contains(&format!("isa:{isa}")), "{key}");
@@ -534,14 +550,23 @@ fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
                 for m in expected {
                     assert!(mnemonics.contains(m), "{key}: no wide {m:?}");
                 }
+                let insert = match isa {
+                    Isa::Avx2 => Mnemonic::Vinsertf128,
+                    _ => Mnemonic::Vinsertf32x4,
+                };
+                assert_eq!(
+                    mnemonics.contains(&insert),
+                    d.window.strides[1] > 1,
+                    "{key}: blocks inserted one by one only at a column stride past 1"
+                );
             }
         }
     }
-    let mut strided = pool(PoolKind::Max, false);
-    strided.window.strides = [1, 2];
     let mut nchw = pool(PoolKind::Avg, false);
     nchw.src_layout = Layout::Nchw;
-    for d in [strided, nchw] {
+    let mut nchw_dst = strided(pool(PoolKind::Max, false));
+    nchw_dst.dst_layout = Layout::Nchw;
+    for d in [nchw, nchw_dst] {
         assert_eq!(d.tier_for(Isa::Avx2), Isa::X128, "{d:?}");
         let key = PrimitiveKey::Pool(PoolDesc {
             isa: Isa::Avx2,
@@ -553,6 +578,73 @@ fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
             "{err}"
         );
     }
+}
+
+/// Global max and average pooling of an `nChw4c` source, fixed and runtime extents: each wide
+/// tier's tile decodes, ends in `ret`, uses its registers only and carries the maximum with
+/// its NaN compare or the sum; an NCHW source stays x128 code, and a key that claims a wide
+/// tier for it is refused.
+#[test]
+fn global_pooling_tiles_emit_their_tiers_forms_on_every_host() {
+    let global = |kind| GlobalPoolDesc {
+        kind,
+        mb: 2,
+        c: 12,
+        ih: 7,
+        iw: 9,
+        src_layout: Layout::Nchw4c,
+        dst_layout: Layout::Nchw,
+        runtime: RuntimeDims::NONE,
+        isa: Isa::X128,
+    };
+    let runtime = RuntimeDims { h: true, w: true };
+    for d in [global(PoolKind::Max), global(PoolKind::Avg)] {
+        for d in [d.clone(), d.clone().with_runtime(runtime)] {
+            for isa in [Isa::Avx2, Isa::Avx512] {
+                let key = PrimitiveKey::GlobalPool(d.clone().at_tier(isa));
+                assert!(key.to_string().contains(&format!("isa:{isa}")), "{key}");
+                let k = compile(&key, verified(), Dumps::default())
+                    .unwrap_or_else(|e| panic!("{key}: {e}"));
+                assert_eq!(k.tiles().len(), 1, "{key}: one tile for every block");
+                let (wide_reg, other_reg) = tier_registers(isa);
+                let range = k.tiles()[0].clone();
+                let tile = decode(&k.code()[range.clone()], range.start);
+                assert!(tile.iter().all(|i| !i.is_invalid()), "{key}: undecodable");
+                assert_eq!(tile.last().map(|i| i.mnemonic()), Some(Mnemonic::Ret));
+                assert!(
+                    tile.iter().all(|i| !uses(i, other_reg)),
+                    "{key}: another tier's"
+                );
+                let wide: Vec<Mnemonic> = tile
+                    .iter()
+                    .filter(|i| uses(i, wide_reg))
+                    .map(|i| i.mnemonic())
+                    .collect();
+                let expected: &[Mnemonic] = match d.kind {
+                    PoolKind::Max => &[Mnemonic::Vmaxps, Mnemonic::Vcmpps],
+                    PoolKind::Avg => &[Mnemonic::Vaddps],
+                };
+                for m in expected {
+                    assert!(wide.contains(m), "{key}: no wide {m:?}");
+                }
+            }
+        }
+    }
+    let nchw = GlobalPoolDesc {
+        src_layout: Layout::Nchw,
+        ..global(PoolKind::Avg)
+    };
+    assert_eq!(nchw.tier_for(Isa::Avx2), Isa::X128);
+    let key = PrimitiveKey::GlobalPool(GlobalPoolDesc {
+        isa: Isa::Avx2,
+        ..nchw
+    });
+    let err = compile(&key, verified(), Dumps::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not cover this global pooling"),
+        "{err}"
+    );
 }
 
 /// Element-wise keys at the wide tiers: an activation, PReLU and each binary op with each

@@ -61,6 +61,7 @@ fn global_avg(c: usize, h: usize, w: usize) -> PrimitiveKey {
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
         runtime: RuntimeDims::NONE,
+        isa: Isa::X128,
     })
 }
 
@@ -1356,6 +1357,7 @@ fn whole_keys_are_compared_never_confused() {
             src_layout: Layout::Nchw,
             dst_layout: Layout::Nchw,
             runtime: RuntimeDims::NONE,
+            isa: Isa::X128,
         }),
     ];
     // Many shapes of one kind, which is where a hash-only comparison would collide first.

@@ -2114,16 +2114,16 @@ proptest! {
 }
 
 /// [`pool_problem`]s that the wide tiles cover where the host has a wide tier: `nChw4c` both
-/// ways, unit column stride, at the host's widest tier (x128 elsewhere).
+/// ways (any column stride: one load per vector at 1, one per pixel past it), at the host's
+/// widest tier (x128 elsewhere).
 fn wide_pool_problem() -> impl Strategy<Value = PoolProblem> {
     pool_problem()
         .prop_map(|p| {
-            let mut desc = PoolDesc {
+            let desc = PoolDesc {
                 src_layout: Layout::Nchw4c,
                 dst_layout: Layout::Nchw4c,
                 ..p.desc
             };
-            desc.window.strides[1] = 1;
             let host = *common::host_tiers().last().expect("x128 at least");
             PoolProblem {
                 desc: desc.at_tier(host),
@@ -2189,14 +2189,19 @@ proptest! {
 }
 
 /// Every width from 1 to 64 (and a sample of wider ones) for the trunk's max pooling, a
-/// ceil-mode average pooling that counts padding and a 2x2 one, against the exact kernels.
+/// ceil-mode average pooling that counts padding and a 2x2 one, against the exact kernels, at
+/// every tier the host runs.
 #[test]
 fn pool_runtime_width_covers_every_remainder() {
-    for (kind, k, s, pad, ceil_mode, count_include_pad, layout) in [
+    let cases = [
         (PoolKind::Max, 3, 2, 1, false, false, Layout::Nchw4c),
         (PoolKind::Avg, 3, 2, 1, true, true, Layout::Nchw4c),
         (PoolKind::Avg, 2, 2, 0, false, false, Layout::Nchw),
-    ] {
+    ];
+    let tiers = common::host_tiers();
+    for (isa, (kind, k, s, pad, ceil_mode, count_include_pad, layout)) in
+        tiers.iter().flat_map(|&isa| cases.map(|c| (isa, c)))
+    {
         let desc = PoolDesc {
             kind,
             mb: 1,
@@ -2215,7 +2220,8 @@ fn pool_runtime_width_covers_every_remainder() {
             dst_layout: layout,
             runtime: RuntimeDims::NONE,
             isa: primjit_codegen::Isa::X128,
-        };
+        }
+        .at_tier(isa);
         let runtime = desc.clone().with_runtime(RuntimeDims { h: false, w: true });
         let generic = compile(&PrimitiveKey::Pool(runtime)).expect("compile");
         for iw in (1..=64).chain([97, 258, 1031]) {
@@ -2233,8 +2239,9 @@ fn pool_runtime_width_covers_every_remainder() {
             };
             let oh = p.desc.oh();
             check_runtime_against_exact(&generic, &p.key(), bufs, 1.min(oh)..oh)
-                .unwrap_or_else(|e| panic!("width {iw}: {e}"));
-            p.check().unwrap_or_else(|e| panic!("width {iw}: {e}"));
+                .unwrap_or_else(|e| panic!("{isa} width {iw}: {e}"));
+            p.check()
+                .unwrap_or_else(|e| panic!("{isa} width {iw}: {e}"));
         }
     }
 }
@@ -2335,17 +2342,20 @@ impl GlobalPoolProblem {
     }
 }
 
+/// Global poolings at the tiers this host runs: maps of 1 to 81 pixels (under one trip of
+/// eight, and every remainder) and now and then up to 360 (many trips of the wide tile).
 fn global_pool_problem() -> impl Strategy<Value = GlobalPoolProblem> {
     (
         prop_oneof![Just(PoolKind::Max), Just(PoolKind::Avg)],
         1..=2usize,
         channels(),
-        (extent(), extent()),
+        (extent(), prop_oneof![3 => extent(), 1 => 10..=40usize]),
         (layout(), layout()),
         any::<u64>(),
+        tier(),
     )
-        .prop_map(|(kind, mb, c, (ih, iw), (src_layout, dst_layout), seed)| {
-            GlobalPoolProblem {
+        .prop_map(
+            |(kind, mb, c, (ih, iw), (src_layout, dst_layout), seed, isa)| GlobalPoolProblem {
                 desc: GlobalPoolDesc {
                     kind,
                     mb,
@@ -2355,10 +2365,12 @@ fn global_pool_problem() -> impl Strategy<Value = GlobalPoolProblem> {
                     src_layout,
                     dst_layout,
                     runtime: RuntimeDims::NONE,
-                },
+                    isa: Isa::X128,
+                }
+                .at_tier(isa),
                 seed,
-            }
-        })
+            },
+        )
 }
 
 #[derive(Clone, Debug)]
@@ -2441,9 +2453,20 @@ fn eltwise_problem() -> impl Strategy<Value = EltwiseProblem> {
 proptest! {
     #![proptest_config(config(64))]
 
+    /// Against the reference, and at a wide tier against its x128 kernel bit for bit: the
+    /// wide tile keeps the 128-bit loop's partials.
     #[test]
-    fn global_pool_matches_reference(p in global_pool_problem()) {
+    fn global_pool_matches_reference_and_its_x128_kernel(p in global_pool_problem()) {
         p.check()?;
+        if p.desc.isa != Isa::X128 {
+            let narrow = GlobalPoolProblem {
+                desc: GlobalPoolDesc { isa: Isa::X128, ..p.desc.clone() },
+                seed: p.seed,
+            };
+            let (got, want) = (p.run()?, narrow.run()?);
+            let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+            prop_assert!(same, "{} differs from its x128 kernel", p.key());
+        }
     }
 
     #[test]
@@ -3409,9 +3432,16 @@ fn grouped_conv_of_one_output_channel_per_group_matches_reference() {
 }
 
 /// A global max pooling keeps a NaN wherever it is, in the loop's whole groups of pixels or
-/// in the remainder after them; the other channels keep their maximum.
+/// in the remainder after them, at every tier the host runs; the other channels keep their
+/// maximum.
 #[test]
 fn global_max_pool_keeps_nan_in_groups_and_remainder() {
+    for isa in common::host_tiers() {
+        global_max_pool_keeps_nan_at(isa);
+    }
+}
+
+fn global_max_pool_keeps_nan_at(isa: Isa) {
     let (c, ih, iw) = (12, 5, 5);
     let desc = GlobalPoolDesc {
         kind: PoolKind::Max,
@@ -3422,7 +3452,9 @@ fn global_max_pool_keeps_nan_in_groups_and_remainder() {
         src_layout: Layout::Nchw4c,
         dst_layout: Layout::Nchw4c,
         runtime: RuntimeDims::NONE,
-    };
+        isa: Isa::X128,
+    }
+    .at_tier(isa);
     let p = GlobalPoolProblem { desc, seed: 3 };
     let mut input = p.input();
     // Channel 1 in the first group of pixels, channel 6 in the remainder (pixel 24 of 25).

@@ -245,6 +245,7 @@ fn executable_bytes_grow_by_exactly_the_mapped_bytes() {
         src_layout: Layout::Nchw,
         dst_layout: Layout::Nchw,
         runtime: RuntimeDims::NONE,
+        isa: Isa::X128,
     }));
     let mut held = Vec::new();
     let mut sum = 0;

@@ -165,8 +165,10 @@ impl NodeKeys<'_> {
                         src_layout: self.src_layout(*input),
                         dst_layout: Layout::Nchw4c,
                         runtime: RuntimeDims::NONE,
+                        isa: Isa::X128,
                     }
-                    .with_runtime(rt),
+                    .with_runtime(rt)
+                    .at_tier(algo.1),
                 )
             }
             Op::Relu { input } => self.eltwise(EltwiseKind::Relu, *input, rt, algo.1)?,

@@ -17,7 +17,7 @@ use iced_x86::code_asm::{
 
 use crate::key::PostOpDesc;
 use crate::target::Isa;
-use crate::tile::{PEAK_CHAINS, PEAK_TILE_CHANNELS, WidePattern};
+use crate::tile::{GLOBAL_CHAINS, PEAK_CHAINS, PEAK_TILE_CHANNELS, WidePattern};
 
 /// A source operand: a register, or a splat from the constant pool.
 #[derive(Clone, Copy)]
@@ -250,24 +250,27 @@ impl LanewiseTile {
 }
 
 /// A pooling tile at a wide tier (`PoolDesc::tier_for`): `vectors` accumulators, each
-/// `lanes / 4` consecutive output pixels of one block of four channels (unit column stride:
-/// their windows start at consecutive input pixels), reduced over the window's taps in the
-/// order of the 128-bit tile of `lower_pool` (kernel rows, then `units`), with the same
-/// instructions per lane: `max` is `vmaxps` with the running maximum first, or-ed with an
-/// unordered compare so that a NaN stays NaN (`Emit::pmax_nan`); `avg` adds from zero and
-/// multiplies by the divisor's reciprocal once. The bits are the same at every tier.
+/// `lanes / 4` consecutive output pixels of one block of four channels, reduced over the
+/// window's taps in the order of the 128-bit tile of `lower_pool` (kernel rows, then
+/// `units`), with the same instructions per lane: `max` is `vmaxps` with the running maximum
+/// first, or-ed with an unordered compare so that a NaN stays NaN (`Emit::pmax_nan`); `avg`
+/// adds from zero and multiplies by the divisor's reciprocal once. The bits are the same at
+/// every tier.
 ///
 /// The tile is called as `fn(src, dst, kh_count, kh_src_step, scale_bits)`: `kh_count`
 /// kernel-row trips of `units` (the bytes from a trip's source to a column tap's input for
-/// the first vector; vector `j`'s is `j` vectors further), after each of which the source
-/// moves by `kh_src_step` bytes; for `avg`, the low 32 bits of `scale_bits` are the f32
-/// reciprocal. Vector `j`'s results go to `dst + j * vector bytes`.
+/// the first pixel), after each of which the source moves by `kh_src_step` bytes; for `avg`,
+/// the low 32 bits of `scale_bits` are the f32 reciprocal. Output pixel `p`'s taps lie
+/// `p * pixel_bytes` after the first's: at unit column stride (`pixel_bytes` 16, one block) a
+/// vector's pixels are one load, at a larger one each block is loaded on its own into the
+/// vector. Vector `j`'s results go to `dst + j * vector bytes`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PoolTile {
     pub isa: Isa,
     pub max: bool,
     pub vectors: usize,
     pub units: Vec<i64>,
+    pub pixel_bytes: i64,
 }
 
 impl PoolTile {
@@ -278,14 +281,25 @@ impl PoolTile {
     const SCALE: usize = 2;
     const FIRST_ACCUMULATOR: usize = 3;
 
+    /// Bytes of one pixel of a block of four channels.
+    const BLOCK_BYTES: i64 = 16;
+
+    /// Pixels of one vector: blocks of four channels.
+    fn blocks(&self) -> usize {
+        self.isa.target().lanes / 4
+    }
+
     /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
     pub fn fits(&self) -> bool {
-        let vb = self.isa.target().vector_bytes() as i64;
+        let pixels = (self.vectors * self.blocks()) as i64;
+        let reach = self.pixel_bytes.checked_mul(pixels);
         self.isa != Isa::X128
             && self.vectors > 0
+            && self.pixel_bytes >= Self::BLOCK_BYTES
             && Self::FIRST_ACCUMULATOR + self.vectors <= self.isa.target().vector_registers
             && self.units.iter().all(|&u| {
-                u.checked_add(self.vectors as i64 * vb)
+                reach
+                    .and_then(|r| u.checked_add(r))
                     .is_some_and(|end| i32::try_from(end).is_ok() && u >= i64::from(i32::MIN))
             })
     }
@@ -320,15 +334,24 @@ impl PoolTile {
         ok(a.a.test(rdx, rdx));
         ok(a.a.jz(kh_done));
         ok(a.a.set_label(&mut kh_loop));
+        // At unit column stride a vector's pixels are one load (an operand of `avg`'s add).
+        let contiguous = self.pixel_bytes == Self::BLOCK_BYTES;
+        let vector_step = self.pixel_bytes * self.blocks() as i64;
         for &unit in &self.units {
             for j in 0..self.vectors {
-                let x = rdi + disp(unit + j as i64 * vb);
-                if self.max {
+                let x = rdi + disp(unit + j as i64 * vector_step);
+                if !contiguous {
+                    a.gather_blocks_at(Self::INPUT, x, self.pixel_bytes, self.blocks());
+                } else if self.max {
                     a.load(Self::INPUT, x);
+                }
+                if self.max {
                     a.max(Self::MAX, acc(j), Self::INPUT);
                     a.or_unordered(acc(j), Self::MAX, acc(j), Self::INPUT);
-                } else {
+                } else if contiguous {
                     a.add_mem(acc(j), x);
+                } else {
+                    a.add(acc(j), acc(j), Self::INPUT);
                 }
             }
         }
@@ -351,6 +374,81 @@ impl PoolTile {
     }
 }
 
+/// The main loop of a global pooling at a wide tier (`GlobalPoolDesc::tier_for`): per trip
+/// [`GLOBAL_CHAINS`] consecutive pixels of one block of four channels, pixel `k` of a trip
+/// into partial `k`, so that a wide vector holds `lanes / 4` partials side by side. Each
+/// partial takes its pixels in the order and with the instructions of the 128-bit loop of
+/// `lower_pool` (as [`PoolTile`]): the same partials, so the same bits, at every tier.
+///
+/// The tile is called as `fn(src, trips, partials)`: `trips` trips from `src`, then the
+/// partials stored in order, 16 bytes each, from `partials`. The caller adds the pixels left
+/// over and sums the partials as the 128-bit kernel does.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GlobalPoolTile {
+    pub isa: Isa,
+    pub max: bool,
+}
+
+impl GlobalPoolTile {
+    /// Registers below the accumulators, as [`PoolTile`]'s.
+    const INPUT: usize = 0;
+    const MAX: usize = 1;
+    const FIRST_ACCUMULATOR: usize = 2;
+
+    /// The wide vectors of one trip's partials.
+    fn vectors(&self) -> usize {
+        GLOBAL_CHAINS / (self.isa.target().lanes / 4)
+    }
+
+    /// The tile's machine code, for any address.
+    ///
+    /// # Panics
+    ///
+    /// At `x128`, which has no wide tile.
+    pub fn assemble(&self) -> TileCode {
+        assert!(self.isa != Isa::X128, "a global pooling tile at x128");
+        let mut a = Asm::new(self.isa);
+        let vb = self.isa.target().vector_bytes() as i64;
+        let acc = |j: usize| Self::FIRST_ACCUMULATOR + j;
+        if self.max {
+            ok(a.a.mov(eax, f32::NEG_INFINITY.to_bits()));
+            a.splat_gpr(acc(0), eax);
+            for j in 1..self.vectors() {
+                a.copy(acc(j), acc(0));
+            }
+        } else {
+            for j in 0..self.vectors() {
+                a.zero(acc(j));
+            }
+        }
+        let mut trip = a.a.create_label();
+        let mut done = a.a.create_label();
+        ok(a.a.test(rsi, rsi));
+        ok(a.a.jz(done));
+        ok(a.a.set_label(&mut trip));
+        for j in 0..self.vectors() {
+            let x = rdi + disp(j as i64 * vb);
+            if self.max {
+                a.load(Self::INPUT, x);
+                a.max(Self::MAX, acc(j), Self::INPUT);
+                a.or_unordered(acc(j), Self::MAX, acc(j), Self::INPUT);
+            } else {
+                a.add_mem(acc(j), x);
+            }
+        }
+        ok(a.a.add(rdi, self.vectors() as i32 * vb as i32));
+        ok(a.a.dec(rsi));
+        ok(a.a.jnz(trip));
+        ok(a.a.set_label(&mut done));
+        for j in 0..self.vectors() {
+            a.store(rdx + disp(j as i64 * vb), acc(j));
+        }
+        ok(a.a.vzeroupper());
+        ok(a.a.ret());
+        a.finish()
+    }
+}
+
 /// Any register tile of the wide tiers, as a kernel's calls name it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WideTile {
@@ -358,6 +456,7 @@ pub enum WideTile {
     WinogradGemm(GemmTile),
     Lanewise(LanewiseTile),
     Pool(PoolTile),
+    GlobalPool(GlobalPoolTile),
     WinogradInput(InputTransformTile),
     WinogradOutput(OutputTransformTile),
     Eltwise(EltwiseTile),
@@ -366,6 +465,7 @@ pub enum WideTile {
 impl WideTile {
     /// The tile's machine code, for any address (see [`DirectTile::assemble`],
     /// [`GemmTile::assemble`], [`LanewiseTile::assemble`], [`PoolTile::assemble`],
+    /// [`GlobalPoolTile::assemble`],
     /// [`InputTransformTile::assemble`], [`OutputTransformTile::assemble`] and
     /// [`EltwiseTile::assemble`]).
     pub fn assemble(&self) -> TileCode {
@@ -374,6 +474,7 @@ impl WideTile {
             WideTile::WinogradGemm(t) => t.assemble(),
             WideTile::Lanewise(t) => t.assemble(),
             WideTile::Pool(t) => t.assemble(),
+            WideTile::GlobalPool(t) => t.assemble(),
             WideTile::WinogradInput(t) => t.assemble(),
             WideTile::WinogradOutput(t) => t.assemble(),
             WideTile::Eltwise(t) => t.assemble(),
