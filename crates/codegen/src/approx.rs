@@ -5,6 +5,9 @@
 /// `exp`'s input is clamped to these first: past them `exp` is 0 or infinite in f32 anyway.
 pub(crate) const EXP_MIN: f32 = -104.0;
 pub(crate) const EXP_MAX: f32 = 89.0;
+/// `expm1` (ELU's) takes `2^n` as one factor, a normal number for `n` in `[-126, 127]`: its
+/// input is clamped to this range first. Below it `expm1` is -1 in f32 (from about -17.4).
+pub(crate) const EXPM1_RANGE: [f32; 2] = [-87.0, 88.0];
 /// `1.5 * 2^23`: adding it rounds a float in `±2^22` to an integer, left in the low bits.
 pub(crate) const ROUNDING_MAGIC: f32 = 12_582_912.0;
 /// The logistic functions (sigmoid, SiLU) build `1 + exp(-x)` as `2 (exp(-x) / 2 + 1 / 2)`,

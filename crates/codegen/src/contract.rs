@@ -194,13 +194,12 @@ impl GlobalPoolDesc {
 
 impl EltwiseDesc {
     /// The tier this element-wise op's kernel uses on an engine of tier `engine`: the
-    /// engine's for the activations a wide tile computes, PReLU and the broadcasting binary
-    /// ops (`backend::x64::EltwiseTile`: runs of whole wide vectors, the x128 loop after
-    /// them); `x128` for `relu`, `add` (which `lower_pool` lowers) and `elu`.
+    /// engine's for the activations, PReLU and the broadcasting binary ops
+    /// (`backend::x64::EltwiseTile`: runs of whole wide vectors, the x128 loop after them);
+    /// `x128` for `relu` and `add` (which `lower_pool` lowers).
     pub fn tier_for(&self, engine: Isa) -> Isa {
         let wide = match self.kind {
-            EltwiseKind::Act(act) => crate::backend::x64::EltwiseTile::computes(act),
-            EltwiseKind::PRelu | EltwiseKind::Binary { .. } => true,
+            EltwiseKind::Act(_) | EltwiseKind::PRelu | EltwiseKind::Binary { .. } => true,
             EltwiseKind::Relu | EltwiseKind::Add => false,
         };
         if wide && engine != Isa::X128 {

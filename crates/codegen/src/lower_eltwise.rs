@@ -19,12 +19,12 @@
 //! place of f64 over the whole range (SiLU where `x` is above -87; below, the sigmoid
 //! underflows and SiLU is within `1e-38 |x|`).
 
-use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 
 use crate::approx::{
-    EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN, LOGISTIC_POLY,
-    ROUNDING_MAGIC, ROUNDING_MAGIC_HALF, TANH_POLY, TANH_SMALL,
+    EXP_MAX, EXP_MIN, EXP_POLY, EXPM1_RANGE, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN,
+    LOGISTIC_POLY, ROUNDING_MAGIC, ROUNDING_MAGIC_HALF, TANH_POLY, TANH_SMALL,
 };
 use crate::backend::x64::{EltwiseOp, EltwiseOperand, EltwiseTile, WideTile};
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
@@ -115,8 +115,8 @@ fn reduce(
 /// `exp(x)` as `(q, n)`: `exp(x) = (1 + q) 2^n` with `q = expm1(r)` of the reduced argument
 /// (so that `q` is `expm1(x)` itself where `n` is 0), `n` in integer lanes. NaN lanes are not
 /// kept: the caller puts them back.
-fn exp_parts(e: &mut Emit<'_>, x: Value) -> (Value, Value) {
-    let (kf, q) = reduce(e, x, [EXP_MIN, EXP_MAX], ROUNDING_MAGIC, &EXP_POLY);
+fn exp_parts(e: &mut Emit<'_>, x: Value, range: [f32; 2]) -> (Value, Value) {
+    let (kf, q) = reduce(e, x, range, ROUNDING_MAGIC, &EXP_POLY);
     let magic = e.splat_const(ROUNDING_MAGIC);
     let (k_bits, magic_bits) = (to_int(e, kf), to_int(e, magic));
     (q, e.b.ins().isub(k_bits, magic_bits))
@@ -136,7 +136,7 @@ fn scale(e: &mut Emit<'_>, q: Value, n: Value) -> Value {
 
 /// `exp(x)` of a vector, NaN lanes dropped (see [`exp`]).
 fn exp_raw(e: &mut Emit<'_>, x: Value) -> Value {
-    let (q, n) = exp_parts(e, x);
+    let (q, n) = exp_parts(e, x, [EXP_MIN, EXP_MAX]);
     scale(e, q, n)
 }
 
@@ -146,15 +146,16 @@ pub(crate) fn exp(e: &mut Emit<'_>, x: Value) -> Value {
     keep_nan(e, x, y)
 }
 
-/// `exp(x) - 1`, accurate near 0 too: where the reduction leaves `n = 0`, `q` itself.
+/// `exp(x) - 1` as `q 2^n + (2^n - 1)` in one fused multiply-add: `q` itself where the
+/// reduction leaves `n = 0`, and no `1 + q` rounded before 1 is taken off elsewhere. Its input
+/// is clamped to `EXPM1_RANGE`, so that `2^n` is one normal factor (and no register more is
+/// live than `exp`'s: the wide tiles compute it in a chain's four temporaries).
 fn expm1_raw(e: &mut Emit<'_>, x: Value) -> Value {
-    let (q, n) = exp_parts(e, x);
-    let y = scale(e, q, n);
+    let (q, n) = exp_parts(e, x, EXPM1_RANGE);
+    let s = pow2(e, n);
     let one = e.splat_const(1.0);
-    let y = e.b.ins().fsub(y, one);
-    let zero = splat_i32(e, 0);
-    let small = e.b.ins().icmp(IntCC::Equal, n, zero);
-    select(e, small, q, y)
+    let s_1 = e.b.ins().fsub(s, one);
+    e.fma(q, s, s_1)
 }
 
 /// The logistic function's numerator over `1 + exp(-x)`: `numerator / 2` over

@@ -14,8 +14,7 @@ use std::ops::Range;
 use primjit_ir::PoolKind;
 
 use crate::key::{
-    ConvAlgo, ConvDesc, Layout, Pitches, PoolDesc, PostOpDesc, PrimitiveKey, RuntimeDims,
-    tap_interval,
+    ConvAlgo, ConvDesc, Layout, Pitches, PoolDesc, PrimitiveKey, RuntimeDims, tap_interval,
 };
 use crate::target::Isa;
 use crate::tile::LANES;
@@ -980,24 +979,13 @@ impl ConvPlan {
     /// stores the destination element at the same place, and nothing is stored to the
     /// destination before that: one `add` post-op, no fused pool (which computes into its
     /// band and pools from there), one chunk of the reduction (chunks keep partial sums in
-    /// the destination), an `nChw4c` destination, and at a wide tier no post-op the tile
-    /// leaves to Cranelift code (`elu`) before the `add`.
+    /// the destination), and an `nChw4c` destination.
     pub fn residual_in_place(&self) -> bool {
         let d = &self.desc;
-        // A wide tile stores its sums before Cranelift code applies the post-ops from the
-        // first it does not compute on (`conv::direct::post_ops_in_place`): an `add` among those would
-        // read a residual that store has overwritten.
-        let wide = self.wide_ratio().is_some() || self.lanewise_ratio().is_some();
-        let add_after_store = wide
-            && d.post_ops
-                .iter()
-                .skip_while(|p| crate::backend::x64::DirectTile::supports(p))
-                .any(|p| *p == PostOpDesc::Add);
         d.residuals() == 1
             && d.pool.is_none()
             && self.chunks() == 1
             && d.dst_layout == Layout::Nchw4c
-            && !add_after_store
     }
 
     /// Floats per output-channel tile of packed weights.

@@ -424,24 +424,53 @@ fn only_kernels_that_read_each_residual_element_right_before_writing_it_run_over
             .eq(over.iter().map(|x| x.to_bits()))
     );
 
-    // At a wide tier, an `elu` before the `add` is applied after the tile stored its sums
-    // (the tile does not compute it), which would overwrite the residual before the `add`
-    // reads it: not in place; an `elu` after the `add` is, as at x128, and so is any
-    // activation the tile computes in its registers.
+    // Every activation runs in a wide tile's registers, before or after the `add`: each
+    // residual element is still read right before its destination element is written, so
+    // the kernel runs in place at every tier.
     let elu = PostOpDesc::Act(Activation::Elu { alpha: 1.0 });
     let hardswish = PostOpDesc::Act(Activation::HardSwish);
-    for (posts, wide_in_place) in [
-        (vec![elu, PostOpDesc::Add], false),
-        (vec![PostOpDesc::Add, elu], true),
-        (vec![hardswish, PostOpDesc::Add], true),
+    for posts in [
+        vec![elu, PostOpDesc::Add],
+        vec![PostOpDesc::Add, elu],
+        vec![hardswish, PostOpDesc::Add],
     ] {
         for isa in Isa::ALL {
             let mut d = residual_conv(16);
             d.post_ops = posts.clone();
             d.isa = d.tier_for(isa);
-            let expected = wide_in_place || d.isa == Isa::X128;
-            let got = ConvPlan::new(&d).residual_in_place();
-            assert_eq!(got, expected, "{posts:?} at {}", d.isa);
+            assert!(
+                ConvPlan::new(&d).residual_in_place(),
+                "{posts:?} at {}",
+                d.isa
+            );
+            if !Isa::host_tiers().contains(&isa) {
+                continue;
+            }
+            // Over the residual, the bits of a separate destination.
+            let key = PrimitiveKey::Conv(d.clone());
+            let p = engine.compile(&key).unwrap();
+            let specs = key.buffers();
+            let (src, weights) = (data(0, specs[0].len), data(1, specs[1].len));
+            let residual = data(2, specs[3].len);
+            let mut apart = vec![0.0; specs[2].len];
+            let args = |dst, extra| ExecArgs {
+                src: &src,
+                weights: Some(&weights),
+                dst,
+                extra,
+                scratch: None,
+            };
+            let extra = [residual.as_slice()];
+            engine.execute(&p, args(&mut apart, &extra)).unwrap();
+            let mut over = residual.clone();
+            engine
+                .execute_over_residual(&p, args(&mut over, &[]), None)
+                .unwrap();
+            let same = apart
+                .iter()
+                .zip(&over)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{key}");
         }
     }
 

@@ -777,20 +777,15 @@ fn tanh_is_within_its_bound_of_f64_over_its_whole_range() {
     eprintln!("tanh: largest error {worst:.2} ulps (bound {TANH_ULPS})");
 }
 
-/// Sigmoid and SiLU over `[-110, 100]` (where `exp(-x)` overflows, underflows, and the
-/// results go subnormal) and the special values, at every tier the host runs (the wide
-/// tiles' interleaved chains included): within [`act_ulps`] of the reference (f64, rounded),
-/// plus `1e-38` and [`act_abs`].
-#[test]
-fn sigmoid_and_silu_are_within_their_bound_of_f64_over_their_whole_range() {
-    let mut xs = sweep(-110.0, 100.0, 200_003);
-    xs.extend(sweep(-1.0, 1.0, 20_001));
+/// `acts` on `xs` at every tier the host runs (the wide tiles' interleaved chains included):
+/// within [`act_ulps`] of the reference (f64, rounded), plus `1e-38` and [`act_abs`].
+fn check_whole_range(acts: &[Activation], xs: &[f32]) {
     for isa in common::host_tiers() {
-        for act in [Activation::Sigmoid, Activation::Silu] {
-            let got = activation_at(act, &xs, isa);
+        for &act in acts {
+            let got = activation_at(act, xs, isa);
             let x = Tensor {
                 shape: vec![xs.len()],
-                data: xs.clone(),
+                data: xs.to_vec(),
             };
             let want = primjit_reference::activation(&x, act).data;
             let mut worst = 0f64;
@@ -810,6 +805,33 @@ fn sigmoid_and_silu_are_within_their_bound_of_f64_over_their_whole_range() {
             );
         }
     }
+}
+
+/// Sigmoid and SiLU over `[-110, 100]` (where `exp(-x)` overflows, underflows, and the
+/// results go subnormal) and the special values.
+#[test]
+fn sigmoid_and_silu_are_within_their_bound_of_f64_over_their_whole_range() {
+    let mut xs = sweep(-110.0, 100.0, 200_003);
+    xs.extend(sweep(-1.0, 1.0, 20_001));
+    check_whole_range(&[Activation::Sigmoid, Activation::Silu], &xs);
+}
+
+/// ELU over `[-110, 100]` (its `expm1` clamped below -87, where it is -1 in f32 anyway), near
+/// 0 (where `expm1` is its reduction's `q`) and around each `n` of the reduction that ELU
+/// meets (`x` near `-k ln 2`), and the special values.
+#[test]
+fn elu_is_within_its_bound_of_f64_over_its_whole_range() {
+    let mut xs = sweep(-110.0, 100.0, 200_003);
+    xs.extend(sweep(-1e-3, 1e-3, 2_001));
+    for k in 1..=30 {
+        let at = -(k as f32 - 0.5) * std::f32::consts::LN_2;
+        xs.extend(sweep(at - 1e-3, at + 1e-3, 201));
+    }
+    let acts = [
+        Activation::Elu { alpha: 1.0 },
+        Activation::Elu { alpha: 0.3 },
+    ];
+    check_whole_range(&acts, &xs);
 }
 
 #[test]

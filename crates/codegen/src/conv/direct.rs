@@ -1214,25 +1214,18 @@ fn wide_pixel_tile(
             finish,
         })
     };
-    let (tile_posts, rest) = split_post_ops(&d.post_ops);
-    let tile_residuals = tile_posts.iter().filter(|p| **p == PostOpDesc::Add).count();
     let mut args = wide_call_start(e, plan, geo, row_taps, tile, per_kh);
     args.extend([e.value(geo.ic_src_step), e.value(geo.dst_block_bytes)]);
     args.push(bias_arg(e, tile));
-    args.extend(&residuals[..tile_residuals]);
+    args.extend(residuals);
     let start = if tile.bias.is_some() {
         TileInit::Bias
     } else {
         TileInit::Zero
     };
-    let posts = TileFinish::PostOps(tile_posts.to_vec());
-    let rest_residuals = &residuals[tile_residuals..];
-    let finish = |e: &mut Emit<'_>, call: &dyn Fn(&mut Emit<'_>)| {
-        call(e);
-        post_ops_in_place(e, plan, pixels, blocks, tile.dst, rest_residuals, rest);
-    };
+    let posts = TileFinish::PostOps(d.post_ops.clone());
     let Some(chunk) = tile.chunk else {
-        finish(e, &|e| e.call_tile(spec(start, posts.clone()), &args));
+        e.call_tile(spec(start, posts), &args);
         return;
     };
     // Residuals are read only by the last chunk's tile: the others take none.
@@ -1247,11 +1240,7 @@ fn wide_pixel_tile(
                     .icmp_imm_s(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
             e.if_else(
                 last,
-                |e| {
-                    finish(e, &|e| {
-                        e.call_tile(spec(TileInit::Partial, posts.clone()), &args)
-                    })
-                },
+                |e| e.call_tile(spec(TileInit::Partial, posts.clone()), &args),
                 |e| e.call_tile(spec(TileInit::Partial, TileFinish::Partial), partial_args),
             );
         },
@@ -1298,8 +1287,6 @@ fn lanewise_wide_tile(
                 .collect(),
         })
         .collect();
-    let (tile_posts, rest) = split_post_ops(&d.post_ops);
-    let tile_residuals = tile_posts.iter().filter(|p| **p == PostOpDesc::Add).count();
     let spec = LanewiseTile {
         isa: d.isa,
         vectors,
@@ -1308,14 +1295,12 @@ fn lanewise_wide_tile(
         pixel_step: src_step,
         per_kh,
         bias: tile.bias.is_some(),
-        posts: tile_posts.to_vec(),
+        posts: d.post_ops.clone(),
     };
     let mut args = wide_call_start(e, plan, geo, row_taps, tile, per_kh);
     args.push(bias_arg(e, tile));
-    args.extend(&residuals[..tile_residuals]);
+    args.extend(residuals);
     e.call_tile(WideTile::Lanewise(spec), &args);
-    let rest_residuals = &residuals[tile_residuals..];
-    post_ops_in_place(e, plan, pixels, 1, tile.dst, rest_residuals, rest);
 }
 
 /// The first arguments of a wide tile's call: the source and weights at the first of the
@@ -1349,53 +1334,6 @@ fn bias_arg(e: &mut Emit<'_>, tile: TilePtrs) -> Value {
     match tile.bias {
         Some(b) => b,
         None => e.iconst(0),
-    }
-}
-
-/// The post-ops a wide tile applies in its registers, up to the first it does not compute
-/// (an activation), and the rest, which [`post_ops_in_place`] applies after it.
-fn split_post_ops(posts: &[PostOpDesc]) -> (&[PostOpDesc], &[PostOpDesc]) {
-    let tile = posts
-        .iter()
-        .position(|p| !DirectTile::supports(p))
-        .unwrap_or(posts.len());
-    posts.split_at(tile)
-}
-
-/// Applies `posts` to the `pixels` x `blocks` vectors a wide tile stored at `dst` (an `nChw4c`
-/// destination), 128 bits at a time, in their order, each residual's vector read at the
-/// same place: the post-ops a wide tile leaves to Cranelift ([`split_post_ops`]). The tile
-/// stored its sums unchanged by rounding, so the results are the x128 epilogue's bits.
-fn post_ops_in_place(
-    e: &mut Emit<'_>,
-    plan: &ConvPlan,
-    pixels: usize,
-    blocks: usize,
-    dst: Value,
-    residuals: &[Value],
-    posts: &[PostOpDesc],
-) {
-    if posts.is_empty() {
-        return;
-    }
-    let geo = Geometry::new(e, plan);
-    let at = |e: &mut Emit<'_>, base: Value, b: usize, p: usize| -> (Value, i64) {
-        let px = p as i64 * geo.dst.pixel * F32_BYTES;
-        match geo.dst_block_bytes {
-            Scalar::Const(bytes) => (base, b as i64 * bytes + px),
-            block => (e.offset_by(base, block, b as i64), px),
-        }
-    };
-    for b in 0..blocks {
-        for p in 0..pixels {
-            let (d, off) = at(e, dst, b, p);
-            let x = e.load_vec(d, off);
-            let x = apply_post_ops(e, posts, x, None, |e, i| {
-                let (r, off) = at(e, residuals[i], b, p);
-                e.load_vec(r, off)
-            });
-            e.store_vec(x, d, off);
-        }
     }
 }
 

@@ -9,15 +9,15 @@
 //! out-of-order window to overlap too few of them (SiLU in a 1x1 conv's epilogue on Zen3:
 //! 1.12 ms one at a time, 1.08 ms as three chains; a standalone SiLU: 0.039 and 0.033 ms).
 //! The polynomials and the reduction of `exp` are `lower_eltwise`'s, their constants
-//! `crate::approx`'s; only the registers are chosen here. `Elu` needs a fifth register and
-//! stays with the Cranelift code after the tile.
+//! `crate::approx`'s; only the registers are chosen here. Every activation fits a chain's
+//! four temporaries (ELU's `expm1` too: one fused multiply-add from `q` and `2^n`).
 
 use iced_x86::code_asm::{AsmRegisterK, AsmRegisterZmm, k0, k1, k2, k3, k4, k5, k6, k7, ptr};
 
 use super::{Asm, Src, YMM, ZMM, ok};
 use crate::approx::{
-    EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN, LOGISTIC_POLY,
-    ROUNDING_MAGIC, ROUNDING_MAGIC_HALF, TANH_POLY, TANH_SMALL,
+    EXP_MAX, EXP_MIN, EXP_POLY, EXPM1_RANGE, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN,
+    LOGISTIC_POLY, ROUNDING_MAGIC, ROUNDING_MAGIC_HALF, TANH_POLY, TANH_SMALL,
 };
 use crate::key::Activation;
 
@@ -218,10 +218,10 @@ impl Asm {
         }
     }
 
-    /// `exp` of `T1` reduced (`lower_eltwise::exp_parts`): `q` in `T1`, `n` in `T2`'s integer
-    /// lanes; `T3` and `T4` are clobbered.
-    fn exp_parts(&mut self, chains: &[Chain]) {
-        self.round_log2(chains, [EXP_MIN, EXP_MAX], ROUNDING_MAGIC);
+    /// `exp` of `T1` clamped to `range` and reduced (`lower_eltwise::exp_parts`): `q` in `T1`,
+    /// `n` in `T2`'s integer lanes; `T3` and `T4` are clobbered.
+    fn exp_parts(&mut self, chains: &[Chain], range: [f32; 2]) {
+        self.round_log2(chains, range, ROUNDING_MAGIC);
         // n = bits(kf) - bits(magic)
         let magic = self.f32(ROUNDING_MAGIC);
         for c in chains {
@@ -288,8 +288,26 @@ impl Asm {
 
     /// `exp(T1)` into `T1`, NaN lanes dropped; `T2` to `T4` are clobbered.
     fn exp_raw(&mut self, chains: &[Chain]) {
-        self.exp_parts(chains);
+        self.exp_parts(chains, [EXP_MIN, EXP_MAX]);
         self.exp_scale(chains);
+    }
+
+    /// `expm1(T1)` into `T1` as `q 2^n + (2^n - 1)` (`lower_eltwise::expm1_raw`); `T2` to `T4`
+    /// are clobbered.
+    fn expm1_raw(&mut self, chains: &[Chain]) {
+        self.exp_parts(chains, EXPM1_RANGE);
+        let bias = self.bits(127);
+        for c in chains {
+            three!(self, vpaddd, c.t[T2], c.t[T2], bias);
+            self.shift_left(c.t[T2], 23);
+        }
+        let one = self.f32(1.0);
+        for c in chains {
+            three!(self, vsubps, c.t[T3], c.t[T2], one);
+        }
+        for c in chains {
+            three!(self, vfmadd213ps, c.t[T1], c.t[T2], Src::Reg(c.t[T3]));
+        }
     }
 
     /// The logistic function's numerator over `1 + exp(-x)` into `T2`, as
@@ -412,10 +430,6 @@ impl Asm {
     /// `act(x)` in each chain's register `x`, as `lower_eltwise::activation` computes it,
     /// the chains' instructions interleaved; the chains' temporaries are clobbered (and their
     /// opmasks at avx512).
-    ///
-    /// # Panics
-    ///
-    /// On `Elu`, which [`computes`] rules out.
     pub(crate) fn activation(&mut self, chains: &[Chain], act: Activation) {
         debug_assert!(
             chains.iter().all(|c| !c.t.contains(&c.x)),
@@ -458,7 +472,17 @@ impl Asm {
                 self.exp_raw(chains);
                 self.keep_nan(chains, T1, T2);
             }
-            Activation::Elu { .. } => unreachable!("elu is left to the cranelift code"),
+            Activation::Elu { alpha } => {
+                for c in chains {
+                    self.copy(c.t[T1], c.x);
+                }
+                self.expm1_raw(chains);
+                let alpha = self.f32(alpha);
+                for c in chains {
+                    three!(self, vmulps, c.t[T1], c.t[T1], alpha);
+                }
+                self.select_negative(chains, T2, |c| (c.x, c.t[T1], c.x));
+            }
         }
     }
 
@@ -471,9 +495,4 @@ impl Asm {
         }
         self.select_negative(chains, T2, |c| (c.x, c.t[T1], c.x));
     }
-}
-
-/// Whether a wide tile computes `act` in its registers ([`Asm::activation`]).
-pub(crate) fn computes(act: Activation) -> bool {
-    !matches!(act, Activation::Elu { .. })
 }

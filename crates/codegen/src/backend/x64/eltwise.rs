@@ -46,11 +46,6 @@ impl EltwiseTile {
     const OPERAND: usize = 4;
     const FIRST_VALUE: usize = 5;
 
-    /// Whether a wide tile computes `act` (all but `elu`, which stays x128).
-    pub fn computes(act: Activation) -> bool {
-        super::activation::computes(act)
-    }
-
     /// Vectors a trip of the main loop takes: a few for the short ops, whose loop counts
     /// otherwise; for an activation, as many chains as the registers hold, interleaved: one
     /// chain's tens of dependent instructions would leave the FMA units waiting.
@@ -64,7 +59,7 @@ impl EltwiseTile {
     /// Whether the tier is wide and computes the op.
     pub fn fits(&self) -> bool {
         let computed = match self.op {
-            EltwiseOp::Act(act) => Self::computes(act),
+            EltwiseOp::Act(_) => true,
             EltwiseOp::PRelu => !matches!(self.operand, EltwiseOperand::None),
             EltwiseOp::Binary(_) => !matches!(self.operand, EltwiseOperand::None),
         };

@@ -674,14 +674,6 @@ impl DirectTile {
         }
     }
 
-    /// Whether the epilogue computes `post` (the others keep their kernels at `x128`).
-    pub fn supports(post: &PostOpDesc) -> bool {
-        match post {
-            PostOpDesc::Relu | PostOpDesc::Clip { .. } | PostOpDesc::Add => true,
-            PostOpDesc::Act(act) => activation::computes(*act),
-        }
-    }
-
     /// The tile's machine code, for any address.
     ///
     /// # Panics

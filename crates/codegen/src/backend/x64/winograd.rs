@@ -8,7 +8,7 @@ use iced_x86::code_asm::{
     rdx, rsi, rsp, xmmword_ptr,
 };
 
-use super::{Asm, BLOCK_PIXEL_BYTES, Chain, DirectTile, Src, TileCode, YMM, ZMM, disp, i32_of, ok};
+use super::{Asm, BLOCK_PIXEL_BYTES, Chain, Src, TileCode, YMM, ZMM, disp, i32_of, ok};
 use crate::key::PostOpDesc;
 use crate::target::Isa;
 
@@ -184,12 +184,10 @@ impl OutputTransformTile {
         TILE * self.patch * self.isa.target().vector_bytes()
     }
 
-    /// Whether the tier has the registers, computes every post-op, and the offsets fit 32-bit
-    /// displacements.
+    /// Whether the tier has the registers and the offsets fit 32-bit displacements.
     pub fn fits(&self) -> bool {
         self.isa != Isa::X128
             && matches!(self.patch, 6 | 9)
-            && self.posts.iter().all(DirectTile::supports)
             && i32::try_from(self.tmp_bytes()).is_ok()
     }
 
