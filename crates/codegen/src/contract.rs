@@ -8,12 +8,14 @@
 
 use crate::conv::winograd::{Form, WinogradPlan};
 use crate::key::{
-    BufferSpec, CallExtents, ConvAlgo, ConvDesc, EltwiseDesc, EltwiseKind, FMA_PEAK_ACCUMULATORS,
-    GlobalPoolDesc, KeyError, Layout, PoolDesc, PrimitiveKey, ResizeDesc, ResizeOut, SCRATCH_ROLE,
+    BufferSpec, CallExtents, ConvAlgo, ConvDesc, ConvTransposeDesc, EltwiseDesc, EltwiseKind,
+    FMA_PEAK_ACCUMULATORS, GlobalPoolDesc, KeyError, Layout, PoolDesc, PrimitiveKey, ResizeDesc,
+    ResizeOut, SCRATCH_ROLE,
 };
 use crate::plan::{ConvPlan, representative_extents};
 use crate::target::Isa;
 use crate::tile::{LANES, LANEWISE_VECTORS};
+use primjit_ir::Pads;
 
 impl ConvDesc {
     /// The tier this convolution's kernel uses on an engine of tier `engine`: the engine's for
@@ -173,6 +175,41 @@ impl PoolDesc {
     }
 }
 
+impl ConvTransposeDesc {
+    /// Whether every output pixel takes exactly one tap, `(oy % sh, ox % sw)` of input pixel
+    /// `(oy / sh, ox / sw)`: a kernel the size of its stride, no pads, dilation or output
+    /// padding, one group. An output row's pixels of one column phase are then a 1x1
+    /// convolution of an input row, written every `sw` pixels.
+    pub fn one_tap_per_pixel(&self) -> bool {
+        [self.kh, self.kw] == self.strides
+            && self.dilations == [1, 1]
+            && self.pads == Pads::uniform(0)
+            && self.output_padding == [0, 0]
+            && self.groups == 1
+    }
+
+    /// The tier this transposed convolution's kernel uses on an engine of tier `engine`: the
+    /// engine's where each output pixel takes one tap ([`Self::one_tap_per_pixel`]) and the
+    /// input channels are whole blocks of four (`lower_conv_transpose`: the direct
+    /// convolution's wide tile over each column phase), within the tile's 32-bit
+    /// displacements; `x128` for the others.
+    pub fn tier_for(&self, engine: Isa) -> Isa {
+        // The widest tile's reach into the output row: its pixels `sw` apart.
+        let reach = 24u128 * self.strides[1] as u128 * 16;
+        let wide = engine != Isa::X128
+            && self.one_tap_per_pixel()
+            && self.ic.is_multiple_of(4)
+            && reach < i32::MAX as u128;
+        if wide { engine } else { Isa::X128 }
+    }
+
+    /// This key at the tier its kernel uses on an engine of tier `engine` ([`Self::tier_for`]).
+    pub fn at_tier(self, engine: Isa) -> ConvTransposeDesc {
+        let isa = self.tier_for(engine);
+        ConvTransposeDesc { isa, ..self }
+    }
+}
+
 impl GlobalPoolDesc {
     /// The tier this global pooling's kernel uses on an engine of tier `engine`: the engine's
     /// for an `nChw4c` source (`backend::x64::GlobalPoolTile`: each wide vector the partials
@@ -264,6 +301,7 @@ impl PrimitiveKey {
             PrimitiveKey::Conv(d) => ("convolution", d.isa, d.tier_for(d.isa)),
             PrimitiveKey::Pool(d) => ("pooling", d.isa, d.tier_for(d.isa)),
             PrimitiveKey::GlobalPool(d) => ("global pooling", d.isa, d.tier_for(d.isa)),
+            PrimitiveKey::ConvTranspose(d) => ("transposed convolution", d.isa, d.tier_for(d.isa)),
             PrimitiveKey::Eltwise(d) => ("element-wise op", d.isa, d.tier_for(d.isa)),
             _ => return Ok(()),
         };

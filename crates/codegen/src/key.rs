@@ -744,6 +744,9 @@ pub struct ConvTransposeDesc {
     pub groups: usize,
     pub bias: bool,
     pub runtime: RuntimeDims,
+    /// The vector tier of its kernel: `x128`, or the engine's where
+    /// [`ConvTransposeDesc::tier_for`] grants it.
+    pub isa: Isa,
 }
 
 impl ConvTransposeDesc {
@@ -968,6 +971,7 @@ impl PrimitiveKey {
             PrimitiveKey::Conv(d) => d.isa,
             PrimitiveKey::Pool(d) => d.isa,
             PrimitiveKey::GlobalPool(d) => d.isa,
+            PrimitiveKey::ConvTranspose(d) => d.isa,
             PrimitiveKey::Eltwise(d) => d.isa,
             PrimitiveKey::WidePeak { isa, .. } => *isa,
             _ => Isa::X128,
@@ -1489,6 +1493,9 @@ impl fmt::Display for PrimitiveKey {
                 }
                 if d.bias {
                     f.write_str(" bias")?;
+                }
+                if d.isa != Isa::X128 {
+                    write!(f, " isa:{}", d.isa)?;
                 }
                 write!(f, " {}", Layout::Nchw4c)
             }

@@ -14,12 +14,21 @@
 //! give the exact kernels' bits. Groups are 1 (weights packed per tile of four output blocks:
 //! `[kh][kw][ic][blocks x 4]`) or depthwise (per tile `[kh][kw][blocks x 4]`, a vector FMA per
 //! block and tap); the bias follows, rounded up to whole blocks.
+//!
+//! At a wide tier (`ConvTransposeDesc::tier_for`: a kernel the size of its stride, one tap per
+//! output pixel) an output row is, per column phase, a 1x1 convolution of one input row
+//! written every `sw` pixels: the direct convolution's wide tile ([`DirectTile`]) with a
+//! destination pixel `sw` pixels wide, over the same packed weights, summing from the bias
+//! over the input channels in order, so the bits are the 128-bit kernel's.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
+use crate::backend::x64::{DirectTile, TileFinish, TileInit, TileUnit, WideTile};
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::ConvTransposeDesc;
+use crate::target::Isa;
+use crate::tile::full_tile;
 
 /// Buffer indices of the kernel's arguments.
 const SRC: usize = 0;
@@ -127,6 +136,8 @@ struct Tile {
 struct Geometry {
     ih: Value,
     iw: Value,
+    /// The input width, a constant where the key fixes it.
+    iw_extent: Scalar,
     ow: Value,
     in_row: Value,
     in_plane: Scalar,
@@ -342,6 +353,7 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvTransposeDesc) {
     let g = Geometry {
         ih: e.value(ih),
         iw: e.value(iw),
+        iw_extent: iw,
         ow: e.value(ow),
         in_row: e.value(in_row),
         in_plane,
@@ -360,6 +372,17 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvTransposeDesc) {
                 let ty = e.offset(oy, d.pads.top as i64);
                 let out_off = e.b.ins().imul(oy, out_row_v);
                 let out = e.b.ins().iadd(img[1], out_off);
+                if d.isa != Isa::X128 {
+                    let row = PhaseRow {
+                        src: img[0],
+                        out,
+                        oy,
+                        weights,
+                        bias,
+                    };
+                    wide_row(e, d, &g, row);
+                    return Vec::new();
+                }
                 // Tiles of four output blocks; a depthwise tile reads its own four input
                 // planes, a dense one every plane.
                 let full = out_blocks / TILE_BLOCKS;
@@ -396,4 +419,170 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvTransposeDesc) {
             });
         },
     );
+}
+
+/// One output row of a one-tap-per-pixel kernel at a wide tier: its image's input, the row's
+/// first pixel, its index, and the packed weights and bias.
+struct PhaseRow {
+    src: Value,
+    out: Value,
+    oy: Value,
+    weights: Value,
+    bias: Value,
+}
+
+/// Output row `oy` of a kernel whose every output pixel takes one tap (`tier_for`): for each
+/// column phase `t` and tile of output-channel blocks, the pixels `sw * j + t` from input row
+/// `oy / sh`'s pixels `j`, as runs of [`DirectTile`]s over the `ic / 4` blocks of input
+/// channels, tap `(oy % sh, t)`'s weights, from the tile's bias.
+fn wide_row(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, row: PhaseRow) {
+    let (sh, sw) = (d.strides[0], d.strides[1]);
+    let iy = e.udiv_const(row.oy, sh as u64);
+    let phase_y = e.urem_const(row.oy, sh as u64);
+    let in_off = e.b.ins().imul(iy, g.in_row);
+    let src = e.b.ins().iadd(row.src, in_off);
+    let out_blocks = d.oc.div_ceil(4);
+    let taps_bytes = (d.kh * d.kw * d.ic * 4) as i64 * F32_BYTES;
+    let tile_w = TILE_BLOCKS as i64 * taps_bytes;
+    let ic_src_step = e.value(g.in_plane);
+    let dst_block_bytes = e.value(g.out_plane);
+    for t in 0..sw {
+        let tile = |e: &mut Emit<'_>, blocks: usize, weights: Value, bias: Value, out: Value| {
+            // Tap (phase_y, t) of the tile's `[kh][kw][ic][blocks x 4]` weights.
+            let tap_bytes = (d.ic * blocks * 4) as i64 * F32_BYTES;
+            let row_w = e.b.ins().imul_imm_s(phase_y, d.kw as i64 * tap_bytes);
+            let w = e.b.ins().iadd(weights, row_w);
+            let w = e.offset(w, t as i64 * tap_bytes);
+            let out = e.offset(out, t as i64 * PIXEL);
+            let phase = Phase {
+                blocks,
+                src,
+                weights: w,
+                bias,
+                out,
+                ic_src_step,
+                dst_block_bytes,
+            };
+            phase_tiles(e, d, g, &phase);
+        };
+        let full = out_blocks / TILE_BLOCKS;
+        let p = e.for_count(full, &[row.weights, row.bias, row.out], |e, _, p| {
+            tile(e, TILE_BLOCKS, p[0], p[1], p[2]);
+            vec![
+                e.offset(p[0], tile_w),
+                e.offset(p[1], TILE_BLOCKS as i64 * PIXEL),
+                e.offset_by(p[2], g.out_plane, TILE_BLOCKS as i64),
+            ]
+        });
+        let rest = out_blocks % TILE_BLOCKS;
+        if rest > 0 {
+            tile(e, rest, p[0], p[1], p[2]);
+        }
+    }
+}
+
+/// One column phase of an output row for one tile of output-channel blocks: its input row,
+/// the tap's weights, the tile's bias and its first output pixel.
+struct Phase {
+    blocks: usize,
+    src: Value,
+    weights: Value,
+    bias: Value,
+    out: Value,
+    ic_src_step: Value,
+    dst_block_bytes: Value,
+}
+
+/// The input row's pixels through a phase's tiles: runs of the full tile's pixels, then the
+/// rest in tiles of halving sizes (one test each where the width is a runtime value).
+fn phase_tiles(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ph: &Phase) {
+    let ratio = d.isa.target().lanes / 4;
+    let vectors = ph.blocks.div_ceil(ratio);
+    let (full_pixels, full_vectors) = full_tile(d.isa);
+    // As many accumulators as the direct convolution's full tile.
+    let pixels = full_pixels * full_vectors / vectors;
+    let sw = d.strides[1] as i64;
+    let spec = |n: usize| {
+        let channel_bytes = (ph.blocks * 4) as i64 * F32_BYTES;
+        WideTile::Direct(DirectTile {
+            isa: d.isa,
+            pixels: n,
+            w_vecs: (0..vectors)
+                .map(|u| (u * d.isa.target().lanes) as i64 * F32_BYTES)
+                .collect(),
+            tail_blocks: ph.blocks % ratio,
+            steps: d.ic / 4,
+            units: (0..4)
+                .map(|c| TileUnit {
+                    w: c * channel_bytes,
+                    x: (0..n as i64).map(|p| p * PIXEL + c * F32_BYTES).collect(),
+                })
+                .collect(),
+            per_kh: 0,
+            ic_w_step: 4 * channel_bytes,
+            dst_pixel_bytes: sw * PIXEL,
+            init: TileInit::Bias,
+            finish: TileFinish::PostOps(Vec::new()),
+        })
+    };
+    let call = |e: &mut Emit<'_>, n: usize, src: Value, out: Value| {
+        let (one, zero) = (e.iconst(1), e.iconst(0));
+        let args = [
+            src,
+            ph.weights,
+            out,
+            one,
+            zero,
+            ph.ic_src_step,
+            ph.dst_block_bytes,
+            ph.bias,
+        ];
+        e.call_tile(spec(n), &args);
+    };
+    let runs = match g.iw_extent {
+        Scalar::Const(w) => Scalar::Const(w / pixels as i64),
+        Scalar::Dyn(w) => Scalar::Dyn(e.udiv_const(w, pixels as u64)),
+    };
+    let steps = [
+        Scalar::Const(pixels as i64 * PIXEL),
+        Scalar::Const(pixels as i64 * sw * PIXEL),
+    ];
+    let end = e.for_ptrs(runs, &[ph.src, ph.out], &steps, |e, p| {
+        call(e, pixels, p[0], p[1]);
+    });
+    let (mut src, mut out) = (end[0], end[1]);
+    // The rest, `iw % pixels`, as tiles of its binary digits, largest first.
+    match g.iw_extent {
+        Scalar::Const(w) => {
+            let mut rest = w as usize % pixels;
+            while rest > 0 {
+                let k = 1 << rest.ilog2();
+                call(e, k, src, out);
+                src = e.offset(src, k as i64 * PIXEL);
+                out = e.offset(out, k as i64 * sw * PIXEL);
+                rest -= k;
+            }
+        }
+        Scalar::Dyn(w) => {
+            let rest = e.urem_const(w, pixels as u64);
+            let mut n = pixels.next_power_of_two() / 2;
+            while n > 0 {
+                let k = n;
+                let has = e.b.ins().band_imm_u(rest, k as i64);
+                let done = e.if_else_values(
+                    has,
+                    |e| {
+                        call(e, k, src, out);
+                        vec![
+                            e.offset(src, k as i64 * PIXEL),
+                            e.offset(out, k as i64 * sw * PIXEL),
+                        ]
+                    },
+                    |_| vec![src, out],
+                );
+                (src, out) = (done[0], done[1]);
+                n /= 2;
+            }
+        }
+    }
 }

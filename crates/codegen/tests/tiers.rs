@@ -8,9 +8,9 @@
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
-    Activation, BinaryKind, Broadcast, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc, Dumps,
-    EltwiseDesc, EltwiseKind, GlobalPoolDesc, Isa, Layout, PoolDesc, PostOpDesc, PrimitiveKey,
-    WidePattern, compile,
+    Activation, BinaryKind, Broadcast, CodegenOptions, CompiledKernel, ConvAlgo, ConvDesc,
+    ConvTransposeDesc, Dumps, EltwiseDesc, EltwiseKind, GlobalPoolDesc, Isa, Layout, PoolDesc,
+    PostOpDesc, PrimitiveKey, WidePattern, compile,
 };
 use primjit_ir::{Pads, PoolKind, PoolWindow};
 
@@ -578,6 +578,54 @@ fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
             err.to_string().contains("does not cover this pooling"),
             "{err}"
         );
+    }
+}
+
+/// Transposed convolutions of one tap per output pixel (kernel 2x2 stride 2, and 2x3 stride
+/// 2x3 with 36 output channels: a partial tile of output-channel blocks, at avx512 under an
+/// opmask), fixed and runtime extents: each wide tier's direct tiles, with its FMAs and
+/// registers only, every call to a tile's start.
+#[test]
+fn one_tap_conv_transposes_emit_their_tiers_forms_on_every_host() {
+    let up = ConvTransposeDesc {
+        mb: 1,
+        ic: 16,
+        ih: 5,
+        iw: 31,
+        oc: 32,
+        kh: 2,
+        kw: 2,
+        strides: [2, 2],
+        dilations: [1, 1],
+        pads: Pads::default(),
+        output_padding: [0, 0],
+        groups: 1,
+        bias: true,
+        runtime: RuntimeDims::NONE,
+        isa: Isa::X128,
+    };
+    let odd = ConvTransposeDesc {
+        oc: 36,
+        kw: 3,
+        strides: [2, 3],
+        ..up.clone()
+    };
+    let runtime = RuntimeDims { h: true, w: true };
+    for d in [
+        up.clone(),
+        odd.clone(),
+        up.with_runtime(runtime),
+        odd.with_runtime(runtime),
+    ] {
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            let key = PrimitiveKey::ConvTranspose(d.clone().at_tier(isa));
+            assert!(key.to_string().contains(&format!("isa:{isa}")), "{key}");
+            let k = compile(&key, verified(), Dumps::default())
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            let masked = assert_tier_code(&key.to_string(), isa, &k);
+            // 36 channels leave one block past two tiles of four: a tail under `k1`.
+            assert_eq!(masked, isa == Isa::Avx512 && d.oc == 36, "{key}");
+        }
     }
 }
 

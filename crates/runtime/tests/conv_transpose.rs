@@ -2,8 +2,9 @@
 //! end at a guard page: groups 1 and depthwise, strides 1 to 3, kernels 1 to 4, dilations,
 //! pads, output padding, one-pixel images and channels that do not fill their last block, and
 //! keys whose input extents are left to run time, called at several extents, which must give
-//! the exact keys' bits; the example graph through the executor, at every host tier (the same
-//! x128 kernels, the same bits).
+//! the exact keys' bits; kernels of one tap per output pixel (a kernel the size of its
+//! stride) at every host tier, which must give the x128 kernel's bits; the example graph
+//! through the executor, at every host tier.
 //!
 //! Every problem runs on one thread and on pools of two and three threads, which must agree
 //! to the bit; destinations start as a NaN sentinel, so an element left unwritten fails.
@@ -21,7 +22,7 @@ use common::engine;
 use std::sync::Arc;
 
 use primjit_codegen::key::RuntimeDims;
-use primjit_codegen::{ConvTransposeDesc, PrimitiveKey, pack_conv_transpose_weights};
+use primjit_codegen::{ConvTransposeDesc, Isa, PrimitiveKey, pack_conv_transpose_weights};
 use primjit_ir::Pads;
 use primjit_reference::{ConvTransposeAttrs, Tensor};
 use primjit_runtime::Primitive;
@@ -177,7 +178,43 @@ prop_compose! {
             groups: if depthwise && ic > 1 { ic } else { 1 },
             bias,
             runtime: RuntimeDims::NONE,
+            isa: Isa::X128,
         }
+    }
+}
+
+prop_compose! {
+    /// A key of one tap per output pixel (`ConvTransposeDesc::one_tap_per_pixel`) at a tier
+    /// the host runs: whole blocks of input channels, output channels over one to three tiles
+    /// of four blocks (a partial last one, and at the wide tiers a tail vector), widths of
+    /// under one wide tile to several and a rest.
+    fn one_tap_desc()(
+        n in 1..=2usize,
+        ic in prop::sample::select(&[4usize, 8, 12, 20, 32][..]),
+        oc in 1..=40usize,
+        (ih, iw) in (1..=4usize, prop_oneof![1..=8usize, 9..=60usize]),
+        (sh, sw) in (1..=3usize, 1..=3usize),
+        bias in any::<bool>(),
+        isa in prop::sample::select(common::host_tiers()),
+    ) -> ConvTransposeDesc {
+        ConvTransposeDesc {
+            mb: n,
+            ic,
+            ih,
+            iw,
+            oc,
+            kh: sh,
+            kw: sw,
+            strides: [sh, sw],
+            dilations: [1, 1],
+            pads: Pads::default(),
+            output_padding: [0, 0],
+            groups: 1,
+            bias,
+            runtime: RuntimeDims::NONE,
+            isa: Isa::X128,
+        }
+        .at_tier(isa)
     }
 }
 
@@ -229,6 +266,96 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// At a wide tier each column phase runs the direct convolution's wide tile: the x128
+    /// kernel's bits, fixed and at runtime extents, and the reference within the bound.
+    #[test]
+    fn one_tap_conv_transposes_match_their_x128_kernels(
+        d in one_tap_desc(),
+        calls in prop::collection::vec((1..=4usize, 1..=40usize), 1..=2),
+        seed in any::<u64>(),
+    ) {
+        let key = PrimitiveKey::ConvTranspose(d.clone());
+        key.validate().unwrap();
+        prop_assert_eq!(d.tier_for(d.isa), d.isa);
+        let mut rng = Rng(seed);
+        let problem = Problem::new(&d, &mut rng);
+        let narrow = |d: &ConvTransposeDesc| ConvTransposeDesc { isa: Isa::X128, ..d.clone() };
+        let x = rng.tensor(d.src_shape().to_vec());
+        let got = run(&compile(&key), &x, &problem.packed, None, d.dst_shape())?;
+        let x128 = compile(&PrimitiveKey::ConvTranspose(narrow(&d)));
+        let want = run(&x128, &x, &problem.packed, None, d.dst_shape())?;
+        let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+        prop_assert!(same, "{} differs from its x128 kernel", key);
+        check(&d, &x, &problem, &got)?;
+        let runtime = d.clone().with_runtime(RuntimeDims { h: true, w: true });
+        let p = compile(&PrimitiveKey::ConvTranspose(runtime.clone()));
+        for (h, w) in calls {
+            let at = runtime.at([h, w]);
+            let x = rng.tensor(at.src_shape().to_vec());
+            let got = run(&p, &x, &problem.packed, Some([h, w]), at.dst_shape())?;
+            let x128 = compile(&PrimitiveKey::ConvTranspose(narrow(&at)));
+            let want = run(&x128, &x, &problem.packed, None, at.dst_shape())?;
+            let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+            prop_assert!(same, "{} at {h}x{w} differs from its x128 kernel", p.key());
+        }
+    }
+}
+
+/// The wide tiers take the kernels of one tap per output pixel with whole blocks of input
+/// channels, and name it in the one-liner; the others stay x128, and a key that claims a wide
+/// tier for them is refused.
+#[test]
+fn only_one_tap_kernels_take_a_wide_tier() {
+    let b = ConvTransposeDesc { ic: 16, ..base() };
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        let wide = b.clone().at_tier(isa);
+        assert_eq!(wide.isa, isa);
+        assert!(
+            PrimitiveKey::ConvTranspose(wide)
+                .to_string()
+                .contains(&format!("isa:{isa}"))
+        );
+    }
+    for other in [
+        ConvTransposeDesc { ic: 6, ..b.clone() },
+        ConvTransposeDesc { kh: 3, ..b.clone() },
+        ConvTransposeDesc {
+            pads: Pads::uniform(1),
+            kh: 4,
+            kw: 4,
+            ..b.clone()
+        },
+        ConvTransposeDesc {
+            output_padding: [1, 0],
+            ..b.clone()
+        },
+        ConvTransposeDesc {
+            dilations: [1, 2],
+            ..b.clone()
+        },
+        ConvTransposeDesc {
+            groups: 16,
+            oc: 16,
+            ..b.clone()
+        },
+    ] {
+        assert_eq!(other.tier_for(Isa::Avx2), Isa::X128, "{other:?}");
+        let key = PrimitiveKey::ConvTranspose(ConvTransposeDesc {
+            isa: Isa::Avx2,
+            ..other
+        });
+        let err = key.validate().unwrap_err();
+        assert!(
+            err.reason
+                .contains("does not cover this transposed convolution"),
+            "{err}"
+        );
+    }
+}
+
 fn base() -> ConvTransposeDesc {
     ConvTransposeDesc {
         mb: 1,
@@ -245,6 +372,7 @@ fn base() -> ConvTransposeDesc {
         groups: 1,
         bias: true,
         runtime: RuntimeDims::NONE,
+        isa: Isa::X128,
     }
 }
 
@@ -381,8 +509,8 @@ fn the_conv_transpose_example_runs_as_the_reference_does() {
     }
 }
 
-/// A transposed convolution's key is x128 code at every tier: the example compiled for each of
-/// the host's tiers, on an engine capped there, gives the same bits.
+/// The example compiled for each of the host's tiers, on an engine capped there, gives the
+/// same bits: its one-tap-per-pixel kernel (`%up2`) takes the tier, the others stay x128.
 #[test]
 fn every_tier_runs_the_same_x128_kernels() {
     use primjit_codegen::Isa;
@@ -408,13 +536,10 @@ fn every_tier_runs_the_same_x128_kernels() {
         let (got, stats) = compiled
             .run(&engine, &[("x", &x)], &mut Workspace::new())
             .unwrap();
-        assert!(
-            stats
-                .nodes
-                .iter()
-                .all(|n| n.primitive.key().isa() == Isa::X128),
-            "{isa}"
-        );
+        for n in &stats.nodes {
+            let want = if n.name == "up2" { isa } else { Isa::X128 };
+            assert_eq!(n.primitive.key().isa(), want, "{} at {isa}", n.name);
+        }
         let bits: Vec<Vec<u32>> = got
             .iter()
             .map(|(_, t)| t.data.iter().map(|v| v.to_bits()).collect())

@@ -1210,6 +1210,7 @@ fn wide_pixel_tile(
             },
             per_kh,
             ic_w_step: plan.ic_step as i64 * per_ic,
+            dst_pixel_bytes: geo.dst.pixel * F32_BYTES,
             init,
             finish,
         })

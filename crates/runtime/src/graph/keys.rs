@@ -187,7 +187,9 @@ impl NodeKeys<'_> {
             Op::Concat { inputs } => self.concat(inputs, rt)?,
             Op::Resize(r) => PrimitiveKey::Resize(self.resize(r, node.result)?.with_runtime(rt)),
             Op::ConvTranspose(ct) => PrimitiveKey::ConvTranspose(
-                conv_transpose_desc(self.graph, ct, self.concrete(ct.input)?).with_runtime(rt),
+                conv_transpose_desc(self.graph, ct, self.concrete(ct.input)?)
+                    .with_runtime(rt)
+                    .at_tier(algo.1),
             ),
             Op::SelectChannels { input, select } => {
                 let [n, c, h, w] = self.concrete(*input)?;
@@ -437,6 +439,7 @@ pub(super) fn conv_transpose_desc(
         groups: ct.groups,
         bias: ct.bias.is_some(),
         runtime: RuntimeDims::NONE,
+        isa: Isa::X128,
     }
 }
 

@@ -85,7 +85,9 @@ impl CompiledGraph {
                             b.as_ref().map(|b| b.data.as_slice()),
                         ))?,
                         algo: ConvAlgo::Direct,
-                        isa: Isa::X128,
+                        // Its key takes the tier where `ConvTransposeDesc::tier_for` grants
+                        // it; the packing is the same at every tier.
+                        isa,
                     }
                 }
                 Op::PRelu { slope, .. } => {

@@ -89,8 +89,8 @@ pub struct TileUnit {
 /// `kh_src_step` bytes and the weights by `per_kh`; after a channel step the source moves
 /// to `ic_src_step` bytes past where the step began and the weights to `ic_w_step`. Vector
 /// `u`'s weights are `w_vecs[u]` bytes from a unit's; its lanes are stored in the
-/// destination's blocks `u * lanes / 4 ..`, `dst_block_bytes` apart, a pixel 16 bytes after
-/// the one before.
+/// destination's blocks `u * lanes / 4 ..`, `dst_block_bytes` apart, a pixel `dst_pixel_bytes`
+/// after the one before (16, or a multiple for a transposed convolution's phase).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DirectTile {
     pub isa: Isa,
@@ -104,6 +104,7 @@ pub struct DirectTile {
     pub units: Vec<TileUnit>,
     pub per_kh: i64,
     pub ic_w_step: i64,
+    pub dst_pixel_bytes: i64,
     pub init: TileInit,
     pub finish: TileFinish,
 }
@@ -726,7 +727,7 @@ impl DirectTile {
                     for p in 0..self.pixels {
                         // Lanes past a tail's blocks start at zero and are never stored.
                         a.zero(self.acc(p, u));
-                        let px = p as i64 * BLOCK_PIXEL_BYTES;
+                        let px = p as i64 * self.dst_pixel_bytes;
                         a.load_blocks(self.acc(p, u), self.blocks(u), px);
                     }
                 }
@@ -739,7 +740,7 @@ impl DirectTile {
                 for u in 0..vectors {
                     block_bases(a, u * self.full_blocks(), rdx);
                     for p in 0..self.pixels {
-                        let px = p as i64 * BLOCK_PIXEL_BYTES;
+                        let px = p as i64 * self.dst_pixel_bytes;
                         a.store_blocks(self.acc(p, u), self.blocks(u), px);
                     }
                 }
@@ -818,7 +819,7 @@ impl DirectTile {
             let (u, p) = (i / self.pixels, i % self.pixels);
             (
                 u * self.full_blocks(),
-                p as i64 * BLOCK_PIXEL_BYTES,
+                p as i64 * self.dst_pixel_bytes,
                 self.blocks(u),
             )
         };
