@@ -743,6 +743,9 @@ pub struct ConvTransposeDesc {
     pub output_padding: [usize; 2],
     pub groups: usize,
     pub bias: bool,
+    /// Applied to each output element after the bias: relu, clip and the activations (no
+    /// `Add`, which validation refuses).
+    pub post_ops: Vec<PostOpDesc>,
     pub runtime: RuntimeDims,
     /// The vector tier of its kernel: `x128`, or the engine's where
     /// [`ConvTransposeDesc::tier_for`] grants it.
@@ -1265,6 +1268,9 @@ impl PrimitiveKey {
                         d.output_padding, d.strides, d.dilations
                     ));
                 }
+                if d.post_ops.contains(&PostOpDesc::Add) {
+                    return fail("a transposed convolution takes no residual add".into());
+                }
                 if d.groups != 1 && !d.depthwise() {
                     return fail(format!(
                         "conv_transpose supports groups 1 and depthwise (groups = input channels = \
@@ -1341,10 +1347,7 @@ impl fmt::Display for PrimitiveKey {
                 if d.bias {
                     f.write_str(" bias")?;
                 }
-                if !d.post_ops.is_empty() {
-                    let posts: Vec<String> = d.post_ops.iter().map(|p| p.to_string()).collect();
-                    write!(f, " post={}", posts.join("+"))?;
-                }
+                post_fields(f, &d.post_ops)?;
                 if let Some(p) = d.pool_desc() {
                     let [_, _, oh, ow] = extent_fields(p.runtime, [0, 0, p.oh(), p.ow()]);
                     write!(f, " +pool_max oh{oh}ow{ow}")?;
@@ -1494,6 +1497,7 @@ impl fmt::Display for PrimitiveKey {
                 if d.bias {
                     f.write_str(" bias")?;
                 }
+                post_fields(f, &d.post_ops)?;
                 if d.isa != Isa::X128 {
                     write!(f, " isa:{}", d.isa)?;
                 }
@@ -1538,6 +1542,15 @@ pub fn tap_interval(
     };
     let lo = lo.min(kernel as i64) as usize;
     lo..(hi as usize).max(lo)
+}
+
+/// ` post=relu+add` of a key's post-ops, where it has any.
+fn post_fields(f: &mut fmt::Formatter<'_>, posts: &[PostOpDesc]) -> fmt::Result {
+    if posts.is_empty() {
+        return Ok(());
+    }
+    let posts: Vec<String> = posts.iter().map(|p| p.to_string()).collect();
+    write!(f, " post={}", posts.join("+"))
 }
 
 /// A pooling window's `kh kw sh sw [dh dw] ph pw` fields (dilation as benchdnn's gap).

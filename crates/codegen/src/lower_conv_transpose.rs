@@ -10,8 +10,8 @@
 //! every tap. Either way every tap it reads lies in the input, and a tap that misses the input
 //! contributes nothing (not even a NaN). Each output element is one
 //! chain from its bias over the taps in `(kh, kw)` order and, within a tap, the input channels
-//! in order; extents may be runtime values, which change no order, so runtime-extent kernels
-//! give the exact kernels' bits. Groups are 1 (weights packed per tile of four output blocks:
+//! in order, then the post-ops (relu, clip, activations); extents may be runtime values, which
+//! change no order, so runtime-extent kernels give the exact kernels' bits. Groups are 1 (weights packed per tile of four output blocks:
 //! `[kh][kw][ic][blocks x 4]`) or depthwise (per tile `[kh][kw][blocks x 4]`, a vector FMA per
 //! block and tap); the bias follows, rounded up to whole blocks.
 //!
@@ -25,6 +25,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 use crate::backend::x64::{DirectTile, TileFinish, TileInit, TileUnit, WideTile};
+use crate::conv::apply_post_ops;
 use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::ConvTransposeDesc;
 use crate::target::Isa;
@@ -264,7 +265,10 @@ fn pixel_loop(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ty: Value, 
             if v > 0 {
                 out = e.offset_by(out, g.out_plane, 1);
             }
-            e.store_vec(acc, out, 0);
+            let y = apply_post_ops(e, &d.post_ops, acc, None, |_, _| {
+                unreachable!("a transposed convolution takes no residual")
+            });
+            e.store_vec(y, out, 0);
         }
         vec![e.offset(s[0], PIXEL)]
     });
@@ -381,6 +385,7 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvTransposeDesc) {
                         bias,
                     };
                     wide_row(e, d, &g, row);
+                    zero_padding_lanes(e, d, &g, out);
                     return Vec::new();
                 }
                 // Tiles of four output blocks; a depthwise tile reads its own four input
@@ -415,6 +420,7 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvTransposeDesc) {
                     };
                     pixel_loop(e, d, &g, ty, tile);
                 }
+                zero_padding_lanes(e, d, &g, out);
                 Vec::new()
             });
         },
@@ -432,11 +438,13 @@ struct PhaseRow {
 }
 
 /// Output row `oy` of a kernel whose every output pixel takes one tap (`tier_for`): for each
-/// column phase `t` and tile of output-channel blocks, the pixels `sw * j + t` from input row
-/// `oy / sh`'s pixels `j`, as runs of [`DirectTile`]s over the `ic / 4` blocks of input
-/// channels, tap `(oy % sh, t)`'s weights, from the tile's bias.
+/// tile of output-channel blocks and run of input pixels `j`, the output pixels `sw * j + t`
+/// of every column phase `t`, as [`DirectTile`]s over the `ic / 4` blocks of input channels,
+/// tap `(oy % sh, t)`'s weights, from the tile's bias. The phases of a run are written one
+/// after the other, so that the pixels they interleave fill each output line while it is in
+/// L1, whatever the planes' distance.
 fn wide_row(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, row: PhaseRow) {
-    let (sh, sw) = (d.strides[0], d.strides[1]);
+    let sh = d.strides[0];
     let iy = e.udiv_const(row.oy, sh as u64);
     let phase_y = e.urem_const(row.oy, sh as u64);
     let in_off = e.b.ins().imul(iy, g.in_row);
@@ -446,56 +454,56 @@ fn wide_row(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, row: PhaseRow
     let tile_w = TILE_BLOCKS as i64 * taps_bytes;
     let ic_src_step = e.value(g.in_plane);
     let dst_block_bytes = e.value(g.out_plane);
-    for t in 0..sw {
-        let tile = |e: &mut Emit<'_>, blocks: usize, weights: Value, bias: Value, out: Value| {
-            // Tap (phase_y, t) of the tile's `[kh][kw][ic][blocks x 4]` weights.
-            let tap_bytes = (d.ic * blocks * 4) as i64 * F32_BYTES;
-            let row_w = e.b.ins().imul_imm_s(phase_y, d.kw as i64 * tap_bytes);
-            let w = e.b.ins().iadd(weights, row_w);
-            let w = e.offset(w, t as i64 * tap_bytes);
-            let out = e.offset(out, t as i64 * PIXEL);
-            let phase = Phase {
-                blocks,
-                src,
-                weights: w,
-                bias,
-                out,
-                ic_src_step,
-                dst_block_bytes,
-            };
-            phase_tiles(e, d, g, &phase);
+    let tile = |e: &mut Emit<'_>, blocks: usize, weights: Value, bias: Value, out: Value| {
+        // Row `phase_y` of the tile's `[kh][kw][ic][blocks x 4]` weights.
+        let tap_bytes = (d.ic * blocks * 4) as i64 * F32_BYTES;
+        let row_w = e.b.ins().imul_imm_s(phase_y, d.kw as i64 * tap_bytes);
+        let w = e.b.ins().iadd(weights, row_w);
+        let phases = Phases {
+            blocks,
+            src,
+            weights: w,
+            tap_bytes,
+            bias,
+            out,
+            ic_src_step,
+            dst_block_bytes,
         };
-        let full = out_blocks / TILE_BLOCKS;
-        let p = e.for_count(full, &[row.weights, row.bias, row.out], |e, _, p| {
-            tile(e, TILE_BLOCKS, p[0], p[1], p[2]);
-            vec![
-                e.offset(p[0], tile_w),
-                e.offset(p[1], TILE_BLOCKS as i64 * PIXEL),
-                e.offset_by(p[2], g.out_plane, TILE_BLOCKS as i64),
-            ]
-        });
-        let rest = out_blocks % TILE_BLOCKS;
-        if rest > 0 {
-            tile(e, rest, p[0], p[1], p[2]);
-        }
+        phase_tiles(e, d, g, &phases);
+    };
+    let full = out_blocks / TILE_BLOCKS;
+    let p = e.for_count(full, &[row.weights, row.bias, row.out], |e, _, p| {
+        tile(e, TILE_BLOCKS, p[0], p[1], p[2]);
+        vec![
+            e.offset(p[0], tile_w),
+            e.offset(p[1], TILE_BLOCKS as i64 * PIXEL),
+            e.offset_by(p[2], g.out_plane, TILE_BLOCKS as i64),
+        ]
+    });
+    let rest = out_blocks % TILE_BLOCKS;
+    if rest > 0 {
+        tile(e, rest, p[0], p[1], p[2]);
     }
 }
 
-/// One column phase of an output row for one tile of output-channel blocks: its input row,
-/// the tap's weights, the tile's bias and its first output pixel.
-struct Phase {
+/// An output row's column phases for one tile of output-channel blocks: its input row, the
+/// weights of phase 0's tap (phase `t`'s `t * tap_bytes` further), the tile's bias and its
+/// first output pixel.
+struct Phases {
     blocks: usize,
     src: Value,
     weights: Value,
+    tap_bytes: i64,
     bias: Value,
     out: Value,
     ic_src_step: Value,
     dst_block_bytes: Value,
 }
 
-/// The input row's pixels through a phase's tiles: runs of the full tile's pixels, then the
-/// rest in tiles of halving sizes (one test each where the width is a runtime value).
-fn phase_tiles(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ph: &Phase) {
+/// The input row's pixels through a tile's phases: runs of the full tile's pixels, then the
+/// rest in tiles of halving sizes (one test each where the width is a runtime value); each
+/// run of pixels through every phase before the next.
+fn phase_tiles(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ph: &Phases) {
     let ratio = d.isa.target().lanes / 4;
     let vectors = ph.blocks.div_ceil(ratio);
     let (full_pixels, full_vectors) = full_tile(d.isa);
@@ -522,22 +530,27 @@ fn phase_tiles(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ph: &Phase
             ic_w_step: 4 * channel_bytes,
             dst_pixel_bytes: sw * PIXEL,
             init: TileInit::Bias,
-            finish: TileFinish::PostOps(Vec::new()),
+            finish: TileFinish::PostOps(d.post_ops.clone()),
         })
     };
+    // `n` pixels from `src` to `out`, every phase.
     let call = |e: &mut Emit<'_>, n: usize, src: Value, out: Value| {
         let (one, zero) = (e.iconst(1), e.iconst(0));
-        let args = [
-            src,
-            ph.weights,
-            out,
-            one,
-            zero,
-            ph.ic_src_step,
-            ph.dst_block_bytes,
-            ph.bias,
-        ];
-        e.call_tile(spec(n), &args);
+        for t in 0..sw {
+            let weights = e.offset(ph.weights, t * ph.tap_bytes);
+            let out = e.offset(out, t * PIXEL);
+            let args = [
+                src,
+                weights,
+                out,
+                one,
+                zero,
+                ph.ic_src_step,
+                ph.dst_block_bytes,
+                ph.bias,
+            ];
+            e.call_tile(spec(n), &args);
+        }
     };
     let runs = match g.iw_extent {
         Scalar::Const(w) => Scalar::Const(w / pixels as i64),
@@ -585,4 +598,22 @@ fn phase_tiles(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ph: &Phase
             }
         }
     }
+}
+
+/// Sets the padding lanes of the output row's last block to +0 once its tiles stored them:
+/// they hold the post-ops of zero (a sigmoid's 0.5), or zero weights times an infinite or NaN
+/// input, which the next convolution's zero weights would carry into real channels.
+fn zero_padding_lanes(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, out: Value) {
+    let real = d.oc % 4;
+    if real == 0 {
+        return;
+    }
+    let block = e.offset_by(out, g.out_plane, d.oc.div_ceil(4) as i64 - 1);
+    let mask = e.lane_mask(real);
+    let ow = Scalar::Dyn(g.ow);
+    e.for_ptrs(ow, &[block], &[Scalar::Const(PIXEL)], |e, p| {
+        let x = e.load_vec(p[0], 0);
+        let x = e.keep_lanes(x, mask);
+        e.store_vec(x, p[0], 0);
+    });
 }

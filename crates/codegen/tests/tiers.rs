@@ -581,10 +581,11 @@ fn pooling_tiles_emit_their_tiers_forms_on_every_host() {
     }
 }
 
-/// Transposed convolutions of one tap per output pixel (kernel 2x2 stride 2, and 2x3 stride
-/// 2x3 with 36 output channels: a partial tile of output-channel blocks, at avx512 under an
-/// opmask), fixed and runtime extents: each wide tier's direct tiles, with its FMAs and
-/// registers only, every call to a tile's start.
+/// Transposed convolutions of one tap per output pixel (kernel 2x2 stride 2 with a relu, and
+/// 2x3 stride 2x3 with 36 output channels and a sigmoid: a partial tile of output-channel
+/// blocks, at avx512 under an opmask), fixed and runtime extents: each wide tier's direct
+/// tiles, with its FMAs and registers only, every call to a tile's start, the sigmoid's
+/// division in the tile.
 #[test]
 fn one_tap_conv_transposes_emit_their_tiers_forms_on_every_host() {
     let up = ConvTransposeDesc {
@@ -601,6 +602,7 @@ fn one_tap_conv_transposes_emit_their_tiers_forms_on_every_host() {
         output_padding: [0, 0],
         groups: 1,
         bias: true,
+        post_ops: vec![PostOpDesc::Relu],
         runtime: RuntimeDims::NONE,
         isa: Isa::X128,
     };
@@ -608,6 +610,7 @@ fn one_tap_conv_transposes_emit_their_tiers_forms_on_every_host() {
         oc: 36,
         kw: 3,
         strides: [2, 3],
+        post_ops: vec![PostOpDesc::Act(Activation::Sigmoid)],
         ..up.clone()
     };
     let runtime = RuntimeDims { h: true, w: true };
@@ -625,6 +628,13 @@ fn one_tap_conv_transposes_emit_their_tiers_forms_on_every_host() {
             let masked = assert_tier_code(&key.to_string(), isa, &k);
             // 36 channels leave one block past two tiles of four: a tail under `k1`.
             assert_eq!(masked, isa == Isa::Avx512 && d.oc == 36, "{key}");
+            let (wide_reg, _) = tier_registers(isa);
+            let divides = k
+                .tiles()
+                .iter()
+                .flat_map(|r| decode(&k.code()[r.clone()], 0))
+                .any(|i| i.mnemonic() == Mnemonic::Vdivps && uses(&i, wide_reg));
+            assert_eq!(divides, d.oc == 36, "{key}: the sigmoid in the tile");
         }
     }
 }

@@ -6,7 +6,7 @@
 //! `(input - 1) * stride - pad_begin - pad_end + dilation * (kernel - 1) + output_padding + 1`.
 
 use crate::dim::Dim;
-use crate::graph::{Pads, Param, Value};
+use crate::graph::{Pads, Param, PostOp, Value};
 
 /// A 2-D transposed convolution with ONNX `ConvTranspose` semantics; weights are
 /// `[I, O / groups, KH, KW]` (input channels first, as ONNX and PyTorch store them).
@@ -22,6 +22,9 @@ pub struct ConvTranspose2d {
     /// stride or dilation), which only the bias and taps that reach them fill.
     pub output_padding: [usize; 2],
     pub groups: usize,
+    /// Applied to each output element after the bias: `relu`, `clip` and the activations
+    /// (`fuse_post_ops` fuses a sole reader; the parser refuses the other post-ops).
+    pub post_ops: Vec<PostOp>,
 }
 
 /// `(input - 1) * stride - pad_begin - pad_end + dilation * (kernel - 1) + output_padding + 1`,

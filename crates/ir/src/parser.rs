@@ -658,6 +658,16 @@ impl Parser {
                 let pads = a.pads()?;
                 let output_padding = a.pair("output_padding", [0, 0])?;
                 let groups = a.uint("groups", 1)?;
+                let post_ops = a.post_ops()?;
+                if post_ops
+                    .iter()
+                    .any(|p| matches!(p, PostOp::Add(_) | PostOp::MaxPool(_)))
+                {
+                    return err(
+                        a.call.loc,
+                        "the post-ops of `conv_transpose` are relu, clip and activations",
+                    );
+                }
                 Op::ConvTranspose(ConvTranspose2d {
                     input,
                     weight,
@@ -667,6 +677,7 @@ impl Parser {
                     pads,
                     output_padding,
                     groups,
+                    post_ops,
                 })
             }
             "resize" => {

@@ -62,27 +62,26 @@ fn sole_reader(graph: &Graph, uses: &[usize], node: usize) -> Option<usize> {
     (node + 1..graph.nodes.len()).find(|&i| graph.nodes[i].op.value_operands().contains(&v))
 }
 
-/// Visits every conv once, in graph order, and merges into it the only reader of its value
-/// whenever `merged(graph, conv, value, reader)` returns the conv, whose result is `value`,
-/// with that reader folded in. The
-/// merged conv keeps the conv's value and takes the reader's place, later in the order, where
-/// it is visited again and may take its own reader (`relu(add(conv(x), r))`). No merge makes
-/// an earlier conv mergeable, since a merge replaces a reader by a conv, which no pass folds.
-/// Returns how many merges were made.
+/// Visits every conv and transposed conv once, in graph order, and merges into it the only
+/// reader of its value whenever `merged(graph, op, value, reader)` returns the op, whose result
+/// is `value`, with that reader folded in. The merged op keeps the conv's value and takes the
+/// reader's place, later in the order, where it is visited again and may take its own reader
+/// (`relu(add(conv(x), r))`). No merge makes an earlier conv mergeable, since a merge replaces
+/// a reader by a conv, which no pass folds. Returns how many merges were made.
 fn merge_sole_readers(
     graph: &mut Graph,
-    mut merged: impl FnMut(&mut Graph, Conv2d, Value, usize) -> Option<Conv2d>,
+    mut merged: impl FnMut(&mut Graph, Op, Value, usize) -> Option<Op>,
 ) -> usize {
     let mut uses = graph.use_counts();
     let mut merges = 0;
     let mut at = 0;
     while at < graph.nodes.len() {
-        if let Op::Conv2d(conv) = &graph.nodes[at].op
+        if let op @ (Op::Conv2d(_) | Op::ConvTranspose(_)) = &graph.nodes[at].op
             && let Some(reader) = sole_reader(graph, &uses, at)
-            && let Some(conv) = merged(graph, conv.clone(), graph.nodes[at].result, reader)
+            && let Some(op) = merged(graph, op.clone(), graph.nodes[at].result, reader)
         {
             let node = NodeData {
-                op: Op::Conv2d(conv),
+                op,
                 ..graph.nodes[at].clone()
             };
             // The conv's value now has the reader's readers.
@@ -131,7 +130,10 @@ fn fresh_param_name(graph: &Graph, base: &str) -> String {
 /// Folds every `batchnorm` whose input is a post-op-free conv read by nothing else.
 /// Returns how many were folded.
 pub fn fold_batchnorm(graph: &mut Graph) -> usize {
-    merge_sole_readers(graph, |graph, conv, _, reader| {
+    merge_sole_readers(graph, |graph, op, _, reader| {
+        let Op::Conv2d(conv) = op else {
+            return None;
+        };
         if !conv.post_ops.is_empty() {
             return None;
         }
@@ -144,7 +146,7 @@ pub fn fold_batchnorm(graph: &mut Graph) -> usize {
             fresh_param_name(graph, &format!("{w}.bnfold")),
             fresh_param_name(graph, &format!("{w}.bnfold_bias")),
         ];
-        Some(fold_batchnorm_params(graph, conv, &bn, names))
+        Some(Op::Conv2d(fold_batchnorm_params(graph, conv, &bn, names)))
     })
 }
 
@@ -231,16 +233,13 @@ fn add_bn_bias(graph: &mut Graph, conv_bias: Option<Param>, bn: &BatchNorm, name
         .expect("fresh parameter names")
 }
 
-/// Fuses a `relu` or a residual `add` that is the only reader of a conv's output into the
-/// conv's post-ops, repeatedly, so `relu(add(conv(x), r))` becomes one conv with
-/// `post=[add(r), relu]`. Returns how many relus and adds were fused.
+/// Fuses a `relu`, an activation or a residual `add` that is the only reader of a conv's
+/// output into the conv's post-ops, repeatedly, so `relu(add(conv(x), r))` becomes one conv
+/// with `post=[add(r), relu]`; a transposed conv takes relus and activations. Returns how many
+/// relus (activations counted) and adds were fused.
 pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
     let (mut relus, mut adds) = (0, 0);
-    merge_sole_readers(graph, |graph, mut conv, v, reader| {
-        // Nothing follows a pool: its post-op must stay the last one.
-        if matches!(conv.post_ops.last(), Some(PostOp::MaxPool(_))) {
-            return None;
-        }
+    merge_sole_readers(graph, |graph, mut op, v, reader| {
         let post = match graph.nodes[reader].op {
             Op::Relu { .. } => PostOp::Relu,
             Op::Act { act, .. } => PostOp::Act(act),
@@ -248,12 +247,21 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
             Op::Add { lhs, rhs } if rhs == v && lhs != v => PostOp::Add(lhs),
             _ => return None,
         };
+        let posts = match &mut op {
+            // Nothing follows a pool: its post-op must stay the last one.
+            Op::Conv2d(conv) if matches!(conv.post_ops.last(), Some(PostOp::MaxPool(_))) => {
+                return None;
+            }
+            Op::Conv2d(conv) => &mut conv.post_ops,
+            Op::ConvTranspose(ct) if !matches!(post, PostOp::Add(_)) => &mut ct.post_ops,
+            _ => return None,
+        };
         match post {
             PostOp::Relu | PostOp::Act(_) => relus += 1,
             _ => adds += 1,
         }
-        conv.post_ops.push(post);
-        Some(conv)
+        posts.push(post);
+        Some(op)
     });
     (relus, adds)
 }
@@ -268,7 +276,10 @@ pub fn fuse_pools(graph: &mut Graph) -> usize {
 
 /// [`fuse_pools`], for the convs `fuse(graph, conv)` accepts.
 pub fn fuse_pools_where(graph: &mut Graph, mut fuse: impl FnMut(&Graph, &Conv2d) -> bool) -> usize {
-    merge_sole_readers(graph, |graph, mut conv, _, reader| {
+    merge_sole_readers(graph, |graph, op, _, reader| {
+        let Op::Conv2d(mut conv) = op else {
+            return None;
+        };
         // A pool must be the last post-op, so a conv that ends in one takes no other. A
         // residual is read at full resolution anyway, so fusing the pool after it would not
         // spare a full-resolution tensor, and primjit's kernels do not support it.
@@ -287,7 +298,7 @@ pub fn fuse_pools_where(graph: &mut Graph, mut fuse: impl FnMut(&Graph, &Conv2d)
             return None;
         }
         conv.post_ops.push(PostOp::MaxPool(pool.window));
-        Some(conv)
+        Some(Op::Conv2d(conv))
     })
 }
 
@@ -336,6 +347,37 @@ mod tests {
         let again = parse(&text).unwrap();
         assert_eq!(again.to_string(), text);
         infer_shapes(&again, &Bindings::new()).unwrap();
+    }
+
+    /// A transposed conv takes the relu and the activation after it as post-ops, and the
+    /// `add` after those stays an op of its own; the result prints and parses back.
+    #[test]
+    fn fuses_activations_into_a_transposed_conv() {
+        let src = "graph up {
+  input %x: f32[1, 4, 3, W]
+  param @up.weight: f32[4, 8, 2, 2]
+  param @r.weight: f32[8, 4, 1, 1]
+  %up = conv_transpose(%x, @up.weight, strides=[2, 2])
+  %a = relu(%up)
+  %s = sigmoid(%a)
+  %r = conv2d(%x, @r.weight)
+  %big = conv_transpose(%r, @up.weight, strides=[2, 2])
+  %sum = add(%s, %big)
+  output y = %sum
+}
+";
+        let mut g = parse(src).unwrap();
+        let report = optimize(&mut g);
+        assert_eq!((report.fused_relus, report.fused_adds), (2, 0));
+        let text = g.to_string();
+        assert!(
+            text.contains(
+                "%up = conv_transpose(%x, @up.weight, strides=[2, 2], post=[relu, sigmoid])"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("%sum = add(%up, %big)"), "{text}");
+        assert_eq!(parse(&text).unwrap().to_string(), text);
     }
 
     #[test]

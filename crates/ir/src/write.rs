@@ -89,23 +89,7 @@ impl Graph {
                 if c.groups != 1 {
                     args.push(format!("groups={}", c.groups));
                 }
-                if !c.post_ops.is_empty() {
-                    let posts = join(&c.post_ops, |po| match po {
-                        PostOp::Relu => "relu".to_string(),
-                        PostOp::Add(r) => format!("add({})", v(r)),
-                        PostOp::Clip { lo, hi } => format!("clip({lo:?}, {hi:?})"),
-                        PostOp::MaxPool(w) => format!("maxpool({})", window_attrs(w).join(", ")),
-                        PostOp::Act(a) => {
-                            let attrs = act_attrs(a);
-                            if attrs.is_empty() {
-                                a.name().to_string()
-                            } else {
-                                format!("{}({})", a.name(), attrs.join(", "))
-                            }
-                        }
-                    });
-                    args.push(format!("post=[{posts}]"));
-                }
+                post_ops_arg(&mut args, &c.post_ops, v);
             }
             Op::Pool2d(pool) => {
                 args.push(v(&pool.input));
@@ -156,6 +140,7 @@ impl Graph {
                 if c.groups != 1 {
                     args.push(format!("groups={}", c.groups));
                 }
+                post_ops_arg(&mut args, &c.post_ops, v);
             }
             Op::Resize(r) => {
                 args.push(v(&r.input));
@@ -280,4 +265,26 @@ impl fmt::Display for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.write(f, &|_| None)
     }
+}
+
+/// `post=[...]` of a conv's or a transposed conv's post-ops, where it has any.
+fn post_ops_arg(args: &mut Vec<String>, posts: &[PostOp], v: impl Fn(&crate::Value) -> String) {
+    if posts.is_empty() {
+        return;
+    }
+    let posts = join(posts, |po| match po {
+        PostOp::Relu => "relu".to_string(),
+        PostOp::Add(r) => format!("add({})", v(r)),
+        PostOp::Clip { lo, hi } => format!("clip({lo:?}, {hi:?})"),
+        PostOp::MaxPool(w) => format!("maxpool({})", window_attrs(w).join(", ")),
+        PostOp::Act(a) => {
+            let attrs = act_attrs(a);
+            if attrs.is_empty() {
+                a.name().to_string()
+            } else {
+                format!("{}({})", a.name(), attrs.join(", "))
+            }
+        }
+    });
+    args.push(format!("post=[{posts}]"));
 }

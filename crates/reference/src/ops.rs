@@ -22,6 +22,18 @@ pub enum Post<'a> {
     Act(Activation),
 }
 
+impl Post<'_> {
+    /// `acc` after this post-op, `acc` being element `idx` of the output.
+    fn apply(&self, acc: f64, idx: usize) -> f64 {
+        match *self {
+            Post::Relu => relu64(acc),
+            Post::Add(r) => acc + r.data[idx] as f64,
+            Post::Clip { lo, hi } => acc.clamp(lo as f64, hi as f64),
+            Post::Act(a) => a.eval(acc),
+        }
+    }
+}
+
 /// The attributes of [`conv2d`], as in [`primjit_ir::Conv2d`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvAttrs {
@@ -186,14 +198,7 @@ pub fn conv2d(
                         }
                     }
                     let idx = out.len();
-                    for post in post_ops {
-                        acc = match *post {
-                            Post::Relu => relu64(acc),
-                            Post::Add(r) => acc + r.data[idx] as f64,
-                            Post::Clip { lo, hi } => acc.clamp(lo as f64, hi as f64),
-                            Post::Act(a) => a.eval(acc),
-                        };
-                    }
+                    acc = post_ops.iter().fold(acc, |acc, p| p.apply(acc, idx));
                     out.push(acc as f32);
                 }
             }
@@ -537,12 +542,14 @@ impl From<&primjit_ir::ConvTranspose2d> for ConvTransposeAttrs {
 /// A transposed convolution with ONNX `ConvTranspose` semantics ([`primjit_ir::ConvTranspose2d`]):
 /// weights `[C, O / groups, KH, KW]`; output pixel `(oy, ox)` sums, in f64, the taps whose input
 /// `((oy + top - kh * dh) / sh, (ox + left - kw * dw) / sw)` is whole and inside the input,
-/// over the input channels of its group; one rounding per element.
+/// over the input channels of its group, then `post_ops` in order (an `Add`'s tensor of the
+/// output's shape); one rounding per element.
 pub fn conv_transpose(
     x: &Tensor,
     weight: &Tensor,
     bias: Option<&Tensor>,
     ct: &ConvTransposeAttrs,
+    post_ops: &[Post<'_>],
 ) -> Tensor {
     let [n, c, h, w] = dims4(x);
     let [ic, opg, kh, kw] = dims4(weight);
@@ -610,6 +617,8 @@ pub fn conv_transpose(
                             }
                         }
                     }
+                    let idx = data.len();
+                    acc = post_ops.iter().fold(acc, |acc, p| p.apply(acc, idx));
                     data.push(acc as f32);
                 }
             }

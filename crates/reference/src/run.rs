@@ -233,17 +233,7 @@ pub fn run_graph(
         };
         let out = match &node.op {
             Op::Conv2d(c) => {
-                let post: Vec<Post<'_>> = c
-                    .post_ops
-                    .iter()
-                    .filter_map(|p| match *p {
-                        PostOp::Relu => Some(Post::Relu),
-                        PostOp::Add(r) => Some(Post::Add(value(r))),
-                        PostOp::Clip { lo, hi } => Some(Post::Clip { lo, hi }),
-                        PostOp::MaxPool(_) => None,
-                        PostOp::Act(a) => Some(Post::Act(a)),
-                    })
-                    .collect();
+                let post = post_ops(&c.post_ops, value);
                 let x = value(c.input);
                 let w = param(c.weight);
                 let attrs = ConvAttrs::at(c, [w.shape[2], w.shape[3]], [x.shape[2], x.shape[3]])
@@ -287,6 +277,7 @@ pub fn run_graph(
                 param(ct.weight),
                 ct.bias.map(param),
                 &ops::ConvTransposeAttrs::from(ct),
+                &post_ops(&ct.post_ops, value),
             ),
             Op::Resize(r) => {
                 let out = shapes.concrete(node.result).expect("bound above");
@@ -324,3 +315,17 @@ pub fn run_graph(
 
 #[cfg(test)]
 mod tests;
+
+/// The reference's post-ops of a conv's (a fused max pool aside, which the caller applies).
+fn post_ops<'a>(posts: &[PostOp], value: impl Fn(Value) -> &'a Tensor) -> Vec<Post<'a>> {
+    posts
+        .iter()
+        .filter_map(|p| match *p {
+            PostOp::Relu => Some(Post::Relu),
+            PostOp::Add(r) => Some(Post::Add(value(r))),
+            PostOp::Clip { lo, hi } => Some(Post::Clip { lo, hi }),
+            PostOp::MaxPool(_) => None,
+            PostOp::Act(a) => Some(Post::Act(a)),
+        })
+        .collect()
+}

@@ -14,7 +14,9 @@
 //! The kernel sums each element in one f32 chain of at most `n = ic * kh * kw + 1` terms (the
 //! bias first), the reference in f64 with one rounding: the error is at most
 //! `(n + 1) * 2^-24 * sum |terms|`, with the sum of magnitudes computed by the reference on
-//! `|x|`, `|w|` and `|b|`.
+//! `|x|`, `|w|` and `|b|`. The post-ops drawn (relu, clip, sigmoid, tanh) change no error by
+//! more than a factor of 1 (their slopes are at most 1), and the vector sigmoid and tanh add
+//! at most 8 ulps of the result.
 
 mod common;
 use common::engine;
@@ -22,9 +24,11 @@ use common::engine;
 use std::sync::Arc;
 
 use primjit_codegen::key::RuntimeDims;
-use primjit_codegen::{ConvTransposeDesc, Isa, PrimitiveKey, pack_conv_transpose_weights};
+use primjit_codegen::{
+    Activation, ConvTransposeDesc, Isa, PostOpDesc, PrimitiveKey, pack_conv_transpose_weights,
+};
 use primjit_ir::Pads;
-use primjit_reference::{ConvTransposeAttrs, Tensor};
+use primjit_reference::{ConvTransposeAttrs, Post, Tensor};
 use primjit_runtime::Primitive;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -103,7 +107,18 @@ fn check(
     got: &[f32],
 ) -> Result<(), TestCaseError> {
     let a = attrs(d);
-    let want = primjit_reference::conv_transpose(x, &problem.weights, problem.bias.as_ref(), &a);
+    let posts: Vec<Post<'_>> = d
+        .post_ops
+        .iter()
+        .map(|p| match *p {
+            PostOpDesc::Relu => Post::Relu,
+            PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
+            PostOpDesc::Act(act) => Post::Act(act),
+            PostOpDesc::Add => unreachable!("no residual"),
+        })
+        .collect();
+    let want =
+        primjit_reference::conv_transpose(x, &problem.weights, problem.bias.as_ref(), &a, &posts);
     prop_assert_eq!(&want.shape, &d.dst_shape().to_vec());
     let abs = |t: &Tensor| Tensor {
         shape: t.shape.clone(),
@@ -114,11 +129,13 @@ fn check(
         &abs(&problem.weights),
         problem.bias.as_ref().map(abs).as_ref(),
         &a,
+        &[],
     );
     let terms = (d.ic / d.groups * d.kh * d.kw + 2) as f32;
     prop_assert_eq!(got.len(), want.data.len());
     for (i, ((&g, &w), &m)) in got.iter().zip(&want.data).zip(&magnitude.data).enumerate() {
-        let bound = terms * f32::EPSILON / 2.0 * m + f32::MIN_POSITIVE;
+        let bound =
+            terms * f32::EPSILON / 2.0 * m + 8.0 * f32::EPSILON * w.abs() + f32::MIN_POSITIVE;
         prop_assert!(
             (g - w).abs() <= bound,
             "{}: element {i} is {g}, the reference {w} (bound {bound})",
@@ -126,6 +143,17 @@ fn check(
         );
     }
     Ok(())
+}
+
+/// Post-ops a transposed conv takes: none, relu, clip, an activation, two.
+fn post_ops() -> impl Strategy<Value = Vec<PostOpDesc>> {
+    prop_oneof![
+        2 => Just(Vec::new()),
+        1 => Just(vec![PostOpDesc::Relu]),
+        1 => Just(vec![PostOpDesc::Clip { lo: -1.0, hi: 1.5 }]),
+        1 => Just(vec![PostOpDesc::Act(Activation::Sigmoid)]),
+        1 => Just(vec![PostOpDesc::Relu, PostOpDesc::Act(Activation::Tanh)]),
+    ]
 }
 
 /// The largest total of pads that leaves an output of at least 1 along an axis.
@@ -147,6 +175,7 @@ prop_compose! {
         pads in (0..=3usize, 0..=3usize, 0..=3usize, 0..=3usize),
         op in (0..3usize, 0..3usize),
         bias in any::<bool>(),
+        post_ops in post_ops(),
     ) -> ConvTransposeDesc {
         let strides = [strides.0, strides.1];
         let dilations = [dilations.0, dilations.1];
@@ -177,6 +206,7 @@ prop_compose! {
             // Depthwise needs two channels at least to be other than groups 1.
             groups: if depthwise && ic > 1 { ic } else { 1 },
             bias,
+            post_ops,
             runtime: RuntimeDims::NONE,
             isa: Isa::X128,
         }
@@ -195,6 +225,7 @@ prop_compose! {
         (ih, iw) in (1..=4usize, prop_oneof![1..=8usize, 9..=60usize]),
         (sh, sw) in (1..=3usize, 1..=3usize),
         bias in any::<bool>(),
+        post_ops in post_ops(),
         isa in prop::sample::select(common::host_tiers()),
     ) -> ConvTransposeDesc {
         ConvTransposeDesc {
@@ -211,6 +242,7 @@ prop_compose! {
             output_padding: [0, 0],
             groups: 1,
             bias,
+            post_ops,
             runtime: RuntimeDims::NONE,
             isa: Isa::X128,
         }
@@ -371,6 +403,7 @@ fn base() -> ConvTransposeDesc {
         output_padding: [0, 0],
         groups: 1,
         bias: true,
+        post_ops: Vec::new(),
         runtime: RuntimeDims::NONE,
         isa: Isa::X128,
     }

@@ -191,6 +191,7 @@ impl Importer {
             pads,
             output_padding,
             groups,
+            post_ops: Vec::new(),
         };
         // With `output_shape`, the pads and output padding above give exactly its extents.
         self.push(node, Op::ConvTranspose(ct), false)

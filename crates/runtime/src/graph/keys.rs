@@ -230,7 +230,7 @@ impl NodeKeys<'_> {
             pads,
             groups: c.groups,
             bias: c.bias.is_some(),
-            post_ops: post_op_descs(c),
+            post_ops: post_op_descs(&c.post_ops),
             pool: fused_pool(c),
             src_layout: self.src_layout(c.input),
             dst_layout: Layout::Nchw4c,
@@ -389,15 +389,15 @@ pub(super) fn conv_desc_shell(
     d.bias = c.bias.is_some();
     d.algo = conv_algo.pick(&d);
     // The post-ops decide the tier (a wide tile computes only some), and so the packing.
-    d.post_ops = post_op_descs(c);
+    d.post_ops = post_op_descs(&c.post_ops);
     d.isa = d.tier_for(isa);
     d
 }
 
-/// A conv's post-ops as its key lists them: all but the fused max pool, which is the key's
-/// `pool`.
-fn post_op_descs(c: &primjit_ir::Conv2d) -> Vec<PostOpDesc> {
-    c.post_ops
+/// A conv's or a transposed conv's post-ops as its key lists them: all but the fused max
+/// pool, which is a conv key's `pool`.
+fn post_op_descs(posts: &[PostOp]) -> Vec<PostOpDesc> {
+    posts
         .iter()
         .filter_map(|p| match p {
             PostOp::Relu => Some(PostOpDesc::Relu),
@@ -438,6 +438,7 @@ pub(super) fn conv_transpose_desc(
         output_padding: ct.output_padding,
         groups: ct.groups,
         bias: ct.bias.is_some(),
+        post_ops: post_op_descs(&ct.post_ops),
         runtime: RuntimeDims::NONE,
         isa: Isa::X128,
     }
