@@ -6,6 +6,8 @@
 //! system. Large buffers are anonymous mappings of their own (memmap2): dropping one unmaps
 //! it at once, whatever the allocator's heuristics (glibc's, for one, raises its mmap
 //! threshold to the size of freed chunks and then keeps later ones of that size on its heap).
+//! Mappings of 2 MiB or more ask for transparent huge pages: a buffer beyond the budget is
+//! faulted in again on every run, 512 times fewer faults.
 
 use std::io;
 use std::ops::{Deref, DerefMut};
@@ -17,6 +19,9 @@ use crate::config::Budget;
 /// Buffers of at least this many bytes are anonymous mappings; smaller ones live on the heap,
 /// where they cost less than a page each and never hold much.
 pub const MAP_THRESHOLD_BYTES: usize = 64 << 10;
+
+/// Mappings of at least this many bytes ask for transparent huge pages (2 MiB on x86-64).
+const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// A free buffer serves a band, halo or copy of a streamed segment only if it is at most
 /// `REUSE_SLACK` times larger. The segment takes buffers of many sizes (bands of each layer,
@@ -94,7 +99,12 @@ impl Buffer {
         let memory = if bytes < MAP_THRESHOLD_BYTES {
             Memory::Heap(vec![0.0; len])
         } else {
-            Memory::Mapped(MmapMut::map_anon(mapped_bytes(len))?)
+            let map = MmapMut::map_anon(mapped_bytes(len))?;
+            if bytes >= HUGE_PAGE_BYTES {
+                // Advice only: where the system declines, 4 KiB pages serve as before.
+                let _ = map.advise(memmap2::Advice::HugePage);
+            }
+            Memory::Mapped(map)
         };
         Ok(Buffer {
             memory,
