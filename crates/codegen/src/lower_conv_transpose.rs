@@ -8,12 +8,13 @@
 //! `q - j` for `oy + pad_top = q * stride + r`, and the kernel loops over the `j` whose input
 //! row exists (computed once per row, and once per pixel for columns); with a dilation it tests
 //! every tap. Either way every tap it reads lies in the input, and a tap that misses the input
-//! contributes nothing (not even a NaN). Each output element is one
-//! chain from its bias over the taps in `(kh, kw)` order and, within a tap, the input channels
-//! in order, then the post-ops (relu, clip, activations); extents may be runtime values, which
-//! change no order, so runtime-extent kernels give the exact kernels' bits. Groups are 1 (weights packed per tile of four output blocks:
-//! `[kh][kw][ic][blocks x 4]`) or depthwise (per tile `[kh][kw][blocks x 4]`, a vector FMA per
-//! block and tap); the bias follows, rounded up to whole blocks.
+//! contributes nothing (not even a NaN). Each output element is one chain from its bias over
+//! the taps in `(kh, kw)` order and, within a tap, the input channels in order, then the
+//! post-ops (relu, clip, activations); extents may be runtime values, which change no order, so
+//! runtime-extent kernels give the exact kernels' bits. Groups are 1 (weights packed per tile
+//! of four output blocks: `[kh][kw][ic][blocks x 4]`) or depthwise (per tile
+//! `[kh][kw][blocks x 4]`, a vector FMA per block and tap); the bias follows, rounded up to
+//! whole blocks.
 //!
 //! At a wide tier (`ConvTransposeDesc::tier_for`: a kernel the size of its stride, one tap per
 //! output pixel) an output row is, per column phase, a 1x1 convolution of one input row

@@ -64,6 +64,14 @@ enum Memory {
     Mapped(MmapMut),
 }
 
+/// Asks for transparent huge pages for a mapping of [`HUGE_PAGE_BYTES`] or more. Advice only:
+/// where the system declines, 4 KiB pages serve as before.
+fn advise_huge_pages(map: &MmapMut) {
+    if map.len() >= HUGE_PAGE_BYTES {
+        let _ = map.advise(memmap2::Advice::HugePage);
+    }
+}
+
 /// Bytes of the whole pages that a mapping of `floats` floats takes.
 fn mapped_bytes(floats: usize) -> usize {
     let page = crate::exec::page_size();
@@ -100,10 +108,7 @@ impl Buffer {
             Memory::Heap(vec![0.0; len])
         } else {
             let map = MmapMut::map_anon(mapped_bytes(len))?;
-            if bytes >= HUGE_PAGE_BYTES {
-                // Advice only: where the system declines, 4 KiB pages serve as before.
-                let _ = map.advise(memmap2::Advice::HugePage);
-            }
+            advise_huge_pages(&map);
             Memory::Mapped(map)
         };
         Ok(Buffer {
@@ -126,7 +131,11 @@ impl Buffer {
         let Memory::Mapped(map) = &mut self.memory else {
             return false;
         };
-        crate::exec::grow_mapping(map, mapped_bytes(len)).is_ok()
+        let grown = crate::exec::grow_mapping(map, mapped_bytes(len)).is_ok();
+        if grown {
+            advise_huge_pages(map);
+        }
+        grown
     }
 
     /// Shrinks a mapped buffer to its first `bytes` (a positive multiple of the page size, at

@@ -237,14 +237,9 @@ prop_compose! {
             kh: sh,
             kw: sw,
             strides: [sh, sw],
-            dilations: [1, 1],
-            pads: Pads::default(),
-            output_padding: [0, 0],
-            groups: 1,
             bias,
             post_ops,
-            runtime: RuntimeDims::NONE,
-            isa: Isa::X128,
+            ..base()
         }
         .at_tier(isa)
     }

@@ -282,9 +282,6 @@ impl PoolTile {
     const SCALE: usize = 2;
     const FIRST_ACCUMULATOR: usize = 3;
 
-    /// Bytes of one pixel of a block of four channels.
-    const BLOCK_BYTES: i64 = 16;
-
     /// Pixels of one vector: blocks of four channels.
     fn blocks(&self) -> usize {
         self.isa.target().lanes / 4
@@ -296,7 +293,7 @@ impl PoolTile {
         let reach = self.pixel_bytes.checked_mul(pixels);
         self.isa != Isa::X128
             && self.vectors > 0
-            && self.pixel_bytes >= Self::BLOCK_BYTES
+            && self.pixel_bytes >= BLOCK_PIXEL_BYTES
             && Self::FIRST_ACCUMULATOR + self.vectors <= self.isa.target().vector_registers
             && self.units.iter().all(|&u| {
                 reach
@@ -318,41 +315,23 @@ impl PoolTile {
         let mut a = Asm::new(self.isa);
         let vb = self.isa.target().vector_bytes() as i64;
         let acc = |j: usize| Self::FIRST_ACCUMULATOR + j;
-        if self.max {
-            // -inf through eax: esi holds the destination.
-            ok(a.a.mov(eax, f32::NEG_INFINITY.to_bits()));
-            a.splat_gpr(acc(0), eax);
-            for j in 1..self.vectors {
-                a.copy(acc(j), acc(0));
-            }
-        } else {
-            for j in 0..self.vectors {
-                a.zero(acc(j));
-            }
-        }
+        a.pool_identity(self.max, Self::FIRST_ACCUMULATOR..acc(self.vectors));
         let mut kh_loop = a.a.create_label();
         let mut kh_done = a.a.create_label();
         ok(a.a.test(rdx, rdx));
         ok(a.a.jz(kh_done));
         ok(a.a.set_label(&mut kh_loop));
         // At unit column stride a vector's pixels are one load (an operand of `avg`'s add).
-        let contiguous = self.pixel_bytes == Self::BLOCK_BYTES;
+        let contiguous = self.pixel_bytes == BLOCK_PIXEL_BYTES;
         let vector_step = self.pixel_bytes * self.blocks() as i64;
         for &unit in &self.units {
             for j in 0..self.vectors {
                 let x = rdi + disp(unit + j as i64 * vector_step);
-                if !contiguous {
-                    a.gather_blocks_at(Self::INPUT, x, self.pixel_bytes, self.blocks());
-                } else if self.max {
-                    a.load(Self::INPUT, x);
-                }
-                if self.max {
-                    a.max(Self::MAX, acc(j), Self::INPUT);
-                    a.or_unordered(acc(j), Self::MAX, acc(j), Self::INPUT);
-                } else if contiguous {
-                    a.add_mem(acc(j), x);
+                if contiguous {
+                    a.pool_step_mem(self.max, acc(j), [Self::INPUT, Self::MAX], x);
                 } else {
-                    a.add(acc(j), acc(j), Self::INPUT);
+                    a.gather_blocks_at(Self::INPUT, x, self.pixel_bytes, self.blocks());
+                    a.pool_step(self.max, acc(j), Self::INPUT, Self::MAX);
                 }
             }
         }
@@ -411,17 +390,7 @@ impl GlobalPoolTile {
         let mut a = Asm::new(self.isa);
         let vb = self.isa.target().vector_bytes() as i64;
         let acc = |j: usize| Self::FIRST_ACCUMULATOR + j;
-        if self.max {
-            ok(a.a.mov(eax, f32::NEG_INFINITY.to_bits()));
-            a.splat_gpr(acc(0), eax);
-            for j in 1..self.vectors() {
-                a.copy(acc(j), acc(0));
-            }
-        } else {
-            for j in 0..self.vectors() {
-                a.zero(acc(j));
-            }
-        }
+        a.pool_identity(self.max, Self::FIRST_ACCUMULATOR..acc(self.vectors()));
         let mut trip = a.a.create_label();
         let mut done = a.a.create_label();
         ok(a.a.test(rsi, rsi));
@@ -429,13 +398,7 @@ impl GlobalPoolTile {
         ok(a.a.set_label(&mut trip));
         for j in 0..self.vectors() {
             let x = rdi + disp(j as i64 * vb);
-            if self.max {
-                a.load(Self::INPUT, x);
-                a.max(Self::MAX, acc(j), Self::INPUT);
-                a.or_unordered(acc(j), Self::MAX, acc(j), Self::INPUT);
-            } else {
-                a.add_mem(acc(j), x);
-            }
+            a.pool_step_mem(self.max, acc(j), [Self::INPUT, Self::MAX], x);
         }
         ok(a.a.add(rdi, self.vectors() as i32 * vb as i32));
         ok(a.a.dec(rsi));
@@ -1319,6 +1282,42 @@ impl Asm {
                 self.a.vinsertf128(YMM[r], YMM[r], m, j as u32)
             };
             ok(res);
+        }
+    }
+
+    /// Pooling accumulators `accs` at their reduction's start: -inf for a maximum (through
+    /// `eax`), +0 for a sum.
+    fn pool_identity(&mut self, max: bool, mut accs: std::ops::Range<usize>) {
+        if !max {
+            accs.for_each(|r| self.zero(r));
+            return;
+        }
+        let first = accs.next().expect("an accumulator");
+        ok(self.a.mov(eax, f32::NEG_INFINITY.to_bits()));
+        self.splat_gpr(first, eax);
+        accs.for_each(|r| self.copy(r, first));
+    }
+
+    /// One pooling step of `acc` with register `x`, as `lower_pool::combine`: the maximum
+    /// with the running one first, or-ed with an unordered compare so that a NaN stays NaN
+    /// (`m` a scratch register), or the sum.
+    fn pool_step(&mut self, max: bool, acc: usize, x: usize, m: usize) {
+        if max {
+            self.max(m, acc, x);
+            self.or_unordered(acc, m, acc, x);
+        } else {
+            self.add(acc, acc, x);
+        }
+    }
+
+    /// [`Self::pool_step`] with the vector at `at`: loaded into `x` for a maximum, a memory
+    /// operand of the sum.
+    fn pool_step_mem(&mut self, max: bool, acc: usize, [x, m]: [usize; 2], at: AsmMemoryOperand) {
+        if max {
+            self.load(x, at);
+            self.pool_step(true, acc, x, m);
+        } else {
+            self.add_mem(acc, at);
         }
     }
 
