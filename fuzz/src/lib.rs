@@ -228,6 +228,7 @@ impl OpSpec {
                 src_layout,
                 dst_layout,
                 runtime: Default::default(),
+                isa: Isa::X128,
             }),
             OpKind::Relu | OpKind::Add => PrimitiveKey::Eltwise(EltwiseDesc {
                 kind: if matches!(self.kind, OpKind::Relu) {
