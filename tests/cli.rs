@@ -2536,6 +2536,63 @@ fn bench_op_times_every_node_of_a_model() {
     }
 }
 
+/// `--workspace-budget` bounds what the model's runs keep: with 0 every run returns its
+/// buffers, unlimited keeps them; it and the other model-only flags are refused beside a
+/// descriptor, and a malformed budget is refused.
+#[test]
+fn bench_op_model_runs_take_a_workspace_budget() {
+    let returned = |budget: &str| -> u64 {
+        let out = success(&primjit(&[
+            "bench-op",
+            "--model",
+            TRUNK,
+            "--dims",
+            "W=37",
+            "--runs",
+            "2",
+            "--workspace-budget",
+            budget,
+        ]));
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("workspace: budget {budget},")))
+            .unwrap_or_else(|| panic!("no workspace line for {budget}:\n{out}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = words
+            .iter()
+            .position(|w| *w == "returned")
+            .expect("returned bytes");
+        words[at - 2].parse().expect("a byte count")
+    };
+    // Unlimited, only small heap buffers outgrown by a later use go back.
+    let (kept, none_kept) = (returned("unlimited"), returned("0"));
+    assert!(kept < 64 << 10, "{kept}");
+    assert!(none_kept > 1 << 20, "{none_kept}");
+    for model_only in [
+        &["--workspace-budget", "0"][..],
+        &["--dynamic"],
+        &["--vs-algo", "direct"],
+        &["--dims", "W=3"],
+    ] {
+        let mut args = vec!["bench-op", "mb1ic8ih6iw18oc8kh3ph1"];
+        args.extend(model_only);
+        failure(&primjit(&args), 2, &[model_only[0], "DESCRIPTOR"]);
+    }
+    failure(
+        &primjit(&[
+            "bench-op",
+            "--model",
+            TRUNK,
+            "--dims",
+            "W=37",
+            "--workspace-budget",
+            "8 apples",
+        ]),
+        2,
+        &["--workspace-budget"],
+    );
+}
+
 // ---- PRIMJIT_* variables ----
 
 /// Runs the small model at W=9 with `vars` set (and every other PRIMJIT_ variable unset).

@@ -12,6 +12,7 @@ use primjit::ir::{Tensor, random_tensor};
 use primjit::{
     Budget, CacheConfig, CallExtents, CompiledGraph, ConvDesc, Engine, EngineConfig, ExecArgs,
     FmaPattern, Isa, Layout, Params, Primitive, PrimitiveKey, ShapeMode, Workspace,
+    WorkspaceConfig, WorkspaceStats,
 };
 
 use crate::source::GraphArgs;
@@ -314,7 +315,10 @@ pub struct BenchOpArgs {
     pub model: Option<PathBuf>,
 
     /// Values for the model's symbols, e.g. W=1031
-    #[arg(long, value_name = "NAME=N,...", requires = "model")]
+    // `requires = "model"` is not enforced when the descriptor, which conflicts with the model,
+    // is given (clap drops requirements on conflicting arguments): model-only flags conflict
+    // with the descriptor instead.
+    #[arg(long, value_name = "NAME=N,...", conflicts_with = "descriptor")]
     pub dims: Option<String>,
 
     /// The descriptor is a pooling problem
@@ -340,13 +344,13 @@ pub struct BenchOpArgs {
     /// With --model: also run the graph with runtime extents for its symbols (the `dynamic`
     /// policy), alternating with exact runs, and print both side by side; `dyn/ex` is the
     /// median over runs of each run's ratio
-    #[arg(long, requires = "model")]
+    #[arg(long, conflicts_with = "descriptor")]
     pub dynamic: bool,
 
     /// With --model: also run the graph with this convolution algorithm choice (direct,
     /// winograd or auto), alternating with the first, and print both side by side; the ratio
     /// column is the median over runs of each run's ratio (second / first)
-    #[arg(long, value_name = "ALGO", requires = "model", conflicts_with = "dynamic",
+    #[arg(long, value_name = "ALGO", conflicts_with_all = ["descriptor", "dynamic"],
           value_parser = |s: &str| s.parse::<primjit::ConvAlgoChoice>().map_err(|e| e.to_string()))]
     pub vs_algo: Option<primjit::ConvAlgoChoice>,
 
@@ -363,6 +367,12 @@ pub struct BenchOpArgs {
     #[arg(long, value_name = "SRC,DST", conflicts_with_all = ["model", "pool"],
           value_parser = parse_pitches)]
     pub vs_pitch: Option<Pitches>,
+
+    /// With --model: the most bytes of activation buffers kept from one run to the next:
+    /// 16MiB, 0, unlimited (default: the built-in 8MiB). A network whose activations exceed it
+    /// faults the rest in again on every run, as a server with that budget would
+    #[arg(long, value_name = "BYTES", conflicts_with = "descriptor", value_parser = Budget::parse)]
+    pub workspace_budget: Option<Budget>,
 
     #[command(flatten)]
     pub algo: crate::algo::AlgoArgs,
@@ -536,6 +546,11 @@ pub fn run_bench_op(args: &BenchOpArgs) -> Result<()> {
         },
         perf_map: EngineConfig::from_env()?.perf_map,
         max_isa: args.algo.max_isa()?,
+        workspace: WorkspaceConfig {
+            budget: args
+                .workspace_budget
+                .unwrap_or(WorkspaceConfig::DEFAULT_BUDGET),
+        },
         ..EngineConfig::default()
     })?;
     // The problem first, so that a bad descriptor fails before anything is measured.
@@ -751,6 +766,7 @@ fn bench_model(
         firsts,
         mut per_node,
         mut totals,
+        workspace,
     } = time_models(engine, &models, (&input, &x), runs)?;
     let peaks = peak_after(engine, peak_before, out)?;
     let machine_peak = peaks.widest();
@@ -838,6 +854,16 @@ fn bench_model(
             conv_time[m] * 1e3
         )?;
     }
+    // What the runs' workspace kept and gave back: bytes returned run after run are buffers
+    // faulted in again on the next (`--workspace-budget`).
+    writeln!(
+        out,
+        "workspace: budget {}, {} bytes held after the runs (at most {} at once), {} bytes returned to the system over them",
+        engine.workspace_config().budget,
+        workspace.bytes,
+        workspace.peak_bytes,
+        workspace.returned_bytes
+    )?;
     Ok(())
 }
 
@@ -909,6 +935,8 @@ struct Timings {
     per_node: Vec<Vec<Vec<f64>>>,
     /// `[model][run]`.
     totals: Vec<Vec<f64>>,
+    /// The runs' workspace after the last.
+    workspace: WorkspaceStats,
 }
 
 /// Runs each model once, then `runs` times more, the models alternating run by run so that
@@ -949,5 +977,6 @@ fn time_models(
         firsts,
         per_node,
         totals,
+        workspace: ws.stats(),
     })
 }
