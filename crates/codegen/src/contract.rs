@@ -14,7 +14,7 @@ use crate::key::{
 };
 use crate::plan::{ConvPlan, representative_extents};
 use crate::target::Isa;
-use crate::tile::{LANES, LANEWISE_VECTORS};
+use crate::tile::{LANES, LANEWISE_VECTORS, full_tile};
 use primjit_ir::Pads;
 
 impl ConvDesc {
@@ -194,8 +194,10 @@ impl ConvTransposeDesc {
     /// convolution's wide tile over each column phase), within the tile's 32-bit
     /// displacements; `x128` for the others.
     pub fn tier_for(&self, engine: Isa) -> Isa {
-        // The widest tile's reach into the output row: its pixels `sw` apart.
-        let reach = 24u128 * self.strides[1] as u128 * 16;
+        // A tile's reach into the output row: as many pixels as the tier's full direct tile has
+        // accumulators (`lower_conv_transpose::phase_tiles`), `sw` apart.
+        let (pixels, vectors) = full_tile(engine);
+        let reach = (pixels * vectors) as u128 * self.strides[1] as u128 * 16;
         let wide = engine != Isa::X128
             && self.one_tap_per_pixel()
             && self.ic.is_multiple_of(4)

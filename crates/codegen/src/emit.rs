@@ -564,6 +564,23 @@ impl<'a> Emit<'a> {
             .bitcast(types::F32X4, MemFlagsData::new(), bits)
     }
 
+    /// Sets the lanes past the first `real` of `pixels` vectors, `pixel_bytes` apart from
+    /// `block`, to +0: the padding lanes of an `nChw4c` row's last, partial block.
+    pub fn clear_padding_lanes(
+        &mut self,
+        block: Value,
+        pixels: Scalar,
+        pixel_bytes: i64,
+        real: usize,
+    ) {
+        let mask = self.lane_mask(real);
+        self.for_ptrs(pixels, &[block], &[Scalar::Const(pixel_bytes)], |e, p| {
+            let x = e.load_vec(p[0], 0);
+            let x = e.keep_lanes(x, mask);
+            e.store_vec(x, p[0], 0);
+        });
+    }
+
     pub fn store_vec(&mut self, v: Value, base: Value, offset: i64) {
         let (base, imm) = self.address(base, offset);
         self.b.ins().store(self.flags, v, base, imm);

@@ -610,11 +610,5 @@ fn zero_padding_lanes(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, out
         return;
     }
     let block = e.offset_by(out, g.out_plane, d.oc.div_ceil(4) as i64 - 1);
-    let mask = e.lane_mask(real);
-    let ow = Scalar::Dyn(g.ow);
-    e.for_ptrs(ow, &[block], &[Scalar::Const(PIXEL)], |e, p| {
-        let x = e.load_vec(p[0], 0);
-        let x = e.keep_lanes(x, mask);
-        e.store_vec(x, p[0], 0);
-    });
+    e.clear_padding_lanes(block, Scalar::Dyn(g.ow), PIXEL, real);
 }

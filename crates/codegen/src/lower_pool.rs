@@ -644,7 +644,6 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
             let image_steps = [e.mul(src_s.image, f), Scalar::Const(dst_s.image as i64 * f)];
             let images = Scalar::Const(d.mb as i64);
             e.for_ptrs(images, &[src_b, dst_b], &image_steps, |e, q| {
-                let init = e.splat_const(identity(d.kind));
                 let fill = e.splat_const(0.0);
                 let pixel = src_s.pixel * f;
                 let channel = src_s.channel;
@@ -654,8 +653,6 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                 };
                 // Pixel `p` goes to partial `p % GLOBAL_CHAINS`: independent chains, where
                 // one chain waited an add's latency per pixel.
-                let mut carried = vec![q[0]];
-                carried.extend([init; GLOBAL_CHAINS]);
                 let chains = GLOBAL_CHAINS as i64;
                 let body = |e: &mut Emit<'_>, _: Value, s: &[Value]| {
                     let mut next = vec![e.offset(s[0], chains * pixel)];
@@ -670,13 +667,19 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                         Scalar::Dyn(e.b.ins().ushr_imm_u(p, chains.trailing_zeros() as i64))
                     }
                 };
-                let out = match (d.isa, trips) {
-                    (Isa::X128, Scalar::Const(t)) => e.for_count(t as usize, &carried, body),
-                    (Isa::X128, Scalar::Dyn(t)) => {
-                        let zero = e.iconst(0);
-                        e.for_range(zero, t, &carried, body)
+                let out = if d.isa == Isa::X128 {
+                    let init = e.splat_const(identity(d.kind));
+                    let mut carried = vec![q[0]];
+                    carried.extend([init; GLOBAL_CHAINS]);
+                    match trips {
+                        Scalar::Const(t) => e.for_count(t as usize, &carried, body),
+                        Scalar::Dyn(t) => {
+                            let zero = e.iconst(0);
+                            e.for_range(zero, t, &carried, body)
+                        }
                     }
-                    _ => wide_global_trips(e, d, q[0], trips),
+                } else {
+                    wide_global_trips(e, d, q[0], trips)
                 };
                 let mut partials = match pixels {
                     Scalar::Const(p) => {

@@ -632,13 +632,7 @@ fn zero_padding_lanes(e: &mut Emit<'_>, plan: &ConvPlan, tile: TilePtrs) {
             geo.dst_block_bytes,
             plan.last_tile_vecs() as i64 - 1,
         );
-        let mask = e.lane_mask(real);
-        let pixel = Scalar::Const(geo.dst.pixel * F32_BYTES);
-        e.for_ptrs(geo.ow, &[block], &[pixel], |e, p| {
-            let x = e.load_vec(p[0], 0);
-            let x = e.keep_lanes(x, mask);
-            e.store_vec(x, p[0], 0);
-        });
+        e.clear_padding_lanes(block, geo.ow, geo.dst.pixel * F32_BYTES, real);
     };
     if plan.oc_tiles == 1 {
         zero_row(e);
