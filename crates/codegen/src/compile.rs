@@ -3,15 +3,9 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use cranelift_codegen::Context;
-use cranelift_codegen::control::ControlPlane;
-use cranelift_codegen::ir::Function;
-use cranelift_codegen::isa::OwnedTargetIsa;
-use cranelift_codegen::settings::{self, Configurable};
-
+use crate::backend::cranelift::{Failure, HostIsa, Lowered, MachineCode};
 use crate::backend::x64::{self, TileCode, WideTile};
 use crate::conv::{direct, winograd};
-use crate::emit::{Emit, new_context};
 use crate::key::{ConvAlgo, EltwiseKind, FmaPattern, KeyError, PrimitiveKey, ResizeMode};
 use crate::plan::{ConvPlan, PoolPlan};
 use crate::tile::WidePattern;
@@ -115,58 +109,12 @@ pub enum CodegenError {
     Relocations(String),
 }
 
-/// The host ISA as detected once, with the settings primjit's kernels are written for.
-pub struct HostIsa {
-    isa: OwnedTargetIsa,
-    pub has_fma: bool,
-    /// The ISA flags that shape the code, for cache keys and reports, e.g. `x86_64+avx+fma`.
-    pub description: String,
-}
-
-fn build_isa(verify: bool) -> Result<HostIsa, String> {
-    let mut flags = settings::builder();
-    // The generator schedules the code itself; Cranelift's optimizer hoists loads out of the
-    // unrolled reduction and spills accumulators (measured 55-65% of peak against 97-99%).
-    flags.set("opt_level", "none").map_err(|e| e.to_string())?;
-    flags
-        .set("enable_verifier", if verify { "true" } else { "false" })
-        .map_err(|e| e.to_string())?;
-    flags.set("is_pic", "false").map_err(|e| e.to_string())?;
-    // Block boundaries for the disassembler, so that a jump table's data inside the code does not
-    // end the listing; it changes no instruction.
-    flags
-        .set("machine_code_cfg_info", "true")
-        .map_err(|e| e.to_string())?;
-    let isa_builder = cranelift_native::builder().map_err(|e| e.to_string())?;
-    let isa = isa_builder
-        .finish(settings::Flags::new(flags))
-        .map_err(|e| e.to_string())?;
-    let enabled = |name: &str| {
-        isa.isa_flags()
-            .iter()
-            .any(|v| v.name == name && v.as_bool() == Some(true))
-    };
-    let has_fma = enabled("has_avx") && enabled("has_fma");
-    let mut description = isa.triple().architecture.to_string();
-    for name in ["has_avx", "has_avx2", "has_fma"] {
-        if enabled(name) {
-            description.push('+');
-            description.push_str(name.trim_start_matches("has_"));
-        }
-    }
-    Ok(HostIsa {
-        isa,
-        has_fma,
-        description,
-    })
-}
-
 /// The host ISA with or without the verifier, detected on first use.
 pub fn host_isa(verify: bool) -> Result<&'static HostIsa, CodegenError> {
     static PLAIN: OnceLock<Result<HostIsa, String>> = OnceLock::new();
     static VERIFIED: OnceLock<Result<HostIsa, String>> = OnceLock::new();
     let cell = if verify { &VERIFIED } else { &PLAIN };
-    cell.get_or_init(|| build_isa(verify))
+    cell.get_or_init(|| HostIsa::detect(verify))
         .as_ref()
         .map_err(|e| CodegenError::UnsupportedHost(e.clone()))
 }
@@ -281,39 +229,29 @@ pub fn describe_plan(key: &PrimitiveKey) -> String {
     }
 }
 
-/// Builds the Cranelift function of a key, and the wide register tiles it calls (in the order
-/// of their names, see `emit::TILE_NAMESPACE`).
+/// Builds the Cranelift function of a key, with the wide register tiles it calls.
 ///
 /// # Panics
 ///
 /// If `key` is not valid ([`PrimitiveKey::validate`], which [`compile`] calls first), or is a
 /// [`PrimitiveKey::WidePeak`], which the x64 backend emits whole.
-pub fn lower(
-    key: &PrimitiveKey,
-    host: &HostIsa,
-    options: CodegenOptions,
-) -> (Function, Vec<WideTile>) {
-    let mut func = Function::new();
-    let mut fctx = new_context();
-    let mut e = Emit::new(&mut func, &mut fctx, host.has_fma, options.prefetch_weights);
-    match key {
-        PrimitiveKey::Conv(d) if d.pool.is_some() => lower_fused::lower(&mut e, d),
+fn lower(key: &PrimitiveKey, host: &HostIsa, options: CodegenOptions) -> Lowered {
+    Lowered::build(host, options.prefetch_weights, |e| match key {
+        PrimitiveKey::Conv(d) if d.pool.is_some() => lower_fused::lower(e, d),
         PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
-            winograd::lower(&mut e, &winograd::WinogradPlan::new(d))
+            winograd::lower(e, &winograd::WinogradPlan::new(d))
         }
-        PrimitiveKey::Conv(d) => direct::lower(&mut e, &ConvPlan::new(d)),
-        PrimitiveKey::Pool(d) => lower_pool::lower_pool(&mut e, &PoolPlan::new(d)),
-        PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(&mut e, d),
-        PrimitiveKey::Eltwise(d) => lower_eltwise::lower(&mut e, d),
-        PrimitiveKey::Concat(d) => lower_eltwise::lower_concat(&mut e, d),
-        PrimitiveKey::SelectChannels(d) => lower_eltwise::lower_select(&mut e, d),
-        PrimitiveKey::Resize(d) => lower_resize::lower_resize(&mut e, d),
-        PrimitiveKey::ConvTranspose(d) => lower_conv_transpose::lower(&mut e, d),
-        PrimitiveKey::FmaPeak(pattern) => lower_pool::lower_fma_peak(&mut e, *pattern),
+        PrimitiveKey::Conv(d) => direct::lower(e, &ConvPlan::new(d)),
+        PrimitiveKey::Pool(d) => lower_pool::lower_pool(e, &PoolPlan::new(d)),
+        PrimitiveKey::GlobalPool(d) => lower_pool::lower_global_pool(e, d),
+        PrimitiveKey::Eltwise(d) => lower_eltwise::lower(e, d),
+        PrimitiveKey::Concat(d) => lower_eltwise::lower_concat(e, d),
+        PrimitiveKey::SelectChannels(d) => lower_eltwise::lower_select(e, d),
+        PrimitiveKey::Resize(d) => lower_resize::lower_resize(e, d),
+        PrimitiveKey::ConvTranspose(d) => lower_conv_transpose::lower(e, d),
+        PrimitiveKey::FmaPeak(pattern) => lower_pool::lower_fma_peak(e, *pattern),
         PrimitiveKey::WidePeak { .. } => unreachable!("the x64 backend emits wide peaks whole"),
-    }
-    let tiles = e.finish(host.isa.frontend_config());
-    (func, tiles)
+    })
 }
 
 /// The cache line of a kernel's wide tiles: after the Cranelift code and after one another,
@@ -322,18 +260,13 @@ pub fn lower(
 const TILE_ALIGN: usize = 64;
 
 /// The Cranelift code followed by its tiles, with every call to a tile resolved: the bytes
-/// stay position-independent. Any other relocation is an error.
+/// stay position-independent.
 fn join_tiles(
     key: &PrimitiveKey,
-    code: &[u8],
-    relocs: &[cranelift_codegen::FinalizedMachReloc],
-    names: &cranelift_codegen::ir::function::FunctionParameters,
+    machine: &MachineCode,
     tiles: &[TileCode],
 ) -> Result<(Vec<u8>, Vec<usize>), CodegenError> {
-    use cranelift_codegen::FinalizedRelocTarget;
-    use cranelift_codegen::binemit::Reloc;
-    use cranelift_codegen::ir::ExternalName;
-    let mut out = code.to_vec();
+    let mut out = machine.code.clone();
     let mut starts = Vec::with_capacity(tiles.len());
     for tile in tiles {
         // A tile's constant pool starts on a cache line, where its vectors, read by most of an
@@ -346,26 +279,13 @@ fn join_tiles(
         starts.push(out.len());
         out.extend_from_slice(&tile.bytes);
     }
-    for r in relocs {
-        let tile = match (&r.kind, &r.target) {
-            (
-                Reloc::X86CallPCRel4 | Reloc::X86PCRel4,
-                FinalizedRelocTarget::ExternalName(ExternalName::User(name)),
-            ) => {
-                let name = &names.user_named_funcs()[*name];
-                (name.namespace == crate::emit::TILE_NAMESPACE)
-                    .then(|| starts.get(name.index as usize).copied())
-                    .flatten()
-            }
-            _ => None,
-        };
-        let Some(target) = tile else {
+    for call in &machine.tile_calls {
+        let Some(&target) = starts.get(call.tile) else {
             return Err(CodegenError::Relocations(key.to_string()));
         };
-        let at = r.offset as usize;
-        let rel = i32::try_from(target as i64 + r.addend - at as i64)
+        let rel = i32::try_from(target as i64 + call.addend - call.at as i64)
             .map_err(|_| CodegenError::Relocations(key.to_string()))?;
-        out[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+        out[call.at..call.at + 4].copy_from_slice(&rel.to_le_bytes());
     }
     Ok((out, starts))
 }
@@ -391,37 +311,21 @@ pub fn compile(
         });
     }
     let host = host_isa(options.verify)?;
-    let (func, tiles) = lower(key, host, options);
-    let tiles: Vec<TileCode> = tiles.iter().map(WideTile::assemble).collect();
-    let clif = dumps.clif.then(|| func.display().to_string());
-    // The tiles' names, read after compiling, while the compiled code borrows the context.
-    let names = func.params.clone();
-    let mut ctx = Context::for_function(func);
-    let compiled = ctx
-        .compile(&*host.isa, &mut ControlPlane::default())
-        .map_err(|e| CodegenError::Cranelift {
-            key: key.to_string(),
-            message: format!("{:?}", e.inner),
+    let lowered = lower(key, host, options);
+    let tiles: Vec<TileCode> = lowered.tiles.iter().map(WideTile::assemble).collect();
+    let clif = dumps.clif.then(|| lowered.clif());
+    let machine = lowered
+        .compile(host, dumps.disasm)
+        .map_err(|failure| match failure {
+            Failure::Compile(message) => CodegenError::Cranelift {
+                key: key.to_string(),
+                message,
+            },
+            Failure::Relocations => CodegenError::Relocations(key.to_string()),
+            Failure::Host(message) => CodegenError::UnsupportedHost(message),
         })?;
-    let (code, starts) = join_tiles(
-        key,
-        compiled.code_buffer(),
-        compiled.buffer.relocs(),
-        &names,
-        &tiles,
-    )?;
-    let disasm = if dumps.disasm {
-        let cs = host
-            .isa
-            .to_capstone()
-            .map_err(|e| CodegenError::UnsupportedHost(e.to_string()))?;
-        let mut text =
-            compiled
-                .disassemble(Some(&names), &cs)
-                .map_err(|e| CodegenError::Cranelift {
-                    key: key.to_string(),
-                    message: e.to_string(),
-                })?;
+    let (code, starts) = join_tiles(key, &machine, &tiles)?;
+    let disasm = machine.disasm.map(|mut text| {
         for (i, (tile, &at)) in tiles.iter().zip(&starts).enumerate() {
             let pool = tile.bytes.len() - tile.instructions;
             text.push_str(&format!(
@@ -433,10 +337,8 @@ pub fn compile(
                 at as u64,
             ));
         }
-        Some(text)
-    } else {
-        None
-    };
+        text
+    });
     Ok(CompiledKernel {
         key: key.clone(),
         tiles: starts

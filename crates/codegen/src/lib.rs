@@ -12,7 +12,6 @@ pub mod backend;
 mod compile;
 mod contract;
 pub mod conv;
-mod emit;
 pub mod key;
 mod lower_conv_transpose;
 mod lower_eltwise;
@@ -23,9 +22,9 @@ pub mod plan;
 pub mod target;
 pub mod tile;
 
+pub use backend::cranelift::HostIsa;
 pub use compile::{
-    CodegenError, CodegenOptions, CompiledKernel, Dumps, HostIsa, compile, describe_plan, host_isa,
-    lower,
+    CodegenError, CodegenOptions, CompiledKernel, Dumps, compile, describe_plan, host_isa,
 };
 pub use conv::{ConvAlgoChoice, UnknownConvAlgo, WINOGRAD_MIN_CHANNELS, WINOGRAD_S2_MIN_CHANNELS};
 pub use key::ConvTransposeDesc;

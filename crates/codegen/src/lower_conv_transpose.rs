@@ -22,12 +22,9 @@
 //! destination pixel `sw` pixels wide, over the same packed weights, summing from the bias
 //! over the input channels in order, so the bits are the 128-bit kernel's.
 
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{InstBuilder, Value};
-
+use crate::backend::cranelift::{Emit, ExtentArg, F32_BYTES, IntCC, Scalar, Value};
 use crate::backend::x64::{DirectTile, TileFinish, TileInit, TileUnit, WideTile};
 use crate::conv::apply_post_ops;
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::ConvTransposeDesc;
 use crate::target::Isa;
 use crate::tile::full_tile;
@@ -104,19 +101,19 @@ pub fn pack_conv_transpose_weights(
 /// valid.
 fn tap(e: &mut Emit<'_>, t: Value, stride: usize, input: Value) -> (Value, Value) {
     let zero = e.iconst(0);
-    let nonneg = e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, t, zero);
+    let nonneg = e.icmp(IntCC::SignedGreaterThanOrEqual, t, zero);
     let t = e.imax(t, zero);
     let (q, whole) = if stride == 1 {
         (t, None)
     } else {
         let q = e.udiv_const(t, stride as u64);
-        let qs = e.b.ins().imul_imm_s(q, stride as i64);
-        (q, Some(e.b.ins().icmp(IntCC::Equal, qs, t)))
+        let qs = e.imul_imm(q, stride as i64);
+        (q, Some(e.icmp(IntCC::Equal, qs, t)))
     };
-    let inside = e.b.ins().icmp(IntCC::SignedLessThan, q, input);
-    let valid = e.b.ins().band(nonneg, inside);
+    let inside = e.icmp(IntCC::SignedLessThan, q, input);
+    let valid = e.band(nonneg, inside);
     let valid = match whole {
-        Some(w) => e.b.ins().band(valid, w),
+        Some(w) => e.band(valid, w),
         None => valid,
     };
     (valid, q)
@@ -158,14 +155,14 @@ struct TapRange {
 
 fn tap_range(e: &mut Emit<'_>, t: Value, stride: usize, kernel: usize, input: Value) -> TapRange {
     let q = e.udiv_const(t, stride as u64);
-    let qs = e.b.ins().imul_imm_s(q, stride as i64);
-    let r = e.b.ins().isub(t, qs);
+    let qs = e.imul_imm(q, stride as i64);
+    let r = e.isub(t, qs);
     // The taps of phase `r`: ceil((kernel - r) / stride), never negative as r < stride.
     let span = e.iconst((kernel + stride - 1) as i64);
-    let span = e.b.ins().isub(span, r);
+    let span = e.isub(span, r);
     let count = e.udiv_const(span, stride as u64);
     let zero = e.iconst(0);
-    let past = e.b.ins().isub(q, input);
+    let past = e.isub(q, input);
     let past = e.offset(past, 1);
     let lo = e.imax(past, zero);
     let q1 = e.offset(q, 1);
@@ -204,15 +201,15 @@ fn for_taps(
         };
         let (r, q) = (range.r, range.q);
         return e.for_range(range.lo, range.hi, &accs, |e, j, accs| {
-            let js = e.b.ins().imul_imm_s(j, axis.stride as i64);
-            let k = e.b.ins().iadd(r, js);
-            let i = e.b.ins().isub(q, j);
+            let js = e.imul_imm(j, axis.stride as i64);
+            let k = e.iadd(r, js);
+            let i = e.isub(q, j);
             body(e, k, i, accs.to_vec())
         });
     }
     e.for_count(axis.kernel, &accs, |e, k, accs| {
-        let dk = e.b.ins().imul_imm_s(k, axis.dilation as i64);
-        let tk = e.b.ins().isub(t, dk);
+        let dk = e.imul_imm(k, axis.dilation as i64);
+        let tk = e.isub(t, dk);
         let (valid, i) = tap(e, tk, axis.stride, input);
         let accs = accs.to_vec();
         let skip = accs.clone();
@@ -250,10 +247,10 @@ fn pixel_loop(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ty: Value, 
             row_range.as_ref(),
             biases.clone(),
             |e, y, iy, accs| {
-                let row = e.b.ins().imul(iy, g.in_row);
-                let row = e.b.ins().iadd(t.src, row);
-                let tap_row = e.b.ins().imul_imm_s(y, d.kw as i64 * tap_bytes);
-                let w_row = e.b.ins().iadd(t.weights, tap_row);
+                let row = e.imul(iy, g.in_row);
+                let row = e.iadd(t.src, row);
+                let tap_row = e.imul_imm(y, d.kw as i64 * tap_bytes);
+                let w_row = e.iadd(t.weights, tap_row);
                 for_taps(e, cols, tx, g.iw, None, accs, |e, x, ix, accs| {
                     let pix = e.scaled(row, ix, PIXEL, 0);
                     let w = e.scaled(w_row, x, tap_bytes, 0);
@@ -347,7 +344,7 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvTransposeDesc) {
         (Scalar::Const(h), Scalar::Const(r)) => Scalar::Const(h * r),
         _ => {
             let (h, r) = (e.value(h), e.value(row));
-            Scalar::Dyn(e.b.ins().imul(h, r))
+            Scalar::Dyn(e.imul(h, r))
         }
     };
     let in_plane = plane(e, ih, in_row);
@@ -375,8 +372,8 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvTransposeDesc) {
         |e, img| {
             e.for_range(start, end, &[], |e, oy, _| {
                 let ty = e.offset(oy, d.pads.top as i64);
-                let out_off = e.b.ins().imul(oy, out_row_v);
-                let out = e.b.ins().iadd(img[1], out_off);
+                let out_off = e.imul(oy, out_row_v);
+                let out = e.iadd(img[1], out_off);
                 if d.isa != Isa::X128 {
                     let row = PhaseRow {
                         src: img[0],
@@ -448,8 +445,8 @@ fn wide_row(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, row: PhaseRow
     let sh = d.strides[0];
     let iy = e.udiv_const(row.oy, sh as u64);
     let phase_y = e.urem_const(row.oy, sh as u64);
-    let in_off = e.b.ins().imul(iy, g.in_row);
-    let src = e.b.ins().iadd(row.src, in_off);
+    let in_off = e.imul(iy, g.in_row);
+    let src = e.iadd(row.src, in_off);
     let out_blocks = d.oc.div_ceil(4);
     let taps_bytes = (d.kh * d.kw * d.ic * 4) as i64 * F32_BYTES;
     let tile_w = TILE_BLOCKS as i64 * taps_bytes;
@@ -458,8 +455,8 @@ fn wide_row(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, row: PhaseRow
     let tile = |e: &mut Emit<'_>, blocks: usize, weights: Value, bias: Value, out: Value| {
         // Row `phase_y` of the tile's `[kh][kw][ic][blocks x 4]` weights.
         let tap_bytes = (d.ic * blocks * 4) as i64 * F32_BYTES;
-        let row_w = e.b.ins().imul_imm_s(phase_y, d.kw as i64 * tap_bytes);
-        let w = e.b.ins().iadd(weights, row_w);
+        let row_w = e.imul_imm(phase_y, d.kw as i64 * tap_bytes);
+        let w = e.iadd(weights, row_w);
         let phases = Phases {
             blocks,
             src,
@@ -582,7 +579,7 @@ fn phase_tiles(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ph: &Phase
             let mut n = pixels.next_power_of_two() / 2;
             while n > 0 {
                 let k = n;
-                let has = e.b.ins().band_imm_u(rest, k as i64);
+                let has = e.band_imm(rest, k as i64);
                 let done = e.if_else_values(
                     has,
                     |e| {

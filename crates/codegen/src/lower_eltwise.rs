@@ -19,15 +19,12 @@
 //! place of f64 over the whole range (SiLU where `x` is above -87; below, the sigmoid
 //! underflows and SiLU is within `1e-38 |x|`).
 
-use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
-
 use crate::approx::{
     EXP_MAX, EXP_MIN, EXP_POLY, EXPM1_RANGE, LN2_HI, LN2_LO, LOGISTIC_EXP_MAX, LOGISTIC_EXP_MIN,
     LOGISTIC_POLY, ROUNDING_MAGIC, ROUNDING_MAGIC_HALF, TANH_POLY, TANH_SMALL,
 };
+use crate::backend::cranelift::{Emit, ExtentArg, F32_BYTES, FloatCC, Scalar, Value};
 use crate::backend::x64::{EltwiseOp, EltwiseOperand, EltwiseTile, WideTile};
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
 use crate::key::{Activation, BinaryKind, Broadcast, EltwiseDesc, EltwiseKind, Layout};
 use crate::tile::LANES;
 
@@ -42,41 +39,18 @@ const SRC: usize = 0;
 const DST: usize = 2;
 const SRC2: usize = 3;
 
-fn splat_i32(e: &mut Emit<'_>, v: i32) -> Value {
-    let c = e.b.ins().iconst(types::I32, v as i64);
-    e.b.ins().splat(types::I32X4, c)
-}
-
-fn to_int(e: &mut Emit<'_>, x: Value) -> Value {
-    e.b.ins().bitcast(types::I32X4, MemFlagsData::new(), x)
-}
-
-fn to_float(e: &mut Emit<'_>, x: Value) -> Value {
-    e.b.ins().bitcast(types::F32X4, MemFlagsData::new(), x)
-}
-
-/// `if mask { a } else { b }` lane by lane, for an `fcmp` or `icmp` mask.
-fn select(e: &mut Emit<'_>, mask: Value, a: Value, b: Value) -> Value {
-    let mask = if e.b.func.dfg.value_type(mask) == types::F32X4 {
-        mask
-    } else {
-        to_float(e, mask)
-    };
-    e.b.ins().bitselect(mask, a, b)
-}
-
 /// `y`, but NaN wherever `x` is NaN.
 fn keep_nan(e: &mut Emit<'_>, x: Value, y: Value) -> Value {
-    let nan = e.b.ins().fcmp(FloatCC::Unordered, x, x);
-    select(e, nan, x, y)
+    let nan = e.fcmp(FloatCC::Unordered, x, x);
+    e.select_lanes(nan, x, y)
 }
 
 /// `2^k` for integer lanes `k` in `[-126, 127]`, built in the exponent bits.
 fn pow2(e: &mut Emit<'_>, k: Value) -> Value {
-    let bias = splat_i32(e, 127);
-    let biased = e.b.ins().iadd(k, bias);
-    let bits = e.b.ins().ishl_imm_u(biased, 23);
-    to_float(e, bits)
+    let bias = e.splat_i32(127);
+    let biased = e.iadd(k, bias);
+    let bits = e.ishl_imm(biased, 23);
+    e.as_floats(bits)
 }
 
 /// `x` clamped to `[lo, hi]` and reduced: `(kf, q)` with `kf = x log2(e) + magic` (whose low
@@ -97,7 +71,7 @@ fn reduce(
     let magic = e.splat_const(magic);
     let log2e = e.splat_const(std::f32::consts::LOG2_E);
     let kf = e.fma(x, log2e, magic);
-    let nf = e.b.ins().fsub(kf, magic);
+    let nf = e.fsub(kf, magic);
     // r = x - n ln 2 in two steps (Cody and Waite): n * C1 is exact.
     let c1 = e.splat_const(LN2_HI);
     let c2 = e.splat_const(LN2_LO);
@@ -108,7 +82,7 @@ fn reduce(
         let k = e.splat_const(k);
         p = e.fma(p, r, k);
     }
-    let r2 = e.b.ins().fmul(r, r);
+    let r2 = e.fmul(r, r);
     (kf, e.fma(p, r2, r))
 }
 
@@ -118,20 +92,20 @@ fn reduce(
 fn exp_parts(e: &mut Emit<'_>, x: Value, range: [f32; 2]) -> (Value, Value) {
     let (kf, q) = reduce(e, x, range, ROUNDING_MAGIC, &EXP_POLY);
     let magic = e.splat_const(ROUNDING_MAGIC);
-    let (k_bits, magic_bits) = (to_int(e, kf), to_int(e, magic));
-    (q, e.b.ins().isub(k_bits, magic_bits))
+    let (k_bits, magic_bits) = (e.as_ints(kf), e.as_ints(magic));
+    (q, e.isub(k_bits, magic_bits))
 }
 
 /// `(1 + q) 2^n` as two factors `2^(n >> 1)` and `2^(n - (n >> 1))`, each a normal number for
 /// `n` in `[-150, 129]`.
 fn scale(e: &mut Emit<'_>, q: Value, n: Value) -> Value {
     let one = e.splat_const(1.0);
-    let y = e.b.ins().fadd(q, one);
-    let n1 = e.b.ins().sshr_imm_u(n, 1);
-    let n2 = e.b.ins().isub(n, n1);
+    let y = e.fadd(q, one);
+    let n1 = e.sshr_imm(n, 1);
+    let n2 = e.isub(n, n1);
     let (p1, p2) = (pow2(e, n1), pow2(e, n2));
-    let y = e.b.ins().fmul(y, p1);
-    e.b.ins().fmul(y, p2)
+    let y = e.fmul(y, p1);
+    e.fmul(y, p2)
 }
 
 /// `exp(x)` of a vector, NaN lanes dropped (see [`exp`]).
@@ -154,7 +128,7 @@ fn expm1_raw(e: &mut Emit<'_>, x: Value) -> Value {
     let (q, n) = exp_parts(e, x, EXPM1_RANGE);
     let s = pow2(e, n);
     let one = e.splat_const(1.0);
-    let s_1 = e.b.ins().fsub(s, one);
+    let s_1 = e.fsub(s, one);
     e.fma(q, s, s_1)
 }
 
@@ -163,53 +137,53 @@ fn expm1_raw(e: &mut Emit<'_>, x: Value) -> Value {
 /// Sigmoid's numerator is 1 (`None`), SiLU's `x`. NaN lanes of `x` are dropped where the
 /// numerator does not carry them.
 fn logistic(e: &mut Emit<'_>, x: Value, numerator: Option<Value>) -> Value {
-    let z = e.b.ins().fneg(x);
+    let z = e.fneg(x);
     let range = [LOGISTIC_EXP_MIN, LOGISTIC_EXP_MAX];
     let (kf, q) = reduce(e, z, range, ROUNDING_MAGIC_HALF, &LOGISTIC_POLY);
     // 2^(n - 1): the low bits of kf's are n + 126.
-    let k_bits = to_int(e, kf);
-    let half_pow = e.b.ins().ishl_imm_u(k_bits, 23);
-    let half_pow = to_float(e, half_pow);
+    let k_bits = e.as_ints(kf);
+    let half_pow = e.ishl_imm(k_bits, 23);
+    let half_pow = e.as_floats(half_pow);
     let one = e.splat_const(1.0);
-    let y = e.b.ins().fadd(q, one);
+    let y = e.fadd(q, one);
     // exp(-x) / 2 + 1 / 2: infinite where 2^(n - 1) is, as 1 + q is positive.
-    let y = e.b.ins().fmul(y, half_pow);
+    let y = e.fmul(y, half_pow);
     let half = e.splat_const(0.5);
-    let d = e.b.ins().fadd(y, half);
+    let d = e.fadd(y, half);
     let n = match numerator {
-        Some(v) => e.b.ins().fmul(v, half),
+        Some(v) => e.fmul(v, half),
         None => half,
     };
-    e.b.ins().fdiv(n, d)
+    e.fdiv(n, d)
 }
 
 /// `tanh(x)`: Cephes' `tanhf`.
 fn tanh_raw(e: &mut Emit<'_>, x: Value) -> Value {
-    let ax = e.b.ins().fabs(x);
+    let ax = e.fabs(x);
     // Above 0.625: 1 - 2 / (exp(2|x|) + 1), with x's sign.
     let two = e.splat_const(2.0);
     let one = e.splat_const(1.0);
-    let a2 = e.b.ins().fmul(ax, two);
+    let a2 = e.fmul(ax, two);
     let ex = exp_raw(e, a2);
-    let d = e.b.ins().fadd(ex, one);
-    let t = e.b.ins().fdiv(two, d);
-    let big = e.b.ins().fsub(one, t);
-    let neg = e.b.ins().fneg(big);
+    let d = e.fadd(ex, one);
+    let t = e.fdiv(two, d);
+    let big = e.fsub(one, t);
+    let neg = e.fneg(big);
     let zero = e.splat_const(0.0);
-    let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
-    let big = select(e, negative, neg, big);
+    let negative = e.fcmp(FloatCC::LessThan, x, zero);
+    let big = e.select_lanes(negative, neg, big);
     // Below: x + x^3 P(x^2).
-    let z = e.b.ins().fmul(x, x);
+    let z = e.fmul(x, x);
     let mut p = e.splat_const(TANH_POLY[0]);
     for &k in &TANH_POLY[1..] {
         let k = e.splat_const(k);
         p = e.fma(p, z, k);
     }
-    let pz = e.b.ins().fmul(p, z);
+    let pz = e.fmul(p, z);
     let small = e.fma(pz, x, x);
     let limit = e.splat_const(TANH_SMALL);
-    let is_small = e.b.ins().fcmp(FloatCC::LessThan, ax, limit);
-    select(e, is_small, small, big)
+    let is_small = e.fcmp(FloatCC::LessThan, ax, limit);
+    e.select_lanes(is_small, small, big)
 }
 
 /// `max(0, min(1, alpha x + beta))`, NaN lanes dropped.
@@ -236,7 +210,7 @@ pub(crate) fn activation(e: &mut Emit<'_>, act: Activation, x: Value) -> Value {
         Activation::HardSwish => {
             let h = hard_sigmoid_raw(e, x, 1.0 / 6.0, 0.5);
             // NaN times anything is NaN: no lane to put back.
-            e.b.ins().fmul(x, h)
+            e.fmul(x, h)
         }
         Activation::Tanh => {
             let y = tanh_raw(e, x);
@@ -244,16 +218,16 @@ pub(crate) fn activation(e: &mut Emit<'_>, act: Activation, x: Value) -> Value {
         }
         Activation::LeakyRelu { alpha } => {
             let a = e.splat_const(alpha);
-            let scaled = e.b.ins().fmul(x, a);
-            let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
-            select(e, negative, scaled, x)
+            let scaled = e.fmul(x, a);
+            let negative = e.fcmp(FloatCC::LessThan, x, zero);
+            e.select_lanes(negative, scaled, x)
         }
         Activation::Elu { alpha } => {
             let m = expm1_raw(e, x);
             let a = e.splat_const(alpha);
-            let scaled = e.b.ins().fmul(m, a);
-            let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
-            select(e, negative, scaled, x)
+            let scaled = e.fmul(m, a);
+            let negative = e.fcmp(FloatCC::LessThan, x, zero);
+            e.select_lanes(negative, scaled, x)
         }
         Activation::Silu => logistic(e, x, Some(x)),
         Activation::Exp => exp(e, x),
@@ -283,24 +257,24 @@ fn apply(
         EltwiseKind::PRelu => {
             let slope = y.expect("a slope");
             let zero = zero.expect("zeros");
-            let scaled = e.b.ins().fmul(x, slope);
-            let negative = e.b.ins().fcmp(FloatCC::LessThan, x, zero);
-            select(e, negative, scaled, x)
+            let scaled = e.fmul(x, slope);
+            let negative = e.fcmp(FloatCC::LessThan, x, zero);
+            e.select_lanes(negative, scaled, x)
         }
         EltwiseKind::Binary { op, .. } => {
             let y = y.expect("a second operand");
             match op {
-                BinaryKind::Add => e.b.ins().fadd(x, y),
-                BinaryKind::Sub => e.b.ins().fsub(x, y),
-                BinaryKind::Mul => e.b.ins().fmul(x, y),
-                BinaryKind::Div => e.b.ins().fdiv(x, y),
+                BinaryKind::Add => e.fadd(x, y),
+                BinaryKind::Sub => e.fsub(x, y),
+                BinaryKind::Mul => e.fmul(x, y),
+                BinaryKind::Div => e.fdiv(x, y),
             }
         }
         // `x` unless below zero: NaN stays.
         EltwiseKind::Relu => e.pmax(zero.expect("zeros"), x),
         EltwiseKind::Add => {
             let y = y.expect("a second source");
-            e.b.ins().fadd(x, y)
+            e.fadd(x, y)
         }
     }
 }
@@ -369,23 +343,23 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
     let (start, end) = e.clamp_items_to(zero, h);
     let row_bytes = e.mul(row, f);
     let row_bytes = e.value(row_bytes);
-    let first = e.b.ins().imul(start, row_bytes);
-    let count = e.b.ins().isub(end, start);
+    let first = e.imul(start, row_bytes);
+    let count = e.isub(end, start);
     let row = e.value(row);
-    let count = e.b.ins().imul(count, row);
+    let count = e.imul(count, row);
     let zero_i = e.iconst(0);
     let count = e.imax(count, zero_i);
-    let vectors = e.b.ins().ushr_imm_u(count, 2);
-    let tail = e.b.ins().band_imm_u(count, 3);
+    let vectors = e.ushr_imm(count, 2);
+    let tail = e.band_imm(count, 3);
 
-    let src0 = e.b.ins().iadd(src, first);
-    let dst0 = e.b.ins().iadd(dst, first);
+    let src0 = e.iadd(src, first);
+    let dst0 = e.iadd(dst, first);
     let mut bases = vec![src0, dst0];
     // A full second source starts at the call's first row like the first; a per-plane one at
     // its first plane.
     if let Some(s2) = src2 {
         bases.push(match operand {
-            Operand::PerElement => e.b.ins().iadd(s2, first),
+            Operand::PerElement => e.iadd(s2, first),
             _ => s2,
         });
     }
@@ -410,15 +384,15 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
             (Some(tile), None) => {
                 // `lanes / 4` four-float units a wide vector.
                 let units = tile.isa.target().lanes / LANES;
-                let whole = e.b.ins().ushr_imm_u(vectors, units.trailing_zeros() as i64);
+                let whole = e.ushr_imm(vectors, units.trailing_zeros() as i64);
                 let src2 = if second { p[2] } else { p[0] };
                 e.call_tile(WideTile::Eltwise(tile.clone()), &[p[0], p[1], src2, whole]);
-                let first = e.b.ins().imul_imm_s(whole, units as i64);
-                let bytes = e.b.ins().imul_imm_s(first, LANES as i64 * f);
-                let mut moved = vec![e.b.ins().iadd(p[0], bytes), e.b.ins().iadd(p[1], bytes)];
+                let first = e.imul_imm(whole, units as i64);
+                let bytes = e.imul_imm(first, LANES as i64 * f);
+                let mut moved = vec![e.iadd(p[0], bytes), e.iadd(p[1], bytes)];
                 if second {
                     moved.push(match operand {
-                        Operand::PerElement => e.b.ins().iadd(p[2], bytes),
+                        Operand::PerElement => e.iadd(p[2], bytes),
                         _ => p[2],
                     });
                 }
@@ -461,14 +435,14 @@ pub fn lower(e: &mut Emit<'_>, d: &EltwiseDesc) {
         if scalar_tail {
             e.for_range(zero_i, tail, &after, |e, _, q| {
                 let x = e.load_f32(q[0], 0);
-                let x = e.b.ins().splat(types::F32X4, x);
+                let x = e.splat_f32(x);
                 let y = match per_plane {
                     Some(v) => Some(v),
                     None if second => Some(e.splat_load(q[2], 0)),
                     None => None,
                 };
                 let r = apply(e, kind, x, y, zeros);
-                let r = e.b.ins().extractlane(r, 0);
+                let r = e.extract_lane(r, 0);
                 e.store_f32(r, q[1], 0);
                 let mut next = vec![e.offset(q[0], f), e.offset(q[1], f)];
                 if second {
@@ -571,11 +545,11 @@ pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
         .map(|i| e.buffer(if i == 0 { SRC } else { SRC2 + i - 1 }))
         .collect();
     let (start, end) = e.clamp_items_to(Scalar::Const(0), h);
-    let rows = e.b.ins().isub(end, start);
+    let rows = e.isub(end, start);
     let zero_i = e.iconst(0);
     let rows = e.imax(rows, zero_i);
     let w_value = e.value(w);
-    let pixels = e.b.ins().imul(rows, w_value);
+    let pixels = e.imul(rows, w_value);
     // Byte strides: a channel's plane in NCHW, and (`x4`) a block's in nChw4c.
     let plane = e.product(h, w);
     let plane_bytes = e.mul(plane, f);
@@ -585,12 +559,12 @@ pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
             let block = e.mul(plane_bytes, LANES as i64);
             let row_bytes = e.mul(w, LANES as i64 * f);
             let row_bytes = e.value(row_bytes);
-            let first = e.b.ins().imul(start, row_bytes);
-            let dst0 = e.b.ins().iadd(dst, first);
+            let first = e.imul(start, row_bytes);
+            let dst0 = e.iadd(dst, first);
             let dst_image = e.mul(block, total.div_ceil(LANES) as i64);
             let mut c0 = 0;
             for (&c, &src) in d.channels.iter().zip(&srcs) {
-                let src0 = e.b.ins().iadd(src, first);
+                let src0 = e.iadd(src, first);
                 let src_image = e.mul(block, c.div_ceil(LANES) as i64);
                 let (full, part, shift) = (c / LANES, c % LANES, c0 % LANES);
                 let dst_c = e.offset_by(dst0, block, (c0 / LANES) as i64);
@@ -612,7 +586,7 @@ pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
             let padded = total % LANES;
             if padded != 0 {
                 let last = e.offset_by(dst0, block, (total / LANES) as i64);
-                let zero = e.b.ins().f32const(0.0);
+                let zero = e.f32const(0.0);
                 e.for_ptrs(count(d.mb), &[last], &[dst_image], |e, p| {
                     e.for_range(zero_i, pixels, p, |e, _, q| {
                         for l in padded..LANES {
@@ -626,14 +600,14 @@ pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
         Layout::Nchw => {
             let row_bytes = e.mul(w, f);
             let row_bytes = e.value(row_bytes);
-            let first = e.b.ins().imul(start, row_bytes);
-            let dst0 = e.b.ins().iadd(dst, first);
+            let first = e.imul(start, row_bytes);
+            let dst0 = e.iadd(dst, first);
             let dst_image = e.mul(plane_bytes, total as i64);
-            let vectors = e.b.ins().ushr_imm_u(pixels, 2);
-            let tail = e.b.ins().band_imm_u(pixels, 3);
+            let vectors = e.ushr_imm(pixels, 2);
+            let tail = e.band_imm(pixels, 3);
             let mut c0 = 0;
             for (&c, &src) in d.channels.iter().zip(&srcs) {
-                let src0 = e.b.ins().iadd(src, first);
+                let src0 = e.iadd(src, first);
                 let dst_c = e.offset_by(dst0, plane_bytes, c0 as i64);
                 let src_image = e.mul(plane_bytes, c as i64);
                 let steps = [src_image, dst_image];
@@ -668,22 +642,22 @@ pub fn lower_select(e: &mut Emit<'_>, d: &crate::key::SelectDesc) {
     let src = e.buffer(SRC);
     let dst = e.buffer(DST);
     let (start, end) = e.clamp_items(0, h);
-    let rows = e.b.ins().isub(end, start);
+    let rows = e.isub(end, start);
     let zero_i = e.iconst(0);
     let rows = e.imax(rows, zero_i);
-    let pixels = e.b.ins().imul_imm_s(rows, w as i64);
+    let pixels = e.imul_imm(rows, w as i64);
     let plane_bytes = (h * w) as i64 * f;
     match d.layout {
         Layout::Nchw4c => {
             let block = plane_bytes * LANES as i64;
-            let first = e.b.ins().imul_imm_s(start, (w * LANES) as i64 * f);
-            let src0 = e.b.ins().iadd(src, first);
-            let dst0 = e.b.ins().iadd(dst, first);
+            let first = e.imul_imm(start, (w * LANES) as i64 * f);
+            let src0 = e.iadd(src, first);
+            let dst0 = e.iadd(dst, first);
             let steps = [
                 d.c.div_ceil(LANES) as i64 * block,
                 out.div_ceil(LANES) as i64 * block,
             ];
-            let zero = e.b.ins().f32const(0.0);
+            let zero = e.f32const(0.0);
             e.for_count_ptrs(d.mb, &[src0, dst0], &steps, |e, p| {
                 for b in 0..out.div_ceil(LANES) {
                     let lanes: Vec<Option<usize>> = (0..LANES)
@@ -718,11 +692,11 @@ pub fn lower_select(e: &mut Emit<'_>, d: &crate::key::SelectDesc) {
             });
         }
         Layout::Nchw => {
-            let first = e.b.ins().imul_imm_s(start, w as i64 * f);
-            let src0 = e.b.ins().iadd(src, first);
-            let dst0 = e.b.ins().iadd(dst, first);
-            let vectors = e.b.ins().ushr_imm_u(pixels, 2);
-            let tail = e.b.ins().band_imm_u(pixels, 3);
+            let first = e.imul_imm(start, w as i64 * f);
+            let src0 = e.iadd(src, first);
+            let dst0 = e.iadd(dst, first);
+            let vectors = e.ushr_imm(pixels, 2);
+            let tail = e.band_imm(pixels, 3);
             let steps = [d.c as i64 * plane_bytes, out as i64 * plane_bytes];
             e.for_count_ptrs(d.mb, &[src0, dst0], &steps, |e, p| {
                 for (j, &s) in d.select.iter().enumerate() {

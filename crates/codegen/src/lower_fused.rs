@@ -12,11 +12,8 @@
 //! window shares with the next are copied down rather than computed again, so every output row
 //! is computed once per call, except the shared rows at the start of a thread's range.
 
-use cranelift_codegen::ir::InstBuilder;
-use cranelift_codegen::ir::condcodes::IntCC;
-
+use crate::backend::cranelift::{Emit, ExtentArg, F32_BYTES, IntCC, Scalar, row_pixels};
 use crate::conv::direct;
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{ConvDesc, Layout, Pitches, PoolDesc};
 use crate::lower_pool;
 use crate::plan::{ConvPlan, PoolPlan};
@@ -102,16 +99,16 @@ pub fn lower(e: &mut Emit<'_>, d: &ConvDesc) {
             let scratch = e.buffer(SCRATCH);
 
             // The window's first row, and the band pointer at which row `top` is slot 0.
-            let top = e.b.ins().imul_imm_s(p, stride as i64);
+            let top = e.imul_imm(p, stride as i64);
             let top = e.offset(top, -(pool.window.pads.top as i64));
-            let neg_top = e.b.ins().ineg(top);
+            let neg_top = e.ineg(top);
             let band_ptr = e.scaled_by(scratch, neg_top, row_bytes, 1, 0);
 
             // The rows to compute: the window's, less those the previous pooled row left in
             // the band (none at the start of the call's range), clipped to the output.
-            let is_first = e.b.ins().icmp(IntCC::Equal, p, first);
+            let is_first = e.icmp(IntCC::Equal, p, first);
             let after_shared = e.offset(top, shared as i64);
-            let from = e.b.ins().select(is_first, top, after_shared);
+            let from = e.select(is_first, top, after_shared);
             let conv_begin = e.imax(from, zero);
             let window_end = e.offset(top, band as i64);
             let oh_value = e.value(oh);

@@ -6,15 +6,13 @@
 
 use std::ops::Range;
 
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{
-    InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value, types,
-};
 use primjit_ir::PoolKind;
 
+use crate::backend::cranelift::{
+    ActStrides, Emit, ExtentArg, F32_BYTES, IntCC, Scalar, Value, row_pixels,
+};
 use crate::backend::x64::{GlobalPoolTile, PoolTile, WideTile};
 use crate::conv::direct::{ColumnSplit, RunLen};
-use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{
     FMA_BROADCAST_CHANNELS, FMA_PEAK_ACCUMULATORS, FmaPattern, GlobalPoolDesc, Layout,
 };
@@ -52,7 +50,7 @@ fn identity(kind: PoolKind) -> f32 {
 fn combine(e: &mut Emit<'_>, kind: PoolKind, a: Value, x: Value) -> Value {
     match kind {
         PoolKind::Max => e.pmax_nan(a, x),
-        PoolKind::Avg => e.b.ins().fadd(a, x),
+        PoolKind::Avg => e.fadd(a, x),
     }
 }
 
@@ -522,7 +520,7 @@ fn pool_tile(
     };
     let scale = (d.kind == PoolKind::Avg).then(|| {
         let recip = avg_reciprocal(e, row, col);
-        e.b.ins().splat(types::F32X4, recip)
+        e.splat_f32(recip)
     });
     // Only an NCHW destination needs its channel stride (and its extents).
     let dst_channel = match d.dst_layout {
@@ -531,7 +529,7 @@ fn pool_tile(
     };
     for (p, &a) in acc.iter().enumerate() {
         let v = match scale {
-            Some(s) => e.b.ins().fmul(a, s),
+            Some(s) => e.fmul(a, s),
             None => a,
         };
         let off = p as i64 * pixel_stride(d.dst_layout) * f;
@@ -575,8 +573,7 @@ fn wide_pool_tile(
         PoolKind::Max => e.iconst(0),
         PoolKind::Avg => {
             let recip = avg_reciprocal(e, row, col);
-            let bits = e.b.ins().bitcast(types::I32, MemFlagsData::new(), recip);
-            e.b.ins().uextend(types::I64, bits)
+            e.f32_bits(recip)
         }
     };
     e.call_tile(
@@ -593,10 +590,10 @@ fn first_kernel_row(e: &mut Emit<'_>, src: Value, kh_step: Scalar, row: &Taps) -
         Taps::Fixed { taps, .. } => e.offset_by(src, kh_step, taps.start as i64),
         Taps::Runtime { first, .. } => {
             let first_off = match kh_step {
-                Scalar::Const(s) => e.b.ins().imul_imm_s(*first, s),
-                Scalar::Dyn(s) => e.b.ins().imul(*first, s),
+                Scalar::Const(s) => e.imul_imm(*first, s),
+                Scalar::Dyn(s) => e.imul(*first, s),
             };
-            e.b.ins().iadd(src, first_off)
+            e.iadd(src, first_off)
         }
     }
 }
@@ -606,7 +603,7 @@ fn first_kernel_row(e: &mut Emit<'_>, src: Value, kh_step: Scalar, row: &Taps) -
 fn avg_reciprocal(e: &mut Emit<'_>, row: &Taps, col: &Taps) -> Value {
     match (row, col) {
         (Taps::Fixed { count: r, .. }, Taps::Fixed { count: c, .. }) => {
-            e.b.ins().f32const(1.0 / (r * c) as f32)
+            e.f32const(1.0 / (r * c) as f32)
         }
         _ => {
             let count = |e: &mut Emit<'_>, t: &Taps| match t {
@@ -614,10 +611,10 @@ fn avg_reciprocal(e: &mut Emit<'_>, row: &Taps, col: &Taps) -> Value {
                 Taps::Runtime { count, .. } => *count,
             };
             let (r, c) = (count(e, row), count(e, col));
-            let n = e.b.ins().imul(r, c);
-            let n = e.b.ins().fcvt_from_sint(types::F32, n);
-            let one = e.b.ins().f32const(1.0);
-            e.b.ins().fdiv(one, n)
+            let n = e.imul(r, c);
+            let n = e.int_to_f32(n);
+            let one = e.f32const(1.0);
+            e.fdiv(one, n)
         }
     }
 }
@@ -663,9 +660,7 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                 };
                 let trips = match pixels {
                     Scalar::Const(p) => Scalar::Const(p / chains),
-                    Scalar::Dyn(p) => {
-                        Scalar::Dyn(e.b.ins().ushr_imm_u(p, chains.trailing_zeros() as i64))
-                    }
+                    Scalar::Dyn(p) => Scalar::Dyn(e.ushr_imm(p, chains.trailing_zeros() as i64)),
                 };
                 let out = if d.isa == Isa::X128 {
                     let init = e.splat_const(identity(d.kind));
@@ -694,12 +689,10 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                         partials
                     }
                     Scalar::Dyn(p) => {
-                        let rest = e.b.ins().band_imm_u(p, chains - 1);
+                        let rest = e.band_imm(p, chains - 1);
                         let mut partials = out[1..].to_vec();
                         for (k, a) in partials.iter_mut().enumerate().take(GLOBAL_CHAINS - 1) {
-                            let more =
-                                e.b.ins()
-                                    .icmp_imm_s(IntCC::SignedGreaterThan, rest, k as i64);
+                            let more = e.icmp_imm(IntCC::SignedGreaterThan, rest, k as i64);
                             let prev = *a;
                             *a = e.if_else_values(
                                 more,
@@ -721,15 +714,15 @@ pub fn lower_global_pool(e: &mut Emit<'_>, d: &GlobalPoolDesc) {
                 if d.kind == PoolKind::Avg {
                     // `1 / pixels` rounded to f32 as a fixed key's constant is.
                     let scale = match pixels {
-                        Scalar::Const(p) => e.b.ins().f32const(1.0 / p as f32),
+                        Scalar::Const(p) => e.f32const(1.0 / p as f32),
                         Scalar::Dyn(p) => {
-                            let n = e.b.ins().fcvt_from_sint(types::F32, p);
-                            let one = e.b.ins().f32const(1.0);
-                            e.b.ins().fdiv(one, n)
+                            let n = e.int_to_f32(p);
+                            let one = e.f32const(1.0);
+                            e.fdiv(one, n)
                         }
                     };
-                    let s = e.b.ins().splat(types::F32X4, scale);
-                    v = e.b.ins().fmul(v, s);
+                    let s = e.splat_f32(scale);
+                    v = e.fmul(v, s);
                 }
                 store(
                     e,
@@ -757,9 +750,8 @@ fn wide_global_trips(
 ) -> Vec<Value> {
     let vector = F32_BYTES * LANES as i64;
     let bytes = u32::try_from(GLOBAL_CHAINS as i64 * vector).expect("a small slot");
-    let slot =
-        e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4));
-    let partials = e.b.ins().stack_addr(types::I64, slot, 0);
+    let slot = e.stack_slot(bytes, 4);
+    let partials = e.stack_addr(slot, 0);
     let count = e.value(trips);
     let tile = GlobalPoolTile {
         isa: d.isa,

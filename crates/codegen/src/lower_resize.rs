@@ -10,10 +10,7 @@
 //! (the input's with scale factors, the input's and the output's with sizes): the affine maps
 //! are then computed at the start of the call.
 
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{InstBuilder, Value, types};
-
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar};
+use crate::backend::cranelift::{Emit, ExtentArg, F32_BYTES, IntCC, Scalar, Value};
 use crate::key::{CoordMode, NearestMode, ResizeDesc, ResizeMode};
 
 /// Buffer indices of the kernel's arguments.
@@ -40,16 +37,16 @@ struct AxisMap {
 fn runtime_affine(e: &mut Emit<'_>, coord: CoordMode, i: Value, o: Value) -> [Value; 3] {
     let zero = e.iconst(0);
     let one = e.iconst(1);
-    let two_i = e.b.ins().imul_imm_s(i, 2);
-    let two_o = e.b.ins().imul_imm_s(o, 2);
-    let i_less_o = e.b.ins().isub(i, o);
+    let two_i = e.imul_imm(i, 2);
+    let two_o = e.imul_imm(o, 2);
+    let i_less_o = e.isub(i, o);
     // The modes that map every output to 0 when the output has extent 1.
     let degenerate = |e: &mut Emit<'_>, [a, b, d]: [Value; 3]| {
-        let single = e.b.ins().icmp_imm_s(IntCC::Equal, o, 1);
+        let single = e.icmp_imm(IntCC::Equal, o, 1);
         [
-            e.b.ins().select(single, zero, a),
-            e.b.ins().select(single, zero, b),
-            e.b.ins().select(single, one, d),
+            e.select(single, zero, a),
+            e.select(single, zero, b),
+            e.select(single, one, d),
         ]
     };
     match coord {
@@ -100,26 +97,26 @@ fn axis_map(e: &mut Emit<'_>, mode: ResizeMode, coord: CoordMode, i: Scalar, o: 
             match mode {
                 ResizeMode::Linear | ResizeMode::Nearest(NearestMode::Floor) => [a, b, d],
                 ResizeMode::Nearest(NearestMode::Ceil) => {
-                    let b = e.b.ins().iadd(b, d);
+                    let b = e.iadd(b, d);
                     [a, e.offset(b, -1), d]
                 }
                 ResizeMode::Nearest(round) => {
-                    let a2 = e.b.ins().imul_imm_s(a, 2);
-                    let b2 = e.b.ins().imul_imm_s(b, 2);
-                    let b2 = e.b.ins().iadd(b2, d);
+                    let a2 = e.imul_imm(a, 2);
+                    let b2 = e.imul_imm(b, 2);
+                    let b2 = e.iadd(b2, d);
                     let b2 = if round == NearestMode::RoundPreferFloor {
                         e.offset(b2, -1)
                     } else {
                         b2
                     };
-                    [a2, b2, e.b.ins().imul_imm_s(d, 2)]
+                    [a2, b2, e.imul_imm(d, 2)]
                 }
             }
         }
     };
-    let b = e.b.ins().iadd(b, d);
-    let a_div = e.b.ins().udiv(a, d);
-    let a_rem = e.b.ins().urem(a, d);
+    let b = e.iadd(b, d);
+    let a_div = e.udiv(a, d);
+    let a_rem = e.urem(a, d);
     AxisMap {
         input,
         a,
@@ -132,23 +129,23 @@ fn axis_map(e: &mut Emit<'_>, mode: ResizeMode, coord: CoordMode, i: Scalar, o: 
 
 /// The quotient and remainder of output `x`'s numerator, by one division.
 fn divide_at(e: &mut Emit<'_>, m: &AxisMap, x: Value) -> (Value, Value) {
-    let ax = e.b.ins().imul(m.a, x);
-    let n = e.b.ins().iadd(ax, m.b);
-    let q = e.b.ins().udiv(n, m.d);
-    let qd = e.b.ins().imul(q, m.d);
-    (q, e.b.ins().isub(n, qd))
+    let ax = e.imul(m.a, x);
+    let n = e.iadd(ax, m.b);
+    let q = e.udiv(n, m.d);
+    let qd = e.imul(q, m.d);
+    (q, e.isub(n, qd))
 }
 
 /// The quotient and remainder of the next output's numerator.
 fn step(e: &mut Emit<'_>, m: &AxisMap, q: Value, r: Value) -> (Value, Value) {
-    let r = e.b.ins().iadd(r, m.a_rem);
-    let q = e.b.ins().iadd(q, m.a_div);
-    let carry = e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, r, m.d);
+    let r = e.iadd(r, m.a_rem);
+    let q = e.iadd(q, m.a_div);
+    let carry = e.icmp(IntCC::SignedGreaterThanOrEqual, r, m.d);
     let zero = e.iconst(0);
-    let back = e.b.ins().select(carry, m.d, zero);
-    let r = e.b.ins().isub(r, back);
-    let carry = e.b.ins().uextend(types::I64, carry);
-    (e.b.ins().iadd(q, carry), r)
+    let back = e.select(carry, m.d, zero);
+    let r = e.isub(r, back);
+    let carry = e.zero_extend(carry);
+    (e.iadd(q, carry), r)
 }
 
 /// The taps of a quotient and remainder: `(i0, i1, w1)`, the first and second source index and
@@ -169,15 +166,15 @@ fn taps(
         ResizeMode::Nearest(_) => (i0, i0, None),
         ResizeMode::Linear => {
             // Clamped coordinates sit on a pixel: no weight on the next.
-            let inside = e.b.ins().icmp(IntCC::Equal, i0, index);
-            let below_last = e.b.ins().icmp(IntCC::SignedLessThan, index, last);
-            let inside = e.b.ins().band(inside, below_last);
-            let r = e.b.ins().select(inside, r, zero);
+            let inside = e.icmp(IntCC::Equal, i0, index);
+            let below_last = e.icmp(IntCC::SignedLessThan, index, last);
+            let inside = e.band(inside, below_last);
+            let r = e.select(inside, r, zero);
             let next = e.offset(i0, 1);
             let i1 = e.imin(next, last);
-            let rf = e.b.ins().fcvt_from_sint(types::F32, r);
-            let df = e.b.ins().fcvt_from_sint(types::F32, m.d);
-            let w = e.b.ins().fdiv(rf, df);
+            let rf = e.int_to_f32(r);
+            let df = e.int_to_f32(m.d);
+            let w = e.fdiv(rf, df);
             (i0, i1, Some(w))
         }
     }
@@ -185,18 +182,15 @@ fn taps(
 
 /// `(1 - w) * x0 + w * x1` on vectors, with `w0 = 1 - w` and `w1 = w` splat.
 fn blend(e: &mut Emit<'_>, w0: Value, w1: Value, x0: Value, x1: Value) -> Value {
-    let p = e.b.ins().fmul(w0, x0);
+    let p = e.fmul(w0, x0);
     e.fma(w1, x1, p)
 }
 
 /// Splats of `(1 - w, w)`.
 fn weights(e: &mut Emit<'_>, w: Value) -> (Value, Value) {
-    let one = e.b.ins().f32const(1.0);
-    let w0 = e.b.ins().fsub(one, w);
-    (
-        e.b.ins().splat(types::F32X4, w0),
-        e.b.ins().splat(types::F32X4, w),
-    )
+    let one = e.f32const(1.0);
+    let w0 = e.fsub(one, w);
+    (e.splat_f32(w0), e.splat_f32(w))
 }
 
 /// The kernel of a resize key: work items are output rows, of every image.
@@ -232,24 +226,24 @@ pub fn lower_resize(e: &mut Emit<'_>, d: &ResizeDesc) {
             e.for_range(start, end, &[], |e, oy, _| {
                 let (qy, ry) = divide_at(e, &rows, oy);
                 let (y0, y1, wy) = taps(e, d.mode, &rows, qy, ry);
-                let off0 = e.b.ins().imul(y0, in_row_v);
-                let row0 = e.b.ins().iadd(img[0], off0);
-                let off1 = e.b.ins().imul(y1, in_row_v);
-                let row1 = e.b.ins().iadd(img[0], off1);
-                let out_off = e.b.ins().imul(oy, out_row_v);
-                let out = e.b.ins().iadd(img[1], out_off);
+                let off0 = e.imul(y0, in_row_v);
+                let row0 = e.iadd(img[0], off0);
+                let off1 = e.imul(y1, in_row_v);
+                let row1 = e.iadd(img[0], off1);
+                let out_off = e.imul(oy, out_row_v);
+                let out = e.iadd(img[1], out_off);
                 let wy = wy.map(|w| weights(e, w));
                 e.for_range(zero, ow_v, &[q0, r0, out], |e, _, s| {
                     let (x0, x1, wx) = taps(e, d.mode, &cols, s[0], s[1]);
-                    let x0b = e.b.ins().imul_imm_s(x0, PIXEL);
-                    let p00 = e.b.ins().iadd(row0, x0b);
+                    let x0b = e.imul_imm(x0, PIXEL);
+                    let p00 = e.iadd(row0, x0b);
                     match (wx, wy) {
                         (Some(wx), Some((wy0, wy1))) => {
                             let (wx0, wx1) = weights(e, wx);
-                            let x1b = e.b.ins().imul_imm_s(x1, PIXEL);
-                            let p01 = e.b.ins().iadd(row0, x1b);
-                            let p10 = e.b.ins().iadd(row1, x0b);
-                            let p11 = e.b.ins().iadd(row1, x1b);
+                            let x1b = e.imul_imm(x1, PIXEL);
+                            let p01 = e.iadd(row0, x1b);
+                            let p10 = e.iadd(row1, x0b);
+                            let p11 = e.iadd(row1, x1b);
                             e.for_ptrs(
                                 Scalar::Const(blocks),
                                 &[p00, p01, p10, p11, s[2]],

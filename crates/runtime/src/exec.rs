@@ -23,7 +23,7 @@ use primjit_codegen::{BufferSpec, CallExtents, CompiledKernel, PrimitiveKey};
 
 use crate::error::ExecError;
 
-/// The signature of every generated kernel; see `primjit_codegen` (`emit.rs`).
+/// The signature of every generated kernel; see `primjit_codegen` (`backend/cranelift`).
 type KernelFn = unsafe extern "C" fn(
     buffers: *const *mut f32,
     begin: i64,

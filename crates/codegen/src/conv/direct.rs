@@ -19,12 +19,11 @@
 //! tiles in a loop and a jump table over the remainder tiles), or, below the template's
 //! smallest width, one pixel at a time with runtime kernel-column bounds.
 
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{InstBuilder, Value};
-
 use super::apply_post_ops;
+use crate::backend::cranelift::{
+    ActStrides, Emit, ExtentArg, F32_BYTES, IntCC, Scalar, Value, row_pixels,
+};
 use crate::backend::x64::{DirectTile, LanewiseTile, TileFinish, TileInit, TileUnit, WideTile};
-use crate::emit::{ActStrides, Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::{Layout, PostOpDesc};
 use crate::plan::{AxisPlan, AxisTemplate, ConvPlan};
 use crate::tile::LANES;
@@ -165,21 +164,19 @@ impl ColumnSplit {
     }
 
     fn new(e: &mut Emit<'_>, t: &AxisTemplate, iw: Value, ow: Value, tile: usize) -> Self {
-        let template =
-            e.b.ins()
-                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, iw, t.min_input as i64);
+        let template = e.icmp_imm(IntCC::SignedGreaterThanOrEqual, iw, t.min_input as i64);
         let classes = t.tails.len();
         let class = (classes > 1 && t.tails.iter().any(|c| c != &t.tails[0]))
             .then(|| e.urem_const(iw, classes as u64));
         let mut tail_len = e.iconst(t.tail_len(0) as i64);
         if let Some(class) = class {
             for c in 1..classes {
-                let is_c = e.b.ins().icmp_imm_s(IntCC::Equal, class, c as i64);
+                let is_c = e.icmp_imm(IntCC::Equal, class, c as i64);
                 let len = e.iconst(t.tail_len(c) as i64);
-                tail_len = e.b.ins().select(is_c, len, tail_len);
+                tail_len = e.select(is_c, len, tail_len);
             }
         }
-        let tail_start = e.b.ins().isub(ow, tail_len);
+        let tail_start = e.isub(ow, tail_len);
         // Below the template's width the body may be negative; it is only used above it.
         let body = e.offset(tail_start, -(t.head_len() as i64));
         let zero = e.iconst(0);
@@ -276,8 +273,8 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                 .iter()
                 .map(|&r| {
                     // Residuals share the destination's layout: same offsets as `dst_n - dst`.
-                    let off = e.b.ins().isub(dst_n, dst);
-                    e.b.ins().iadd(r, off)
+                    let off = e.isub(dst_n, dst);
+                    e.iadd(r, off)
                 })
                 .collect();
             for class in classes {
@@ -487,21 +484,21 @@ fn rows(
             let b_value = e.iconst(b);
             let from_bottom = e.imax(begin, b_value);
             let from_bottom = e.offset(from_bottom, -len);
-            let in_top = e.b.ins().icmp_imm_s(IntCC::SignedLessThan, begin, a);
-            let lo = e.b.ins().select(in_top, from_top, from_bottom);
+            let in_top = e.icmp_imm(IntCC::SignedLessThan, begin, a);
+            let lo = e.select(in_top, from_top, from_bottom);
             let rows_value = e.iconst(rows);
             let to_bottom = e.imin(end, rows_value);
             let to_bottom = e.offset(to_bottom, -len);
             let a_value = e.iconst(a);
             let to_top = e.imin(end, a_value);
-            let in_bottom = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, end, b);
-            let hi = e.b.ins().select(in_bottom, to_bottom, to_top);
+            let in_bottom = e.icmp_imm(IntCC::SignedGreaterThan, end, b);
+            let hi = e.select(in_bottom, to_bottom, to_top);
             e.for_range(lo, hi, &[], |e, i, _| {
-                let past = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, i, a);
+                let past = e.icmp_imm(IntCC::SignedGreaterThanOrEqual, i, a);
                 let jump = e.iconst(len);
                 let zero = e.iconst(0);
-                let jump = e.b.ins().select(past, jump, zero);
-                let oh = e.b.ins().iadd(i, jump);
+                let jump = e.select(past, jump, zero);
+                let oh = e.iadd(i, jump);
                 row(e, oh, Taps::OfRow { oh });
                 vec![]
             });
@@ -637,9 +634,7 @@ fn zero_padding_lanes(e: &mut Emit<'_>, plan: &ConvPlan, tile: TilePtrs) {
     if plan.oc_tiles == 1 {
         zero_row(e);
     } else {
-        let last =
-            e.b.ins()
-                .icmp_imm_s(IntCC::Equal, tile.oc_tile, plan.oc_tiles as i64 - 1);
+        let last = e.icmp_imm(IntCC::Equal, tile.oc_tile, plan.oc_tiles as i64 - 1);
         e.if_else(last, zero_row, |_| {});
     }
 }
@@ -809,7 +804,7 @@ fn column_run(
         }
         // The group's first tile computes the group's pixels; the others skip them.
         let within = e.urem_const(t.oc_tile, group as u64);
-        let first = e.b.ins().icmp_imm_s(IntCC::Equal, within, 0);
+        let first = e.icmp_imm(IntCC::Equal, within, 0);
         e.if_else(
             first,
             |e| pixel_tile(e, at_tile, pixels, group, col_taps),
@@ -892,7 +887,7 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
     let acc = match tile.chunk {
         None => start(e),
         Some(chunk) => {
-            let first = e.b.ins().icmp_imm_s(IntCC::Equal, chunk, 0);
+            let first = e.icmp_imm(IntCC::Equal, chunk, 0);
             let partial = |e: &mut Emit<'_>| partial_sums(e, plan, pixels, vecs, tile.dst, None);
             e.if_else_values(first, start, partial)
         }
@@ -939,7 +934,7 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
             (Scalar::Const(n), s) => e.mul(s, n),
             (n, s) => {
                 let (n, s) = (e.value(n), e.value(s));
-                Scalar::Dyn(e.b.ins().imul(n, s))
+                Scalar::Dyn(e.imul(n, s))
             }
         };
         let ic_src_rest = match (ic_src_step, kh_src_walk) {
@@ -947,7 +942,7 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
             (Scalar::Const(a), Scalar::Const(b)) => Scalar::Const(a - b),
             (a, b) => {
                 let (a, b) = (e.value(a), e.value(b));
-                Scalar::Dyn(e.b.ins().isub(a, b))
+                Scalar::Dyn(e.isub(a, b))
             }
         };
         let ic_w_step = plan.ic_step as i64 * per_ic;
@@ -955,9 +950,9 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
             _ if !walks => Scalar::Const(ic_w_step),
             Scalar::Const(n) => Scalar::Const(ic_w_step - n * per_kh),
             Scalar::Dyn(n) => {
-                let walk = e.b.ins().imul_imm_s(n, per_kh);
+                let walk = e.imul_imm(n, per_kh);
                 let step = e.iconst(ic_w_step);
-                Scalar::Dyn(e.b.ins().isub(step, walk))
+                Scalar::Dyn(e.isub(step, walk))
             }
         };
         let mut state = vec![
@@ -1093,9 +1088,7 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
     match tile.chunk {
         None => epilogue(e, row, pixels, vecs, &acc),
         Some(chunk) => {
-            let last =
-                e.b.ins()
-                    .icmp_imm_s(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
+            let last = e.icmp_imm(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
             e.if_else(
                 last,
                 |e| epilogue(e, row, pixels, vecs, &acc),
@@ -1133,7 +1126,7 @@ fn kh_src_offset(e: &mut Emit<'_>, kh_first: Scalar, kh_src_step: Scalar) -> Sca
         (Scalar::Const(k), s) => e.mul(s, k),
         (k, s) => {
             let (k, s) = (e.value(k), e.value(s));
-            Scalar::Dyn(e.b.ins().imul(k, s))
+            Scalar::Dyn(e.imul(k, s))
         }
     }
 }
@@ -1225,14 +1218,12 @@ fn wide_pixel_tile(
     };
     // Residuals are read only by the last chunk's tile: the others take none.
     let partial_args = &args[..8];
-    let first = e.b.ins().icmp_imm_s(IntCC::Equal, chunk, 0);
+    let first = e.icmp_imm(IntCC::Equal, chunk, 0);
     e.if_else(
         first,
         |e| e.call_tile(spec(start, TileFinish::Partial), partial_args),
         |e| {
-            let last =
-                e.b.ins()
-                    .icmp_imm_s(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
+            let last = e.icmp_imm(IntCC::Equal, chunk, plan.chunks() as i64 - 1);
             e.if_else(
                 last,
                 |e| e.call_tile(spec(TileInit::Partial, posts.clone()), &args),

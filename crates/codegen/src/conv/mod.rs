@@ -9,9 +9,7 @@ pub mod winograd;
 use std::fmt;
 use std::str::FromStr;
 
-use cranelift_codegen::ir::{InstBuilder, Value};
-
-use crate::emit::Emit;
+use crate::backend::cranelift::{Emit, Value};
 use crate::key::{ConvAlgo, ConvDesc, PostOpDesc};
 
 /// `x` through a key's post-ops in their order, in registers: `zero` is a zero vector for
@@ -41,7 +39,7 @@ pub(crate) fn apply_post_ops(
             PostOpDesc::Add => {
                 let y = residual(e, adds);
                 adds += 1;
-                e.b.ins().fadd(x, y)
+                e.fadd(x, y)
             }
             PostOpDesc::Act(a) => crate::lower_eltwise::activation(e, *a, x),
         };

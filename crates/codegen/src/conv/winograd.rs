@@ -49,14 +49,11 @@
 
 use std::fmt;
 
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{
-    InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind, Value, types,
-};
-
 use super::apply_post_ops;
+use crate::backend::cranelift::{
+    Emit, ExtentArg, F32_BYTES, IntCC, Scalar, StackSlot, Value, row_pixels,
+};
 use crate::backend::x64::{GemmTile, InputTransformTile, OutputTransformTile, WideTile};
-use crate::emit::{Emit, ExtentArg, F32_BYTES, Scalar, row_pixels};
 use crate::key::ConvDesc;
 use crate::target::Isa;
 use crate::tile::{GEMM_UNROLL, GROUP_TILES, GROUP_VECTORS, LANES};
@@ -643,17 +640,17 @@ fn input_1d(e: &mut Emit<'_>, x: [Value; PATCH]) -> [Value; PATCH] {
     let t = e.fma(c5, d2, d4);
     let r0 = e.fma(c4, d0, t);
     // r1 = -4 (d1 + d2) + (d3 + d4); r2 = 4 (d1 - d2) + (d4 - d3)
-    let s12 = e.b.ins().fadd(d1, d2);
-    let s34 = e.b.ins().fadd(d3, d4);
-    let n12 = e.b.ins().fneg(s12);
+    let s12 = e.fadd(d1, d2);
+    let s34 = e.fadd(d3, d4);
+    let n12 = e.fneg(s12);
     let r1 = e.fma(c4, n12, s34);
-    let m12 = e.b.ins().fsub(d1, d2);
-    let m43 = e.b.ins().fsub(d4, d3);
+    let m12 = e.fsub(d1, d2);
+    let m43 = e.fsub(d4, d3);
     let r2 = e.fma(c4, m12, m43);
     // r3 = -2 (d1 - d3) + (d4 - d2); r4 = 2 (d1 - d3) + (d4 - d2)
-    let m13 = e.b.ins().fsub(d1, d3);
-    let m42 = e.b.ins().fsub(d4, d2);
-    let n13 = e.b.ins().fneg(m13);
+    let m13 = e.fsub(d1, d3);
+    let m42 = e.fsub(d4, d2);
+    let n13 = e.fneg(m13);
     let r3 = e.fma(c2, n13, m42);
     let r4 = e.fma(c2, m13, m42);
     // r5 = 4 d1 - 5 d3 + d5
@@ -665,8 +662,8 @@ fn input_1d(e: &mut Emit<'_>, x: [Value; PATCH]) -> [Value; PATCH] {
 /// The 1-D output transform `Aᵀ m` of six vectors.
 fn output_1d(e: &mut Emit<'_>, m: [Value; PATCH]) -> [Value; TILE] {
     let [m0, m1, m2, m3, m4, m5] = m;
-    let c = e.b.ins().fadd(m3, m4);
-    let d = e.b.ins().fsub(m3, m4);
+    let c = e.fadd(m3, m4);
+    let d = e.fsub(m3, m4);
     output_rows(e, m0, [m1, m2], [c, d], m5)
 }
 
@@ -681,14 +678,14 @@ fn output_rows(
     last: Value,
 ) -> [Value; TILE] {
     let (c2, c4, c8) = (e.splat_const(2.0), e.splat_const(4.0), e.splat_const(8.0));
-    let a = e.b.ins().fadd(m1, m2);
-    let b = e.b.ins().fsub(m1, m2);
-    let o0 = e.b.ins().fadd(m0, a);
-    let o0 = e.b.ins().fadd(o0, c);
+    let a = e.fadd(m1, m2);
+    let b = e.fsub(m1, m2);
+    let o0 = e.fadd(m0, a);
+    let o0 = e.fadd(o0, c);
     let o1 = e.fma(c2, d, b);
     let o2 = e.fma(c4, c, a);
     let o3 = e.fma(c8, d, b);
-    let o3 = e.b.ins().fadd(o3, last);
+    let o3 = e.fadd(o3, last);
     [o0, o1, o2, o3]
 }
 
@@ -698,19 +695,19 @@ fn input_1d_s2(e: &mut Emit<'_>, x: [Value; PATCH_S2]) -> [Value; PATCH_S2] {
     let [d0, d1, d2, d3, d4] = [x[0], x[2], x[4], x[6], x[8]];
     let (c2, cm2, cm3) = (e.splat_const(2.0), e.splat_const(-2.0), e.splat_const(-3.0));
     // r3 = d3 - d1
-    let r3 = e.b.ins().fsub(d3, d1);
+    let r3 = e.fsub(d3, d1);
     // r0 = 2 (d0 - d2) + (d3 - d1)
-    let m02 = e.b.ins().fsub(d0, d2);
+    let m02 = e.fsub(d0, d2);
     let r0 = e.fma(c2, m02, r3);
     // r1 = -2 d1 + (d3 - d2)
-    let m32 = e.b.ins().fsub(d3, d2);
+    let m32 = e.fsub(d3, d2);
     let r1 = e.fma(cm2, d1, m32);
     // r2 = 2 d1 - 3 d2 + d3
     let t = e.fma(cm3, d2, d3);
     let r2 = e.fma(c2, d1, t);
     // r4 = 2 (d1 - d3) + (d4 - d2)
-    let m13 = e.b.ins().fsub(d1, d3);
-    let m42 = e.b.ins().fsub(d4, d2);
+    let m13 = e.fsub(d1, d3);
+    let m42 = e.fsub(d4, d2);
     let r4 = e.fma(c2, m13, m42);
     [r0, r1, r2, r3, r4, x[1], x[3], x[5], x[7]]
 }
@@ -719,7 +716,7 @@ fn input_1d_s2(e: &mut Emit<'_>, x: [Value; PATCH_S2]) -> [Value; PATCH_S2] {
 /// last four, the two phases' outputs summed.
 fn output_1d_s2(e: &mut Emit<'_>, m: [Value; PATCH_S2]) -> [Value; TILE] {
     let sums = output_rows(e, m[0], [m[1], m[2]], [m[3], m[3]], m[4]);
-    std::array::from_fn(|i| e.b.ins().fadd(sums[i], m[5 + i]))
+    std::array::from_fn(|i| e.fadd(sums[i], m[5 + i]))
 }
 
 /// The form's 1-D input transform of `x` (its patch's length).
@@ -741,7 +738,7 @@ fn output_1d_form(e: &mut Emit<'_>, form: Form, m: &[Value]) -> [Value; TILE] {
 /// A 16-byte aligned stack slot of `vectors` f32x4 vectors.
 fn vector_slot(e: &mut Emit<'_>, vectors: usize) -> StackSlot {
     let bytes = u32::try_from(vectors as i64 * PIXEL_BYTES).expect("a small slot");
-    e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4))
+    e.stack_slot(bytes, 4)
 }
 
 /// The tile extents of a call: tile rows and columns of the output, and tiles per image.
@@ -760,7 +757,7 @@ impl TileGrid {
             Scalar::Const(c) => Scalar::Const((c as usize).div_ceil(TILE) as i64),
             Scalar::Dyn(v) => {
                 let v = e.offset(v, TILE as i64 - 1);
-                Scalar::Dyn(e.b.ins().ushr_imm_s(v, 2))
+                Scalar::Dyn(e.ushr_imm(v, 2))
             }
         };
         let (th, tw) = (tiles(e, oh), tiles(e, ow));
@@ -768,7 +765,7 @@ impl TileGrid {
             (Scalar::Const(a), Scalar::Const(b)) => Scalar::Const(a * b),
             _ => {
                 let (a, b) = (e.value(th), e.value(tw));
-                Scalar::Dyn(e.b.ins().imul(a, b))
+                Scalar::Dyn(e.imul(a, b))
             }
         };
         TileGrid { tw, per_image }
@@ -779,13 +776,13 @@ impl TileGrid {
         let div = |e: &mut Emit<'_>, x: Value, by: Scalar| -> (Value, Value) {
             let q = match by {
                 Scalar::Const(c) => e.udiv_const(x, c as u64),
-                Scalar::Dyn(v) => e.b.ins().udiv(x, v),
+                Scalar::Dyn(v) => e.udiv(x, v),
             };
             let qd = match by {
-                Scalar::Const(c) => e.b.ins().imul_imm_s(q, c),
-                Scalar::Dyn(v) => e.b.ins().imul(q, v),
+                Scalar::Const(c) => e.imul_imm(q, c),
+                Scalar::Dyn(v) => e.imul(q, v),
             };
-            (q, e.b.ins().isub(x, qd))
+            (q, e.isub(x, qd))
         };
         let (n, r) = div(e, l, self.per_image);
         let (ty, tx) = div(e, r, self.tw);
@@ -827,8 +824,7 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
     // Aligned to a cache line: no vector of a wide scratch splits two.
     let mut line_slot = |bytes: usize| {
         let bytes = u32::try_from(bytes).expect("a small slot");
-        let data = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6);
-        e.b.create_sized_stack_slot(data)
+        e.stack_slot(bytes, 6)
     };
     let wide_input = plan.input_tile().map(|tile| {
         let union_cols = plan.form.patch() + (tile.tiles() - 1) * TILE * plan.form.stride();
@@ -853,11 +849,11 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         let mut blocks = e.udiv_const(blocks, plan.block_tiles as u64);
         if !plan.oc_chunks.is_multiple_of(2) {
             // One more block where there are several and an odd number of them.
-            let odd = e.b.ins().band_imm_s(blocks, 1);
-            let several = e.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThan, blocks, 1);
-            let several = e.b.ins().uextend(types::I64, several);
-            let more = e.b.ins().band(odd, several);
-            blocks = e.b.ins().iadd(blocks, more);
+            let odd = e.band_imm(blocks, 1);
+            let several = e.icmp_imm(IntCC::UnsignedGreaterThan, blocks, 1);
+            let several = e.zero_extend(several);
+            let more = e.band(odd, several);
+            blocks = e.iadd(blocks, more);
         }
         let groups = e.offset(total, GROUP_TILES as i64 - 1);
         let groups = e.udiv_const(groups, GROUP_TILES as u64);
@@ -865,14 +861,14 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         let next = e.offset(block, 1);
         let end = block_start(e, next, groups, blocks);
         let end = e.imin(end, total);
-        let count = e.b.ins().isub(end, first);
+        let count = e.isub(end, first);
         // The scratch's tiles per block, the stride of `V` and `M` (see `stride_tiles`).
         let stride = if d.runtime.any() {
             // `block_split`'s most tiles per block: ceil(groups / blocks) whole groups.
-            let most = e.b.ins().iadd(groups, blocks);
+            let most = e.iadd(groups, blocks);
             let most = e.offset(most, -1);
-            let most = e.b.ins().udiv(most, blocks);
-            Scalar::Dyn(e.b.ins().imul_imm_s(most, GROUP_TILES as i64))
+            let most = e.udiv(most, blocks);
+            Scalar::Dyn(e.imul_imm(most, GROUP_TILES as i64))
         } else {
             Scalar::Const(plan.stride_tiles() as i64)
         };
@@ -891,9 +887,9 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
         };
         // A block's chunks are consecutive work items: a call that computed the block's
         // previous chunk still has its transformed inputs in its scratch.
-        let first_item = e.b.ins().icmp(IntCC::Equal, item, begin);
-        let first_chunk = e.b.ins().icmp_imm_s(IntCC::Equal, chunk, 0);
-        let fresh = e.b.ins().bor(first_item, first_chunk);
+        let first_item = e.icmp(IntCC::Equal, item, begin);
+        let first_chunk = e.icmp_imm(IntCC::Equal, chunk, 0);
+        let fresh = e.bor(first_item, first_chunk);
         e.if_else(
             fresh,
             |e| input_transform(e, plan, &tiles, scratch_index, &slots),
@@ -910,9 +906,9 @@ pub fn lower(e: &mut Emit<'_>, plan: &WinogradPlan) {
 /// every block but the call's last holds whole groups, and two threads that take half the
 /// blocks each get the same number of tiles, give or take a group.
 fn block_start(e: &mut Emit<'_>, block: Value, groups: Value, blocks: Value) -> Value {
-    let start = e.b.ins().imul(block, groups);
-    let start = e.b.ins().udiv(start, blocks);
-    e.b.ins().imul_imm_s(start, GROUP_TILES as i64)
+    let start = e.imul(block, groups);
+    let start = e.udiv(start, blocks);
+    e.imul_imm(start, GROUP_TILES as i64)
 }
 
 /// A work item's block of tiles: its first tile, how many it has, and the tiles per block of
@@ -944,37 +940,34 @@ const INFO_BYTES: i64 = 24;
 impl Slots {
     /// Stores tile `t`'s three values.
     fn store_info(&self, e: &mut Emit<'_>, t: Value, values: [Value; 3]) {
-        let info = e.b.ins().stack_addr(types::I64, self.info, 0);
+        let info = e.stack_addr(self.info, 0);
         let at = e.scaled(info, t, INFO_BYTES, 0);
         for (k, v) in values.into_iter().enumerate() {
-            e.b.ins().store(MemFlagsData::new(), v, at, k as i32 * 8);
+            e.store_i64(v, at, k as i32 * 8);
         }
     }
 
     /// Loads tile `t`'s three values.
     fn load_info(&self, e: &mut Emit<'_>, t: Value) -> [Value; 3] {
-        let info = e.b.ins().stack_addr(types::I64, self.info, 0);
+        let info = e.stack_addr(self.info, 0);
         let at = e.scaled(info, t, INFO_BYTES, 0);
-        std::array::from_fn(|k| {
-            e.b.ins()
-                .load(types::I64, MemFlagsData::new(), at, k as i32 * 8)
-        })
+        std::array::from_fn(|k| e.load_i64(at, k as i32 * 8))
     }
 }
 
 /// The byte offset of pixel `(y, x)` of image `n` in channel block 0 of an activation.
 fn pixel_offset(e: &mut Emit<'_>, strides: &Blocked, n: Value, y: Value, x: Value) -> Value {
     let image = e.value(strides.image);
-    let off = e.b.ins().imul(n, image);
+    let off = e.imul(n, image);
     let row = e.value(strides.row);
-    let y_bytes = e.b.ins().imul(y, row);
-    let off = e.b.ins().iadd(off, y_bytes);
+    let y_bytes = e.imul(y, row);
+    let off = e.iadd(off, y_bytes);
     e.scaled(off, x, PIXEL_BYTES, 0)
 }
 
 fn tile_info_slot(e: &mut Emit<'_>, tiles: usize) -> StackSlot {
     let bytes = u32::try_from(tiles as i64 * INFO_BYTES).expect("a small slot");
-    e.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 3))
+    e.stack_slot(bytes, 3)
 }
 
 /// The input transform of the block's `count` tiles from tile `first` on, into
@@ -1002,15 +995,15 @@ fn input_transform(
     // channel block 0 of the source: computed once per block.
     e.for_range(zero, count, &[], |e, t, _| {
         let grid = TileGrid::new(e, d);
-        let l = e.b.ins().iadd(first, t);
+        let l = e.iadd(first, t);
         let (n, ty, tx) = grid.coords(e, l);
         let ih = e.extent_or(d.runtime.h, ExtentArg::InputH, d.ih);
         let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
         let strides = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw));
         let step = (TILE * plan.form.stride()) as i64;
-        let y0 = e.b.ins().imul_imm_s(ty, step);
+        let y0 = e.imul_imm(ty, step);
         let y0 = e.offset(y0, -(d.pads.top as i64));
-        let x0 = e.b.ins().imul_imm_s(tx, step);
+        let x0 = e.imul_imm(tx, step);
         let x0 = e.offset(x0, -(d.pads.left as i64));
         let off = pixel_offset(e, &strides, n, y0, x0);
         slots.store_info(e, t, [off, y0, x0]);
@@ -1044,8 +1037,8 @@ fn input_transform(
                 // offsets that land inside the input (all of the patch for an inside tile, the
                 // clipped rows and columns for the others).
                 let src = e.buffer(SRC);
-                let src = e.b.ins().iadd(src, plane_off);
-                let src = e.b.ins().iadd(src, off);
+                let src = e.iadd(src, plane_off);
+                let src = e.iadd(src, off);
                 let row_bytes = e.value(row);
                 let vals = e.if_else_values(
                     inside,
@@ -1053,7 +1046,7 @@ fn input_transform(
                     |e| {
                         let clip = [(y0, ih), (x0, iw)];
                         fill_patch(e, [patch, patch], src, row_bytes, slots.patch, clip);
-                        let p = e.b.ins().stack_addr(types::I64, slots.patch, 0);
+                        let p = e.stack_addr(slots.patch, 0);
                         let s = e.iconst(patch as i64 * PIXEL_BYTES);
                         vec![p, s]
                     },
@@ -1079,12 +1072,10 @@ fn input_transform(
             // if any: a plane further.
             let next_plane = {
                 let plane = e.value(plane);
-                let last_plane = e.b.ins().imul_imm_s(plane, blocks as i64 - 1);
-                let more =
-                    e.b.ins()
-                        .icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
+                let last_plane = e.imul_imm(plane, blocks as i64 - 1);
+                let more = e.icmp(IntCC::UnsignedLessThan, plane_off, last_plane);
                 let none = e.iconst(0);
-                e.b.ins().select(more, plane, none)
+                e.select(more, plane, none)
             };
             for_runs(e, count, n, |e, t, last, whole| {
                 let [off, y0, x0] = slots.load_info(e, t);
@@ -1093,31 +1084,29 @@ fn input_transform(
                 let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
                 let row = Blocked::new(e, d.ic, ih, row_pixels(d.pitches.src, iw)).row;
                 let (ih, iw) = (e.value(ih), e.value(iw));
-                let same_row = e.b.ins().icmp(IntCC::Equal, y0, y0_last);
+                let same_row = e.icmp(IntCC::Equal, y0, y0_last);
                 // Columns `span` apart at `span` pixels' bytes: one row of one image.
-                let columns = e.b.ins().isub(x0_last, x0);
-                let columns = e.b.ins().icmp_imm_s(IntCC::Equal, columns, span);
-                let bytes = e.b.ins().isub(off_last, off);
-                let bytes =
-                    e.b.ins()
-                        .icmp_imm_s(IntCC::Equal, bytes, span * PIXEL_BYTES);
+                let columns = e.isub(x0_last, x0);
+                let columns = e.icmp_imm(IntCC::Equal, columns, span);
+                let bytes = e.isub(off_last, off);
+                let bytes = e.icmp_imm(IntCC::Equal, bytes, span * PIXEL_BYTES);
                 let in_row = [same_row, columns, bytes]
                     .into_iter()
-                    .fold(whole, |acc, c| e.b.ins().band(acc, c));
+                    .fold(whole, |acc, c| e.band(acc, c));
                 let first_inside = window_inside(e, patch, y0, x0, ih, iw);
                 let last_inside = window_inside(e, patch, y0_last, x0_last, ih, iw);
-                let inside = e.b.ins().band(first_inside, last_inside);
+                let inside = e.band(first_inside, last_inside);
                 // The pixel (y0, x0) of this channel block: dereferenced only inside
                 // the input, as in `one_tile`.
                 let src = e.buffer(SRC);
-                let src = e.b.ins().iadd(src, plane_off);
-                let src = e.b.ins().iadd(src, off);
+                let src = e.iadd(src, plane_off);
+                let src = e.iadd(src, off);
                 let row_bytes = e.value(row);
                 // `ahead`: where the tile prefetches, 0 for none.
                 let call = |e: &mut Emit<'_>, src: Value, row_bytes: Value, ahead: Value| {
                     let v = e.scaled(v_block, t, PIXEL_BYTES, 0);
                     let v_point = e.value(v_point);
-                    let tmp = e.b.ins().stack_addr(types::I64, tmp.0, 0);
+                    let tmp = e.stack_addr(tmp.0, 0);
                     let args = [src, row_bytes, v, v_point, tmp, ahead];
                     e.call_tile(WideTile::WinogradInput(tile.clone()), &args);
                     vec![e.iconst(n as i64 - 1)]
@@ -1132,7 +1121,7 @@ fn input_transform(
                                 let clip = [(y0, ih), (x0, iw)];
                                 let window = [patch, union_cols];
                                 fill_patch(e, window, src, row_bytes, tmp.1, clip);
-                                let p = e.b.ins().stack_addr(types::I64, tmp.1, 0);
+                                let p = e.stack_addr(tmp.1, 0);
                                 let s = e.iconst(union_cols as i64 * PIXEL_BYTES);
                                 // The copy's windows leave the input: no prefetch.
                                 let none = e.iconst(0);
@@ -1163,13 +1152,13 @@ fn for_runs(
     let zero = e.iconst(0);
     e.for_range(zero, count, &[zero], |e, t, carried| {
         let skip = carried[0];
-        let skipping = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, skip, 0);
+        let skipping = e.icmp_imm(IntCC::SignedGreaterThan, skip, 0);
         e.if_else_values(
             skipping,
             |e| vec![e.offset(skip, -1)],
             |e| {
                 let end = e.offset(t, n as i64);
-                let whole = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, count);
+                let whole = e.icmp(IntCC::SignedLessThanOrEqual, end, count);
                 let last = e.offset(end, -1);
                 let last_tile = e.offset(count, -1);
                 let last = e.imin(last, last_tile);
@@ -1188,15 +1177,15 @@ fn window_inside(
     ih: Value,
     iw: Value,
 ) -> Value {
-    let top = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, y0, 0);
-    let left = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x0, 0);
+    let top = e.icmp_imm(IntCC::SignedGreaterThanOrEqual, y0, 0);
+    let left = e.icmp_imm(IntCC::SignedGreaterThanOrEqual, x0, 0);
     let y1 = e.offset(y0, patch as i64);
     let x1 = e.offset(x0, patch as i64);
-    let bottom = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, y1, ih);
-    let right = e.b.ins().icmp(IntCC::SignedLessThanOrEqual, x1, iw);
-    let a = e.b.ins().band(top, left);
-    let b = e.b.ins().band(bottom, right);
-    e.b.ins().band(a, b)
+    let bottom = e.icmp(IntCC::SignedLessThanOrEqual, y1, ih);
+    let right = e.icmp(IntCC::SignedLessThanOrEqual, x1, iw);
+    let a = e.band(top, left);
+    let b = e.band(bottom, right);
+    e.band(a, b)
 }
 
 /// Zeroes the `rows` x `cols` slot and copies into it the pixels of the window at `src`
@@ -1213,13 +1202,13 @@ fn fill_patch(
     // The window's rows (columns) `lo..hi` that land in `0..extent`.
     let clip = |e: &mut Emit<'_>, o: Value, extent: Value, side: usize| -> (Value, Value) {
         let zero = e.iconst(0);
-        let neg = e.b.ins().ineg(o);
+        let neg = e.ineg(o);
         let lo = e.imax(neg, zero);
-        let hi = e.b.ins().isub(extent, o);
+        let hi = e.isub(extent, o);
         let side = e.iconst(side as i64);
         (lo, e.imin(hi, side))
     };
-    let base = e.b.ins().stack_addr(types::I64, slot, 0);
+    let base = e.stack_addr(slot, 0);
     let zero = e.splat_const(0.0);
     for i in 0..rows * cols {
         e.store_vec(zero, base, i as i64 * PIXEL_BYTES);
@@ -1227,8 +1216,8 @@ fn fill_patch(
     let (r0, r1) = clip(e, y0, ih, rows);
     let (c0, c1) = clip(e, x0, iw, cols);
     e.for_range(r0, r1, &[], |e, r, _| {
-        let row = e.b.ins().imul(r, row_bytes);
-        let src_row = e.b.ins().iadd(src, row);
+        let row = e.imul(r, row_bytes);
+        let src_row = e.iadd(src, row);
         let dst_row = e.scaled(base, r, cols as i64 * PIXEL_BYTES, 0);
         e.for_range(c0, c1, &[], |e, c, _| {
             let s = e.scaled(src_row, c, PIXEL_BYTES, 0);
@@ -1256,9 +1245,9 @@ fn transform_input(
     let mut rows = vec![ptr];
     for _ in 1..patch {
         let last = *rows.last().expect("a first row");
-        rows.push(e.b.ins().iadd(last, stride));
+        rows.push(e.iadd(last, stride));
     }
-    let t = e.b.ins().stack_addr(types::I64, tmp, 0);
+    let t = e.stack_addr(tmp, 0);
     for c in 0..patch {
         let col: Vec<Value> = (0..patch)
             .map(|r| e.load_vec(rows[r], c as i64 * PIXEL_BYTES))
@@ -1280,7 +1269,7 @@ fn transform_input(
                 Scalar::Const(c) => e.store_vec(x, v, (k * patch + m) as i64 * c),
                 Scalar::Dyn(step) => {
                     if k + m > 0 {
-                        point = e.b.ins().iadd(point, step);
+                        point = e.iadd(point, step);
                     }
                     e.store_vec(x, point, 0);
                 }
@@ -1318,10 +1307,8 @@ fn gemm(
     // One output-channel vector's panel of weights: a vector per input channel.
     let u_panel = d.ic as i64 * PIXEL_BYTES;
     let weights = e.buffer(WEIGHTS);
-    let chunk_bytes =
-        e.b.ins()
-            .imul_imm_s(chunk, plan.chunk_blocks() as i64 * u_panel);
-    let u = e.b.ins().iadd(weights, chunk_bytes);
+    let chunk_bytes = e.imul_imm(chunk, plan.chunk_blocks() as i64 * u_panel);
+    let u = e.iadd(weights, chunk_bytes);
     let groups = e.offset(count, GROUP_TILES as i64 - 1);
     let groups = Scalar::Dyn(e.udiv_const(groups, GROUP_TILES as u64));
     let group_bytes = Scalar::Const(GROUP_TILES as i64 * PIXEL_BYTES);
@@ -1363,7 +1350,7 @@ fn gemm(
             let next = e.offset(u, next);
             let (at, left) = p.target(e, next);
             let slice = Scalar::Dyn(p.slice);
-            let back = Scalar::Dyn(e.b.ins().ineg(p.slice));
+            let back = Scalar::Dyn(e.ineg(p.slice));
             e.for_ptrs(
                 groups,
                 &[v, m, at, left],
@@ -1403,29 +1390,29 @@ fn gemm(
             // The points of an axis that multiply by weight row `r`: `r` itself, or all from
             // the last row on.
             let axis = |e: &mut Emit<'_>, r: Value| -> (Value, Value) {
-                let last = e.b.ins().icmp_imm_s(IntCC::Equal, r, side as i64 - 1);
+                let last = e.icmp_imm(IntCC::Equal, r, side as i64 - 1);
                 let next = e.offset(r, 1);
                 let end = e.iconst(patch);
-                (r, e.b.ins().select(last, end, next))
+                (r, e.select(last, end, next))
             };
             let step = |e: &mut Emit<'_>, base: Value, index: Value, by: Scalar| -> Value {
                 let bytes = match by {
-                    Scalar::Const(c) => e.b.ins().imul_imm_s(index, c),
-                    Scalar::Dyn(v) => e.b.ins().imul(index, v),
+                    Scalar::Const(c) => e.imul_imm(index, c),
+                    Scalar::Dyn(v) => e.imul(index, v),
                 };
-                e.b.ins().iadd(base, bytes)
+                e.iadd(base, bytes)
             };
             e.for_range(zero, sides, &[], |e, wr, _| {
                 e.for_range(zero, sides, &[], |e, wc, _| {
-                    let w = e.b.ins().imul_imm_s(wr, side as i64);
-                    let w = e.b.ins().iadd(w, wc);
+                    let w = e.imul_imm(wr, side as i64);
+                    let w = e.iadd(w, wc);
                     let u = step(e, u, w, Scalar::Const(u_point));
                     let (r0, r1) = axis(e, wr);
                     let (c0, c1) = axis(e, wc);
                     e.for_range(r0, r1, &[], |e, r, _| {
                         e.for_range(c0, c1, &[], |e, c, _| {
-                            let point = e.b.ins().imul_imm_s(r, patch);
-                            let point = e.b.ins().iadd(point, c);
+                            let point = e.imul_imm(r, patch);
+                            let point = e.iadd(point, c);
                             let v = step(e, scratch, point, v_point);
                             let mp = step(e, m, point, m_point);
                             point_gemm(e, v, u, mp);
@@ -1472,9 +1459,9 @@ impl PanelPrefetch {
         let one = e.iconst(1);
         let groups = e.imax(groups, one);
         let share = e.offset(groups, bytes - 1);
-        let share = e.b.ins().udiv(share, groups);
+        let share = e.udiv(share, groups);
         let share = e.offset(share, LINE_BYTES - 1);
-        let share = e.b.ins().band_imm_s(share, -LINE_BYTES);
+        let share = e.band_imm(share, -LINE_BYTES);
         let least = e.iconst(PREFETCH_SLICE);
         e.imax(share, least)
     }
@@ -1490,10 +1477,10 @@ impl PanelPrefetch {
         let next_point = e.offset(u, u_point);
         // The chunk's weights at the next point lie inside the weights only if there is a
         // next point: `u` is less than a point's weights past its point's start.
-        let exists = e.b.ins().icmp(IntCC::UnsignedLessThan, next_point, u_limit);
+        let exists = e.icmp(IntCC::UnsignedLessThan, next_point, u_limit);
         let full = e.iconst(bytes);
         let none = e.iconst(0);
-        let next_point_bytes = e.b.ins().select(exists, full, none);
+        let next_point_bytes = e.select(exists, full, none);
         PanelPrefetch {
             chunk_end,
             next_point,
@@ -1507,22 +1494,18 @@ impl PanelPrefetch {
     /// it is still in the point's chunk, else the next point's first panel; never a byte
     /// outside the weights.
     fn target(&self, e: &mut Emit<'_>, next: Value) -> (Value, Value) {
-        let within =
-            e.b.ins()
-                .icmp(IntCC::UnsignedLessThan, next, self.chunk_end);
-        let left = e.b.ins().isub(self.chunk_end, next);
+        let within = e.icmp(IntCC::UnsignedLessThan, next, self.chunk_end);
+        let left = e.isub(self.chunk_end, next);
         let full = e.iconst(self.bytes);
         let within_bytes = e.imin(left, full);
-        let start = e.b.ins().select(within, next, self.next_point);
-        let bytes =
-            e.b.ins()
-                .select(within, within_bytes, self.next_point_bytes);
+        let start = e.select(within, next, self.next_point);
+        let bytes = e.select(within, within_bytes, self.next_point_bytes);
         (start, bytes)
     }
 
     /// A group's slice: up to `slice` of the `left` bytes at `at`, if any are left.
     fn emit(&self, e: &mut Emit<'_>, at: Value, left: Value) {
-        let more = e.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, left, 0);
+        let more = e.icmp_imm(IntCC::SignedGreaterThan, left, 0);
         let slice = self.slice;
         e.if_else(
             more,
@@ -1586,7 +1569,7 @@ impl RegisterTile {
                     Scalar::Const(c) => (v, j * c),
                     Scalar::Dyn(step) if j > 0 => {
                         let (previous, _) = bases[j as usize - 1];
-                        (e.b.ins().iadd(previous, step), 0)
+                        (e.iadd(previous, step), 0)
                     }
                     Scalar::Dyn(_) => (v, 0),
                 });
@@ -1668,18 +1651,18 @@ fn output_transform(
     // columns inside the output (4 and 4 but at the bottom and right edges).
     e.for_range(zero, count, &[], |e, t, _| {
         let grid = TileGrid::new(e, d);
-        let l = e.b.ins().iadd(first, t);
+        let l = e.iadd(first, t);
         let (n, ty, tx) = grid.coords(e, l);
         let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, d.oh());
         let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
         let strides = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow));
         let (oh, ow) = (e.value(oh), e.value(ow));
-        let oy0 = e.b.ins().imul_imm_s(ty, TILE as i64);
-        let ox0 = e.b.ins().imul_imm_s(tx, TILE as i64);
+        let oy0 = e.imul_imm(ty, TILE as i64);
+        let ox0 = e.imul_imm(tx, TILE as i64);
         let four = e.iconst(TILE as i64);
-        let rows_left = e.b.ins().isub(oh, oy0);
+        let rows_left = e.isub(oh, oy0);
         let rows = e.imin(rows_left, four);
-        let cols_left = e.b.ins().isub(ow, ox0);
+        let cols_left = e.isub(ow, ox0);
         let cols = e.imin(cols_left, four);
         let off = pixel_offset(e, &strides, n, oy0, ox0);
         slots.store_info(e, t, [off, rows, cols]);
@@ -1689,9 +1672,9 @@ fn output_transform(
     let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
     let plane = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).block;
     // The chunk's first channel block, in the destination's planes and in the bias.
-    let first_block = e.b.ins().imul_imm_s(chunk, plan.chunk_blocks() as i64);
+    let first_block = e.imul_imm(chunk, plan.chunk_blocks() as i64);
     let plane_v = e.value(plane);
-    let plane_off = e.b.ins().imul(first_block, plane_v);
+    let plane_off = e.imul(first_block, plane_v);
     let scratch = e.buffer(scratch_index);
     let v_point = plan.v_point(e, stride);
     let m = e.offset_by(scratch, v_point, plan.form.points() as i64);
@@ -1722,8 +1705,7 @@ fn output_transform(
             // The last block when its padding lanes need the mask.
             let last_block = (real != 0).then(|| {
                 let block = *p.last().expect("the block index");
-                e.b.ins()
-                    .icmp_imm_s(IntCC::Equal, block, d.oc.div_ceil(LANES) as i64 - 1)
+                e.icmp_imm(IntCC::Equal, block, d.oc.div_ceil(LANES) as i64 - 1)
             });
             let one_tile = |e: &mut Emit<'_>, t: Value| {
                 // Loaded per tile: no vector stays live across a wide tile's call.
@@ -1731,25 +1713,25 @@ fn output_transform(
                 let mask = last_block.map(|last| {
                     let padded = e.lane_mask(real);
                     let whole = e.lane_mask(LANES);
-                    e.b.ins().select(last, padded, whole)
+                    e.select(last, padded, whole)
                 });
                 let [off, rows, cols] = slots.load_info(e, t);
                 let full = {
-                    let a = e.b.ins().icmp_imm_s(IntCC::Equal, rows, TILE as i64);
-                    let b = e.b.ins().icmp_imm_s(IntCC::Equal, cols, TILE as i64);
-                    e.b.ins().band(a, b)
+                    let a = e.icmp_imm(IntCC::Equal, rows, TILE as i64);
+                    let b = e.icmp_imm(IntCC::Equal, cols, TILE as i64);
+                    e.band(a, b)
                 };
-                let tile_off = e.b.ins().iadd(plane_off, off);
+                let tile_off = e.iadd(plane_off, off);
                 let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
                     let b = e.buffer(buffer);
-                    e.b.ins().iadd(b, tile_off)
+                    e.iadd(b, tile_off)
                 };
                 let dst = at_buffer(e, DST);
                 let residuals: Vec<Value> = (0..d.residuals())
                     .map(|r| at_buffer(e, DST + 1 + r))
                     .collect();
                 let m = e.scaled(m_block, t, PIXEL_BYTES, 0);
-                let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
+                let tmp_addr = e.stack_addr(slots.out_tmp, 0);
                 // Point `patch i + j` of column `j`: an immediate offset from `m` for a
                 // constant `m_point`, a pointer moved along each column for a runtime one.
                 let m_row = e.mul(m_point, patch as i64);
@@ -1761,14 +1743,14 @@ fn output_transform(
                             .collect(),
                         Scalar::Dyn(step) => {
                             if j > 0 {
-                                column = e.b.ins().iadd(column, step);
+                                column = e.iadd(column, step);
                             }
                             let row = e.value(m_row);
                             let mut at = column;
                             (0..patch)
                                 .map(|i| {
                                     if i > 0 {
-                                        at = e.b.ins().iadd(at, row);
+                                        at = e.iadd(at, row);
                                     }
                                     e.load_vec(at, 0)
                                 })
@@ -1785,18 +1767,18 @@ fn output_transform(
                 let row_bytes = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
                 let row_bytes = e.value(row_bytes);
                 let store_rows = |e: &mut Emit<'_>, guard: Option<(Value, Value)>| {
-                    let tmp_addr = e.b.ins().stack_addr(types::I64, slots.out_tmp, 0);
+                    let tmp_addr = e.stack_addr(slots.out_tmp, 0);
                     for k in 0..TILE {
                         let row: Vec<Value> = (0..patch)
                             .map(|j| e.load_vec(tmp_addr, (k * patch + j) as i64 * PIXEL_BYTES))
                             .collect();
                         let y = output_1d_form(e, form, &row);
-                        let k_off = e.b.ins().imul_imm_s(row_bytes, k as i64);
+                        let k_off = e.imul_imm(row_bytes, k as i64);
                         for (mcol, x) in y.into_iter().enumerate() {
                             let px = mcol as i64 * PIXEL_BYTES;
                             let pixel = |e: &mut Emit<'_>| {
                                 let x = match bias {
-                                    Some(b) => e.b.ins().fadd(x, b),
+                                    Some(b) => e.fadd(x, b),
                                     None => x,
                                 };
                                 let x = post_ops(e, d, x, &residuals, k_off, px);
@@ -1804,23 +1786,15 @@ fn output_transform(
                                     Some(m) => e.keep_lanes(x, m),
                                     None => x,
                                 };
-                                let at = e.b.ins().iadd(dst, k_off);
+                                let at = e.iadd(dst, k_off);
                                 e.store_vec(x, at, px);
                             };
                             match guard {
                                 None => pixel(e),
                                 Some((rows, cols)) => {
-                                    let r = e.b.ins().icmp_imm_s(
-                                        IntCC::SignedGreaterThan,
-                                        rows,
-                                        k as i64,
-                                    );
-                                    let c = e.b.ins().icmp_imm_s(
-                                        IntCC::SignedGreaterThan,
-                                        cols,
-                                        mcol as i64,
-                                    );
-                                    let both = e.b.ins().band(r, c);
+                                    let r = e.icmp_imm(IntCC::SignedGreaterThan, rows, k as i64);
+                                    let c = e.icmp_imm(IntCC::SignedGreaterThan, cols, mcol as i64);
+                                    let both = e.band(r, c);
                                     e.if_else(both, pixel, |_| {});
                                 }
                             }
@@ -1849,25 +1823,25 @@ fn output_transform(
                 let [off_last, rows_last, cols_last] = slots.load_info(e, last);
                 // Whole tiles `n - 1` tiles' bytes apart lie in one tile row: tiles of
                 // the next row or image start at least three rows of pixels further.
-                let bytes = e.b.ins().isub(off_last, off);
+                let bytes = e.isub(off_last, off);
                 let span = (n - 1) as i64 * TILE as i64 * PIXEL_BYTES;
-                let adjacent = e.b.ins().icmp_imm_s(IntCC::Equal, bytes, span);
-                let mut run = e.b.ins().band(whole, adjacent);
+                let adjacent = e.icmp_imm(IntCC::Equal, bytes, span);
+                let mut run = e.band(whole, adjacent);
                 for x in [rows, cols, rows_last, cols_last] {
-                    let four = e.b.ins().icmp_imm_s(IntCC::Equal, x, TILE as i64);
-                    run = e.b.ins().band(run, four);
+                    let four = e.icmp_imm(IntCC::Equal, x, TILE as i64);
+                    run = e.band(run, four);
                 }
                 if let Some(last_block) = last_block {
-                    let unmasked = e.b.ins().bxor_imm_u(last_block, 1);
-                    run = e.b.ins().band(run, unmasked);
+                    let unmasked = e.bxor_imm(last_block, 1);
+                    run = e.band(run, unmasked);
                 }
                 e.if_else_values(
                     run,
                     |e| {
-                        let tile_off = e.b.ins().iadd(plane_off, off);
+                        let tile_off = e.iadd(plane_off, off);
                         let at_buffer = |e: &mut Emit<'_>, buffer: usize| {
                             let b = e.buffer(buffer);
-                            e.b.ins().iadd(b, tile_off)
+                            e.iadd(b, tile_off)
                         };
                         let m = e.scaled(m_block, t, PIXEL_BYTES, 0);
                         let m_point = e.value(m_point);
@@ -1878,7 +1852,7 @@ fn output_transform(
                         let row_bytes = e.value(row);
                         // Without a bias the tile reads nothing there.
                         let bias = if d.bias { p[2] } else { m };
-                        let tmp = e.b.ins().stack_addr(types::I64, *tmp, 0);
+                        let tmp = e.stack_addr(*tmp, 0);
                         let mut args = vec![m, m_point, dst, row_bytes, bias, tmp];
                         args.extend((0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)));
                         e.call_tile(WideTile::WinogradOutput(tile.clone()), &args);
@@ -1905,7 +1879,7 @@ fn post_ops(
     px: i64,
 ) -> Value {
     apply_post_ops(e, &d.post_ops, x, None, |e, i| {
-        let at = e.b.ins().iadd(residuals[i], row);
+        let at = e.iadd(residuals[i], row);
         e.load_vec(at, px)
     })
 }

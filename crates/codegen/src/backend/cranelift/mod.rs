@@ -1,4 +1,6 @@
-//! A thin layer over Cranelift's `FunctionBuilder`: addressing, vector helpers and loops.
+//! The Cranelift backend: `Emit`, the vocabulary the lowerings build loop nests with
+//! (addressing, vector helpers, loops; one method per instruction in `ops`) over a private
+//! `FunctionBuilder`, and `machine`, which compiles the function for the host.
 //!
 //! Every kernel has the signature
 //! `fn(buffers: *const *mut f32, begin: i64, end: i64, extents: *const i64, prefetch: fn)` in
@@ -10,14 +12,22 @@
 //! `extern "C" fn(start: *const u8, bytes: i64)`, which asks the caches for those bytes (see
 //! [`Emit::prefetch`]).
 
-use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     AbiParam, BlockArg, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
     InstBuilder, MemFlagsData, SigRef, Signature, StackSlotData, StackSlotKind, UserExternalName,
-    UserFuncName, Value, types,
+    UserFuncName, types,
 };
 
 use crate::backend::x64::WideTile;
+
+mod machine;
+mod ops;
+
+pub use machine::HostIsa;
+pub(crate) use machine::{Failure, Lowered, MachineCode};
+
+pub use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+pub use cranelift_codegen::ir::{StackSlot, Value};
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
@@ -66,7 +76,7 @@ pub fn row_pixels(pitch: Option<usize>, w: Scalar) -> Scalar {
 
 /// The emitter: a function builder plus the kernel's entry values.
 pub struct Emit<'a> {
-    pub b: FunctionBuilder<'a>,
+    b: FunctionBuilder<'a>,
     pub use_fma: bool,
     /// Whether kernels may prefetch streamed weights (`CodegenOptions::prefetch_weights`).
     pub prefetch_weights: bool,
