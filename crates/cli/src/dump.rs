@@ -94,12 +94,13 @@ pub fn run(args: &Args) -> Result<()> {
                 graph.to_string()
             };
             text.push_str(&format!(
-                "# passes: {} batchnorms folded, {} made depthwise convs, {} relus, {} adds and {} max pools fused into convs\n",
+                "# passes: {} batchnorms folded, {} made depthwise convs, {} relus, {} adds and {} max pools fused into convs, {} channel selections composed into others\n",
                 report.folded_batchnorms,
                 report.batchnorm_convs,
                 report.fused_relus,
                 report.fused_adds,
-                report.fused_pools
+                report.fused_pools,
+                report.composed_selections
             ));
             text
         }

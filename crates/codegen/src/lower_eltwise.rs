@@ -636,6 +636,61 @@ pub fn lower_concat(e: &mut Emit<'_>, d: &crate::key::ConcatDesc) {
 /// call's rows, each a vector copy where the block's four source channels are one aligned
 /// source block, else four lane copies (zeros in the padding lanes of a last, partial
 /// block); in NCHW, each destination channel's span of rows copied from its source channel.
+/// How an `nChw4c` channel selection fills one destination block from its four source
+/// channels (`None`: a padding lane, +0).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BlockCopy {
+    /// A whole source block, starting at this channel.
+    Whole(usize),
+    /// Lanes of at most two source blocks (any channel of each), padding lanes from a zero
+    /// vector where only one block is read: one shuffle per pixel (a channel shuffle's
+    /// interleave of two halves, an unaligned slice).
+    Shuffle {
+        first: usize,
+        second: Option<usize>,
+        lanes: [u8; 4],
+    },
+    /// Lane by lane: three or four source blocks, or padding lanes beside two.
+    Lanes,
+}
+
+impl BlockCopy {
+    fn of(lanes: &[Option<usize>]) -> BlockCopy {
+        let block = |s: usize| s / LANES;
+        if let Some(s0) = lanes[0]
+            && s0 % LANES == 0
+            && (0..LANES).all(|l| lanes[l] == Some(s0 + l))
+        {
+            return BlockCopy::Whole(s0);
+        }
+        let mut blocks: Vec<usize> = lanes.iter().flatten().map(|&s| block(s)).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let padded = lanes.iter().any(Option::is_none);
+        let (first, second) = match blocks[..] {
+            [a] => (a, None),
+            [a, b] if !padded => (a, Some(b)),
+            _ => return BlockCopy::Lanes,
+        };
+        let lane = |s: Option<usize>| match s {
+            Some(s) if block(s) == first => (s % LANES) as u8,
+            Some(s) => (LANES + s % LANES) as u8,
+            // Lane 0 of the zero vector.
+            None => LANES as u8,
+        };
+        BlockCopy::Shuffle {
+            first: first * LANES,
+            second: second.map(|b| b * LANES),
+            lanes: [
+                lane(lanes[0]),
+                lane(lanes[1]),
+                lane(lanes[2]),
+                lane(lanes[3]),
+            ],
+        }
+    }
+}
+
 pub fn lower_select(e: &mut Emit<'_>, d: &crate::key::SelectDesc) {
     let f = F32_BYTES;
     let (h, w, out) = (d.h, d.w, d.select.len());
@@ -663,27 +718,43 @@ pub fn lower_select(e: &mut Emit<'_>, d: &crate::key::SelectDesc) {
                     let lanes: Vec<Option<usize>> = (0..LANES)
                         .map(|l| d.select.get(b * LANES + l).copied())
                         .collect();
-                    let aligned = lanes[0].is_some_and(|s0| {
-                        s0 % LANES == 0 && (0..LANES).all(|l| lanes[l] == Some(s0 + l))
-                    });
+                    let copy = BlockCopy::of(&lanes);
                     let dst_b = e.offset(p[1], b as i64 * block);
                     let px = LANES as i64 * f;
                     e.for_range(zero_i, pixels, &[p[0], dst_b], |e, _, q| {
-                        if aligned {
-                            let s0 = lanes[0].expect("aligned");
-                            let v = e.load_vec(q[0], (s0 / LANES) as i64 * block);
-                            e.store_vec(v, q[1], 0);
-                        } else {
-                            for (l, s) in lanes.iter().enumerate() {
-                                let x = match s {
-                                    Some(s) => {
-                                        let off =
-                                            (s / LANES) as i64 * block + (s % LANES) as i64 * f;
-                                        e.load_f32(q[0], off)
-                                    }
-                                    None => zero,
+                        let source = |e: &mut Emit<'_>, s: usize| {
+                            e.load_vec(q[0], (s / LANES) as i64 * block)
+                        };
+                        match copy {
+                            BlockCopy::Whole(s0) => {
+                                let v = source(e, s0);
+                                e.store_vec(v, q[1], 0);
+                            }
+                            BlockCopy::Shuffle {
+                                first,
+                                second,
+                                lanes,
+                            } => {
+                                let a = source(e, first);
+                                let b = match second {
+                                    Some(s) => source(e, s),
+                                    None => e.splat_const(0.0),
                                 };
-                                e.store_f32(x, q[1], l as i64 * f);
+                                let v = e.shuffle_lanes(a, b, lanes);
+                                e.store_vec(v, q[1], 0);
+                            }
+                            BlockCopy::Lanes => {
+                                for (l, s) in lanes.iter().enumerate() {
+                                    let x = match s {
+                                        Some(s) => {
+                                            let off =
+                                                (s / LANES) as i64 * block + (s % LANES) as i64 * f;
+                                            e.load_f32(q[0], off)
+                                        }
+                                        None => zero,
+                                    };
+                                    e.store_f32(x, q[1], l as i64 * f);
+                                }
                             }
                         }
                         vec![e.offset(q[0], px), e.offset(q[1], px)]

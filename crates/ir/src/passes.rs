@@ -1,5 +1,5 @@
-//! Graph rewrites: folding batch-norm into convolutions (or making it one), and fusing
-//! element-wise ops and max pooling into them.
+//! Graph rewrites: folding batch-norm into convolutions (or making it one), fusing
+//! element-wise ops and max pooling into them, and composing channel selections.
 //!
 //! The passes are structural: they need no parameter values. Folding declares derived
 //! parameters (`bnfold_weight`, `bn_scale`, `bnfold_bias`) whose values
@@ -22,10 +22,12 @@ pub struct PassReport {
     pub fused_relus: usize,
     pub fused_adds: usize,
     pub fused_pools: usize,
+    /// Channel selections read only by other selections, composed into those and removed.
+    pub composed_selections: usize,
 }
 
-/// Folds batch-norm into the preceding conv and makes the others depthwise convs, fuses relu
-/// and residual adds into convs, then max pooling after them.
+/// Composes channel selections, folds batch-norm into the preceding conv and makes the others
+/// depthwise convs, fuses relu and residual adds into convs, then max pooling after them.
 pub fn optimize(graph: &mut Graph) -> PassReport {
     optimize_with(graph, |_, _| true)
 }
@@ -37,6 +39,7 @@ pub fn optimize_with(
     graph: &mut Graph,
     fuse_pool: impl FnMut(&Graph, &Conv2d) -> bool,
 ) -> PassReport {
+    let composed_selections = compose_selections(graph);
     let folded_batchnorms = fold_batchnorm(graph);
     let batchnorm_convs = batchnorms_to_convs(graph);
     let (fused_relus, fused_adds) = fuse_post_ops(graph);
@@ -48,6 +51,7 @@ pub fn optimize_with(
         fused_relus,
         fused_adds,
         fused_pools,
+        composed_selections,
     }
 }
 
@@ -233,6 +237,62 @@ fn add_bn_bias(graph: &mut Graph, conv_bias: Option<Param>, bn: &BatchNorm, name
         .expect("fresh parameter names")
 }
 
+/// Makes every `select_channels` that reads another's result read that one's input, the two
+/// picks composed, where the inner selection is read only by selections that pick no more
+/// channels in all than it has, and is no graph output; the inner one is then removed.
+/// ShuffleNet's split of a channel shuffle so copies each channel once, into the half that
+/// reads it, where the shuffle and then (for a concat's input) its first half were copied. The
+/// count bound keeps a selection read whole by several from being copied by each. Returns how
+/// many selections were removed.
+pub fn compose_selections(graph: &mut Graph) -> usize {
+    let mut removed = 0;
+    loop {
+        let uses = graph.use_counts();
+        let composable = |i: usize| {
+            let Op::SelectChannels { select, .. } = &graph.nodes[i].op else {
+                return false;
+            };
+            let v = graph.nodes[i].result;
+            let mut picked = 0;
+            let readers_select = graph
+                .nodes
+                .iter()
+                .filter(|n| n.op.value_operands().contains(&v))
+                .all(|n| match &n.op {
+                    Op::SelectChannels { select: outer, .. } => {
+                        picked += outer.len();
+                        true
+                    }
+                    _ => false,
+                });
+            uses[v.index()] > 0
+                && readers_select
+                && picked <= select.len()
+                && !graph.outputs.iter().any(|(_, o)| *o == v)
+        };
+        let Some(at) = (0..graph.nodes.len()).find(|&i| composable(i)) else {
+            return removed;
+        };
+        let Op::SelectChannels { input: source, select: inner } = graph.nodes[at].op.clone()
+        else {
+            unreachable!("a selection was found");
+        };
+        let v = graph.nodes[at].result;
+        for node in &mut graph.nodes {
+            if let Op::SelectChannels { input, select } = &mut node.op
+                && *input == v
+            {
+                *input = source;
+                for s in select.iter_mut() {
+                    *s = inner[*s];
+                }
+            }
+        }
+        graph.nodes.remove(at);
+        removed += 1;
+    }
+}
+
 /// Fuses a `relu`, an activation or a residual `add` that is the only reader of a conv's
 /// output into the conv's post-ops, repeatedly, so `relu(add(conv(x), r))` becomes one conv
 /// with `post=[add(r), relu]`; a transposed conv takes relus and activations. Returns how many
@@ -334,6 +394,7 @@ mod tests {
                 fused_relus: 1,
                 fused_adds: 1,
                 fused_pools: 0,
+                composed_selections: 0,
             }
         );
         assert_eq!(g.node_count(), 1);
@@ -378,6 +439,51 @@ mod tests {
         );
         assert!(text.contains("%sum = add(%up, %big)"), "{text}");
         assert_eq!(parse(&text).unwrap().to_string(), text);
+    }
+
+    /// ShuffleNet's channel shuffle of two groups and its split into halves: each half reads
+    /// the shuffle's input, the shuffle is gone, and the graph still prints and parses.
+    #[test]
+    fn composes_a_channel_shuffle_into_its_split() {
+        let src = "graph unit {
+  input %x: f32[1, 8, 2, W]
+  %s = select_channels(%x, select=[0, 4, 1, 5, 2, 6, 3, 7])
+  %a = select_channels(%s, select=[0, 1, 2, 3])
+  %b = select_channels(%s, select=[4, 5, 6, 7])
+  %y = add(%a, %b)
+  output y = %y
+}
+";
+        let mut g = parse(src).unwrap();
+        assert_eq!(optimize(&mut g).composed_selections, 1);
+        let text = g.to_string();
+        assert!(text.contains("%a = select_channels(%x, select=[0, 4, 1, 5])"), "{text}");
+        assert!(text.contains("%b = select_channels(%x, select=[2, 6, 3, 7])"), "{text}");
+        assert!(!text.contains("%s ="), "{text}");
+        assert_eq!(parse(&text).unwrap().to_string(), text);
+    }
+
+    /// A selection stays where another op or a graph output reads it, or where its readers
+    /// would copy more channels than it has.
+    #[test]
+    fn keeps_selections_that_composing_would_not_spare() {
+        let base = "graph unit {
+  input %x: f32[1, 8, 2, W]
+  %s = select_channels(%x, select=[0, 4, 1, 5, 2, 6, 3, 7])
+  %a = select_channels(%s, select=[0, 1, 2, 3])
+  READER
+  output y = %a
+}
+";
+        for reader in [
+            "%b = relu(%s)\n  output z = %b",
+            "output z = %s",
+            "%b = select_channels(%s, select=[0, 1, 2, 3, 4, 5, 6, 7])\n  output z = %b",
+        ] {
+            let mut g = parse(&base.replace("READER", reader)).unwrap();
+            assert_eq!(optimize(&mut g).composed_selections, 0, "{reader}");
+            assert!(g.to_string().contains("%s = select_channels(%x"), "{reader}");
+        }
     }
 
     #[test]
@@ -425,6 +531,7 @@ mod tests {
                 fused_relus: 1,
                 fused_adds: 0,
                 fused_pools: 1,
+                composed_selections: 0,
             }
         );
         assert_eq!(g.node_count(), 1);

@@ -583,18 +583,33 @@ proptest! {
     fn channel_selections_match_the_reference(
         c in 1usize..=11,
         picks in prop::collection::vec(any::<prop::sample::Index>(), 1..=10),
-        contiguous in any::<bool>(),
+        kind in 0..3usize,
+        (groups, per_group) in (2..=4usize, 1..=12usize),
         (n, h, w) in (1..=2usize, 1..=3usize, prop::sample::select(vec![1usize, 2, 5])),
         layout in layout(),
         seed in any::<u64>(),
     ) {
-        // A slice (a run of channels, aligned or not) or any pick with repeats (a shuffle).
-        let select: Vec<usize> = if contiguous {
-            let start = picks[0].index(c);
-            (start..c).take(picks.len()).collect()
-        } else {
-            picks.iter().map(|i| i.index(c)).collect()
+        // A slice (a run of channels, aligned or not), any pick with repeats, or ShuffleNet's
+        // channel shuffle of `groups` groups (whose blocks interleave two or more source
+        // blocks), whole or one half of it (its split).
+        let (c, select): (usize, Vec<usize>) = match kind {
+            0 => {
+                let start = picks[0].index(c);
+                (c, (start..c).take(picks.len()).collect())
+            }
+            1 => (c, picks.iter().map(|i| i.index(c)).collect()),
+            _ => {
+                let c = groups * per_group;
+                let shuffle: Vec<usize> = (0..c).map(|i| (i % groups) * per_group + i / groups).collect();
+                let part = match picks[0].index(3) {
+                    0 => 0..c,
+                    1 => 0..c / 2,
+                    _ => c / 2..c,
+                };
+                (c, shuffle[part].to_vec())
+            }
         };
+        prop_assume!(!select.is_empty());
         let x = Rng(seed).tensor(&[n, c, h, w], true);
         let d = SelectDesc { mb: n, c, h, w, select: select.clone(), layout };
         let shape = d.dst_shape();

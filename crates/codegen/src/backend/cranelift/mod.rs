@@ -548,6 +548,18 @@ impl<'a> Emit<'a> {
         self.b.ins().bitcast(types::F32X4, little, spread)
     }
 
+    /// The vector whose lane `l` is lane `lanes[l]` of `a` (0 to 3) or of `b` (4 to 7): one
+    /// `shufps`, `unpcklps` or `unpckhps` where the pattern is one, else two byte shuffles.
+    pub fn shuffle_lanes(&mut self, a: Value, b: Value, lanes: [u8; 4]) -> Value {
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let a = self.b.ins().bitcast(types::I8X16, little, a);
+        let b = self.b.ins().bitcast(types::I8X16, little, b);
+        let mask: Vec<u8> = (0..16).map(|i| lanes[i / 4] * 4 + (i % 4) as u8).collect();
+        let mask = self.b.func.dfg.immediates.push(ConstantData::from(mask));
+        let mixed = self.b.ins().shuffle(a, b, mask);
+        self.b.ins().bitcast(types::F32X4, little, mixed)
+    }
+
     /// A vector whose first `lanes` lanes are all ones and the others zero, for
     /// [`Emit::keep_lanes`].
     pub fn lane_mask(&mut self, lanes: usize) -> Value {
