@@ -17,7 +17,7 @@ pub use primjit_ir::PoolWindow;
 /// The activations of post-ops and element-wise keys, and the binary ops, the IR's own.
 pub use primjit_ir::{Activation, BinaryKind};
 /// `resize`'s modes, the IR's own.
-pub use primjit_ir::{CoordMode, NearestMode, ResizeMode};
+pub use primjit_ir::{CoordMode, NearestMode, ResizeMode, ScaleFactor};
 use primjit_ir::{MAX_TENSOR_ELEMENTS, Pads, PoolKind, conv_output_extent, pool_output_extent};
 
 use crate::target::Isa;
@@ -651,11 +651,12 @@ impl SelectDesc {
     }
 }
 
-/// How a resize key gets its output extents: whole multiples of the input's (which may be left
-/// to run time), or fixed extents.
+/// How a resize key gets its output extents: the input's times scale factors, rounded down
+/// (the input's may be left to run time; source coordinates map by the factors), or fixed
+/// extents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ResizeOut {
-    Scale([usize; 2]),
+    Scale([ScaleFactor; 2]),
     Sizes([usize; 2]),
 }
 
@@ -703,7 +704,14 @@ impl ResizeDesc {
     /// The output extents (saturating; validation rejects overflowing ones).
     pub fn out_extents(&self) -> [usize; 2] {
         match self.out {
-            ResizeOut::Scale([sh, sw]) => [self.ih.saturating_mul(sh), self.iw.saturating_mul(sw)],
+            ResizeOut::Scale(factors) => {
+                let out = |s: ScaleFactor, i: usize| {
+                    s.apply(i as u64)
+                        .and_then(|o| usize::try_from(o).ok())
+                        .unwrap_or(usize::MAX)
+                };
+                [out(factors[0], self.ih), out(factors[1], self.iw)]
+            }
             ResizeOut::Sizes(s) => s,
         }
     }
@@ -1237,21 +1245,24 @@ impl PrimitiveKey {
                 positive("extents", &[d.mb, d.c, d.ih, d.iw])?;
                 match d.out {
                     ResizeOut::Scale(f) => {
-                        positive("scale factors", &f)?;
-                        bounded("scale factors", &f)?;
-                        let (Some(oh), Some(ow)) = (d.ih.checked_mul(f[0]), d.iw.checked_mul(f[1]))
-                        else {
+                        bounded("scale factors", &f.map(|s| s.num() as usize))?;
+                        if d.out_extents().contains(&usize::MAX) {
                             return fail("the output extents overflow".into());
-                        };
-                        check_count("output", [d.mb, d.c, oh, ow])?;
+                        }
+                        positive("output extents", &d.out_extents())?;
                     }
                     ResizeOut::Sizes(s) => positive("output extents", &s)?,
                 }
                 check_count("input", d.src_shape())?;
                 check_count("output", d.dst_shape())?;
-                // The kernels' exact source coordinates multiply an input and an output
-                // extent by at most 4 in i64.
-                if d.ih.max(d.iw) as u128 * d.oh().max(d.ow()) as u128 * 4 > i64::MAX as u128 {
+                // The kernels' exact source coordinates multiply an input extent (or a scale's
+                // denominator) and an output extent by at most 4 in i64.
+                let den = match d.out {
+                    ResizeOut::Scale(f) => f[0].den().max(f[1].den()),
+                    ResizeOut::Sizes(_) => 1,
+                };
+                let input = d.ih.max(d.iw) as u128;
+                if input.max(den as u128) * d.oh().max(d.ow()) as u128 * 4 > i64::MAX as u128 {
                     return fail("the extents are too large for exact coordinates".into());
                 }
             }

@@ -33,7 +33,7 @@ pub use key::{
     EltwiseDesc, EltwiseKind, FmaPattern, GlobalPoolDesc, KeyError, Layout, MAX_STEP, Pitches,
     PoolDesc, PoolWindow, PostOpDesc, PrimitiveKey, ResizeDesc, ResizeOut, SelectDesc, WidePattern,
 };
-pub use key::{CoordMode, NearestMode, ResizeMode};
+pub use key::{CoordMode, NearestMode, ResizeMode, ScaleFactor};
 pub use lower_conv_transpose::pack_conv_transpose_weights;
 pub use lower_eltwise::{EXP_ULPS, TANH_ULPS};
 pub use plan::{CHUNK_WEIGHT_BYTES, ConvPlan, PoolPlan, residual_in_place};

@@ -3,15 +3,16 @@
 //!
 //! Source coordinates are exact, as in the reference interpreter: along each axis the source
 //! coordinate of output `x` is the rational `(a x + b) / d` of the coordinate mode
-//! ([`primjit_ir::CoordMode::source_affine`]), here shifted by one whole `d` so that its
-//! numerator is never negative. A row's quotient and remainder come from one division; along
-//! a row they are stepped from column to column by adding `a`'s quotient and remainder, so a
-//! column costs a few integer instructions and no division. Extents may be runtime values
-//! (the input's with scale factors, the input's and the output's with sizes): the affine maps
-//! are then computed at the start of the call.
+//! ([`primjit_ir::CoordMode::source_affine_by`]: by the scale factor where the key has one,
+//! else by the extents), here shifted by one whole `d` so that its numerator is never
+//! negative. A row's quotient and remainder come from one division; along a row they are
+//! stepped from column to column by adding `a`'s quotient and remainder, so a column costs a
+//! few integer instructions and no division. Extents may be runtime values (the input's with
+//! scale factors, the input's and the output's with sizes): maps that depend on them are then
+//! computed at the start of the call.
 
 use crate::backend::cranelift::{Emit, ExtentArg, F32_BYTES, IntCC, Scalar, Value};
-use crate::key::{CoordMode, NearestMode, ResizeDesc, ResizeMode};
+use crate::key::{CoordMode, NearestMode, ResizeDesc, ResizeMode, ResizeOut, ScaleFactor};
 
 /// Buffer indices of the kernel's arguments.
 const SRC: usize = 0;
@@ -33,8 +34,17 @@ struct AxisMap {
     a_rem: Value,
 }
 
-/// `(a, b, d)` of [`CoordMode::source_affine`] for runtime extents.
-fn runtime_affine(e: &mut Emit<'_>, coord: CoordMode, i: Value, o: Value) -> [Value; 3] {
+/// `(a, b, d)` of [`CoordMode::source_affine`] for runtime extents: `i` and `o` are the
+/// input and output extents, or a scale factor's denominator and numerator
+/// ([`CoordMode::source_affine_by`]); `output` is the output extent, which decides whether the
+/// modes that map a single pixel to 0 do.
+fn runtime_affine(
+    e: &mut Emit<'_>,
+    coord: CoordMode,
+    i: Value,
+    o: Value,
+    output: Value,
+) -> [Value; 3] {
     let zero = e.iconst(0);
     let one = e.iconst(1);
     let two_i = e.imul_imm(i, 2);
@@ -42,7 +52,7 @@ fn runtime_affine(e: &mut Emit<'_>, coord: CoordMode, i: Value, o: Value) -> [Va
     let i_less_o = e.isub(i, o);
     // The modes that map every output to 0 when the output has extent 1.
     let degenerate = |e: &mut Emit<'_>, [a, b, d]: [Value; 3]| {
-        let single = e.icmp_imm(IntCC::Equal, o, 1);
+        let single = e.icmp_imm(IntCC::Equal, output, 1);
         [
             e.select(single, zero, a),
             e.select(single, zero, b),
@@ -62,7 +72,14 @@ fn runtime_affine(e: &mut Emit<'_>, coord: CoordMode, i: Value, o: Value) -> [Va
     }
 }
 
-fn axis_map(e: &mut Emit<'_>, mode: ResizeMode, coord: CoordMode, i: Scalar, o: Scalar) -> AxisMap {
+/// The map of one axis from `i` input to `o` output pixels, by `scale` where the key has one.
+fn axis_map(
+    e: &mut Emit<'_>,
+    mode: ResizeMode,
+    coord: CoordMode,
+    [i, o]: [Scalar; 2],
+    scale: Option<ScaleFactor>,
+) -> AxisMap {
     // The rounding of each nearest mode as a change of numerator and denominator:
     // floor(n / d), ceil = floor((n + d - 1) / d), halves down = floor((2n + d - 1) / 2d),
     // halves up = floor((2n + d) / 2d); then one `d` more.
@@ -78,7 +95,7 @@ fn axis_map(e: &mut Emit<'_>, mode: ResizeMode, coord: CoordMode, i: Scalar, o: 
     let input = e.value(i);
     let [a, b, d] = match (i, o) {
         (Scalar::Const(i), Scalar::Const(o)) => {
-            let (a, b, d) = coord.source_affine(i as u64, o as u64);
+            let (a, b, d) = coord.source_affine_by(i as u64, o as u64, scale);
             let abd = adjust([a, b, d]).map(|v| v as i64);
             let [a, b, d] = abd.map(|v| e.iconst(v));
             let (a_div, a_rem) = (e.iconst(abd[0] / abd[2]), e.iconst(abd[0] % abd[2]));
@@ -92,8 +109,14 @@ fn axis_map(e: &mut Emit<'_>, mode: ResizeMode, coord: CoordMode, i: Scalar, o: 
             };
         }
         _ => {
-            let o = e.value(o);
-            let [a, b, d] = runtime_affine(e, coord, input, o);
+            let output = e.value(o);
+            let [i, o] = match scale {
+                Some(s) if coord != CoordMode::AlignCorners => {
+                    [e.iconst(s.den() as i64), e.iconst(s.num() as i64)]
+                }
+                _ => [input, output],
+            };
+            let [a, b, d] = runtime_affine(e, coord, i, o, output);
             match mode {
                 ResizeMode::Linear | ResizeMode::Nearest(NearestMode::Floor) => [a, b, d],
                 ResizeMode::Nearest(NearestMode::Ceil) => {
@@ -200,8 +223,12 @@ pub fn lower_resize(e: &mut Emit<'_>, d: &ResizeDesc) {
     let iw = e.extent_or(d.runtime.w, ExtentArg::InputW, d.iw);
     let oh = e.extent_or(d.runtime.h, ExtentArg::OutputH, oh_fixed);
     let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, ow_fixed);
-    let rows = axis_map(e, d.mode, d.coord, ih, oh);
-    let cols = axis_map(e, d.mode, d.coord, iw, ow);
+    let scale = match d.out {
+        ResizeOut::Scale(f) => Some(f),
+        ResizeOut::Sizes(_) => None,
+    };
+    let rows = axis_map(e, d.mode, d.coord, [ih, oh], scale.map(|f| f[0]));
+    let cols = axis_map(e, d.mode, d.coord, [iw, ow], scale.map(|f| f[1]));
     let src = e.buffer(SRC);
     let dst = e.buffer(DST);
     let blocks = d.c.div_ceil(4) as i64;

@@ -377,7 +377,20 @@ pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
                 rep(rt.w, iw, d.pads.left.saturating_add(d.pads.right)),
             ]
         }
-        // Any extent will do: the kernel has no borders to keep apart.
+        // Any extent whose output is not empty will do: the kernel has no borders.
+        crate::PrimitiveKey::Resize(crate::ResizeDesc {
+            out: crate::ResizeOut::Scale(f),
+            ..
+        }) => {
+            let rep = |runtime: bool, fixed: usize, f: crate::ScaleFactor| {
+                if runtime {
+                    (f.den().div_ceil(f.num()) as usize).max(5)
+                } else {
+                    fixed
+                }
+            };
+            [rep(rt.h, ih, f[0]), rep(rt.w, iw, f[1])]
+        }
         crate::PrimitiveKey::Resize(_)
         | crate::PrimitiveKey::GlobalPool(_)
         | crate::PrimitiveKey::Eltwise(_)

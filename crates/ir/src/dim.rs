@@ -65,10 +65,12 @@ pub enum Dim {
         ceil: bool,
         pad_begin: u64,
     },
-    /// `input * factor`: a symbolic extent resized by a whole scale factor (at least 2).
+    /// `floor(input * factor / den)`: a symbolic extent resized by a scale factor, whole
+    /// (`den` 1, `factor` at least 2) or a fraction.
     Scaled {
         input: Box<Dim>,
         factor: u64,
+        den: u64,
     },
 }
 
@@ -111,16 +113,28 @@ impl Dim {
     /// This dimension times a whole `factor` (at least 1), folded when known; `None` when a
     /// known product overflows.
     pub fn scaled(&self, factor: u64) -> Option<Dim> {
+        self.scaled_ratio(factor, 1)
+    }
+
+    /// `floor(self * factor / den)` (both at least 1), folded when known; `None` when a known
+    /// product overflows. Whole factors of a whole-scaled extent multiply.
+    pub fn scaled_ratio(&self, factor: u64, den: u64) -> Option<Dim> {
         Some(match self {
-            Dim::Known(n) => Dim::Known(n.checked_mul(factor)?),
-            _ if factor == 1 => self.clone(),
-            Dim::Scaled { input, factor: f } => Dim::Scaled {
+            Dim::Known(n) => Dim::Known(n.checked_mul(factor)? / den),
+            _ if factor == 1 && den == 1 => self.clone(),
+            Dim::Scaled {
+                input,
+                factor: f,
+                den: 1,
+            } if den == 1 => Dim::Scaled {
                 input: input.clone(),
                 factor: f.checked_mul(factor)?,
+                den: 1,
             },
             _ => Dim::Scaled {
                 input: Box::new(self.clone()),
                 factor,
+                den,
             },
         })
     }
@@ -235,11 +249,12 @@ impl Dim {
                 },
             },
             // Saturating: shape inference's element count rejects such extents.
-            Dim::Scaled { input, factor } => match input.resolve(bindings)? {
-                Dim::Known(n) => Dim::Known(n.saturating_mul(*factor)),
+            Dim::Scaled { input, factor, den } => match input.resolve(bindings)? {
+                Dim::Known(n) => Dim::Known(n.saturating_mul(*factor) / den),
                 input => Dim::Scaled {
                     input: Box::new(input),
                     factor: *factor,
+                    den: *den,
                 },
             },
         })
@@ -251,10 +266,19 @@ impl fmt::Display for Dim {
         match self {
             Dim::Known(n) => write!(f, "{n}"),
             Dim::Sym(s) => f.write_str(s),
-            Dim::Scaled { input, factor } => match **input {
-                Dim::Window { .. } => write!(f, "({input}) * {factor}"),
-                _ => write!(f, "{input} * {factor}"),
-            },
+            Dim::Scaled { input, factor, den } => {
+                let nested = matches!(**input, Dim::Window { .. } | Dim::Scaled { den: 2.., .. });
+                match (nested, factor) {
+                    (true, 1) => write!(f, "({input})")?,
+                    (true, _) => write!(f, "({input}) * {factor}")?,
+                    (false, 1) => write!(f, "{input}")?,
+                    (false, _) => write!(f, "{input} * {factor}")?,
+                }
+                match den {
+                    1 => Ok(()),
+                    d => write!(f, " / {d}"),
+                }
+            }
             Dim::Window {
                 input,
                 offset,

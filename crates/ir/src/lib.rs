@@ -57,7 +57,7 @@ pub use graph::{
 pub use params::{GraphParams, ParamError, Params, Tensor, random_tensor};
 pub use parser::parse;
 pub use resize::{
-    CoordMode, NearestMode, Resize, ResizeMode, ResizeSize, linear_taps, nearest_index,
+    CoordMode, NearestMode, Resize, ResizeMode, ResizeSize, ScaleFactor, linear_taps, nearest_index,
 };
 pub use shape::{
     MAX_STEP, MAX_TENSOR_ELEMENTS, Shapes, conv_output_extent, infer_shapes, pool_output_extent,

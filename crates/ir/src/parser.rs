@@ -14,7 +14,7 @@ use crate::graph::{
     Activation, BatchNorm, BinaryKind, Conv2d, DerivedParam, Graph, NodeData, Op, Pads, Param,
     ParamData, Pool2d, PoolKind, PoolWindow, PostOp, Value,
 };
-use crate::resize::{CoordMode, NearestMode, Resize, ResizeMode, ResizeSize};
+use crate::resize::{CoordMode, NearestMode, Resize, ResizeMode, ResizeSize, ScaleFactor};
 
 /// Parses IR text into a graph. Names are resolved; shapes and attributes are not yet checked
 /// against each other (see [`crate::infer_shapes`]).
@@ -734,12 +734,12 @@ impl Parser {
                         return err(l, "`coord` must be a coordinate mode such as `half_pixel`");
                     }
                 };
-                let scale = a.list("scale", 2)?;
+                let scale = a.scale_factors("scale")?;
                 let sizes = a.list("size", 2)?;
                 let pair = |v: Vec<usize>| [v[0] as u64, v[1] as u64];
                 let size = match (like, scale, sizes) {
                     (Some(v), None, None) => ResizeSize::Like(v),
-                    (None, Some(s), None) => ResizeSize::Scale(pair(s)),
+                    (None, Some(s), None) => ResizeSize::Scale(s),
                     (None, None, Some(s)) => ResizeSize::Sizes(pair(s)),
                     _ => {
                         return err(
@@ -952,6 +952,43 @@ impl<'p> Attrs<'p> {
                 ),
             ),
         }
+    }
+
+    /// `resize`'s two scale factors: whole numbers, or fractions `n / 2^k` as decimals
+    /// (`[1.5, 0.5]`, see [`ScaleFactor`]).
+    fn scale_factors(&mut self, key: &str) -> Result<Option<[ScaleFactor; 2]>, ParseError> {
+        let items = match self.take(key) {
+            None => return Ok(None),
+            Some((Arg::List(items), _)) if items.len() == 2 => items,
+            Some((_, loc)) => {
+                return err(
+                    loc,
+                    format!("`{key}` must be a list of two factors such as `[2, 2]`"),
+                );
+            }
+        };
+        let factor = |(arg, l): &(Arg, SourceLoc)| {
+            match arg {
+            Arg::Number(n) => n
+                .parse::<f64>()
+                .ok()
+                .and_then(ScaleFactor::from_f64)
+                .map_or_else(
+                    || {
+                        err(
+                            *l,
+                            format!(
+                                "`{key}` takes whole factors or fractions n / 2^k (n odd, at most {}; k at most 16) such as 1.5 or 0.25, found `{n}`",
+                                ScaleFactor::MAX_FRACTION_NUM
+                            ),
+                        )
+                    },
+                    Ok,
+                ),
+            _ => err(*l, format!("`{key}` takes numbers")),
+        }
+        };
+        Ok(Some([factor(&items[0])?, factor(&items[1])?]))
     }
 
     fn pair(&mut self, key: &str, default: [usize; 2]) -> Result<[usize; 2], ParseError> {

@@ -273,7 +273,10 @@ pub fn compose_selections(graph: &mut Graph) -> usize {
         let Some(at) = (0..graph.nodes.len()).find(|&i| composable(i)) else {
             return removed;
         };
-        let Op::SelectChannels { input: source, select: inner } = graph.nodes[at].op.clone()
+        let Op::SelectChannels {
+            input: source,
+            select: inner,
+        } = graph.nodes[at].op.clone()
         else {
             unreachable!("a selection was found");
         };
@@ -457,8 +460,14 @@ mod tests {
         let mut g = parse(src).unwrap();
         assert_eq!(optimize(&mut g).composed_selections, 1);
         let text = g.to_string();
-        assert!(text.contains("%a = select_channels(%x, select=[0, 4, 1, 5])"), "{text}");
-        assert!(text.contains("%b = select_channels(%x, select=[2, 6, 3, 7])"), "{text}");
+        assert!(
+            text.contains("%a = select_channels(%x, select=[0, 4, 1, 5])"),
+            "{text}"
+        );
+        assert!(
+            text.contains("%b = select_channels(%x, select=[2, 6, 3, 7])"),
+            "{text}"
+        );
         assert!(!text.contains("%s ="), "{text}");
         assert_eq!(parse(&text).unwrap().to_string(), text);
     }
@@ -482,7 +491,10 @@ mod tests {
         ] {
             let mut g = parse(&base.replace("READER", reader)).unwrap();
             assert_eq!(optimize(&mut g).composed_selections, 0, "{reader}");
-            assert!(g.to_string().contains("%s = select_channels(%x"), "{reader}");
+            assert!(
+                g.to_string().contains("%s = select_channels(%x"),
+                "{reader}"
+            );
         }
     }
 

@@ -2,10 +2,10 @@
 //! and the kernels share.
 //!
 //! ONNX maps output coordinate `x` to the input coordinate `x_original` by its
-//! `coordinate_transformation_mode`, with `scale = output / input`. For every mode primjit
-//! supports that is a rational `(a * x + b) / d` with integers, so nearest neighbours are
-//! chosen by exact integer arithmetic (no float rounding decides a tie), and a linear blend's
-//! weight is the remainder over `d`.
+//! `coordinate_transformation_mode`, with the given scale factor, or `scale = output / input`
+//! for sizes. For every mode primjit supports that is a rational `(a * x + b) / d` with
+//! integers, so nearest neighbours are chosen by exact integer arithmetic (no float rounding
+//! decides a tie), and a linear blend's weight is the remainder over `d`.
 
 use std::fmt;
 
@@ -96,7 +96,23 @@ impl CoordMode {
     /// (a * x + b) / d` with `d > 0`, for an axis resized from `input` to `output` pixels
     /// (both at least 1). Exact: `scale` is the ratio `output / input`.
     pub fn source_affine(self, input: u64, output: u64) -> (i128, i128, i128) {
-        let (i, o) = (input as i128, output as i128);
+        self.source_affine_by(input, output, None)
+    }
+
+    /// [`Self::source_affine`] for an axis resized by `scale` where one is given: as in ONNX,
+    /// every mode but `align_corners` then maps coordinates by the factor itself, not by
+    /// `output / input` (which differ where `input * scale` is not whole); the modes that map
+    /// everything to 0 at an output extent of 1 still look at the extent.
+    pub fn source_affine_by(
+        self,
+        input: u64,
+        output: u64,
+        scale: Option<ScaleFactor>,
+    ) -> (i128, i128, i128) {
+        let (i, o) = match scale {
+            Some(s) if self != CoordMode::AlignCorners => (s.den as i128, s.num as i128),
+            _ => (input as i128, output as i128),
+        };
         match self {
             CoordMode::Asymmetric => (i, 0, o),
             // ((2x + 1) * i - o) / (2o)
@@ -154,11 +170,94 @@ pub fn linear_taps(n: i128, d: i128, input: u64) -> (u64, u64, i128) {
     (i0 as u64, i1 as u64, frac)
 }
 
+/// A resize scale factor `num / den`: a whole factor (`den` 1), or a fraction whose
+/// denominator is a power of two up to [`ScaleFactor::MAX_DEN`] and whose odd numerator is at
+/// most [`ScaleFactor::MAX_FRACTION_NUM`] (0.5, 0.75, 1.5, 2.5, ...). An output extent is
+/// `floor(input * num / den)`, which onnxruntime computes in f32: for these factors its
+/// product is exact up to inputs of 2^24 / 255 = 65793 pixels, so both agree, and so do their
+/// source coordinates (a tie of a nearest mode is exactly representable on both sides).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ScaleFactor {
+    num: u64,
+    den: u64,
+}
+
+impl ScaleFactor {
+    /// The largest denominator of a fractional factor: 2^16.
+    pub const MAX_DEN: u64 = 1 << 16;
+    /// The largest numerator of a fractional factor.
+    pub const MAX_FRACTION_NUM: u64 = 255;
+
+    /// The whole factor `n`.
+    pub fn whole(n: u64) -> ScaleFactor {
+        ScaleFactor { num: n, den: 1 }
+    }
+
+    /// The factor `num / den` in lowest terms, if it is a whole factor or a fraction of the
+    /// supported form.
+    pub fn new(num: u64, den: u64) -> Option<ScaleFactor> {
+        if num == 0 || den == 0 {
+            return None;
+        }
+        let shift = num.trailing_zeros().min(den.trailing_zeros());
+        let (num, den) = (num >> shift, den >> shift);
+        let fraction = den > 1;
+        (!fraction
+            || (den.is_power_of_two() && den <= Self::MAX_DEN && num <= Self::MAX_FRACTION_NUM))
+            .then_some(ScaleFactor { num, den })
+    }
+
+    /// A scale (an ONNX `f32`, or the text format's decimal) exactly, if it is a whole factor
+    /// or a fraction of the supported form.
+    pub fn from_f64(scale: f64) -> Option<ScaleFactor> {
+        if !(scale.is_finite() && scale > 0.0) {
+            return None;
+        }
+        if scale.fract() == 0.0 {
+            return (scale <= u32::MAX as f64).then(|| ScaleFactor::whole(scale as u64));
+        }
+        // Scaled by 2^16 (exactly: a power of two), a supported fraction is a whole number.
+        let scaled = scale * Self::MAX_DEN as f64;
+        (scaled.fract() == 0.0 && scaled <= u32::MAX as f64)
+            .then(|| ScaleFactor::new(scaled as u64, Self::MAX_DEN))
+            .flatten()
+    }
+
+    pub fn num(self) -> u64 {
+        self.num
+    }
+
+    pub fn den(self) -> u64 {
+        self.den
+    }
+
+    pub fn is_whole(self) -> bool {
+        self.den == 1
+    }
+
+    /// `floor(extent * num / den)`, or `None` where it overflows.
+    pub fn apply(self, extent: u64) -> Option<u64> {
+        Some(extent.checked_mul(self.num)? / self.den)
+    }
+}
+
+impl fmt::Display for ScaleFactor {
+    /// A whole factor as an integer, a fraction as its exact decimal (`1.5`, `0.25`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_whole() {
+            write!(f, "{}", self.num)
+        } else {
+            write!(f, "{}", self.num as f64 / self.den as f64)
+        }
+    }
+}
+
 /// How `resize` gets its output's height and width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ResizeSize {
-    /// The input's extents times these whole factors (each at least 1).
-    Scale([u64; 2]),
+    /// The input's extents times these factors, rounded down (each output extent must be at
+    /// least 1); coordinates map by the factors.
+    Scale([ScaleFactor; 2]),
     /// Fixed extents.
     Sizes([u64; 2]),
     /// The height and width of another value, as ONNX's sizes computed by `Shape` of a tensor.

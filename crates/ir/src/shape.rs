@@ -4,7 +4,7 @@ use crate::auto_pad::AutoPad;
 use crate::dim::{Bindings, Dim, WindowError};
 use crate::error::{SourceLoc, VerifyError};
 use crate::graph::{Graph, Op, Pads, PoolWindow, PostOp, Value};
-use crate::resize::ResizeSize;
+use crate::resize::{ResizeSize, ScaleFactor};
 
 /// The largest number of elements any tensor may have: 2^31, so that every byte offset a
 /// kernel forms fits in a signed 32-bit displacement times four and no count overflows.
@@ -813,16 +813,18 @@ fn infer_node(
             ctx.channels(x, r.input)?;
             let (h, w) = match r.size {
                 ResizeSize::Scale(factors) => {
-                    if factors.contains(&0) || factors.iter().any(|&f| f > MAX_STEP as u64) {
+                    if factors.iter().any(|f| f.num() > MAX_STEP as u64) {
                         return ctx.fail(format!(
-                            "resize scale factors must be from 1 to {MAX_STEP}, found {factors:?}"
+                            "resize scale factors must be at most {MAX_STEP}, found {}, {}",
+                            factors[0], factors[1]
                         ));
                     }
-                    let scaled = |d: &Dim, f: u64| {
-                        d.scaled(f).map_or_else(
-                            || ctx.fail(format!("the resized extent {d} * {f} overflows")),
-                            Ok,
-                        )
+                    let scaled = |d: &Dim, f: ScaleFactor| match d.scaled_ratio(f.num(), f.den()) {
+                        Some(Dim::Known(0)) => ctx.fail(format!(
+                            "the resized extent {d} * {f} is 0: the output must have a pixel"
+                        )),
+                        Some(d) => Ok(d),
+                        None => ctx.fail(format!("the resized extent {d} * {f} overflows")),
                     };
                     (scaled(&x[2], factors[0])?, scaled(&x[3], factors[1])?)
                 }

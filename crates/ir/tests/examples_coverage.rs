@@ -162,6 +162,9 @@ fn examples_cover_every_op_and_attribute() {
                         primjit_ir::ResizeMode::Nearest(m) => format!("nearest {m}"),
                     };
                     let size = match r.size {
+                        primjit_ir::ResizeSize::Scale(f) if f.iter().any(|f| !f.is_whole()) => {
+                            "fractional scale"
+                        }
                         primjit_ir::ResizeSize::Scale(_) => "scale",
                         primjit_ir::ResizeSize::Sizes(_) => "size",
                         primjit_ir::ResizeSize::Like(_) => "like",
@@ -223,6 +226,7 @@ fn examples_cover_every_op_and_attribute() {
         "resize coord asymmetric",
         "resize coord tf_half_pixel_for_nearest",
         "resize scale",
+        "resize fractional scale",
         "resize size",
         "resize like",
         "conv_transpose strides",

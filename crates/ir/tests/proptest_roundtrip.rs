@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use primjit_ir::{
     Activation, AutoPad, BatchNorm, BinaryKind, Bindings, Conv2d, CoordMode, DerivedParam, Dim,
     Graph, IrError, NearestMode, Op, Pads, Param, ParamData, Pool2d, PoolKind, PoolWindow, PostOp,
-    Resize, ResizeMode, ResizeSize, Value, infer_shapes, parse, passes,
+    Resize, ResizeMode, ResizeSize, ScaleFactor, Value, infer_shapes, parse, passes,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -247,8 +247,8 @@ impl Builder {
         }
     }
 
-    /// A resize in any mode, to whole multiples of the input, to fixed extents, or to the
-    /// extents of another value.
+    /// A resize in any mode, by whole or fractional factors of the input, to fixed extents, or
+    /// to the extents of another value.
     fn resize(&mut self, bytes: &mut Bytes<'_>, input: Value, [n, c, h, w]: [usize; 4]) {
         let mode = if bytes.flag() {
             ResizeMode::Linear
@@ -258,11 +258,18 @@ impl Builder {
         let coord = CoordMode::ALL[bytes.below(CoordMode::ALL.len())];
         let (size, out) = match bytes.below(3) {
             0 => {
-                let f = [bytes.range(1, 2), bytes.range(1, 3)];
-                (
-                    ResizeSize::Scale([f[0] as u64, f[1] as u64]),
-                    [h * f[0], w * f[1]],
-                )
+                // Whole factors, or n / 2^k (halves, quarters, eighths) that keep a pixel.
+                let mut factor = |extent: usize| {
+                    let fraction =
+                        ScaleFactor::new(bytes.range(1, 24) as u64, 1 << bytes.range(1, 3));
+                    match fraction {
+                        Some(f) if bytes.flag() && f.apply(extent as u64) > Some(0) => f,
+                        _ => ScaleFactor::whole(bytes.range(1, 3) as u64),
+                    }
+                };
+                let f = [factor(h), factor(w)];
+                let out = [f[0].apply(h as u64), f[1].apply(w as u64)].map(|o| o.unwrap() as usize);
+                (ResizeSize::Scale(f), out)
             }
             1 => {
                 let s = [bytes.range(1, 13), bytes.range(1, 13)];

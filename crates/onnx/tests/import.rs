@@ -2849,7 +2849,7 @@ fn resize_imports_scales_sizes_and_sizes_from_shapes() {
             _ => None,
         })
         .collect();
-    use primjit_ir::{CoordMode, NearestMode, ResizeMode, ResizeSize};
+    use primjit_ir::{CoordMode, NearestMode, ResizeMode, ResizeSize, ScaleFactor};
     let modes: Vec<_> = resizes.iter().map(|r| (r.mode, r.coord, r.size)).collect();
     assert_eq!(
         modes,
@@ -2857,7 +2857,7 @@ fn resize_imports_scales_sizes_and_sizes_from_shapes() {
             (
                 ResizeMode::Nearest(NearestMode::Floor),
                 CoordMode::Asymmetric,
-                ResizeSize::Scale([2, 3])
+                ResizeSize::Scale([ScaleFactor::whole(2), ScaleFactor::whole(3)])
             ),
             (
                 ResizeMode::Linear,
@@ -2910,7 +2910,8 @@ fn resize_imports_scales_sizes_and_sizes_from_shapes() {
         match ops(&i).as_slice() {
             [Op::Resize(r)] => {
                 assert_eq!(r.coord, CoordMode::Asymmetric, "{op} {opset}");
-                assert_eq!(r.size, ResizeSize::Scale([2, 2]), "{op} {opset}");
+                let twice = ScaleFactor::whole(2);
+                assert_eq!(r.size, ResizeSize::Scale([twice, twice]), "{op} {opset}");
                 let linear = op == "Upsample" && opset == 9;
                 assert_eq!(
                     r.mode,
@@ -2926,6 +2927,53 @@ fn resize_imports_scales_sizes_and_sizes_from_shapes() {
     }
 }
 
+/// Fractional scales of the form n / 2^k import as exact factors, over symbols too; opset 10
+/// takes them only at least 1 (onnxruntime rounds its nearest pixels otherwise).
+#[test]
+fn resize_imports_fractional_scales() {
+    use primjit_ir::{ResizeSize, ScaleFactor};
+    let m = model(
+        17,
+        vec![xsym("x", 4)],
+        vec![node("Resize", "r", &["x", "", "scales"], &["y"], vec![])],
+        vec![values("scales", &[4], vec![1.0, 1.0, 1.5, 0.25])],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    let ops = ops(&i);
+    let [Op::Resize(r)] = ops.as_slice() else {
+        panic!("{ops:?}");
+    };
+    let factors = [
+        ScaleFactor::new(3, 2).unwrap(),
+        ScaleFactor::new(1, 4).unwrap(),
+    ];
+    assert_eq!(r.size, ResizeSize::Scale(factors));
+    let shapes = i.graph.verify().unwrap();
+    let out = shapes.get(i.graph.outputs()[0].1).unwrap().to_vec();
+    assert_eq!(out[2].to_string(), "H * 3 / 2");
+    assert_eq!(out[3].to_string(), "W / 4");
+
+    for (scale, ok) in [(1.5, true), (0.5, false)] {
+        let m = model(
+            10,
+            vec![xsym("x", 4)],
+            vec![node("Resize", "r", &["x", "scales"], &["y"], vec![])],
+            vec![values("scales", &[4], vec![1.0, 1.0, scale, 2.0])],
+            &["y"],
+        );
+        if ok {
+            import(&m);
+        } else {
+            assert_eq!(
+                import_err(&m),
+                "model.onnx: node \"r\" (Resize, opset 10): scales [1.0, 1.0, 0.5, 2.0]: before opset 11, only factors of at least 1 are supported"
+            );
+        }
+    }
+}
+
 #[test]
 fn resize_refuses_what_it_cannot_run_listing_every_node() {
     let resize = |name: &str, inputs: &[&str], out: &str, attrs: Vec<(&str, A)>| {
@@ -2935,7 +2983,7 @@ fn resize_refuses_what_it_cannot_run_listing_every_node() {
         19,
         vec![x4("x", 4, 6, 6)],
         vec![
-            resize("fraction", &["x", "", "half"], "a", vec![]),
+            resize("fraction", &["x", "", "third"], "a", vec![]),
             resize(
                 "cubic",
                 &["x", "", "twice"],
@@ -2964,7 +3012,7 @@ fn resize_refuses_what_it_cannot_run_listing_every_node() {
             ),
         ],
         vec![
-            values("half", &[4], vec![1.0, 1.0, 0.5, 0.5]),
+            values("third", &[4], vec![1.0, 1.0, 0.5, 1.0 / 3.0]),
             values("twice", &[4], vec![1.0, 1.0, 2.0, 2.0]),
             ints_init("more_channels", &[4], vec![1, 8, 12, 12]),
             ints_init("sizes", &[4], vec![1, 4, 12, 12]),
@@ -2974,7 +3022,7 @@ fn resize_refuses_what_it_cannot_run_listing_every_node() {
     );
     let text = import_err(&m);
     let expected = [
-        "node \"fraction\" (Resize, opset 19): scales [1.0, 1.0, 0.5, 0.5]: only whole factors of the height and width are supported (sizes resize to any extent)",
+        "node \"fraction\" (Resize, opset 19): scales [1.0, 1.0, 0.5, 0.33333334]: the height's and width's must be whole factors up to 65536 or fractions n / 2^k (n odd, at most 255; k at most 16) such as 0.5 or 1.5 (sizes resize to any extent)",
         "node \"cubic\" (Resize, opset 19): attribute mode is \"cubic\": only nearest and linear are supported",
         "node \"crop\" (Resize, opset 19): attribute coordinate_transformation_mode is \"tf_crop_and_resize\": supported are half_pixel, pytorch_half_pixel, align_corners, asymmetric, tf_half_pixel_for_nearest",
         "node \"channels\" (Resize, opset 19): sizes change the channels from 4 to 8: only the height and width are resized",

@@ -4,7 +4,7 @@
 
 use primjit_ir::{
     Activation, BinaryKind, Conv2d, CoordMode, Pads, Pool2d, PoolKind, PoolWindow, ResizeMode,
-    Tensor, conv_output_extent, linear_taps, nearest_index, pool_output_extent,
+    ScaleFactor, Tensor, conv_output_extent, linear_taps, nearest_index, pool_output_extent,
 };
 
 /// An element-wise operation applied to a convolution's output, in f64, before rounding.
@@ -468,15 +468,22 @@ pub fn select_channels(x: &Tensor, select: &[usize]) -> Tensor {
     }
 }
 
-/// `x` resized to `out = [oh, ow]` with ONNX `Resize` semantics (see [`primjit_ir::Resize`]):
-/// source coordinates exact ([`CoordMode::source_affine`]), nearest indices by exact rounding,
-/// linear blends with f64 weights, rows blended first, then the two rows.
-pub fn resize(x: &Tensor, mode: ResizeMode, coord: CoordMode, [oh, ow]: [usize; 2]) -> Tensor {
+/// `x` resized to `out = [oh, ow]` with ONNX `Resize` semantics (see [`primjit_ir::Resize`]),
+/// by the scale factors `scale` where they are given (which then map the coordinates):
+/// source coordinates exact ([`CoordMode::source_affine_by`]), nearest indices by exact
+/// rounding, linear blends with f64 weights, rows blended first, then the two rows.
+pub fn resize(
+    x: &Tensor,
+    mode: ResizeMode,
+    coord: CoordMode,
+    [oh, ow]: [usize; 2],
+    scale: Option<[ScaleFactor; 2]>,
+) -> Tensor {
     let [n, c, h, w] = dims4(x);
     assert!(oh > 0 && ow > 0, "resize to an empty extent");
     // Per output coordinate along one axis: the two taps and the second's weight.
-    let taps = |input: usize, output: usize| -> Vec<(usize, usize, f64)> {
-        let (a, b, d) = coord.source_affine(input as u64, output as u64);
+    let taps = |input: usize, output: usize, scale: Option<ScaleFactor>| {
+        let (a, b, d) = coord.source_affine_by(input as u64, output as u64, scale);
         (0..output)
             .map(|o| {
                 let num = a * o as i128 + b;
@@ -491,9 +498,12 @@ pub fn resize(x: &Tensor, mode: ResizeMode, coord: CoordMode, [oh, ow]: [usize; 
                     }
                 }
             })
-            .collect()
+            .collect::<Vec<(usize, usize, f64)>>()
     };
-    let (rows, cols) = (taps(h, oh), taps(w, ow));
+    let (rows, cols) = (
+        taps(h, oh, scale.map(|s| s[0])),
+        taps(w, ow, scale.map(|s| s[1])),
+    );
     let mut data = Vec::with_capacity(n * c * oh * ow);
     for plane in x.data.chunks_exact(h * w) {
         let at = |y: usize, x: usize| plane[y * w + x] as f64;

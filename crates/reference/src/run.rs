@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 
 use primjit_ir::{
-    Bindings, Dim, Graph, Op, ParamError, Params, PostOp, Tensor, Value, VerifyError,
+    Bindings, Dim, Graph, Op, ParamError, Params, PostOp, ResizeSize, Tensor, Value, VerifyError,
 };
 
 use crate::ops::{self, ConvAttrs, PoolAttrs, Post};
@@ -281,7 +281,11 @@ pub fn run_graph(
             ),
             Op::Resize(r) => {
                 let out = shapes.concrete(node.result).expect("bound above");
-                ops::resize(value(r.input), r.mode, r.coord, [out[2], out[3]])
+                let scale = match r.size {
+                    ResizeSize::Scale(factors) => Some(factors),
+                    _ => None,
+                };
+                ops::resize(value(r.input), r.mode, r.coord, [out[2], out[3]], scale)
             }
         };
         debug_assert_eq!(

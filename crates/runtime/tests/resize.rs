@@ -1,7 +1,8 @@
 //! The resize kernel against the reference interpreter on nChw4c buffers that end at a guard
 //! page: nearest (every rounding mode) and linear, every coordinate mode, upsampling and
-//! downsampling, one-pixel images, channels that do not fill their last block, and keys whose
-//! input extents are left to run time, called at several extents.
+//! downsampling, to sizes and by whole and fractional scale factors (which map coordinates
+//! by the factor), one-pixel images, channels that do not fill their last block, and keys
+//! whose input extents are left to run time, called at several extents.
 //!
 //! Every problem runs on one thread and on pools of two and three threads, which must agree
 //! to the bit; destinations start as a NaN sentinel, so an element left unwritten fails.
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use primjit_codegen::key::RuntimeDims;
 use primjit_codegen::{
     CallExtents, CoordMode, NearestMode, PrimitiveKey, ResizeDesc, ResizeMode, ResizeOut,
+    ScaleFactor,
 };
 use primjit_reference::Tensor;
 use primjit_runtime::Primitive;
@@ -81,6 +83,30 @@ fn coord() -> impl Strategy<Value = CoordMode> {
     prop::sample::select(CoordMode::ALL.to_vec())
 }
 
+/// A scale factor: whole from 1 to 3, or a fraction n / 2^k below and above 1.
+fn factor() -> impl Strategy<Value = ScaleFactor> {
+    prop_oneof![
+        (1..=3u64).prop_map(ScaleFactor::whole),
+        prop::sample::select(vec![
+            (1u64, 4u64),
+            (1, 2),
+            (3, 4),
+            (3, 2),
+            (5, 2),
+            (3, 8),
+            (7, 4)
+        ])
+        .prop_map(|(n, d)| ScaleFactor::new(n, d).expect("a supported fraction")),
+    ]
+}
+
+fn scale_of(out: ResizeOut) -> Option<[ScaleFactor; 2]> {
+    match out {
+        ResizeOut::Scale(f) => Some(f),
+        ResizeOut::Sizes(_) => None,
+    }
+}
+
 /// Checks the kernel's result against the reference (see the module documentation).
 fn check(
     key: &PrimitiveKey,
@@ -90,7 +116,10 @@ fn check(
     coord: CoordMode,
     out: [usize; 2],
 ) -> Result<(), TestCaseError> {
-    let want = primjit_reference::resize(x, mode, coord, out);
+    let PrimitiveKey::Resize(d) = key else {
+        unreachable!("a resize key");
+    };
+    let want = primjit_reference::resize(x, mode, coord, out, scale_of(d.out));
     prop_assert_eq!(got.len(), want.data.len());
     let largest = x.data.iter().fold(0f32, |m, v| m.max(v.abs()));
     for (i, (&g, &w)) in got.iter().zip(&want.data).enumerate() {
@@ -114,11 +143,13 @@ proptest! {
         (ih, iw) in (1..=7usize, 1..=7usize),
         sizes in any::<bool>(),
         (oh, ow) in (1..=11usize, 1..=11usize),
-        (sh, sw) in (1..=3usize, 1..=3usize),
+        (sh, sw) in (factor(), factor()),
         seed in any::<u64>(),
     ) {
         let out = if sizes { ResizeOut::Sizes([oh, ow]) } else { ResizeOut::Scale([sh, sw]) };
         let d = ResizeDesc { mb: n, c, ih, iw, out, mode, coord, runtime: RuntimeDims::NONE };
+        // A factor below 1 may leave no pixel, which validation refuses (tested below).
+        prop_assume!(d.oh() > 0 && d.ow() > 0);
         let dst = d.dst_shape();
         let key = PrimitiveKey::Resize(d.clone());
         key.validate().unwrap();
@@ -136,13 +167,16 @@ proptest! {
         coord in coord(),
         c in 1..=6usize,
         sizes in any::<bool>(),
-        (sh, sw) in (1..=3usize, 1..=3usize),
+        (sh, sw) in (factor(), factor()),
         rt in prop::sample::select(vec![(true, false), (false, true), (true, true)]),
         fixed in (1..=5usize, 1..=5usize, 1..=11usize, 1..=11usize),
         calls in prop::collection::vec((1..=9usize, 1..=9usize, 1..=13usize, 1..=13usize), 1..=3),
         seed in any::<u64>(),
     ) {
         let runtime = RuntimeDims { h: rt.0, w: rt.1 };
+        // A fixed axis whose factor below 1 leaves no pixel is refused (tested below).
+        let kept = |runtime: bool, s: ScaleFactor, fixed: usize| runtime || s.apply(fixed as u64) > Some(0);
+        prop_assume!(sizes || (kept(rt.0, sh, fixed.0) && kept(rt.1, sw, fixed.1)));
         let out = if sizes { ResizeOut::Sizes([fixed.2, fixed.3]) } else { ResizeOut::Scale([sh, sw]) };
         let d = ResizeDesc {
             mb: 1,
@@ -163,6 +197,9 @@ proptest! {
         for (h, w, oh, ow) in calls {
             let call = CallExtents { input: [h, w], output: Some([oh, ow]) };
             let at = d.at(call);
+            if at.oh() == 0 || at.ow() == 0 {
+                continue;
+            }
             let x = rng.tensor([1, c, at.ih, at.iw], false);
             let dst = at.dst_shape();
             let got = run(&p, &x, Some(call), dst)?;
@@ -178,7 +215,7 @@ fn keys_print_their_modes_and_runtime_extents() {
         c: 5,
         ih: 7,
         iw: 9,
-        out: ResizeOut::Scale([2, 3]),
+        out: ResizeOut::Scale([ScaleFactor::whole(2), ScaleFactor::whole(3)]),
         mode: ResizeMode::Nearest(NearestMode::Floor),
         coord: CoordMode::Asymmetric,
         runtime: RuntimeDims::NONE,
@@ -191,6 +228,17 @@ fn keys_print_their_modes_and_runtime_extents() {
     assert_eq!(
         PrimitiveKey::Resize(rt).to_string(),
         "resize_nearest:floor mb1ic5ih*iw*oh*ow* scale2x3 asymmetric nChw4c"
+    );
+    let fraction = ResizeDesc {
+        out: ResizeOut::Scale([
+            ScaleFactor::new(3, 2).unwrap(),
+            ScaleFactor::new(1, 4).unwrap(),
+        ]),
+        ..d.clone()
+    };
+    assert_eq!(
+        PrimitiveKey::Resize(fraction).to_string(),
+        "resize_nearest:floor mb1ic5ih7iw9oh10ow2 scale1.5x0.25 asymmetric nChw4c"
     );
     let sizes = ResizeDesc {
         out: ResizeOut::Sizes([3, 4]),
@@ -219,18 +267,19 @@ fn invalid_resize_keys_are_refused() {
         c: 3,
         ih: 4,
         iw: 4,
-        out: ResizeOut::Scale([2, 2]),
+        out: ResizeOut::Scale([ScaleFactor::whole(2); 2]),
         mode: ResizeMode::Linear,
         coord: CoordMode::HalfPixel,
         runtime: RuntimeDims::NONE,
     };
+    let quarter = ScaleFactor::new(1, 8).unwrap();
     for (d, reason) in [
         (
             ResizeDesc {
-                out: ResizeOut::Scale([0, 2]),
+                out: ResizeOut::Scale([quarter, ScaleFactor::whole(2)]),
                 ..base.clone()
             },
-            "scale factors must be at least 1",
+            "output extents must be at least 1",
         ),
         (
             ResizeDesc {
@@ -249,7 +298,7 @@ fn invalid_resize_keys_are_refused() {
         (
             ResizeDesc {
                 ih: 1 << 20,
-                out: ResizeOut::Scale([1 << 20, 1]),
+                out: ResizeOut::Scale([ScaleFactor::whole(1 << 20), ScaleFactor::whole(1)]),
                 ..base.clone()
             },
             "elements",
@@ -300,8 +349,8 @@ fn runtime_sizes_need_the_calls_output_extents() {
     }
 }
 
-/// `ir/examples/resize.ir` (every mode, scale factors over a symbolic downsampled extent,
-/// fixed sizes, and the input's own extents) through the graph executor against the
+/// `ir/examples/resize.ir` (every mode, whole and fractional scale factors over a symbolic
+/// downsampled extent, fixed sizes, and the input's own extents) through the graph executor against the
 /// reference, at fixed shapes and with one runtime-shape graph at several sizes: within 1e-5
 /// of each output's largest magnitude.
 #[test]
@@ -327,7 +376,7 @@ fn the_resize_example_runs_as_the_reference_does() {
         .filter(|(_, k)| matches!(k, PrimitiveKey::Resize(_)) && k.runtime_dims().any())
         .map(|(name, _)| name.as_str())
         .collect();
-    assert_eq!(runtime, ["up", "back", "ceil"]);
+    assert_eq!(runtime, ["up", "back", "ceil", "fraction"]);
     for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
         let compiled = CompiledGraph::new(&graph, &params).unwrap().with_mode(mode);
         for (h, w) in [(1, 1), (5, 8), (9, 3)] {

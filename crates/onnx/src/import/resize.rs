@@ -6,7 +6,9 @@
 
 use std::rc::Rc;
 
-use primjit_ir::{CoordMode, Dim, NearestMode, Op, Resize, ResizeMode, ResizeSize, Value};
+use primjit_ir::{
+    CoordMode, Dim, NearestMode, Op, Resize, ResizeMode, ResizeSize, ScaleFactor, Value,
+};
 
 use super::{Bound, Importer, NodeResult, ShapeElem, check_attrs, int, ints, string};
 use crate::tensor::ConstData;
@@ -397,7 +399,8 @@ impl Importer {
             (coord, nearest)
         } else {
             // Before opset 11, coordinates are asymmetric, and onnxruntime rounds nearest ones
-            // down when upsampling, which is all whole scale factors do.
+            // down when upsampling (by whole factors or not); when downsampling it does not,
+            // which `scale_factors` refuses.
             (CoordMode::Asymmetric, NearestMode::Floor)
         };
         let mode = if linear {
@@ -408,7 +411,7 @@ impl Importer {
         let xs = self.shape(x);
         let size = if upsample && self.opset < 9 {
             let scales = super::floats(node, "scales")?.ok_or("attribute scales is missing")?;
-            whole_scales(&scales, false)?
+            scale_factors(&scales, false, modern)?
         } else {
             let (scales_at, sizes_at) = if modern { (2, Some(3)) } else { (1, None) };
             let scales = match self.optional_constant(node, scales_at, "scales")? {
@@ -424,7 +427,7 @@ impl Importer {
                 (Some(_), true) => {
                     return Err("both scales and sizes are given: only one may be".into());
                 }
-                (Some(s), false) => whole_scales(&s, ints(node, "axes")?.is_some())?,
+                (Some(s), false) => scale_factors(&s, ints(node, "axes")?.is_some(), modern)?,
                 (None, true) => {
                     let i = sizes_at.expect("modern");
                     if modern
@@ -524,19 +527,29 @@ impl Importer {
     }
 }
 
-/// `[1, 1, sh, sw]` (`[sh, sw]` with `axes`) with whole `sh`, `sw` as the IR's scale factors.
-fn whole_scales(scales: &[f32], axes: bool) -> NodeResult<ResizeSize> {
-    let whole = |s: f32| (s >= 1.0 && s.fract() == 0.0 && s <= 65536.0).then_some(s as u64);
+/// `[1, 1, sh, sw]` (`[sh, sw]` with `axes`) as the IR's scale factors: whole ones, or
+/// fractions `n / 2^k` (odd `n` up to 255, `k` up to 16: 0.5, 0.75, 1.5, ...), for which
+/// onnxruntime's f32 extents and coordinates are exact. Factors below 1 only with
+/// `downscale` (opset 11 on: before, onnxruntime's nearest rounding differs there).
+fn scale_factors(scales: &[f32], axes: bool, downscale: bool) -> NodeResult<ResizeSize> {
+    if !downscale && scales.iter().any(|&s| s < 1.0) {
+        return Err(format!(
+            "scales {scales:?}: before opset 11, only factors of at least 1 are supported"
+        ));
+    }
+    let factor =
+        |s: f32| ScaleFactor::from_f64(f64::from(s)).filter(|f| f.num() <= 65536 || !f.is_whole());
     let hw = match (scales, axes) {
         ([n, c, h, w], false) if *n == 1.0 && *c == 1.0 => Some([h, w]),
         ([h, w], true) => Some([h, w]),
         _ => None,
     };
     match hw {
-        Some([h, w]) => match (whole(*h), whole(*w)) {
+        Some([h, w]) => match (factor(*h), factor(*w)) {
             (Some(h), Some(w)) => Ok(ResizeSize::Scale([h, w])),
             _ => Err(format!(
-                "scales {scales:?}: only whole factors of the height and width are supported (sizes resize to any extent)"
+                "scales {scales:?}: the height's and width's must be whole factors up to 65536 or fractions n / 2^k (n odd, at most {}; k at most 16) such as 0.5 or 1.5 (sizes resize to any extent)",
+                ScaleFactor::MAX_FRACTION_NUM
             )),
         },
         None => Err(format!(

@@ -432,6 +432,37 @@ proptest! {
 /// `resize_upsample_scales_linear_align_corners`, `resize_upsample_scales_nearest` and
 /// `resize_downsample_sizes_nearest`, and asymmetric nearest upsampling (PyTorch's
 /// `nearest`), which repeats each pixel.
+/// Given scale factors map coordinates by the factor, not by `output / input`, which differ
+/// where `input * factor` is not whole: 5 pixels by 0.5 are 2, whose half-pixel sources are
+/// `2x + 0.5` (by the extents they would be `2.5x + 0.75`); by 1.5, 7, from `x / 1.5`.
+#[test]
+fn resize_by_a_fraction_maps_by_the_factor() {
+    use primjit_ir::{CoordMode, NearestMode, ResizeMode, ScaleFactor};
+    let x = seq(&[1, 1, 1, 5]);
+    let factors = |w: ScaleFactor| Some([ScaleFactor::whole(1), w]);
+    let half = ScaleFactor::new(1, 2).unwrap();
+    let y = resize(
+        &x,
+        ResizeMode::Linear,
+        CoordMode::HalfPixel,
+        [1, 2],
+        factors(half),
+    );
+    assert_eq!(y.data, [1.5, 3.5]);
+    let by_extents = resize(&x, ResizeMode::Linear, CoordMode::HalfPixel, [1, 2], None);
+    assert_eq!(by_extents.data, [1.75, 4.25]);
+    let floor = ResizeMode::Nearest(NearestMode::Floor);
+    let three_halves = ScaleFactor::new(3, 2).unwrap();
+    let y = resize(
+        &x,
+        floor,
+        CoordMode::Asymmetric,
+        [1, 7],
+        factors(three_halves),
+    );
+    assert_eq!(y.data, [1.0, 1.0, 2.0, 3.0, 3.0, 4.0, 5.0]);
+}
+
 #[test]
 fn resize_matches_the_onnx_node_tests() {
     use primjit_ir::{CoordMode, NearestMode, ResizeMode};
@@ -442,28 +473,46 @@ fn resize_matches_the_onnx_node_tests() {
             assert!((a - b).abs() < 1e-6, "{:?} != {want:?}", y.data);
         }
     };
-    let y = resize(&x, ResizeMode::Linear, CoordMode::HalfPixel, [4, 4]);
+    let y = resize(&x, ResizeMode::Linear, CoordMode::HalfPixel, [4, 4], None);
     close(
         &y,
         &[
             1.0, 1.25, 1.75, 2.0, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3.0, 3.25, 3.75, 4.0,
         ],
     );
-    let y = resize(&x, ResizeMode::Linear, CoordMode::AlignCorners, [4, 4]);
+    let y = resize(
+        &x,
+        ResizeMode::Linear,
+        CoordMode::AlignCorners,
+        [4, 4],
+        None,
+    );
     let third = 1.0 / 3.0;
     let want: Vec<f32> = (0..4)
         .flat_map(|r| (0..4).map(move |c| (1.0 + 2.0 * r as f64 * third + c as f64 * third) as f32))
         .collect();
     close(&y, &want);
     let nearest = ResizeMode::Nearest(NearestMode::RoundPreferFloor);
-    let y = resize(&x, nearest, CoordMode::HalfPixel, [4, 6]);
+    let y = resize(&x, nearest, CoordMode::HalfPixel, [4, 6], None);
     let row = |a: f32, b: f32| [a, a, a, b, b, b];
     let want: Vec<f32> = [row(1.0, 2.0), row(1.0, 2.0), row(3.0, 4.0), row(3.0, 4.0)].concat();
     assert_eq!(y.data, want);
-    let y = resize(&seq(&[1, 1, 2, 4]), nearest, CoordMode::HalfPixel, [1, 2]);
+    let y = resize(
+        &seq(&[1, 1, 2, 4]),
+        nearest,
+        CoordMode::HalfPixel,
+        [1, 2],
+        None,
+    );
     assert_eq!(y.data, [1.0, 3.0]);
     let floor = ResizeMode::Nearest(NearestMode::Floor);
-    let y = resize(&seq(&[2, 1, 1, 3]), floor, CoordMode::Asymmetric, [2, 6]);
+    let y = resize(
+        &seq(&[2, 1, 1, 3]),
+        floor,
+        CoordMode::Asymmetric,
+        [2, 6],
+        None,
+    );
     assert_eq!(y.shape, [2, 1, 2, 6]);
     let row = |a: f32, b: f32, c: f32| [a, a, b, b, c, c];
     assert_eq!(
@@ -491,11 +540,11 @@ proptest! {
         let x = t(&[1, 1, h, w], &values[..h * w]);
         let coord = CoordMode::ALL[coord];
         for mode in [ResizeMode::Linear, ResizeMode::Nearest(NearestMode::ALL[nearest])] {
-            let y = resize(&x, mode, coord, [h, w]);
+            let y = resize(&x, mode, coord, [h, w], None);
             prop_assert_eq!(&y.data, &x.data);
         }
         let (lo, hi) = values[..h * w].iter().fold((f32::MAX, f32::MIN), |(l, u), &v| (l.min(v), u.max(v)));
-        let y = resize(&x, ResizeMode::Linear, coord, [2 * h + 1, w + 3]);
+        let y = resize(&x, ResizeMode::Linear, coord, [2 * h + 1, w + 3], None);
         prop_assert!(y.data.iter().all(|&v| v >= lo - 1e-6 && v <= hi + 1e-6));
     }
 }

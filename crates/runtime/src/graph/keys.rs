@@ -333,7 +333,7 @@ impl NodeKeys<'_> {
         let [n, c, ih, iw] = self.concrete(r.input)?;
         let [_, _, oh, ow] = self.concrete(result)?;
         let out = match r.size {
-            ResizeSize::Scale([sh, sw]) => ResizeOut::Scale([sh as usize, sw as usize]),
+            ResizeSize::Scale(factors) => ResizeOut::Scale(factors),
             _ => ResizeOut::Sizes([oh, ow]),
         };
         Ok(ResizeDesc {
