@@ -360,8 +360,9 @@ fn the_resize_example_runs_as_the_reference_does() {
     let graph = primjit_ir::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     let params = primjit_ir::Params::random(&graph, 11);
     // At runtime shapes, resizes by scale factors of symbolic extents leave them to run time,
-    // and so do those to another value's symbolic extents; those to fixed sizes keep fixed
-    // keys.
+    // and so do those to sizes where their input's or their output's extents are symbolic:
+    // another value's, a symbolic map to fixed sizes, a 1x1 context to a map's; those from
+    // fixed extents to fixed sizes keep fixed keys.
     let bindings = primjit_ir::parse_bindings("H=5,W=8").unwrap();
     let keys = primjit_runtime::node_keys_in(
         &graph,
@@ -376,7 +377,10 @@ fn the_resize_example_runs_as_the_reference_does() {
         .filter(|(_, k)| matches!(k, PrimitiveKey::Resize(_)) && k.runtime_dims().any())
         .map(|(name, _)| name.as_str())
         .collect();
-    assert_eq!(runtime, ["up", "back", "ceil", "fraction"]);
+    assert_eq!(
+        runtime,
+        ["up", "back", "corners", "ceil", "halves", "fraction", "spread"]
+    );
     for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
         let compiled = CompiledGraph::new(&graph, &params).unwrap().with_mode(mode);
         for (h, w) in [(1, 1), (5, 8), (9, 3)] {

@@ -473,8 +473,7 @@ pub(super) fn extents_input(op: &Op) -> Option<Value> {
 }
 
 /// Per node of a verified graph: which spatial extents of its [`extents_input`] depend on a
-/// symbol; for a resize to sizes, those where its output's do too (fixed sizes stay in the
-/// key).
+/// symbol; for a resize to sizes, those where its input's or its output's do.
 pub(super) fn symbolic_dims(graph: &Graph, shapes: &primjit_ir::Shapes) -> Vec<RuntimeDims> {
     let symbolic = |v: Value| {
         let dims = shapes.get(v).expect("verified");
@@ -491,11 +490,14 @@ pub(super) fn symbolic_dims(graph: &Graph, shapes: &primjit_ir::Shapes) -> Vec<R
             };
             let dims = symbolic(input);
             match &node.op {
+                // To sizes, an axis whose input or output extent is symbolic takes both at run
+                // time: a global context resized to a feature map's extents, or a map resized
+                // to fixed ones, compiles once for every size.
                 Op::Resize(r) if !matches!(r.size, ResizeSize::Scale(_)) => {
                     let out = symbolic(node.result);
                     RuntimeDims {
-                        h: dims.h && out.h,
-                        w: dims.w && out.w,
+                        h: dims.h || out.h,
+                        w: dims.w || out.w,
                     }
                 }
                 _ => dims,
