@@ -1352,13 +1352,20 @@ impl Importer {
                 {
                     return Ok(());
                 }
-                let same =
-                    sx.len() == sy.len() && sx.iter().zip(&sy).all(|(p, q)| !p.provably_differs(q));
+                // Symbolic extents may turn out equal at run time, but one of 1 against a
+                // symbol is a broadcast (squeeze-excitation's `scale * x` at symbolic H, W),
+                // never an equal shape: broadcasts are recognized first.
+                let one = Dim::Known(1);
+                let compatible =
+                    |p: &Dim, q: &Dim| p == q || (!p.provably_differs(q) && *p != one && *q != one);
+                let same = sx.len() == sy.len() && sx.iter().zip(&sy).all(|(p, q)| compatible(p, q));
                 let commutes = matches!(kind, BinaryKind::Add | BinaryKind::Mul);
-                let (lhs, rhs) = if same || self.broadcasts(x, y).is_some() {
+                let (lhs, rhs) = if self.broadcasts(x, y).is_some() {
                     (x, y)
                 } else if commutes && self.broadcasts(y, x).is_some() {
                     (y, x)
+                } else if same {
+                    (x, y)
                 } else {
                     return Err(format!(
                         "the operands have shapes {} and {}: only equal shapes, or a right operand of [N, C, 1, 1] or [1, C, 1, 1]{}, are supported",
@@ -2031,20 +2038,37 @@ impl Importer {
             )?;
             return Ok(true);
         }
-        let target = match self.optional_constant(node, 1, "shape") {
-            Ok(Some(t)) => match &t.data {
-                ConstData::I64(v) => v.clone(),
-                _ => return Ok(false),
-            },
-            _ => return Ok(false),
+        // The target shape: constant, or computed from shapes (torch's `x.view(n, g, c / g,
+        // h, w)` of `x.size()` at symbolic extents), whose dimensions must be the input's own.
+        let Some((elems, false)) = self.shape_vec(node, 1) else {
+            return Ok(false);
         };
+        let dims: Vec<Option<Dim>> = elems
+            .iter()
+            .map(|e| match e {
+                ShapeElem::Dim { dim, .. } => Some(dim.clone()),
+                ShapeElem::Int(_) => None,
+            })
+            .collect();
+        // A dimension from a shape stands as 0 (the input's own, checked below) or as -2
+        // (none of the special values, compared by its `Dim`).
+        let target: Vec<i64> = elems
+            .iter()
+            .map(|e| match *e {
+                ShapeElem::Int(n) => n,
+                ShapeElem::Dim { .. } => -2,
+            })
+            .collect();
         match input {
             Bound::Act { value, flat: false } if target.len() == 5 => {
                 check_attrs(node, &["allowzero"])?;
                 let shape = self.shape(value);
                 let c = self.channel_count(value)?;
+                let is_dim =
+                    |k: usize, i: usize| dims[k].as_ref().is_some_and(|d| shape.get(i) == Some(d));
                 let same = |i: usize, t: i64| {
                     t == 0
+                        || is_dim(i, i)
                         || shape
                             .get(i)
                             .and_then(Dim::known)
@@ -2052,9 +2076,11 @@ impl Importer {
                 };
                 let (g, per) = (target[1], target[2]);
                 // A 0 copies the input's dimension at its own index, which past the channels
-                // is not the one below it: H and W must be their values, or one of them -1.
+                // is not the one below it: H and W must be their values (or the input's own
+                // from a shape), or one of them -1.
                 let known = |i: usize, t: i64| {
                     t == -1
+                        || is_dim(i + 1, i)
                         || shape
                             .get(i)
                             .and_then(Dim::known)
@@ -2093,6 +2119,7 @@ impl Importer {
                 let shape = self.shape(value);
                 let same = |i: usize, t: i64| {
                     t == 0
+                        || dims[i].as_ref().is_some_and(|d| shape.get(i) == Some(d))
                         || shape
                             .get(i)
                             .and_then(Dim::known)

@@ -3266,3 +3266,122 @@ fn a_shuffle_reshape_whose_groups_overflow_is_refused() {
         "{err}"
     );
 }
+
+/// Squeeze-excitation at symbolic H and W (torchvision's `scale * input`): a `[1, C, 1, 1]`
+/// left operand of `Mul` meets the activation as a broadcast, not as a tensor of the same
+/// shape, and so does a right one of `Add`; a `Sub` of the broadcast operand on the left is
+/// refused where it is imported. Every extent verifies once bound.
+#[test]
+fn a_channel_broadcast_meets_symbolic_extents() {
+    use primjit_ir::BinaryKind;
+    let pool = |name: &str, out: &str| node("GlobalAveragePool", name, &["x"], &[out], vec![]);
+    let m = model(
+        17,
+        vec![xsym("x", 4)],
+        vec![
+            pool("gap", "s"),
+            node("Mul", "scale", &["s", "x"], &["y"], vec![]),
+            pool("gap2", "t"),
+            node("Add", "shift", &["y", "t"], &["z"], vec![]),
+        ],
+        vec![],
+        &["z"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    let x = i.graph.inputs()[0].value;
+    let binaries: Vec<(BinaryKind, bool)> = ops(&i)
+        .into_iter()
+        .filter_map(|op| match op {
+            Op::Binary { kind, lhs, .. } => Some((kind, lhs == x)),
+            _ => None,
+        })
+        .collect();
+    // The activation on the left of both: `x * s`, then `y + t`.
+    assert_eq!(
+        binaries,
+        [(BinaryKind::Mul, true), (BinaryKind::Add, false)]
+    );
+    let bindings = primjit_ir::parse_bindings("H=5,W=7").unwrap();
+    primjit_ir::infer_shapes(&i.graph, &bindings).unwrap();
+
+    let refused = model(
+        17,
+        vec![xsym("x", 4)],
+        vec![
+            pool("gap", "s"),
+            node("Sub", "minus", &["s", "x"], &["y"], vec![]),
+        ],
+        vec![],
+        &["y"],
+    );
+    assert_eq!(
+        import_err(&refused),
+        "model.onnx: node \"minus\" (Sub, opset 17): the operands have shapes [1, 4, 1, 1] and [1, 4, H, W]: only equal shapes, or a right operand of [N, C, 1, 1] or [1, C, 1, 1], are supported"
+    );
+}
+
+/// ShuffleNetV2's channel shuffle at symbolic H and W, as torch exports `x.view(n, g, c / g,
+/// h, w)` of `x.size()`: the Reshapes' shapes are computed from `Shape` by `Gather`,
+/// `Unsqueeze` and `Concat`, their N, H and W the input's own.
+#[test]
+fn a_channel_shuffle_over_symbolic_extents_takes_computed_shapes() {
+    let gather = |name: &str, at: &str, out: &str| {
+        node(
+            "Gather",
+            name,
+            &["shape", at],
+            &[out],
+            vec![("axis", A::I(0))],
+        )
+    };
+    let unsqueeze =
+        |name: &str, x: &str, out: &str| node("Unsqueeze", name, &[x, "axis0"], &[out], vec![]);
+    let concat = |name: &str, parts: &[&str], out: &str| {
+        node("Concat", name, parts, &[out], vec![("axis", A::I(0))])
+    };
+    let m = model(
+        17,
+        vec![xsym("x", 6)],
+        vec![
+            node("Shape", "shape_of", &["x"], &["shape"], vec![]),
+            gather("n", "i0", "n0"),
+            gather("h", "i2", "h0"),
+            gather("w", "i3", "w0"),
+            unsqueeze("un", "n0", "n1"),
+            unsqueeze("uh", "h0", "h1"),
+            unsqueeze("uw", "w0", "w1"),
+            concat(
+                "grouped_shape",
+                &["n1", "groups", "per_group", "h1", "w1"],
+                "s5",
+            ),
+            node("Reshape", "grouped", &["x", "s5"], &["g"], vec![]),
+            node(
+                "Transpose",
+                "swap",
+                &["g"],
+                &["t"],
+                vec![("perm", A::Is(vec![0, 2, 1, 3, 4]))],
+            ),
+            concat("flat_shape", &["n1", "minus_one", "h1", "w1"], "s4"),
+            node("Reshape", "shuffled", &["t", "s4"], &["y"], vec![]),
+        ],
+        vec![
+            ints_init("i0", &[], vec![0]),
+            ints_init("i2", &[], vec![2]),
+            ints_init("i3", &[], vec![3]),
+            ints_init("axis0", &[1], vec![0]),
+            ints_init("groups", &[1], vec![2]),
+            ints_init("per_group", &[1], vec![3]),
+            ints_init("minus_one", &[1], vec![-1]),
+        ],
+        &["y"],
+    );
+    let i = import(&m);
+    assert_round_trip(&i);
+    match ops(&i).as_slice() {
+        [Op::SelectChannels { select, .. }] => assert_eq!(select, &[0, 3, 1, 4, 2, 5]),
+        other => panic!("{other:?}"),
+    }
+}

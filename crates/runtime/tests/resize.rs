@@ -379,7 +379,9 @@ fn the_resize_example_runs_as_the_reference_does() {
         .collect();
     assert_eq!(
         runtime,
-        ["up", "back", "corners", "ceil", "halves", "fraction", "spread"]
+        [
+            "up", "back", "corners", "ceil", "halves", "fraction", "spread"
+        ]
     );
     for mode in [ShapeMode::Exact, ShapeMode::Runtime] {
         let compiled = CompiledGraph::new(&graph, &params).unwrap().with_mode(mode);

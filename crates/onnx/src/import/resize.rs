@@ -23,7 +23,7 @@ const FLOAT_TYPES: &[i64] = &[1, 10, 11, 16];
 impl Importer {
     /// Input `i` as an integer vector made from shapes (or an integer constant of rank at most
     /// 1), with whether it is a scalar; `None` for anything else.
-    fn shape_vec(
+    pub(super) fn shape_vec(
         &self,
         node: &crate::proto::NodeProto,
         i: usize,
