@@ -3,7 +3,8 @@
 batch-norm statistics, opset 17) and runs each on primjit's Python package beside onnxruntime:
 issue #55's table (largest error over the largest output, median latency on one thread).
 
-usage: torchvision_zoo.py [--out DIR] [--runs N] [--seed S] [--cli PRIMJIT] [--keep] [MODEL ...]
+usage: torchvision_zoo.py [--out DIR] [--runs N] [--seed S] [--cli PRIMJIT] [--keep] [--dynamic]
+                          [MODEL ...]
 
     MODEL     torchvision model names (default: all of MODELS below); NAME:RUNS gives one
               model its own number of timed runs (vgg16:3)
@@ -15,6 +16,9 @@ usage: torchvision_zoo.py [--out DIR] [--runs N] [--seed S] [--cli PRIMJIT] [--k
               same input, and report its output's distance to onnxruntime's
     --keep    keep the ONNX files (by default each is deleted after its row, as the largest
               take 500 MB)
+    --dynamic export with symbolic H and W (`NAME.dyn.onnx`) and also run each model at a
+              second size, 192x288 (inception_v3: 256x320), against onnxruntime: the row's
+              error is the larger of the two
 
 Needs torch, torchvision, onnx, onnxruntime, numpy and primjit's package (`cd python &&
 maturin develop --release`). A model primjit refuses to import is reported (the first line of
@@ -104,14 +108,20 @@ def OutOnly(net):  # noqa: N802 (a module class made once torch is imported)
     return _OutOnly(net).eval()
 
 
-def export(name, path, seed):
+def second_shape(name):
+    """The other input shape of a `--dynamic` run: neither square nor the export's."""
+    return (1, 3, 256, 320) if name == "inception_v3" else (1, 3, 192, 288)
+
+
+def export(name, path, seed, dynamic=False):
     import torch
 
     net = build(name, seed)
     x = torch.zeros(input_shape(name))
+    axes = {"x": {2: "H", 3: "W"}} if dynamic else None
     with torch.no_grad():
         torch.onnx.export(net, (x,), path, opset_version=17, dynamo=False,
-                          input_names=["x"], output_names=["y"])
+                          input_names=["x"], output_names=["y"], dynamic_axes=axes)
 
 
 def median_ms(times):
@@ -127,11 +137,11 @@ def run_one(name, args):
     import onnxruntime
     import primjit
 
-    path = os.path.join(args.out, name + ".onnx")
+    path = model_path(name, args)
     row = {"model": name}
     t0 = time.perf_counter()
     if not os.path.exists(path):
-        export(name, path, args.seed)
+        export(name, path, args.seed, args.dynamic)
     row["export_s"] = time.perf_counter() - t0
     row["mb"] = os.path.getsize(path) / 1e6
 
@@ -173,6 +183,19 @@ def run_one(name, args):
     row["max_abs"] = scale
     row["rel"] = float(np.max(np.abs(y_pj.astype(np.float64) - y_ort))) / scale if scale else float("inf")
     row["finite"] = bool(np.all(np.isfinite(y_pj)))
+    if args.dynamic:
+        # The same model at another size, one import: its error counts too.
+        x2 = rng.standard_normal(second_shape(name)).astype(np.float32)
+        y2_pj = np.asarray(model(x2))
+        y2_ort = ort.run(None, {ort_in: x2})[0]
+        if y2_pj.shape != y2_ort.shape:
+            row["status"] = "shape mismatch"
+            row["error"] = f"at {second_shape(name)}: primjit {y2_pj.shape}, onnxruntime {y2_ort.shape}"
+            return row
+        scale2 = float(np.max(np.abs(y2_ort)))
+        rel2 = float(np.max(np.abs(y2_pj.astype(np.float64) - y2_ort))) / scale2 if scale2 else float("inf")
+        row["rel"] = max(row["rel"], rel2)
+        row["finite"] = row["finite"] and bool(np.all(np.isfinite(y2_pj)))
     runs = args.per_model_runs.get(name, args.runs)
     t_pj, t_ort = [], []
     for _ in range(runs):
@@ -191,7 +214,8 @@ def run_one(name, args):
         x_path = os.path.join(args.out, name + ".x.npy")
         y_path = os.path.join(args.out, name + ".cli.npy")
         np.save(x_path, x)
-        proc = subprocess.run([args.cli, "run", path, "--input", x_path, "--output", y_path],
+        dims = ["--dims", f"H={x.shape[2]},W={x.shape[3]}"] if args.dynamic else []
+        proc = subprocess.run([args.cli, "run", path, "--input", x_path, "--output", y_path] + dims,
                               capture_output=True, text=True)
         if proc.returncode != 0:
             row["cli"] = "error: " + (proc.stderr.strip().splitlines() or ["?"])[0]
@@ -203,6 +227,10 @@ def run_one(name, args):
             os.remove(y_path)
         os.remove(x_path)
     return row
+
+
+def model_path(name, args):
+    return os.path.join(args.out, name + (".dyn.onnx" if args.dynamic else ".onnx"))
 
 
 def fmt_row(r):
@@ -221,6 +249,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cli")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--dynamic", action="store_true")
     args = ap.parse_args()
     args.per_model_runs = {}
     names = []
@@ -246,7 +275,7 @@ def main():
         if r.get("message"):
             print(r["message"], file=sys.stderr, flush=True)
         if not args.keep:
-            path = os.path.join(args.out, name + ".onnx")
+            path = model_path(name, args)
             if os.path.exists(path):
                 os.remove(path)
 
