@@ -1245,6 +1245,7 @@ impl PrimitiveKey {
                 positive("extents", &[d.mb, d.c, d.ih, d.iw])?;
                 match d.out {
                     ResizeOut::Scale(f) => {
+                        positive("scale factors", &f.map(|s| s.num() as usize))?;
                         bounded("scale factors", &f.map(|s| s.num() as usize))?;
                         if d.out_extents().contains(&usize::MAX) {
                             return fail("the output extents overflow".into());

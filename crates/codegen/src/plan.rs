@@ -384,7 +384,8 @@ pub fn representative_extents(key: &crate::PrimitiveKey) -> [usize; 2] {
         }) => {
             let rep = |runtime: bool, fixed: usize, f: crate::ScaleFactor| {
                 if runtime {
-                    (f.den().div_ceil(f.num()) as usize).max(5)
+                    // (A zero factor, which validation refuses, takes 5.)
+                    (f.den().div_ceil(f.num().max(1)) as usize).max(5)
                 } else {
                     fixed
                 }

@@ -968,25 +968,21 @@ impl<'p> Attrs<'p> {
             }
         };
         let factor = |(arg, l): &(Arg, SourceLoc)| {
-            match arg {
-            Arg::Number(n) => n
-                .parse::<f64>()
-                .ok()
-                .and_then(ScaleFactor::from_f64)
-                .map_or_else(
-                    || {
-                        err(
-                            *l,
-                            format!(
-                                "`{key}` takes whole factors or fractions n / 2^k (n odd, at most {}; k at most 16) such as 1.5 or 0.25, found `{n}`",
-                                ScaleFactor::MAX_FRACTION_NUM
-                            ),
-                        )
-                    },
-                    Ok,
-                ),
-            _ => err(*l, format!("`{key}` takes numbers")),
-        }
+            let Arg::Number(n) = arg else {
+                return err(*l, format!("`{key}` takes numbers"));
+            };
+            let supported = n.parse::<f64>().ok().and_then(ScaleFactor::from_f64);
+            supported.map_or_else(
+                || {
+                    let most = ScaleFactor::MAX_FRACTION_NUM;
+                    let message = format!(
+                        "`{key}` takes whole factors or fractions n / 2^k (n odd, at most {most}; \
+                         k at most 16) such as 1.5 or 0.25, found `{n}`"
+                    );
+                    err(*l, message)
+                },
+                Ok,
+            )
         };
         Ok(Some([factor(&items[0])?, factor(&items[1])?]))
     }

@@ -813,9 +813,12 @@ fn infer_node(
             ctx.channels(x, r.input)?;
             let (h, w) = match r.size {
                 ResizeSize::Scale(factors) => {
-                    if factors.iter().any(|f| f.num() > MAX_STEP as u64) {
+                    if factors
+                        .iter()
+                        .any(|f| f.num() == 0 || f.num() > MAX_STEP as u64)
+                    {
                         return ctx.fail(format!(
-                            "resize scale factors must be at most {MAX_STEP}, found {}, {}",
+                            "resize scale factors must be above 0 and at most {MAX_STEP}, found {}, {}",
                             factors[0], factors[1]
                         ));
                     }

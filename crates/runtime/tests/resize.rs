@@ -272,11 +272,27 @@ fn invalid_resize_keys_are_refused() {
         coord: CoordMode::HalfPixel,
         runtime: RuntimeDims::NONE,
     };
-    let quarter = ScaleFactor::new(1, 8).unwrap();
+    let eighth = ScaleFactor::new(1, 8).unwrap();
     for (d, reason) in [
         (
             ResizeDesc {
-                out: ResizeOut::Scale([quarter, ScaleFactor::whole(2)]),
+                out: ResizeOut::Scale([ScaleFactor::whole(0), ScaleFactor::whole(2)]),
+                ..base.clone()
+            },
+            "scale factors must be at least 1",
+        ),
+        (
+            ResizeDesc {
+                out: ResizeOut::Scale([ScaleFactor::whole(0), ScaleFactor::whole(2)]),
+                runtime: RuntimeDims { h: true, w: false },
+                ih: 0,
+                ..base.clone()
+            },
+            "scale factors must be at least 1",
+        ),
+        (
+            ResizeDesc {
+                out: ResizeOut::Scale([eighth, ScaleFactor::whole(2)]),
                 ..base.clone()
             },
             "output extents must be at least 1",
