@@ -259,9 +259,10 @@ pub fn compose_selections(graph: &mut Graph) -> usize {
                 .iter()
                 .filter(|n| n.op.value_operands().contains(&v))
                 .all(|n| match &n.op {
+                    // (An index past the inner pick is left for verification to refuse.)
                     Op::SelectChannels { select: outer, .. } => {
                         picked += outer.len();
-                        true
+                        outer.iter().all(|&s| s < select.len())
                     }
                     _ => false,
                 });
@@ -472,8 +473,9 @@ mod tests {
         assert_eq!(parse(&text).unwrap().to_string(), text);
     }
 
-    /// A selection stays where another op or a graph output reads it, or where its readers
-    /// would copy more channels than it has.
+    /// A selection stays where another op or a graph output reads it, where its readers
+    /// would copy more channels than it has, or where one picks a channel it does not have
+    /// (which verification refuses; the pass must not panic first).
     #[test]
     fn keeps_selections_that_composing_would_not_spare() {
         let base = "graph unit {
@@ -488,6 +490,7 @@ mod tests {
             "%b = relu(%s)\n  output z = %b",
             "output z = %s",
             "%b = select_channels(%s, select=[0, 1, 2, 3, 4, 5, 6, 7])\n  output z = %b",
+            "%b = select_channels(%s, select=[9])\n  output z = %b",
         ] {
             let mut g = parse(&base.replace("READER", reader)).unwrap();
             assert_eq!(optimize(&mut g).composed_selections, 0, "{reader}");

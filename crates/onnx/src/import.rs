@@ -2050,8 +2050,8 @@ impl Importer {
                 ShapeElem::Int(_) => None,
             })
             .collect();
-        // A dimension from a shape stands as 0 (the input's own, checked below) or as -2
-        // (none of the special values, compared by its `Dim`).
+        // A dimension from a shape stands as -2, none of the special values: it must be the
+        // input's own dimension at that place, compared by its `Dim` (`dims`).
         let target: Vec<i64> = elems
             .iter()
             .map(|e| match *e {
