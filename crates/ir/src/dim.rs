@@ -97,6 +97,36 @@ impl Dim {
         // Clamped rather than overflowing; shape inference rejects such windows first.
         let offset = (pad_begin as i128 + pad_end as i128 - extent as i128)
             .clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        // A floor window over a floor window is one window over the inner's input, since
+        // floor((floor((x + o1) / s1) + 1 + o2) / s2) + 1 = floor((x + o1 + s1 (1 + o2)) /
+        // (s1 s2)) + 1: a chain of convolutions, or shape arithmetic (`(H + a) / b + c`),
+        // compares equal to any other computing the same extent. Where the inner window fits
+        // its input, both fail for the same extents (the merged numerator is negative exactly
+        // when the outer one is); where it does not, the inner value's own extent is refused.
+        if let Dim::Window {
+            input,
+            offset: inner,
+            stride: s1,
+            ceil: false,
+            ..
+        } = self
+            && !ceil
+        {
+            let merged = *inner as i128 + *s1 as i128 * (1 + offset as i128);
+            if let (Ok(merged), Some(stride)) = (i64::try_from(merged), s1.checked_mul(stride)) {
+                return Ok(if merged == -1 && stride == 1 {
+                    (**input).clone()
+                } else {
+                    Dim::Window {
+                        input: input.clone(),
+                        offset: merged,
+                        stride,
+                        ceil: false,
+                        pad_begin: 0,
+                    }
+                });
+            }
+        }
         if offset == -1 && stride == 1 {
             // "same" windows keep the extent.
             return Ok(self.clone());
@@ -108,6 +138,26 @@ impl Dim {
             ceil,
             pad_begin: if ceil { pad_begin } else { 0 },
         })
+    }
+
+    /// This dimension plus `c` (shape arithmetic: `H + c`), as a window of stride 1, so that
+    /// it merges with the windows around it; `None` where a known result would be below 1.
+    pub fn plus(&self, c: i64) -> Option<Dim> {
+        let (pad_end, extent) = if c >= 0 {
+            (c.unsigned_abs(), 1)
+        } else {
+            (0, 1 + c.unsigned_abs())
+        };
+        self.window(0, pad_end, extent, 1, false).ok()
+    }
+
+    /// This dimension divided by `k` (at least 1) and rounded down (shape arithmetic: `H /
+    /// k`), as a window of stride `k`; `None` where a known result would be below 1.
+    pub fn floor_div(&self, k: u64) -> Option<Dim> {
+        if k == 0 {
+            return None;
+        }
+        self.window(0, 0, k, k, false).ok()
     }
 
     /// This dimension times a whole `factor` (at least 1), folded when known; `None` when a
@@ -366,6 +416,62 @@ mod tests {
         );
         let b = parse_bindings("W=1031").unwrap();
         assert_eq!(d.resolve(&b), Ok(Dim::Known(516)));
+    }
+
+    /// A floor window over a floor window is built merged, and resolves as the two in turn
+    /// do, failing for the same extents where the inner one fits: every offset from -6 to 4
+    /// and stride from 1 to 3 on each side, every input up to 40.
+    #[test]
+    fn nested_windows_merge_and_resolve_as_nested() {
+        let w = Dim::Sym("W".into());
+        for (o1, s1, o2, s2) in (-6i64..=4).flat_map(|o1| {
+            (1u64..=3).flat_map(move |s1| {
+                (-6i64..=4).flat_map(move |o2| (1u64..=3).map(move |s2| (o1, s1, o2, s2)))
+            })
+        }) {
+            let window = |d: &Dim, o: i64, s: u64| {
+                // `o` as pads less the extent: pad_end - extent = o.
+                let (pad_end, extent) = if o >= 0 {
+                    (o as u64 + 1, 1)
+                } else {
+                    (0, o.unsigned_abs())
+                };
+                d.window(0, pad_end, extent, s, false).unwrap()
+            };
+            let inner = window(&w, o1, s1);
+            let merged = window(&inner, o2, s2);
+            assert!(
+                matches!(merged, Dim::Window { ref input, .. } if **input == w) || merged == w,
+                "{merged} is one window over W"
+            );
+            for x in 1..=40u64 {
+                let bind = |d: &Dim| d.resolve(&Bindings::from([("W".to_string(), x)]));
+                // Where the inner window does not fit, its own value is refused.
+                let Ok(Dim::Known(i)) = bind(&inner) else {
+                    continue;
+                };
+                let nested = eval_window(i, o2, s2, false, 0);
+                let got = bind(&merged).map(|d| d.known().unwrap());
+                assert_eq!(
+                    got.is_ok(),
+                    nested.is_ok(),
+                    "W={x}: {inner} then ({o2}, {s2}): {merged}"
+                );
+                if let (Ok(a), Ok(b)) = (got, nested) {
+                    assert_eq!(a, b, "W={x}: {merged}");
+                }
+            }
+        }
+        // Shape arithmetic as torch's dynamo exporter writes it meets the conv's extent.
+        let conv = w.window(1, 1, 3, 2, false).unwrap();
+        let arith = w.plus(1).unwrap().floor_div(2).unwrap();
+        assert_eq!(arith, conv, "(W + 1) / 2 is a 3x3/2 conv's (W - 1) / 2 + 1");
+        assert_eq!(conv.to_string(), "(W - 1) / 2 + 1");
+        let two = conv.window(1, 1, 3, 2, false).unwrap();
+        assert_eq!(two.to_string(), "(W - 1) / 4 + 1");
+        assert_eq!(Dim::Known(7).plus(-3), Some(Dim::Known(4)));
+        assert_eq!(Dim::Known(3).plus(-3), None, "no extent left");
+        assert_eq!(Dim::Known(9).floor_div(2), Some(Dim::Known(4)));
     }
 
     #[test]

@@ -649,6 +649,7 @@ impl Importer {
             "BatchNormalization" => self.batchnorm(node),
             "Identity" | "Dropout" => self.identity(node),
             "Flatten" => self.flatten(node),
+            "Reshape" | "Squeeze" if self.is_shape(node, 0) => self.reshape_shape(node),
             "Reshape" | "Squeeze" | "Transpose" => self.reshape_flat(node),
             "Gemm" | "MatMul" => self.dense(node),
             "Constant" => self.constant(node),

@@ -2617,9 +2617,10 @@ fn split_slice_and_the_channel_shuffle_select_channels_and_refuse_other_axes() {
 /// `torch.chunk(x, 2, dim=1)` as torch exports it (shufflenet_v2's blocks): the chunk size
 /// `(C + 1) / 2` computed from `Shape` with `Gather`, `Add` and `Div`, the `Slice` bounds
 /// `size * 1` and `size * 2` with `Mul`; folded over the known channel count, 5 here, into
-/// channels [0, 3) and [3, 5). Arithmetic over a symbolic extent, a zero divisor, operands
-/// of other lengths and a shape cast to float (whose `Div` would not truncate) are refused,
-/// each at its node; cast back to an integer type, it folds again.
+/// channels [0, 3) and [3, 5). A symbolic extent in a Slice's bounds, a zero divisor,
+/// operands of other lengths and a shape cast to float (whose `Div` would not truncate) are
+/// refused, each at its node (`H * 2` is an extent now, see below); cast back to an integer
+/// type, it folds again.
 #[test]
 fn shape_arithmetic_over_known_extents_folds_into_slice_bounds() {
     let chunk = |c: i64| {
@@ -2736,7 +2737,6 @@ fn shape_arithmetic_over_known_extents_folds_into_slice_bounds() {
             .map(|l| l.trim_start_matches("model.onnx: "))
             .collect::<Vec<_>>(),
         [
-            "node \"twice_h\" (Mul, opset 17): input 0 (A) is computed from the symbolic dimension H: only shape arithmetic over known extents is supported",
             "node \"by_zero\" (Div, opset 17): 4 / 0: division by zero",
             "node \"lengths\" (Add, opset 17): the operands have 2 and 3 elements: they must have as many, or one of them one",
             "node \"float_div\" (Div, opset 17): an operand is a shape cast to a floating-point type: only integer arithmetic on shapes is supported",
@@ -3384,4 +3384,139 @@ fn a_channel_shuffle_over_symbolic_extents_takes_computed_shapes() {
         [Op::SelectChannels { select, .. }] => assert_eq!(select, &[0, 3, 1, 4, 2, 5]),
         other => panic!("{other:?}"),
     }
+}
+
+/// torch's dynamo exporter at symbolic sizes reads a dimension as `Shape` from `start` to
+/// `end` and `Squeeze`, computes a later layer's extent as `(H + 1) / 2`, `Reshape`s it to a
+/// vector of one and joins the vectors into a Resize's sizes: the extents meet the 3x3/2
+/// conv's `(H - 1) / 2 + 1`, so the resize takes that tensor's extents. Arithmetic that is no
+/// extent of a symbol is refused where it is imported.
+#[test]
+fn shape_arithmetic_over_symbols_meets_the_convs_extents() {
+    let dim_of = |axis: i64, s: &str, d: &str| {
+        vec![
+            node(
+                "Shape",
+                &format!("shape_{s}"),
+                &["x"],
+                &[s],
+                vec![("start", A::I(axis)), ("end", A::I(axis + 1))],
+            ),
+            node(
+                "Squeeze",
+                &format!("squeeze_{s}"),
+                &[s],
+                &[&format!("{d}0")],
+                vec![],
+            ),
+            node(
+                "Add",
+                &format!("plus_{s}"),
+                &[&format!("{d}0"), "one"],
+                &[&format!("{d}1")],
+                vec![],
+            ),
+            node(
+                "Div",
+                &format!("half_{s}"),
+                &[&format!("{d}1"), "two"],
+                &[&format!("{d}2")],
+                vec![],
+            ),
+            node(
+                "Reshape",
+                &format!("vector_{s}"),
+                &[&format!("{d}2"), "minus_one"],
+                &[&format!("{d}3")],
+                vec![],
+            ),
+        ]
+    };
+    let mut nodes = vec![
+        node(
+            "Conv",
+            "down",
+            &["x", "w"],
+            &["y"],
+            vec![
+                ("strides", A::Is(vec![2, 2])),
+                ("pads", A::Is(vec![1, 1, 1, 1])),
+            ],
+        ),
+        node("GlobalAveragePool", "context", &["y"], &["g"], vec![]),
+    ];
+    nodes.extend(dim_of(2, "sh", "h"));
+    nodes.extend(dim_of(3, "sw", "w"));
+    nodes.extend([
+        node(
+            "Concat",
+            "sizes",
+            &["nc", "h3", "w3"],
+            &["s4"],
+            vec![("axis", A::I(0))],
+        ),
+        node("Resize", "spread", &["g", "", "", "s4"], &["r"], vec![]),
+        node("Add", "sum", &["r", "y"], &["z"], vec![]),
+    ]);
+    let inits = || {
+        vec![
+            values("w", &[4, 4, 3, 3], vec![0.5; 144]),
+            ints_init("one", &[], vec![1]),
+            ints_init("two", &[], vec![2]),
+            ints_init("minus_one", &[1], vec![-1]),
+            ints_init("nc", &[2], vec![1, 4]),
+        ]
+    };
+    let m = model(17, vec![xsym("x", 4)], nodes, inits(), &["z"]);
+    let i = import(&m);
+    assert_round_trip(&i);
+    let bindings = primjit_ir::parse_bindings("H=9,W=14").unwrap();
+    let shapes = primjit_ir::infer_shapes(&i.graph, &bindings).unwrap();
+    let out = shapes.get(i.graph.outputs()[0].1).unwrap().to_vec();
+    assert_eq!(out, [1, 4, 5, 7].map(Dim::Known));
+    assert!(
+        ops(&i).iter().any(
+            |op| matches!(op, Op::Resize(r) if matches!(r.size, primjit_ir::ResizeSize::Like(_)))
+        ),
+        "{:?}",
+        ops(&i)
+    );
+
+    let refused = model(
+        17,
+        vec![xsym("x", 4)],
+        vec![
+            node(
+                "Shape",
+                "shape_h",
+                &["x"],
+                &["s"],
+                vec![("start", A::I(2)), ("end", A::I(3))],
+            ),
+            node("Squeeze", "squeeze_h", &["s"], &["h"], vec![]),
+            node("Sub", "from_two", &["two", "h"], &["d"], vec![]),
+            node(
+                "Squeeze",
+                "squeeze_axis_1",
+                &["s", "one_axis"],
+                &["q"],
+                vec![],
+            ),
+        ],
+        vec![
+            ints_init("two", &[], vec![2]),
+            ints_init("one_axis", &[1], vec![1]),
+        ],
+        &["x"],
+    );
+    assert_eq!(
+        import_err(&refused)
+            .lines()
+            .map(|l| l.trim_start_matches("model.onnx: "))
+            .collect::<Vec<_>>(),
+        [
+            "node \"from_two\" (Sub, opset 17): 2 - H: over a symbolic dimension, only adding or subtracting a number, and multiplying or dividing by a positive one, are supported",
+            "node \"squeeze_axis_1\" (Squeeze, opset 17): axes Some([1]): a vector of one squeezes along axis 0 only",
+        ]
+    );
 }

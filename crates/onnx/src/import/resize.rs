@@ -264,7 +264,10 @@ impl Importer {
 
     /// `Add`, `Sub`, `Mul` or `Div` of shape vectors (or integer constants) whose elements are
     /// all known: folded at import. `torch.chunk` exports this way: the chunk size
-    /// `(C + 1) / 2` from `Shape`, then the `Slice` bounds `size * 1` and `size * 2`.
+    /// `(C + 1) / 2` from `Shape`, then the `Slice` bounds `size * 1` and `size * 2`. A symbolic
+    /// dimension plus, minus, times or divided by a positive number is a dimension too
+    /// ([`Self::symbolic_arith`]): torch's dynamo exporter writes a later layer's extent as
+    /// `(H + a) / b + c` of the input's.
     pub(super) fn shape_arith(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
         check_attrs(node, &[])?;
         if self.float_shape_input(node) {
@@ -272,6 +275,11 @@ impl Importer {
                 "an operand is a shape cast to a floating-point type: only integer arithmetic on shapes is supported"
                     .into(),
             );
+        }
+        if let Some(elems) = self.symbolic_arith(node)? {
+            let scalar = self.shape_vec(node, 0).is_some_and(|(_, s)| s)
+                && self.shape_vec(node, 1).is_some_and(|(_, s)| s);
+            return self.bind_shape(node, elems, scalar);
         }
         let (a, b) = (
             self.known_shape_ints(node, 0, "A")?,
@@ -311,6 +319,90 @@ impl Importer {
             })
             .collect::<NodeResult<Vec<_>>>()?;
         self.bind_shape(node, elems, scalar)
+    }
+
+    /// [`Self::shape_arith`] of a single symbolic dimension and a number, `None` when neither
+    /// operand is one symbolic dimension: `d + n`, `n + d`, `d - n`, `d * n`, `n * d` (`n` at
+    /// least 1) and `d / n` (`n` at least 1, rounded down as ONNX's integer `Div` rounds a
+    /// positive quotient), each a [`Dim`] built by [`Dim::plus`], [`Dim::scaled`] and
+    /// [`Dim::floor_div`].
+    fn symbolic_arith(&self, node: &crate::proto::NodeProto) -> NodeResult<Option<Vec<ShapeElem>>> {
+        let (Some((a, _)), Some((b, _))) = (self.shape_vec(node, 0), self.shape_vec(node, 1))
+        else {
+            return Ok(None);
+        };
+        let (dim, of, n, dim_first) = match (a.as_slice(), b.as_slice()) {
+            ([ShapeElem::Dim { dim, of }], [ShapeElem::Int(n)]) => (dim.clone(), *of, *n, true),
+            ([ShapeElem::Int(n)], [ShapeElem::Dim { dim, of }]) => (dim.clone(), *of, *n, false),
+            _ => return Ok(None),
+        };
+        let op = node.op_type.as_str();
+        let result = match (op, dim_first) {
+            ("Add", _) => dim.plus(n),
+            ("Sub", true) => n.checked_neg().and_then(|m| dim.plus(m)),
+            ("Mul", _) if n >= 1 => dim.scaled(n as u64),
+            ("Div", true) if n >= 1 => dim.floor_div(n as u64),
+            _ => {
+                let (p, q) = if dim_first {
+                    (dim.to_string(), n.to_string())
+                } else {
+                    (n.to_string(), dim.to_string())
+                };
+                let symbol = match op {
+                    "Add" => "+",
+                    "Sub" => "-",
+                    "Mul" => "*",
+                    _ => "/",
+                };
+                return Err(format!(
+                    "{p} {symbol} {q}: over a symbolic dimension, only adding or subtracting a number, and multiplying or dividing by a positive one, are supported"
+                ));
+            }
+        };
+        let result = result.ok_or_else(|| format!("{dim} {op} {n} leaves no extent"))?;
+        Ok(Some(vec![match result {
+            Dim::Known(k) => ShapeElem::Int(k as i64),
+            dim => ShapeElem::Dim { dim, of },
+        }]))
+    }
+
+    /// `Squeeze` of a shape vector of one element to a scalar (torch's dynamo exporter reads a
+    /// dimension as `Shape` from `start` to `end`, then `Squeeze`), or `Reshape` of a scalar or
+    /// a vector of one to `[1]` or `[-1]`: the same element.
+    pub(super) fn reshape_shape(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
+        let Some((elems, _)) = self.shape_vec(node, 0).filter(|(e, _)| e.len() == 1) else {
+            return Err(format!(
+                "input 0 is a shape vector of more than one element: only a {} of one is supported",
+                node.op_type
+            ));
+        };
+        if node.op_type == "Squeeze" {
+            let axes = if self.opset < 13 {
+                check_attrs(node, &["axes"])?;
+                ints(node, "axes")?
+            } else {
+                check_attrs(node, &[])?;
+                match self.optional_constant(node, 1, "axes")? {
+                    Some(k) => match &k.data {
+                        ConstData::I64(v) => Some(v.clone()),
+                        _ => return Err("input 1 (axes) is not an integer tensor".into()),
+                    },
+                    None => None,
+                }
+            };
+            if !matches!(axes.as_deref(), None | Some([0] | [-1])) {
+                return Err(format!(
+                    "axes {axes:?}: a vector of one squeezes along axis 0 only"
+                ));
+            }
+            return self.bind_shape(node, elems, true);
+        }
+        check_attrs(node, &["allowzero"])?;
+        let target = self.constant_input(node, 1, "shape")?;
+        if !matches!(&target.data, ConstData::I64(v) if matches!(v.as_slice(), [1] | [-1])) {
+            return Err("input 1 (shape): a shape element reshapes to [1] or [-1] only".into());
+        }
+        self.bind_shape(node, elems, false)
     }
 
     /// `Cast` of a shape vector to a numeric type: the same vector.
@@ -497,7 +589,9 @@ impl Importer {
             return Ok(ResizeSize::Sizes([*h, *w]));
         }
         // The value whose height and width these are: a graph input where one has them, which
-        // nothing fuses away; else the tensor the Shape was of.
+        // nothing fuses away; else the tensor the Shape was of; else the latest value computed
+        // so far that has them (extents from shape arithmetic, `(H + a) / b + c`, are a
+        // feature map's elsewhere in the graph).
         let sources: Vec<Value> = hw
             .iter()
             .filter_map(|e| match e {
@@ -512,6 +606,14 @@ impl Importer {
             .map(|i| i.value)
             .chain(sources)
             .chain(std::iter::once(x))
+            .chain(
+                self.graph
+                    .nodes()
+                    .map(|(_, n)| n.result)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev(),
+            )
             .collect();
         let Some(like) = candidates.into_iter().find(|&v| {
             let s = self.shape(v);
