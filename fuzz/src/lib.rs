@@ -352,7 +352,7 @@ impl Problem {
                 let [_, icg, kh, kw] = d.weight_shape();
                 let k = icg * kh * kw + usize::from(d.bias) + d.residuals();
                 let packed =
-                    ConvPlan::new(d).pack_weights(&w.data, b.as_ref().map(|b| &b.data[..]));
+                    ConvPlan::new(d).pack_weights(&w.data, b.as_ref().map(|b| &b.data[..]), None);
                 Problem {
                     key: key.clone(),
                     src: to_layout(&x, d.src_layout),

@@ -234,7 +234,8 @@ impl PyPrimitive {
             ));
         }
         let (w, b) = (w.view().data, b.as_ref().map(|b| b.view().data));
-        let packed = py.detach(|| desc.pack_weights(w, b));
+        // A descriptor's key has no post-ops, so no PReLU slopes.
+        let packed = py.detach(|| desc.pack_weights(w, b, None));
         Ok(PyArray1::from_vec(py, packed))
     }
 

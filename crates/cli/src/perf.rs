@@ -443,7 +443,8 @@ impl OpProblem {
             PrimitiveKey::Conv(d) => {
                 let w = guarded_random(d.weight_shape().iter().product(), 2);
                 let b = guarded_random(d.oc, 3);
-                let weights = d.pack_weights(&w, Some(&b));
+                let slopes = d.prelu().then(|| guarded_random(d.oc, 4));
+                let weights = d.pack_weights(&w, Some(&b), slopes.as_deref());
                 (Some(weights), vec![0.0; bufs[2].len], d.scratch_len())
             }
             _ => (None, vec![0.0; bufs[1].len], 0),

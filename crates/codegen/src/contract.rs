@@ -116,20 +116,26 @@ impl ConvDesc {
         }
     }
 
-    /// Packs OIHW `weights` and the optional bias for this key's algorithm: the direct
-    /// kernels' layout ([`crate::ConvPlan::pack_weights`]) or the Winograd-transformed weights
-    /// ([`WinogradPlan::pack_weights`]). Depends on channels, kernel and
-    /// layouts only, never on the spatial shape.
+    /// Packs OIHW `weights`, the optional bias and a PReLU post-op's slopes for this key's
+    /// algorithm: the direct kernels' layout ([`crate::ConvPlan::pack_weights`]) or the
+    /// Winograd-transformed weights ([`WinogradPlan::pack_weights`]). Depends on channels,
+    /// kernel and layouts only, never on the spatial shape.
     ///
     /// # Panics
     ///
-    /// If the key is not valid ([`PrimitiveKey::validate`]), or `weights` (OIHW,
-    /// [`ConvDesc::weight_shape`]) or `bias` (`oc`) have another length: callers check both
-    /// first, as `CompiledGraph::new` does.
-    pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    /// If the key is not valid ([`PrimitiveKey::validate`]), `weights` (OIHW,
+    /// [`ConvDesc::weight_shape`]), `bias` or `slopes` (`oc` each) have another length, or
+    /// `slopes` is given exactly when the key has no PReLU post-op: callers check first, as
+    /// `CompiledGraph::new` does.
+    pub fn pack_weights(
+        &self,
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        slopes: Option<&[f32]>,
+    ) -> Vec<f32> {
         match self.algo {
-            ConvAlgo::Direct => ConvPlan::new(self).pack_weights(weights, bias),
-            ConvAlgo::WinogradF4x3 => WinogradPlan::new(self).pack_weights(weights, bias),
+            ConvAlgo::Direct => ConvPlan::new(self).pack_weights(weights, bias, slopes),
+            ConvAlgo::WinogradF4x3 => WinogradPlan::new(self).pack_weights(weights, bias, slopes),
         }
     }
 

@@ -99,12 +99,17 @@ pub enum PostOpDesc {
     },
     /// An activation; its attributes compare and hash by their bits.
     Act(Activation),
+    /// `x < 0 ? slope[c] * x : x`, one slope per output channel. The slopes are data, not
+    /// key: they are packed with the weights, after the bias. A conv key takes at most one.
+    PRelu,
 }
 
 impl PartialEq for PostOpDesc {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (PostOpDesc::Relu, PostOpDesc::Relu) | (PostOpDesc::Add, PostOpDesc::Add) => true,
+            (PostOpDesc::Relu, PostOpDesc::Relu)
+            | (PostOpDesc::Add, PostOpDesc::Add)
+            | (PostOpDesc::PRelu, PostOpDesc::PRelu) => true,
             (PostOpDesc::Clip { lo: a, hi: b }, PostOpDesc::Clip { lo: c, hi: d }) => {
                 a.to_bits() == c.to_bits() && b.to_bits() == d.to_bits()
             }
@@ -134,6 +139,7 @@ impl fmt::Display for PostOpDesc {
         match self {
             PostOpDesc::Relu => f.write_str("relu"),
             PostOpDesc::Add => f.write_str("add"),
+            PostOpDesc::PRelu => f.write_str("prelu"),
             PostOpDesc::Clip { lo, hi } => write!(f, "clip:{lo:?}:{hi:?}"),
             PostOpDesc::Act(a) => write_activation(f, a),
         }
@@ -479,6 +485,11 @@ impl ConvDesc {
             .iter()
             .filter(|p| matches!(p, PostOpDesc::Add))
             .count()
+    }
+
+    /// Whether a post-op is a PReLU, whose slopes the packed weights then hold.
+    pub fn prelu(&self) -> bool {
+        self.post_ops.contains(&PostOpDesc::PRelu)
     }
 }
 
@@ -1143,6 +1154,14 @@ impl PrimitiveKey {
                 {
                     return fail(reason.into());
                 }
+                if d.post_ops
+                    .iter()
+                    .filter(|p| **p == PostOpDesc::PRelu)
+                    .count()
+                    > 1
+                {
+                    return fail("a conv takes at most one prelu post-op".into());
+                }
                 for p in &d.post_ops {
                     // Written so that NaN bounds are rejected too.
                     #[allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -1282,6 +1301,9 @@ impl PrimitiveKey {
                 }
                 if d.post_ops.contains(&PostOpDesc::Add) {
                     return fail("a transposed convolution takes no residual add".into());
+                }
+                if d.post_ops.contains(&PostOpDesc::PRelu) {
+                    return fail("a transposed convolution takes no prelu post-op".into());
                 }
                 if d.groups != 1 && !d.depthwise() {
                     return fail(format!(

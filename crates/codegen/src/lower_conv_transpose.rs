@@ -263,7 +263,8 @@ fn pixel_loop(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ty: Value, 
             if v > 0 {
                 out = e.offset_by(out, g.out_plane, 1);
             }
-            let y = apply_post_ops(e, &d.post_ops, acc, None, |_, _| {
+            let slopes = |_: &mut Emit<'_>| unreachable!("a transposed convolution takes no prelu");
+            let y = apply_post_ops(e, &d.post_ops, acc, None, slopes, |_, _| {
                 unreachable!("a transposed convolution takes no residual")
             });
             e.store_vec(y, out, 0);
@@ -527,6 +528,8 @@ fn phase_tiles(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ph: &Phase
             per_kh: 0,
             ic_w_step: 4 * channel_bytes,
             dst_pixel_bytes: sw * PIXEL,
+            // A transposed convolution takes no PReLU (`PrimitiveKey::validate`).
+            slopes_disp: 0,
             init: TileInit::Bias,
             finish: TileFinish::PostOps(d.post_ops.clone()),
         })

@@ -243,6 +243,14 @@ enum Operand {
     PerElement,
 }
 
+/// `x < 0 ? x * slope : x`: the standalone PReLU and a conv's PReLU post-op, so that both
+/// round the same product (and a NaN or -0 goes through).
+pub(crate) fn prelu(e: &mut Emit<'_>, x: Value, slope: Value, zero: Value) -> Value {
+    let scaled = e.fmul(x, slope);
+    let negative = e.fcmp(FloatCC::LessThan, x, zero);
+    e.select_lanes(negative, scaled, x)
+}
+
 /// `x op y` of the key's kind; `zero` is a vector of zeros for relu and PReLU, made once
 /// before the loops (made in a loop's body, it was a constant load per vector).
 fn apply(
@@ -254,13 +262,7 @@ fn apply(
 ) -> Value {
     match kind {
         EltwiseKind::Act(a) => activation(e, a, x),
-        EltwiseKind::PRelu => {
-            let slope = y.expect("a slope");
-            let zero = zero.expect("zeros");
-            let scaled = e.fmul(x, slope);
-            let negative = e.fcmp(FloatCC::LessThan, x, zero);
-            e.select_lanes(negative, scaled, x)
-        }
+        EltwiseKind::PRelu => prelu(e, x, y.expect("a slope"), zero.expect("zeros")),
         EltwiseKind::Binary { op, .. } => {
             let y = y.expect("a second operand");
             match op {

@@ -1012,10 +1012,27 @@ impl ConvPlan {
         self.oc_tiles * self.tile_weights_len()
     }
 
-    /// Where the group masks start in the packed weights ([`Self::group_masks`]).
-    pub fn mask_offset(&self) -> usize {
+    /// Where a PReLU post-op's slopes start in the packed weights: after the bias, padded
+    /// like it. A tile's slopes are as far from its bias as these are from the bias.
+    pub fn slopes_offset(&self) -> usize {
         self.bias_offset()
             + if self.desc.bias {
+                self.desc.oc.div_ceil(LANES) * LANES
+            } else {
+                0
+            }
+    }
+
+    /// Bytes from a tile's bias to its slopes: where a tile's channel parameters are one
+    /// pointer, its slopes follow at this displacement (0 without a bias).
+    pub fn slopes_disp(&self) -> i64 {
+        ((self.slopes_offset() - self.bias_offset()) * size_of::<f32>()) as i64
+    }
+
+    /// Where the group masks start in the packed weights ([`Self::group_masks`]).
+    pub fn mask_offset(&self) -> usize {
+        self.slopes_offset()
+            + if self.desc.prelu() {
                 self.desc.oc.div_ceil(LANES) * LANES
             } else {
                 0
@@ -1031,10 +1048,17 @@ impl ConvPlan {
             }
     }
 
-    /// Packs OIHW weights (and the bias) into the kernel's layout.
+    /// Packs OIHW weights (and the bias, and a PReLU post-op's slopes) into the kernel's
+    /// layout.
     ///
-    /// Panics if `weights` or `bias` have the wrong length; callers check lengths first.
-    pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    /// Panics if `weights`, `bias` or `slopes` have the wrong length, or `slopes` is given
+    /// exactly when the key has no PReLU post-op; callers check first.
+    pub fn pack_weights(
+        &self,
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        slopes: Option<&[f32]>,
+    ) -> Vec<f32> {
         let d = &self.desc;
         let [oc, icg, kh, kw] = d.weight_shape();
         assert_eq!(
@@ -1084,7 +1108,25 @@ impl ConvPlan {
             assert_eq!(b.len(), oc, "bias must have {oc} values");
             out[self.bias_offset()..self.bias_offset() + oc].copy_from_slice(b);
         }
+        pack_slopes(&mut out[self.slopes_offset()..], d, slopes);
         out
+    }
+}
+
+/// Writes a PReLU post-op's slopes at the start of `out`, where the packing keeps them.
+///
+/// # Panics
+///
+/// If `slopes` is given exactly when `d` has no PReLU post-op, or has not `d.oc` values.
+pub(crate) fn pack_slopes(out: &mut [f32], d: &ConvDesc, slopes: Option<&[f32]>) {
+    assert_eq!(
+        slopes.is_some(),
+        d.prelu(),
+        "slopes are given exactly for a prelu post-op"
+    );
+    if let Some(s) = slopes {
+        assert_eq!(s.len(), d.oc, "one slope per output channel");
+        out[..d.oc].copy_from_slice(s);
     }
 }
 
@@ -1630,10 +1672,22 @@ mod tests {
             }
         );
         let weights: Vec<f32> = (0..16 * 9).map(|i| i as f32).collect();
-        let packed = plan.pack_weights(&weights, None);
+        let packed = plan.pack_weights(&weights, None, None);
         assert_eq!(packed.len(), 16 * 9);
         // Tile 2, tap (1, 2), lane 3: channel 11's tap 5.
         assert_eq!(packed[2 * 36 + 5 * 4 + 3], (11 * 9 + 5) as f32);
+        // A PReLU post-op's slopes follow the bias, padded like it, as far from it as each
+        // tile's are from its own.
+        let mut with_slopes = d.clone();
+        with_slopes.bias = true;
+        with_slopes.post_ops = vec![crate::key::PostOpDesc::PRelu];
+        let plan = ConvPlan::new(&with_slopes);
+        let (bias, slopes): (Vec<f32>, Vec<f32>) = (0..16).map(|c| (c as f32, -(c as f32))).unzip();
+        let packed = plan.pack_weights(&weights, Some(&bias), Some(&slopes));
+        assert_eq!(packed.len(), 16 * 9 + 16 + 16);
+        assert_eq!(plan.slopes_offset(), plan.bias_offset() + 16);
+        assert_eq!(plan.slopes_disp(), 16 * 4);
+        assert_eq!(packed[plan.slopes_offset() + 11], -11.0);
         // A depthwise conv on NCHW, or with two outputs per channel, broadcasts.
         d.src_layout = Layout::Nchw;
         assert!(!ConvPlan::new(&d).lanewise);

@@ -58,11 +58,12 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     chunked.pads = Pads::uniform(1);
     // Output channels of one `ymm` and a half: at avx512 a tail of two blocks.
     let odd = blocked(ConvDesc::new(1, 8, [5, 17], 24, [3, 3]));
-    // 20 output channels, five blocks: at avx2 a tail of one block, at avx512 of one.
+    // 20 output channels, five blocks: at avx2 a tail of one block, at avx512 of one; its
+    // PReLU slopes loaded like the bias, the tail's under its opmask.
     let mut five = blocked(ConvDesc::new(1, 12, [1, 9], 20, [3, 3]));
     five.pads = Pads::uniform(1);
     five.bias = true;
-    five.post_ops = vec![PostOpDesc::Relu];
+    five.post_ops = vec![PostOpDesc::PRelu, PostOpDesc::Relu];
     // Groups of 32 channels: at avx2 two tiles per group share its input channels; its elu
     // runs in the tile's registers after the relu.
     let mut grouped = blocked(ConvDesc::new(1, 64, [7, 12], 64, [3, 3]));
@@ -78,14 +79,18 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
     groups_of_48.groups = 2;
     groups_of_48.pads = Pads::uniform(1);
     groups_of_48.bias = true;
-    // Depthwise, lane-wise: wide vectors of consecutive pixels, with a bias, a residual and a
-    // clip, rows of 3 wide tiles and a remainder. Its rows' 51 interior pixels leave a tail
-    // of one pixel at avx2 (2 a vector) and of three at avx512 (4 a vector).
+    // Depthwise, lane-wise: wide vectors of consecutive pixels, with a bias, a residual, a
+    // PReLU and a clip, rows of 3 wide tiles and a remainder. Its rows' 51 interior pixels
+    // leave a tail of one pixel at avx2 (2 a vector) and of three at avx512 (4 a vector).
     let mut depthwise = blocked(ConvDesc::new(1, 24, [6, 53], 24, [3, 3]));
     depthwise.groups = 24;
     depthwise.pads = Pads::uniform(1);
     depthwise.bias = true;
-    depthwise.post_ops = vec![PostOpDesc::Add, PostOpDesc::Clip { lo: 0.0, hi: 6.0 }];
+    depthwise.post_ops = vec![
+        PostOpDesc::Add,
+        PostOpDesc::PRelu,
+        PostOpDesc::Clip { lo: 0.0, hi: 6.0 },
+    ];
     // Depthwise at stride 2, as MobileNets downsample: each wide vector's pixel blocks
     // gathered from every other source pixel; 19 interior pixels a row, a tail of one pixel
     // at avx2 and of three at avx512.
@@ -119,6 +124,14 @@ fn families() -> Vec<(&'static str, ConvDesc)> {
 fn at(mut d: ConvDesc, isa: Isa) -> PrimitiveKey {
     d.isa = isa;
     PrimitiveKey::Conv(d)
+}
+
+/// `d`'s kernel at the wide tier `isa`, its tiles checked by [`assert_tier_code`].
+fn tier_kernel(d: ConvDesc, isa: Isa) -> (PrimitiveKey, CompiledKernel) {
+    let key = at(d, isa);
+    let k = compile(&key, verified(), Dumps::default()).unwrap_or_else(|e| panic!("{key}: {e}"));
+    assert_tier_code(&key.to_string(), isa, &k);
+    (key, k)
 }
 
 /// Whether a register is of one kind (`Register::is_ymm`, `Register::is_zmm`).
@@ -301,17 +314,8 @@ fn activation_post_ops_run_in_the_tiles_registers_on_every_host() {
             for isa in [Isa::Avx2, Isa::Avx512] {
                 let mut d = d.clone();
                 d.post_ops = vec![PostOpDesc::Act(act), PostOpDesc::Relu];
-                let key = at(d, isa);
-                let k = compile(&key, verified(), Dumps::default())
-                    .unwrap_or_else(|e| panic!("{key}: {e}"));
-                assert_tier_code(&key.to_string(), isa, &k);
-                let wide = |r: Register| {
-                    if isa == Isa::Avx2 {
-                        r.is_ymm()
-                    } else {
-                        r.is_zmm()
-                    }
-                };
+                let (key, k) = tier_kernel(d, isa);
+                let (wide, _) = tier_registers(isa);
                 let mut found = false;
                 let mut constants = 0;
                 for (i, range) in k.tiles().iter().enumerate() {
@@ -340,6 +344,43 @@ fn activation_post_ops_run_in_the_tiles_registers_on_every_host() {
 /// Winograd keys the wide GEMM tile and transforms cover: stride 1 with a residual, the
 /// polyphase stride 2, weights streamed in two chunks with prefetches, and 24 output channels
 /// (at avx2 one pair of `ymm` and a last single one; avx512 keeps it at x128).
+/// A PReLU post-op runs in the wide tiles' registers, dense, lane-wise and in Winograd's
+/// output transform, at both tiers: each tile that applies it multiplies by a slope vector
+/// it reads from the channel parameters (a wide `vmulps` with a register operand, the
+/// slopes loaded beside the bias, never a constant of the pool) and selects the negative
+/// lanes by a compare.
+#[test]
+fn prelu_post_ops_run_in_the_tiles_registers_on_every_host() {
+    let mut dense = blocked(ConvDesc::new(1, 16, [3, 9], 20, [1, 1]));
+    dense.bias = true;
+    let mut depthwise = blocked(ConvDesc::new(1, 16, [4, 19], 16, [3, 3]));
+    depthwise.groups = 16;
+    depthwise.pads = Pads::uniform(1);
+    let mut winograd = blocked(ConvDesc::new(1, 16, [9, 13], 32, [3, 3]));
+    winograd.pads = Pads::uniform(1);
+    winograd.algo = ConvAlgo::WinogradF4x3;
+    for d in [dense, depthwise, winograd] {
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            let mut d = d.clone();
+            d.post_ops = vec![PostOpDesc::PRelu, PostOpDesc::Relu];
+            let (key, k) = tier_kernel(d, isa);
+            let (wide, _) = tier_registers(isa);
+            let (mut products, mut compares) = (0, 0);
+            for range in k.tiles() {
+                for ins in decode(&k.code()[range.clone()], range.start) {
+                    let by_register = ins.op_count() == 3 && ins.op2_kind() == OpKind::Register;
+                    products += usize::from(
+                        ins.mnemonic() == Mnemonic::Vmulps && uses(&ins, wide) && by_register,
+                    );
+                    compares += usize::from(ins.mnemonic() == Mnemonic::Vcmpps);
+                }
+            }
+            assert!(products > 0, "{key}: no wide product by a slope register");
+            assert!(compares > 0, "{key}: no compare picking the negative lanes");
+        }
+    }
+}
+
 fn winograd_families() -> Vec<(&'static str, ConvDesc)> {
     let w3 = |ic: usize, hw: [usize; 2], oc: usize| {
         let mut d = blocked(ConvDesc::new(1, ic, hw, oc, [3, 3]));
@@ -352,7 +393,7 @@ fn winograd_families() -> Vec<(&'static str, ConvDesc)> {
     residual.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
     let mut s2 = w3(64, [17, 26], 128);
     s2.strides = [2, 2];
-    s2.post_ops = vec![PostOpDesc::Relu];
+    s2.post_ops = vec![PostOpDesc::PRelu, PostOpDesc::Relu];
     vec![
         ("winograd 3x3", residual),
         ("winograd stride 2", s2),

@@ -83,6 +83,9 @@ pub enum PostOp {
     MaxPool(PoolWindow),
     /// An element-wise activation ([`Activation`]).
     Act(Activation),
+    /// `x` for `x >= 0`, else `slope[c] * x`, one slope per output channel (`[C]`), as the
+    /// standalone [`Op::PRelu`]. A conv takes at most one.
+    PRelu(Param),
 }
 
 /// An element-wise activation with ONNX semantics, standalone ([`Op::Act`]) or as a
@@ -591,7 +594,13 @@ impl Op {
     /// The parameters this op reads.
     pub fn param_operands(&self) -> Vec<Param> {
         match self {
-            Op::Conv2d(c) => std::iter::once(c.weight).chain(c.bias).collect(),
+            Op::Conv2d(c) => std::iter::once(c.weight)
+                .chain(c.bias)
+                .chain(c.post_ops.iter().filter_map(|p| match p {
+                    PostOp::PRelu(slope) => Some(*slope),
+                    _ => None,
+                }))
+                .collect(),
             Op::ConvTranspose(c) => std::iter::once(c.weight).chain(c.bias).collect(),
             Op::BatchNorm(b) => vec![b.scale, b.bias, b.mean, b.var],
             Op::PRelu { slope, .. } => vec![*slope],

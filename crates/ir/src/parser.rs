@@ -661,7 +661,7 @@ impl Parser {
                 let post_ops = a.post_ops()?;
                 if post_ops
                     .iter()
-                    .any(|p| matches!(p, PostOp::Add(_) | PostOp::MaxPool(_)))
+                    .any(|p| matches!(p, PostOp::Add(_) | PostOp::MaxPool(_) | PostOp::PRelu(_)))
                 {
                     return err(
                         a.call.loc,
@@ -1085,6 +1085,13 @@ impl<'p> Attrs<'p> {
                     a.finish()?;
                     PostOp::Add(v)
                 }
+                Arg::Call(call) if call.name == "prelu" => {
+                    let a = Attrs::new(self.parser, call);
+                    a.arity(1, 1)?;
+                    let slope = a.param(0)?;
+                    a.finish()?;
+                    PostOp::PRelu(slope)
+                }
                 Arg::Call(call) if call.name == "clip" => {
                     let a = Attrs::new(self.parser, call);
                     a.arity(2, 2)?;
@@ -1105,7 +1112,7 @@ impl<'p> Attrs<'p> {
                 _ => {
                     return err(
                         loc,
-                        "unknown post-op (known: relu, add(%value), clip(lo, hi), maxpool(kernel=[kh, kw], ...), sigmoid, hardsigmoid(alpha=a, beta=b), hardswish, tanh, leakyrelu(alpha=a), elu(alpha=a), silu, exp)",
+                        "unknown post-op (known: relu, add(%value), clip(lo, hi), prelu(@slope), maxpool(kernel=[kh, kw], ...), sigmoid, hardsigmoid(alpha=a, beta=b), hardswish, tanh, leakyrelu(alpha=a), elu(alpha=a), silu, exp)",
                     );
                 }
             });

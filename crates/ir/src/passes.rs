@@ -297,16 +297,17 @@ pub fn compose_selections(graph: &mut Graph) -> usize {
     }
 }
 
-/// Fuses a `relu`, an activation or a residual `add` that is the only reader of a conv's
-/// output into the conv's post-ops, repeatedly, so `relu(add(conv(x), r))` becomes one conv
-/// with `post=[add(r), relu]`; a transposed conv takes relus and activations. Returns how many
-/// relus (activations counted) and adds were fused.
+/// Fuses a `relu`, an activation, a `prelu` or a residual `add` that is the only reader of a
+/// conv's output into the conv's post-ops, repeatedly, so `relu(add(conv(x), r))` becomes one
+/// conv with `post=[add(r), relu]`; a conv takes one `prelu`, a transposed conv relus and
+/// activations. Returns how many relus (activations and prelus counted) and adds were fused.
 pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
     let (mut relus, mut adds) = (0, 0);
     merge_sole_readers(graph, |graph, mut op, v, reader| {
         let post = match graph.nodes[reader].op {
             Op::Relu { .. } => PostOp::Relu,
             Op::Act { act, .. } => PostOp::Act(act),
+            Op::PRelu { slope, .. } => PostOp::PRelu(slope),
             Op::Add { lhs, rhs } if lhs == v && rhs != v => PostOp::Add(rhs),
             Op::Add { lhs, rhs } if rhs == v && lhs != v => PostOp::Add(lhs),
             _ => return None,
@@ -316,12 +317,20 @@ pub fn fuse_post_ops(graph: &mut Graph) -> (usize, usize) {
             Op::Conv2d(conv) if matches!(conv.post_ops.last(), Some(PostOp::MaxPool(_))) => {
                 return None;
             }
+            Op::Conv2d(conv)
+                if matches!(post, PostOp::PRelu(_))
+                    && conv.post_ops.iter().any(|p| matches!(p, PostOp::PRelu(_))) =>
+            {
+                return None;
+            }
             Op::Conv2d(conv) => &mut conv.post_ops,
-            Op::ConvTranspose(ct) if !matches!(post, PostOp::Add(_)) => &mut ct.post_ops,
+            Op::ConvTranspose(ct) if !matches!(post, PostOp::Add(_) | PostOp::PRelu(_)) => {
+                &mut ct.post_ops
+            }
             _ => return None,
         };
         match post {
-            PostOp::Relu | PostOp::Act(_) => relus += 1,
+            PostOp::Relu | PostOp::Act(_) | PostOp::PRelu(_) => relus += 1,
             _ => adds += 1,
         }
         posts.push(post);
@@ -443,6 +452,35 @@ mod tests {
         );
         assert!(text.contains("%sum = add(%up, %big)"), "{text}");
         assert_eq!(parse(&text).unwrap().to_string(), text);
+    }
+
+    /// A per-channel `prelu` that is a conv's only reader becomes its post-op, one per conv;
+    /// a second, and one after a transposed conv, stay standalone.
+    #[test]
+    fn fuses_one_prelu_into_the_conv_before_it() {
+        let src = "graph g {
+  input %x: f32[1, 4, 3, W]
+  param @w: f32[4, 4, 1, 1]
+  param @s: f32[4]
+  %c = conv2d(%x, @w)
+  %p = prelu(%c, @s)
+  %q = prelu(%p, @s)
+  %up = conv_transpose(%q, @w, strides=[2, 2])
+  %r = prelu(%up, @s)
+  output y = %r
+}
+";
+        let mut g = parse(src).unwrap();
+        assert_eq!(optimize(&mut g).fused_relus, 1);
+        let text = g.to_string();
+        assert!(
+            text.contains("%c = conv2d(%x, @w, post=[prelu(@s)])"),
+            "{text}"
+        );
+        assert!(text.contains("%q = prelu(%c, @s)"), "{text}");
+        assert!(text.contains("%r = prelu(%up, @s)"), "{text}");
+        assert_eq!(parse(&text).unwrap().to_string(), text);
+        g.verify().unwrap();
     }
 
     /// ShuffleNet's channel shuffle of two groups and its split into halves: each half reads

@@ -601,6 +601,13 @@ fn infer_node(
                     PostOp::MaxPool(_) if i + 1 != c.post_ops.len() => {
                         return ctx.fail("maxpool must be the last post-op");
                     }
+                    PostOp::PRelu(slope) => {
+                        let prelus = c.post_ops.iter().filter(|p| matches!(p, PostOp::PRelu(_)));
+                        if prelus.count() > 1 {
+                            return ctx.fail("a conv takes at most one prelu post-op");
+                        }
+                        ctx.param_shape(*slope, &[o], "the prelu slope")?;
+                    }
                     _ => {}
                 }
             }

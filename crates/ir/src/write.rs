@@ -89,7 +89,7 @@ impl Graph {
                 if c.groups != 1 {
                     args.push(format!("groups={}", c.groups));
                 }
-                post_ops_arg(&mut args, &c.post_ops, v);
+                post_ops_arg(&mut args, &c.post_ops, v, p);
             }
             Op::Pool2d(pool) => {
                 args.push(v(&pool.input));
@@ -140,7 +140,7 @@ impl Graph {
                 if c.groups != 1 {
                     args.push(format!("groups={}", c.groups));
                 }
-                post_ops_arg(&mut args, &c.post_ops, v);
+                post_ops_arg(&mut args, &c.post_ops, v, p);
             }
             Op::Resize(r) => {
                 args.push(v(&r.input));
@@ -268,7 +268,12 @@ impl fmt::Display for Graph {
 }
 
 /// `post=[...]` of a conv's or a transposed conv's post-ops, where it has any.
-fn post_ops_arg(args: &mut Vec<String>, posts: &[PostOp], v: impl Fn(&crate::Value) -> String) {
+fn post_ops_arg(
+    args: &mut Vec<String>,
+    posts: &[PostOp],
+    v: impl Fn(&crate::Value) -> String,
+    p: impl Fn(&crate::Param) -> String,
+) {
     if posts.is_empty() {
         return;
     }
@@ -276,6 +281,7 @@ fn post_ops_arg(args: &mut Vec<String>, posts: &[PostOp], v: impl Fn(&crate::Val
         PostOp::Relu => "relu".to_string(),
         PostOp::Add(r) => format!("add({})", v(r)),
         PostOp::Clip { lo, hi } => format!("clip({lo:?}, {hi:?})"),
+        PostOp::PRelu(slope) => format!("prelu({})", p(slope)),
         PostOp::MaxPool(w) => format!("maxpool({})", window_attrs(w).join(", ")),
         PostOp::Act(a) => {
             let attrs = act_attrs(a);

@@ -103,6 +103,7 @@ fn examples_cover_every_op_and_attribute() {
                             PostOp::Clip { .. } => "post clip",
                             PostOp::MaxPool(_) => "post maxpool",
                             PostOp::Act(_) => "post activation",
+                            PostOp::PRelu(_) => "post prelu",
                         };
                         seen.insert(name.to_string());
                     }
@@ -193,6 +194,7 @@ fn examples_cover_every_op_and_attribute() {
         "post clip",
         "post maxpool",
         "post activation",
+        "post prelu",
         "several post-ops",
         "maxpool strides",
         "maxpool pads",

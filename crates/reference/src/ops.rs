@@ -20,16 +20,22 @@ pub enum Post<'a> {
     },
     /// An activation, in f64 ([`Activation::eval`]).
     Act(Activation),
+    /// `acc` for `acc >= 0`, else `slope[c] * acc` ([`prelu`]), one slope (`[C]`) per output
+    /// channel.
+    PRelu(&'a Tensor),
 }
 
 impl Post<'_> {
-    /// `acc` after this post-op, `acc` being element `idx` of the output.
-    fn apply(&self, acc: f64, idx: usize) -> f64 {
+    /// `acc` after this post-op, `acc` being element `idx` of the output, of channel
+    /// `channel`.
+    fn apply(&self, acc: f64, idx: usize, channel: usize) -> f64 {
         match *self {
             Post::Relu => relu64(acc),
             Post::Add(r) => acc + r.data[idx] as f64,
             Post::Clip { lo, hi } => acc.clamp(lo as f64, hi as f64),
             Post::Act(a) => a.eval(acc),
+            Post::PRelu(slope) if acc < 0.0 => slope.data[channel] as f64 * acc,
+            Post::PRelu(_) => acc,
         }
     }
 }
@@ -165,11 +171,13 @@ pub fn conv2d(
         debug_assert_eq!(b.shape, [o]);
     }
     for post in post_ops {
-        if let Post::Add(r) = post {
-            assert_eq!(
+        match post {
+            Post::Add(r) => assert_eq!(
                 r.shape, out_shape,
                 "a residual must have the output's shape"
-            );
+            ),
+            Post::PRelu(slope) => assert_eq!(slope.shape, [o], "the slope must have shape [C]"),
+            _ => {}
         }
     }
     let opg = o / groups;
@@ -198,7 +206,7 @@ pub fn conv2d(
                         }
                     }
                     let idx = out.len();
-                    acc = post_ops.iter().fold(acc, |acc, p| p.apply(acc, idx));
+                    acc = post_ops.iter().fold(acc, |acc, p| p.apply(acc, idx, oc));
                     out.push(acc as f32);
                 }
             }
@@ -628,7 +636,7 @@ pub fn conv_transpose(
                         }
                     }
                     let idx = data.len();
-                    acc = post_ops.iter().fold(acc, |acc, p| p.apply(acc, idx));
+                    acc = post_ops.iter().fold(acc, |acc, p| p.apply(acc, idx, o));
                     data.push(acc as f32);
                 }
             }

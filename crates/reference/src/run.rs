@@ -3,7 +3,8 @@
 use std::borrow::Cow;
 
 use primjit_ir::{
-    Bindings, Dim, Graph, Op, ParamError, Params, PostOp, ResizeSize, Tensor, Value, VerifyError,
+    Bindings, Dim, Graph, Op, Param, ParamError, Params, PostOp, ResizeSize, Tensor, Value,
+    VerifyError,
 };
 
 use crate::ops::{self, ConvAttrs, PoolAttrs, Post};
@@ -233,7 +234,7 @@ pub fn run_graph(
         };
         let out = match &node.op {
             Op::Conv2d(c) => {
-                let post = post_ops(&c.post_ops, value);
+                let post = post_ops(&c.post_ops, value, |p| param(p));
                 let x = value(c.input);
                 let w = param(c.weight);
                 let attrs = ConvAttrs::at(c, [w.shape[2], w.shape[3]], [x.shape[2], x.shape[3]])
@@ -277,7 +278,7 @@ pub fn run_graph(
                 param(ct.weight),
                 ct.bias.map(param),
                 &ops::ConvTransposeAttrs::from(ct),
-                &post_ops(&ct.post_ops, value),
+                &post_ops(&ct.post_ops, value, |p| param(p)),
             ),
             Op::Resize(r) => {
                 let out = shapes.concrete(node.result).expect("bound above");
@@ -321,10 +322,15 @@ pub fn run_graph(
 mod tests;
 
 /// The reference's post-ops of a conv's (a fused max pool aside, which the caller applies).
-fn post_ops<'a>(posts: &[PostOp], value: impl Fn(Value) -> &'a Tensor) -> Vec<Post<'a>> {
+fn post_ops<'a>(
+    posts: &[PostOp],
+    value: impl Fn(Value) -> &'a Tensor,
+    param: impl Fn(Param) -> &'a Tensor,
+) -> Vec<Post<'a>> {
     posts
         .iter()
         .filter_map(|p| match *p {
+            PostOp::PRelu(slope) => Some(Post::PRelu(param(slope))),
             PostOp::Relu => Some(Post::Relu),
             PostOp::Add(r) => Some(Post::Add(value(r))),
             PostOp::Clip { lo, hi } => Some(Post::Clip { lo, hi }),

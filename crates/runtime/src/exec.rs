@@ -999,7 +999,7 @@ mod tests {
         let weight_count = channels * channels * 9;
         let w: Vec<f32> = (0..weight_count).map(|i| (i % 5) as f32 * 0.1).collect();
         let bias = vec![0.5; channels];
-        let weights = d.pack_weights(&w, Some(&bias));
+        let weights = d.pack_weights(&w, Some(&bias), None);
         let mut scratch = vec![0.0; d.scratch_len()];
         let run = |prefetch: Option<PrefetchFn>, scratch: &mut [f32]| {
             let mut dst = vec![0.0; specs[2].len];

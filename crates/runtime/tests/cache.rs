@@ -231,7 +231,7 @@ impl ConvCase {
                 }
             }
         }
-        let packed = ConvPlan::new(&d).pack_weights(&weights, None);
+        let packed = ConvPlan::new(&d).pack_weights(&weights, None, None);
         ConvCase {
             key: PrimitiveKey::Conv(d),
             src,

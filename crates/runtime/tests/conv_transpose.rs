@@ -114,7 +114,7 @@ fn check(
             PostOpDesc::Relu => Post::Relu,
             PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
             PostOpDesc::Act(act) => Post::Act(act),
-            PostOpDesc::Add => unreachable!("no residual"),
+            PostOpDesc::Add | PostOpDesc::PRelu => unreachable!("no residual, no prelu"),
         })
         .collect();
     let want =

@@ -660,7 +660,7 @@ proptest! {
         let key = PrimitiveKey::Conv(d.clone());
         key.validate().unwrap();
         let p = compile(&key);
-        let packed = d.pack_weights(&wt.data, Some(&b.data));
+        let packed = d.pack_weights(&wt.data, Some(&b.data), None);
         let shape = d.dst_shape();
         let raw = run_with_scratch(
             &p,
@@ -684,6 +684,123 @@ proptest! {
             let conv = 1.5 * (terms + 4.0) * 2f64.powi(-23) * m.data[i] as f64;
             prop_assert!(
                 close(g, want.data[i], act_ulps(act), conv + 1e-30 + act_abs(act, pre.data[i])),
+                "{key}: element {i}: jit {:?}, reference {:?}", g, want.data[i]
+            );
+        }
+    }
+}
+
+/// The post-op lists a conv with a PReLU post-op is tried with: alone, after and before a
+/// residual add, with relu before and after it (the wide tiles' zero register), a clip, and
+/// a sigmoid after it (the wide tiles' interleaved chains, several values at once).
+fn prelu_posts() -> impl Strategy<Value = Vec<PostOpDesc>> {
+    let clip = PostOpDesc::Clip { lo: -0.5, hi: 0.75 };
+    let sigmoid = PostOpDesc::Act(Activation::Sigmoid);
+    prop::sample::select(vec![
+        vec![PostOpDesc::PRelu],
+        vec![PostOpDesc::Add, PostOpDesc::PRelu],
+        vec![PostOpDesc::PRelu, PostOpDesc::Add],
+        vec![PostOpDesc::Relu, PostOpDesc::PRelu, PostOpDesc::Relu],
+        vec![PostOpDesc::PRelu, clip],
+        vec![PostOpDesc::PRelu, sigmoid],
+        vec![PostOpDesc::Add, PostOpDesc::PRelu, sigmoid],
+    ])
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A PReLU post-op, its slopes packed after the bias: every conv family (direct, grouped,
+    /// depthwise, Winograd) at every tier the host runs, against the reference, and a wide
+    /// tier's output bit for bit the x128 kernel's.
+    #[test]
+    fn convs_with_a_prelu_post_op_match_the_reference(
+        posts in prelu_posts(),
+        (ic, oc) in (1..=9usize, 1..=13usize),
+        (h, w) in (1..=6usize, 1..=9usize),
+        k in prop::sample::select(vec![1usize, 3]),
+        family in prop::sample::select(vec!["direct", "grouped", "depthwise", "winograd"]),
+        (src_layout, dst_layout) in (layout(), layout()),
+        bias in any::<bool>(),
+        seed in any::<u64>(),
+        isa in prop::sample::select(common::host_tiers()),
+    ) {
+        let (ic, oc, groups) = match family {
+            "grouped" => (2 * ic.div_ceil(2), 2 * oc.div_ceil(2), 2),
+            "depthwise" => (ic, ic, ic),
+            _ => (ic, oc, 1),
+        };
+        let winograd = family == "winograd" && k == 3;
+        let (src_layout, dst_layout) = if winograd || family == "depthwise" {
+            (Layout::Nchw4c, Layout::Nchw4c)
+        } else {
+            (src_layout, dst_layout)
+        };
+        let mut rng = Rng(seed);
+        let x = rng.tensor(&[1, ic, h, w], false);
+        let wt = rng.tensor(&[oc, ic / groups, k, k], false);
+        let b = rng.tensor(&[oc], false);
+        let slopes = rng.tensor(&[oc], false);
+        let r = rng.tensor(&[1, oc, h, w], false);
+        let mut d = ConvDesc::new(1, ic, [h, w], oc, [k, k]);
+        d.groups = groups;
+        d.pads = Pads::uniform(k / 2);
+        d.bias = bias;
+        d.post_ops = posts.clone();
+        d.src_layout = src_layout;
+        d.dst_layout = dst_layout;
+        if winograd {
+            d.algo = ConvAlgo::WinogradF4x3;
+        }
+        d.isa = d.tier_for(isa);
+        let key = PrimitiveKey::Conv(d.clone());
+        key.validate().unwrap();
+        let shape = d.dst_shape();
+        let residuals: Vec<Vec<f32>> = (0..d.residuals()).map(|_| to_layout(&r, dst_layout)).collect();
+        // Each tier packs the weights for its own tiles.
+        let run_at = |d: &ConvDesc| {
+            let packed = d.pack_weights(&wt.data, bias.then_some(&b.data[..]), Some(&slopes.data));
+            run_with_scratch(
+                &compile(&PrimitiveKey::Conv(d.clone())),
+                &to_layout(&x, src_layout),
+                Some(&packed),
+                &residuals,
+                dst_layout.buffer_len(shape),
+                d.scratch_len(),
+                None,
+            )
+        };
+        let raw = run_at(&d)?;
+        if d.isa != Isa::X128 {
+            let narrow = run_at(&ConvDesc { isa: Isa::X128, ..d.clone() })?;
+            let same = raw.iter().zip(&narrow).all(|(a, b)| a.to_bits() == b.to_bits());
+            prop_assert!(same, "{key}: differs from its x128 kernel");
+        }
+        let got = from_layout(&raw, dst_layout, shape);
+        let attrs = ConvAttrs { pads: d.pads, groups, ..ConvAttrs::default() };
+        let bias_t = bias.then_some(&b);
+        let want_posts: Vec<Post> = posts
+            .iter()
+            .map(|p| match *p {
+                PostOpDesc::PRelu => Post::PRelu(&slopes),
+                PostOpDesc::Add => Post::Add(&r),
+                PostOpDesc::Relu => Post::Relu,
+                PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
+                PostOpDesc::Act(a) => Post::Act(a),
+            })
+            .collect();
+        let want = primjit_reference::conv2d(&x, &wt, bias_t, &attrs, &want_posts);
+        let abs = |t: &Tensor| Tensor { shape: t.shape.clone(), data: t.data.iter().map(|v| v.abs()).collect() };
+        let abs_b = abs(&b);
+        let m = primjit_reference::conv2d(&abs(&x), &abs(&wt), bias.then_some(&abs_b), &attrs, &[]);
+        // Slopes are within [-1, 1]: the post-ops shrink the conv's error, and add a rounding
+        // each (a residual add, PReLU's product) or a sigmoid's ulps.
+        let terms = (ic / groups * k * k + 1) as f64 * if winograd { 64.0 } else { 1.0 };
+        let ulps = if posts.contains(&PostOpDesc::Act(Activation::Sigmoid)) { 8.0 } else { 2.0 };
+        for (i, &g) in got.iter().enumerate() {
+            let conv = 1.5 * (terms + 4.0) * 2f64.powi(-23) * m.data[i] as f64;
+            prop_assert!(
+                close(g, want.data[i], ulps, conv + 1e-30),
                 "{key}: element {i}: jit {:?}, reference {:?}", g, want.data[i]
             );
         }

@@ -458,8 +458,9 @@ impl ConvProblem {
                 PostOpDesc::Relu => Post::Relu,
                 PostOpDesc::Add => Post::Add(residuals.next().expect("one residual per add")),
                 PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
-                // tests/eltwise.rs tests convs with activations.
+                // tests/eltwise.rs tests convs with activations and PReLU.
                 PostOpDesc::Act(a) => Post::Act(a),
+                PostOpDesc::PRelu => unreachable!("this file's keys take no prelu"),
             })
             .collect();
         let y = primjit_reference::conv2d(&data.x, &data.w, data.b.as_ref(), &self.attrs(), &posts);
@@ -709,7 +710,7 @@ impl ConvProblem {
     fn buffers(&self) -> Buffers {
         let d = &self.desc;
         let data = self.data();
-        let packed = d.pack_weights(&data.w.data, data.b.as_ref().map(|b| &b.data[..]));
+        let packed = d.pack_weights(&data.w.data, data.b.as_ref().map(|b| &b.data[..]), None);
         Buffers {
             src: guarded(&to_layout(&data.x, d.src_layout)),
             weights: Some(guarded(&packed)),

@@ -376,7 +376,8 @@ fn check_single(engine: &Engine, key: &PrimitiveKey, rng: &mut Rng) {
             );
             let [_, icg, kh, kw] = d.weight_shape();
             let k = (icg * kh * kw + 1) as f64;
-            let packed = ConvPlan::new(d).pack_weights(&w.data, b.as_ref().map(|b| &b.data[..]));
+            let packed =
+                ConvPlan::new(d).pack_weights(&w.data, b.as_ref().map(|b| &b.data[..]), None);
             (
                 in_layout(&x, d.src_layout),
                 Some(packed),

@@ -143,7 +143,7 @@ fn weight_bytes_are_one_packing_per_convolution_for_its_algorithm() {
             };
             let [oc, icg, kh, kw] = d.weight_shape();
             let bias = d.bias.then(|| vec![0.0; oc]);
-            let packed = d.pack_weights(&vec![0.0; oc * icg * kh * kw], bias.as_deref());
+            let packed = d.pack_weights(&vec![0.0; oc * icg * kh * kw], bias.as_deref(), None);
             let bytes = std::mem::size_of_val(packed.as_slice());
             match d.algo {
                 primjit_codegen::ConvAlgo::Direct => want.direct += bytes,

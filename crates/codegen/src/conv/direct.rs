@@ -56,7 +56,9 @@ struct TileClass {
 struct TilePtrs {
     src: Value,
     weights: Value,
-    bias: Option<Value>,
+    /// The tile's channel parameters where the key has any: its bias (with a bias), then,
+    /// [`ConvPlan::slopes_disp`] bytes on, its PReLU slopes (with a PReLU post-op).
+    params: Option<Value>,
     dst: Value,
     /// Which chunk of the reduction this is, when the plan splits it
     /// ([`ConvPlan::chunks`]): the first starts from the bias, the last applies the post-ops,
@@ -282,10 +284,9 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                 let first_ch = src_chan_bytes(e, plan, &geo, plan.ic.first(first));
                 let src_t0 = e.offset_by(src_n, first_ch, 1);
                 let w_t0 = e.offset(weights, first as i64 * tile_w_bytes);
-                let bias_t0 = d
-                    .bias
+                let params_t0 = (d.bias || d.prelu())
                     .then(|| (plan.bias_offset() + first * tile_oc) as i64 * F32_BYTES);
-                let bias_t0 = bias_t0.map(|off| e.offset(weights, off));
+                let params_t0 = params_t0.map(|off| e.offset(weights, off));
                 let dst_t0 = e.offset_by(dst_n, tile_dst_bytes, first as i64);
                 let res_t0: Vec<Value> = res_n
                     .iter()
@@ -299,7 +300,7 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                     _ => Scalar::Const(0),
                 };
                 let mut steps = vec![src_step, Scalar::Const(tile_w_bytes), tile_dst_bytes];
-                if let Some(b) = bias_t0 {
+                if let Some(b) = params_t0 {
                     ptrs.push(b);
                     steps.push(Scalar::Const(tile_oc as i64 * F32_BYTES));
                 }
@@ -308,14 +309,14 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                 // The tile's index, last.
                 ptrs.push(e.iconst(first as i64));
                 steps.push(Scalar::Const(1));
-                let has_bias = d.bias;
+                let has_params = params_t0.is_some();
                 e.for_ptrs(
                     Scalar::Const(class.tiles.len() as i64),
                     &ptrs,
                     &steps,
                     |e, p| {
                         let (&oc_tile, p) = p.split_last().expect("the tile index");
-                        let (bias, res) = if has_bias {
+                        let (params, res) = if has_params {
                             (Some(p[3]), &p[4..])
                         } else {
                             (None, &p[3..])
@@ -333,7 +334,7 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                         let tile = TilePtrs {
                             src,
                             weights: p[1],
-                            bias,
+                            params,
                             dst: p[2],
                             chunk: None,
                             oc_tile,
@@ -412,7 +413,7 @@ fn tile_ptrs(e: &mut Emit<'_>, plan: &ConvPlan, n: Value, t: Value) -> (TilePtrs
     let weights = e.buffer(WEIGHTS);
     let tile_w_bytes = plan.tile_weights_len() as i64 * F32_BYTES;
     let tile_oc = plan.vecs * LANES;
-    let bias = d.bias.then(|| {
+    let params = (d.bias || d.prelu()).then(|| {
         let off = plan.bias_offset() as i64 * F32_BYTES;
         e.scaled(weights, t, tile_oc as i64 * F32_BYTES, off)
     });
@@ -430,7 +431,7 @@ fn tile_ptrs(e: &mut Emit<'_>, plan: &ConvPlan, n: Value, t: Value) -> (TilePtrs
     let tile = TilePtrs {
         src,
         weights: w,
-        bias,
+        params,
         dst,
         chunk: None,
         oc_tile: t,
@@ -876,7 +877,7 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
         let mut acc = Vec::with_capacity(pixels * vecs);
         for _ in 0..pixels {
             for v in 0..vecs {
-                acc.push(match tile.bias {
+                acc.push(match tile.params.filter(|_| d.bias) {
                     Some(b) => e.load_vec(b, v as i64 * LANES as i64 * f),
                     None => e.splat_const(0.0),
                 });
@@ -1198,6 +1199,7 @@ fn wide_pixel_tile(
             per_kh,
             ic_w_step: plan.ic_step as i64 * per_ic,
             dst_pixel_bytes: geo.dst.pixel * F32_BYTES,
+            slopes_disp: plan.slopes_disp(),
             init,
             finish,
         })
@@ -1206,7 +1208,7 @@ fn wide_pixel_tile(
     args.extend([e.value(geo.ic_src_step), e.value(geo.dst_block_bytes)]);
     args.push(bias_arg(e, tile));
     args.extend(residuals);
-    let start = if tile.bias.is_some() {
+    let start = if d.bias {
         TileInit::Bias
     } else {
         TileInit::Zero
@@ -1280,7 +1282,8 @@ fn lanewise_wide_tile(
         units,
         pixel_step: src_step,
         per_kh,
-        bias: tile.bias.is_some(),
+        bias: d.bias,
+        slopes_disp: plan.slopes_disp(),
         posts: d.post_ops.clone(),
     };
     let mut args = wide_call_start(e, plan, geo, row_taps, tile, per_kh);
@@ -1315,9 +1318,10 @@ fn wide_call_start(
     ]
 }
 
-/// A wide tile's bias argument: the tile's bias, or a null pointer it does not read.
+/// A wide tile's bias argument: the tile's channel parameters, or a null pointer it does not
+/// read.
 fn bias_arg(e: &mut Emit<'_>, tile: TilePtrs) -> Value {
-    match tile.bias {
+    match tile.params {
         Some(b) => b,
         None => e.iconst(0),
     }
@@ -1480,7 +1484,7 @@ fn epilogue(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, vecs: usize, acc
     let zero = d
         .post_ops
         .iter()
-        .any(|p| matches!(p, PostOpDesc::Relu))
+        .any(|p| matches!(p, PostOpDesc::Relu | PostOpDesc::PRelu))
         .then(|| e.splat_const(0.0));
     // The base and immediate offset of vector `v` of a buffer in the destination's layout:
     // a runtime block stride moves the base, a fixed one folds into the offset.
@@ -1495,7 +1499,11 @@ fn epilogue(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, vecs: usize, acc
         let res_v: Vec<(Value, i64)> = residuals.iter().map(|&r| vec_base(e, r, v)).collect();
         for p in 0..pixels {
             let px = p as i64 * strides.pixel * f;
-            let x = apply_post_ops(e, &d.post_ops, acc[p * vecs + v], zero, |e, i| {
+            let slopes = |e: &mut Emit<'_>| {
+                let params = tile.params.expect("a prelu tile's parameters");
+                e.load_vec(params, plan.slopes_disp() + (v * LANES) as i64 * f)
+            };
+            let x = apply_post_ops(e, &d.post_ops, acc[p * vecs + v], zero, slopes, |e, i| {
                 let (r, r_off) = res_v[i];
                 match d.dst_layout {
                     Layout::Nchw4c => e.load_vec(r, r_off + px),

@@ -13,7 +13,8 @@ use crate::backend::cranelift::{Emit, Value};
 use crate::key::{ConvAlgo, ConvDesc, PostOpDesc};
 
 /// `x` through a key's post-ops in their order, in registers: `zero` is a zero vector for
-/// relu (made here if `None`), and `residual(e, i)` loads this output's vector of the `i`th
+/// relu and PReLU (made here if `None`), `slopes` this output's vector of PReLU slopes (loaded
+/// here, right before use), and `residual(e, i)` loads this output's vector of the `i`th
 /// residual, right before it is added. NaN goes through every post-op: relu and clip pass
 /// the data as the operand that `maxps`/`minps` return on NaN ([`Emit::pmax`]).
 pub(crate) fn apply_post_ops(
@@ -21,6 +22,7 @@ pub(crate) fn apply_post_ops(
     posts: &[PostOpDesc],
     mut x: Value,
     zero: Option<Value>,
+    mut slopes: impl FnMut(&mut Emit<'_>) -> Value,
     mut residual: impl FnMut(&mut Emit<'_>, usize) -> Value,
 ) -> Value {
     let mut adds = 0;
@@ -42,6 +44,11 @@ pub(crate) fn apply_post_ops(
                 e.fadd(x, y)
             }
             PostOpDesc::Act(a) => crate::lower_eltwise::activation(e, *a, x),
+            PostOpDesc::PRelu => {
+                let zero = zero.unwrap_or_else(|| e.splat_const(0.0));
+                let slope = slopes(e);
+                crate::lower_eltwise::prelu(e, x, slope, zero)
+            }
         };
     }
     x

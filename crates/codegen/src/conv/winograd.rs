@@ -327,6 +327,7 @@ impl WinogradPlan {
             isa: self.desc.isa,
             patch: self.form.patch(),
             bias: self.desc.bias,
+            slopes_disp: self.slopes_disp(),
             posts: self.desc.post_ops.clone(),
         };
         tile.fits().then_some(tile)
@@ -475,10 +476,10 @@ impl WinogradPlan {
         e.add(bytes, POINT_PAD as i64 * F32_BYTES)
     }
 
-    /// Floats of the packed weights: `U[weight point][oc block][ic][4]`, then the bias padded
-    /// to `ocp`.
+    /// Floats of the packed weights: `U[weight point][oc block][ic][4]`, then the bias and a
+    /// PReLU post-op's slopes, each padded to `ocp`.
     pub fn packed_weights_len(&self) -> usize {
-        self.bias_offset() + if self.desc.bias { self.ocp() } else { 0 }
+        self.slopes_offset() + if self.desc.prelu() { self.ocp() } else { 0 }
     }
 
     /// Where the packed weights keep `U[point][o][c]`: at the weight point's `ic x ocp`
@@ -504,6 +505,15 @@ impl WinogradPlan {
         self.form.weight_points() * self.desc.ic * self.ocp()
     }
 
+    fn slopes_offset(&self) -> usize {
+        self.bias_offset() + if self.desc.bias { self.ocp() } else { 0 }
+    }
+
+    /// Bytes from a block's bias to its PReLU slopes.
+    fn slopes_disp(&self) -> i64 {
+        (self.slopes_offset() - self.bias_offset()) as i64 * F32_BYTES
+    }
+
     /// Transforms OIHW 3x3 weights to `U = G g Gᵀ` (in f64, rounded once), packed per weight
     /// point (36; at stride 2, the points whose rows and columns of `G` are the same share
     /// them, [`Form::weight_row`]) and chunk as `[oc panel][ic][2][4]` (at avx512
@@ -512,8 +522,13 @@ impl WinogradPlan {
     /// weights as one sequential stream (the 256-channel layers' 9.4 MB do not fit in L2, and
     /// a stride of a row of output channels defeated the prefetchers), with output channels
     /// padded to whole vectors by zeros (so the padding lanes of the destination get zero plus
-    /// their post-ops), followed by the bias.
-    pub fn pack_weights(&self, weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    /// their post-ops), followed by the bias and a PReLU post-op's slopes.
+    pub fn pack_weights(
+        &self,
+        weights: &[f32],
+        bias: Option<&[f32]>,
+        slopes: Option<&[f32]>,
+    ) -> Vec<f32> {
         let d = &self.desc;
         let (ic, oc) = (d.ic, d.oc);
         assert_eq!(weights.len(), oc * ic * 9, "OIHW 3x3 weights");
@@ -544,6 +559,7 @@ impl WinogradPlan {
             assert_eq!(b.len(), oc, "one bias per output channel");
             packed[self.bias_offset()..][..oc].copy_from_slice(b);
         }
+        crate::plan::pack_slopes(&mut packed[self.slopes_offset()..], d, slopes);
         packed
     }
 }
@@ -1681,7 +1697,9 @@ fn output_transform(
     let (form, patch) = (plan.form, plan.form.patch());
     let mut ptrs = vec![plane_off, m];
     let mut steps = vec![plane, e.mul(stride, PIXEL_BYTES)];
-    if d.bias {
+    // The block's channel parameters: its bias, then its PReLU slopes.
+    let params = d.bias || d.prelu();
+    if params {
         let w = e.buffer(WEIGHTS);
         let w = e.offset(w, plan.bias_offset() as i64 * f);
         ptrs.push(e.scaled(w, first_block, PIXEL_BYTES, 0));
@@ -1710,6 +1728,7 @@ fn output_transform(
             let one_tile = |e: &mut Emit<'_>, t: Value| {
                 // Loaded per tile: no vector stays live across a wide tile's call.
                 let bias = d.bias.then(|| e.load_vec(p[2], 0));
+                let slopes = d.prelu().then(|| (p[2], plan.slopes_disp()));
                 let mask = last_block.map(|last| {
                     let padded = e.lane_mask(real);
                     let whole = e.lane_mask(LANES);
@@ -1781,7 +1800,7 @@ fn output_transform(
                                     Some(b) => e.fadd(x, b),
                                     None => x,
                                 };
-                                let x = post_ops(e, d, x, &residuals, k_off, px);
+                                let x = post_ops(e, d, x, slopes, &residuals, k_off, px);
                                 let x = match mask {
                                     Some(m) => e.keep_lanes(x, m),
                                     None => x,
@@ -1850,8 +1869,8 @@ fn output_transform(
                         let ow = e.extent_or(d.runtime.w, ExtentArg::OutputW, d.ow());
                         let row = Blocked::new(e, d.oc, oh, row_pixels(d.pitches.dst, ow)).row;
                         let row_bytes = e.value(row);
-                        // Without a bias the tile reads nothing there.
-                        let bias = if d.bias { p[2] } else { m };
+                        // Without a bias or slopes the tile reads nothing there.
+                        let bias = if params { p[2] } else { m };
                         let tmp = e.stack_addr(*tmp, 0);
                         let mut args = vec![m, m_point, dst, row_bytes, bias, tmp];
                         args.extend((0..d.residuals()).map(|r| at_buffer(e, DST + 1 + r)));
@@ -1868,17 +1887,23 @@ fn output_transform(
     );
 }
 
-/// The key's post-ops on one output vector; residual `i` is read at `residuals[i] + row +
-/// px`, the pixel's own place, right before the pixel is stored.
+/// The key's post-ops on one output vector; `slopes` is where its block's PReLU slopes are (a
+/// base and a displacement), residual `i` is read at `residuals[i] + row + px`, the pixel's
+/// own place, right before the pixel is stored.
 fn post_ops(
     e: &mut Emit<'_>,
     d: &ConvDesc,
     x: Value,
+    slopes: Option<(Value, i64)>,
     residuals: &[Value],
     row: Value,
     px: i64,
 ) -> Value {
-    apply_post_ops(e, &d.post_ops, x, None, |e, i| {
+    let slopes = |e: &mut Emit<'_>| {
+        let (base, disp) = slopes.expect("a prelu block's slopes");
+        e.load_vec(base, disp)
+    };
+    apply_post_ops(e, &d.post_ops, x, None, slopes, |e, i| {
         let at = e.iadd(residuals[i], row);
         e.load_vec(at, px)
     })
@@ -1941,7 +1966,7 @@ mod tests {
                 d.algo = crate::key::ConvAlgo::WinogradF4x3;
                 let plan = WinogradPlan::new(&d);
                 assert_eq!(plan.form, form);
-                let u = plan.pack_weights(&g, None);
+                let u = plan.pack_weights(&g, None, None);
                 // V = Bᵀ d B
                 let mut v = vec![vec![0.0f64; n]; n];
                 for i in 0..n {

@@ -405,6 +405,7 @@ fn post_op_descs(posts: &[PostOp]) -> Vec<PostOpDesc> {
             PostOp::Clip { lo, hi } => Some(PostOpDesc::Clip { lo: *lo, hi: *hi }),
             PostOp::MaxPool(_) => None,
             PostOp::Act(a) => Some(PostOpDesc::Act(*a)),
+            PostOp::PRelu(_) => Some(PostOpDesc::PRelu),
         })
         .collect()
 }

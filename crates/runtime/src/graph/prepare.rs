@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use primjit_codegen::{ConvAlgo, ConvAlgoChoice, Isa};
 use primjit_ir::passes::{self, PassReport};
-use primjit_ir::{Graph, Op, Params, Value};
+use primjit_ir::{Graph, Op, Params, PostOp, Value};
 
 use super::alias::InPlace;
 use super::keys::{conv_desc_shell, conv_transpose_desc, symbolic_dims};
@@ -63,11 +63,17 @@ impl CompiledGraph {
                 Op::Conv2d(c) => {
                     let w = params.get(c.weight);
                     let b = c.bias.map(|b| params.get(b));
+                    let slopes = c.post_ops.iter().find_map(|p| match p {
+                        PostOp::PRelu(slope) => Some(params.get(*slope)),
+                        _ => None,
+                    });
                     let desc = conv_desc_shell(&graph, c, &shapes, conv_algo, isa);
                     Prepared::Conv {
-                        packed: weight_buffer(
-                            &desc.pack_weights(&w.data, b.as_ref().map(|b| b.data.as_slice())),
-                        )?,
+                        packed: weight_buffer(&desc.pack_weights(
+                            &w.data,
+                            b.as_ref().map(|b| b.data.as_slice()),
+                            slopes.as_ref().map(|s| s.data.as_slice()),
+                        ))?,
                         algo: desc.algo,
                         isa: desc.isa,
                     }

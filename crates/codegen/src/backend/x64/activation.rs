@@ -463,7 +463,7 @@ impl Asm {
             }
             Activation::LeakyRelu { alpha } => {
                 let alpha = self.f32(alpha);
-                self.prelu(chains, alpha);
+                self.prelu(chains, |_| alpha);
             }
             Activation::Exp => {
                 for c in chains {
@@ -486,12 +486,13 @@ impl Asm {
         }
     }
 
-    /// `x < 0 ? x * slope : x` in each chain's register `x` (`lower_eltwise`'s PReLU and
-    /// leaky relu, a slope per channel or one constant); temporaries 0 and 1 are clobbered
+    /// `x < 0 ? x * slope : x` in each chain's register `x` (`lower_eltwise::prelu`: the
+    /// standalone PReLU, a conv's PReLU post-op and leaky relu, a slope per channel or one
+    /// constant), the slopes of chain `c` at `slope(c)`; temporaries 0 and 1 are clobbered
     /// (and the opmasks at avx512).
-    pub(crate) fn prelu(&mut self, chains: &[Chain], slope: Src) {
+    pub(crate) fn prelu(&mut self, chains: &[Chain], slope: impl Fn(&Chain) -> Src) {
         for c in chains {
-            three!(self, vmulps, c.t[T1], c.x, slope);
+            three!(self, vmulps, c.t[T1], c.x, slope(c));
         }
         self.select_negative(chains, T2, |c| (c.x, c.t[T1], c.x));
     }

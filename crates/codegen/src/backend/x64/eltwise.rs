@@ -147,7 +147,7 @@ impl EltwiseTile {
         };
         match self.op {
             EltwiseOp::Act(_) => unreachable!("activations run as chains (`trip`)"),
-            EltwiseOp::PRelu => a.prelu(&[Chain::single(x)], y),
+            EltwiseOp::PRelu => a.prelu(&[Chain::single(x)], |_| y),
             EltwiseOp::Binary(BinaryKind::Add) => three!(a, vaddps, x, x, y),
             EltwiseOp::Binary(BinaryKind::Sub) => three!(a, vsubps, x, x, y),
             EltwiseOp::Binary(BinaryKind::Mul) => three!(a, vmulps, x, x, y),

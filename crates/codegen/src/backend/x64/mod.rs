@@ -84,7 +84,9 @@ pub struct TileUnit {
 /// pixel's sum has the same bits whichever tile computes it.
 ///
 /// The tile is called as `fn(src, weights, dst, kh_count, kh_src_step, ic_src_step,
-/// dst_block_bytes, bias, residuals...)`: `steps` trips of the channel loop, each of
+/// dst_block_bytes, bias, residuals...)`, `bias` pointing at the tile's channel parameters:
+/// its bias (read by [`TileInit::Bias`]), then `slopes_disp` bytes on, the slopes of a PReLU
+/// post-op. `steps` trips of the channel loop, each of
 /// `kh_count` kernel-row trips of `units`; after a kernel row the source moves by
 /// `kh_src_step` bytes and the weights by `per_kh`; after a channel step the source moves
 /// to `ic_src_step` bytes past where the step began and the weights to `ic_w_step`. Vector
@@ -105,6 +107,7 @@ pub struct DirectTile {
     pub per_kh: i64,
     pub ic_w_step: i64,
     pub dst_pixel_bytes: i64,
+    pub slopes_disp: i64,
     pub init: TileInit,
     pub finish: TileFinish,
 }
@@ -115,7 +118,8 @@ pub struct DirectTile {
 /// adds its taps in the order of `units`, one fused multiply-add each, as the 128-bit
 /// lane-wise tile of `conv::direct` sums it: the bits are the same at every tier.
 ///
-/// The tile is called as `fn(src, weights, dst, kh_count, kh_src_step, bias, residuals...)`:
+/// The tile is called as `fn(src, weights, dst, kh_count, kh_src_step, bias, residuals...)`
+/// (`bias`: the block's bias, read with `bias`, then `slopes_disp` bytes on its PReLU slopes):
 /// `kh_count` kernel-row trips of `units`, after each of which the source moves by
 /// `kh_src_step` bytes and the weights by `per_kh`. A unit's four weights at `w` bytes from
 /// the trip's, repeated across the vector, multiply the input vector at `x[j]` bytes from the
@@ -134,6 +138,7 @@ pub struct LanewiseTile {
     pub pixel_step: i64,
     pub per_kh: i64,
     pub bias: bool,
+    pub slopes_disp: i64,
     pub posts: Vec<PostOpDesc>,
 }
 
@@ -237,6 +242,7 @@ impl LanewiseTile {
         a.grouped_post_ops(
             &values,
             &self.posts,
+            |a, _, r| a.broadcast_block(r, r9 + disp(self.slopes_disp)),
             |a, j, adds, r| {
                 // Residual pointers follow the return address on the stack.
                 ok(a.a.mov(rax, qword_ptr(a.stack_arg(8 * (adds as i32 + 1)))));
@@ -789,9 +795,16 @@ impl DirectTile {
         // The destination's block bases (r10, r11) are set once per vector; a residual's
         // load moves them, and the next store sets them again.
         let bases = std::cell::Cell::new(None);
+        let vb = self.isa.target().vector_bytes() as i64;
         a.grouped_post_ops(
             &values,
             posts,
+            |a, i, r| {
+                let u = i / self.pixels;
+                ok(a.a.mov(rcx, qword_ptr(a.stack_arg(BIAS_ARG))));
+                let at = rcx + disp(self.slopes_disp + u as i64 * vb);
+                a.load_lanes(r, at, self.lanes(u));
+            },
             |a, i, adds, r| {
                 let (first, px, blocks) = at(i);
                 let arg = FIRST_RESIDUAL_ARG + 8 * adds as i32;
@@ -838,7 +851,8 @@ impl Asm {
     /// A wide tile's post-ops on each chain's value, in their order, as
     /// `conv::apply_post_ops` applies them, the chains' instructions interleaved (activations
     /// are [`Asm::activation`], which the lowering leaves out where [`DirectTile::supports`]
-    /// says so). `residual(a, i, adds, r)` loads the `adds`-th residual of chain `i`'s value
+    /// says so). `slopes(a, i, r)` loads chain `i`'s PReLU slopes into register `r`;
+    /// `residual(a, i, adds, r)` loads the `adds`-th residual of chain `i`'s value
     /// into register `r`. `max(b, x)` and `min(b, x)` return their second operand `x` when
     /// either is NaN or both are zeros, so relu and clip are `x < 0 ? 0 : x` and
     /// `x < lo ? lo : x`. With `zero_set`, the chains' zero registers hold zero already
@@ -848,6 +862,7 @@ impl Asm {
         chains: &[Chain],
         posts: &[PostOpDesc],
         mut zero_set: bool,
+        mut slopes: impl FnMut(&mut Asm, usize, usize),
         mut residual: impl FnMut(&mut Asm, usize, usize, usize),
     ) {
         let mut adds = 0;
@@ -865,6 +880,13 @@ impl Asm {
                 }
                 PostOpDesc::Act(act) => {
                     self.activation(chains, act);
+                    zero_set = false;
+                }
+                PostOpDesc::PRelu => {
+                    for (i, c) in chains.iter().enumerate() {
+                        slopes(self, i, c.t[EPILOGUE_RESIDUAL]);
+                    }
+                    self.prelu(chains, |c| Src::Reg(c.t[EPILOGUE_RESIDUAL]));
                     zero_set = false;
                 }
                 PostOpDesc::Clip { lo, hi } => {
@@ -898,6 +920,7 @@ impl Asm {
         &mut self,
         values: &[usize],
         posts: &[PostOpDesc],
+        mut slopes: impl FnMut(&mut Asm, usize, usize),
         mut residual: impl FnMut(&mut Asm, usize, usize, usize),
         mut store: impl FnMut(&mut Asm, usize, usize),
     ) {
@@ -905,9 +928,13 @@ impl Asm {
         if values.len() < 2 || !long_chain(posts) {
             let zero_set = self.hoisted_zero(posts);
             for (i, &x) in values.iter().enumerate() {
-                self.post_ops(&[Chain::single(x)], posts, zero_set, |a, _, adds, r| {
-                    residual(a, i, adds, r)
-                });
+                self.post_ops(
+                    &[Chain::single(x)],
+                    posts,
+                    zero_set,
+                    |a, _, r| slopes(a, i, r),
+                    |a, _, adds, r| residual(a, i, adds, r),
+                );
                 store(self, i, x);
             }
             return;
@@ -925,9 +952,13 @@ impl Asm {
             for (k, c) in chains.iter().enumerate() {
                 self.load(c.x, rsp + disp((first + k) as i64 * vb));
             }
-            self.post_ops(&chains, posts, false, |a, k, adds, r| {
-                residual(a, first + k, adds, r)
-            });
+            self.post_ops(
+                &chains,
+                posts,
+                false,
+                |a, k, r| slopes(a, first + k, r),
+                |a, k, adds, r| residual(a, first + k, adds, r),
+            );
             for (k, c) in chains.iter().enumerate() {
                 store(self, first + k, c.x);
             }
@@ -937,11 +968,13 @@ impl Asm {
     }
 
     /// Zeroes register 0, the single-value chains' relu zero, once for all their post-ops
-    /// where they have a relu and no activation (which would use the register): whether it
-    /// did.
+    /// where they have a relu and no activation or PReLU (which would use the register):
+    /// whether it did.
     fn hoisted_zero(&mut self, posts: &[PostOpDesc]) -> bool {
         let hoist = posts.contains(&PostOpDesc::Relu)
-            && !posts.iter().any(|p| matches!(p, PostOpDesc::Act(_)));
+            && !posts
+                .iter()
+                .any(|p| matches!(p, PostOpDesc::Act(_) | PostOpDesc::PRelu));
         if hoist {
             self.zero(Chain::single(0).t[EPILOGUE_ZERO]);
         }

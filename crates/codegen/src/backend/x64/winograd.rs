@@ -152,13 +152,15 @@ impl InputTransformTile {
 /// tile's pixel `(y, x)` goes to `dst + y * row_bytes + x * 16`, each next tile's 64 bytes
 /// further, and its residuals are read at the same offsets from theirs (pointers after the
 /// return address on the stack); `bias` holds the block's four floats (unread without a
-/// bias); `tmp` is `4 * patch` vectors of the tier of scratch for the columns' transforms.
+/// bias), and `slopes_disp` bytes on a PReLU post-op's; `tmp` is `4 * patch` vectors of the
+/// tier of scratch for the columns' transforms.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OutputTransformTile {
     pub isa: Isa,
     /// The window's side: 6 for F(4x4, 3x3), 9 for its stride-2 polyphase form.
     pub patch: usize,
     pub bias: bool,
+    pub slopes_disp: i64,
     pub posts: Vec<PostOpDesc>,
 }
 
@@ -248,6 +250,7 @@ impl OutputTransformTile {
                     &[Chain::single(x)],
                     &self.posts,
                     zero_set,
+                    |a, _, r| a.broadcast_block(r, r8 + disp(self.slopes_disp)),
                     |a, _, adds, r| {
                         ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds as i32 + 1))));
                         let blocks = self.isa.target().lanes / 4;
