@@ -328,6 +328,7 @@ impl Problem {
                         PostOpDesc::Add => Post::Add(res.next().expect("one residual per add")),
                         PostOpDesc::Clip { lo, hi } => Post::Clip { lo, hi },
                         PostOpDesc::Act(a) => Post::Act(a),
+                        PostOpDesc::PRelu => unreachable!("the fuzzed keys take no prelu"),
                     })
                     .collect();
                 let want = primjit::reference::conv2d(&x, &w, b.as_ref(), &attrs, &posts);
