@@ -3,8 +3,8 @@
 batch-norm statistics, opset 17) and runs each on primjit's Python package beside onnxruntime:
 issue #55's table (largest error over the largest output, median latency on one thread).
 
-usage: torchvision_zoo.py [--out DIR] [--runs N] [--seed S] [--cli PRIMJIT] [--keep] [--dynamic]
-                          [MODEL ...]
+usage: torchvision_zoo.py [--out DIR] [--runs N] [--seed S] [--cli PRIMJIT] [--keep]
+                          [--dynamic | --dynamo] [MODEL ...]
 
     MODEL     torchvision model names (default: all of MODELS below); NAME:RUNS gives one
               model its own number of timed runs (vgg16:3)
@@ -19,6 +19,9 @@ usage: torchvision_zoo.py [--out DIR] [--runs N] [--seed S] [--cli PRIMJIT] [--k
     --dynamic export with symbolic H and W (`NAME.dyn.onnx`) and also run each model at a
               second size, 192x288 (inception_v3: 256x320), against onnxruntime: the row's
               error is the larger of the two
+    --dynamo  as --dynamic, exported by torch's dynamo exporter (`dynamo=True`, the default
+              from torch 2.9; opset 20; `NAME.dynamo.onnx`), which writes later layers'
+              extents as shape arithmetic on `Shape`
 
 Needs torch, torchvision, onnx, onnxruntime, numpy and primjit's package (`cd python &&
 maturin develop --release`). A model primjit refuses to import is reported (the first line of
@@ -113,13 +116,19 @@ def second_shape(name):
     return (1, 3, 256, 320) if name == "inception_v3" else (1, 3, 192, 288)
 
 
-def export(name, path, seed, dynamic=False):
+def export(name, path, seed, dynamic=False, dynamo=False):
     import torch
 
     net = build(name, seed)
     x = torch.zeros(input_shape(name))
-    axes = {"x": {2: "H", 3: "W"}} if dynamic else None
     with torch.no_grad():
+        if dynamo:
+            dim = torch.export.Dim.DYNAMIC
+            torch.onnx.export(net, (x,), path, opset_version=20, dynamo=True,
+                              input_names=["x"], output_names=["y"],
+                              dynamic_shapes={"x": {2: dim, 3: dim}}, external_data=False)
+            return
+        axes = {"x": {2: "H", 3: "W"}} if dynamic else None
         torch.onnx.export(net, (x,), path, opset_version=17, dynamo=False,
                           input_names=["x"], output_names=["y"], dynamic_axes=axes)
 
@@ -141,7 +150,7 @@ def run_one(name, args):
     row = {"model": name}
     t0 = time.perf_counter()
     if not os.path.exists(path):
-        export(name, path, args.seed, args.dynamic)
+        export(name, path, args.seed, args.dynamic, args.dynamo)
     row["export_s"] = time.perf_counter() - t0
     row["mb"] = os.path.getsize(path) / 1e6
 
@@ -214,7 +223,14 @@ def run_one(name, args):
         x_path = os.path.join(args.out, name + ".x.npy")
         y_path = os.path.join(args.out, name + ".cli.npy")
         np.save(x_path, x)
-        dims = ["--dims", f"H={x.shape[2]},W={x.shape[3]}"] if args.dynamic else []
+        dims = []
+        if args.dynamic:
+            # The input's symbols: H and W, or the names the dynamo exporter gives them.
+            import onnx
+
+            shape = onnx.load(path, load_external_data=False).graph.input[0].type.tensor_type.shape
+            h, w = (shape.dim[i].dim_param for i in (2, 3))
+            dims = ["--dims", f"{h}={x.shape[2]},{w}={x.shape[3]}"]
         proc = subprocess.run([args.cli, "run", path, "--input", x_path, "--output", y_path] + dims,
                               capture_output=True, text=True)
         if proc.returncode != 0:
@@ -230,7 +246,8 @@ def run_one(name, args):
 
 
 def model_path(name, args):
-    return os.path.join(args.out, name + (".dyn.onnx" if args.dynamic else ".onnx"))
+    suffix = ".dynamo.onnx" if args.dynamo else ".dyn.onnx" if args.dynamic else ".onnx"
+    return os.path.join(args.out, name + suffix)
 
 
 def fmt_row(r):
@@ -249,8 +266,11 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cli")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--dynamic", action="store_true")
+    shapes = ap.add_mutually_exclusive_group()
+    shapes.add_argument("--dynamic", action="store_true")
+    shapes.add_argument("--dynamo", action="store_true")
     args = ap.parse_args()
+    args.dynamic = args.dynamic or args.dynamo
     args.per_model_runs = {}
     names = []
     for m in args.models or MODELS:

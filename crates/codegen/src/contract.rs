@@ -125,7 +125,7 @@ impl ConvDesc {
     ///
     /// If the key is not valid ([`PrimitiveKey::validate`]), `weights` (OIHW,
     /// [`ConvDesc::weight_shape`]), `bias` or `slopes` (`oc` each) have another length, or
-    /// `slopes` is given exactly when the key has no PReLU post-op: callers check first, as
+    /// `slopes` are given without a PReLU post-op or missing with one: callers check first, as
     /// `CompiledGraph::new` does.
     pub fn pack_weights(
         &self,

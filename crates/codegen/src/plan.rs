@@ -1051,8 +1051,8 @@ impl ConvPlan {
     /// Packs OIHW weights (and the bias, and a PReLU post-op's slopes) into the kernel's
     /// layout.
     ///
-    /// Panics if `weights`, `bias` or `slopes` have the wrong length, or `slopes` is given
-    /// exactly when the key has no PReLU post-op; callers check first.
+    /// Panics if `weights`, `bias` or `slopes` have the wrong length, or `slopes` are given
+    /// without a PReLU post-op or missing with one; callers check first.
     pub fn pack_weights(
         &self,
         weights: &[f32],
@@ -1117,12 +1117,13 @@ impl ConvPlan {
 ///
 /// # Panics
 ///
-/// If `slopes` is given exactly when `d` has no PReLU post-op, or has not `d.oc` values.
+/// If `slopes` are given without a PReLU post-op in `d` or missing with one, or are not `d.oc`
+/// values.
 pub(crate) fn pack_slopes(out: &mut [f32], d: &ConvDesc, slopes: Option<&[f32]>) {
     assert_eq!(
         slopes.is_some(),
         d.prelu(),
-        "slopes are given exactly for a prelu post-op"
+        "slopes are given exactly when the key has a prelu post-op"
     );
     if let Some(s) = slopes {
         assert_eq!(s.len(), d.oc, "one slope per output channel");
