@@ -15,7 +15,9 @@
 //! exact product), 0 for leaky relu. A NaN input
 //! gives a NaN, an infinite result must be the same infinity. A conv with an activation
 //! post-op is held to the direct conv's bound of `tests/kernels.rs`, times the activation's
-//! largest slope (1.5, hardswish's), plus the activation's own bound.
+//! largest slope (1.5, hardswish's), plus the activation's own bound. A conv with a PReLU
+//! post-op (slopes in [-1, 1]) is held to the same conv bound plus 2 ulps (8 when a sigmoid
+//! follows), and at a wide tier to the x128 kernel's bits.
 
 mod common;
 use common::{SENTINEL, engine, runtime_dims};
