@@ -155,21 +155,26 @@ impl Importer {
         self.bind_shape(node, picked, k.dims.is_empty())
     }
 
+    /// The `axes` of an `Unsqueeze` or a `Squeeze`: an attribute before opset 13, an optional
+    /// constant input from 13; `None` where not given.
+    fn axes_operand(&mut self, node: &crate::proto::NodeProto) -> NodeResult<Option<Vec<i64>>> {
+        if self.opset < 13 {
+            check_attrs(node, &["axes"])?;
+            return ints(node, "axes");
+        }
+        check_attrs(node, &[])?;
+        match self.optional_constant(node, 1, "axes")? {
+            Some(k) => match &k.data {
+                ConstData::I64(v) => Ok(Some(v.clone())),
+                _ => Err("input 1 (axes) is not an integer tensor".into()),
+            },
+            None => Ok(None),
+        }
+    }
+
     /// `Unsqueeze` of a scalar shape element to a vector of one.
     pub(super) fn unsqueeze(&mut self, node: &crate::proto::NodeProto) -> NodeResult<()> {
-        let axes = if self.opset < 13 {
-            check_attrs(node, &["axes"])?;
-            ints(node, "axes")?
-        } else {
-            check_attrs(node, &[])?;
-            match self.optional_constant(node, 1, "axes")? {
-                Some(k) => match &k.data {
-                    ConstData::I64(v) => Some(v.clone()),
-                    _ => return Err("input 1 (axes) is not an integer tensor".into()),
-                },
-                None => None,
-            }
-        };
+        let axes = self.axes_operand(node)?;
         let Some((elems, true)) = self.shape_vec(node, 0) else {
             return Err(
                 "input 0 is not a scalar shape dimension: only unsqueezing one (as exporters do for a Resize's sizes) is supported"
@@ -377,19 +382,7 @@ impl Importer {
             ));
         };
         if node.op_type == "Squeeze" {
-            let axes = if self.opset < 13 {
-                check_attrs(node, &["axes"])?;
-                ints(node, "axes")?
-            } else {
-                check_attrs(node, &[])?;
-                match self.optional_constant(node, 1, "axes")? {
-                    Some(k) => match &k.data {
-                        ConstData::I64(v) => Some(v.clone()),
-                        _ => return Err("input 1 (axes) is not an integer tensor".into()),
-                    },
-                    None => None,
-                }
-            };
+            let axes = self.axes_operand(node)?;
             if !matches!(axes.as_deref(), None | Some([0] | [-1])) {
                 return Err(format!(
                     "axes {axes:?}: a vector of one squeezes along axis 0 only"
