@@ -8,8 +8,8 @@
 //! A lowering describes a register tile as data ([`x64::DirectTile`]: pixels, vectors, the
 //! reduction's taps, post-ops; [`x64::GemmTile`]: Winograd's tiles by output-channel vectors;
 //! [`x64::InputTransformTile`] and [`x64::OutputTransformTile`]: its transforms of a run of
-//! tiles)
-//! and calls it from its Cranelift loop nest; the tile's code is assembled by iced-x86 and
+//! tiles; the direct tile and the GEMM's emit their FMAs through one register tile, rows by
+//! vectors, `x64::micro`) and calls it from its Cranelift loop nest; the tile's code is assembled by iced-x86 and
 //! placed after the Cranelift function in the same bytes, and the calls are resolved when the
 //! two are joined (`crate::compile`). A new tier or ISA is a new emitter here plus its
 //! [`crate::Target`].

@@ -43,6 +43,8 @@ macro_rules! three {
 mod activation;
 use activation::{Chain, chains_per_group};
 mod eltwise;
+mod micro;
+use micro::MicroKernel;
 mod winograd;
 
 pub use eltwise::{EltwiseOp, EltwiseOperand, EltwiseTile};
@@ -473,15 +475,9 @@ pub struct GemmTile {
 }
 
 impl GemmTile {
-    /// The register holding the broadcast input, then the weight vectors, then the sums.
-    const BROADCAST: usize = 0;
-
-    fn weight(&self, j: usize) -> usize {
-        1 + j
-    }
-
-    fn acc(&self, t: usize, j: usize) -> usize {
-        1 + self.vectors + t * self.vectors + j
+    /// The register tile: a row per transformed tile, nothing of its own below the sums.
+    fn kernel(&self) -> MicroKernel {
+        MicroKernel::packed(self.tiles, self.vectors)
     }
 
     /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
@@ -491,8 +487,7 @@ impl GemmTile {
             && (1..=2).contains(&self.vectors)
             && self.tiles > 0
             && self.channels > 0
-            // The broadcast, a weight vector and a row of sums per vector.
-            && self.vectors * (1 + self.tiles) < self.isa.target().vector_registers
+            && self.kernel().registers() <= self.isa.target().vector_registers
             && (self.vectors as i64 * self.panel_bytes)
                 .checked_add(4 * vb)
                 .is_some_and(|end| end < i64::from(i32::MAX))
@@ -510,11 +505,8 @@ impl GemmTile {
             "a wide GEMM tile that does not fit its tier: {self:?}"
         );
         let mut a = Asm::new(self.isa);
-        for t in 0..self.tiles {
-            for j in 0..self.vectors {
-                a.zero(self.acc(t, j));
-            }
-        }
+        let kernel = self.kernel();
+        kernel.zero(&mut a);
         let vb = self.isa.target().vector_bytes() as i64;
         let (trips, rest) = (self.channels / 4, self.channels % 4);
         if trips > 0 {
@@ -540,7 +532,7 @@ impl GemmTile {
         for j in 0..self.vectors {
             block_bases(&mut a, j * blocks, rdx);
             for t in 0..self.tiles {
-                a.store_blocks(self.acc(t, j), blocks, t as i64 * BLOCK_PIXEL_BYTES);
+                a.store_blocks(kernel.acc(t, j), blocks, t as i64 * BLOCK_PIXEL_BYTES);
             }
         }
         ok(a.a.vzeroupper());
@@ -551,16 +543,11 @@ impl GemmTile {
     /// One channel's products: lane `c` of `V`'s current block, weights `w` bytes into the
     /// panels.
     fn channel(&self, a: &mut Asm, c: usize, w: i64) {
-        for j in 0..self.vectors {
-            a.load(self.weight(j), rsi + disp(w + j as i64 * self.panel_bytes));
-        }
-        for t in 0..self.tiles {
-            let x = t as i64 * BLOCK_PIXEL_BYTES + c as i64 * 4;
-            a.broadcast(Self::BROADCAST, rdi + disp(x));
-            for j in 0..self.vectors {
-                a.fma_reg(self.acc(t, j), self.weight(j), Self::BROADCAST);
-            }
-        }
+        self.kernel().step(
+            a,
+            |j| (rsi + disp(w + j as i64 * self.panel_bytes), Lanes::Full),
+            |t| rdi + disp(t as i64 * BLOCK_PIXEL_BYTES + c as i64 * 4),
+        );
     }
 }
 
@@ -626,6 +613,16 @@ impl DirectTile {
         staged.max(4)
     }
 
+    /// The register tile: a row per pixel, its accumulators above the broadcast, the
+    /// weights and the epilogue's temporaries.
+    fn kernel(&self) -> MicroKernel {
+        MicroKernel {
+            rows: self.pixels,
+            vectors: self.vectors(),
+            first: self.first_accumulator(),
+        }
+    }
+
     /// Whether the tile fits the tier's registers, and its tail the tier's forms.
     pub fn fits(&self) -> bool {
         self.isa != Isa::X128
@@ -633,7 +630,7 @@ impl DirectTile {
             && (self.isa == Isa::Avx512 || self.tail_blocks <= 1)
             && self.vectors() > 0
             && self.pixels > 0
-            && self.first_accumulator() + self.accumulators() <= self.isa.target().vector_registers
+            && self.kernel().registers() <= self.isa.target().vector_registers
     }
 
     /// Arguments of the call, after the six in registers: block bytes, bias, residuals.
@@ -661,7 +658,7 @@ impl DirectTile {
     }
 
     fn acc(&self, p: usize, u: usize) -> usize {
-        self.first_accumulator() + p * self.vectors() + u
+        self.kernel().acc(p, u)
     }
 
     fn emit(&self, a: &mut Asm) {
@@ -673,13 +670,7 @@ impl DirectTile {
             ok(a.a.kmovw(k1, eax));
         }
         match self.init {
-            TileInit::Zero => {
-                for p in 0..self.pixels {
-                    for u in 0..vectors {
-                        a.zero(self.acc(p, u));
-                    }
-                }
-            }
+            TileInit::Zero => self.kernel().zero(a),
             TileInit::Bias => {
                 ok(a.a.mov(rax, qword_ptr(rsp + BIAS_ARG)));
                 let vb = self.isa.target().vector_bytes() as i64;
@@ -754,25 +745,12 @@ impl DirectTile {
     }
 
     fn unit(&self, a: &mut Asm, unit: &TileUnit) {
-        let bcast = 0;
+        let weights = |u: usize| (rsi + disp(unit.w + self.w_vecs[u]), self.lanes(u));
+        let input = |p: usize| rdi + disp(unit.x[p]);
         if self.weights_in_registers() {
-            for (u, &w) in self.w_vecs.iter().enumerate() {
-                a.load_lanes(1 + u, rsi + disp(unit.w + w), self.lanes(u));
-            }
-            for (p, &x) in unit.x.iter().enumerate() {
-                a.broadcast(bcast, rdi + disp(x));
-                for u in 0..self.vectors() {
-                    a.fma_reg(self.acc(p, u), 1 + u, bcast);
-                }
-            }
+            self.kernel().step(a, weights, input);
         } else {
-            for (p, &x) in unit.x.iter().enumerate() {
-                a.broadcast(bcast, rdi + disp(x));
-                for (u, &w) in self.w_vecs.iter().enumerate() {
-                    let m = rsi + disp(unit.w + w);
-                    a.fma_mem(self.acc(p, u), bcast, m, self.lanes(u));
-                }
-            }
+            self.kernel().step_weights_in_memory(a, weights, input);
         }
     }
 
@@ -1398,7 +1376,13 @@ pub fn peak_kernel(isa: Isa, pattern: WidePattern) -> Vec<u8> {
     let tile = pattern.tile(isa);
     let (pixels, vectors) = tile.unwrap_or((PEAK_CHAINS, 1));
     let chains = pixels * vectors;
+    // The kernels' tile, with a direct tile's epilogue temporaries below the sums.
     let first = 4;
+    let kernel = MicroKernel {
+        rows: pixels,
+        vectors,
+        first,
+    };
     ok(a.a.mov(r8, qword_ptr(rdi)));
     ok(a.a.mov(r9, qword_ptr(rdi + 16)));
     for k in 0..chains {
@@ -1416,17 +1400,13 @@ pub fn peak_kernel(isa: Isa, pattern: WidePattern) -> Vec<u8> {
     }
     ok(a.a.set_label(&mut top));
     if tile.is_some() {
+        let scalars = PEAK_TILE_CHANNELS as i64 * vectors as i64 * vb;
         for c in 0..PEAK_TILE_CHANNELS as i64 {
-            for u in 0..vectors {
-                a.load(1 + u, r8 + disp((c * vectors as i64 + u as i64) * vb));
-            }
-            let scalars = PEAK_TILE_CHANNELS as i64 * vectors as i64 * vb;
-            for p in 0..pixels {
-                a.broadcast(0, r8 + disp(scalars + 4 * (c * pixels as i64 + p as i64)));
-                for u in 0..vectors {
-                    a.fma_reg(first + p * vectors + u, 1 + u, 0);
-                }
-            }
+            kernel.step(
+                &mut a,
+                |u| (r8 + disp((c * vectors as i64 + u as i64) * vb), Lanes::Full),
+                |p| r8 + disp(scalars + 4 * (c * pixels as i64 + p as i64)),
+            );
         }
     } else {
         for _ in 0..8 {
