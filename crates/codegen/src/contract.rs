@@ -39,7 +39,8 @@ impl ConvDesc {
                     * (self.kh * self.kw) as u128
                     * 4;
                 // A row's reach covers the widest tile's pixels: 12 of the avx512 direct tile,
-                // 32 of the avx512 lane-wise one (`LANEWISE_VECTORS` vectors of 4).
+                // 32 of the avx512 lane-wise one (`LANEWISE_VECTORS` vectors of 4), whose
+                // width also bounds a lane-wise row tile (`ConvPlan::lanewise_row`).
                 let tile_pixels = 4 * LANEWISE_VECTORS as u128;
                 let reach = ((self.kw.saturating_sub(1)) as u128 * self.dilations[1] as u128
                     + tile_pixels * self.strides[1] as u128

@@ -39,6 +39,15 @@ pub struct AxisRun {
     pub count: usize,
 }
 
+/// One wide vector of a lane-wise row tile ([`ConvPlan::lanewise_row`]): `pixels` output
+/// columns from `first` on, whose windows cover the kernel columns `taps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowVector {
+    pub first: usize,
+    pub pixels: usize,
+    pub taps: Range<usize>,
+}
+
 /// The geometry of one spatial axis of a window op.
 #[derive(Clone, Copy, Debug)]
 pub struct Axis {
@@ -758,6 +767,39 @@ impl ConvPlan {
         (self.lanewise && ratio > 1).then_some(ratio)
     }
 
+    /// The vectors of a lane-wise plan's row tile at a wide tier: every output row in one
+    /// call, where the row is fixed, no wider than a full lane-wise tile (whose reach
+    /// `ConvDesc::tier_for` checks) and its column runs take at most
+    /// [`crate::tile::lanewise_row_vectors`] vectors. Each run is whole vectors, then its
+    /// remainder as one-pixel vectors; a vector skips the taps its run's windows miss.
+    ///
+    /// On small images a row is mostly border: a 7-pixel row under a 5x5 kernel with pads
+    /// of 2 has 4 border columns, which the column runs made 4 one-pixel 128-bit tiles, each
+    /// one chain of 25 dependent FMAs, beside one tile of the 3 interior pixels. In one call
+    /// the row is 6 independent chains of FMAs (`ymm` and `xmm` at `avx2`). A pixel still adds
+    /// its taps in the order of every other tile, so the bits do not change.
+    pub fn lanewise_row(&self) -> Option<Vec<RowVector>> {
+        let ratio = self.lanewise_ratio()?;
+        let AxisPlan::Fixed(runs) = &self.cols else {
+            return None;
+        };
+        if runs.last().is_some_and(|r| r.outputs.end > self.pixel_tile) {
+            return None;
+        }
+        let mut vectors = Vec::new();
+        for run in runs {
+            let (start, len) = (run.outputs.start, run.outputs.len());
+            let whole = (0..len / ratio).map(|k| (start + k * ratio, ratio));
+            let rest = (start + len / ratio * ratio..run.outputs.end).map(|q| (q, 1));
+            vectors.extend(whole.chain(rest).map(|(first, pixels)| RowVector {
+                first,
+                pixels,
+                taps: run.taps.clone(),
+            }));
+        }
+        (vectors.len() <= crate::tile::lanewise_row_vectors(self.desc.isa)).then_some(vectors)
+    }
+
     /// Input channels per tile in the packed weights: each lane's own at most, for a
     /// lane-wise plan; the tile's reduction range otherwise.
     fn weight_channels(&self) -> usize {
@@ -1246,6 +1288,14 @@ impl fmt::Display for ConvPlan {
                 f,
                 "  reduction: lane-wise, each output channel over its own input channel, kh loop, kw unrolled"
             )?;
+            if let Some(vectors) = self.lanewise_row() {
+                let partial = vectors.iter().filter(|v| v.pixels == 1).count();
+                writeln!(
+                    f,
+                    "  row tile: each row in one call, {} vectors ({partial} of one pixel)",
+                    vectors.len()
+                )?;
+            }
         } else {
             writeln!(
                 f,

@@ -31,6 +31,16 @@ pub const GLOBAL_CHAINS: usize = 8;
 /// 4 cycles' latency busy.
 pub const LANEWISE_VECTORS: usize = 8;
 
+/// Vector registers below a wide lane-wise tile's accumulators: its weights, a gathered input
+/// and the epilogue's temporaries.
+pub const LANEWISE_STAGED: usize = 4;
+
+/// The most vectors a wide lane-wise tile holds, one accumulator each: a row tile
+/// (`ConvPlan::lanewise_row`) takes a whole row up to this many.
+pub fn lanewise_row_vectors(isa: Isa) -> usize {
+    isa.target().vector_registers - LANEWISE_STAGED
+}
+
 /// Tiles of the Winograd GEMM's register tile, which computes them for [`GROUP_VECTORS`]
 /// output-channel vectors at once: 10 accumulators, two weight vectors, a broadcast and its
 /// copy, 14 of the 16 xmm registers.

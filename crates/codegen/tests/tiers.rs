@@ -341,9 +341,6 @@ fn activation_post_ops_run_in_the_tiles_registers_on_every_host() {
     }
 }
 
-/// Winograd keys the wide GEMM tile and transforms cover: stride 1 with a residual, the
-/// polyphase stride 2, weights streamed in two chunks with prefetches, and 24 output channels
-/// (at avx2 one pair of `ymm` and a last single one; avx512 keeps it at x128).
 /// A PReLU post-op runs in the wide tiles' registers, dense, lane-wise and in Winograd's
 /// output transform, at both tiers: each tile that applies it multiplies by a slope vector
 /// it reads from the channel parameters (a wide `vmulps` with a register operand, the
@@ -381,6 +378,9 @@ fn prelu_post_ops_run_in_the_tiles_registers_on_every_host() {
     }
 }
 
+/// Winograd keys the wide GEMM tile and transforms cover: stride 1 with a residual, the
+/// polyphase stride 2, weights streamed in two chunks with prefetches, and 24 output channels
+/// (at avx2 one pair of `ymm` and a last single one; avx512 keeps it at x128).
 fn winograd_families() -> Vec<(&'static str, ConvDesc)> {
     let w3 = |ic: usize, hw: [usize; 2], oc: usize| {
         let mut d = blocked(ConvDesc::new(1, ic, hw, oc, [3, 3]));
@@ -400,6 +400,49 @@ fn winograd_families() -> Vec<(&'static str, ConvDesc)> {
         ("winograd streamed", w3(256, [6, 40], 256)),
         ("winograd 24 channels", w3(8, [5, 9], 24)),
     ]
+}
+
+/// A depthwise 5x5 conv over 7-pixel rows, pads of 2: each row is one call of one lane-wise
+/// tile (`ConvPlan::lanewise_row`), whose border pixels are vectors of their own that skip the
+/// taps their windows miss. Columns 0, 1, 5 and 6 take 3, 4, 4 and 3 of the 5 kernel
+/// columns, the interior's 2, 3, 4 all 5. At avx2 that is a `ymm` of pixels 2 and 3 and five
+/// one-pixel `xmm` vectors: 5 full FMAs and 19 of the low half a kernel row; at avx512 seven
+/// one-pixel vectors under the opmask, 29 FMAs.
+#[test]
+fn a_small_depthwise_row_is_one_tile_whose_border_pixels_skip_their_missing_taps() {
+    let mut d = blocked(ConvDesc::new(1, 16, [5, 7], 16, [5, 5]));
+    d.groups = 16;
+    d.pads = Pads::uniform(2);
+    d.bias = true;
+    for (isa, full, partial) in [(Isa::Avx2, 5, 19), (Isa::Avx512, 0, 29)] {
+        let (key, k) = tier_kernel(d.clone(), isa);
+        assert_eq!(k.tiles().len(), 1, "{key}: one tile for the row");
+        let tile = decode(&k.code()[k.tiles()[0].clone()], 0);
+        let fmas = tile
+            .iter()
+            .filter(|i| i.mnemonic() == Mnemonic::Vfmadd231ps);
+        let (wide, _) = tier_registers(isa);
+        let masked = |i: &Instruction| i.op_mask() == Register::K1;
+        let low = |i: &Instruction| i.code() == Code::VEX_Vfmadd231ps_xmm_xmm_xmmm128;
+        let count = |f: &dyn Fn(&Instruction) -> bool| fmas.clone().filter(|i| f(i)).count();
+        assert_eq!(
+            count(&|i| uses(i, wide) && !masked(i)),
+            full,
+            "{key}: full vectors"
+        );
+        assert_eq!(
+            count(&|i| masked(i) || low(i)),
+            partial,
+            "{key}: one-pixel vectors"
+        );
+        // The only call from the Cranelift code: the row loop's.
+        let first = k.tiles()[0].start;
+        let calls = decode(&k.code()[..first], 0)
+            .iter()
+            .filter(|i| i.mnemonic() == Mnemonic::Call && i.op0_kind() == OpKind::NearBranch64)
+            .count();
+        assert_eq!(calls, 1, "{key}: one call site");
+    }
 }
 
 #[test]

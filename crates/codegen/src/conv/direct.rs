@@ -23,9 +23,11 @@ use super::apply_post_ops;
 use crate::backend::cranelift::{
     ActStrides, Emit, ExtentArg, F32_BYTES, IntCC, Scalar, Value, row_pixels,
 };
-use crate::backend::x64::{DirectTile, LanewiseTile, TileFinish, TileInit, TileUnit, WideTile};
+use crate::backend::x64::{
+    DirectTile, LaneVector, LanewiseTile, LanewiseUnit, TileFinish, TileInit, TileUnit, WideTile,
+};
 use crate::key::{Layout, PostOpDesc};
-use crate::plan::{AxisPlan, AxisTemplate, ConvPlan};
+use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, RowVector};
 use crate::tile::LANES;
 
 /// Buffer indices in the argument list.
@@ -684,6 +686,9 @@ fn columns(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>) {
         column_run(e, geo, row, &Taps::Fixed(taps), start, len);
     };
     match &plan.cols {
+        AxisPlan::Fixed(_) if let Some(vectors) = plan.lanewise_row() => {
+            lanewise_wide_row(e, geo, row, &vectors);
+        }
         AxisPlan::Fixed(runs) => {
             for col in runs {
                 let start = Scalar::Const(col.outputs.start as i64);
@@ -1249,6 +1254,32 @@ fn lanewise_wide_tile(
     ratio: usize,
     kw_taps: &std::ops::Range<usize>,
 ) {
+    let geo = &Geometry::new(e, row.plan);
+    let vectors: Vec<RowVector> = (0..pixels.div_ceil(ratio))
+        .map(|j| RowVector {
+            first: j * ratio,
+            pixels: ratio.min(pixels - j * ratio),
+            taps: kw_taps.clone(),
+        })
+        .collect();
+    call_lanewise(e, geo, row, &vectors);
+}
+
+/// A whole output row of a lane-wise plan at a wide tier as one call of the x64 backend's
+/// tile ([`ConvPlan::lanewise_row`]): the row's border columns are vectors of the tile, each
+/// skipping the taps its window misses, where the column runs made them 128-bit tiles.
+fn lanewise_wide_row(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>, vectors: &[RowVector]) {
+    // The row's source from its first tap column, as `column_run` sets it for column 0.
+    let src_px = geo.src.pixel * F32_BYTES;
+    let src = e.offset(row.tile.src, -(row.plan.desc.pads.left as i64) * src_px);
+    let tile = TilePtrs { src, ..row.tile };
+    call_lanewise(e, geo, RowTiles { tile, ..row }, vectors);
+}
+
+/// One call of the lane-wise tile of `vectors`, their pixels counted from `row.tile.dst` and
+/// their sources from `row.tile.src` (the first tap column of the first pixel): a unit per
+/// kernel column, which each vector takes where its taps hold it.
+fn call_lanewise(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>, vectors: &[RowVector]) {
     let RowTiles {
         plan,
         row_taps,
@@ -1258,27 +1289,38 @@ fn lanewise_wide_tile(
     } = row;
     let d = &plan.desc;
     let f = F32_BYTES;
-    let geo = &Geometry::new(e, plan);
     let src_px = geo.src.pixel * f;
     // From one output pixel's source to the next's.
     let src_step = d.strides[1] as i64 * src_px;
-    // The last vector takes the row's odd pixels, as a tail.
-    let vectors = pixels.div_ceil(ratio);
     let tile_oc = (plan.vecs * LANES) as i64;
-    let per_kh = d.kw as i64 * tile_oc * f;
+    let kw_taps = vectors
+        .iter()
+        .map(|v| v.taps.clone())
+        .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+        .unwrap_or(0..0);
     let units = kw_taps
-        .clone()
-        .map(|kw| TileUnit {
+        .map(|kw| LanewiseUnit {
             w: kw as i64 * tile_oc * f,
-            x: (0..vectors)
-                .map(|j| kw as i64 * d.dilations[1] as i64 * src_px + (j * ratio) as i64 * src_step)
+            x: vectors
+                .iter()
+                .map(|v| {
+                    v.taps.contains(&kw).then(|| {
+                        kw as i64 * d.dilations[1] as i64 * src_px + v.first as i64 * src_step
+                    })
+                })
                 .collect(),
         })
         .collect();
+    let per_kh = d.kw as i64 * tile_oc * f;
     let spec = LanewiseTile {
         isa: d.isa,
-        vectors,
-        tail_pixels: pixels % ratio,
+        vectors: vectors
+            .iter()
+            .map(|v| LaneVector {
+                first: v.first,
+                pixels: v.pixels,
+            })
+            .collect(),
         units,
         pixel_step: src_step,
         per_kh,

@@ -17,7 +17,10 @@ use iced_x86::code_asm::{
 
 use crate::key::PostOpDesc;
 use crate::target::Isa;
-use crate::tile::{GLOBAL_CHAINS, PEAK_CHAINS, PEAK_TILE_CHANNELS, WidePattern};
+use crate::tile::{
+    GLOBAL_CHAINS, LANEWISE_STAGED, PEAK_CHAINS, PEAK_TILE_CHANNELS, WidePattern,
+    lanewise_row_vectors,
+};
 
 /// A source operand: a register, or a splat from the constant pool.
 #[derive(Clone, Copy)]
@@ -114,29 +117,29 @@ pub struct DirectTile {
     pub finish: TileFinish,
 }
 
-/// A depthwise convolution's register tile at a wide tier (`ConvPlan::lanewise`): `vectors`
-/// accumulators, each `lanes / 4` consecutive output pixels of one block of four channels,
-/// which `nChw4c` stores side by side. Each pixel's sum starts from the bias (or zero) and
-/// adds its taps in the order of `units`, one fused multiply-add each, as the 128-bit
-/// lane-wise tile of `conv::direct` sums it: the bits are the same at every tier.
+/// A depthwise convolution's register tile at a wide tier (`ConvPlan::lanewise`): one
+/// accumulator per entry of `vectors`, each up to `lanes / 4` consecutive output pixels of one
+/// block of four channels, which `nChw4c` stores side by side. Each pixel's sum starts from the
+/// bias (or zero) and adds its taps in the order of `units`, one fused multiply-add each, as
+/// the 128-bit lane-wise tile of `conv::direct` sums it: the bits are the same at every tier.
 ///
 /// The tile is called as `fn(src, weights, dst, kh_count, kh_src_step, bias, residuals...)`
 /// (`bias`: the block's bias, read with `bias`, then `slopes_disp` bytes on its PReLU slopes):
 /// `kh_count` kernel-row trips of `units`, after each of which the source moves by
 /// `kh_src_step` bytes and the weights by `per_kh`. A unit's four weights at `w` bytes from
 /// the trip's, repeated across the vector, multiply the input vector at `x[j]` bytes from the
-/// trip's source for accumulator `j`: its pixels' blocks `pixel_step` bytes apart, one load
-/// at unit stride (16 bytes), one per block gathered into a register at a larger stride.
-/// Vector `j`'s sums go to `dst + j * vector bytes`, its residuals' from the same offset.
-/// The last vector may hold fewer pixels (`tail_pixels`, its low blocks): it reads, writes
-/// and sums only those, so a row's odd pixels need no 128-bit tile of their own.
+/// trip's source for accumulator `j`, or not at all where `x[j]` is `None` (a border pixel
+/// whose window misses that tap): its pixels' blocks `pixel_step` bytes apart, one load at
+/// unit stride (16 bytes), one per block gathered into a register at a larger stride. Vector
+/// `j`'s sums go to `dst` plus 16 bytes per pixel before its first, its residuals' from the
+/// same offset. A vector of fewer pixels (its low blocks) reads, writes and sums only those,
+/// so a row's odd pixels and its border columns need no 128-bit tile of their own; the
+/// partial vectors of one tile hold the same number of pixels (one opmask at `avx512`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LanewiseTile {
     pub isa: Isa,
-    pub vectors: usize,
-    /// Pixels of the last vector where it is not full, else 0.
-    pub tail_pixels: usize,
-    pub units: Vec<TileUnit>,
+    pub vectors: Vec<LaneVector>,
+    pub units: Vec<LanewiseUnit>,
     pub pixel_step: i64,
     pub per_kh: i64,
     pub bias: bool,
@@ -144,51 +147,87 @@ pub struct LanewiseTile {
     pub posts: Vec<PostOpDesc>,
 }
 
+/// The output pixels of one accumulator of a [`LanewiseTile`]: `pixels` (1 to `lanes / 4`)
+/// from pixel `first` of the call on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaneVector {
+    pub first: usize,
+    pub pixels: usize,
+}
+
+/// One kernel tap of a [`LanewiseTile`]: its weights at `w` bytes from the trip's, and each
+/// vector's input at `x[j]` bytes from the trip's source, `None` where vector `j`'s pixels
+/// skip the tap.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LanewiseUnit {
+    pub w: i64,
+    pub x: Vec<Option<i64>>,
+}
+
 impl LanewiseTile {
     /// Registers below the accumulators: the weights (the epilogue's zero), the clip
     /// bounds and a residual.
-    const FIRST_ACCUMULATOR: usize = 4;
+    const FIRST_ACCUMULATOR: usize = LANEWISE_STAGED;
     const WEIGHTS: usize = 0;
     /// The input vector gathered from strided pixels' blocks.
     const GATHERED: usize = 1;
 
-    /// Pixels of vector `j`: a whole vector's, or the tail's.
-    fn pixels(&self, j: usize) -> usize {
-        match self.tail_pixels {
-            t if t > 0 && j + 1 == self.vectors => t,
-            _ => self.isa.target().lanes / 4,
-        }
+    /// Pixels of the partial vectors, if any (all alike, [`Self::fits`]).
+    fn partial_pixels(&self) -> Option<usize> {
+        let full = self.isa.target().lanes / 4;
+        self.vectors.iter().map(|v| v.pixels).find(|&p| p < full)
     }
 
     fn lanes(&self, j: usize) -> Lanes {
-        match (self.pixels(j) == self.isa.target().lanes / 4, self.isa) {
+        match (
+            self.vectors[j].pixels == self.isa.target().lanes / 4,
+            self.isa,
+        ) {
             (true, _) => Lanes::Full,
             (false, Isa::Avx512) => Lanes::Masked,
             (false, _) => Lanes::Low,
         }
     }
 
+    /// Bytes from the call's destination to vector `j`'s.
+    fn dst_offset(&self, j: usize) -> i64 {
+        self.vectors[j].first as i64 * BLOCK_PIXEL_BYTES
+    }
+
     /// Whether the tile fits the tier's registers and its offsets 32-bit displacements.
     pub fn fits(&self) -> bool {
-        let reach = self.units.iter().flat_map(|u| u.x.iter().chain([&u.w]));
+        let full = self.isa.target().lanes / 4;
+        let reach = self
+            .units
+            .iter()
+            .flat_map(|u| u.x.iter().flatten().chain([&u.w]));
         // From a vector's first pixel block to its last.
-        let blocks = self.isa.target().lanes as i64 / 4;
-        let span = self.pixel_step.checked_mul(blocks - 1);
-        let gathers_fit = self.units.iter().flat_map(|u| &u.x).all(|&x| {
-            span.and_then(|s| x.checked_add(s))
-                .is_some_and(|end| i32::try_from(end).is_ok())
-        });
+        let span = self.pixel_step.checked_mul(full as i64 - 1);
+        let gathers_fit = self
+            .units
+            .iter()
+            .flat_map(|u| u.x.iter().flatten())
+            .all(|&x| {
+                span.and_then(|s| x.checked_add(s))
+                    .is_some_and(|end| i32::try_from(end).is_ok())
+            });
+        let partial = self.partial_pixels();
         self.isa != Isa::X128
-            && self.vectors > 0
-            && self.tail_pixels < blocks as usize
-            && (self.isa == Isa::Avx512 || self.tail_pixels <= 1)
+            && !self.vectors.is_empty()
+            && self.vectors.iter().all(|v| (1..=full).contains(&v.pixels))
+            && self
+                .vectors
+                .iter()
+                .all(|v| v.pixels == full || Some(v.pixels) == partial)
+            && (self.isa == Isa::Avx512 || partial.is_none_or(|p| p == 1))
             && self.pixel_step >= BLOCK_PIXEL_BYTES
             && gathers_fit
-            && Self::FIRST_ACCUMULATOR + self.vectors <= self.isa.target().vector_registers
-            && self.units.iter().all(|u| u.x.len() == self.vectors)
+            && self.vectors.len() <= lanewise_row_vectors(self.isa)
+            && self.units.iter().all(|u| u.x.len() == self.vectors.len())
             && reach
                 .chain([&self.per_kh])
                 .all(|&x| i32::try_from(x).is_ok())
+            && (0..self.vectors.len()).all(|j| i32::try_from(self.dst_offset(j)).is_ok())
     }
 
     /// The tile's machine code, for any address.
@@ -202,15 +241,16 @@ impl LanewiseTile {
             "a wide lane-wise tile that does not fit its tier: {self:?}"
         );
         let mut a = Asm::new(self.isa);
-        let vb = self.isa.target().vector_bytes() as i64;
         let acc = |j: usize| Self::FIRST_ACCUMULATOR + j;
-        if self.tail_pixels > 0 && self.isa == Isa::Avx512 {
-            // k1: the tail's lanes, a block of four per pixel.
+        if let Some(pixels) = self.partial_pixels()
+            && self.isa == Isa::Avx512
+        {
+            // k1: the partial vectors' lanes, a block of four per pixel.
             use iced_x86::code_asm::k1;
-            ok(a.a.mov(eax, (1u32 << (4 * self.tail_pixels)) - 1));
+            ok(a.a.mov(eax, (1u32 << (4 * pixels)) - 1));
             ok(a.a.kmovw(k1, eax));
         }
-        for j in 0..self.vectors {
+        for j in 0..self.vectors.len() {
             if self.bias {
                 a.broadcast_block(acc(j), r9);
             } else {
@@ -224,11 +264,12 @@ impl LanewiseTile {
         ok(a.a.set_label(&mut kh_loop));
         for unit in &self.units {
             a.broadcast_block(Self::WEIGHTS, rsi + disp(unit.w));
-            for (j, &x) in unit.x.iter().enumerate() {
+            for (j, x) in unit.x.iter().enumerate() {
+                let Some(x) = *x else { continue };
                 if self.pixel_step == BLOCK_PIXEL_BYTES {
                     a.fma_mem(acc(j), Self::WEIGHTS, rdi + disp(x), self.lanes(j));
                 } else {
-                    let blocks = self.pixels(j);
+                    let blocks = self.vectors[j].pixels;
                     a.gather_blocks_at(Self::GATHERED, rdi + disp(x), self.pixel_step, blocks);
                     a.fma_reg(acc(j), Self::WEIGHTS, Self::GATHERED);
                 }
@@ -240,7 +281,7 @@ impl LanewiseTile {
         ok(a.a.jnz(kh_loop));
         ok(a.a.set_label(&mut kh_done));
         // The post-ops as `DirectTile::epilogue` applies them, then the store.
-        let values: Vec<usize> = (0..self.vectors).map(acc).collect();
+        let values: Vec<usize> = (0..self.vectors.len()).map(acc).collect();
         a.grouped_post_ops(
             &values,
             &self.posts,
@@ -248,9 +289,9 @@ impl LanewiseTile {
             |a, j, adds, r| {
                 // Residual pointers follow the return address on the stack.
                 ok(a.a.mov(rax, qword_ptr(a.stack_arg(8 * (adds as i32 + 1)))));
-                a.load_lanes(r, rax + disp(j as i64 * vb), self.lanes(j));
+                a.load_lanes(r, rax + disp(self.dst_offset(j)), self.lanes(j));
             },
-            |a, j, r| a.store_lanes(rdx + disp(j as i64 * vb), r, self.lanes(j)),
+            |a, j, r| a.store_lanes(rdx + disp(self.dst_offset(j)), r, self.lanes(j)),
         );
         ok(a.a.vzeroupper());
         ok(a.a.ret());
