@@ -52,7 +52,7 @@ fn prepare(engine: &Engine, width: usize) -> Vec<Layer> {
                 PrimitiveKey::Conv(d) => {
                     let w = random(d.weight_shape().iter().product(), seed, "weights");
                     let bias = d.bias.then(|| random(d.oc, seed, "bias"));
-                    Some(ConvPlan::new(d).pack_weights(&w, bias.as_deref()))
+                    Some(ConvPlan::new(d).pack_weights(&w, bias.as_deref(), None))
                 }
                 _ => None,
             };
