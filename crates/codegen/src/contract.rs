@@ -14,7 +14,7 @@ use crate::key::{
 };
 use crate::plan::{ConvPlan, representative_extents};
 use crate::target::Isa;
-use crate::tile::{LANES, LANEWISE_VECTORS, full_tile};
+use crate::tile::{LANES, LANEWISE_CALL_PIXELS, LANEWISE_VECTORS, full_tile};
 use primjit_ir::Pads;
 
 impl ConvDesc {
@@ -39,9 +39,8 @@ impl ConvDesc {
                     * (self.kh * self.kw) as u128
                     * 4;
                 // A row's reach covers the widest tile's pixels: 12 of the avx512 direct tile,
-                // 32 of the avx512 lane-wise one (`LANEWISE_VECTORS` vectors of 4), whose
-                // width also bounds a lane-wise row tile (`ConvPlan::lanewise_row`).
-                let tile_pixels = 4 * LANEWISE_VECTORS as u128;
+                // the most a lane-wise call covers (`ConvPlan::lanewise_row`).
+                let tile_pixels = LANEWISE_CALL_PIXELS as u128;
                 let reach = ((self.kw.saturating_sub(1)) as u128 * self.dilations[1] as u128
                     + tile_pixels * self.strides[1] as u128
                     + 1)

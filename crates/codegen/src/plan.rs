@@ -17,7 +17,7 @@ use crate::key::{
     ConvAlgo, ConvDesc, Layout, Pitches, PoolDesc, PrimitiveKey, RuntimeDims, tap_interval,
 };
 use crate::target::Isa;
-use crate::tile::LANES;
+use crate::tile::{LANES, LANEWISE_CALL_PIXELS, LANEWISE_VECTORS};
 
 /// How pooling counts the cells of a window for its divisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,13 +39,23 @@ pub struct AxisRun {
     pub count: usize,
 }
 
-/// One wide vector of a lane-wise row tile ([`ConvPlan::lanewise_row`]): `pixels` output
-/// columns from `first` on, whose windows cover the kernel columns `taps`.
+/// One wide vector of a lane-wise tile call ([`ConvPlan::lanewise_row`]): `pixels` output
+/// columns from the call's column `first` on, whose windows cover the kernel columns `taps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowVector {
     pub first: usize,
     pub pixels: usize,
     pub taps: Range<usize>,
+}
+
+/// Calls of a lane-wise row ([`ConvPlan::lanewise_row`]): `repeat` calls of `vectors`, the
+/// first at output column `first`, each `span` columns after the one before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowChunk {
+    pub first: usize,
+    pub repeat: usize,
+    pub span: usize,
+    pub vectors: Vec<RowVector>,
 }
 
 /// The geometry of one spatial axis of a window op.
@@ -757,7 +767,7 @@ impl ConvPlan {
     fn lanewise_pixels(isa: Isa) -> usize {
         match isa {
             Isa::X128 => 10,
-            wide => crate::tile::LANEWISE_VECTORS * (wide.target().lanes / LANES),
+            wide => LANEWISE_VECTORS * (wide.target().lanes / LANES),
         }
     }
 
@@ -767,25 +777,25 @@ impl ConvPlan {
         (self.lanewise && ratio > 1).then_some(ratio)
     }
 
-    /// The vectors of a lane-wise plan's row tile at a wide tier: every output row in one
-    /// call, where the row is fixed, no wider than a full lane-wise tile (whose reach
-    /// `ConvDesc::tier_for` checks) and its column runs take at most
-    /// [`crate::tile::lanewise_row_vectors`] vectors. Each run is whole vectors, then its
-    /// remainder as one-pixel vectors; a vector skips the taps its run's windows miss.
+    /// The calls of a lane-wise plan's rows at a wide tier, where the columns are fixed: the
+    /// row's column runs cut into vectors (each run whole vectors, then its remainder as
+    /// one-pixel vectors, each skipping the taps its run's windows miss), and these into
+    /// calls of [`LANEWISE_VECTORS`], or of the whole row, or with a short last call joined
+    /// to the one before, where that takes at most [`crate::tile::lanewise_row_vectors`]
+    /// and [`LANEWISE_CALL_PIXELS`]. Calls of the same vectors in a row become one
+    /// [`RowChunk`] that repeats.
     ///
-    /// On small images a row is mostly border: a 7-pixel row under a 5x5 kernel with pads
-    /// of 2 has 4 border columns, which the column runs made 4 one-pixel 128-bit tiles, each
-    /// one chain of 25 dependent FMAs, beside one tile of the 3 interior pixels. In one call
-    /// the row is 6 independent chains of FMAs (`ymm` and `xmm` at `avx2`). A pixel still adds
-    /// its taps in the order of every other tile, so the bits do not change.
-    pub fn lanewise_row(&self) -> Option<Vec<RowVector>> {
+    /// A row's border columns are then vectors of the calls beside the interior's, where
+    /// the column runs made each a one-pixel 128-bit tile, one chain of dependent FMAs: on a
+    /// 7-pixel row under a 5x5 kernel with pads of 2, 4 such chains of 25 FMAs beside one
+    /// tile of the 3 interior pixels; in one call the row is 6 independent chains (`ymm`
+    /// and `xmm` at `avx2`). A pixel still adds its taps in the order of every other tile,
+    /// so the bits do not change.
+    pub fn lanewise_row(&self) -> Option<Vec<RowChunk>> {
         let ratio = self.lanewise_ratio()?;
         let AxisPlan::Fixed(runs) = &self.cols else {
             return None;
         };
-        if runs.last().is_some_and(|r| r.outputs.end > self.pixel_tile) {
-            return None;
-        }
         let mut vectors = Vec::new();
         for run in runs {
             let (start, len) = (run.outputs.start, run.outputs.len());
@@ -797,7 +807,53 @@ impl ConvPlan {
                 taps: run.taps.clone(),
             }));
         }
-        (vectors.len() <= crate::tile::lanewise_row_vectors(self.desc.isa)).then_some(vectors)
+        // A call's vectors from `vectors[a..b]`, within the tile's registers and the reach
+        // `tier_for` checks.
+        let most = crate::tile::lanewise_row_vectors(self.desc.isa);
+        let span =
+            |a: usize, b: usize| vectors[b - 1].first + vectors[b - 1].pixels - vectors[a].first;
+        let fits = |a: usize, b: usize| b - a <= most && span(a, b) <= LANEWISE_CALL_PIXELS;
+        let mut bounds: Vec<usize> = if fits(0, vectors.len()) {
+            vec![0, vectors.len()]
+        } else {
+            (0..vectors.len())
+                .step_by(LANEWISE_VECTORS)
+                .chain([vectors.len()])
+                .collect()
+        };
+        // A short last call joins the one before where both fit one (a row's lone border
+        // pixel would be one chain of dependent FMAs).
+        if let [.., a, b, c] = bounds[..]
+            && c - b < LANEWISE_VECTORS
+            && fits(a, c)
+        {
+            bounds.remove(bounds.len() - 2);
+        }
+        let mut chunks: Vec<RowChunk> = Vec::new();
+        for (a, b) in bounds.iter().zip(&bounds[1..]) {
+            let call = &vectors[*a..*b];
+            let first = call[0].first;
+            let span = span(*a, *b);
+            let vectors: Vec<RowVector> = call
+                .iter()
+                .map(|v| RowVector {
+                    first: v.first - first,
+                    ..v.clone()
+                })
+                .collect();
+            match chunks.last_mut() {
+                Some(c) if c.vectors == vectors && c.first + c.repeat * c.span == first => {
+                    c.repeat += 1;
+                }
+                _ => chunks.push(RowChunk {
+                    first,
+                    repeat: 1,
+                    span,
+                    vectors,
+                }),
+            }
+        }
+        Some(chunks)
     }
 
     /// Input channels per tile in the packed weights: each lane's own at most, for a
@@ -1288,13 +1344,23 @@ impl fmt::Display for ConvPlan {
                 f,
                 "  reduction: lane-wise, each output channel over its own input channel, kh loop, kw unrolled"
             )?;
-            if let Some(vectors) = self.lanewise_row() {
-                let partial = vectors.iter().filter(|v| v.pixels == 1).count();
-                writeln!(
-                    f,
-                    "  row tile: each row in one call, {} vectors ({partial} of one pixel)",
-                    vectors.len()
-                )?;
+            if let Some(chunks) = self.lanewise_row() {
+                let calls: Vec<String> = chunks
+                    .iter()
+                    .map(|c| {
+                        let partial = c.vectors.iter().filter(|v| v.pixels == 1).count();
+                        let times = if c.repeat > 1 {
+                            format!("{} x ", c.repeat)
+                        } else {
+                            String::new()
+                        };
+                        format!(
+                            "{times}{} vectors ({partial} of one pixel)",
+                            c.vectors.len()
+                        )
+                    })
+                    .collect();
+                writeln!(f, "  row calls: {}", calls.join(", "))?;
             }
         } else {
             writeln!(
@@ -1387,7 +1453,7 @@ impl PoolPlan {
         // (`LANEWISE_VECTORS` wide vectors), its leftovers 128-bit code.
         let pixel_tile = match d.isa {
             Isa::X128 => 4,
-            wide => crate::tile::LANEWISE_VECTORS * (wide.target().lanes / LANES),
+            wide => LANEWISE_VECTORS * (wide.target().lanes / LANES),
         };
         PoolPlan {
             desc: d.clone(),
@@ -1701,6 +1767,59 @@ mod tests {
         );
         assert_eq!(t.tails.len(), 2);
         assert_ne!(t.tails[0], t.tails[1]);
+    }
+
+    /// The calls of a depthwise row at avx2: a 7-pixel row under a 5x5 kernel in one call, its
+    /// border pixels one-pixel vectors with the taps their windows cover; a 112-pixel row as
+    /// calls of 8 vectors, the interior's in a loop, the lone right border pixel joined to the
+    /// call before it; x128 and runtime widths keep their column runs.
+    #[test]
+    fn depthwise_rows_at_a_wide_tier_are_calls_of_whole_vectors_and_border_pixels() {
+        let depthwise = |w: usize, k: usize, isa: Isa| {
+            let mut d = ConvDesc::new(1, 16, [5, w], 16, [k, k]);
+            d.groups = 16;
+            d.pads = primjit_ir::Pads::uniform(k / 2);
+            d.src_layout = Layout::Nchw4c;
+            d.dst_layout = Layout::Nchw4c;
+            d.isa = isa;
+            ConvPlan::new(&d)
+        };
+        let v = |first, pixels, taps| RowVector {
+            first,
+            pixels,
+            taps,
+        };
+        let chunks = depthwise(7, 5, Isa::Avx2)
+            .lanewise_row()
+            .expect("a row plan");
+        assert_eq!(
+            chunks,
+            [RowChunk {
+                first: 0,
+                repeat: 1,
+                span: 7,
+                vectors: vec![
+                    v(0, 1, 2..5),
+                    v(1, 1, 1..5),
+                    v(2, 2, 0..5),
+                    v(4, 1, 0..5),
+                    v(5, 1, 0..4),
+                    v(6, 1, 0..3),
+                ],
+            }]
+        );
+        let chunks = depthwise(112, 3, Isa::Avx2)
+            .lanewise_row()
+            .expect("a row plan");
+        let shape: Vec<(usize, usize, usize, usize)> = chunks
+            .iter()
+            .map(|c| (c.first, c.repeat, c.span, c.vectors.len()))
+            .collect();
+        // 1 + 55 whole vectors + 1: 8, then 5 x 8, then the last 8 with the border pixel.
+        assert_eq!(shape, [(0, 1, 15, 8), (15, 5, 16, 8), (95, 1, 17, 9)]);
+        assert_eq!(chunks[1].vectors[7], v(14, 2, 0..3));
+        assert_eq!(chunks[2].vectors[8], v(16, 1, 0..2));
+        assert_eq!(depthwise(7, 5, Isa::X128).lanewise_row(), None);
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub const GLOBAL_CHAINS: usize = 8;
 /// 4 cycles' latency busy.
 pub const LANEWISE_VECTORS: usize = 8;
 
+/// The most output pixels of one row that a wide lane-wise tile's call covers: the avx512
+/// tile's ([`LANEWISE_VECTORS`] vectors of 4 pixels). `ConvDesc::tier_for` checks that their
+/// inputs are within a 32-bit displacement.
+pub const LANEWISE_CALL_PIXELS: usize = 4 * LANEWISE_VECTORS;
+
 /// Vector registers below a wide lane-wise tile's accumulators: its weights, a gathered input
 /// and the epilogue's temporaries.
 pub const LANEWISE_STAGED: usize = 4;

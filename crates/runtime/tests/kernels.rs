@@ -881,15 +881,16 @@ proptest! {
 
 /// Depthwise problems (`ConvPlan::lanewise`): every channel count of [`CHANNELS`] and
 /// more, an `nChw4c` source, mostly unit stride along rows and an `nChw4c` destination (what
-/// the wide lane-wise tile takes), rows up to 40 pixels (several wide tiles and every
-/// remainder), at every tier the host runs.
+/// the wide lane-wise tile takes), rows up to 80 pixels (several wide tiles and every
+/// remainder; at avx2 from 50 pixels on, a row's calls of the same vectors in a loop,
+/// `ConvPlan::lanewise_row`), at every tier the host runs.
 fn depthwise_problem() -> impl Strategy<Value = ConvProblem> {
     (
         conv_problem(),
         prop::sample::select(&[1usize, 3, 4, 5, 8, 12, 16, 17, 24, 36][..]),
         prop_oneof![3 => Just(1usize), 1 => 2..=3usize],
         prop_oneof![3 => Just(Layout::Nchw4c), 1 => Just(Layout::Nchw)],
-        prop_oneof![3 => extent(), 1 => 16..=40usize],
+        prop_oneof![3 => extent(), 1 => 16..=40usize, 1 => 41..=80usize],
         tier(),
     )
         .prop_map(|(mut p, c, sw, dst, iw, isa)| {

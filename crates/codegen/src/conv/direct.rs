@@ -27,7 +27,7 @@ use crate::backend::x64::{
     DirectTile, LaneVector, LanewiseTile, LanewiseUnit, TileFinish, TileInit, TileUnit, WideTile,
 };
 use crate::key::{Layout, PostOpDesc};
-use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, RowVector};
+use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, RowChunk, RowVector};
 use crate::tile::LANES;
 
 /// Buffer indices in the argument list.
@@ -686,8 +686,8 @@ fn columns(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>) {
         column_run(e, geo, row, &Taps::Fixed(taps), start, len);
     };
     match &plan.cols {
-        AxisPlan::Fixed(_) if let Some(vectors) = plan.lanewise_row() => {
-            lanewise_wide_row(e, geo, row, &vectors);
+        AxisPlan::Fixed(_) if let Some(chunks) = plan.lanewise_row() => {
+            lanewise_wide_row(e, geo, row, &chunks);
         }
         AxisPlan::Fixed(runs) => {
             for col in runs {
@@ -1265,15 +1265,49 @@ fn lanewise_wide_tile(
     call_lanewise(e, geo, row, &vectors);
 }
 
-/// A whole output row of a lane-wise plan at a wide tier as one call of the x64 backend's
-/// tile ([`ConvPlan::lanewise_row`]): the row's border columns are vectors of the tile, each
-/// skipping the taps its window misses, where the column runs made them 128-bit tiles.
-fn lanewise_wide_row(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>, vectors: &[RowVector]) {
-    // The row's source from its first tap column, as `column_run` sets it for column 0.
+/// An output row of a lane-wise plan at a wide tier as calls of the x64 backend's tile
+/// ([`ConvPlan::lanewise_row`]): the row's border columns are vectors of the calls, each
+/// skipping the taps its window misses, where the column runs made them 128-bit tiles. A
+/// chunk that repeats is a loop.
+fn lanewise_wide_row(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>, chunks: &[RowChunk]) {
+    let d = &row.plan.desc;
     let src_px = geo.src.pixel * F32_BYTES;
-    let src = e.offset(row.tile.src, -(row.plan.desc.pads.left as i64) * src_px);
-    let tile = TilePtrs { src, ..row.tile };
-    call_lanewise(e, geo, RowTiles { tile, ..row }, vectors);
+    let dst_px = geo.dst.pixel * F32_BYTES;
+    let src_col = d.strides[1] as i64 * src_px;
+    for chunk in chunks {
+        // The chunk's source from its first pixel's first tap column, as `column_run` sets it.
+        let first = chunk.first as i64;
+        let src_off = first * src_col - d.pads.left as i64 * src_px;
+        let mut ptrs = vec![
+            e.offset(row.tile.src, src_off),
+            e.offset(row.tile.dst, first * dst_px),
+        ];
+        ptrs.extend(row.residuals.iter().map(|&r| e.offset(r, first * dst_px)));
+        let span = chunk.span as i64;
+        let mut steps = vec![Scalar::Const(span * src_col)];
+        steps.extend(std::iter::repeat_n(
+            Scalar::Const(span * dst_px),
+            ptrs.len() - 1,
+        ));
+        let call = |e: &mut Emit<'_>, q: &[Value]| {
+            let tile = TilePtrs {
+                src: q[0],
+                dst: q[1],
+                ..row.tile
+            };
+            let at = RowTiles {
+                tile,
+                residuals: &q[2..],
+                ..row
+            };
+            call_lanewise(e, geo, at, &chunk.vectors);
+        };
+        if chunk.repeat == 1 {
+            call(e, &ptrs);
+        } else {
+            e.for_ptrs(Scalar::Const(chunk.repeat as i64), &ptrs, &steps, call);
+        }
+    }
 }
 
 /// One call of the lane-wise tile of `vectors`, their pixels counted from `row.tile.dst` and
