@@ -807,6 +807,9 @@ impl ConvPlan {
                 taps: run.taps.clone(),
             }));
         }
+        if vectors.is_empty() {
+            return None;
+        }
         // A call's vectors from `vectors[a..b]`, within the tile's registers and the reach
         // `tier_for` checks.
         let most = crate::tile::lanewise_row_vectors(self.desc.isa);

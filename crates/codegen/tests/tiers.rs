@@ -402,6 +402,49 @@ fn winograd_families() -> Vec<(&'static str, ConvDesc)> {
     ]
 }
 
+/// A lone clip post-op loads its two bounds once per tile, not once per value: in a dense, a
+/// depthwise and a Winograd output tile, at both tiers, every tile that clips loads exactly two
+/// constants from its pool into registers.
+#[test]
+fn a_lone_clip_loads_its_bounds_once_per_tile() {
+    let mut dense = blocked(ConvDesc::new(1, 16, [3, 9], 32, [1, 1]));
+    dense.bias = true;
+    let mut depthwise = blocked(ConvDesc::new(1, 16, [4, 19], 16, [3, 3]));
+    depthwise.groups = 16;
+    depthwise.pads = Pads::uniform(1);
+    let mut winograd = blocked(ConvDesc::new(1, 16, [9, 13], 32, [3, 3]));
+    winograd.pads = Pads::uniform(1);
+    winograd.algo = ConvAlgo::WinogradF4x3;
+    for d in [dense, depthwise, winograd] {
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            let mut d = d.clone();
+            d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Clip { lo: 0.0, hi: 6.0 }];
+            let (key, k) = tier_kernel(d, isa);
+            let (wide, _) = tier_registers(isa);
+            let mut clipping_tiles = 0;
+            for range in k.tiles() {
+                let tile = decode(&k.code()[range.clone()], range.start);
+                let clips = tile
+                    .iter()
+                    .filter(|i| i.mnemonic() == Mnemonic::Vminps && uses(i, wide))
+                    .count();
+                if clips == 0 {
+                    continue;
+                }
+                clipping_tiles += 1;
+                // Loads of constants into registers (the Winograd transform's own constants
+                // are memory operands of its arithmetic).
+                let loads = tile
+                    .iter()
+                    .filter(|i| i.mnemonic() == Mnemonic::Vmovups && i.is_ip_rel_memory_operand())
+                    .count();
+                assert_eq!(loads, 2, "{key}: a tile of {clips} clips");
+            }
+            assert!(clipping_tiles > 0, "{key}: no tile clips");
+        }
+    }
+}
+
 /// A depthwise 5x5 conv over 7-pixel rows, pads of 2: each row is one call of one lane-wise
 /// tile (`ConvPlan::lanewise_row`), whose border pixels are vectors of their own that skip the
 /// taps their windows miss. Columns 0, 1, 5 and 6 take 3, 4, 4 and 3 of the 5 kernel

@@ -1270,7 +1270,7 @@ fn winograd_resnet_blocks() {
 /// and 2, weights kept in cache and streamed in two chunks of output channels, 24 output
 /// channels (at avx2 a chunk that ends in one `ymm`; at avx512 x128 code), a call with a
 /// partial last group of tiles, activations and a clip after the output transform, a masked
-/// last block, and a residual at stride 2. Each matches the reference, and is bit-identical to
+/// last block, a residual at stride 2, and a residual then a lone clip. Each matches the reference, and is bit-identical to
 /// its x128 kernel: the wide tiles sum the same products in the same order, and the wide
 /// transforms apply the same operations.
 #[test]
@@ -1292,6 +1292,9 @@ fn winograd_matches_x128_bit_for_bit_at_every_tier() {
     let add_hard_swish = vec![PostOpDesc::Add, PostOpDesc::Act(Activation::HardSwish)];
     let mut s2_residual = same_padded_3x3(32, [19, 34], 32, add_hard_swish, w);
     s2_residual.strides = [2, 2];
+    // A residual then a lone clip: the clip's bounds loaded once for all the tile's values.
+    let add_clip = vec![PostOpDesc::Add, PostOpDesc::Clip { lo: -0.5, hi: 1.0 }];
+    let clipped = same_padded_3x3(32, [7, 22], 32, add_clip, w);
     let cases = [
         same_padded_3x3(64, [9, 13], 64, add_relu(), w),
         same_padded_3x3(128, [10, 7], 128, relu(), w),
@@ -1301,6 +1304,7 @@ fn winograd_matches_x128_bit_for_bit_at_every_tier() {
         odd,
         masked,
         s2_residual,
+        clipped,
     ];
     for isa in [Isa::Avx2, Isa::Avx512] {
         if !runs_tier("winograd_matches_x128_bit_for_bit_at_every_tier", isa) {

@@ -1246,7 +1246,8 @@ fn wide_pixel_tile(
 /// each pixel's taps in the order of the 128-bit lane-wise tile, so a pixel's bits do not
 /// depend on the tier. A 7-pixel row took three vectors and a 128-bit tile of one pixel,
 /// each a chain of 25 dependent FMAs for a 5x5 kernel: the one pixel took as long as the
-/// six.
+/// six. Rows of a fixed width take [`lanewise_wide_row`] instead; this serves the column
+/// template of runtime widths.
 fn lanewise_wide_tile(
     e: &mut Emit<'_>,
     row: RowTiles<'_>,

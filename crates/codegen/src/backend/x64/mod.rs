@@ -131,8 +131,8 @@ pub struct DirectTile {
 /// trip's source for accumulator `j`, or not at all where `x[j]` is `None` (a border pixel
 /// whose window misses that tap): its pixels' blocks `pixel_step` bytes apart, one load at
 /// unit stride (16 bytes), one per block gathered into a register at a larger stride. Vector
-/// `j`'s sums go to `dst` plus 16 bytes per pixel before its first, its residuals' from the
-/// same offset. A vector of fewer pixels (its low blocks) reads, writes and sums only those,
+/// `j`'s sums go to `dst + 16 * first` (its first pixel's block), its residuals' from the same
+/// offset. A vector of fewer pixels (its low blocks) reads, writes and sums only those,
 /// so a row's odd pixels and its border columns need no 128-bit tile of their own; the
 /// partial vectors of one tile hold the same number of pixels (one opmask at `avx512`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -875,12 +875,13 @@ impl Asm {
     /// into register `r`. `max(b, x)` and `min(b, x)` return their second operand `x` when
     /// either is NaN or both are zeros, so relu and clip are `x < 0 ? 0 : x` and
     /// `x < lo ? lo : x`. With `zero_set`, the chains' zero registers hold zero already
-    /// ([`Self::hoisted_zero`]).
+    /// ([`Self::hoisted_zero`]); with `clip_set`, their clip registers the bounds of the one
+    /// clip ([`Self::hoisted_clip`]).
     fn post_ops(
         &mut self,
         chains: &[Chain],
         posts: &[PostOpDesc],
-        mut zero_set: bool,
+        (mut zero_set, clip_set): (bool, bool),
         mut slopes: impl FnMut(&mut Asm, usize, usize),
         mut residual: impl FnMut(&mut Asm, usize, usize, usize),
     ) {
@@ -911,8 +912,10 @@ impl Asm {
                 PostOpDesc::Clip { lo, hi } => {
                     let (lo, hi) = (self.constant(lo.to_bits()), self.constant(hi.to_bits()));
                     for c in chains {
-                        self.load(c.t[EPILOGUE_LO], lo);
-                        self.load(c.t[EPILOGUE_HI], hi);
+                        if !clip_set {
+                            self.load(c.t[EPILOGUE_LO], lo);
+                            self.load(c.t[EPILOGUE_HI], hi);
+                        }
                         self.max(c.x, c.t[EPILOGUE_LO], c.x);
                         self.min(c.x, c.t[EPILOGUE_HI], c.x);
                     }
@@ -945,12 +948,12 @@ impl Asm {
     ) {
         let group = chains_per_group(self.isa.target().vector_registers);
         if values.len() < 2 || !long_chain(posts) {
-            let zero_set = self.hoisted_zero(posts);
+            let hoisted = (self.hoisted_zero(posts), self.hoisted_clip(posts));
             for (i, &x) in values.iter().enumerate() {
                 self.post_ops(
                     &[Chain::single(x)],
                     posts,
-                    zero_set,
+                    hoisted,
                     |a, _, r| slopes(a, i, r),
                     |a, _, adds, r| residual(a, i, adds, r),
                 );
@@ -974,7 +977,7 @@ impl Asm {
             self.post_ops(
                 &chains,
                 posts,
-                false,
+                (false, false),
                 |a, k, r| slopes(a, first + k, r),
                 |a, k, adds, r| residual(a, first + k, adds, r),
             );
@@ -996,6 +999,32 @@ impl Asm {
                 .any(|p| matches!(p, PostOpDesc::Act(_) | PostOpDesc::PRelu));
         if hoist {
             self.zero(Chain::single(0).t[EPILOGUE_ZERO]);
+        }
+        hoist
+    }
+
+    /// Loads the bounds of the one clip into registers 1 and 2, the single-value chains' clip
+    /// registers, once for all their post-ops where they have one clip and no activation or
+    /// PReLU (which would use the registers): whether it did. Each value's clip then takes
+    /// two instructions, not four (two of them loads).
+    fn hoisted_clip(&mut self, posts: &[PostOpDesc]) -> bool {
+        let clips: Vec<(f32, f32)> = posts
+            .iter()
+            .filter_map(|p| match *p {
+                PostOpDesc::Clip { lo, hi } => Some((lo, hi)),
+                _ => None,
+            })
+            .collect();
+        let hoist = clips.len() == 1
+            && !posts
+                .iter()
+                .any(|p| matches!(p, PostOpDesc::Act(_) | PostOpDesc::PRelu));
+        if hoist {
+            let (lo, hi) = clips[0];
+            let t = Chain::single(0).t;
+            let (lo, hi) = (self.constant(lo.to_bits()), self.constant(hi.to_bits()));
+            self.load(t[EPILOGUE_LO], lo);
+            self.load(t[EPILOGUE_HI], hi);
         }
         hoist
     }

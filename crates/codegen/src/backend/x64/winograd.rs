@@ -236,7 +236,9 @@ impl OutputTransformTile {
         if self.bias {
             a.broadcast_block(Self::BIAS, r8 + 0);
         }
-        let zero_set = a.hoisted_zero(&self.posts);
+        // The transforms use registers 4 to 15: a relu's zero and a clip's bounds stay in
+        // registers 0 to 2 for every value.
+        let hoisted = (a.hoisted_zero(&self.posts), a.hoisted_clip(&self.posts));
         for k in 0..TILE {
             for j in 0..p {
                 a.load(4 + j, r9 + disp((k * p + j) as i64 * vb));
@@ -249,7 +251,7 @@ impl OutputTransformTile {
                 a.post_ops(
                     &[Chain::single(x)],
                     &self.posts,
-                    zero_set,
+                    hoisted,
                     |a, _, r| a.broadcast_block(r, r8 + disp(self.slopes_disp)),
                     |a, _, adds, r| {
                         ok(a.a.mov(rax, qword_ptr(rsp + 8 * (adds as i32 + 1))));
