@@ -341,14 +341,10 @@ fn activation_post_ops_run_in_the_tiles_registers_on_every_host() {
     }
 }
 
-/// A PReLU post-op runs in the wide tiles' registers, dense, lane-wise and in Winograd's
-/// output transform, at both tiers: each tile that applies it multiplies by a slope vector
-/// it reads from the channel parameters (a wide `vmulps` with a register operand, the
-/// slopes loaded beside the bias, never a constant of the pool) and selects the negative
-/// lanes by a compare.
-#[test]
-fn prelu_post_ops_run_in_the_tiles_registers_on_every_host() {
-    let mut dense = blocked(ConvDesc::new(1, 16, [3, 9], 20, [1, 1]));
+/// Keys whose wide tiles end in the post-ops: a dense 1x1 conv of `dense_oc` output channels
+/// with a bias, a depthwise 3x3 and a Winograd 3x3 (its output transform's tile).
+fn epilogue_hosts(dense_oc: usize) -> [ConvDesc; 3] {
+    let mut dense = blocked(ConvDesc::new(1, 16, [3, 9], dense_oc, [1, 1]));
     dense.bias = true;
     let mut depthwise = blocked(ConvDesc::new(1, 16, [4, 19], 16, [3, 3]));
     depthwise.groups = 16;
@@ -356,7 +352,17 @@ fn prelu_post_ops_run_in_the_tiles_registers_on_every_host() {
     let mut winograd = blocked(ConvDesc::new(1, 16, [9, 13], 32, [3, 3]));
     winograd.pads = Pads::uniform(1);
     winograd.algo = ConvAlgo::WinogradF4x3;
-    for d in [dense, depthwise, winograd] {
+    [dense, depthwise, winograd]
+}
+
+/// A PReLU post-op runs in the wide tiles' registers, dense, lane-wise and in Winograd's
+/// output transform, at both tiers: each tile that applies it multiplies by a slope vector
+/// it reads from the channel parameters (a wide `vmulps` with a register operand, the
+/// slopes loaded beside the bias, never a constant of the pool) and selects the negative
+/// lanes by a compare.
+#[test]
+fn prelu_post_ops_run_in_the_tiles_registers_on_every_host() {
+    for d in epilogue_hosts(20) {
         for isa in [Isa::Avx2, Isa::Avx512] {
             let mut d = d.clone();
             d.post_ops = vec![PostOpDesc::PRelu, PostOpDesc::Relu];
@@ -407,15 +413,7 @@ fn winograd_families() -> Vec<(&'static str, ConvDesc)> {
 /// constants from its pool into registers.
 #[test]
 fn a_lone_clip_loads_its_bounds_once_per_tile() {
-    let mut dense = blocked(ConvDesc::new(1, 16, [3, 9], 32, [1, 1]));
-    dense.bias = true;
-    let mut depthwise = blocked(ConvDesc::new(1, 16, [4, 19], 16, [3, 3]));
-    depthwise.groups = 16;
-    depthwise.pads = Pads::uniform(1);
-    let mut winograd = blocked(ConvDesc::new(1, 16, [9, 13], 32, [3, 3]));
-    winograd.pads = Pads::uniform(1);
-    winograd.algo = ConvAlgo::WinogradF4x3;
-    for d in [dense, depthwise, winograd] {
+    for d in epilogue_hosts(32) {
         for isa in [Isa::Avx2, Isa::Avx512] {
             let mut d = d.clone();
             d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Clip { lo: 0.0, hi: 6.0 }];
