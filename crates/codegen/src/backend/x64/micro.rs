@@ -3,9 +3,9 @@
 //!
 //! A direct convolution's tile ([`super::DirectTile`]: rows are output pixels), the Winograd
 //! GEMM's ([`super::GemmTile`]: rows are transformed tiles) and `primjit peak`'s tile patterns
-//! ([`super::peak_kernel`]) emit their FMAs here and nowhere else, so the peak measures the
-//! very instruction pattern the kernels run, and a change to the pattern (another register
-//! assignment, another tier) is one change.
+//! ([`super::peak_kernel`]) emit their reduction steps here and nowhere else, so the peak
+//! measures the very instruction pattern the kernels run, and a change to the pattern
+//! (another register assignment, another tier) is one change.
 
 use iced_x86::code_asm::AsmMemoryOperand;
 
