@@ -462,7 +462,9 @@ impl PrimitiveKey {
     }
 
     /// The extent that executions split across threads: output rows (pooled rows with a fused
-    /// pool; `ConvPlan::joined_rows` rows for a 1x1 conv on narrow rows; for Winograd, blocks
+    /// pool; `ConvPlan::joined_rows` rows for a 1x1 conv on narrow rows, or parts of its
+    /// output-channel tiles where it joins the whole image, `ConvPlan::tiles_per_item`; for
+    /// Winograd, blocks
     /// of tiles times chunks of output channels; for a global pooling, blocks of four
     /// channels).
     pub fn work_items(&self) -> usize {
@@ -470,7 +472,7 @@ impl PrimitiveKey {
             PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {
                 WinogradPlan::new(d).work_items()
             }
-            PrimitiveKey::Conv(d) => d.dst_shape()[2] / ConvPlan::joined_rows(d),
+            PrimitiveKey::Conv(d) => ConvPlan::work_items_of(d),
             PrimitiveKey::Pool(d) => d.oh(),
             PrimitiveKey::GlobalPool(d) => d.c.div_ceil(LANES),
             PrimitiveKey::Eltwise(d) => d.shape[2],

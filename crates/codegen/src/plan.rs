@@ -576,9 +576,14 @@ pub struct ConvPlan {
     /// The masks follow the bias, one per weight vector at the same place relative to
     /// [`Self::mask_offset`] as the vector to [`Self::pack_weights`]'s start.
     pub group_masks: bool,
-    /// The key's output rows per row of the plan ([`Self::joined_rows`]); `desc` is the
-    /// convolution on the joined rows.
+    /// The key's output rows per row of the plan ([`Self::joined_rows`], or all of them,
+    /// [`Self::tiles_per_item`]); `desc` is the convolution on the joined rows.
     pub joined: usize,
+    /// Where the plan joins the whole image into one row, the output-channel tiles of one
+    /// work item: item `i` computes tiles `[i * n, (i + 1) * n)` (the last up to
+    /// `oc_tiles`) of the row, `n` a multiple of every narrow group the row's tiles form
+    /// ([`Self::narrow_group`]). `None`: a work item is a row of the plan.
+    pub tiles_per_item: Option<usize>,
 }
 
 /// Dependent FMA chains from which a register tile is wide enough ([`ConvPlan::narrow_group`]).
@@ -604,6 +609,15 @@ fn channel_weight_bytes(d: &ConvDesc, vecs: usize) -> usize {
     d.kh * d.kw * vecs * LANES * std::mem::size_of::<f32>()
 }
 
+/// The least common multiple of two positive counts.
+fn lcm(a: usize, b: usize) -> usize {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x * b
+}
+
 /// The shortest row a 1x1 convolution's tiles run on before [`ConvPlan::joined_rows`] joins
 /// rows: four 6-pixel tiles, past which a row's remainder tile costs little.
 pub const JOINED_ROW_PIXELS: usize = 24;
@@ -626,16 +640,92 @@ impl ConvPlan {
     /// convolution on rows of [`Self::joined_rows`] rows each.
     pub fn new(d: &ConvDesc) -> Self {
         match Self::joined_rows(d) {
-            1 => Self::unjoined(d),
-            k => {
-                let mut plan = Self::unjoined(&ConvDesc {
-                    ih: d.ih / k,
-                    iw: d.iw * k,
-                    ..d.clone()
-                });
-                plan.joined = k;
-                plan
+            1 => Self::whole_image(d).unwrap_or_else(|| Self::unjoined(d)),
+            k => Self::joined(d, k),
+        }
+    }
+
+    /// The plan of `d` on rows of `k` of its rows.
+    fn joined(d: &ConvDesc, k: usize) -> Self {
+        let mut plan = Self::unjoined(&ConvDesc {
+            ih: d.ih / k,
+            iw: d.iw * k,
+            ..d.clone()
+        });
+        plan.joined = k;
+        plan
+    }
+
+    /// The plan of a joinable key whose rows no divisor joins into rows of
+    /// [`JOINED_ROW_PIXELS`] while leaving two (a 7x7 image): its whole image as one row,
+    /// the work items parts of the output-channel tiles ([`Self::tiles_per_item`]), so that
+    /// threads still share the work. `None` where the key is not such, or its tiles make
+    /// fewer than two items.
+    ///
+    /// One row of 49 pixels takes whole tiles where seven rows of 7 each end in a narrow
+    /// remainder tile: ResNet50's `mb1ic2048ih7iw7oc512kh1` ran at 89% of the avx2 peak as
+    /// one row against 67% (Zen3; docs/decisions/021-joined-rows-for-1x1-convolutions.md).
+    /// Split by output channels, each thread reads all of the small image and only its
+    /// part of the weights, which at 7x7 are most of the bytes.
+    fn whole_image(d: &ConvDesc) -> Option<Self> {
+        if !Self::joinable(d) || d.ih < 2 {
+            return None;
+        }
+        let plan = Self::joined(d, d.ih);
+        let AxisPlan::Fixed(runs) = &plan.cols else {
+            return None;
+        };
+        // A narrow tile of `g` output-channel tiles is computed by the tile at a multiple
+        // of `g`: a part starts at a multiple of every such group.
+        let per_item = runs
+            .iter()
+            .map(|run| run.outputs.len() % plan.pixel_tile)
+            .filter(|&rem| rem > 0)
+            .map(|rem| plan.narrow_group(rem))
+            .fold(1, lcm);
+        (plan.oc_tiles.div_ceil(per_item) >= 2).then_some(ConvPlan {
+            tiles_per_item: Some(per_item),
+            ..plan
+        })
+    }
+
+    /// The work items of the kernel of `d` (a direct convolution at fixed extents): the
+    /// plan's rows, or its parts of output-channel tiles ([`Self::tiles_per_item`]).
+    pub fn work_items_of(d: &ConvDesc) -> usize {
+        match Self::joined_rows(d) {
+            // Only a key whose rows would stay unjoined may take a whole-image plan.
+            1 if Self::joinable(d) && d.ih >= 2 => Self::new(d).work_items(),
+            k => d.dst_shape()[2] / k,
+        }
+    }
+
+    /// This plan's work items (see [`Self::work_items_of`]).
+    pub fn work_items(&self) -> usize {
+        match self.tiles_per_item {
+            Some(n) => self.oc_tiles.div_ceil(n),
+            None => self.desc.dst_shape()[2],
+        }
+    }
+
+    /// The output rows and the output channels (counted in whole `nChw4c` blocks: a last
+    /// tile writes its block's padding lanes) that work items `items` write, in the key's
+    /// rows: every channel of their rows, or every row of their channels.
+    pub fn item_outputs(&self, items: Range<usize>) -> (Range<usize>, Range<usize>) {
+        let channels = self.desc.oc.div_ceil(LANES) * LANES;
+        let rows = self.desc.dst_shape()[2] * self.joined;
+        if items.is_empty() {
+            return (0..0, 0..0);
+        }
+        match self.tiles_per_item {
+            Some(n) => {
+                let tile_oc = n * self.vecs * LANES;
+                let hi = (items.end * tile_oc).min(channels);
+                (0..rows, (items.start * tile_oc).min(hi)..hi)
             }
+            None => (
+                items.start * self.joined..items.end * self.joined,
+                0..channels,
+            ),
         }
     }
 
@@ -649,21 +739,28 @@ impl ConvPlan {
     /// leaving two rows, for two threads (7x7 keeps its rows: one row of 49 ran at 89% against
     /// 67%, but on one thread only).
     pub fn joined_rows(d: &ConvDesc) -> usize {
-        let joinable = d.algo == ConvAlgo::Direct
-            && (d.kh, d.kw) == (1, 1)
-            && d.strides == [1, 1]
-            && d.pads == primjit_ir::Pads::default()
-            && d.pool.is_none()
-            && d.pitches == Pitches::DENSE
-            && !d.runtime.any()
-            && d.iw < JOINED_ROW_PIXELS;
-        if !joinable {
+        if !Self::joinable(d) {
             return 1;
         }
         let rows = d.ih;
         (2..=rows / 2)
             .find(|&k| rows.is_multiple_of(k) && d.iw * k >= JOINED_ROW_PIXELS)
             .unwrap_or(1)
+    }
+
+    /// Whether `d` computes each output pixel from the input pixel at the same place, on
+    /// rows lying end to end in both buffers, and its rows are narrow: a direct 1x1
+    /// convolution of unit stride without padding or a fused pool, on dense rows at fixed
+    /// extents, narrower than [`JOINED_ROW_PIXELS`].
+    fn joinable(d: &ConvDesc) -> bool {
+        d.algo == ConvAlgo::Direct
+            && (d.kh, d.kw) == (1, 1)
+            && d.strides == [1, 1]
+            && d.pads == primjit_ir::Pads::default()
+            && d.pool.is_none()
+            && d.pitches == Pitches::DENSE
+            && !d.runtime.any()
+            && d.iw < JOINED_ROW_PIXELS
     }
 
     /// The plan of `d` as it is, its rows unjoined: what a fused pool's conv stage takes,
@@ -741,6 +838,7 @@ impl ConvPlan {
             dst_rows: None,
             lanewise,
             joined: 1,
+            tiles_per_item: None,
             group_masks: d.groups > 1
                 && !lanewise
                 && !(ocg.is_multiple_of(tile_oc) && icg.is_multiple_of(ic_step)),
@@ -1323,12 +1421,21 @@ fn fmt_axis(f: &mut fmt::Formatter<'_>, name: &str, axis: &AxisPlan, tile: usize
 
 impl fmt::Display for ConvPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.joined > 1 {
-            writeln!(
+        match self.tiles_per_item {
+            Some(n) => writeln!(
+                f,
+                "  rows joined: all {}, one row of {} pixels; work items: {} parts of {} oc tile(s)",
+                self.joined,
+                self.desc.iw,
+                self.work_items(),
+                n
+            )?,
+            None if self.joined > 1 => writeln!(
                 f,
                 "  rows joined: {} at a time, {} rows of {} pixels",
                 self.joined, self.desc.ih, self.desc.iw
-            )?;
+            )?,
+            None => {}
         }
         writeln!(
             f,
@@ -1375,7 +1482,9 @@ impl fmt::Display for ConvPlan {
         writeln!(
             f,
             "  loop order: {}",
-            if self.rows_outer {
+            if self.tiles_per_item.is_some() {
+                "one row, its output-channel tiles in parts"
+            } else if self.rows_outer {
                 "rows outer, output-channel tiles inner"
             } else {
                 "output-channel tiles outer, rows inner"
@@ -1823,6 +1932,53 @@ mod tests {
         assert_eq!(chunks[1].vectors[7], v(14, 2, 0..3));
         assert_eq!(chunks[2].vectors[8], v(16, 1, 0..2));
         assert_eq!(depthwise(7, 5, Isa::X128).lanewise_row(), None);
+    }
+
+    #[test]
+    fn a_7x7_pointwise_conv_is_one_row_whose_work_items_are_parts_of_its_tiles() {
+        let pointwise = |[h, w]: [usize; 2], oc: usize, isa: Isa| {
+            let mut d = ConvDesc::new(1, 1152, [h, w], oc, [1, 1]);
+            d.src_layout = Layout::Nchw4c;
+            d.dst_layout = Layout::Nchw4c;
+            d.isa = isa;
+            d
+        };
+        // MobileNetV2's and EfficientNet's 1152 -> 192 at 7x7: 8 tiles of three `ymm` by four
+        // pixels; the row of 49 ends in one pixel, whose narrow tile spans 4 tiles, so parts
+        // are 4 tiles.
+        let d = pointwise([7, 7], 192, Isa::Avx2);
+        let plan = ConvPlan::new(&d);
+        assert_eq!((plan.joined, plan.desc.ih, plan.desc.iw), (7, 1, 49));
+        assert_eq!((plan.vecs, plan.pixel_tile, plan.oc_tiles), (6, 4, 8));
+        assert_eq!(plan.narrow_group(1), 4);
+        assert_eq!(plan.tiles_per_item, Some(4));
+        assert_eq!(plan.work_items(), 2);
+        assert_eq!(ConvPlan::work_items_of(&d), 2);
+        assert_eq!(plan.item_outputs(1..2), (0..7, 96..192));
+        assert_eq!(plan.item_outputs(0..2), (0..7, 0..192));
+        assert_eq!(plan.item_outputs(1..1), (0..0, 0..0));
+        // 2048 outputs: 86 tiles, the last of two vectors, each its own part.
+        let d = pointwise([7, 7], 2048, Isa::Avx2);
+        let plan = ConvPlan::new(&d);
+        assert_eq!((plan.oc_tiles, plan.tiles_per_item), (86, Some(1)));
+        assert_eq!(plan.item_outputs(85..86), (0..7, 2040..2048));
+        // A row that divisors join keeps row items; one tile makes no two parts.
+        let plan = ConvPlan::new(&pointwise([14, 14], 192, Isa::Avx2));
+        assert_eq!(
+            (plan.joined, plan.tiles_per_item, plan.work_items()),
+            (2, None, 7)
+        );
+        let d = pointwise([7, 7], 24, Isa::Avx2);
+        let plan = ConvPlan::new(&d);
+        assert_eq!(
+            (plan.joined, plan.tiles_per_item, plan.work_items()),
+            (1, None, 7)
+        );
+        assert_eq!(ConvPlan::work_items_of(&d), 7);
+        // Runtime extents keep their rows.
+        let d = pointwise([7, 7], 192, Isa::Avx2)
+            .with_runtime(crate::key::RuntimeDims { h: false, w: true });
+        assert_eq!(ConvPlan::new(&d).tiles_per_item, None);
     }
 
     #[test]

@@ -331,6 +331,9 @@ pub struct Kernel {
     buffers: Vec<BufferSpec>,
     /// The code may write its destination over its residual (`residual_in_place`).
     residual_in_place: bool,
+    /// The work items of a call at the key's own extents, computed once: a Winograd key's,
+    /// or a 1x1 conv's on one joined row, come from its plan.
+    work_items: usize,
 }
 
 impl Kernel {
@@ -340,11 +343,13 @@ impl Kernel {
         let key = compiled.key().clone();
         let buffers = key.buffers();
         let residual_in_place = primjit_codegen::residual_in_place(&key);
+        let work_items = key.work_items();
         Ok(Kernel {
             code,
             key,
             buffers,
             residual_in_place,
+            work_items,
         })
     }
 
@@ -416,7 +421,11 @@ impl Kernel {
             key.validate().is_ok(),
             "{key}: running a kernel whose key does not validate"
         );
-        let items = Self::work_items(key, self.key.work_items_at(extents), items)?;
+        let all = match call_key {
+            None => self.work_items,
+            Some(_) => self.key.work_items_at(extents),
+        };
+        let items = Self::work_items(key, all, items)?;
         let (pointers, scratch) = match &call_key {
             Some(k) => pointers(k, &k.buffers(), args, residual)?,
             None => pointers(&self.key, &self.buffers, args, residual)?,

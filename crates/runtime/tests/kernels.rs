@@ -245,10 +245,11 @@ impl Buffers {
         Ok(dst.as_slice().to_vec())
     }
 
-    /// Runs work items `[a, b)` alone and checks that exactly the destination elements of
-    /// their rows are written (a direct conv's item may span several rows,
-    /// `ConvPlan::joined_rows`), bit-identical to `full` (the raw destination of a complete
-    /// run).
+    /// Runs work items `[a, b)` alone and checks that exactly the destination elements they
+    /// own are written, bit-identical to `full` (the raw destination of a complete run):
+    /// their rows, where a direct conv's item may span several rows
+    /// (`ConvPlan::joined_rows`), or, where a direct conv joins its whole image into one row,
+    /// their output channels (`ConvPlan::tiles_per_item`).
     fn check_rows(
         &self,
         p: &Primitive,
@@ -257,26 +258,32 @@ impl Buffers {
     ) -> Result<(), TestCaseError> {
         let key = p.key();
         let part = self.execute_rows(p, items.clone())?;
-        let per_item = match key {
-            PrimitiveKey::Conv(d) if d.algo == ConvAlgo::Direct => ConvPlan::joined_rows(d),
-            _ => 1,
+        let (rows, channels) = match key {
+            PrimitiveKey::Conv(d) if d.algo == ConvAlgo::Direct => {
+                ConvPlan::new(d).item_outputs(items.clone())
+            }
+            _ => (items.clone(), 0..usize::MAX),
         };
-        let rows = items.start * per_item..items.end * per_item;
-        let [_, _, h, w] = self.dst_shape;
+        let [_, c, h, w] = self.dst_shape;
         let row_len = match self.dst_layout {
             Layout::Nchw => w,
             Layout::Nchw4c => 4 * w,
         };
         for (i, (&p, &f)) in part.iter().zip(full).enumerate() {
             let row = i / row_len % h;
-            let expected = if rows.contains(&row) {
+            let channel = match self.dst_layout {
+                Layout::Nchw => i / (h * w) % c,
+                Layout::Nchw4c => i / (4 * h * w) % c.div_ceil(4) * 4 + i % 4,
+            };
+            let expected = if rows.contains(&row) && channels.contains(&channel) {
                 f.to_bits()
             } else {
                 SENTINEL
             };
             prop_assert!(
                 p.to_bits() == expected,
-                "{key}, rows {rows:?}: element {i} (row {row}) is {p:?}, expected {:?}",
+                "{key}, items {items:?} (rows {rows:?}, channels {channels:?}): element {i} \
+                 (row {row}, channel {channel}) is {p:?}, expected {:?}",
                 f32::from_bits(expected)
             );
         }
@@ -761,18 +768,30 @@ impl ConvProblem {
     }
 
     /// Output rows `[a, b)` alone write exactly their rows, as the full run does; where a work
-    /// item spans several rows (`ConvPlan::joined_rows`), the items within `[a, b)`.
+    /// item spans several rows (`ConvPlan::joined_rows`), the items within `[a, b)`; where
+    /// the items are parts of the output channels (`ConvPlan::tiles_per_item`), the same
+    /// share of them.
     fn check_rows(&self, rows: Range<usize>) -> Result<(), TestCaseError> {
-        let key = self.key();
-        let p = compile(&key)?;
+        let items = match self.desc.algo {
+            ConvAlgo::Direct => {
+                let plan = ConvPlan::new(&self.desc);
+                let (k, n) = (plan.joined, plan.work_items());
+                match plan.tiles_per_item {
+                    Some(_) => rows.start * n / self.desc.oh()..rows.end * n / self.desc.oh(),
+                    None => rows.start.div_ceil(k)..(rows.end / k).max(rows.start.div_ceil(k)),
+                }
+            }
+            ConvAlgo::WinogradF4x3 => rows,
+        };
+        self.check_items(items)
+    }
+
+    /// Work items `items` alone write exactly their part of the output, as the full run does.
+    fn check_items(&self, items: Range<usize>) -> Result<(), TestCaseError> {
+        let p = compile(&self.key())?;
         let bufs = self.buffers();
         let full = bufs.execute(&p, None)?;
-        let k = ConvPlan::joined_rows(&self.desc);
-        bufs.check_rows(
-            &p,
-            &full,
-            rows.start.div_ceil(k)..(rows.end / k).max(rows.start.div_ceil(k)),
-        )
+        bufs.check_rows(&p, &full, items)
     }
 }
 
@@ -994,17 +1013,21 @@ proptest! {
 }
 
 /// 1x1 convolutions over narrow, contiguous rows run on joined rows
-/// (`ConvPlan::joined_rows`): against the reference on 1, 2 and 3 threads, every range of
-/// work items alone, and a runtime-extent kernel, whose rows stay rows, bit for bit; with a
-/// residual, at every layout pair and every tier the host runs.
+/// (`ConvPlan::joined_rows`), or on their whole image as one row whose work items are parts
+/// of the output-channel tiles (`ConvPlan::tiles_per_item`; 144 channels make narrow
+/// remainder tiles span tiles at avx2): against the reference on 1, 2 and 3 threads, every
+/// range of work items alone, and a runtime-extent kernel, whose rows stay rows, bit for
+/// bit; with a residual, at every layout pair and every tier the host runs.
 #[test]
 fn joined_rows_of_1x1_convs_match_reference_rows_and_runtime_kernels() {
-    for ([ih, iw], k) in [
-        ([14, 14], 2),
-        ([8, 6], 4),
-        ([10, 10], 5),
-        ([12, 4], 6),
-        ([7, 7], 1),
+    for ([ih, iw], oc, k) in [
+        ([14, 14], 20, 2),
+        ([8, 6], 20, 4),
+        ([10, 10], 20, 5),
+        ([12, 4], 20, 6),
+        ([7, 7], 20, 1),
+        ([7, 7], 144, 1),
+        ([3, 5], 20, 1),
     ] {
         for (src, dst) in [
             (Layout::Nchw4c, Layout::Nchw4c),
@@ -1012,21 +1035,37 @@ fn joined_rows_of_1x1_convs_match_reference_rows_and_runtime_kernels() {
             (Layout::Nchw4c, Layout::Nchw),
         ] {
             for isa in common::host_tiers() {
-                let mut d = ConvDesc::new(2, 12, [ih, iw], 20, [1, 1]);
+                let mut d = ConvDesc::new(2, 12, [ih, iw], oc, [1, 1]);
                 d.bias = true;
                 d.post_ops = vec![PostOpDesc::Add, PostOpDesc::Relu];
                 (d.src_layout, d.dst_layout) = (src, dst);
                 let d = d.at_tier(isa);
-                assert_eq!(ConvPlan::joined_rows(&d), k, "{d:?}");
+                let plan = ConvPlan::new(&d);
+                let items = PrimitiveKey::Conv(d.clone()).work_items();
                 let p = ConvProblem {
                     desc: d.clone(),
                     seed: 3,
                 };
                 p.check().unwrap_or_else(|e| panic!("{}: {e}", p.key()));
-                assert_eq!(p.key().work_items() * k, ih);
-                for a in 0..=ih / k {
-                    for b in a..=ih / k {
-                        p.check_rows(a * k..b * k).unwrap();
+                // Rows no divisor joins: the whole image where its tiles make two parts
+                // (144 channels make 6 to 12 tiles at every tier), each part starting at a
+                // multiple of the remainder tile's narrow group.
+                assert!(oc != 144 || plan.tiles_per_item.is_some(), "{d:?}");
+                match plan.tiles_per_item {
+                    Some(per_item) => {
+                        assert_eq!((k, plan.joined), (1, ih), "{d:?}");
+                        assert!(items >= 2, "{d:?}: {items} work items");
+                        let remainder = ih * iw % plan.pixel_tile;
+                        if remainder > 0 {
+                            let g = plan.narrow_group(remainder);
+                            assert!(per_item.is_multiple_of(g), "{d:?}: {per_item} of {g}");
+                        }
+                    }
+                    None => assert_eq!((plan.joined, items * k), (k, ih), "{d:?}"),
+                }
+                for a in 0..=items {
+                    for b in a..=items {
+                        p.check_items(a..b).unwrap();
                     }
                 }
                 let rt = RuntimeDims { h: true, w: true };

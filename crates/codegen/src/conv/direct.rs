@@ -240,8 +240,11 @@ pub fn lower(e: &mut Emit<'_>, plan: &ConvPlan) {
     };
     // The loop order is the plan's (`ConvPlan::rows_outer`): rows outer keeps a row's input
     // rows in cache while every tile reads them; tiles outer keeps a tile's weights in cache
-    // across the rows.
-    if plan.rows_outer {
+    // across the rows. A plan of one row whose work items are parts of the tiles has one
+    // order.
+    if let Some(per_item) = plan.tiles_per_item {
+        lower_tile_items(e, plan, &classes, per_item);
+    } else if plan.rows_outer {
         lower_rows_outer(e, plan, &classes);
     } else {
         lower_tiles_outer(e, plan, &classes);
@@ -372,6 +375,37 @@ fn lower_rows_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                 });
             }
         });
+        vec![]
+    });
+}
+
+/// The whole image as one row (`ConvPlan::tiles_per_item`): the call's work items `[begin,
+/// end)` are the tiles `[begin * per_item, end * per_item)`, each of which runs the row as
+/// in [`lower_rows_outer`]. Parts start at multiples of every narrow group, so a group's
+/// first tile, which computes the group's narrow tiles, is in the same call as the rest.
+fn lower_tile_items(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass], per_item: usize) {
+    let d = &plan.desc;
+    let taps = match &plan.rows {
+        AxisPlan::Fixed(runs) if runs.len() == 1 => Taps::Fixed(runs[0].taps.clone()),
+        _ => unreachable!("a whole-image plan is one row of fixed taps"),
+    };
+    let per_item = per_item as i64;
+    let begin = e.mul(Scalar::Dyn(e.begin), per_item);
+    let end = e.mul(Scalar::Dyn(e.end), per_item);
+    let (lo, hi) = (e.value(begin), e.value(end));
+    e.for_count(d.mb, &[], |e, n, _| {
+        let oh = e.iconst(0);
+        for class in classes {
+            let start = e.iconst(class.tiles.start as i64);
+            let start = e.imax(lo, start);
+            let end = e.iconst(class.tiles.end as i64);
+            let end = e.imin(hi, end);
+            e.for_range(start, end, &[], |e, t, _| {
+                let (tile, res) = tile_ptrs(e, plan, n, t);
+                row(e, plan, oh, &taps, tile, &res, class.shape);
+                vec![]
+            });
+        }
         vec![]
     });
 }
