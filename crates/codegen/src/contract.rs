@@ -464,9 +464,8 @@ impl PrimitiveKey {
     /// The extent that executions split across threads: output rows (pooled rows with a fused
     /// pool; `ConvPlan::joined_rows` rows for a 1x1 conv on narrow rows, or parts of its
     /// output-channel tiles where it joins the whole image, `ConvPlan::tiles_per_item`; for
-    /// Winograd, blocks
-    /// of tiles times chunks of output channels; for a global pooling, blocks of four
-    /// channels).
+    /// Winograd, blocks of tiles times chunks of output channels; for a global pooling,
+    /// blocks of four channels).
     pub fn work_items(&self) -> usize {
         match self {
             PrimitiveKey::Conv(d) if d.algo == ConvAlgo::WinogradF4x3 => {

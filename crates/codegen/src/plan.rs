@@ -663,8 +663,8 @@ impl ConvPlan {
     /// fewer than two items.
     ///
     /// One row of 49 pixels takes whole tiles where seven rows of 7 each end in a narrow
-    /// remainder tile: ResNet50's `mb1ic2048ih7iw7oc512kh1` ran at 89% of the avx2 peak as
-    /// one row against 67% (Zen3; docs/decisions/021-joined-rows-for-1x1-convolutions.md).
+    /// remainder tile: ResNet50's 7x7 1x1 layers took 0.90x their time in the network, on
+    /// one thread and on two (Zen3, avx2; docs/decisions/030-whole-image-rows-for-1x1-convolutions.md).
     /// Split by output channels, each thread reads all of the small image and only its
     /// part of the weights, which at 7x7 are most of the bytes.
     fn whole_image(d: &ConvDesc) -> Option<Self> {
