@@ -1084,6 +1084,42 @@ fn joined_rows_of_1x1_convs_match_reference_rows_and_runtime_kernels() {
 }
 
 proptest! {
+    #![proptest_config(config(32))]
+
+    /// 1x1 convolutions whose rows no divisor joins (2, 3, 5 or 7 rows of up to 11 pixels)
+    /// run on their whole image as one row, the work items parts of the output-channel tiles
+    /// (`ConvPlan::tiles_per_item`): against the reference on 1, 2 and 3 threads, with every
+    /// post-op, both layouts, reductions long enough to chunk, and a random range of items
+    /// alone writing exactly its output channels.
+    #[test]
+    fn whole_image_1x1_convs_match_reference_and_their_parts(
+        (mb, ih, iw) in (1..=2usize, prop::sample::select(&[2usize, 3, 5, 7][..]), 1..=11usize),
+        ic in prop_oneof![channels(), 100..=300usize],
+        oc in prop_oneof![3 => 24..=200usize, 1 => channels()],
+        bias in any::<bool>(),
+        post_ops in prop::collection::vec(post_op(), 0..=2),
+        (src_layout, dst_layout) in (layout(), layout()),
+        isa in tier(),
+        seed in any::<u64>(),
+        (a, b) in (any::<Index>(), any::<Index>()),
+    ) {
+        let mut d = ConvDesc::new(mb, ic, [ih, iw], oc, [1, 1]);
+        d.bias = bias;
+        d.post_ops = post_ops;
+        (d.src_layout, d.dst_layout) = (src_layout, dst_layout);
+        let d = d.at_tier(isa);
+        let plan = ConvPlan::new(&d);
+        prop_assume!(plan.tiles_per_item.is_some());
+        let n = PrimitiveKey::Conv(d.clone()).work_items();
+        prop_assert_eq!(n, plan.work_items());
+        let p = ConvProblem { desc: d, seed };
+        p.check()?;
+        let (a, b) = (a.index(n + 1), b.index(n + 1));
+        p.check_items(a.min(b)..a.max(b))?;
+    }
+}
+
+proptest! {
     #![proptest_config(config(48))]
 
     #[test]
