@@ -1943,9 +1943,8 @@ mod tests {
             d.isa = isa;
             d
         };
-        // MobileNetV2's and EfficientNet's 1152 -> 192 at 7x7: 8 tiles of three `ymm` by four
-        // pixels; the row of 49 ends in one pixel, whose narrow tile spans 4 tiles, so parts
-        // are 4 tiles.
+        // EfficientNet-B0's 1152 -> 192 at 7x7: 8 tiles of three `ymm` by four pixels; the
+        // row of 49 ends in one pixel, whose narrow tile spans 4 tiles, so parts are 4 tiles.
         let d = pointwise([7, 7], 192, Isa::Avx2);
         let plan = ConvPlan::new(&d);
         assert_eq!((plan.joined, plan.desc.ih, plan.desc.iw), (7, 1, 49));
@@ -1957,7 +1956,7 @@ mod tests {
         assert_eq!(plan.item_outputs(1..2), (0..7, 96..192));
         assert_eq!(plan.item_outputs(0..2), (0..7, 0..192));
         assert_eq!(plan.item_outputs(1..1), (0..0, 0..0));
-        // 2048 outputs: 86 tiles, the last of two vectors, each its own part.
+        // ResNet50's 2048 outputs: 86 tiles, the last of two vectors, each its own part.
         let d = pointwise([7, 7], 2048, Isa::Avx2);
         let plan = ConvPlan::new(&d);
         assert_eq!((plan.oc_tiles, plan.tiles_per_item), (86, Some(1)));
