@@ -31,8 +31,8 @@ pub enum ExecError {
     /// one without a fused pool: pass `None`.
     #[error("{key}: this primitive takes no {role} buffer")]
     UnexpectedBuffer { key: String, role: &'static str },
-    /// `execute_range` with a range that is reversed or ends past the key's work items (output
-    /// rows, `PrimitiveKey::work_items`): ask for rows within `0..limit`.
+    /// `execute_range` with a range that is reversed or ends past the key's work items
+    /// (`PrimitiveKey::work_items`, mostly output rows): ask for items within `0..limit`.
     #[error("{key}: work items {start}..{end} are not within 0..{limit}")]
     WorkItems {
         key: String,

@@ -108,8 +108,10 @@ impl Primitive {
             .run(args, extents, None, Some(pool), Residual::Extra)
     }
 
-    /// Runs the kernel on one thread for the work items (output rows) in `items` only; the
-    /// FMA peak kernel takes any number of loop trips this way.
+    /// Runs the kernel on one thread for the work items in `items` only
+    /// (`PrimitiveKey::work_items`: output rows for most kernels; a direct conv's items may
+    /// span several rows, or be parts of its output channels, as `ConvPlan::item_outputs`
+    /// says); the FMA peak kernel takes any number of loop trips this way.
     pub fn execute_range(
         &self,
         args: ExecArgs<'_>,
