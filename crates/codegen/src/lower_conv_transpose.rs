@@ -522,7 +522,9 @@ fn phase_tiles(e: &mut Emit<'_>, d: &ConvTransposeDesc, g: &Geometry, ph: &Phase
             units: (0..4)
                 .map(|c| TileUnit {
                     w: c * channel_bytes,
-                    x: (0..n as i64).map(|p| p * PIXEL + c * F32_BYTES).collect(),
+                    x: (0..n as i64)
+                        .map(|p| Some(p * PIXEL + c * F32_BYTES))
+                        .collect(),
                 })
                 .collect(),
             per_kh: 0,

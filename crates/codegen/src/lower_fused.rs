@@ -51,6 +51,7 @@ impl FusedPlan {
         // A band is a few rows: the tiles' weights, not a row's input, are what to keep in
         // cache across them.
         conv.rows_outer = false;
+        conv.chunks_outer = false;
         // The pool takes the conv's tier where its tile covers it (an `nChw4c` destination).
         let mut pool = PoolPlan::new(&PoolDesc { mb: 1, ..pool }.at_tier(d.isa));
         pool.src_rows = Some(band);

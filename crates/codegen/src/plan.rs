@@ -58,6 +58,18 @@ pub struct RowChunk {
     pub vectors: Vec<RowVector>,
 }
 
+/// Tiles of a fixed-width row whose border columns sit inside them
+/// ([`ConvPlan::bordered_tiles`]): `count` tiles of `pixels` pixels, the first from output
+/// column `first`, each the next `pixels` columns on; pixel `p` of each covers the kernel
+/// columns `taps[p]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TileRun {
+    pub first: usize,
+    pub pixels: usize,
+    pub count: usize,
+    pub taps: Vec<Range<usize>>,
+}
+
 /// The geometry of one spatial axis of a window op.
 #[derive(Clone, Copy, Debug)]
 pub struct Axis {
@@ -556,6 +568,18 @@ pub struct ConvPlan {
     /// Whether rows are the outer loop and output-channel tiles the inner one (see
     /// [`ROWS_OUTER_WEIGHT_BYTES`]); otherwise each tile runs all its rows.
     pub rows_outer: bool,
+    /// Whether a tile that runs all its rows (not [`Self::rows_outer`]) runs them for one
+    /// chunk of the reduction ([`Self::chunks`]) before the next, rather than every chunk
+    /// for one row before the next row.
+    ///
+    /// Such plans have large weights (over [`ROWS_OUTER_WEIGHT_BYTES`]), which on small
+    /// images a row barely reuses: a 7-pixel row ran each 18 KiB chunk's weights through one
+    /// or two pixel tiles and moved on, so a 512-channel 3x3 layer at 7x7 read its tile's
+    /// 288 KiB of weights from L2 or beyond once per row. Chunk by chunk, a chunk's weights
+    /// stay in L1 across the tile's rows; the partial sums of the tile's rows go through the
+    /// destination once per chunk, a few bytes per hundred FMAs. The sums and their order do
+    /// not change (decision 031).
+    pub chunks_outer: bool,
     pub rows: AxisPlan,
     pub cols: AxisPlan,
     /// Rows the destination holds when it is a fused pool's scratch band instead of the whole
@@ -833,6 +857,7 @@ impl ConvPlan {
             ic,
             ic_chunk,
             rows_outer: false,
+            chunks_outer: false,
             rows: AxisPlan::conv_rows(rows, d.runtime),
             cols: AxisPlan::columns(cols, d.runtime.w, false, CountMode::None),
             dst_rows: None,
@@ -853,7 +878,82 @@ impl ConvPlan {
         // --model`, 3-4 rounds alternated, Zen3).
         plan.rows_outer =
             d.groups == 1 && Self::weights_allow_rows_outer(plan.packed_weights_len());
+        plan.chunks_outer = !plan.rows_outer && plan.chunks() > 1;
         plan
+    }
+
+    /// The pixel tiles of a fixed-width row at a wide tier, border columns included, when
+    /// the row has border columns; `None` keeps the column runs (x128, runtime widths,
+    /// lane-wise plans, rows without borders).
+    ///
+    /// A wide tile skips the FMAs of a kernel column that a pixel's window misses
+    /// (`backend::x64::TileUnit`), so a border pixel joins its neighbours' tile and sums the
+    /// same products in the same order as a tile of its own would: the bits do not change.
+    /// On its own, a border column was a one-pixel tile spanning four output-channel tiles
+    /// ([`ConvPlan::narrow_group`]), a weight vector loaded per FMA from four tiles' weights,
+    /// which missed L1 on every row: at 7x7 its two border columns took half of a 512-channel
+    /// layer's time for a fifth of its FMAs (decision 031). Full tiles, then the last two
+    /// tiles split evenly where a lone remainder would hold too few chains: a 7-pixel row is
+    /// a tile of 4 and one of 3, a 14-pixel row tiles of 6, 4 and 4.
+    pub fn bordered_tiles(&self) -> Option<Vec<TileRun>> {
+        let ratio = self.wide_ratio()?;
+        let AxisPlan::Fixed(runs) = &self.cols else {
+            return None;
+        };
+        let width = runs.last().map_or(0, |r| r.outputs.end);
+        if runs.len() < 2 || width == 0 {
+            return None;
+        }
+        let p = self.pixel_tile;
+        let (full, rest) = (width / p, width % p);
+        // The fewest pixels whose tile holds enough chains of its own.
+        let least = NARROW_CHAINS.div_ceil(self.vecs.div_ceil(ratio));
+        let sizes: Vec<usize> = if rest == 0 || rest >= least || full == 0 {
+            let last = (rest > 0).then_some(rest);
+            std::iter::repeat_n(p, full).chain(last).collect()
+        } else {
+            let pair = p + rest;
+            std::iter::repeat_n(p, full - 1)
+                .chain([pair.div_ceil(2), pair / 2])
+                .collect()
+        };
+        let taps_of = |q: usize| {
+            runs.iter()
+                .find(|r| r.outputs.contains(&q))
+                .map_or(0..0, |r| r.taps.clone())
+        };
+        let mut tiles: Vec<TileRun> = Vec::new();
+        let mut first = 0;
+        for pixels in sizes {
+            let taps: Vec<Range<usize>> = (first..first + pixels).map(taps_of).collect();
+            match tiles.last_mut() {
+                Some(run) if run.pixels == pixels && run.taps == taps => run.count += 1,
+                _ => tiles.push(TileRun {
+                    first,
+                    pixels,
+                    count: 1,
+                    taps,
+                }),
+            }
+            first += pixels;
+        }
+        Some(tiles)
+    }
+
+    /// Output-channel tiles that a tile of `pixels` pixels of [`Self::bordered_tiles`] spans:
+    /// one where it holds three quarters of the chains a core keeps busy (a 3-pixel tile of
+    /// two wide vectors: six), else as a narrow tile ([`Self::narrow_group`]). Spanning two
+    /// tiles doubles the weights a tile reads, which then no longer stay in L1 across the
+    /// rows of a chunk ([`Self::chunks_outer`]): the 3-pixel tiles of a 512-channel 3x3 layer
+    /// at 7x7 spanning two tiles took the layer from 4.2 to 5.0 ms (decision 031).
+    pub fn bordered_group(&self, pixels: usize) -> usize {
+        let ratio = self.wide_ratio().unwrap_or(1);
+        let chains = pixels * self.vecs.div_ceil(ratio);
+        if 4 * chains >= 3 * NARROW_CHAINS {
+            1
+        } else {
+            self.narrow_group(pixels)
+        }
     }
 
     /// Pixels of a lane-wise tile ([`ConvPlan::lanewise`]). At `x128` 10: an accumulator
@@ -1486,6 +1586,8 @@ impl fmt::Display for ConvPlan {
                 "one row, its output-channel tiles in parts"
             } else if self.rows_outer {
                 "rows outer, output-channel tiles inner"
+            } else if self.chunks_outer {
+                "output-channel tiles outer, then chunks of the reduction, rows inner"
             } else {
                 "output-channel tiles outer, rows inner"
             }
@@ -1519,7 +1621,33 @@ impl fmt::Display for ConvPlan {
             self.tile_weights_len()
         )?;
         fmt_axis(f, "row", &self.rows, 1)?;
-        fmt_axis(f, "column", &self.cols, self.pixel_tile)
+        fmt_axis(f, "column", &self.cols, self.pixel_tile)?;
+        if let Some(tiles) = self.bordered_tiles() {
+            let runs: Vec<String> = tiles
+                .iter()
+                .map(|t| {
+                    let end = t.first + t.pixels * t.count;
+                    let taps: Vec<String> = t
+                        .taps
+                        .iter()
+                        .map(|k| format!("{}..{}", k.start, k.end))
+                        .collect();
+                    let spans = match self.bordered_group(t.pixels) {
+                        1 => String::new(),
+                        g => format!(", spanning {g} oc tiles"),
+                    };
+                    format!(
+                        "[{}..{end}) {} x {} px (taps {}{spans})",
+                        t.first,
+                        t.count,
+                        t.pixels,
+                        taps.join(" ")
+                    )
+                })
+                .collect();
+            writeln!(f, "  pixel tiles, borders inside: {}", runs.join("; "))?;
+        }
+        Ok(())
     }
 }
 
@@ -1978,6 +2106,60 @@ mod tests {
         let d = pointwise([7, 7], 192, Isa::Avx2)
             .with_runtime(crate::key::RuntimeDims { h: false, w: true });
         assert_eq!(ConvPlan::new(&d).tiles_per_item, None);
+    }
+
+    #[test]
+    fn border_columns_join_the_pixel_tiles_of_fixed_width_rows_at_wide_tiers() {
+        let conv = |ic: usize, [h, w]: [usize; 2], oc: usize, stride: usize, isa: Isa| {
+            let mut d = ConvDesc::new(1, ic, [h, w], oc, [3, 3]);
+            d.strides = [stride, stride];
+            d.pads = primjit_ir::Pads::uniform(1);
+            d.src_layout = Layout::Nchw4c;
+            d.dst_layout = Layout::Nchw4c;
+            d.isa = isa;
+            ConvPlan::new(&d)
+        };
+        let sizes = |plan: &ConvPlan| -> Vec<(usize, usize, usize)> {
+            let tiles = plan.bordered_tiles().expect("bordered tiles");
+            tiles.iter().map(|t| (t.first, t.pixels, t.count)).collect()
+        };
+        // ResNet's 512-channel layers at 7x7: tiles of 6 pixels by two `ymm`; the 7-pixel
+        // row is a tile of 4 (the left border inside) and one of 3 (the right), each over its
+        // own output channels.
+        let plan = conv(512, [7, 7], 512, 1, Isa::Avx2);
+        assert_eq!((plan.pixel_tile, plan.vecs), (6, 4));
+        assert!(plan.chunks_outer && !plan.rows_outer && plan.chunks() == 16);
+        assert_eq!(sizes(&plan), [(0, 4, 1), (4, 3, 1)]);
+        let tiles = plan.bordered_tiles().unwrap();
+        assert_eq!(tiles[0].taps, [1..3, 0..3, 0..3, 0..3]);
+        assert_eq!(tiles[1].taps, [0..3, 0..3, 0..2]);
+        assert_eq!((plan.bordered_group(4), plan.bordered_group(3)), (1, 1));
+        // Stride 2 from 14x14: only the left column is a border.
+        let plan = conv(512, [14, 14], 512, 2, Isa::Avx2);
+        assert_eq!(sizes(&plan), [(0, 4, 1), (4, 3, 1)]);
+        assert_eq!(plan.bordered_tiles().unwrap()[1].taps, [0..3, 0..3, 0..3]);
+        // Wider rows: full tiles in a loop, the borders in the first and last; a remainder
+        // too narrow for its chains shares the last two tiles' pixels.
+        let plan = conv(64, [14, 14], 64, 1, Isa::Avx2);
+        assert!(plan.rows_outer && !plan.chunks_outer);
+        assert_eq!(sizes(&plan), [(0, 6, 1), (6, 4, 1), (10, 4, 1)]);
+        let plan = conv(64, [56, 56], 64, 1, Isa::Avx2);
+        assert_eq!(sizes(&plan), [(0, 6, 1), (6, 6, 7), (48, 4, 1), (52, 4, 1)]);
+        // A row narrower than a tile: one tile, spanning output-channel tiles where it holds
+        // too few chains.
+        let plan = conv(64, [2, 2], 64, 1, Isa::Avx2);
+        assert_eq!(sizes(&plan), [(0, 2, 1)]);
+        assert_eq!(plan.bordered_group(2), plan.narrow_group(2));
+        assert!(plan.bordered_group(2) > 1);
+        // No borders, x128, runtime widths: column runs.
+        let mut d = conv(64, [9, 9], 64, 1, Isa::Avx2).desc;
+        d.pads = primjit_ir::Pads::uniform(0);
+        assert_eq!(ConvPlan::new(&d).bordered_tiles(), None);
+        assert_eq!(conv(64, [7, 7], 64, 1, Isa::X128).bordered_tiles(), None);
+        let d = conv(64, [7, 7], 64, 1, Isa::Avx2)
+            .desc
+            .with_runtime(crate::key::RuntimeDims { h: false, w: true });
+        assert_eq!(ConvPlan::new(&d).bordered_tiles(), None);
     }
 
     #[test]

@@ -1931,6 +1931,101 @@ proptest! {
     }
 }
 
+/// A conv at a wide tier whose fixed-width rows have border columns: the borders sit inside
+/// the pixel tiles ([`ConvPlan::bordered_tiles`]), their missing kernel columns skipped.
+/// Widths up to 26 give every split (a lone remainder, two balanced last tiles, one tile
+/// narrower than a full one, spanning output-channel tiles); 24 output channels give tiles of
+/// three `ymm` and four pixels, the others two and six.
+fn bordered_conv_problem() -> impl Strategy<Value = ConvProblem> {
+    (
+        conv_problem(),
+        prop::sample::select(&[4usize, 8, 12][..]),
+        prop::sample::select(&[8usize, 16, 24, 32, 64][..]),
+        1..=26usize,
+        prop::sample::select(common::host_tiers()),
+    )
+        .prop_map(|(mut p, ic, oc, iw, isa)| {
+            let d = &mut p.desc;
+            (d.ic, d.oc, d.groups, d.iw) = (ic, oc, 1, iw);
+            d.pads.left = d.pads.left.max(1);
+            d.dst_layout = Layout::Nchw4c;
+            p.desc = p.desc.at_tier(isa);
+            p
+        })
+        .prop_filter("valid conv key", |p| p.key().validate().is_ok())
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// Against the reference, on a partial range of rows, and as a runtime-width kernel,
+    /// whose column template keeps its border columns' own tiles: the same bits as the
+    /// exact kernel's tiles, since each pixel sums its products in the same order.
+    #[test]
+    fn bordered_rows_match_reference_and_runtime_widths(
+        p in bordered_conv_problem(),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        let plan = ConvPlan::new(&p.desc);
+        let wide = plan.wide_ratio().is_some();
+        let borders = matches!(&plan.cols, AxisPlan::Fixed(runs) if runs.len() > 1);
+        prop_assert_eq!(plan.bordered_tiles().is_some(), wide && borders, "{}", p.key());
+        if let Some(tiles) = plan.bordered_tiles() {
+            let covered: usize = tiles.iter().map(|t| t.pixels * t.count).sum();
+            prop_assert_eq!(covered, p.desc.ow(), "{}: {}", p.key(), plan);
+        }
+        p.check()?;
+        let oh = p.desc.oh();
+        let (a, b) = (rows.0.index(oh + 1), rows.1.index(oh + 1));
+        p.check_rows(a.min(b)..a.max(b))?;
+        let rt = RuntimeDims { h: false, w: true };
+        let generic = compile(&PrimitiveKey::Conv(p.desc.clone().with_runtime(rt)))?;
+        check_conv_runtime(&generic, &p, a.min(b)..a.max(b))?;
+    }
+}
+
+/// A conv whose weights put its tiles outer ([`ROWS_OUTER_WEIGHT_BYTES`]) and whose reduction
+/// is chunked, on small images: each tile runs its rows one chunk at a time
+/// ([`ConvPlan::chunks_outer`]), partial sums of all its rows in the destination between
+/// chunks. 3x3 kernels over 256 channels, and 1x1 over 2064, with any padding, stride, post-op
+/// (a residual included) and tier.
+fn chunks_outer_problem() -> impl Strategy<Value = ConvProblem> {
+    (
+        conv_problem(),
+        prop::sample::select(&[(256usize, 256usize, 3usize), (2064, 256, 1), (256, 264, 3)][..]),
+        (1..=7usize, 1..=9usize),
+        (1..=2usize, 1..=2usize),
+        prop::sample::select(common::host_tiers()),
+    )
+        .prop_map(|(mut p, (ic, oc, k), (ih, iw), (sh, sw), isa)| {
+            let d = &mut p.desc;
+            (d.ic, d.oc, d.groups, d.kh, d.kw) = (ic, oc, 1, k, k);
+            (d.ih, d.iw, d.strides, d.dilations) = (ih, iw, [sh, sw], [1, 1]);
+            d.mb = 1;
+            d.dst_layout = Layout::Nchw4c;
+            p.desc = p.desc.at_tier(isa);
+            p
+        })
+        .prop_filter("valid conv key", |p| p.key().validate().is_ok())
+}
+
+proptest! {
+    #![proptest_config(config(12))]
+
+    #[test]
+    fn chunks_outer_tiles_match_reference(
+        p in chunks_outer_problem(),
+        rows in (any::<Index>(), any::<Index>()),
+    ) {
+        let plan = ConvPlan::new(&p.desc);
+        prop_assert!(plan.chunks_outer && plan.chunks() > 1, "{}: {}", p.key(), plan);
+        p.check()?;
+        let oh = p.desc.oh();
+        let (a, b) = (rows.0.index(oh + 1), rows.1.index(oh + 1));
+        p.check_rows(a.min(b)..a.max(b))?;
+    }
+}
+
 /// A convolution whose weights exceed `ROWS_OUTER_WEIGHT_BYTES` runs its output-channel tiles
 /// outer and its rows inner (every smaller one the other way round): against the reference,
 /// on partial row ranges, with two images, and with a runtime width.

@@ -4,14 +4,17 @@
 //! rows with their kernel-row range computed at run time, then the interior run; see
 //! [`AxisPlan::Bordered`]), chunk of the
 //! reduction (when a tile's weights exceed L1, see [`ConvPlan::chunks`]), column run, pixel
-//! tile, with the tile and row loops swapped when the plan says so ([`ConvPlan::rows_outer`]);
+//! tile, with the tile and row loops swapped when the plan says so ([`ConvPlan::rows_outer`])
+//! and the chunks outside the rows when it says that ([`ConvPlan::chunks_outer`]);
 //! inside a tile the reduction loop over input channels carries the accumulators, with
 //! an inner loop over the run's kernel rows and the kernel columns unrolled. Each FMA reads its
 //! input pixel with its own broadcast load, so x64 folds it into `vbroadcastss m32`. Every
 //! pixel's sum takes the same order in every tile, so that its value does not depend on how a
 //! row is cut into tiles; a narrow tile (a border column, a row's remainder) computes several
 //! output-channel tiles at once, so that it still has enough independent chains
-//! ([`ConvPlan::narrow_group`]).
+//! ([`ConvPlan::narrow_group`]). At a wide tier, a fixed-width row's border columns sit inside
+//! its tiles instead, which skip the kernel columns a border pixel misses
+//! ([`ConvPlan::bordered_tiles`]).
 //!
 //! Runtime extents (see [`crate::key::RuntimeDims`]) change only the outer structure: strides
 //! become registers, a runtime height computes each row's kernel-row range at run time, and a
@@ -27,7 +30,7 @@ use crate::backend::x64::{
     DirectTile, LaneVector, LanewiseTile, LanewiseUnit, TileFinish, TileInit, TileUnit, WideTile,
 };
 use crate::key::{Layout, PostOpDesc};
-use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, RowChunk, RowVector};
+use crate::plan::{AxisPlan, AxisTemplate, ConvPlan, RowChunk, RowVector, TileRun};
 use crate::tile::LANES;
 
 /// Buffer indices in the argument list.
@@ -344,6 +347,10 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
                             chunk: None,
                             oc_tile,
                         };
+                        if plan.chunks_outer {
+                            tile_chunks(e, plan, tile, res, class.shape);
+                            return;
+                        }
                         rows(e, plan, &geo, |e, oh, taps| {
                             row(e, plan, oh, &taps, tile, res, class.shape)
                         });
@@ -352,6 +359,45 @@ fn lower_tiles_outer(e: &mut Emit<'_>, plan: &ConvPlan, classes: &[TileClass]) {
             }
         },
     );
+}
+
+/// The rows of one output-channel tile, chunk by chunk of the reduction
+/// ([`ConvPlan::chunks_outer`]): each chunk's weights serve every row before the next chunk's.
+fn tile_chunks(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    tile: TilePtrs,
+    residuals: &[Value],
+    shape: TileShape,
+) {
+    let zero = e.iconst(0);
+    let count = e.iconst(plan.chunks() as i64);
+    let carried = [tile.src, tile.weights];
+    e.for_range(zero, count, &carried, |e, chunk, p| {
+        let chunk_tile = TilePtrs {
+            src: p[0],
+            weights: p[1],
+            chunk: Some(chunk),
+            ..tile
+        };
+        let geo = Geometry::new(e, plan);
+        rows(e, plan, &geo, |e, oh, taps| {
+            row(e, plan, oh, &taps, chunk_tile, residuals, shape)
+        });
+        next_chunk(e, plan, p)
+    });
+}
+
+/// The source and weight pointers of the next chunk of the reduction, from this one's.
+fn next_chunk(e: &mut Emit<'_>, plan: &ConvPlan, src_and_weights: &[Value]) -> Vec<Value> {
+    let d = &plan.desc;
+    let geo = Geometry::new(e, plan);
+    let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
+    let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
+    vec![
+        e.offset_by(src_and_weights[0], geo.ic_src_step, ic_steps),
+        e.offset(src_and_weights[1], w_bytes),
+    ]
 }
 
 /// Rows outer, output-channel tiles inner. The tile loop carries only its index: a tile's
@@ -559,7 +605,8 @@ fn rows(
     }
 }
 
-/// Output row `oh` of one output-channel tile.
+/// Output row `oh` of one output-channel tile: every chunk of the reduction, or the one
+/// `tile.chunk` names ([`ConvPlan::chunks_outer`]).
 fn row(
     e: &mut Emit<'_>,
     plan: &ConvPlan,
@@ -591,7 +638,7 @@ fn row(
         dst: dst_row,
         ..tile
     };
-    if plan.chunks() == 1 {
+    if plan.chunks() == 1 || tile.chunk.is_some() {
         let row = RowTiles {
             plan,
             row_taps: taps,
@@ -617,7 +664,6 @@ fn row_chunks(
     res_rows: &[Value],
     shape: TileShape,
 ) {
-    let d = &plan.desc;
     let zero = e.iconst(0);
     let count = e.iconst(plan.chunks() as i64);
     let carried = [row_tile.src, row_tile.weights];
@@ -637,13 +683,7 @@ fn row_chunks(
             shape,
         };
         columns(e, geo, row);
-        let geo = Geometry::new(e, plan);
-        let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
-        let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
-        vec![
-            e.offset_by(p[0], geo.ic_src_step, ic_steps),
-            e.offset(p[1], w_bytes),
-        ]
+        next_chunk(e, plan, p)
     });
 }
 
@@ -722,6 +762,9 @@ fn columns(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>) {
     match &plan.cols {
         AxisPlan::Fixed(_) if let Some(chunks) = plan.lanewise_row() => {
             lanewise_wide_row(e, geo, row, &chunks);
+        }
+        AxisPlan::Fixed(_) if let Some(tiles) = plan.bordered_tiles() => {
+            bordered_row(e, geo, row, &tiles);
         }
         AxisPlan::Fixed(runs) => {
             for col in runs {
@@ -881,6 +924,65 @@ fn column_run(
     }
 }
 
+/// A fixed-width row at a wide tier as pixel tiles with its border columns inside
+/// ([`ConvPlan::bordered_tiles`]): each run of identical tiles in a loop, a tile too narrow
+/// for enough chains of its own spanning output-channel tiles as in [`column_run`].
+fn bordered_row(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>, runs: &[TileRun]) {
+    let RowTiles {
+        plan,
+        tile,
+        residuals,
+        ..
+    } = row;
+    let d = &plan.desc;
+    let ratio = plan.wide_ratio().expect("bordered tiles are wide");
+    let src_px = geo.src.pixel * F32_BYTES;
+    let dst_px = geo.dst.pixel * F32_BYTES;
+    for run in runs {
+        let first = run.first as i64;
+        // The source of the tile's first pixel's kernel column 0; a border pixel never
+        // reads the columns before the row, which its taps skip.
+        let src0 = e.offset(
+            tile.src,
+            (first * d.strides[1] as i64 - d.pads.left as i64) * src_px,
+        );
+        let mut ptrs = vec![src0, e.offset(tile.dst, first * dst_px)];
+        ptrs.extend(residuals.iter().map(|&r| e.offset(r, first * dst_px)));
+        let px = run.pixels as i64;
+        let mut steps = vec![Scalar::Const(px * d.strides[1] as i64 * src_px)];
+        steps.extend(std::iter::repeat_n(
+            Scalar::Const(px * dst_px),
+            1 + residuals.len(),
+        ));
+        let group = if row.shape.vecs == plan.vecs {
+            plan.bordered_group(run.pixels)
+        } else {
+            1
+        };
+        e.for_ptrs(Scalar::Const(run.count as i64), &ptrs, &steps, |e, q| {
+            let at_tile = RowTiles {
+                tile: TilePtrs {
+                    src: q[0],
+                    dst: q[1],
+                    ..tile
+                },
+                residuals: &q[2..],
+                ..row
+            };
+            let compute =
+                |e: &mut Emit<'_>| wide_pixel_tile(e, at_tile, run.pixels, group, &run.taps, ratio);
+            if group == 1 {
+                compute(e);
+            } else {
+                // The group's first tile computes the group's pixels; the others skip them.
+                let within = e.urem_const(tile.oc_tile, group as u64);
+                let leads = e.icmp_imm(IntCC::Equal, within, 0);
+                e.if_else(leads, compute, |_| {});
+            }
+        });
+    }
+}
+
 /// One register tile: `pixels` output pixels by the vectors of output channels of `group`
 /// consecutive output-channel tiles (see [`ConvPlan::narrow_group`]), `row.shape.vecs` each.
 fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, col_taps: &Taps) {
@@ -896,7 +998,8 @@ fn pixel_tile(e: &mut Emit<'_>, row: RowTiles<'_>, pixels: usize, group: usize, 
         return lanewise_wide_tile(e, row, pixels, ratio, kw_taps);
     }
     if let (Some(ratio), Taps::Fixed(kw_taps)) = (plan.wide_ratio(), col_taps) {
-        return wide_pixel_tile(e, row, pixels, group, kw_taps, ratio);
+        let taps = vec![kw_taps.clone(); pixels];
+        return wide_pixel_tile(e, row, pixels, group, &taps, ratio);
     }
     let d = &plan.desc;
     let vecs = row.shape.vecs * group;
@@ -1181,7 +1284,7 @@ fn wide_pixel_tile(
     row: RowTiles<'_>,
     pixels: usize,
     group: usize,
-    kw_taps: &std::ops::Range<usize>,
+    kw_taps: &[std::ops::Range<usize>],
     ratio: usize,
 ) {
     let RowTiles {
@@ -1211,17 +1314,22 @@ fn wide_pixel_tile(
         Layout::Nchw => 0,
         Layout::Nchw4c => f,
     };
+    // The kernel columns of any pixel, each pixel's FMA only where its window has the column:
+    // a pixel's products keep the order of a tile of its own.
+    let kws = kw_taps.iter().map(|k| k.start).min().unwrap_or(0)
+        ..kw_taps.iter().map(|k| k.end).max().unwrap_or(0);
     let units: Vec<TileUnit> = (0..plan.ic_step as i64)
-        .flat_map(|c| kw_taps.clone().map(move |kw| (c, kw as i64)))
+        .flat_map(|c| kws.clone().map(move |kw| (c, kw)))
         .map(|(c, kw)| TileUnit {
-            w: c * per_ic + kw * tile_oc * f,
-            x: (0..pixels as i64)
+            w: c * per_ic + kw as i64 * tile_oc * f,
+            x: (0..pixels)
                 .map(|p| {
-                    c * chan_in_step
-                        + (kw * d.dilations[1] as i64 + p * d.strides[1] as i64) * src_px
+                    let at = (kw * d.dilations[1] + p * d.strides[1]) as i64 * src_px;
+                    kw_taps[p].contains(&kw).then_some(c * chan_in_step + at)
                 })
                 .collect(),
         })
+        .filter(|u| u.x.iter().any(Option::is_some))
         .collect();
     let spec = |init: TileInit, finish: TileFinish| {
         WideTile::Direct(DirectTile {
@@ -1230,11 +1338,7 @@ fn wide_pixel_tile(
             w_vecs: w_vecs.clone(),
             tail_blocks: blocks % ratio,
             steps: plan.ic_chunk / plan.ic_step,
-            units: if kw_taps.is_empty() {
-                Vec::new()
-            } else {
-                units.clone()
-            },
+            units: units.clone(),
             per_kh,
             ic_w_step: plan.ic_step as i64 * per_ic,
             dst_pixel_bytes: geo.dst.pixel * F32_BYTES,

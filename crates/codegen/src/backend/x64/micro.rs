@@ -63,20 +63,22 @@ impl MicroKernel {
 
     /// One reduction step with its weight vectors in registers: vector `u`'s from
     /// `weights(u)` (a tail's lanes only), then per row `p` a broadcast of the float at
-    /// `input(p)` multiplied into each of the row's accumulators. Per step, `vectors + rows`
-    /// loads for `rows * vectors` FMAs.
+    /// `input(p)` multiplied into each of the row's accumulators; a row whose input is `None`
+    /// (a border pixel without this tap) is left as it is. Per step, `vectors + rows` loads
+    /// for `rows * vectors` FMAs.
     pub fn step(
         &self,
         a: &mut Asm,
         weights: impl Fn(usize) -> (AsmMemoryOperand, Lanes),
-        input: impl Fn(usize) -> AsmMemoryOperand,
+        input: impl Fn(usize) -> Option<AsmMemoryOperand>,
     ) {
         for u in 0..self.vectors {
             let (m, lanes) = weights(u);
             a.load_lanes(Self::weight(u), m, lanes);
         }
         for p in 0..self.rows {
-            a.broadcast(Self::BROADCAST, input(p));
+            let Some(x) = input(p) else { continue };
+            a.broadcast(Self::BROADCAST, x);
             for u in 0..self.vectors {
                 a.fma_reg(self.acc(p, u), Self::weight(u), Self::BROADCAST);
             }
@@ -89,10 +91,11 @@ impl MicroKernel {
         &self,
         a: &mut Asm,
         weights: impl Fn(usize) -> (AsmMemoryOperand, Lanes),
-        input: impl Fn(usize) -> AsmMemoryOperand,
+        input: impl Fn(usize) -> Option<AsmMemoryOperand>,
     ) {
         for p in 0..self.rows {
-            a.broadcast(Self::BROADCAST, input(p));
+            let Some(x) = input(p) else { continue };
+            a.broadcast(Self::BROADCAST, x);
             for u in 0..self.vectors {
                 let (m, lanes) = weights(u);
                 a.fma_mem(self.acc(p, u), Self::BROADCAST, m, lanes);
@@ -113,7 +116,7 @@ mod tests {
     fn step_code(isa: Isa, kernel: MicroKernel, weights_in_registers: bool) -> Vec<Instruction> {
         let mut a = Asm::new(isa);
         let weights = |u: usize| (rsi + disp(32 * u as i64), Lanes::Full);
-        let input = |p: usize| rdi + disp(16 * p as i64);
+        let input = |p: usize| Some(rdi + disp(16 * p as i64));
         if weights_in_registers {
             kernel.step(&mut a, weights, input);
         } else {

@@ -77,11 +77,12 @@ pub enum TileFinish {
 }
 
 /// One step of the reduction within a kernel-row trip: a weight row at `w` bytes from the
-/// trip's weights, times the input at `x[p]` bytes from the trip's source for each pixel.
+/// trip's weights, times the input at `x[p]` bytes from the trip's source for each pixel, or
+/// not at all where `x[p]` is `None` (a border pixel whose window misses that kernel column).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TileUnit {
     pub w: i64,
-    pub x: Vec<i64>,
+    pub x: Vec<Option<i64>>,
 }
 
 /// A direct convolution's register tile, `pixels` x `vectors` accumulators of the tier's
@@ -587,7 +588,7 @@ impl GemmTile {
         self.kernel().step(
             a,
             |j| (rsi + disp(w + j as i64 * self.panel_bytes), Lanes::Full),
-            |t| rdi + disp(t as i64 * BLOCK_PIXEL_BYTES + c as i64 * 4),
+            |t| Some(rdi + disp(t as i64 * BLOCK_PIXEL_BYTES + c as i64 * 4)),
         );
     }
 }
@@ -787,7 +788,7 @@ impl DirectTile {
 
     fn unit(&self, a: &mut Asm, unit: &TileUnit) {
         let weights = |u: usize| (rsi + disp(unit.w + self.w_vecs[u]), self.lanes(u));
-        let input = |p: usize| rdi + disp(unit.x[p]);
+        let input = |p: usize| unit.x[p].map(|x| rdi + disp(x));
         if self.weights_in_registers() {
             self.kernel().step(a, weights, input);
         } else {
@@ -1475,7 +1476,7 @@ pub fn peak_kernel(isa: Isa, pattern: WidePattern) -> Vec<u8> {
             kernel.step(
                 &mut a,
                 |u| (r8 + disp((c * vectors as i64 + u as i64) * vb), Lanes::Full),
-                |p| r8 + disp(scalars + 4 * (c * pixels as i64 + p as i64)),
+                |p| Some(r8 + disp(scalars + 4 * (c * pixels as i64 + p as i64))),
             );
         }
     } else {
