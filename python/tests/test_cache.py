@@ -215,5 +215,7 @@ def test_a_winograd_op_matches_the_direct_one(engine):
         winograd.execute(src, y, packed, scratch=np.zeros(3, np.float32))
     with pytest.raises(primjit.ExecError, match="takes no scratch buffer"):
         direct.execute(src, y, direct.pack_weights(w, b), scratch=np.zeros(8, np.float32))
-    # The engine's choice is the default: "auto" picks Winograd from 8 channels.
-    assert "alg:wino" in engine.compile_op(text, layout="nchw4c").key
+    # The engine's choice is the default: "auto" picks Winograd from 8 channels and, at fixed
+    # extents, 16 output tiles of 4x4 (this 12x20 output has 15; a 16x20 one 20).
+    assert "alg:wino" not in engine.compile_op(text, layout="nchw4c").key
+    assert "alg:wino" in engine.compile_op("mb1ic8ih16iw20oc8kh3ph1", layout="nchw4c").key

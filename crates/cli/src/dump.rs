@@ -276,7 +276,13 @@ fn describe_keys(
                 // As `compile` does for the other stages: a plan takes a valid key.
                 key.validate()?;
                 if let PrimitiveKey::Conv(d) = key {
-                    text.push_str(&format!("  algorithm: {}\n", conv_algo.explain(d)));
+                    // The key's extents, where they decided the algorithm (the graph fixes
+                    // them); else the choice the channels made.
+                    let output = Some([d.oh(), d.ow()])
+                        .filter(|&o| conv_algo.pick(d, Some(o)) != conv_algo.pick(d, None))
+                        .filter(|&o| conv_algo.pick(d, Some(o)) == d.algo);
+                    let why = conv_algo.explain(d, output);
+                    text.push_str(&format!("  algorithm: {why}\n"));
                 }
                 text.push_str(&describe_plan(key))
             }

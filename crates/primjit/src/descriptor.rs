@@ -312,7 +312,9 @@ impl Descriptor {
         let key = match op {
             DescriptorOp::Conv(choice) => {
                 let mut conv = self.conv(layout)?;
-                conv.algo = choice.pick(&conv);
+                // A descriptor's extents are fixed unless `*` leaves them to run time.
+                let output = (self.runtime == RuntimeDims::NONE).then(|| [conv.oh(), conv.ow()]);
+                conv.algo = choice.pick(&conv, output);
                 PrimitiveKey::Conv(conv)
             }
             DescriptorOp::Pool {

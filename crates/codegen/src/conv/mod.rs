@@ -83,6 +83,20 @@ pub const WINOGRAD_MIN_CHANNELS: usize = 8;
 /// 8 to 16 (docs/decisions/006-winograd-stride-2-polyphase.md).
 pub const WINOGRAD_S2_MIN_CHANNELS: usize = 16;
 
+/// The fewest output tiles (of 4x4 pixels) per image at which `auto` picks Winograd at stride
+/// 1, where the graph fixes the output's extents.
+///
+/// Winograd's transformed weights take 4x the bytes of the kernel's, and a network's weights
+/// come from memory on every call: on a small image too few tiles share each one. Measured in
+/// ResNet18 and ResNet50 at 224x224 (`primjit bench-op --model --vs-algo direct`, Zen3, one
+/// thread): at 7x7 (4 tiles) direct took 0.86-0.93x Winograd's time, at 14x14 (16 tiles)
+/// Winograd took 0.66-0.74x direct's (decision 031).
+pub const WINOGRAD_MIN_TILES: usize = 16;
+
+/// The same at stride 2, whose polyphase weights are larger still: outputs of 7x7 and 14x14
+/// took 0.70-0.78x Winograd's time with direct convolution, 28x28 (49 tiles) 1.18x.
+pub const WINOGRAD_S2_MIN_TILES: usize = 49;
+
 /// The smallest channel counts at which `auto` picks Winograd for `desc`'s strides.
 fn min_channels(desc: &ConvDesc) -> usize {
     if desc.strides == [2, 2] {
@@ -92,27 +106,43 @@ fn min_channels(desc: &ConvDesc) -> usize {
     }
 }
 
+/// The fewest output tiles at which `auto` picks Winograd for `desc`'s strides.
+fn min_tiles(desc: &ConvDesc) -> usize {
+    if desc.strides == [2, 2] {
+        WINOGRAD_S2_MIN_TILES
+    } else {
+        WINOGRAD_MIN_TILES
+    }
+}
+
+/// Winograd's 4x4 output tiles over an output of `[oh, ow]`.
+fn output_tiles([oh, ow]: [usize; 2]) -> usize {
+    oh.div_ceil(4) * ow.div_ceil(4)
+}
+
 impl ConvAlgoChoice {
-    /// The algorithm for `desc` (whose `algo` is ignored). The choice depends on channels,
-    /// window and layouts only, never on the spatial extents, so that a node keeps one
-    /// packing of its weights for every input size.
-    pub fn pick(self, desc: &ConvDesc) -> ConvAlgo {
+    /// The algorithm for `desc` (whose `algo` and extents are ignored), given the extents of
+    /// its output where every input the graph takes gives the same (`None` where they follow
+    /// a symbol). The choice never depends on a bound size, so that a node keeps one packing
+    /// of its weights for every input size: with symbolic extents it follows the channels,
+    /// window and layouts alone.
+    pub fn pick(self, desc: &ConvDesc, output: Option<[usize; 2]>) -> ConvAlgo {
         let applies = desc.winograd_unsupported().is_none();
+        let channels = desc.ic >= min_channels(desc) && desc.oc >= min_channels(desc);
+        let tiles = output.is_none_or(|o| output_tiles(o) >= min_tiles(desc));
         match self {
             ConvAlgoChoice::Direct => ConvAlgo::Direct,
             ConvAlgoChoice::Winograd if applies => ConvAlgo::WinogradF4x3,
-            ConvAlgoChoice::Auto
-                if applies && desc.ic >= min_channels(desc) && desc.oc >= min_channels(desc) =>
-            {
-                ConvAlgo::WinogradF4x3
-            }
+            ConvAlgoChoice::Auto if applies && channels && tiles => ConvAlgo::WinogradF4x3,
             _ => ConvAlgo::Direct,
         }
     }
 
-    /// The algorithm [`Self::pick`] gives `desc`, and why, for `dump --stage plan`.
-    pub fn explain(self, desc: &ConvDesc) -> String {
-        let algo = self.pick(desc);
+    /// The algorithm [`Self::pick`] gives `desc` and `output`, and why, for `dump --stage
+    /// plan`.
+    pub fn explain(self, desc: &ConvDesc, output: Option<[usize; 2]>) -> String {
+        let algo = self.pick(desc, output);
+        let few_tiles = output.filter(|&o| output_tiles(o) < min_tiles(desc));
         let why = match (self, desc.winograd_unsupported()) {
             (ConvAlgoChoice::Direct, _) => "direct requested".to_string(),
             (_, Some(reason)) => reason.to_string(),
@@ -121,11 +151,24 @@ impl ConvAlgoChoice {
                 "auto: winograd applies and both channel counts are at least {}",
                 min_channels(desc)
             ),
-            (ConvAlgoChoice::Auto, None) => format!(
-                "auto: fewer than {} input or output channels, where the transforms outweigh \
+            (ConvAlgoChoice::Auto, None)
+                if desc.ic < min_channels(desc) || desc.oc < min_channels(desc) =>
+            {
+                format!(
+                    "auto: fewer than {} input or output channels, where the transforms outweigh \
                  the saved multiplications",
-                min_channels(desc)
-            ),
+                    min_channels(desc)
+                )
+            }
+            (ConvAlgoChoice::Auto, None) => {
+                let [oh, ow] = few_tiles.expect("too few tiles decided");
+                format!(
+                    "auto: a {oh}x{ow} output is {} winograd tiles, fewer than {}, too few to \
+                     share each of its transformed weights",
+                    output_tiles([oh, ow]),
+                    min_tiles(desc)
+                )
+            }
         };
         format!("{algo} ({why})")
     }
@@ -188,18 +231,47 @@ mod tests {
         ] {
             let d = conv_3x3(channels, stride);
             assert_eq!(
-                ConvAlgoChoice::Auto.pick(&d),
+                ConvAlgoChoice::Auto.pick(&d, None),
                 auto,
                 "{channels} channels, stride {stride}"
             );
-            assert_eq!(ConvAlgoChoice::Winograd.pick(&d), winograd);
-            assert_eq!(ConvAlgoChoice::Direct.pick(&d), ConvAlgo::Direct);
+            assert_eq!(ConvAlgoChoice::Winograd.pick(&d, None), winograd);
+            assert_eq!(ConvAlgoChoice::Direct.pick(&d, None), ConvAlgo::Direct);
             let bound = if stride == 2 { 16 } else { 8 };
-            let why = ConvAlgoChoice::Auto.explain(&d);
+            let why = ConvAlgoChoice::Auto.explain(&d, None);
             assert!(
                 why.contains(&format!(" {bound} ")) || why.ends_with(&format!(" {bound})")),
                 "{why}"
             );
+        }
+    }
+
+    /// With the output's extents fixed, `auto` keeps direct convolution below the measured
+    /// numbers of Winograd tiles: ResNet's 7x7 layers, and its stride-2 layers to 14x14.
+    #[test]
+    fn auto_keeps_small_fixed_outputs_direct() {
+        let winograd = ConvAlgo::WinogradF4x3;
+        let c512 = conv_3x3(256, 1);
+        for (d, output, auto) in [
+            (&c512, [7, 7], ConvAlgo::Direct),
+            (&c512, [14, 14], winograd),
+            (&c512, [13, 16], winograd),
+            (&c512, [12, 13], ConvAlgo::Direct),
+            (&conv_3x3(128, 2), [14, 14], ConvAlgo::Direct),
+            (&conv_3x3(128, 2), [28, 28], winograd),
+            (&conv_3x3(128, 2), [24, 28], ConvAlgo::Direct),
+        ] {
+            assert_eq!(
+                ConvAlgoChoice::Auto.pick(d, Some(output)),
+                auto,
+                "{output:?}"
+            );
+            assert_eq!(ConvAlgoChoice::Auto.pick(d, None), winograd);
+            assert_eq!(ConvAlgoChoice::Winograd.pick(d, Some(output)), winograd);
+            if auto == ConvAlgo::Direct {
+                let why = ConvAlgoChoice::Auto.explain(d, Some(output));
+                assert!(why.contains("winograd tiles, fewer than"), "{why}");
+            }
         }
     }
 }

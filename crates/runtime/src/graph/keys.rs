@@ -387,7 +387,19 @@ pub(super) fn conv_desc_shell(
     d.src_layout = layout_of(graph, c.input);
     d.dst_layout = Layout::Nchw4c;
     d.bias = c.bias.is_some();
-    d.algo = conv_algo.pick(&d);
+    // The output's extents where the graph fixes the input's: `auto` weighs the Winograd
+    // tiles that would share each transformed weight. Symbolic extents leave the choice to
+    // the channels, so that every bound size takes the one packing.
+    let fixed = shapes
+        .get(c.input)
+        .and_then(|s| Some([s[2].known()? as usize, s[3].known()? as usize]));
+    let output = fixed.and_then(|[h, w]| {
+        let mut at = d.clone();
+        (at.ih, at.iw) = (h, w);
+        at.pads = c.pads_at([at.kh, at.kw], [h, w])?;
+        Some([at.oh(), at.ow()])
+    });
+    d.algo = conv_algo.pick(&d, output);
     // The post-ops decide the tier (a wide tile computes only some), and so the packing.
     d.post_ops = post_op_descs(&c.post_ops);
     d.isa = d.tier_for(isa);
