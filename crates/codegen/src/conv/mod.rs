@@ -143,32 +143,26 @@ impl ConvAlgoChoice {
     pub fn explain(self, desc: &ConvDesc, output: Option<[usize; 2]>) -> String {
         let algo = self.pick(desc, output);
         let few_tiles = output.filter(|&o| output_tiles(o) < min_tiles(desc));
+        let few_channels = desc.ic < min_channels(desc) || desc.oc < min_channels(desc);
         let why = match (self, desc.winograd_unsupported()) {
             (ConvAlgoChoice::Direct, _) => "direct requested".to_string(),
             (_, Some(reason)) => reason.to_string(),
             (ConvAlgoChoice::Winograd, None) => "winograd requested, and it applies".to_string(),
-            (ConvAlgoChoice::Auto, None) if algo == ConvAlgo::WinogradF4x3 => format!(
+            (ConvAlgoChoice::Auto, None) if few_channels => format!(
+                "auto: fewer than {} input or output channels, where the transforms outweigh \
+                 the saved multiplications",
+                min_channels(desc)
+            ),
+            (ConvAlgoChoice::Auto, None) if let Some([oh, ow]) = few_tiles => format!(
+                "auto: a {oh}x{ow} output is {} winograd tiles, fewer than {}, too few to share \
+                 each of its transformed weights",
+                output_tiles([oh, ow]),
+                min_tiles(desc)
+            ),
+            (ConvAlgoChoice::Auto, None) => format!(
                 "auto: winograd applies and both channel counts are at least {}",
                 min_channels(desc)
             ),
-            (ConvAlgoChoice::Auto, None)
-                if desc.ic < min_channels(desc) || desc.oc < min_channels(desc) =>
-            {
-                format!(
-                    "auto: fewer than {} input or output channels, where the transforms outweigh \
-                 the saved multiplications",
-                    min_channels(desc)
-                )
-            }
-            (ConvAlgoChoice::Auto, None) => {
-                let [oh, ow] = few_tiles.expect("too few tiles decided");
-                format!(
-                    "auto: a {oh}x{ow} output is {} winograd tiles, fewer than {}, too few to \
-                     share each of its transformed weights",
-                    output_tiles([oh, ow]),
-                    min_tiles(desc)
-                )
-            }
         };
         format!("{algo} ({why})")
     }
