@@ -90,7 +90,8 @@ pub const WINOGRAD_S2_MIN_CHANNELS: usize = 16;
 /// come from memory on every call: on a small image too few tiles share each one. Measured in
 /// ResNet18 and ResNet50 at 224x224 (`primjit bench-op --model --vs-algo direct`, Zen3, one
 /// thread): at 7x7 (4 tiles) direct took 0.86-0.93x Winograd's time, at 14x14 (16 tiles)
-/// Winograd took 0.66-0.74x direct's (decision 031).
+/// Winograd took 0.66-0.74x direct's (decision 031). On two threads ResNet18's 7x7 layers
+/// took 1.08-1.12x with direct convolution, whose 7 rows split 4 and 3, ResNet50's 0.93-0.95x.
 pub const WINOGRAD_MIN_TILES: usize = 16;
 
 /// The same at stride 2, whose polyphase weights are larger still: outputs of 7x7 and 14x14
