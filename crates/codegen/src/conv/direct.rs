@@ -370,6 +370,23 @@ fn tile_chunks(
     residuals: &[Value],
     shape: TileShape,
 ) {
+    for_each_chunk(e, plan, tile, |e, chunk_tile| {
+        let geo = Geometry::new(e, plan);
+        rows(e, plan, &geo, |e, oh, taps| {
+            row(e, plan, oh, &taps, chunk_tile, residuals, shape)
+        });
+    });
+}
+
+/// Runs `body` once per chunk of the reduction ([`ConvPlan::chunks`]), with `tile`'s source
+/// and weights moved to the chunk's input channels and `chunk` set.
+fn for_each_chunk(
+    e: &mut Emit<'_>,
+    plan: &ConvPlan,
+    tile: TilePtrs,
+    mut body: impl FnMut(&mut Emit<'_>, TilePtrs),
+) {
+    let d = &plan.desc;
     let zero = e.iconst(0);
     let count = e.iconst(plan.chunks() as i64);
     let carried = [tile.src, tile.weights];
@@ -380,24 +397,15 @@ fn tile_chunks(
             chunk: Some(chunk),
             ..tile
         };
+        body(e, chunk_tile);
         let geo = Geometry::new(e, plan);
-        rows(e, plan, &geo, |e, oh, taps| {
-            row(e, plan, oh, &taps, chunk_tile, residuals, shape)
-        });
-        next_chunk(e, plan, p)
+        let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
+        let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
+        vec![
+            e.offset_by(p[0], geo.ic_src_step, ic_steps),
+            e.offset(p[1], w_bytes),
+        ]
     });
-}
-
-/// The source and weight pointers of the next chunk of the reduction, from this one's.
-fn next_chunk(e: &mut Emit<'_>, plan: &ConvPlan, src_and_weights: &[Value]) -> Vec<Value> {
-    let d = &plan.desc;
-    let geo = Geometry::new(e, plan);
-    let ic_steps = (plan.ic_chunk / plan.ic_step) as i64;
-    let w_bytes = (plan.ic_chunk * d.kh * d.kw * plan.vecs * LANES) as i64 * F32_BYTES;
-    vec![
-        e.offset_by(src_and_weights[0], geo.ic_src_step, ic_steps),
-        e.offset(src_and_weights[1], w_bytes),
-    ]
 }
 
 /// Rows outer, output-channel tiles inner. The tile loop carries only its index: a tile's
@@ -664,16 +672,7 @@ fn row_chunks(
     res_rows: &[Value],
     shape: TileShape,
 ) {
-    let zero = e.iconst(0);
-    let count = e.iconst(plan.chunks() as i64);
-    let carried = [row_tile.src, row_tile.weights];
-    e.for_range(zero, count, &carried, |e, chunk, p| {
-        let chunk_tile = TilePtrs {
-            src: p[0],
-            weights: p[1],
-            chunk: Some(chunk),
-            ..row_tile
-        };
+    for_each_chunk(e, plan, row_tile, |e, chunk_tile| {
         let geo = &Geometry::new(e, plan);
         let row = RowTiles {
             plan,
@@ -683,7 +682,6 @@ fn row_chunks(
             shape,
         };
         columns(e, geo, row);
-        next_chunk(e, plan, p)
     });
 }
 
