@@ -879,18 +879,9 @@ fn column_run(
             residuals: &r,
             ..row
         };
-        if group == 1 {
-            pixel_tile(e, at_tile, pixels, group, col_taps);
-            return;
-        }
-        // The group's first tile computes the group's pixels; the others skip them.
-        let within = e.urem_const(t.oc_tile, group as u64);
-        let first = e.icmp_imm(IntCC::Equal, within, 0);
-        e.if_else(
-            first,
-            |e| pixel_tile(e, at_tile, pixels, group, col_taps),
-            |_| {},
-        );
+        group_leader(e, t.oc_tile, group, |e| {
+            pixel_tile(e, at_tile, pixels, group, col_taps)
+        });
     };
     let p = plan.pixel_tile;
     match len {
@@ -967,18 +958,22 @@ fn bordered_row(e: &mut Emit<'_>, geo: &Geometry, row: RowTiles<'_>, runs: &[Til
                 residuals: &q[2..],
                 ..row
             };
-            let compute =
-                |e: &mut Emit<'_>| wide_pixel_tile(e, at_tile, run.pixels, group, &run.taps, ratio);
-            if group == 1 {
-                compute(e);
-            } else {
-                // The group's first tile computes the group's pixels; the others skip them.
-                let within = e.urem_const(tile.oc_tile, group as u64);
-                let leads = e.icmp_imm(IntCC::Equal, within, 0);
-                e.if_else(leads, compute, |_| {});
-            }
+            group_leader(e, tile.oc_tile, group, |e| {
+                wide_pixel_tile(e, at_tile, run.pixels, group, &run.taps, ratio)
+            });
         });
     }
+}
+
+/// Emits `tile` (a register tile spanning `group` output-channel tiles) for the group's first
+/// output-channel tile only, which computes the group's pixels; the others skip them.
+fn group_leader(e: &mut Emit<'_>, oc_tile: Value, group: usize, tile: impl FnOnce(&mut Emit<'_>)) {
+    if group == 1 {
+        return tile(e);
+    }
+    let within = e.urem_const(oc_tile, group as u64);
+    let first = e.icmp_imm(IntCC::Equal, within, 0);
+    e.if_else(first, tile, |_| {});
 }
 
 /// One register tile: `pixels` output pixels by the vectors of output channels of `group`
